@@ -1,0 +1,38 @@
+# Two entry points: `make demo` and `make test`. Both build .venv from requirements.lock
+# when it is missing or older than the lock, and never reinstall otherwise.
+PY ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export MARIN_PREFIX ?= $(CURDIR)/artifacts
+export WANDB_MODE ?= offline
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: demo test venv ui lock clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/marin demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+
+ui: $(STAMP)
+	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# Regenerate the pinned lock after editing pyproject.toml.
+lock:
+	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .dagster_home artifacts
