@@ -1,0 +1,196 @@
+"""Turn a library function into a content-versioned Dagster asset.
+
+    @versioned_asset(key="datakit/normalized", code_version="1", ins={"raw": "sources/sotu"})
+    def normalized(ctx: StageContext, config: NormalizeConfig, raw: ArtifactRef) -> dict:
+        return normalize(raw.files(".jsonl"), ctx.out_dir, config.to_library())
+
+The wrapper computes the version from {asset key, code_version, versioned config fields,
+partition, upstream versions}; on a version that already has SUCCESS the body does not
+run and the same ``DataVersion`` is reported with ``cache_hit=true``. Otherwise the body
+writes into a staging URL that the store commits atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from marin_assets.store import ArtifactRef, canonical_json, validate_asset_key
+from marin_assets.orchestration.resources import ArtifactStoreResource
+
+STORE_RESOURCE_KEY = "artifact_store"
+IO_MANAGER_KEY = "artifact_io"
+
+
+def versioned(default: Any = ..., *, description: str | None = None, **kwargs: Any) -> Any:
+    """A config field that is part of the artifact's version (changing it recomputes)."""
+    return Field(default, description=description, json_schema_extra={"versioned": True}, **kwargs)
+
+
+class StageConfig(dg.Config):
+    """Base for asset configs: only fields declared with ``versioned()`` enter the version."""
+
+    def versioned_fields(self) -> dict[str, Any]:
+        out = {}
+        for name, info in type(self).model_fields.items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            if extra.get("versioned"):
+                value = getattr(self, name)
+                out[name] = value.model_dump() if hasattr(value, "model_dump") else value
+        return out
+
+
+@dataclass
+class StageContext:
+    """What a stage body sees: where to write, which partition, how to log."""
+
+    out_dir: str
+    partition_key: str | None
+    log: Callable[[str], None]
+    asset_key: str
+    version: str
+
+
+def _config_fingerprint(config_cls: type[StageConfig] | None) -> str:
+    """Hash of the default versioned config, folded into Dagster's code_version so that
+    editing a default in code marks the asset unsynced (run-time config is hashed anyway)."""
+    if config_cls is None:
+        return "noconfig"
+    try:
+        defaults = config_cls().versioned_fields()
+    except Exception:  # a config with required fields has no defaults to fingerprint
+        return "required"
+    return hashlib.sha256(canonical_json(defaults).encode()).hexdigest()[:8]
+
+
+def _metadata_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, (dict, list)):
+        return dg.MetadataValue.json(value)
+    return dg.MetadataValue.text(str(value))
+
+
+def _upstream_versions(inputs: Mapping[str, Any]) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for ref in _iter_refs(inputs):
+        label = ref.asset_key if ref.partition is None else f"{ref.asset_key}[{ref.partition}]"
+        versions[label] = ref.version
+    return versions
+
+
+def _iter_refs(inputs: Mapping[str, Any]):
+    for value in inputs.values():
+        if isinstance(value, ArtifactRef):
+            yield value
+        elif isinstance(value, Mapping):
+            yield from (v for v in value.values() if isinstance(v, ArtifactRef))
+
+
+def versioned_asset(
+    *,
+    key: str,
+    code_version: str,
+    config_cls: type[StageConfig] | None = None,
+    ins: Mapping[str, str | dg.AssetIn] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
+    tags: Mapping[str, str] | None = None,
+    extra_metadata: Callable[[ArtifactRef], Mapping[str, Any]] | None = None,
+) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
+    """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset."""
+    asset_path = validate_asset_key(key)
+    asset_key = "/".join(asset_path)
+    asset_ins = {
+        name: (spec if isinstance(spec, dg.AssetIn) else dg.AssetIn(key=dg.AssetKey(validate_asset_key(spec))))
+        for name, spec in (ins or {}).items()
+    }
+    effective_code_version = f"{code_version}+cfg.{_config_fingerprint(config_cls)}"
+
+    def decorator(body: Callable[..., Mapping[str, Any] | None]) -> dg.AssetsDefinition:
+        def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.Output:
+            config: StageConfig | None = kwargs.pop("config", None)
+            store = kwargs.pop(STORE_RESOURCE_KEY).store
+            partition = context.partition_key if context.has_partition_key else None
+            inputs = {name: _unwrap(value, partition) for name, value in kwargs.items()}
+            return _materialize(context, store, body, config, partition, inputs)
+
+        def _materialize(context, store, body, config, partition, inputs) -> dg.Output:
+            from marin_assets.store import compute_version, version_payload
+
+            versioned_config = config.versioned_fields() if config is not None else {}
+            upstream = _upstream_versions(inputs)
+            version = compute_version(asset_key, code_version, versioned_config, partition, upstream)
+            provenance = {
+                "version_payload": version_payload(asset_key, code_version, versioned_config, partition, upstream),
+                "config": config.model_dump() if config is not None else {},
+            }
+
+            def run_body(out_dir: str) -> Mapping[str, Any] | None:
+                stage = StageContext(out_dir, partition, context.log.info, asset_key, version)
+                context.log.info(f"computing {asset_key} version {version[:16]}" + (f" partition {partition}" if partition else ""))
+                return body(stage, config, **inputs) if config is not None else body(stage, **inputs)
+
+            started = time.monotonic()
+            result = store.materialize(asset_key, partition, version, run_body, provenance)
+            ref = result.ref
+            counts = dict(ref.counts)
+            elapsed = time.monotonic() - started
+            context.log.info(
+                f"{asset_key}: {'cache hit' if result.cache_hit else 'computed'} in {elapsed:.2f}s; counts {counts}"
+            )
+            metadata = {
+                "path": dg.MetadataValue.path(ref.path),
+                "version": ref.version,
+                "cache_hit": result.cache_hit,
+                "total_bytes": int(ref.manifest.get("total_bytes", 0)),
+                "files": len(ref.manifest.get("files", [])),
+                "duration_s": round(elapsed, 3),
+                **{f"count/{k}": _metadata_value(v) for k, v in counts.items()},
+                **(extra_metadata(ref) if extra_metadata else {}),
+            }
+            return dg.Output(ref, data_version=dg.DataVersion(version), metadata=metadata)
+
+        params = [inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=dg.AssetExecutionContext)]
+        if config_cls is not None:
+            params.append(inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=config_cls))
+        params.append(inspect.Parameter(STORE_RESOURCE_KEY, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ArtifactStoreResource))
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in asset_ins]
+        compute.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        compute.__name__ = asset_path[-1].replace("-", "_").replace(".", "_")
+        compute.__doc__ = body.__doc__
+
+        return dg.asset(
+            key=dg.AssetKey(list(asset_path)),
+            ins=asset_ins,
+            code_version=effective_code_version,
+            partitions_def=partitions_def,
+            group_name=group_name,
+            description=description or body.__doc__,
+            io_manager_key=IO_MANAGER_KEY,
+            automation_condition=automation_condition,
+            tags=dict(tags or {}),
+            kinds={"marin"},
+        )(compute)
+
+    return decorator
+
+
+def _unwrap(value: Any, partition: str | None) -> Any:
+    """Co-partitioned inputs arrive as {partition: ref}; hand the body the single ref."""
+    if isinstance(value, Mapping) and partition is not None and set(value) == {partition}:
+        return value[partition]
+    return value

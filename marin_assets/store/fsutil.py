@@ -1,0 +1,69 @@
+"""Thin fsspec helpers so local paths, gs://, s3:// and memory:// behave alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path without protocol) for a URL or local path."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path.rstrip("/") or "/"
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts if p]])
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """Turn a protocol-less path back into a URL other fsspec users can open."""
+    return fs.unstrip_protocol(path) if not is_local(fs) else path
+
+
+def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
+    """Write JSON so readers see the old or the new file, never half of one.
+
+    Locally: temp file + fsync + os.replace. Object stores: a single PUT is atomic.
+    """
+    data = json.dumps(value, indent=2, sort_keys=True).encode("utf-8")
+    if is_local(fs):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        with fs.open(path, "wb") as f:
+            f.write(data)
+
+
+def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any | None:
+    try:
+        with fs.open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def list_files(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, int]]:
+    """(relative path, size) of every file under root, sorted."""
+    if not fs.exists(root):
+        return []
+    found = fs.find(root, detail=True)
+    root_stripped = root.rstrip("/") + "/"
+    out = []
+    for path, info in found.items():
+        rel = path[len(root_stripped):] if path.startswith(root_stripped) else path
+        out.append((rel, int(info.get("size") or 0)))
+    return sorted(out)
