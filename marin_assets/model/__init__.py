@@ -1,1 +1,28 @@
+"""The MoE / dense decoder transformer in plain JAX (Grug style: dicts of arrays).
 
+Public API
+----------
+ModelConfig(...)                                   validated config (config.py)
+init_params(config, key) -> params                 dict pytree of float32 arrays
+init_router_bias(config) -> bias [n_layers, E]     zeros; carried by the train loop
+forward(params, tokens[B,S], config, router_bias, ep=None) -> (logits[B,S,V], aux)
+loss_fn(params, tokens[B,S], config, router_bias, loss_mask=None, ep=None) -> (loss, aux)
+    for jax.value_and_grad(loss_fn, has_aux=True); config is static (hashable).
+    aux: ce_loss, lm_z_loss, router_z_loss, n_tokens, expert_load [L,E], dropped [L],
+         balance_shift [L,E], router_z [L], load_cv [L]
+next_router_bias(router_bias, aux, config) -> bias [L,E]
+    quantile balancing: apply from the next step; mean-centred; never differentiated.
+count_params(config) -> (total, active)
+flops_per_token(config, seq_len) -> float          training FLOPs/token (see flops.py)
+
+Expert parallelism: pass ``ep=kernels.expert_parallel.ExpertParallel(mesh, ...)`` to
+forward/loss_fn to run the routed experts with shard_map over the mesh's expert axis.
+"""
+
+from marin_assets.model.config import ModelConfig
+from marin_assets.model.flops import active_matmul_params, count_params, flops_per_token
+from marin_assets.model.transformer import (forward, init_params, init_router_bias, loss_fn,
+                                            next_router_bias)
+
+__all__ = ["ModelConfig", "init_params", "init_router_bias", "forward", "loss_fn",
+           "next_router_bias", "count_params", "flops_per_token", "active_matmul_params"]

@@ -1,0 +1,100 @@
+"""Model configuration: one validated dataclass for dense and MoE decoders."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
+_BALANCING = ("quantile_exact", "quantile_histogram", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer; ``n_routed_experts == 0`` makes it dense.
+
+    Dense model: every layer has a SwiGLU MLP of width ``d_ff``.
+    MoE model: every layer has ``n_shared_experts`` SwiGLU experts of width ``d_ff``
+    that every token passes through, plus ``n_routed_experts`` routed experts of width
+    ``expert_d_ff`` of which each token uses ``top_k``.
+    """
+
+    vocab_size: int = 256
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int | None = None  # None: d_model // n_heads
+    d_ff: int = 128  # dense MLP width, and the width of each shared expert
+    n_routed_experts: int = 4  # 0 = dense
+    n_shared_experts: int = 1
+    top_k: int = 2
+    expert_d_ff: int = 64
+    latent_dim: int | None = None  # routed input projected to this width before dispatch
+    capacity_factor_send: float = 1.10
+    capacity_factor_recv: float = 1.15
+    router_z_loss: float = 0.0
+    lm_z_loss: float = 1e-4
+    max_seq_len: int = 256
+    rope_theta: float = 10000.0
+    balancing: Balancing = "quantile_exact"
+    histogram_bins: int = 10_000
+    # Fraction of the measured quantile shift applied per step. 1.0 is the full
+    # correction; a little damping stops experts from oscillating around their share.
+    balancing_rate: float = 0.5
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                     "max_seq_len", "histogram_bins"):
+            positive(name)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelConfig: n_heads ({self.n_heads}) must be divisible by "
+                f"n_kv_heads ({self.n_kv_heads}) for grouped-query attention")
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ValueError(
+                f"ModelConfig: d_model ({self.d_model}) is not divisible by n_heads "
+                f"({self.n_heads}); set head_dim explicitly")
+        if self.head_dim is not None:
+            positive("head_dim")
+        if self.resolved_head_dim % 2:
+            raise ValueError(f"ModelConfig: head_dim ({self.resolved_head_dim}) must be even for RoPE")
+        if self.n_routed_experts < 0 or self.n_shared_experts < 0:
+            raise ValueError("ModelConfig: expert counts must be >= 0")
+        if self.n_routed_experts > 0:
+            positive("expert_d_ff")
+            positive("top_k")
+            if self.top_k > self.n_routed_experts:
+                raise ValueError(
+                    f"ModelConfig: top_k ({self.top_k}) must be <= n_routed_experts "
+                    f"({self.n_routed_experts})")
+            if self.latent_dim is not None:
+                positive("latent_dim")
+        if self.capacity_factor_send <= 0 or self.capacity_factor_recv <= 0:
+            raise ValueError("ModelConfig: capacity factors must be > 0")
+        if self.router_z_loss < 0 or self.lm_z_loss < 0:
+            raise ValueError("ModelConfig: z-loss coefficients must be >= 0")
+        if self.balancing not in _BALANCING:
+            raise ValueError(f"ModelConfig.balancing must be one of {_BALANCING}, got {self.balancing!r}")
+        if not 0.0 < self.balancing_rate <= 1.0:
+            raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def routed_dim(self) -> int:
+        """Width of the tokens the routed experts see (the latent when enabled)."""
+        return self.latent_dim if self.latent_dim is not None else self.d_model

@@ -1,0 +1,50 @@
+"""Building blocks: RMSNorm, RoPE, grouped-query causal attention with QK-norm, SwiGLU."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from marin_assets.model.config import ModelConfig
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
+    return (normed * weight).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding on the last axis of x: [B, S, heads, head_dim]; positions: [S]."""
+    half = x.shape[-1] // 2
+    freqs = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
+    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # [S, half]
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return out.astype(x.dtype)
+
+
+def attention(p: dict, x: jax.Array, config: ModelConfig) -> jax.Array:
+    """Causal GQA self-attention with RMS-normalised q and k (QK-norm). x: [B, S, D]."""
+    B, S, _ = x.shape
+    H, KV, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
+    q = (x @ p["wq"]).reshape(B, S, H, hd)
+    k = (x @ p["wk"]).reshape(B, S, KV, hd)
+    v = (x @ p["wv"]).reshape(B, S, KV, hd)
+    # QK-norm: bounded attention logits, which is what stopped loss spikes in Marin's 32B.
+    q = rms_norm(q, p["q_norm"], config.norm_eps)
+    k = rms_norm(k, p["k_norm"], config.norm_eps)
+    positions = jnp.arange(S)
+    q, k = rope(q, positions, config.rope_theta), rope(k, positions, config.rope_theta)
+    q = q.reshape(B, S, KV, H // KV, hd)
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / jnp.sqrt(hd)
+    causal = jnp.tril(jnp.ones((S, S), bool))
+    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, S, H * hd)
+    return out @ p["wo"]
+
+
+def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:
+    return (jax.nn.silu(x @ w_gate) * (x @ w_up)) @ w_down
