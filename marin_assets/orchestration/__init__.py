@@ -1,1 +1,9 @@
+"""The Dagster glue: the versioned-asset factory, the artifact IO manager and resources.
 
+This is the only part of the library that imports dagster.
+"""
+
+from marin_assets.orchestration.resources import ArtifactIOManager, ArtifactStoreResource
+from marin_assets.orchestration.versioned import StageConfig, StageContext, versioned, versioned_asset
+
+__all__ = ["ArtifactIOManager", "ArtifactStoreResource", "StageConfig", "StageContext", "versioned", "versioned_asset"]

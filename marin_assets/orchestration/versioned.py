@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +163,9 @@ def versioned_asset(
                 **{f"count/{k}": _metadata_value(v) for k, v in counts.items()},
                 **(extra_metadata(ref) if extra_metadata else {}),
             }
-            return dg.Output(ref, data_version=dg.DataVersion(version), metadata=metadata)
+            with warnings.catch_warnings():  # data_version on Output is "beta" but stable in practice
+                warnings.simplefilter("ignore", dg.BetaWarning)
+                return dg.Output(ref, data_version=dg.DataVersion(version), metadata=metadata)
 
         params = [inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=dg.AssetExecutionContext)]
         if config_cls is not None:
