@@ -1,0 +1,243 @@
+"""Quality scores: a hashed n-gram logistic regression and a zlib compression ratio.
+
+fastText is what Marin/DCLM use; its wheel is not in our lock, so the classifier is the
+same idea in numpy/scipy: lowercased word (and punctuation) unigrams + bigrams, hashed
+into `num_features` buckets, log1p counts, L2-normalised rows, and a class-balanced
+L2-regularised logistic regression fitted with L-BFGS. The model is two files (weights
+.npy + config .json), so it is an artifact like any other.
+
+The score attribute is co-partitioned with its shard: id, source_id, quality (P(high)),
+compression_ratio (raw bytes / zlib bytes: boilerplate and repeated text compress well),
+low_quality (quality < threshold; a threshold of 0 keeps everything).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from marin_assets.datakit.shards import basename, join, read_table, write_json, write_table
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+WEIGHTS_FILE = "weights.npy"
+CONFIG_FILE = "quality_model.json"
+
+
+@dataclass(frozen=True)
+class QualityModelConfig:
+    num_features: int = 1 << 18
+    max_chars: int = 20_000  # score the first max_chars characters: enough signal, bounded cost
+    l2: float = 1e-4
+    max_iter: int = 300
+    holdout_fraction: float = 0.2
+
+    def __post_init__(self):
+        if self.num_features < 16:
+            raise ValueError(f"QualityModelConfig.num_features must be >= 16, got {self.num_features}")
+        if self.max_chars < 1 or self.max_iter < 1:
+            raise ValueError("QualityModelConfig.max_chars and max_iter must be >= 1")
+        if self.l2 < 0 or not 0 <= self.holdout_fraction < 1:
+            raise ValueError(f"QualityModelConfig: need l2 >= 0 and 0 <= holdout_fraction < 1, got {self.l2}, {self.holdout_fraction}")
+
+
+def featurize(texts: Sequence[str], config: QualityModelConfig):
+    """CSR matrix [len(texts), num_features] of L2-normalised log1p hashed n-gram counts."""
+    import numpy as np
+    import scipy.sparse as sp
+    import xxhash
+
+    memo: dict[str, int] = {}
+    indptr, indices, values = [0], [], []
+    for text in texts:
+        tokens = TOKEN_RE.findall(text[: config.max_chars].lower())
+        # Hash each distinct token once; bigram hashes are mixed from unigram hashes in numpy,
+        # which keeps the Python work per token to one dict lookup.
+        for t in tokens:
+            if t not in memo:
+                memo[t] = xxhash.xxh64_intdigest(t.encode("utf-8")) & 0x7FFFFFFF
+        uni = np.fromiter((memo[t] for t in tokens), dtype=np.int64, count=len(tokens))
+        bi = (uni[:-1] * 1_000_003 + uni[1:] * 7 + 1) & 0x7FFFFFFFFFFF
+        hashed = np.concatenate([uni, bi]) % config.num_features
+        cols, counts = np.unique(hashed, return_counts=True)
+        vals = np.log1p(counts.astype(np.float32))
+        norm = np.linalg.norm(vals)
+        indices.append(cols)
+        values.append(vals / norm if norm > 0 else vals)
+        indptr.append(indptr[-1] + len(cols))
+    return sp.csr_matrix(
+        (np.concatenate(values) if values else np.zeros(0, np.float32),
+         np.concatenate(indices) if indices else np.zeros(0, np.int64), np.asarray(indptr)),
+        shape=(len(texts), config.num_features),
+    )  # fmt: skip
+
+
+class QualityModel:
+    def __init__(self, weights, bias: float, config: QualityModelConfig):
+        self.weights, self.bias, self.config = weights, float(bias), config
+
+    def predict(self, texts: Sequence[str]):
+        """P(high quality) for each text, as a float32 array."""
+        import numpy as np
+
+        if not len(texts):
+            return np.zeros(0, np.float32)
+        z = featurize(texts, self.config) @ self.weights + self.bias
+        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+    def save(self, out_dir: str) -> None:
+        import fsspec
+        import numpy as np
+
+        fs, root = fsspec.core.url_to_fs(out_dir)
+        fs.makedirs(root, exist_ok=True)
+        with fs.open(join(root, WEIGHTS_FILE), "wb") as f:
+            np.save(f, self.weights.astype(np.float32))
+        write_json({"bias": self.bias, "config": asdict(self.config)}, join(out_dir, CONFIG_FILE))
+
+    @staticmethod
+    def load(model_dir: str) -> QualityModel:
+        import fsspec
+        import numpy as np
+
+        with fsspec.open(join(model_dir, CONFIG_FILE), "r") as f:
+            meta = json.load(f)
+        with fsspec.open(join(model_dir, WEIGHTS_FILE), "rb") as f:
+            weights = np.load(f)
+        return QualityModel(weights, meta["bias"], QualityModelConfig(**meta["config"]))
+
+
+def fit_logistic(x, y, config: QualityModelConfig):
+    """Class-balanced L2 logistic regression; returns (weights, bias)."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    y = np.asarray(y, dtype=np.float64)
+    n_pos, n_neg = y.sum(), len(y) - y.sum()
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"quality model needs both classes, got {int(n_pos)} high and {int(n_neg)} low documents")
+    sample_w = np.where(y == 1, 0.5 / n_pos, 0.5 / n_neg)  # each class carries half the loss
+
+    def loss_grad(params):
+        w, b = params[:-1], params[-1]
+        z = x @ w + b
+        p = 1.0 / (1.0 + np.exp(-z))
+        # log(1 + e^z) - y z, computed stably
+        loss = np.sum(sample_w * (np.logaddexp(0.0, z) - y * z)) + config.l2 * w @ w
+        r = sample_w * (p - y)
+        grad = np.concatenate([x.T @ r + 2 * config.l2 * w, [r.sum()]])
+        return loss, grad
+
+    result = minimize(loss_grad, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B", options={"maxiter": config.max_iter})
+    return result.x[:-1].astype(np.float32), float(result.x[-1])
+
+
+def _texts_and_ids(shard_paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    texts, ids = [], []
+    for path in shard_paths:
+        table = read_table(path, columns=["id", "text"])
+        ids += table.column("id").to_pylist()
+        texts += table.column("text").to_pylist()
+    return texts, ids
+
+
+def _is_holdout(doc_id: str, fraction: float) -> bool:
+    return int(doc_id[-8:], 16) / 0xFFFFFFFF < fraction
+
+
+def train_quality_model(
+    high_paths: Sequence[str], low_paths: Sequence[str], out_dir: str, config: QualityModelConfig = QualityModelConfig()
+) -> dict:
+    """Fit on normalized shards of high- vs low-quality sources; save to out_dir; return counts.
+
+    A deterministic slice of documents (by id) is held out to report accuracy honestly.
+    """
+    import numpy as np
+
+    high, high_ids = _texts_and_ids(high_paths)
+    low, low_ids = _texts_and_ids(low_paths)
+    texts, ids = high + low, high_ids + low_ids
+    y = np.array([1] * len(high) + [0] * len(low))
+    hold = np.array([_is_holdout(i, config.holdout_fraction) for i in ids], dtype=bool)
+    x = featurize(texts, config)
+    weights, bias = fit_logistic(x[~hold], y[~hold], config)
+    model = QualityModel(weights, bias, config)
+    model.save(out_dir)
+
+    def accuracy(mask):
+        if not mask.any():
+            return None
+        p = 1.0 / (1.0 + np.exp(-(x[mask] @ weights + bias)))
+        return float(((p >= 0.5) == (y[mask] == 1)).mean())
+
+    counts = {
+        "high_docs": len(high),
+        "low_docs": len(low),
+        "train_docs": int((~hold).sum()),
+        "holdout_docs": int(hold.sum()),
+        "train_accuracy": accuracy(~hold),
+        "holdout_accuracy": accuracy(hold),
+    }
+    write_json(counts, join(out_dir, "_counts.json"))
+    return counts
+
+
+@dataclass(frozen=True)
+class QualityScoreConfig:
+    threshold: float = 0.0  # documents with quality < threshold are flagged low_quality; 0 keeps all
+    batch_docs: int = 1024
+
+    def __post_init__(self):
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"QualityScoreConfig.threshold must be in [0, 1], got {self.threshold}")
+        if self.batch_docs < 1:
+            raise ValueError(f"QualityScoreConfig.batch_docs must be >= 1, got {self.batch_docs}")
+
+
+def compression_ratio(text: str) -> float:
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw, 6)) if raw else 0.0
+
+
+def score_quality(shard_paths: Sequence[str], model_dir: str | None, out_dir: str, config: QualityScoreConfig) -> dict:
+    """Write co-partitioned quality attributes for each shard; return counts.
+
+    With model_dir None only the compression ratio is computed (quality is NaN); that is
+    only allowed with threshold 0, where no document is filtered.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    if model_dir is None and config.threshold > 0:
+        raise ValueError(f"quality threshold {config.threshold} needs a trained quality model (model_dir is None)")
+    model = QualityModel.load(model_dir) if model_dir is not None else None
+    docs = low = 0
+    score_sum = 0.0
+    for path in shard_paths:
+        table = read_table(path, columns=["id", "source_id", "text"])
+        texts = table.column("text").to_pylist()
+        if model is not None:
+            parts = [model.predict(texts[i : i + config.batch_docs]) for i in range(0, len(texts), config.batch_docs)]
+            quality = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        else:
+            quality = np.full(len(texts), np.nan, np.float32)
+        ratios = np.array([compression_ratio(t) for t in texts], dtype=np.float32)
+        is_low = quality < config.threshold if model is not None else np.zeros(len(texts), bool)
+        attrs = pa.table(
+            {
+                "id": table.column("id"),
+                "source_id": table.column("source_id"),
+                "quality": pa.array(quality),
+                "compression_ratio": pa.array(ratios),
+                "low_quality": pa.array(is_low),
+            }
+        )
+        write_table(attrs, join(out_dir, basename(path)))
+        docs += len(texts)
+        low += int(is_low.sum())
+        score_sum += float(np.nansum(quality))
+    counts = {"docs": docs, "low_quality": low, "mean_quality": score_sum / docs if docs and model else None}
+    write_json(counts, join(out_dir, "_counts.json"))
+    return counts
