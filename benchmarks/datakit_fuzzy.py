@@ -1,7 +1,7 @@
 """Fuzzy dedup end to end: ours vs datasketch ``MinHash.bulk`` + ``MinHashLSH``.
 
-Both sides get the same documents: paragraphs of real prose found offline (the docstrings
-of the Python standard library and its LICENSE), grouped into documents, plus planted near
+Both sides get the same documents: paragraphs of real prose found offline (docstrings of
+the Python standard library and installed packages, and the Python LICENSE), grouped into documents, plus planted near
 duplicates made by random word edits. Both clean the text the same way and use character
 5-grams, 286 permutations, 26 bands x 11 rows, seed 42.
 
