@@ -1,0 +1,166 @@
+"""Tokenizer training and tokenization into Levanter's cache format.
+
+`train_tokenizer` fits a byte-level BPE with HF `tokenizers` and saves tokenizer.json.
+`tokenize` encodes documents with `encode_batch_fast` in large batches (the Rust side
+runs them in parallel) and appends them to a Levanter TreeStore through
+`levanter.store.SerialCacheWriter`, so Levanter's own `TreeCache.load` opens the result:
+out_dir/train and out_dir/validation, each a cache of {"input_ids": int32[n]} rows (one
+per document, EOS appended), plus out_dir/stats.json with tokens, bytes, bytes/token.
+
+The split is a pure function of the document id (a hash slice), so adding documents never
+moves an existing one between train and validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from marin_assets.datakit.shards import join, read_table, write_json
+
+EOS = "<|endoftext|>"
+SPLITS = ("train", "validation")
+
+
+@dataclass(frozen=True)
+class TokenizerTrainConfig:
+    vocab_size: int = 4096
+    min_frequency: int = 2
+    max_chars_per_doc: int = 100_000  # bounds training time on book-length documents
+    batch_docs: int = 1000
+
+    def __post_init__(self):
+        if self.vocab_size < 256 + 2:
+            raise ValueError(f"TokenizerTrainConfig.vocab_size must be >= 258 (bytes + specials), got {self.vocab_size}")
+        if self.min_frequency < 1 or self.max_chars_per_doc < 1 or self.batch_docs < 1:
+            raise ValueError("TokenizerTrainConfig: min_frequency, max_chars_per_doc and batch_docs must be >= 1")
+
+
+def _iter_texts(shard_paths: Sequence[str], batch_docs: int, max_chars: int | None = None) -> Iterator[list[str]]:
+    import pyarrow.parquet as pq
+    import fsspec
+
+    for path in shard_paths:
+        with fsspec.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_docs, columns=["text"]):
+                texts = batch.column(0).to_pylist()
+                yield [t[:max_chars] for t in texts] if max_chars else texts
+
+
+def train_tokenizer(shard_paths: Sequence[str], out_dir: str, config: TokenizerTrainConfig = TokenizerTrainConfig()) -> dict:
+    """Train a byte-level BPE on the `text` column of shards; write out_dir/tokenizer.json."""
+    import fsspec
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        min_frequency=config.min_frequency,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_iter_texts(shard_paths, config.batch_docs, config.max_chars_per_doc), trainer=trainer)
+    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(join(root, "tokenizer.json"), "w") as f:
+        f.write(tok.to_str())
+    counts = {"vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id(EOS)}
+    write_json(counts, join(out_dir, "_counts.json"))
+    return counts
+
+
+def load_tokenizer(path: str):
+    """A Tokenizer from a tokenizer.json path or a directory holding one (any fsspec URL)."""
+    import fsspec
+    from tokenizers import Tokenizer
+
+    if not path.endswith(".json"):
+        path = join(path, "tokenizer.json")
+    with fsspec.open(path, "r") as f:
+        return Tokenizer.from_str(f.read())
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    validation_fraction: float = 0.01
+    batch_docs: int = 2048  # documents per encode_batch call and per cache write
+    append_eos: bool = True
+    eos_token: str = EOS
+
+    def __post_init__(self):
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(f"TokenizeConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.batch_docs < 1:
+            raise ValueError(f"TokenizeConfig.batch_docs must be >= 1, got {self.batch_docs}")
+
+
+def is_validation(doc_id: str, fraction: float) -> bool:
+    # The id is a uniform hash already: its first 8 hex digits are a uniform 32-bit number.
+    return int(doc_id[:8], 16) < fraction * 0x100000000
+
+
+def exemplar():
+    import numpy as np
+
+    return {"input_ids": np.zeros((0,), dtype=np.int32)}
+
+
+def tokenize(
+    shard_paths: Sequence[str], tokenizer_path: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(), progress=None
+) -> dict:
+    """Tokenize the `text` of shards into Levanter caches out_dir/{train,validation}; return stats.
+
+    `progress`, if given, is called with the number of documents done after each batch.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+    import fsspec
+    from levanter.store.cache import SerialCacheWriter
+
+    tok = load_tokenizer(tokenizer_path)
+    eos_id = tok.token_to_id(config.eos_token) if config.append_eos else None
+    if config.append_eos and eos_id is None:
+        raise ValueError(f"tokenizer {tokenizer_path} has no {config.eos_token!r} token; set append_eos=False or eos_token")
+    stats = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    writers = {s: SerialCacheWriter(join(out_dir, s), exemplar()) for s in SPLITS}
+    try:
+        for path in shard_paths:
+            with fsspec.open(path, "rb") as f:
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=config.batch_docs, columns=["id", "text"]):
+                    ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+                    encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
+                    rows = {s: [] for s in SPLITS}
+                    for doc_id, text, enc in zip(ids, texts, encodings):
+                        split = "validation" if is_validation(doc_id, config.validation_fraction) else "train"
+                        arr = np.asarray(enc.ids, dtype=np.int32)
+                        if eos_id is not None:
+                            arr = np.append(arr, np.int32(eos_id))
+                        rows[split].append(arr)
+                        s = stats[split]
+                        s["documents"] += 1
+                        s["tokens"] += len(arr)
+                        s["bytes"] += len(text.encode("utf-8"))
+                    for split, arrays in rows.items():
+                        if arrays:
+                            writers[split].write_batch({"input_ids": arrays})
+                    if progress is not None:
+                        progress(len(texts))
+    finally:
+        for w in writers.values():
+            w.__exit__(None, None, None)
+    for s in stats.values():
+        s["bytes_per_token"] = s["bytes"] / s["tokens"] if s["tokens"] else None
+    stats["vocab_size"] = tok.get_vocab_size()
+    stats["tokenizer"] = tokenizer_path
+    write_json(stats, join(out_dir, "stats.json"))
+    return stats
+
+
+def open_cache(cache_dir: str):
+    """Open one split with Levanter's own reader (TreeCache.load)."""
+    from levanter.store.cache import TreeCache
+
+    return TreeCache.load(cache_dir, exemplar())
