@@ -1,0 +1,269 @@
+"""Decontamination: a 13-gram Bloom filter over eval sets, per-paragraph overlap scoring.
+
+Marin's rule (MARIN_REFERENCE section 2): whitespace tokens (lowercased), 13-grams, n-grams
+without any letter dropped; for each paragraph (a line) overlap = n-grams found in the eval
+filter / n-grams of the paragraph; a document is contaminated when its maximum paragraph
+overlap is >= 0.5. False positives are acceptable, false negatives are not, so the Bloom
+filter is sized for a tiny false-positive rate (default 1e-9).
+
+Short text: a paragraph (or eval item) with fewer than ``ngram`` tokens has no 13-gram and
+could never match. Following Dolma's decontamination, one with at least
+``short_min_tokens`` tokens uses its whole token sequence as a single n-gram, so a short
+eval item (an ARC question with its answer, say) copied as its own paragraph is still found.
+
+The sidecar maps each inserted n-gram hash back to the eval items that contain it; it is
+two sorted numpy arrays (hash, item number) rather than a Python dict, so it is compact and
+saves as ``.npy`` next to the filter bits.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from marin_assets.datakit.attribute_files import (
+    attribute_path,
+    check_unique_basenames,
+    read_id_text,
+    write_table,
+)
+from marin_assets.datakit.bloom import BloomFilter
+from marin_assets.datakit.minhash import _splitmix64
+
+_LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
+
+
+@dataclass(frozen=True)
+class DecontamConfig:
+    ngram: int = 13
+    false_positive_rate: float = 1e-9
+    threshold: float = 0.5
+    short_min_tokens: int = 8
+    capacity: int | None = None  # Bloom capacity; None: the number of distinct eval n-grams
+
+    def __post_init__(self) -> None:
+        if self.ngram < 1:
+            raise ValueError(f"ngram must be >= 1, got {self.ngram}")
+        if not 0.0 < self.false_positive_rate < 1.0:
+            raise ValueError(f"false_positive_rate must be in (0, 1), got {self.false_positive_rate}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.short_min_tokens < 1:
+            raise ValueError(f"short_min_tokens must be >= 1, got {self.short_min_tokens}")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"capacity must be >= 1 or None, got {self.capacity}")
+
+
+def ngram_hashes(text: str, config: DecontamConfig = DecontamConfig()) -> np.ndarray:
+    """uint64 hashes of the lowercase whitespace-token n-grams of ``text`` that contain a
+    letter, in order (a short text yields at most one, see the module docstring)."""
+    tokens = text.lower().split()
+    if not tokens:
+        return np.zeros(0, dtype=np.uint64)
+    token_hash = np.fromiter(
+        (xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens),
+        dtype=np.uint64,
+        count=len(tokens),
+    )
+    has_letter = np.fromiter((_LETTER.search(t) is not None for t in tokens), dtype=np.int64, count=len(tokens))
+    n = config.ngram
+    if len(tokens) < n:
+        if len(tokens) < config.short_min_tokens or not has_letter.any():
+            return np.zeros(0, dtype=np.uint64)
+        n = len(tokens)
+    count = len(tokens) - n + 1
+    h = np.zeros(count, dtype=np.uint64)
+    for k in range(n):
+        h = (h ^ token_hash[k : k + count]) * np.uint64(0x9E3779B97F4A7C15)
+    h = _splitmix64(h ^ np.uint64(n))
+    letters = np.concatenate([[0], np.cumsum(has_letter)])
+    return h[(letters[n:] - letters[:-n]) > 0]
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in text.split("\n") if p.strip()]
+
+
+class EvalNgramIndex:
+    """Bloom filter of eval n-grams plus the sidecar from n-gram hash to eval ids."""
+
+    def __init__(
+        self,
+        config: DecontamConfig,
+        bloom: BloomFilter,
+        sidecar_hashes: np.ndarray,
+        sidecar_items: np.ndarray,
+        eval_ids: list[str],
+        skipped_items: int = 0,
+    ):
+        self.config = config
+        self.bloom = bloom
+        self.sidecar_hashes = sidecar_hashes
+        self.sidecar_items = sidecar_items
+        self.eval_ids = eval_ids
+        self.skipped_items = skipped_items  # items too short to yield any n-gram
+
+    @classmethod
+    def build(cls, items: Iterable[tuple[str, str]], config: DecontamConfig = DecontamConfig()) -> "EvalNgramIndex":
+        eval_ids: list[str] = []
+        hash_parts: list[np.ndarray] = []
+        item_parts: list[np.ndarray] = []
+        skipped = 0
+        for eval_id, text in items:
+            if not isinstance(text, str):
+                raise ValueError(f"eval item {eval_id!r}: text must be a string, got {type(text).__name__}")
+            grams = np.unique(ngram_hashes(text, config))
+            if grams.size == 0:
+                skipped += 1
+                continue
+            hash_parts.append(grams)
+            item_parts.append(np.full(grams.size, len(eval_ids), dtype=np.int32))
+            eval_ids.append(str(eval_id))
+        hashes = np.concatenate(hash_parts) if hash_parts else np.zeros(0, np.uint64)
+        item_of = np.concatenate(item_parts) if item_parts else np.zeros(0, np.int32)
+        order = np.argsort(hashes, kind="stable")
+        hashes, item_of = hashes[order], item_of[order]
+        distinct = np.unique(hashes)
+        bloom = BloomFilter.for_capacity(config.capacity or max(1, distinct.size), config.false_positive_rate)
+        bloom.add(distinct)
+        return cls(config, bloom, hashes, item_of, eval_ids, skipped)
+
+    @property
+    def num_ngrams(self) -> int:
+        return int(np.unique(self.sidecar_hashes).size)
+
+    def eval_ids_for(self, hashes: np.ndarray) -> list[str]:
+        """Sorted eval ids whose n-grams include any of ``hashes`` (Bloom false positives,
+        which are not in the sidecar, map to nothing)."""
+        hashes = np.unique(np.asarray(hashes, dtype=np.uint64))
+        lo = np.searchsorted(self.sidecar_hashes, hashes, side="left")
+        hi = np.searchsorted(self.sidecar_hashes, hashes, side="right")
+        items: set[int] = set()
+        for a, b in zip(lo, hi):
+            items.update(self.sidecar_items[a:b].tolist())
+        return sorted(self.eval_ids[i] for i in items)
+
+    def merge(self, other: "EvalNgramIndex") -> "EvalNgramIndex":
+        """Union of two indexes (bit-OR of the filters; both need the same shape, so build
+        them with the same ``capacity`` and false-positive rate)."""
+        if (self.config.ngram, self.config.short_min_tokens) != (other.config.ngram, other.config.short_min_tokens):
+            raise ValueError("cannot merge indexes built with different n-gram settings")
+        bloom = self.bloom.union(other.bloom)
+        hashes = np.concatenate([self.sidecar_hashes, other.sidecar_hashes])
+        items = np.concatenate([self.sidecar_items, other.sidecar_items + np.int32(len(self.eval_ids))])
+        order = np.argsort(hashes, kind="stable")
+        return EvalNgramIndex(
+            self.config,
+            bloom,
+            hashes[order],
+            items[order],
+            self.eval_ids + other.eval_ids,
+            self.skipped_items + other.skipped_items,
+        )
+
+    def save(self, directory: str) -> None:
+        fs, root = fsspec.core.url_to_fs(directory)
+        fs.makedirs(root, exist_ok=True)
+        for name, array in [
+            ("bloom.npy", self.bloom.bits),
+            ("sidecar_hashes.npy", self.sidecar_hashes),
+            ("sidecar_items.npy", self.sidecar_items),
+        ]:
+            with fs.open(posixpath.join(root, name), "wb") as f:
+                np.save(f, array)
+        meta = {
+            "config": asdict(self.config),
+            "num_bits": self.bloom.num_bits,
+            "num_probes": self.bloom.num_probes,
+            "skipped_items": self.skipped_items,
+            "eval_ids": self.eval_ids,
+        }
+        with fs.open(posixpath.join(root, "index.json"), "w") as f:
+            json.dump(meta, f)
+
+    @classmethod
+    def load(cls, directory: str) -> "EvalNgramIndex":
+        fs, root = fsspec.core.url_to_fs(directory)
+        try:
+            with fs.open(posixpath.join(root, "index.json"), "r") as f:
+                meta = json.load(f)
+            arrays = {}
+            for name in ["bloom", "sidecar_hashes", "sidecar_items"]:
+                with fs.open(posixpath.join(root, f"{name}.npy"), "rb") as f:
+                    arrays[name] = np.load(f)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"no eval n-gram index in {directory}: {e}") from None
+        bloom = BloomFilter(meta["num_bits"], meta["num_probes"], arrays["bloom"])
+        return cls(
+            DecontamConfig(**meta["config"]),
+            bloom,
+            arrays["sidecar_hashes"],
+            arrays["sidecar_items"],
+            meta["eval_ids"],
+            meta["skipped_items"],
+        )
+
+
+def score_text(index: EvalNgramIndex, text: str) -> tuple[float, list[str]]:
+    """(max paragraph overlap, eval ids whose n-grams appear in the document)."""
+    grams = [ngram_hashes(p, index.config) for p in _paragraphs(text)]
+    grams = [g for g in grams if g.size]
+    if not grams:
+        return 0.0, []
+    sizes = np.array([g.size for g in grams])
+    flat = np.concatenate(grams)
+    hits = index.bloom.contains(flat)
+    per_paragraph = np.add.reduceat(hits.astype(np.int64), np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+    max_overlap = float((per_paragraph / sizes).max())
+    eval_ids = index.eval_ids_for(flat[hits]) if hits.any() else []
+    return max_overlap, eval_ids
+
+
+def decontaminate(
+    shard_paths: list[str],
+    index: EvalNgramIndex,
+    out_dir: str,
+    config: DecontamConfig | None = None,
+) -> dict[str, int]:
+    """Score every document of every shard; write co-partitioned attribute files with
+    ``id, max_overlap, contaminated, matched_eval_ids`` (same basename, same row order).
+
+    ``config`` may change the threshold; its n-gram settings must match the index's.
+    """
+    config = config or index.config
+    if (config.ngram, config.short_min_tokens) != (index.config.ngram, index.config.short_min_tokens):
+        raise ValueError(
+            f"config n-gram settings ({config.ngram}, {config.short_min_tokens}) differ from the "
+            f"index's ({index.config.ngram}, {index.config.short_min_tokens})"
+        )
+    check_unique_basenames(shard_paths)
+    counts = {"docs": 0, "contaminated": 0, "shards": len(shard_paths)}
+    for path in shard_paths:
+        ids, texts = read_id_text(path)
+        overlaps, flags, matched = [], [], []
+        for text in texts:
+            overlap, eval_ids = score_text(index, text)
+            contaminated = overlap >= config.threshold
+            overlaps.append(overlap)
+            flags.append(contaminated)
+            matched.append(eval_ids)
+        table = pa.table(
+            {
+                "id": pa.array(ids, type=pa.string()),
+                "max_overlap": pa.array(overlaps, type=pa.float64()),
+                "contaminated": pa.array(flags, type=pa.bool_()),
+                "matched_eval_ids": pa.array(matched, type=pa.list_(pa.string())),
+            }
+        )
+        write_table(table, attribute_path(out_dir, path))
+        counts["docs"] += len(ids)
+        counts["contaminated"] += int(sum(flags))
+    return counts
