@@ -1,0 +1,160 @@
+"""Atomic checkpoints of the whole train state as one .npz per checkpoint.
+
+Layout under ``<out>/checkpoints/``::
+
+    step-000000120/
+        state.npz      every leaf of the train state pytree (params, optimizer state,
+                       guard windows, router bias, RNG, step) as a0, a1, ...
+        meta.json      step, kind (temporary|permanent), data position, phase info, the
+                       leaf keys/dtypes/shapes, and anything else the caller adds
+        COMMITTED      sha256 of state.npz and meta.json, written last
+
+A checkpoint is written into a ``.staging-*`` folder and renamed into place, then the
+COMMITTED marker is the last file: a process killed at any point leaves either no
+``step-*`` folder, or one without a valid marker, which ``latest_valid`` skips with a
+warning. Temporary checkpoints (time-based) are pruned when a newer one commits;
+permanent ones (every N steps) are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import jax
+import ml_dtypes
+import numpy as np
+
+log = logging.getLogger(__name__)
+MARKER = "COMMITTED"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_fsync(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def flatten(state) -> tuple[list[str], list[np.ndarray]]:
+    pairs, _ = jax.tree_util.tree_flatten_with_path(state)
+    return [jax.tree_util.keystr(p) for p, _ in pairs], [np.asarray(x) for _, x in pairs]
+
+
+def _to_storable(x: np.ndarray) -> np.ndarray:
+    # npz cannot round-trip bfloat16: store its bits.
+    return x.view(np.uint16) if x.dtype == ml_dtypes.bfloat16 else x
+
+
+def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "permanent") -> Path:
+    """Write a checkpoint for ``step`` atomically; returns its folder."""
+    if kind not in ("temporary", "permanent"):
+        raise ValueError(f"checkpoint kind must be temporary or permanent, got {kind!r}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:09d}"
+    if final.exists() and is_valid(final):
+        return final  # the same step is already safely on disk
+    keys, leaves = flatten(jax.device_get(state))
+    staging = root / f".staging-{step:09d}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    arrays = {f"a{i}": _to_storable(x) for i, x in enumerate(leaves)}
+    with open(staging / "state.npz", "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    full_meta = dict(meta, step=int(step), kind=kind, keys=keys,
+                     dtypes=[str(x.dtype) for x in leaves], shapes=[list(x.shape) for x in leaves])
+    _write_fsync(staging / "meta.json", json.dumps(full_meta, indent=1, sort_keys=True).encode())
+    if final.exists():
+        shutil.rmtree(final)  # an invalid leftover from a crash
+    os.rename(staging, final)
+    marker = {"state.npz": _sha256(final / "state.npz"), "meta.json": _sha256(final / "meta.json")}
+    _write_fsync(final / MARKER, json.dumps(marker).encode())
+    _prune_temporary(root, keep=final)
+    return final
+
+
+def is_valid(folder: Path) -> bool:
+    marker = folder / MARKER
+    try:
+        expected = json.loads(marker.read_text())
+        return all(_sha256(folder / name) == digest for name, digest in expected.items())
+    except (OSError, ValueError) as e:
+        log.debug("checkpoint %s invalid: %s", folder, e)
+        return False
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[Path]:
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")),
+                  key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_valid(root: str | os.PathLike) -> Path | None:
+    """Newest checkpoint whose marker and checksums verify; corrupt ones are skipped with a warning."""
+    for folder in reversed(list_checkpoints(root)):
+        if is_valid(folder):
+            return folder
+        log.warning("skipping corrupt or incomplete checkpoint %s (missing %s or checksum mismatch)",
+                    folder, MARKER)
+    return None
+
+
+def _prune_temporary(root: Path, keep: Path) -> None:
+    for folder in list_checkpoints(root):
+        if folder == keep:
+            continue
+        try:
+            kind = json.loads((folder / "meta.json").read_text()).get("kind")
+        except (OSError, ValueError):
+            continue  # leave unreadable ones for latest_valid to report
+        if kind == "temporary":
+            shutil.rmtree(folder, ignore_errors=True)
+    for stale in root.glob(".staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
+    """(key -> array, meta) of a checkpoint; raises if it does not verify."""
+    folder = Path(folder)
+    if not is_valid(folder):
+        raise ValueError(f"checkpoint {folder} is corrupt or incomplete (bad {MARKER} or checksum)")
+    meta = json.loads((folder / "meta.json").read_text())
+    with np.load(folder / "state.npz") as z:
+        arrays = {}
+        for i, (key, dtype) in enumerate(zip(meta["keys"], meta["dtypes"])):
+            x = z[f"a{i}"]
+            arrays[key] = x.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
+    return arrays, meta
+
+
+def restore_like(template, arrays: dict[str, np.ndarray], prefix: str = "", where: str = "checkpoint"):
+    """Fill ``template``'s tree with the saved arrays whose keys are ``prefix + key``."""
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(template)
+    leaves = []
+    for path, leaf in pairs:
+        key = prefix + jax.tree_util.keystr(path)
+        if key not in arrays:
+            raise ValueError(f"{where}: no saved array for {key}; the model/optimizer structure differs")
+        saved = arrays[key]
+        if tuple(saved.shape) != tuple(np.shape(leaf)) or saved.dtype != np.asarray(leaf).dtype:
+            raise ValueError(f"{where}: {key} saved as {saved.dtype}{list(saved.shape)}, "
+                             f"expected {np.asarray(leaf).dtype}{list(np.shape(leaf))}")
+        leaves.append(saved)
+    return jax.tree_util.tree_unflatten(treedef, leaves)

@@ -1,0 +1,243 @@
+"""Training batches from Levanter-format token caches: packed, Feistel-shuffled, mixed.
+
+A Levanter cache (what ``marin datakit run`` and levanter's ``SerialCacheWriter`` write)
+stores each document's ``input_ids`` as one jagged array: ``input_ids/data`` is the flat
+token stream and ``input_ids/offsets`` the document ends (``offsets[0]`` is the row
+count), both zarr3 arrays in tensorstore. Like Levanter's causal-LM dataset we pack by
+cutting the flat stream into consecutive ``seq_len`` windows (documents end with EOS, so a
+window may span a boundary). Window ``i`` of a source is read with one slice.
+
+We open the two arrays with tensorstore directly rather than through
+``levanter.store.JaggedArrayStore``: the bytes are identical (a test checks against
+levanter's reader) but importing levanter costs ~15 s per process, which every
+``marin train`` start and every resume would pay.
+
+Order: each source's windows are visited in a keyed Feistel permutation per epoch.
+Mixture: each row of batch ``b`` picks a source by the mixture weights in force at ``b``
+with a generator seeded by (seed, b), so the batch's composition is a pure function of
+the batch index. The data position is ``DataPosition(batches, consumed)``: how many
+batches were served and how many windows each source has handed out. It is saved in
+every checkpoint, and a warm-started phase keeps it even when the mix changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+try:  # the datakit's shared implementation, when present
+    from marin_assets.datakit.feistel import FeistelPermutation as _DatakitFeistel
+except ImportError:  # pragma: no cover - depends on a parallel work item
+    _DatakitFeistel = None
+
+
+class _LocalFeistel:
+    """Keyed Feistel bijection on [0, n): 5 rounds on a power-of-two domain, cycle-walking.
+
+    Only used until ``marin_assets.datakit.feistel`` is available."""
+
+    def __init__(self, n: int, key: int, rounds: int = 5):
+        self.n = n
+        bits = max(2, int(np.ceil(np.log2(max(n, 2)))))
+        bits += bits % 2
+        self.half = bits // 2
+        self.mask = np.uint64((1 << self.half) - 1)
+        rng = np.random.default_rng(key)
+        self.keys = rng.integers(0, 2**32, size=rounds, dtype=np.uint64)
+
+    def _round(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> np.uint64(self.half), x & self.mask
+        for k in self.keys:
+            f = ((right * np.uint64(0x9E3779B1) + k) ^ (right >> np.uint64(3))) & self.mask
+            left, right = right, left ^ f
+        return (left << np.uint64(self.half)) | right
+
+    def __call__(self, idx) -> np.ndarray:
+        x = np.asarray(idx, dtype=np.uint64)
+        out = self._round(x)
+        bad = out >= self.n
+        while bad.any():  # cycle-walk until inside [0, n)
+            out[bad] = self._round(out[bad])
+            bad = out >= self.n
+        return out.astype(np.int64)
+
+
+def permutation(n: int, key: int):
+    """A callable mapping int arrays in [0, n) to their shuffled positions."""
+    if _DatakitFeistel is not None:
+        perm = _DatakitFeistel(n, key)
+        if hasattr(perm, "__call__"):
+            return lambda idx: np.asarray(perm(np.asarray(idx, np.int64)), np.int64)
+    return _LocalFeistel(n, key)
+
+
+class TokenCache:
+    """Read-only view of one Levanter cache's flat ``input_ids`` stream."""
+
+    def __init__(self, cache_dir: str | os.PathLike, field: str = "input_ids"):
+        import tensorstore as ts
+
+        self.path = Path(cache_dir)
+        base = self.path / field
+        if not (base / "data").exists() or not (base / "offsets").exists():
+            raise FileNotFoundError(
+                f"{cache_dir}: not a Levanter token cache (expected {field}/data and {field}/offsets)")
+
+        def open_array(sub: str):
+            spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((base / sub).resolve())}}
+            return ts.open(spec, open=True, read=True).result()
+
+        self._data = open_array("data")
+        offsets = open_array("offsets")
+        self.num_docs = int(offsets[0].read().result())
+        self.num_tokens = int(offsets[self.num_docs].read().result()) if self.num_docs else 0
+        self.dtype = np.dtype(self._data.dtype.numpy_dtype)
+
+    def read(self, starts: Sequence[int], length: int) -> np.ndarray:
+        """[len(starts), length] windows of the token stream, read in one batch."""
+        import tensorstore as ts
+
+        with ts.Batch() as batch:
+            futures = [self._data[int(s):int(s) + length].read(batch=batch) for s in starts]
+        return np.stack([f.result() for f in futures]) if futures else np.zeros((0, length), self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPosition:
+    batches: int = 0
+    consumed: tuple[tuple[str, int], ...] = ()  # (source name, windows handed out)
+
+    def get(self, name: str) -> int:
+        return dict(self.consumed).get(name, 0)
+
+    def to_json(self) -> dict:
+        return {"batches": self.batches, "consumed": dict(self.consumed)}
+
+    @staticmethod
+    def from_json(obj: Mapping) -> "DataPosition":
+        return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())))
+
+
+def resolve_weights(mixture: Mapping, batch_index: int) -> dict[str, float]:
+    """``mixture`` is either {source: weight} or {"stages": [[start_batch, {source: weight}], ...]}."""
+    if "stages" in mixture:
+        current = None
+        for start, weights in mixture["stages"]:
+            if batch_index >= int(start):
+                current = weights
+        if current is None:
+            raise ValueError(f"mixture stages start after batch {batch_index}: {mixture['stages']}")
+        return {k: float(v) for k, v in current.items()}
+    return {k: float(v) for k, v in mixture.items()}
+
+
+class MixedLoader:
+    """Batches of ``[batch_size, seq_len]`` token windows from several caches."""
+
+    def __init__(self, caches: Mapping[str, str | os.PathLike], seq_len: int, batch_size: int,
+                 mixture: Mapping | None = None, seed: int = 0, vocab_size: int | None = None):
+        if not caches:
+            raise ValueError("MixedLoader: no caches given")
+        self.sources = {name: TokenCache(path) for name, path in sorted(caches.items())}
+        self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
+        self.mixture = dict(mixture) if mixture else {name: 1.0 for name in self.sources}
+        self.windows = {}
+        for name, cache in self.sources.items():
+            n = cache.num_tokens // seq_len
+            if n < 1:
+                raise ValueError(
+                    f"source {name!r} ({cache.path}) has {cache.num_tokens} tokens, fewer than one "
+                    f"sequence of seq_len={seq_len}; lower seq_len or add data")
+            self.windows[name] = n
+        self._check_weights(resolve_weights(self.mixture, 0))
+        self._perms: dict[tuple[str, int], object] = {}
+
+    def _check_weights(self, weights: dict[str, float]) -> None:
+        unknown = sorted(set(weights) - set(self.sources))
+        if unknown:
+            raise ValueError(f"mixture names unknown sources {unknown}; caches are {sorted(self.sources)}")
+        if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+            raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {weights}")
+
+    def tokens_left(self, position: DataPosition) -> dict[str, int]:
+        """Tokens of each source not yet seen in its first epoch (0 once it repeats)."""
+        return {name: max(0, n - position.get(name)) * self.seq_len for name, n in self.windows.items()}
+
+    def _window_starts(self, name: str, first: int, count: int) -> np.ndarray:
+        n = self.windows[name]
+        ordinals = np.arange(first, first + count, dtype=np.int64)
+        out = np.empty(count, np.int64)
+        for epoch in np.unique(ordinals // n):
+            sel = ordinals // n == epoch
+            key = (name, int(epoch))
+            if key not in self._perms:
+                salt = int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little")
+                self._perms[key] = permutation(n, (self.seed * 1_000_003 + salt + 7919 * int(epoch)) % 2**63)
+            out[sel] = self._perms[key](ordinals[sel] % n)
+        return out * self.seq_len
+
+    def next_batch(self, position: DataPosition) -> tuple[np.ndarray, bool, DataPosition]:
+        """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position."""
+        weights = resolve_weights(self.mixture, position.batches)
+        self._check_weights(weights)
+        names = sorted(weights)
+        p = np.array([weights[n] for n in names], np.float64)
+        rng = np.random.default_rng([self.seed, position.batches])
+        choice = rng.choice(len(names), size=self.batch_size, p=p / p.sum())
+        consumed = dict(position.consumed)
+        rows = np.empty((self.batch_size, self.seq_len), np.int64)
+        for i, name in enumerate(names):
+            where = np.flatnonzero(choice == i)
+            if where.size == 0:
+                continue
+            first = consumed.get(name, 0)
+            rows[where] = self.sources[name].read(self._window_starts(name, first, where.size), self.seq_len)
+            consumed[name] = first + int(where.size)
+        ok = True
+        if self.vocab_size is not None and (rows.min() < 0 or rows.max() >= self.vocab_size):
+            log.warning("batch %d has token ids outside [0, %d): flagged corrupt, step will be skipped",
+                        position.batches, self.vocab_size)
+            ok = False
+            rows = np.clip(rows, 0, self.vocab_size - 1)
+        new = DataPosition(position.batches + 1, tuple(sorted(consumed.items())))
+        return rows.astype(np.int32), ok, new
+
+    def iterate(self, position: DataPosition, prefetch: int = 2) -> Iterator[tuple[np.ndarray, bool, DataPosition]]:
+        """Batches from ``position`` on, read ahead on a background thread."""
+        q: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
+        stop = threading.Event()
+
+        def work():
+            pos = position
+            try:
+                while not stop.is_set():
+                    item = self.next_batch(pos)
+                    pos = item[2]
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+            except BaseException as e:  # surface reader errors in the consumer
+                q.put(e)
+
+        thread = threading.Thread(target=work, daemon=True, name="marin-data-prefetch")
+        thread.start()
+        try:
+            while True:
+                item = q.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
