@@ -1,0 +1,189 @@
+"""The fleet: pools of identical interconnect domains.
+
+A *domain* is the largest set of chips that talks over the fast interconnect: one TPU
+slice (ICI), one GB200 NVL72 rack (NVLink, 72 GPUs), one 8xH100 node, one CPU node.
+Capacity is counted per domain and never adds across domains or pools, so an 8-GPU job
+is never split 4+4 over two nodes. A job bigger than one domain takes whole domains of a
+single pool (multislice TPU, multi-rack GB200), never a partial one.
+
+Fleet file schema (YAML or JSON)::
+
+    pools:
+      - name: gb200            # unique, lower-case letters/digits/'-'
+        accelerator: gb200-nvl72  # cpu | tpu-v4 | tpu-v5e | tpu-v5p | h100x8 | gb200-nvl72
+        region: us-central1
+        domains: 11            # how many racks / slices / nodes
+        domain_chips: 72       # optional, default per accelerator (TPU: product of topology)
+        chips_per_host: 4      # optional, default per accelerator
+        topology: 16x16        # TPU only (required there): e.g. 16x16 (v5e), 4x8x8 (v5p)
+        ep_domain_chips: 64    # optional: expert-parallel group inside a domain (GB200: 64)
+        whole_domain: true     # optional: jobs take whole domains (default: true for TPU)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from marin_assets.cluster.tags import ACCELERATORS, check_accelerator, check_name, check_region
+
+
+@dataclass(frozen=True)
+class AcceleratorSpec:
+    kind: str
+    chips_per_host: int
+    domain_chips: int | None  # None: set by the TPU topology
+    is_tpu: bool
+    gke_accelerator: str | None = None  # cloud.google.com/gke-tpu-accelerator value
+    chip_resource: str | None = None  # Kubernetes extended resource for one chip
+
+
+ACCELERATOR_SPECS: dict[str, AcceleratorSpec] = {
+    "cpu": AcceleratorSpec("cpu", chips_per_host=64, domain_chips=64, is_tpu=False, chip_resource="cpu"),
+    "tpu-v4": AcceleratorSpec("tpu-v4", 4, None, True, "tpu-v4-podslice", "google.com/tpu"),
+    "tpu-v5e": AcceleratorSpec("tpu-v5e", 4, None, True, "tpu-v5-lite-podslice", "google.com/tpu"),
+    "tpu-v5p": AcceleratorSpec("tpu-v5p", 4, None, True, "tpu-v5p-slice", "google.com/tpu"),
+    "h100x8": AcceleratorSpec("h100x8", 8, 8, False, None, "nvidia.com/gpu"),
+    "gb200-nvl72": AcceleratorSpec("gb200-nvl72", 4, 72, False, None, "nvidia.com/gpu"),
+}
+assert set(ACCELERATOR_SPECS) == set(ACCELERATORS)
+
+_TOPOLOGY_RE = re.compile(r"^[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}$")
+
+
+def topology_chips(topology: str) -> int:
+    if not _TOPOLOGY_RE.match(topology):
+        raise ValueError(f"topology {topology!r} is not like '16x16' or '4x8x8'")
+    return math.prod(int(d) for d in topology.split("x"))
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    accelerator: str
+    region: str
+    domains: int
+    domain_chips: int = 0  # 0: take the accelerator default / topology
+    chips_per_host: int = 0  # 0: take the accelerator default
+    topology: str | None = None
+    ep_domain_chips: int | None = None
+    whole_domain: bool | None = None  # None: TPU pools are whole-slice, others share domains
+
+    def __post_init__(self) -> None:
+        where = f"pool {self.name!r}"
+        check_name("pool name", self.name)
+        check_accelerator(self.accelerator, what=f"{where}: accelerator")
+        check_region(self.region, what=f"{where}: region")
+        spec = ACCELERATOR_SPECS[self.accelerator]
+        if not isinstance(self.domains, int) or self.domains < 1:
+            raise ValueError(f"{where}: domains must be a positive integer, got {self.domains!r}")
+        if spec.is_tpu:
+            if self.topology is None:
+                raise ValueError(f"{where}: TPU pools need a topology such as '16x16'")
+            chips = topology_chips(self.topology)
+            if self.domain_chips not in (0, chips):
+                raise ValueError(
+                    f"{where}: domain_chips {self.domain_chips} disagrees with topology "
+                    f"{self.topology} ({chips} chips)"
+                )
+            object.__setattr__(self, "domain_chips", chips)
+        else:
+            if self.topology is not None:
+                raise ValueError(f"{where}: topology is only meaningful for TPU pools")
+            if self.domain_chips == 0:
+                object.__setattr__(self, "domain_chips", spec.domain_chips)
+        if self.chips_per_host == 0:
+            object.__setattr__(self, "chips_per_host", spec.chips_per_host)
+        if not isinstance(self.domain_chips, int) or self.domain_chips < 1:
+            raise ValueError(f"{where}: domain_chips must be a positive integer")
+        if self.chips_per_host < 1 or self.domain_chips % self.chips_per_host:
+            raise ValueError(
+                f"{where}: chips_per_host {self.chips_per_host} must divide domain_chips {self.domain_chips}"
+            )
+        if self.ep_domain_chips is not None and not 1 <= self.ep_domain_chips <= self.domain_chips:
+            raise ValueError(f"{where}: ep_domain_chips must be in [1, domain_chips={self.domain_chips}]")
+        if self.whole_domain is None:
+            object.__setattr__(self, "whole_domain", spec.is_tpu)
+
+    @property
+    def capacity(self) -> int:
+        return self.domains * self.domain_chips
+
+    @property
+    def hosts_per_domain(self) -> int:
+        return self.domain_chips // self.chips_per_host
+
+    def domains_needed(self, chips: int) -> int:
+        """Whole domains a job of ``chips`` takes if it cannot live inside one domain."""
+        return math.ceil(chips / self.domain_chips)
+
+    def fits_one_domain(self, chips: int) -> bool:
+        return chips <= self.domain_chips and not self.whole_domain
+
+
+@dataclass(frozen=True)
+class Fleet:
+    pools: tuple[Pool, ...]
+    _by_name: dict[str, Pool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.pools:
+            raise ValueError("a fleet needs at least one pool")
+        by_name: dict[str, Pool] = {}
+        for pool in self.pools:
+            if pool.name in by_name:
+                raise ValueError(f"pool name {pool.name!r} appears twice")
+            by_name[pool.name] = pool
+        object.__setattr__(self, "_by_name", by_name)
+
+    def pool(self, name: str) -> Pool:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no pool named {name!r}") from None
+
+    def matching(self, accelerator: str, region: str | None) -> list[Pool]:
+        return [p for p in self.pools if p.accelerator == accelerator and (region is None or p.region == region)]
+
+
+_POOL_FIELDS = {"name", "accelerator", "region", "domains", "domain_chips", "chips_per_host", "topology",
+                "ep_domain_chips", "whole_domain"}
+
+
+def fleet_from_dict(data: Mapping[str, Any], *, source: str = "fleet") -> Fleet:
+    if not isinstance(data, Mapping) or not isinstance(data.get("pools"), list):
+        raise ValueError(f"{source}: expected a mapping with a 'pools' list")
+    pools = []
+    for i, raw in enumerate(data["pools"]):
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{source}: pools[{i}] is not a mapping")
+        unknown = set(raw) - _POOL_FIELDS
+        if unknown:
+            raise ValueError(f"{source}: pools[{i}] has unknown fields {sorted(unknown)}")
+        try:
+            pools.append(Pool(**raw))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{source}: pools[{i}]: {err}") from None
+    try:
+        return Fleet(tuple(pools))
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+
+
+def load_structured(path: str | Path) -> Any:
+    """Read a YAML or JSON file (by suffix; YAML is a superset of JSON anyway)."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".json":
+        return json.loads(text)
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    return fleet_from_dict(load_structured(path), source=str(path))

@@ -1,0 +1,321 @@
+"""Classify at submit time, place at schedule time: the router shared by the launcher and the simulation.
+
+Rules (Iris, MARIN_REFERENCE section 9):
+
+* ``submit`` classifies a request and refuses one no pool could ever hold (unknown kind,
+  region without such pool, bigger than any matching pool). Queued jobs hold no capacity.
+* ``tick`` places queued jobs in priority order (production > interactive > batch, then
+  submit time, then id) onto a pool whose view has room. The view of a domain is the last
+  heartbeat's usage plus the reservation ledger, so two ticks between heartbeats never hand
+  out the same slots. A job that fits one domain goes to exactly one domain (best fit); a
+  larger one, or any job on a whole-domain (TPU slice) pool, takes whole free domains of one
+  pool. Capacity never adds across pools or domains.
+* When a job of band b cannot be placed, it may evict jobs of bands < b. Victims are chosen
+  per domain lowest band first, newest first (then id), stopping as soon as the job fits;
+  among candidate domains the one losing the fewest chips wins (then fleet order). Victims
+  are re-queued and resume from their newest checkpoint.
+* ``heartbeat`` replaces a pool's snapshot, records finished jobs, and re-queues jobs the
+  router placed there that the pool no longer reports (a failed node): they resume from
+  their newest checkpoint too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from marin_assets.cluster.fleet import Fleet, Pool
+from marin_assets.cluster.ledger import ReservationLedger
+from marin_assets.cluster.tags import JobRequest
+
+QUEUED, RUNNING, DONE = "queued", "running", "done"
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: str
+    pool: str
+    domains: tuple[int, ...]
+    chips: tuple[int, ...]  # chips held in each domain
+    at: float
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: str
+    by: str
+    placement: Placement  # where the victim was
+    resume_from: float  # the victim's newest checkpointed progress
+
+
+@dataclass(frozen=True)
+class PoolHeartbeat:
+    """What a pool reports: per-domain usage and health as of ``as_of``, and its jobs."""
+
+    pool: str
+    as_of: float
+    used: tuple[int, ...]
+    healthy: tuple[bool, ...]
+    running: frozenset[str]
+    finished: frozenset[str] = frozenset()
+
+
+@dataclass
+class JobState:
+    job_id: str
+    request: JobRequest
+    submitted_at: float
+    status: str = QUEUED
+    placement: Placement | None = None
+    resume_from: float = 0.0  # progress (seconds of work) to resume from
+    first_placed_at: float | None = None
+    preemptions: int = 0
+    resubmissions: int = 0
+
+
+@dataclass
+class TickResult:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+
+
+def _no_checkpoint(job_id: str) -> float:
+    return 0.0
+
+
+class Router:
+    def __init__(
+        self,
+        fleet: Fleet,
+        newest_checkpoint: Callable[[str], float] = _no_checkpoint,
+        *,
+        _use_ledger: bool = True,  # False only to show in tests that the audit catches the race
+    ) -> None:
+        self.fleet = fleet
+        self.newest_checkpoint = newest_checkpoint
+        self.ledger = ReservationLedger()
+        self._use_ledger = _use_ledger
+        self.jobs: dict[str, JobState] = {}
+        # Indexes so a tick or heartbeat costs O(queued + running), not O(all jobs ever).
+        self._queued: set[str] = set()
+        self._running: dict[str, set[str]] = {p.name: set() for p in fleet.pools}
+        # Until a pool's first heartbeat its state is unknown: treat it as full.
+        self._snapshot: dict[str, list[int]] = {p.name: [p.domain_chips] * p.domains for p in fleet.pools}
+        self._healthy: dict[str, list[bool]] = {p.name: [False] * p.domains for p in fleet.pools}
+
+    # ---- submit time ----------------------------------------------------------------------
+
+    def submit(self, job_id: str, request: JobRequest, now: float) -> JobState:
+        """Queue a job; ValueError if no pool in the fleet could ever run it."""
+        if job_id in self.jobs:
+            raise ValueError(f"job {job_id!r} was already submitted")
+        self.check_feasible(request, job_id=job_id)
+        state = JobState(job_id, request, now)
+        self.jobs[job_id] = state
+        self._queued.add(job_id)
+        return state
+
+    def check_feasible(self, request: JobRequest, *, job_id: str = "job") -> list[Pool]:
+        pools = self.fleet.matching(request.accelerator, request.region)
+        where = f" in region {request.region}" if request.region else ""
+        if not pools:
+            raise ValueError(f"{job_id}: no {request.accelerator} pool{where} in the fleet")
+        fitting = [p for p in pools if request.chips <= p.capacity]
+        if not fitting:
+            biggest = max(p.capacity for p in pools)
+            raise ValueError(
+                f"{job_id}: asks for {request.chips} {request.accelerator} chips but the largest "
+                f"matching pool{where} has {biggest}"
+            )
+        return fitting
+
+    # ---- observation ----------------------------------------------------------------------
+
+    def heartbeat(self, hb: PoolHeartbeat) -> list[str]:
+        """Apply a pool's report; returns ids of jobs found lost and re-queued."""
+        pool = self.fleet.pool(hb.pool)
+        if len(hb.used) != pool.domains or len(hb.healthy) != pool.domains:
+            raise ValueError(f"heartbeat for {pool.name}: expected {pool.domains} domains")
+        self._snapshot[pool.name] = list(hb.used)
+        self._healthy[pool.name] = list(hb.healthy)
+        self.ledger.on_heartbeat(pool.name, hb.as_of, hb.running)
+        for job_id in hb.finished:
+            if job_id in self.jobs:
+                self.report_finished(job_id)
+        lost = []
+        for job_id in sorted(self._running[pool.name]):
+            job = self.jobs[job_id]
+            if job.job_id not in hb.running and job.placement.at < hb.as_of:
+                # Placed before the snapshot yet not there: its node failed. Re-submit.
+                job.resubmissions += 1
+                self._requeue(job)
+                lost.append(job.job_id)
+        return lost
+
+    def report_finished(self, job_id: str) -> None:
+        """A job completed (reported by a heartbeat, or by a worker answering a kill)."""
+        job = self.jobs[job_id]
+        self._unindex(job)
+        job.status = DONE
+        job.placement = None
+
+    def _unindex(self, job: JobState) -> None:
+        self._queued.discard(job.job_id)
+        if job.placement is not None:
+            self._running[job.placement.pool].discard(job.job_id)
+
+    def _requeue(self, job: JobState) -> None:
+        self._unindex(job)
+        self._queued.add(job.job_id)
+        job.status = QUEUED
+        job.placement = None
+        job.resume_from = self.newest_checkpoint(job.job_id)
+
+    # ---- schedule time --------------------------------------------------------------------
+
+    def view(self, pool: Pool) -> list[int]:
+        """Chips in use per domain as the router must assume them; unhealthy domains are full."""
+        used = list(self._snapshot[pool.name])
+        if self._use_ledger:
+            delta = self.ledger.delta(pool.name, pool.domains)
+            used = [u + d for u, d in zip(used, delta)]
+        healthy = self._healthy[pool.name]
+        return [u if healthy[d] else pool.domain_chips for d, u in enumerate(used)]
+
+    def queue(self) -> list[JobState]:
+        queued = [self.jobs[j] for j in self._queued]
+        return sorted(queued, key=lambda j: (-j.request.band, j.submitted_at, j.job_id))
+
+    def tick(self, now: float) -> TickResult:
+        result = TickResult()
+        views = {p.name: self.view(p) for p in self.fleet.pools}
+        for job in self.queue():
+            placement = self._find_slot(job, views, now)
+            if placement is None and job.request.band > 0:
+                placement = self._preempt_for(job, views, now, result)
+            if placement is not None:
+                self._place(job, placement, views)
+                result.placements.append(placement)
+        return result
+
+    def _candidate_pools(self, job: JobState) -> list[Pool]:
+        r = job.request
+        return [p for p in self.fleet.matching(r.accelerator, r.region) if r.chips <= p.capacity]
+
+    def _find_slot(self, job: JobState, views: dict[str, list[int]], now: float) -> Placement | None:
+        chips = job.request.chips
+        best = None  # (key, placement)
+        for order, pool in enumerate(self._candidate_pools(job)):
+            used = views[pool.name]
+            if pool.fits_one_domain(chips):
+                for d, u in enumerate(used):
+                    free = pool.domain_chips - u
+                    if free >= chips:
+                        key = (free, order, d)  # best fit: the tightest domain
+                        if best is None or key < best[0]:
+                            best = (key, Placement(job.job_id, pool.name, (d,), (chips,), now))
+            else:
+                need = pool.domains_needed(chips)
+                empty = [d for d, u in enumerate(used) if u == 0]
+                if len(empty) >= need:
+                    key = (len(empty), order, 0)  # the pool with the fewest empty domains
+                    doms = tuple(empty[:need])
+                    if best is None or key < best[0]:
+                        best = (key, Placement(job.job_id, pool.name, doms, (pool.domain_chips,) * need, now))
+        return None if best is None else best[1]
+
+    def _residents(self, pool: str, domain: int) -> list[JobState]:
+        jobs = (self.jobs[j] for j in self._running[pool])
+        return [j for j in jobs if domain in j.placement.domains]
+
+    @staticmethod
+    def _victim_order(j: JobState) -> tuple:
+        # Lowest band first, newest first, then id: deterministic.
+        return (j.request.band, -j.placement.at, j.job_id)
+
+    def _preempt_for(self, job: JobState, views, now: float, result: TickResult) -> Placement | None:
+        chips, band = job.request.chips, job.request.band
+        best = None  # (key, victims, placement)
+        for order, pool in enumerate(self._candidate_pools(job)):
+            used = views[pool.name]
+            healthy = self._healthy[pool.name]
+            if pool.fits_one_domain(chips):
+                for d in range(pool.domains):
+                    if not healthy[d]:
+                        continue
+                    free = pool.domain_chips - used[d]
+                    victims = []
+                    for v in sorted(self._residents(pool.name, d), key=self._victim_order):
+                        if free >= chips:
+                            break
+                        if v.request.band >= band:
+                            break  # sorted by band: nothing evictable remains
+                        victims.append(v)
+                        free += v.placement.chips[v.placement.domains.index(d)]
+                    if free >= chips and victims:
+                        lost = sum(v.request.chips for v in victims)
+                        key = (lost, order, d)
+                        if best is None or key < best[0]:
+                            best = (key, victims, Placement(job.job_id, pool.name, (d,), (chips,), now))
+            else:
+                # Whole domains: a domain can be cleared if every resident is of a lower band.
+                need = pool.domains_needed(chips)
+                options = []
+                for d in range(pool.domains):
+                    if not healthy[d]:
+                        continue
+                    residents = self._residents(pool.name, d)
+                    if used[d] == 0:
+                        options.append((0, d, []))
+                    elif residents and all(v.request.band < band for v in residents):
+                        # Only clear a domain whose whole usage is explained by known residents.
+                        if sum(v.placement.chips[v.placement.domains.index(d)] for v in residents) == used[d]:
+                            options.append((sum(v.request.chips for v in residents), d, residents))
+                if len(options) >= need:
+                    options.sort(key=lambda o: (o[0], o[1]))
+                    chosen = options[:need]
+                    victims = {v.job_id: v for _, _, vs in chosen for v in vs}
+                    victims = sorted(victims.values(), key=self._victim_order)
+                    if victims:
+                        lost = sum(v.request.chips for v in victims)
+                        doms = tuple(sorted(d for _, d, _ in chosen))
+                        key = (lost, order, doms[0])
+                        if best is None or key < best[0]:
+                            best = (key, victims, Placement(job.job_id, pool.name, doms, (pool.domain_chips,) * need, now))
+        if best is None:
+            return None
+        _, victims, placement = best
+        for v in victims:
+            result.preemptions.append(self._evict(v, job.job_id, views, now))
+        return placement
+
+    def _evict(self, victim: JobState, by: str, views, now: float) -> Preemption:
+        p = victim.placement
+        self.ledger.release(victim.job_id, p.pool, p.domains, p.chips, now)
+        used = views[p.pool]
+        for d, c in zip(p.domains, p.chips):
+            used[d] -= c
+        victim.preemptions += 1
+        self._requeue(victim)
+        return Preemption(victim.job_id, by, p, victim.resume_from)
+
+    def _place(self, job: JobState, placement: Placement, views) -> None:
+        self.ledger.reserve(job.job_id, placement.pool, placement.domains, placement.chips, placement.at)
+        used = views[placement.pool]
+        for d, c in zip(placement.domains, placement.chips):
+            used[d] += c
+        self._unindex(job)
+        job.status = RUNNING
+        job.placement = placement
+        self._running[placement.pool].add(job.job_id)
+        if job.first_placed_at is None:
+            job.first_placed_at = placement.at
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        out = {QUEUED: 0, RUNNING: 0, DONE: 0}
+        for j in self.jobs.values():
+            out[j.status] += 1
+        return out
+
