@@ -34,50 +34,13 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-try:  # the datakit's shared implementation, when present
-    from marin_assets.datakit.feistel import FeistelPermutation as _DatakitFeistel
-except ImportError:  # pragma: no cover - depends on a parallel work item
-    _DatakitFeistel = None
-
-
-class _LocalFeistel:
-    """Keyed Feistel bijection on [0, n): 5 rounds on a power-of-two domain, cycle-walking.
-
-    Only used until ``marin_assets.datakit.feistel`` is available."""
-
-    def __init__(self, n: int, key: int, rounds: int = 5):
-        self.n = n
-        bits = max(2, int(np.ceil(np.log2(max(n, 2)))))
-        bits += bits % 2
-        self.half = bits // 2
-        self.mask = np.uint64((1 << self.half) - 1)
-        rng = np.random.default_rng(key)
-        self.keys = rng.integers(0, 2**32, size=rounds, dtype=np.uint64)
-
-    def _round(self, x: np.ndarray) -> np.ndarray:
-        left, right = x >> np.uint64(self.half), x & self.mask
-        for k in self.keys:
-            f = ((right * np.uint64(0x9E3779B1) + k) ^ (right >> np.uint64(3))) & self.mask
-            left, right = right, left ^ f
-        return (left << np.uint64(self.half)) | right
-
-    def __call__(self, idx) -> np.ndarray:
-        x = np.asarray(idx, dtype=np.uint64)
-        out = self._round(x)
-        bad = out >= self.n
-        while bad.any():  # cycle-walk until inside [0, n)
-            out[bad] = self._round(out[bad])
-            bad = out >= self.n
-        return out.astype(np.int64)
+from marin_assets.datakit.feistel import FeistelPermutation
 
 
 def permutation(n: int, key: int):
-    """A callable mapping int arrays in [0, n) to their shuffled positions."""
-    if _DatakitFeistel is not None:
-        perm = _DatakitFeistel(n, key)
-        if hasattr(perm, "__call__"):
-            return lambda idx: np.asarray(perm(np.asarray(idx, np.int64)), np.int64)
-    return _LocalFeistel(n, key)
+    """The datakit's keyed Feistel bijection on [0, n) (maps int arrays to positions)."""
+    perm = FeistelPermutation(n, key)
+    return lambda idx: np.asarray(perm(np.asarray(idx, np.int64)), np.int64)
 
 
 class TokenCache:
