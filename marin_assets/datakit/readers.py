@@ -133,9 +133,11 @@ def _iter_jsonl(file: str, config: ReaderConfig) -> Iterator[Document | Quaranti
             if looks_binary(head):
                 yield QuarantineRecord(file, None, "binary_file", "NUL and control bytes in the first 8 KiB")
                 return
-            pending = head
-            for chunk in _chunks(f):
+            pending = b""
+            for chunk in _chain_first(head, _chunks(f)):
                 pending += chunk
+                if b"\n" not in chunk:
+                    continue  # a long line still being read: don't rescan it per chunk
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     lineno += 1
@@ -155,6 +157,11 @@ def _iter_jsonl(file: str, config: ReaderConfig) -> Iterator[Document | Quaranti
             yield QuarantineRecord(file, lineno + 1, "truncated_file", f"ZstdError: {e}"[:300])
         else:
             raise
+
+
+def _chain_first(first: bytes, rest):
+    yield first
+    yield from rest
 
 
 def _chunks(f, size: int = 1 << 20):

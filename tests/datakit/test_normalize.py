@@ -1,0 +1,60 @@
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import xxhash
+
+from marin_assets.datakit.normalize import NormalizeConfig, normalize
+from marin_assets.datakit.quarantine import read_quarantine
+from marin_assets.datakit.shards import list_shards, read_table
+
+
+def test_contract_columns_ids_sorting_and_shard_names(tmp_path, write_jsonl):
+    texts = [f"document {i}: " + "word " * i for i in range(25)]
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t, "id": f"src-{i}", "lang": "en"} for i, t in enumerate(texts)] + ["{oops"])
+    counts = normalize(str(tmp_path / "in.jsonl"), str(tmp_path / "out"), NormalizeConfig(source="demo", shard_docs=10))
+    assert counts["docs_in"] == 26 and counts["docs_out"] == 25 and counts["quarantined"] == 1
+    assert counts["quarantine_reasons"] == {"malformed_json": 1}
+    shards = list_shards(str(tmp_path / "out"))
+    assert [s.rsplit("/", 1)[1] for s in shards] == [f"part-0000{i}-of-00003.parquet" for i in range(3)]
+    rows = []
+    for s in shards:
+        table = read_table(s)
+        assert table.column_names == ["id", "text", "source", "source_id", "metadata"]
+        ids = table.column("id").to_pylist()
+        assert ids == sorted(ids)
+        rows += table.to_pylist()
+    assert len(rows) == 25
+    for r in rows:
+        assert r["id"] == xxhash.xxh3_128_hexdigest(r["text"].encode("utf-8"))
+        assert r["source"] == "demo"
+        assert r["text"] == texts[int(r["source_id"].split("-")[1])]
+        assert json.loads(r["metadata"]) == {"lang": "en"}
+    [q] = read_quarantine(str(tmp_path / "out"))
+    assert q.line == 26 and q.reason == "malformed_json"
+
+
+def test_shards_close_by_bytes(tmp_path, write_jsonl):
+    write_jsonl(tmp_path / "in.jsonl", [{"text": f"{i} " + "x" * 100} for i in range(10)])
+    counts = normalize(str(tmp_path), str(tmp_path / "out"), NormalizeConfig(source="s", shard_bytes=250))
+    assert counts["shards"] == 4  # 3 docs (>=250 bytes) per shard, 10 docs
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in list_shards(str(tmp_path / "out"))]
+    assert sizes == [3, 3, 3, 1]
+
+
+def test_memory_filesystem_roundtrip():
+    import fsspec
+
+    with fsspec.open("memory://dk_norm/in/a.jsonl", "w") as f:
+        f.write('{"text": "b"}\n{"text": "a"}\n')
+    counts = normalize("memory://dk_norm/in", "memory://dk_norm/out", NormalizeConfig(source="mem"))
+    [shard] = list_shards("memory://dk_norm/out")
+    assert shard.startswith("memory://") and counts["docs_out"] == 2
+    assert sorted(read_table(shard).column("text").to_pylist()) == ["a", "b"]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="source"):
+        NormalizeConfig(source="a/b")
+    with pytest.raises(ValueError, match="shard_docs"):
+        NormalizeConfig(source="a", shard_docs=0)
