@@ -14,6 +14,7 @@ depend on shard order. Rows that repeat an id are exact copies and join its comp
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,7 +96,7 @@ def _resolve(
     ids: list[str],
     signatures: np.ndarray,
     empty: np.ndarray,
-    shingles_for: "callable",
+    shingles_for: Callable[[np.ndarray], dict[int, np.ndarray]],
     config: FuzzyDedupConfig,
 ) -> DedupResult:
     """Candidates -> verified edges -> components -> lowest-id survivor per component.
