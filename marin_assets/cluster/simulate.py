@@ -340,7 +340,8 @@ def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (
         "overallocations": stats["overallocations"],
         "split_jobs": stats["split_jobs"],
         "utilization": {p.name: round(busy[p.name] / (p.capacity * sim_end), 4) for p in fleet.pools},
-        "queue_wait_s": {"p50": _percentile(waits, 50), "p95": _percentile(waits, 95)},
+        "queue_wait_s": {q: None if v is None else round(v, 1)
+                         for q, v in (("p50", _percentile(waits, 50)), ("p95", _percentile(waits, 95)))},
         "placements": stats["placements"],
         "ticks": stats["ticks"],
         "heartbeats": stats["heartbeats"],

@@ -1,0 +1,257 @@
+"""Kubernetes manifests for multi-host JAX jobs, built from the ``kubernetes`` client models.
+
+Shape (one per domain, so the scheduler can never spread a domain's pods elsewhere):
+
+* a headless Service selecting every pod of the job, so pod ``<job>-<i>`` of an Indexed
+  Job is reachable as ``<job>-<i>.<service>``; process 0's address is the JAX coordinator;
+* one Indexed Job per interconnect domain (a TPU slice, a GB200 rack), one pod per host.
+  Kubernetes sets ``JOB_COMPLETION_INDEX`` in each pod; the pod's JAX process id is
+  ``MARIN_PROCESS_OFFSET + JOB_COMPLETION_INDEX`` (the offset is domain * hosts per
+  domain), which ``jax_distributed_args`` turns into ``jax.distributed.initialize``
+  arguments together with ``JAX_COORDINATOR_ADDRESS`` and ``JAX_NUM_PROCESSES``.
+
+TPU pods select their slice with the GKE labels ``cloud.google.com/gke-tpu-accelerator`` and
+``cloud.google.com/gke-tpu-topology`` and request ``google.com/tpu`` chips per host. GB200
+pods request ``nvidia.com/gpu`` and are pinned to one NVLink domain per rack with a required
+pod affinity on ``nvidia.com/gpu.clique``; NCCL is told to use multi-node NVLink.
+
+Commands are argument lists (never a shell string), and names are validated DNS labels.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from kubernetes import client as k8s
+
+from marin_assets.cluster.fleet import ACCELERATOR_SPECS, Pool
+from marin_assets.cluster.tags import check_name
+
+COORDINATOR_PORT = 8476
+JOB_LABEL = "marin/job"
+DOMAIN_LABEL = "marin/domain"
+GPU_CLIQUE_KEY = "nvidia.com/gpu.clique"  # the NVLink domain of a GB200 node
+NCCL_ENV = {
+    "NCCL_MNNVL_ENABLE": "1",  # multi-node NVLink across the 18 trays of a rack
+    "NCCL_NVLS_ENABLE": "1",  # NVLink SHARP for all-reduce inside the NVLink domain
+    "NCCL_CUMEM_ENABLE": "1",
+    "NCCL_DEBUG": "WARN",
+}
+
+
+def _check_command(command: Sequence[str]) -> list[str]:
+    if isinstance(command, str) or not command or not all(isinstance(a, str) for a in command):
+        raise ValueError("command must be a non-empty list of strings (it is never run through a shell)")
+    return list(command)
+
+
+def _check_job_name(name: str) -> str:
+    check_name("job name", name)
+    # Pod hostnames are <job>-r<domain>-<index>: keep room for the suffixes in 63 characters.
+    if len(name) > 40:
+        raise ValueError(f"job name {name!r} is longer than 40 characters")
+    return name
+
+
+def _env(values: Mapping[str, str]) -> list[k8s.V1EnvVar]:
+    return [k8s.V1EnvVar(name=k, value=str(v)) for k, v in values.items()]
+
+
+def headless_service(name: str, namespace: str) -> k8s.V1Service:
+    return k8s.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels={JOB_LABEL: name}),
+        spec=k8s.V1ServiceSpec(
+            cluster_ip="None",  # headless: DNS records per pod, no load balancing
+            selector={JOB_LABEL: name},
+            publish_not_ready_addresses=True,  # workers resolve the coordinator before it is Ready
+            ports=[k8s.V1ServicePort(name="coordinator", port=COORDINATOR_PORT)],
+        ),
+    )
+
+
+def _domain_job(
+    *, name: str, namespace: str, domain: int, hosts: int, image: str, command: list[str],
+    env: Mapping[str, str], resources: Mapping[str, str], node_selector: Mapping[str, str] | None,
+    affinity: k8s.V1Affinity | None, service: str,
+) -> k8s.V1Job:
+    job_name = f"{name}-r{domain}"
+    labels = {JOB_LABEL: name, DOMAIN_LABEL: str(domain)}
+    container = k8s.V1Container(
+        name="jax",
+        image=image,
+        command=command,
+        env=_env(env) + [
+            k8s.V1EnvVar(name="MARIN_PROCESS_OFFSET", value=str(domain * hosts)),
+            # The completion index doubles as the TPU worker id within the slice.
+            k8s.V1EnvVar(
+                name="TPU_WORKER_ID",
+                value_from=k8s.V1EnvVarSource(
+                    field_ref=k8s.V1ObjectFieldSelector(
+                        field_path="metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                    )
+                ),
+            ),
+        ],
+        ports=[k8s.V1ContainerPort(container_port=COORDINATOR_PORT, name="coordinator")],
+        resources=k8s.V1ResourceRequirements(limits=dict(resources), requests=dict(resources)),
+    )
+    return k8s.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=k8s.V1ObjectMeta(name=job_name, namespace=namespace, labels=labels),
+        spec=k8s.V1JobSpec(
+            completion_mode="Indexed",
+            completions=hosts,
+            parallelism=hosts,  # all hosts of a domain start together or the collective hangs
+            backoff_limit=0,  # a lost host fails the domain; the router re-submits from a checkpoint
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels=labels),
+                spec=k8s.V1PodSpec(
+                    subdomain=service,
+                    restart_policy="Never",
+                    node_selector=dict(node_selector) if node_selector else None,
+                    affinity=affinity,
+                    containers=[container],
+                ),
+            ),
+        ),
+    )
+
+
+def multihost_jax_manifests(
+    name: str, pool: Pool, *, image: str, command: Sequence[str], domains: int = 1,
+    namespace: str = "default", env: Mapping[str, str] | None = None,
+) -> list[Any]:
+    """Service + one Indexed Job per domain for a JAX job spanning ``domains`` whole domains of ``pool``."""
+    _check_job_name(name)
+    check_name("namespace", namespace)
+    command = _check_command(command)
+    spec = ACCELERATOR_SPECS[pool.accelerator]
+    if pool.accelerator == "cpu":
+        raise ValueError("use cpu_pod for CPU work")
+    if not 1 <= domains <= pool.domains:
+        raise ValueError(f"{name}: pool {pool.name} has {pool.domains} domains, asked for {domains}")
+    hosts = pool.hosts_per_domain
+    service = name
+    coordinator = f"{name}-r0-0.{service}.{namespace}.svc:{COORDINATOR_PORT}"
+    base_env = {
+        "JAX_COORDINATOR_ADDRESS": coordinator,
+        "JAX_NUM_PROCESSES": str(hosts * domains),
+        "MARIN_HOSTS_PER_DOMAIN": str(hosts),
+        "MARIN_NUM_DOMAINS": str(domains),
+    }
+    node_selector = None
+    affinity = None
+    if spec.is_tpu:
+        node_selector = {
+            "cloud.google.com/gke-tpu-accelerator": spec.gke_accelerator,
+            "cloud.google.com/gke-tpu-topology": pool.topology,
+        }
+        base_env["TPU_WORKER_HOSTNAMES"] = ",".join(f"{name}-r0-{i}.{service}" for i in range(hosts))
+        if domains > 1:  # multislice: slices talk over DCN through the megascale coordinator
+            base_env["MEGASCALE_NUM_SLICES"] = str(domains)
+            base_env["MEGASCALE_COORDINATOR_ADDRESS"] = f"{name}-r0-0.{service}.{namespace}.svc"
+    else:
+        base_env.update(NCCL_ENV)
+    base_env.update(env or {})
+    objects: list[Any] = [headless_service(service, namespace)]
+    for d in range(domains):
+        if not spec.is_tpu:
+            # Every pod of rack d lands in the same NVLink domain as its siblings.
+            affinity = k8s.V1Affinity(
+                pod_affinity=k8s.V1PodAffinity(
+                    required_during_scheduling_ignored_during_execution=[
+                        k8s.V1PodAffinityTerm(
+                            topology_key=GPU_CLIQUE_KEY,
+                            label_selector=k8s.V1LabelSelector(match_labels={JOB_LABEL: name, DOMAIN_LABEL: str(d)}),
+                        )
+                    ]
+                )
+            )
+        domain_env = dict(base_env)
+        if spec.is_tpu and domains > 1:
+            domain_env["MEGASCALE_SLICE_ID"] = str(d)
+            domain_env["TPU_WORKER_HOSTNAMES"] = ",".join(f"{name}-r{d}-{i}.{service}" for i in range(hosts))
+        objects.append(
+            _domain_job(
+                name=name, namespace=namespace, domain=d, hosts=hosts, image=image, command=command,
+                env=domain_env, resources={spec.chip_resource: str(pool.chips_per_host)},
+                node_selector=node_selector, affinity=affinity, service=service,
+            )
+        )
+    return objects
+
+
+def cpu_step_k8s_config(cores: int, memory_gib: int, *, node_pool: str | None = None) -> dict[str, Any]:
+    """The ``dagster-k8s/config`` for one data-processing step pod under ``k8s_job_executor``."""
+    if cores < 1 or memory_gib < 1:
+        raise ValueError("cores and memory_gib must be >= 1")
+    resources = {"cpu": str(cores), "memory": f"{memory_gib}Gi"}
+    config: dict[str, Any] = {"container_config": {"resources": {"requests": resources, "limits": resources}}}
+    if node_pool is not None:
+        check_name("node pool", node_pool)
+        config["pod_spec_config"] = {"node_selector": {"cloud.google.com/gke-nodepool": node_pool}}
+    return config
+
+
+def cpu_pod(name: str, *, image: str, command: Sequence[str], cores: int, memory_gib: int,
+            namespace: str = "default", node_pool: str | None = None) -> k8s.V1Pod:
+    """The pod that ``cpu_step_k8s_config`` describes, as a model object (for validation and dry runs)."""
+    _check_job_name(name)
+    config = cpu_step_k8s_config(cores, memory_gib, node_pool=node_pool)
+    res = config["container_config"]["resources"]
+    return k8s.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels={JOB_LABEL: name}),
+        spec=k8s.V1PodSpec(
+            restart_policy="Never",
+            node_selector=config.get("pod_spec_config", {}).get("node_selector"),
+            containers=[
+                k8s.V1Container(
+                    name="step", image=image, command=_check_command(command),
+                    resources=k8s.V1ResourceRequirements(requests=res["requests"], limits=res["limits"]),
+                )
+            ],
+        ),
+    )
+
+
+# ---- validation and the pod side ------------------------------------------------------------
+
+
+class _Response:
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+def round_trip(obj: Any) -> Any:
+    """Serialize a model to its API JSON and parse it back into the same model class.
+
+    This is what the API server would receive; a wrong field name or type is lost or
+    raises here, so equality with the original proves the manifest is well formed.
+    """
+    api = k8s.ApiClient()
+    data = api.sanitize_for_serialization(obj)
+    return api.deserialize(_Response(json.dumps(data)), type(obj).__name__)
+
+
+def to_dicts(objects: Sequence[Any]) -> list[dict[str, Any]]:
+    api = k8s.ApiClient()
+    return [api.sanitize_for_serialization(o) for o in objects]
+
+
+def jax_distributed_args(env: Mapping[str, str]) -> dict[str, Any]:
+    """``jax.distributed.initialize`` keyword arguments from a pod's environment."""
+    try:
+        process_id = int(env.get("MARIN_PROCESS_OFFSET", "0")) + int(env["JOB_COMPLETION_INDEX"])
+        num = int(env["JAX_NUM_PROCESSES"])
+        coordinator = env["JAX_COORDINATOR_ADDRESS"]
+    except KeyError as err:
+        raise ValueError(f"pod environment lacks {err}; was it started from a marin manifest?") from None
+    if not 0 <= process_id < num:
+        raise ValueError(f"process id {process_id} is outside [0, {num})")
+    return {"coordinator_address": coordinator, "num_processes": num, "process_id": process_id}
