@@ -1,1 +1,16 @@
+"""The Tootsie phase plan and the pure decision function over signals.
 
+Public API
+----------
+PhaseSpec, PhasePlan                       the declarative plan (plan.py)
+Signals, RunState, loss_spike              what the controller observes (signals.py)
+decide(plan, state, signals) -> Decision   action in ACTIONS, reason, next_phase (decide.py)
+phase_train_config(base_train_config, spec) -> TrainConfig for the next phase
+"""
+
+from marin_assets.phases.decide import ACTIONS, Decision, decide
+from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise, phase_train_config
+from marin_assets.phases.signals import RunState, Signals, loss_spike
+
+__all__ = ["ACTIONS", "Decision", "decide", "PhasePlan", "PhaseSpec", "normalise", "phase_train_config",
+           "RunState", "Signals", "loss_spike"]

@@ -1,0 +1,65 @@
+"""``marin train --cache DIR --config FILE --out DIR [--resume]``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train on a Levanter token cache",
+        description="Train on Levanter-format token cache(s) with a YAML TrainConfig; checkpoints into OUT and "
+                    "appends one JSON line per step to OUT/metrics.jsonl.")
+    parser.add_argument("--cache", action="append", required=True, metavar="[NAME=]DIR",
+                        help="a Levanter cache dir; repeat for a mixture (NAME=DIR names the source)")
+    parser.add_argument("--config", required=True, help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
+    parser.add_argument("--out", required=True, help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
+    parser.add_argument("--warm-start", default=None, help="start this phase from another run's checkpoint")
+    parser.add_argument("--steps", type=int, default=None, help="override num_steps")
+    parser.set_defaults(handler=run)
+
+
+def _caches(specs: list[str]) -> dict[str, str]:
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            path = spec
+            name = "train" if len(specs) == 1 else path.rstrip("/").split("/")[-1]
+        if name in out:
+            raise ValueError(f"--cache: source name {name!r} given twice")
+        out[name] = path
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
+    import jax
+
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+    from marin_assets.train.config import load_config, replace
+    from marin_assets.train.loop import train
+
+    try:
+        config = load_config(args.config)
+        if args.steps is not None:
+            config = replace(config, num_steps=args.steps)
+        out = Path(args.out)
+        if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
+            print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
+            return 2
+        result = train(config, _caches(args.cache), out, resume=args.resume, warm_start=args.warm_start)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"marin train: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
+                      "counts": result.counts, "checkpoint": str(result.checkpoint_dir),
+                      "metrics": str(result.metrics_path), "loss_curve": str(result.loss_curve_png)}))
+    return 0

@@ -1,0 +1,181 @@
+"""The phase controller's pure decision function.
+
+    decide(plan, state, signals) -> Decision(action, reason, next_phase)
+
+Actions, checked in this priority order (the first that applies wins, and its reason
+names the signal):
+
+1. ``roll_back``  the newest loss is non-finite or a spike: restart the current phase from
+                  its last good checkpoint (no point planning ahead on a diverged model).
+2. ``stop``       the budget is spent (less than ``min_cooldown_tokens`` left) and the
+                  current phase is over or is a cooldown that has reached its end.
+3. ``cool_down``  the budget no longer covers the current phase (budget cut): a linear
+                  cooldown to 5% of peak that ends exactly when the budget does, on the
+                  high-quality mix; a second or later cooldown adds z-loss (Starling). An
+                  ongoing cooldown is re-timed instead (the 535B contingency).
+4. ``cool_down``  the mix is running out of data (total tokens left < ``low_data_tokens``):
+                  cooldown with ``cooldown_hq_fraction`` high-quality data (Jellyfish).
+5. ``change_mix`` one source of the mix is exhausted but the rest is not: drop it and
+                  renormalise.
+6. ``migrate``    bigger hardware on the plan's ladder is free: batch scales with the
+                  hardware size, peak LR by the square-root rule (Ocelot).
+7. ``re_warm``    a cooldown finished and the budget has room for more (Phoenix): warm up
+                  from the cooled LR to peak, with the plan's re-warm mix.
+8. ``cool_down``  a stable phase reached its token budget: the planned cooldown.
+9. ``continue``   nothing to do.
+
+Every new phase warm-starts from the current one; the trainer keeps the data position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise
+from marin_assets.phases.signals import RunState, Signals, loss_spike
+
+ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: str
+    reason: str
+    next_phase: PhaseSpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"Decision.action must be one of {ACTIONS}, got {self.action!r}")
+
+
+def _used(state: RunState) -> tuple[str, ...]:
+    return (*state.phases_done, state.phase.name)
+
+
+def _active(mixture, signals: Signals) -> dict[str, float]:
+    return {k: v for k, v in mixture.items() if v > 0 and signals.tokens_left.get(k, 0) > 0}
+
+
+def _cooldown(plan: PhasePlan, state: RunState, signals: Signals, tokens: int, why: str) -> Decision:
+    current = state.phase
+    hq = [s for s in plan.high_quality_sources if signals.tokens_left.get(s, 0) > 0]
+    rest = _active(current.mixture, signals)
+    rest = {k: v for k, v in rest.items() if k not in hq} or rest
+    if hq:
+        base = normalise(rest) if rest else {}
+        mix = {k: (1 - plan.cooldown_hq_fraction) * v for k, v in base.items()}
+        for s in hq:
+            mix[s] = mix.get(s, 0.0) + plan.cooldown_hq_fraction / len(hq)
+        mix = normalise(mix)
+        mix_note = f"{plan.cooldown_hq_fraction:.0%} high-quality data ({', '.join(hq)})"
+    else:
+        mix = normalise(rest or current.mixture)
+        mix_note = "no high-quality source has data left, keeping the mix"
+    z = plan.late_cooldown_z_loss if state.cooldowns_done >= 1 else current.z_loss
+    z_note = f", z-loss {z:g} (cooldown #{state.cooldowns_done + 1})" if state.cooldowns_done >= 1 else ""
+    spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="linear_decay",
+                     mixture=mix, batch_size=current.batch_size, hardware=current.hardware, token_budget=tokens,
+                     peak_lr=current.peak_lr, is_cooldown=True, z_loss=z)
+    return Decision("cool_down", f"{why}: linear cooldown to 5% of peak over {tokens:,} tokens with {mix_note}"
+                    f"{z_note}", spec)
+
+
+def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
+    current = state.phase
+    budget_left = signals.budget_tokens - state.tokens_trained
+    phase_left = max(current.token_budget - state.phase_tokens, 0)
+
+    # 1. divergence first
+    spike = loss_spike(signals.recent_losses, plan.spike_sigma, plan.spike_window)
+    if spike is not None:
+        where = state.last_good_checkpoint or "the phase's warm-start checkpoint"
+        return Decision("roll_back", f"loss spike: {spike}; restart {current.name} from {where}", current)
+
+    # 2. nothing left to spend: no room for the rest of this phase nor for another one
+    if budget_left < plan.min_cooldown_tokens and (state.phase_finished or budget_left < phase_left):
+        return Decision("stop", f"budget spent: {state.tokens_trained:,} of {signals.budget_tokens:,} tokens "
+                                f"trained, {max(budget_left, 0):,} left is less than the minimum phase "
+                                f"({plan.min_cooldown_tokens:,})")
+
+    # 3. budget cut below what the current phase needs
+    if budget_left < phase_left:
+        why = (f"budget cut: {budget_left:,} tokens left but {current.name} needs {phase_left:,} more")
+        if current.is_cooldown:
+            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
+                                       token_budget=budget_left,
+                                       start_fraction=_lr_fraction_now(current, state))
+            return Decision("cool_down", f"{why}: re-time the running cooldown so it still ends at 5% of peak "
+                                         f"after {budget_left:,} tokens", spec)
+        return _cooldown(plan, state, signals, budget_left, why)
+
+    # 4. the data is running out (Jellyfish)
+    mix_left = sum(signals.tokens_left.get(k, 0) for k, v in current.mixture.items() if v > 0)
+    if not current.is_cooldown and mix_left < plan.low_data_tokens:
+        tokens = min(plan.cooldown_tokens, budget_left)
+        return _cooldown(plan, state, signals, tokens,
+                         f"data running out: {mix_left:,} tokens left in the mix "
+                         f"(threshold {plan.low_data_tokens:,})")
+
+    # 5. one source exhausted
+    exhausted = sorted(k for k, v in current.mixture.items() if v > 0 and signals.tokens_left.get(k, 0) == 0)
+    if exhausted:
+        remaining = _active(current.mixture, signals)
+        if remaining:
+            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
+                                       mixture=normalise(remaining), token_budget=max(phase_left, 1),
+                                       warmup_start_fraction=1.0)
+            return Decision("change_mix", f"source(s) {', '.join(exhausted)} exhausted: drop from the mix, "
+                                          f"renormalise to {_fmt_mix(spec.mixture)}", spec)
+
+    # 6. bigger hardware (Ocelot)
+    if plan.hardware_ladder and not current.is_cooldown and not state.phase_finished:
+        size_now = plan.hardware_ladder[current.hardware]
+        bigger = [h for h in signals.hardware_available if plan.hardware_ladder.get(h, 0) > size_now]
+        if bigger:
+            target = max(bigger, key=lambda h: (plan.hardware_ladder[h], h))
+            ratio = plan.hardware_ladder[target] / size_now
+            batch = int(round(current.batch_size * ratio))
+            lr = current.peak_lr * math.sqrt(batch / current.batch_size)
+            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
+                                       hardware=target, batch_size=batch, peak_lr=lr,
+                                       token_budget=max(phase_left, 1), warmup_start_fraction=1.0 / math.sqrt(ratio))
+            return Decision("migrate", f"{target} is free ({ratio:g}x {current.hardware}): batch "
+                                       f"{current.batch_size} -> {batch}, peak LR {current.peak_lr:.3g} -> {lr:.3g} "
+                                       f"(sqrt rule)", spec)
+
+    # 7. a finished cooldown with budget to spare (Phoenix)
+    if current.is_cooldown and state.phase_finished:
+        tokens = min(plan.rewarm_tokens, budget_left)
+        mix = _active(plan.rewarm_mixture or current.mixture, signals) or _active(current.mixture, signals)
+        if not mix:
+            return Decision("stop", "cooldown finished and no source in the re-warm mix has data left")
+        base = _last_stable_lr(plan, state)
+        spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="wsd",
+                         mixture=normalise(mix), batch_size=current.batch_size, hardware=current.hardware,
+                         token_budget=tokens, peak_lr=base, warmup_start_fraction=plan.rewarm_start_fraction)
+        return Decision("re_warm", f"budget raised to {signals.budget_tokens:,} tokens ({budget_left:,} left) after "
+                                   f"{current.name}'s cooldown: re-warm from {plan.rewarm_start_fraction:.0%} to peak "
+                                   f"{base:.3g} with mix {_fmt_mix(spec.mixture)}", spec)
+
+    # 8. a stable phase used its tokens
+    if state.phase_finished:
+        return _cooldown(plan, state, signals, min(plan.cooldown_tokens, budget_left),
+                         f"{current.name} reached its token budget ({current.token_budget:,})")
+
+    return Decision("continue", f"{current.name} on track: {state.phase_tokens:,} of {current.token_budget:,} "
+                                f"tokens, {budget_left:,} left in the budget")
+
+
+def _lr_fraction_now(phase: PhaseSpec, state: RunState) -> float:
+    """Where a linear cooldown's LR is now, as a fraction of peak."""
+    done = min(state.phase_tokens / phase.token_budget, 1.0)
+    return phase.start_fraction + (0.05 - phase.start_fraction) * done
+
+
+def _last_stable_lr(plan: PhasePlan, state: RunState) -> float:
+    return state.phase.peak_lr
+
+
+def _fmt_mix(mix) -> str:
+    return ", ".join(f"{k} {v:.0%}" for k, v in sorted(mix.items()))

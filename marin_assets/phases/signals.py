@@ -1,0 +1,55 @@
+"""Signals the phase controller reads, and the loss-spike detector over recent metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Signals:
+    tokens_left: Mapping[str, int]  # per source, tokens not yet seen (from the train result)
+    budget_tokens: int  # the run's compute/time budget in tokens (a user-edited source asset)
+    hardware_available: tuple[str, ...] = ()  # hardware tags with free capacity now
+    recent_losses: tuple[float, ...] = ()  # the current phase's latest per-step losses, oldest first
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 0:
+            raise ValueError(f"Signals.budget_tokens must be >= 0, got {self.budget_tokens}")
+        bad = {k: v for k, v in self.tokens_left.items() if v < 0}
+        if bad:
+            raise ValueError(f"Signals.tokens_left must be >= 0, got {bad}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    phase: "PhaseSpec"  # noqa: F821 - the phase now running (or just finished)
+    phase_tokens: int  # tokens trained in this phase so far
+    tokens_trained: int  # tokens trained in the whole run
+    phases_done: tuple[str, ...] = ()  # names of earlier phases, oldest first
+    cooldowns_done: int = 0  # cooldown phases before the current one
+    last_good_checkpoint: str | None = None
+
+    @property
+    def phase_finished(self) -> bool:
+        return self.phase_tokens >= self.phase.token_budget
+
+
+def loss_spike(losses: Sequence[float], sigma: float = 6.0, window: int = 32, min_history: int = 8) -> str | None:
+    """A reason string if the newest loss is non-finite or above mean + sigma*std of the
+    ``window`` losses before it; None otherwise."""
+    if not losses:
+        return None
+    last = losses[-1]
+    if not math.isfinite(last):
+        return f"loss is {last} at the latest step"
+    history = [x for x in losses[-window - 1:-1] if math.isfinite(x)]
+    if len(history) < min_history:
+        return None
+    mean = sum(history) / len(history)
+    std = math.sqrt(sum((x - mean) ** 2 for x in history) / len(history))
+    limit = mean + sigma * std
+    if last > limit and last - mean > 1e-6:
+        return f"loss {last:.4g} > mean {mean:.4g} + {sigma:g}*std {std:.3g} = {limit:.4g} over the last {len(history)} steps"
+    return None

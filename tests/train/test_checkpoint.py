@@ -1,0 +1,62 @@
+import json
+import logging
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from marin_assets.train import checkpoint as ckpt
+
+
+def state(v):
+    return {"params": {"w": jnp.full((3, 2), v, jnp.float32), "b": jnp.arange(4, dtype=jnp.int32)},
+            "opt": (jnp.float32(v), {"m": np.full((2,), v, ml_dtypes.bfloat16)}), "step": jnp.int32(int(v))}
+
+
+def test_roundtrip_exact_including_bfloat16(tmp_path):
+    s = state(1.5)
+    folder = ckpt.save(tmp_path, 7, s, {"data_position": {"batches": 7}})
+    arrays, meta = ckpt.load(folder)
+    back = ckpt.restore_like(state(0.0), arrays)
+    assert meta["step"] == 7 and meta["data_position"] == {"batches": 7}
+    assert back["opt"][1]["m"].dtype == ml_dtypes.bfloat16
+    for a, b in zip(ckpt.flatten(s)[1], ckpt.flatten(back)[1]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_newest_valid_skips_corrupt_with_warning(tmp_path, caplog):
+    for step in (2, 4, 6):
+        ckpt.save(tmp_path, step, state(step), {})
+    (tmp_path / "step-000000006" / "state.npz").write_bytes(b"torn write")
+    (tmp_path / "step-000000008").mkdir()  # killed before the marker
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.latest_valid(tmp_path).name == "step-000000004"
+    assert "step-000000006" in caplog.text and "step-000000008" in caplog.text
+    with pytest.raises(ValueError, match="corrupt"):
+        ckpt.load(tmp_path / "step-000000006")
+
+
+def test_temporary_checkpoints_are_pruned_permanent_kept(tmp_path):
+    ckpt.save(tmp_path, 1, state(1), {}, kind="temporary")
+    ckpt.save(tmp_path, 2, state(2), {}, kind="permanent")
+    ckpt.save(tmp_path, 3, state(3), {}, kind="temporary")
+    ckpt.save(tmp_path, 4, state(4), {}, kind="temporary")
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step-000000002", "step-000000004"]
+
+
+def test_staging_leftovers_are_not_checkpoints(tmp_path):
+    (tmp_path / ".staging-000000009-dead").mkdir(parents=True)
+    ckpt.save(tmp_path, 3, state(3), {})
+    assert ckpt.latest_valid(tmp_path).name == "step-000000003"
+    assert not list(tmp_path.glob(".staging-*"))  # cleaned on the next commit
+
+
+def test_structure_mismatch_is_a_clear_error(tmp_path):
+    folder = ckpt.save(tmp_path, 1, state(1), {})
+    arrays, _ = ckpt.load(folder)
+    other = state(0.0)
+    other["params"]["w"] = jnp.zeros((5, 2))
+    with pytest.raises(ValueError, match=r"\['params'\]\['w'\].*expected float32\[5, 2\]"):
+        ckpt.restore_like(other, arrays)
+    assert json.loads((folder / "COMMITTED").read_text()).keys() == {"state.npz", "meta.json"}
