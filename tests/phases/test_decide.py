@@ -1,0 +1,190 @@
+import dataclasses
+import math
+
+import pytest
+
+from marin_assets.phases import (ACTIONS, PhasePlan, PhaseSpec, RunState, Signals, decide, loss_spike,
+                                 phase_train_config)
+
+M = 1_000_000
+KESTREL = PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd_s",
+                    mixture={"dclm": 0.7, "starcoder": 0.2, "proofpile": 0.1}, batch_size=1024, hardware="v4-1024",
+                    token_budget=100 * M, peak_lr=1e-3)
+PLAN = PhasePlan(run="tootsie-8b", first=KESTREL, high_quality_sources=("flan", "wiki"), cooldown_hq_fraction=0.3,
+                 cooldown_tokens=10 * M, min_cooldown_tokens=1 * M, low_data_tokens=5 * M,
+                 rewarm_mixture={"nemotron": 0.6, "starcoder": 0.2, "flan": 0.2}, rewarm_tokens=50 * M,
+                 late_cooldown_z_loss=1e-4, hardware_ladder={"v4-1024": 1.0, "v4-1536": 1.5, "v4-256": 0.25})
+PLENTY = {"dclm": 500 * M, "starcoder": 100 * M, "proofpile": 50 * M, "flan": 20 * M, "wiki": 20 * M,
+          "nemotron": 400 * M}
+FLAT = tuple(2.0 + 0.01 * (i % 3) for i in range(20))
+
+
+def state(phase=KESTREL, phase_tokens=10 * M, trained=10 * M, done=(), cooldowns=0):
+    return RunState(phase=phase, phase_tokens=phase_tokens, tokens_trained=trained, phases_done=done,
+                    cooldowns_done=cooldowns, last_good_checkpoint="ckpt/step-100")
+
+
+def signals(left=None, budget=1000 * M, hw=(), losses=FLAT):
+    return Signals(tokens_left=dict(PLENTY if left is None else left), budget_tokens=budget,
+                   hardware_available=hw, recent_losses=losses)
+
+
+def test_continue_when_nothing_fires():
+    d = decide(PLAN, state(), signals())
+    assert d.action == "continue" and d.next_phase is None and "on track" in d.reason
+
+
+def test_roll_back_on_spike_or_nan_beats_everything():
+    for bad in (FLAT + (9.0,), FLAT + (math.nan,)):
+        # even with a budget cut, exhausted data and new hardware all at once
+        d = decide(PLAN, state(), signals(left={"dclm": 0}, budget=11 * M, hw=("v4-1536",), losses=bad))
+        assert d.action == "roll_back" and "ckpt/step-100" in d.reason and d.next_phase == KESTREL
+
+
+def test_loss_spike_detector():
+    assert loss_spike(FLAT + (2.02,)) is None
+    assert "mean" in loss_spike(FLAT + (2.5,), sigma=6)
+    assert loss_spike((1.0, 9.0)) is None  # too little history to judge
+    assert "inf" in loss_spike((1.0, math.inf))
+
+
+def test_budget_cut_cools_down_exactly_within_budget():
+    d = decide(PLAN, state(trained=95 * M), signals(budget=100 * M))
+    assert d.action == "cool_down" and "budget cut" in d.reason
+    nxt = d.next_phase
+    assert nxt.schedule == "linear_decay" and nxt.token_budget == 5 * M and nxt.is_cooldown
+    assert nxt.warm_start_from == "kestrel" and nxt.name == "ocelot"
+    assert nxt.mixture["flan"] == pytest.approx(0.15) and nxt.mixture["wiki"] == pytest.approx(0.15)
+    assert nxt.mixture["dclm"] == pytest.approx(0.7 * 0.7)
+    assert nxt.z_loss is None  # first cooldown: no z-loss
+
+
+def test_budget_cut_during_cooldown_retimes_it():
+    cd = dataclasses.replace(KESTREL, name="jellyfish", schedule="linear_decay", is_cooldown=True,
+                             token_budget=10 * M)
+    d = decide(PLAN, state(phase=cd, phase_tokens=5 * M, trained=50 * M, done=("kestrel",)), signals(budget=52 * M))
+    assert d.action == "cool_down" and "re-time" in d.reason
+    assert d.next_phase.token_budget == 2 * M
+    assert d.next_phase.start_fraction == pytest.approx(1.0 + (0.05 - 1.0) * 0.5)  # continues from where LR is
+
+
+def test_stop_when_budget_spent():
+    d = decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M))
+    assert d.action == "stop" and d.next_phase is None
+    # a running phase that no longer fits and no room for even a minimal cooldown
+    d = decide(PLAN, state(trained=99_500_000), signals(budget=100 * M))
+    assert d.action == "stop"
+
+
+def test_data_running_out_cools_down_with_high_quality_data():
+    left = dict(PLENTY, dclm=1 * M, starcoder=1 * M, proofpile=1 * M)
+    d = decide(PLAN, state(), signals(left=left))
+    assert d.action == "cool_down" and "data running out" in d.reason and "30% high-quality" in d.reason
+    assert d.next_phase.token_budget == 10 * M
+    assert sum(d.next_phase.mixture.values()) == pytest.approx(1.0)
+
+
+def test_change_mix_when_one_source_is_exhausted():
+    d = decide(PLAN, state(), signals(left=dict(PLENTY, proofpile=0)))
+    assert d.action == "change_mix" and "proofpile" in d.reason
+    assert set(d.next_phase.mixture) == {"dclm", "starcoder"}
+    assert d.next_phase.mixture["dclm"] == pytest.approx(0.7 / 0.9)
+    assert d.next_phase.warm_start_from == "kestrel"
+
+
+def test_migrate_scales_batch_and_lr_by_sqrt_rule():
+    d = decide(PLAN, state(), signals(hw=("v4-256", "v4-1536")))
+    assert d.action == "migrate" and "sqrt rule" in d.reason
+    nxt = d.next_phase
+    assert nxt.hardware == "v4-1536" and nxt.batch_size == 1536
+    assert nxt.peak_lr == pytest.approx(1e-3 * math.sqrt(1.5))
+    assert decide(PLAN, state(), signals(hw=("v4-256",))).action == "continue"  # smaller: stay
+
+
+def test_planned_cooldown_when_stable_phase_ends():
+    d = decide(PLAN, state(phase_tokens=100 * M), signals())
+    assert d.action == "cool_down" and "reached its token budget" in d.reason
+
+
+def test_priorities_between_simultaneous_signals():
+    low = dict(PLENTY, dclm=1 * M, starcoder=1 * M, proofpile=0)
+    # budget cut beats data running out, which beats change_mix and migrate
+    assert decide(PLAN, state(trained=95 * M), signals(left=low, budget=100 * M, hw=("v4-1536",))).reason.startswith("budget cut")
+    assert "data running out" in decide(PLAN, state(), signals(left=low, hw=("v4-1536",))).reason
+    assert decide(PLAN, state(), signals(left=dict(PLENTY, proofpile=0), hw=("v4-1536",))).action == "change_mix"
+
+
+def test_tootsie_sequence_kestrel_jellyfish_phoenix_starling():
+    """Kestrel -> (source runs out) Jellyfish -> (budget raised) Phoenix -> (budget cut) Starling."""
+    plan = dataclasses.replace(PLAN, phase_names=("kestrel", "jellyfish", "phoenix", "starling"))
+    log = []
+    # Kestrel trains; DCLM runs low at 80M tokens
+    st = state(phase_tokens=80 * M, trained=80 * M)
+    left = dict(PLENTY, dclm=1 * M, starcoder=2 * M, proofpile=1 * M)
+    d = decide(plan, st, signals(left=left, budget=100 * M))
+    log.append(d)
+    jelly = d.next_phase
+    assert (d.action, jelly.name, jelly.warm_start_from) == ("cool_down", "jellyfish", "kestrel")
+    assert jelly.mixture["flan"] + jelly.mixture["wiki"] == pytest.approx(0.3)
+    # Jellyfish finishes its cooldown; meanwhile the budget was raised
+    st = RunState(phase=jelly, phase_tokens=jelly.token_budget, tokens_trained=90 * M, phases_done=("kestrel",),
+                  cooldowns_done=0)
+    d = decide(plan, st, signals(left=dict(left, flan=10 * M), budget=400 * M))
+    log.append(d)
+    phoenix = d.next_phase
+    assert (d.action, phoenix.name, phoenix.warm_start_from) == ("re_warm", "phoenix", "jellyfish")
+    assert phoenix.warmup_start_fraction == 0.05 and phoenix.schedule == "wsd"
+    assert set(phoenix.mixture) == {"nemotron", "starcoder", "flan"} and not phoenix.is_cooldown
+    # Phoenix runs; the budget is cut: second cooldown, with z-loss
+    st = RunState(phase=phoenix, phase_tokens=20 * M, tokens_trained=110 * M, phases_done=("kestrel", "jellyfish"),
+                  cooldowns_done=1)
+    d = decide(plan, st, signals(left=dict(left, flan=8 * M), budget=120 * M))
+    log.append(d)
+    starling = d.next_phase
+    assert (d.action, starling.name, starling.warm_start_from) == ("cool_down", "starling", "phoenix")
+    assert starling.z_loss == 1e-4 and "z-loss" in d.reason and starling.token_budget == 10 * M
+    # Starling ends at the budget: stop
+    st = RunState(phase=starling, phase_tokens=10 * M, tokens_trained=120 * M,
+                  phases_done=("kestrel", "jellyfish", "phoenix"), cooldowns_done=1)
+    d = decide(plan, st, signals(budget=120 * M))
+    log.append(d)
+    assert [x.action for x in log] == ["cool_down", "re_warm", "cool_down", "stop"]
+    assert all(x.reason for x in log)
+
+
+def test_every_action_is_reachable():
+    seen = {decide(PLAN, state(), signals()).action,
+            decide(PLAN, state(), signals(losses=FLAT + (50.0,))).action,
+            decide(PLAN, state(trained=95 * M), signals(budget=100 * M)).action,
+            decide(PLAN, state(), signals(left=dict(PLENTY, proofpile=0))).action,
+            decide(PLAN, state(), signals(hw=("v4-1536",))).action,
+            decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M)).action}
+    cd = dataclasses.replace(KESTREL, name="jellyfish", is_cooldown=True, schedule="linear_decay", token_budget=M)
+    seen.add(decide(PLAN, state(phase=cd, phase_tokens=M, done=("kestrel",)), signals()).action)
+    assert seen == set(ACTIONS)
+
+
+def test_decide_is_pure():
+    st, sg = state(), signals(left=dict(PLENTY, proofpile=0))
+    assert decide(PLAN, st, sg) == decide(PLAN, st, sg)
+    assert st == state() and sg.tokens_left["proofpile"] == 0
+
+
+def test_invalid_plan_inputs_are_rejected():
+    with pytest.raises(ValueError, match="schedule"):
+        dataclasses.replace(KESTREL, schedule="exp")
+    with pytest.raises(ValueError, match="ladder"):
+        dataclasses.replace(PLAN, hardware_ladder={"tpu": 1.0})
+    with pytest.raises(ValueError, match="budget_tokens"):
+        Signals(tokens_left={}, budget_tokens=-1)
+
+
+def test_phase_train_config_turns_a_spec_into_a_train_config():
+    from marin_assets.train.config import TrainConfig
+
+    base = TrainConfig(seq_len=64)
+    spec = dataclasses.replace(KESTREL, name="starling", schedule="linear_decay", token_budget=64 * 8 * 10,
+                               batch_size=8, z_loss=1e-3, mixture={"a": 1.0}, peak_lr=2e-3)
+    cfg = phase_train_config(base, spec)
+    assert cfg.num_steps == 10 and cfg.batch_size == 8 and cfg.phase == "starling"
+    assert cfg.schedule.kind == "linear_decay" and cfg.schedule.peak_lr == 2e-3 and cfg.model.lm_z_loss == 1e-3
