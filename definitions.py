@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.datakit import datakit_assets, datakit_checks
 from assets.normalized import normalized_assets
 from assets.sources import source_assets
 from jobs import all_jobs
@@ -12,7 +13,8 @@ from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 artifact_store = ArtifactStoreResource()
 
 defs = dg.Definitions(
-    assets=[*source_assets, *normalized_assets],
+    assets=[*source_assets, *normalized_assets, *datakit_assets],
+    asset_checks=datakit_checks,
     jobs=all_jobs,
     resources={
         "artifact_store": artifact_store,

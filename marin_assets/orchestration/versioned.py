@@ -39,12 +39,12 @@ class StageConfig(dg.Config):
     """Base for asset configs: only fields declared with ``versioned()`` enter the version."""
 
     def versioned_fields(self) -> dict[str, Any]:
+        dumped = self.model_dump()  # nested Config values become plain dicts/lists
         out = {}
         for name, info in type(self).model_fields.items():
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             if extra.get("versioned"):
-                value = getattr(self, name)
-                out[name] = value.model_dump() if hasattr(value, "model_dump") else value
+                out[name] = dumped[name]
         return out
 
 
