@@ -66,12 +66,13 @@ def model_token_logprobs(params, config, router_bias) -> TokenLogprobs:
     from marin_assets.model import forward
 
     @jax.jit
-    def fn(tokens):
+    def fn(params, router_bias, tokens):
         logits, _ = forward(params, tokens, config, router_bias)
         logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
         return jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
 
-    return lambda tokens: np.asarray(fn(jnp.asarray(tokens)))
+    params, router_bias = jax.device_put((params, router_bias))
+    return lambda tokens: np.asarray(fn(params, router_bias, jnp.asarray(tokens)))
 
 
 def byte_encode(text: str) -> list[int]:

@@ -153,8 +153,11 @@ def restore_like(template, arrays: dict[str, np.ndarray], prefix: str = "", wher
         if key not in arrays:
             raise ValueError(f"{where}: no saved array for {key}; the model/optimizer structure differs")
         saved = arrays[key]
-        if tuple(saved.shape) != tuple(np.shape(leaf)) or saved.dtype != np.asarray(leaf).dtype:
+        # the template may hold arrays or jax.ShapeDtypeStruct (from jax.eval_shape)
+        dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+        shape = tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
+        if tuple(saved.shape) != shape or saved.dtype != dtype:
             raise ValueError(f"{where}: {key} saved as {saved.dtype}{list(saved.shape)}, "
-                             f"expected {np.asarray(leaf).dtype}{list(np.shape(leaf))}")
+                             f"expected {dtype}{list(shape)}")
         leaves.append(saved)
     return jax.tree_util.tree_unflatten(treedef, leaves)
