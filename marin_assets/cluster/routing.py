@@ -79,6 +79,22 @@ class TickResult:
     preemptions: list[Preemption] = field(default_factory=list)
 
 
+def check_feasible(fleet: Fleet, request: JobRequest, *, job_id: str = "job") -> list[Pool]:
+    """The pools that could ever hold ``request``; ValueError naming the reason if none."""
+    pools = fleet.matching(request.accelerator, request.region)
+    where = f" in region {request.region}" if request.region else ""
+    if not pools:
+        raise ValueError(f"{job_id}: no {request.accelerator} pool{where} in the fleet")
+    fitting = [p for p in pools if request.chips <= p.capacity]
+    if not fitting:
+        biggest = max(p.capacity for p in pools)
+        raise ValueError(
+            f"{job_id}: asks for {request.chips} {request.accelerator} chips but the largest "
+            f"matching pool{where} has {biggest}"
+        )
+    return fitting
+
+
 def _no_checkpoint(job_id: str) -> float:
     return 0.0
 
@@ -116,18 +132,7 @@ class Router:
         return state
 
     def check_feasible(self, request: JobRequest, *, job_id: str = "job") -> list[Pool]:
-        pools = self.fleet.matching(request.accelerator, request.region)
-        where = f" in region {request.region}" if request.region else ""
-        if not pools:
-            raise ValueError(f"{job_id}: no {request.accelerator} pool{where} in the fleet")
-        fitting = [p for p in pools if request.chips <= p.capacity]
-        if not fitting:
-            biggest = max(p.capacity for p in pools)
-            raise ValueError(
-                f"{job_id}: asks for {request.chips} {request.accelerator} chips but the largest "
-                f"matching pool{where} has {biggest}"
-            )
-        return fitting
+        return check_feasible(self.fleet, request, job_id=job_id)
 
     # ---- observation ----------------------------------------------------------------------
 
