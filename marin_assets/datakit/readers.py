@@ -123,53 +123,99 @@ def _short(file: str) -> str:
 
 
 def _iter_jsonl(file: str, config: ReaderConfig) -> Iterator[Document | QuarantineRecord]:
-    import fsspec
-
-    compression = "gzip" if file.endswith(".gz") else "zstd" if file.endswith(".zst") else None
     lineno = 0
+    pending = b""
+    first = True
     try:
-        with fsspec.open(file, "rb", compression=compression) as f:
-            head = f.read(SNIFF_BYTES)
-            if looks_binary(head):
-                yield QuarantineRecord(file, None, "binary_file", "NUL and control bytes in the first 8 KiB")
-                return
-            pending = b""
-            for chunk in _chain_first(head, _chunks(f)):
-                pending += chunk
-                if b"\n" not in chunk:
-                    continue  # a long line still being read: don't rescan it per chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    lineno += 1
-                    item = _parse_jsonl_line(raw, file, lineno, config)
-                    if item is not None:
-                        yield item
-            if pending:
+        for chunk in _byte_chunks(file):
+            if first:
+                first = False
+                if looks_binary(chunk[:SNIFF_BYTES]):
+                    yield QuarantineRecord(file, None, "binary_file", "NUL and control bytes in the first 8 KiB")
+                    return
+            pending += chunk
+            if b"\n" not in chunk:
+                continue  # a long line still being read: don't rescan it per chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
                 lineno += 1
-                item = _parse_jsonl_line(pending, file, lineno, config)
+                item = _parse_jsonl_line(raw, file, lineno, config)
                 if item is not None:
                     yield item
-    except (EOFError, OSError, ValueError) as e:
-        # gzip raises EOFError/BadGzipFile (OSError), zstandard raises ZstdError (ValueError-like)
-        yield QuarantineRecord(file, lineno + 1, "truncated_file", f"{type(e).__name__}: {e}"[:300])
-    except Exception as e:  # noqa: BLE001 - zstandard.ZstdError is not a ValueError subclass
-        if type(e).__name__ == "ZstdError":
-            yield QuarantineRecord(file, lineno + 1, "truncated_file", f"ZstdError: {e}"[:300])
-        else:
+        if pending:
+            lineno += 1
+            item = _parse_jsonl_line(pending, file, lineno, config)
+            if item is not None:
+                yield item
+    except Exception as e:  # noqa: BLE001 - gzip: EOFError/BadGzipFile/zlib.error; zstandard: ZstdError
+        if not isinstance(e, (EOFError, OSError, ValueError)) and type(e).__name__ != "ZstdError":
             raise
+        # Nothing decoded at all means the file is not what its name says; otherwise it broke off.
+        reason = "truncated_file" if isinstance(e, EOFError) or lineno > 0 or pending else "unreadable_file"
+        yield QuarantineRecord(file, lineno + 1, reason, f"{type(e).__name__}: {e}"[:300])
 
 
-def _chain_first(first: bytes, rest):
-    yield first
-    yield from rest
+def _byte_chunks(file: str, size: int = 1 << 20) -> Iterator[bytes]:
+    """Decompressed bytes of a .jsonl / .jsonl.gz / .jsonl.zst file, in chunks."""
+    import fsspec
 
-
-def _chunks(f, size: int = 1 << 20):
-    while True:
-        chunk = f.read(size)
-        if not chunk:
+    if file.endswith(".zst"):
+        with fsspec.open(file, "rb") as raw:
+            yield from _zstd_chunks(raw, size)
+        return
+    with fsspec.open(file, "rb") as f:
+        if file.endswith(".gz"):
+            yield from _gzip_chunks(f, size)
             return
-        yield chunk
+        while chunk := f.read(size):
+            yield chunk
+
+
+def _gzip_chunks(raw, size: int) -> Iterator[bytes]:
+    """Stream-decompress gzip so every byte before a cut is yielded, then raise EOFError."""
+    import zlib
+
+    def new():
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer
+
+    dobj, fed = new(), False
+    while data := raw.read(size):
+        while data:
+            try:
+                out = dobj.decompress(data)
+            except zlib.error as e:
+                raise ValueError(f"not valid gzip data: {e}") from e
+            fed = True
+            if out:
+                yield out
+            if dobj.eof:  # a member ended; gzip files may hold several
+                data = dobj.unused_data
+                dobj, fed = new(), False
+            else:
+                data = b""
+    if fed and not dobj.eof:
+        raise EOFError("gzip stream ended before its end-of-stream marker")
+
+
+def _zstd_chunks(raw, size: int) -> Iterator[bytes]:
+    """zstandard's stream reader ends quietly on a cut-off frame; this raises EOFError instead."""
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    dobj, fed = dctx.decompressobj(), False
+    while data := raw.read(size):
+        while data:
+            out = dobj.decompress(data)
+            fed = True
+            if out:
+                yield out
+            if dobj.eof:  # a frame ended; more frames may follow in the same file
+                data = dobj.unused_data
+                dobj, fed = dctx.decompressobj(), False
+            else:
+                data = b""
+    if fed and not dobj.eof:
+        raise EOFError("zstd stream ended in the middle of a frame")
 
 
 def _parse_jsonl_line(raw: bytes, file: str, lineno: int, config: ReaderConfig):

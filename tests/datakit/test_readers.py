@@ -118,3 +118,23 @@ def test_memory_filesystem(tmp_path):
 def test_config_is_validated():
     with pytest.raises(ValueError, match="max_doc_bytes"):
         ReaderConfig(max_doc_bytes=0)
+
+
+def test_truncated_zstd_is_reported_not_silently_short(tmp_path):
+    data = "".join(json.dumps({"text": f"doc {i} " * 20}) + "\n" for i in range(3000)).encode()
+    frame = zstandard.ZstdCompressor().compress(data)
+    path = tmp_path / "cut.jsonl.zst"
+    path.write_bytes(frame[: len(frame) // 2])
+    docs, bad = split(list(iter_file(str(path))))
+    assert 0 < len(docs) < 3000
+    assert [(b.line, b.reason) for b in bad] == [(len(docs) + 1, "truncated_file")]
+    # two concatenated frames are one valid stream
+    path.write_bytes(frame + zstandard.ZstdCompressor().compress(b'{"text": "second frame"}\n'))
+    docs, bad = split(list(iter_file(str(path))))
+    assert len(docs) == 3001 and docs[-1].text == "second frame" and bad == []
+
+
+def test_file_that_is_not_gzip_is_unreadable(tmp_path):
+    path = tmp_path / "plain.jsonl.gz"
+    path.write_bytes(b'{"text": "not compressed"}\n')
+    assert [(b.line, b.reason) for b in iter_file(str(path))] == [(1, "unreadable_file")]
