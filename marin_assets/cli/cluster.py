@@ -133,5 +133,5 @@ def register(subparsers) -> None:
     man.add_argument("--image", required=True)
     man.add_argument("--domains", type=int, default=1, help="whole domains (slices/racks)")
     man.add_argument("--namespace", default="default")
-    man.add_argument("command", nargs="+", help="container command, as separate arguments")
+    man.add_argument("command", nargs=argparse.REMAINDER, help="container command, as separate arguments (last)")
     man.set_defaults(handler=_manifest)

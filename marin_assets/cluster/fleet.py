@@ -97,7 +97,9 @@ class Pool:
             if self.domain_chips == 0:
                 object.__setattr__(self, "domain_chips", spec.domain_chips)
         if self.chips_per_host == 0:
-            object.__setattr__(self, "chips_per_host", spec.chips_per_host)
+            # A CPU node is its own domain and host, whatever its core count.
+            default = self.domain_chips if self.accelerator == "cpu" else spec.chips_per_host
+            object.__setattr__(self, "chips_per_host", default)
         if not isinstance(self.domain_chips, int) or self.domain_chips < 1:
             raise ValueError(f"{where}: domain_chips must be a positive integer")
         if self.chips_per_host < 1 or self.domain_chips % self.chips_per_host:

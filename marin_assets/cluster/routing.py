@@ -318,6 +318,10 @@ class Router:
 
     # ---- bookkeeping ----------------------------------------------------------------------
 
+    def active(self) -> int:
+        """Jobs the router still has to see through: queued or (as far as it knows) running."""
+        return len(self._queued) + sum(len(r) for r in self._running.values())
+
     def counts(self) -> dict[str, int]:
         out = {QUEUED: 0, RUNNING: 0, DONE: 0}
         for j in self.jobs.values():

@@ -133,15 +133,23 @@ def _mean_chips(pool) -> float:
     if pool.whole_domain:
         return pool.domain_chips
     small = [c for c in _SMALL_SIZES if c <= pool.domain_chips]
-    multi = pool.domain_chips * sum(_MULTI_DOMAIN) / len(_MULTI_DOMAIN)
+    counts = _multi_counts(pool)
+    if not counts:
+        return sum(small) / len(small)
+    multi = pool.domain_chips * sum(counts) / len(counts)
     return (1 - _P_MULTI) * sum(small) / len(small) + _P_MULTI * multi
+
+
+def _multi_counts(pool) -> list[int]:
+    return [k for k in _MULTI_DOMAIN if k <= pool.domains]
 
 
 def _draw_chips(rng: random.Random, pool) -> int:
     if pool.whole_domain:
         return pool.domain_chips  # a TPU job asks for the whole slice it runs on
-    if rng.random() < _P_MULTI:
-        return pool.domain_chips * rng.choice(_MULTI_DOMAIN)
+    counts = _multi_counts(pool)
+    if counts and rng.random() < _P_MULTI:
+        return pool.domain_chips * rng.choice(counts)
     return rng.choice([c for c in _SMALL_SIZES if c <= pool.domain_chips])
 
 
@@ -321,7 +329,7 @@ def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (
             busy[r.pool] += sum(r.chips) * tick_s
         step += 1
         t = step * tick_s
-        all_known = not pending and not running and not router.queue()
+        all_known = not pending and not running and router.active() == 0
         if all_known or t > horizon:
             break
     sim_end = t

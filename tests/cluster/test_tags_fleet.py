@@ -1,0 +1,84 @@
+"""Tag classification (strict allow-lists) and the fleet model/loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from marin_assets.cluster.fleet import Pool, fleet_from_dict, load_fleet
+from marin_assets.cluster.tags import JobRequest, classify_tags, request_tags
+
+
+def test_classify_defaults_and_values():
+    assert classify_tags({}) == JobRequest("cpu", 1, None, "batch")
+    r = classify_tags({"marin/accelerator": "gb200-nvl72", "marin/chips": "144", "marin/region": "us-central1",
+                       "marin/priority": "production", "dagster/partition": "anything goes here"})
+    assert r == JobRequest("gb200-nvl72", 144, "us-central1", "production")
+    assert r.band > JobRequest(priority="interactive").band > JobRequest(priority="batch").band
+    assert classify_tags(request_tags(r)) == r
+
+
+@pytest.mark.parametrize("tag, value", [
+    ("marin/accelerator", "tpu-v9"),
+    ("marin/accelerator", "cpu; rm -rf /"),
+    ("marin/chips", "0"),
+    ("marin/chips", "-8"),
+    ("marin/chips", "8 && reboot"),
+    ("marin/chips", "1e3"),
+    ("marin/chips", "99999999"),
+    ("marin/region", "us-central1$(id)"),
+    ("marin/region", "US-CENTRAL1"),
+    ("marin/region", "us central1"),
+    ("marin/priority", "urgent"),
+    ("marin/priority", "batch\n"),
+    ("marin/cluster", "gke|sh"),
+])
+def test_bad_tag_values_are_refused_naming_the_tag(tag, value):
+    with pytest.raises(ValueError) as err:
+        classify_tags({tag: value})
+    assert tag in str(err.value)
+
+
+def test_pool_defaults_and_validation():
+    rack = Pool("gb200", "gb200-nvl72", "us-central1", 11, ep_domain_chips=64)
+    assert (rack.domain_chips, rack.chips_per_host, rack.hosts_per_domain, rack.capacity) == (72, 4, 18, 792)
+    assert rack.fits_one_domain(72) and not rack.fits_one_domain(73) and rack.domains_needed(144) == 2
+    v5e = Pool("v5e-256", "tpu-v5e", "us-west4", 1, topology="16x16")
+    assert (v5e.domain_chips, v5e.hosts_per_domain, v5e.whole_domain) == (256, 64, True)
+    assert not v5e.fits_one_domain(4)
+    assert Pool("v4", "tpu-v4", "us-central2", 1, topology="8x8x16").domain_chips == 1024
+    with pytest.raises(ValueError, match="need a topology"):
+        Pool("t", "tpu-v5p", "us-east5", 1)
+    with pytest.raises(ValueError, match="disagrees with topology"):
+        Pool("t", "tpu-v5p", "us-east5", 1, topology="4x8x8", domain_chips=512)
+    with pytest.raises(ValueError, match="ep_domain_chips"):
+        Pool("g", "gb200-nvl72", "us-central1", 1, ep_domain_chips=80)
+    with pytest.raises(ValueError, match="unknown accelerator"):
+        Pool("g", "gb300", "us-central1", 1)
+    with pytest.raises(ValueError, match="must divide"):
+        Pool("g", "h100x8", "us-east5", 1, domain_chips=8, chips_per_host=3)
+
+
+def test_fleet_loading_names_the_bad_record(tmp_path):
+    ok = {"pools": [{"name": "a", "accelerator": "h100x8", "region": "us-east5", "domains": 2}]}
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(ok))
+    assert load_fleet(path).pool("a").capacity == 16
+    with pytest.raises(ValueError, match=r"pools\[1\]: .*unknown accelerator"):
+        fleet_from_dict({"pools": [ok["pools"][0], {"name": "b", "accelerator": "x", "region": "us-east5",
+                                                      "domains": 1}]})
+    with pytest.raises(ValueError, match="appears twice"):
+        fleet_from_dict({"pools": ok["pools"] * 2})
+    with pytest.raises(ValueError, match="unknown fields"):
+        fleet_from_dict({"pools": [{**ok["pools"][0], "gpus": 3}]})
+
+
+def test_example_fleet_is_the_scenario():
+    from pathlib import Path
+
+    fleet = load_fleet(Path(__file__).parents[2] / "examples" / "fleet.yaml")
+    gb = [p for p in fleet.pools if p.accelerator == "gb200-nvl72"]
+    assert sum(p.domains for p in gb) == 11
+    tpus = [p for p in fleet.pools if p.accelerator.startswith("tpu")]
+    assert len(tpus) >= 3
