@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,12 +234,14 @@ class K8sClusterBackend:
         )
 
     def register_instance(self, instance) -> None:
-        self._instance = instance
+        # A weak reference, like Dagster's own launchers: the instance owns us, not the reverse.
+        self._instance_ref = weakref.ref(instance)
 
     def launch(self, context: LaunchRunContext, request: JobRequest) -> None:
         run = context.dagster_run
-        job = self.build_job(run, request, self._instance)
-        self._instance.report_engine_event(
+        instance = self._instance_ref()
+        job = self.build_job(run, request, instance)
+        instance.report_engine_event(
             f"Creating Kubernetes run worker job {job.metadata.name} in cluster {self.name}, "
             f"namespace {self.namespace}", run)
         self.client().create_namespaced_job_with_retries(body=job, namespace=self.namespace)

@@ -275,3 +275,23 @@ def test_finished_jobs_are_marked_done_from_heartbeats():
     r.heartbeat(PoolHeartbeat("gb200", 30, (0,), (True,), frozenset(), frozenset({"a"})))
     assert r.jobs["a"].status == DONE
     assert r.counts() == {"queued": 0, "running": 0, "done": 1}
+
+
+def test_multi_rack_production_job_clears_whole_racks_of_lower_bands():
+    r = Router(gpu_fleet(racks=3, nodes=1))
+    beat(r, 0)
+    r.submit("i", req(chips=72, priority="interactive"), 0)
+    r.tick(1)
+    r.submit("b1", req(chips=40), 2)
+    r.submit("b2", req(chips=30), 2)
+    r.tick(3)
+    r.submit("b3", req(chips=10), 4)
+    r.tick(5)
+    beat(r, 6)
+    r.submit("prod", req(chips=144, priority="production"), 7)
+    res = r.tick(8)
+    # Racks: one interactive (72); b1+b2 (70) and b3 (10) on the other two. Clearing the two
+    # batch racks loses 80 chips; any choice touching the interactive rack would lose more.
+    assert sorted(p.victim for p in res.preemptions) == ["b1", "b2", "b3"]
+    [p] = res.placements
+    assert p.chips == (72, 72) and r.jobs["i"].placement.domains[0] not in p.domains
