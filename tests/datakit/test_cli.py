@@ -35,3 +35,14 @@ def test_missing_input_is_a_clear_error(tmp_path, capsys):
 def test_bad_threshold_is_rejected(tmp_path, capsys):
     code = main(["datakit", "run", "--input", str(tmp_path), "--prefix", str(tmp_path / "o"), "--quality-threshold", "2"])
     assert code == 2 and "quality_threshold" in capsys.readouterr().err
+
+
+def test_input_with_only_bad_records_still_accounts_for_everything(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{bad\n{"text": ""}\n{"text": "nul \\u0000"}\n')
+    code = main(["datakit", "run", "--input", str(tmp_path / "in"), "--prefix", str(tmp_path / "out"), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert summary["docs_in"] == 3 and summary["quarantined"] == 3 and summary["docs_out"] == 0
+    assert summary["quarantine_reasons"] == {"empty_text": 1, "malformed_json": 1, "nul_bytes": 1}
+    assert summary["tokens"] == {"train": 0, "validation": 0}

@@ -89,3 +89,22 @@ def test_cache_holds_every_final_document(planted):
 
 def test_dataset_names_are_distinct():
     assert dataset_names(["/a/x.jsonl", "/b/x.jsonl.gz", "gs://c/y"]) == ["x", "x_2", "y"]
+
+
+def test_apply_filters_rejects_misaligned_attributes(tmp_path):
+    import pyarrow as pa
+
+    from marin_assets.datakit.pipeline import _Filter, apply_filters
+    from marin_assets.datakit.shards import write_table
+
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    normalize(str(tmp_path / "in.jsonl"), str(tmp_path / "n"), NormalizeConfig(source="s"))
+    [shard] = list_shards(str(tmp_path / "n"))
+    ids = read_table(shard).column("id").to_pylist()
+    write_table(pa.table({"id": ids[::-1], "flag": [True, False]}), str(tmp_path / "attrs" / shard.rsplit("/", 1)[1]))
+    with pytest.raises(RuntimeError, match="not co-partitioned"):
+        apply_filters({"s": [shard]}, [_Filter("x", lambda n: str(tmp_path / "attrs"), "flag")], str(tmp_path / "o"), 10)
+    write_table(pa.table({"id": ids, "flag": [True, False]}), str(tmp_path / "attrs" / shard.rsplit("/", 1)[1]))
+    counts = apply_filters({"s": [shard]}, [_Filter("x", lambda n: str(tmp_path / "attrs"), "flag")], str(tmp_path / "o"), 10)
+    assert counts == {"docs_in": 2, "docs_out": 1, "removed": {"x": 1}}
+    assert read_table(list_shards(str(tmp_path / "o"))[0]).column("id").to_pylist() == [ids[1]]
