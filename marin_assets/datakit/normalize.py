@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from marin_assets.datakit.quarantine import QuarantineRecord, write_quarantine
 from marin_assets.datakit.readers import Document, ReaderConfig, iter_path
-from marin_assets.datakit.shards import join, shard_name, write_json
+from marin_assets.datakit.shards import clear_shards, join, shard_name, write_json
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
 
@@ -82,6 +82,7 @@ def normalize_documents(
 
     fs, root = fsspec.core.url_to_fs(out_dir)
     fs.makedirs(root, exist_ok=True)
+    clear_shards(out_dir)
     quarantined: list[QuarantineRecord] = []
     temp_paths: list[str] = []
     rows: list[tuple[str, str, str, str]] = []

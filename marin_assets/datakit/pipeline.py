@@ -16,7 +16,16 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import basename, join, list_shards, read_table, shard_name, write_json, write_table
+from marin_assets.datakit.shards import (
+    basename,
+    clear_shards,
+    join,
+    list_shards,
+    read_table,
+    shard_name,
+    write_json,
+    write_table,
+)
 
 REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STAGES = ("normalize", "quality", "exact_dedup", "fuzzy_dedup", "decontaminate", "tokenizer", "tokenize")
@@ -78,6 +87,7 @@ def apply_filters(
 
     fs, root = fsspec.core.url_to_fs(out_dir)
     fs.makedirs(root, exist_ok=True)
+    clear_shards(out_dir)
     removed = {f.reason: 0 for f in filters}
     docs_in = docs_out = 0
     buffer: list = []

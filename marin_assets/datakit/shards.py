@@ -67,3 +67,15 @@ def write_json(obj, path: str) -> None:
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(p, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
+
+
+def clear_shards(directory: str) -> None:
+    """Remove part-*/tmp-* Parquet files left by an earlier run, so a rerun never mixes shard counts."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(directory)
+    if fs.exists(root):
+        for p in fs.ls(root, detail=False):
+            name = basename(p)
+            if name.endswith(".parquet") and (SHARD_RE.search(name) or name.startswith("tmp-")):
+                fs.rm(p)

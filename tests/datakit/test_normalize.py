@@ -58,3 +58,13 @@ def test_config_validation():
         NormalizeConfig(source="a/b")
     with pytest.raises(ValueError, match="shard_docs"):
         NormalizeConfig(source="a", shard_docs=0)
+
+
+def test_rerun_into_the_same_dir_replaces_shards(tmp_path, write_jsonl):
+    write_jsonl(tmp_path / "in.jsonl", [{"text": f"doc {i}"} for i in range(6)])
+    normalize(str(tmp_path / "in.jsonl"), str(tmp_path / "out"), NormalizeConfig(source="s", shard_docs=2))
+    assert len(list_shards(str(tmp_path / "out"))) == 3
+    normalize(str(tmp_path / "in.jsonl"), str(tmp_path / "out"), NormalizeConfig(source="s", shard_docs=4))
+    assert [p.rsplit("/", 1)[1] for p in list_shards(str(tmp_path / "out"))] == [
+        "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
+    ]  # fmt: skip
