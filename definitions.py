@@ -7,15 +7,19 @@ import dagster as dg
 from assets.datakit import datakit_assets, datakit_checks
 from assets.normalized import normalized_assets
 from assets.sources import source_assets
+from assets.training import training_assets
+from assets.user_data import user_assets
 from jobs import all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+from sensors import all_sensors
 
 artifact_store = ArtifactStoreResource()
 
 defs = dg.Definitions(
-    assets=[*source_assets, *normalized_assets, *datakit_assets],
+    assets=[*source_assets, *normalized_assets, *datakit_assets, *user_assets, *training_assets],
     asset_checks=datakit_checks,
     jobs=all_jobs,
+    sensors=all_sensors,
     resources={
         "artifact_store": artifact_store,
         "artifact_io": ArtifactIOManager(artifact_store=artifact_store),

@@ -175,7 +175,7 @@ class TokenizedConfig(StageConfig):
     validation_fraction: float = versioned(0.02)
 
 
-@versioned_asset(key="tokenized", code_version="1", config_cls=TokenizedConfig, ins={"docs": "final_documents", "tok": "tokenizer"}, group_name=GROUP, automation_condition=AUTO)
+@versioned_asset(key="tokenized", code_version="2", config_cls=TokenizedConfig, ins={"docs": "final_documents", "tok": "tokenizer"}, group_name=GROUP, automation_condition=AUTO)
 def tokenized(ctx: StageContext, config: TokenizedConfig, docs: ArtifactRef, tok: ArtifactRef):
     """One Levanter cache per source: <source>/{train,validation}, with token stats."""
     by_source = split_by_source(_shards(docs), join(ctx.out_dir, "_docs"))
@@ -184,7 +184,7 @@ def tokenized(ctx: StageContext, config: TokenizedConfig, docs: ArtifactRef, tok
         s = tokenize(list_shards(join(ctx.out_dir, "_docs", source)), join(tok.data_path, "tokenizer.json"), join(ctx.out_dir, source), TokenizeConfig(validation_fraction=config.validation_fraction))
         stats[source] = {split: s[split]["tokens"] for split in ("train", "validation")}
         ctx.log(f"tokenized {source}: {s['train']['documents']} train docs, {s['train']['tokens']} tokens")
-    return {"tokens": stats, "train_tokens": sum(v["train"] for v in stats.values())}
+    return {"tokens": stats, "train_tokens": sum(v["train"] for v in stats.values()), "validation_fraction": config.validation_fraction}
 
 
 class MixtureConfig(StageConfig):

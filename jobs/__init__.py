@@ -20,4 +20,13 @@ demo_job = dg.define_asset_job(
     description="The demo asset graph on the embedded default (local files, SQLite, CPU).",
 )
 
-all_jobs = [demo_job]
+# One phase of the demo run (train + eval of one dynamic partition); the phase controller
+# sensor requests it with the phase spec in its run config.
+train_phase_job = dg.define_asset_job(
+    name="train_phase",
+    selection=dg.AssetSelection.groups("training"),
+    tags={"marin/accelerator": "cpu", "marin/priority": "production"},
+    description="Train and evaluate one phase of the run (requested by the phase controller).",
+)
+
+all_jobs = [demo_job, train_phase_job]

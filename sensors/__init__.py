@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from sensors.new_files import new_user_files
+from sensors.phase_controller import phase_controller
 
 # Declarative automation: assets whose code, default config or upstream version changed
 # are re-materialised by this sensor (running by default when the daemon runs).
@@ -12,4 +13,4 @@ automation = dg.AutomationConditionSensorDefinition(
     "marin_automation", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60
 )
 
-all_sensors = [new_user_files, automation]
+all_sensors = [new_user_files, phase_controller, automation]

@@ -13,6 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", default="demo", help="asset job to run (default: demo)")
     parser.add_argument("--definitions", default="definitions.py", help="code location file")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument("--skip-training", action="store_true", help="only the data job, not the phase-controlled training run")
     parser.set_defaults(handler=run)
 
 
@@ -24,6 +25,12 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     summary = run_job(args.job, args.definitions)
+    if summary["success"] and not args.skip_training:
+        from marin_assets.orchestration.demo import run_phases
+
+        phases = run_phases(args.definitions)
+        summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
+        summary["decisions"] = phases["decisions"]
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["artifacts"] = os.environ["MARIN_PREFIX"]
     if args.json:
@@ -34,5 +41,7 @@ def run(args: argparse.Namespace) -> int:
               f"{len(summary['assets'])} assets ({hits} cache hits), run {summary['run_id']}")
         for key, info in sorted(summary["assets"].items()):
             print(f"  {key:40s} {'hit ' if info['cache_hit'] else 'new '} {info['path']}")
+        for d in summary.get("decisions", []):
+            print(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
         print(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     return 0 if summary["success"] else 1

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -33,3 +35,26 @@ def run_job(job_name: str, definitions_file: str = "definitions.py", tags: dict[
             "dagster_home": os.environ.get("DAGSTER_HOME"),
             "assets": assets,
         }
+
+
+def load_definitions(definitions_file: str = "definitions.py") -> dg.Definitions:
+    path = Path(definitions_file).resolve()
+    sys.path.insert(0, str(path.parent))  # definitions.py imports assets/, jobs/, sensors/
+    spec = importlib.util.spec_from_file_location("marin_definitions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.defs
+
+
+def run_phases(definitions_file: str = "definitions.py", log=print) -> dict:
+    """The Tootsie demo: the phase controller sensor drives train/demo through its phases."""
+    from marin_assets.orchestration.phase_demo import decision_log, run_phase_demo
+
+    defs = load_definitions(definitions_file)
+    from assets.training import TRAIN_KEY, demo_budget, demo_cut, demo_raise  # the code location's own demo knobs
+    from sensors.phase_controller import budget_path
+
+    with dg.DagsterInstance.get() as instance:
+        ticks = run_phase_demo(defs, instance, budget_path(), demo_budget(), demo_raise, demo_cut, log=log)
+        decisions = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")))
+    return {"ticks": ticks, "decisions": decisions}

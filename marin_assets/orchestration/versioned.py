@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from marin_assets.store import ArtifactRef, canonical_json, validate_asset_key
+from marin_assets.store import ArtifactRef, ArtifactStore, canonical_json, validate_asset_key
 from marin_assets.orchestration.resources import ArtifactStoreResource
 
 STORE_RESOURCE_KEY = "artifact_store"
@@ -57,6 +57,8 @@ class StageContext:
     log: Callable[[str], None]
     asset_key: str
     version: str
+    scratch_dir: str  # survives a killed attempt of this version (resumable work)
+    store: ArtifactStore  # to resolve artifacts that are not Dagster inputs (e.g. warm starts)
 
 
 def _config_fingerprint(config_cls: type[StageConfig] | None) -> str:
@@ -141,7 +143,7 @@ def versioned_asset(
             }
 
             def run_body(out_dir: str) -> Mapping[str, Any] | None:
-                stage = StageContext(out_dir, partition, context.log.info, asset_key, version)
+                stage = StageContext(out_dir, partition, context.log.info, asset_key, version, store.scratch_dir(asset_key, partition, version), store)
                 context.log.info(f"computing {asset_key} version {version[:16]}" + (f" partition {partition}" if partition else ""))
                 return body(stage, config, **inputs) if config is not None else body(stage, **inputs)
 

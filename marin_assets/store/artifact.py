@@ -8,6 +8,8 @@ Layout of one artifact::
         manifest.json      files under data/ with sizes, plus the stage's counts
         data/              the artifact itself
         .staging-<id>/     only while a run computes; renamed to data/ on commit
+        .work/             scratch that survives a killed attempt (e.g. training
+                           checkpoints to resume from); removed after SUCCESS
 
 An artifact is complete exactly when STATUS.json says SUCCESS. It is written last, after
 data/, manifest and provenance, so a run killed at any point leaves something that does
@@ -90,6 +92,10 @@ class ArtifactStore:
 
     def version_dir(self, asset_key: str, partition: str | None, version: str) -> str:
         return join(self.partition_dir(asset_key, partition), short_version(version))
+
+    def scratch_dir(self, asset_key: str, partition: str | None, version: str) -> str:
+        """Per-version scratch kept across failed attempts, so long work can resume."""
+        return unstrip(self.fs, join(self.version_dir(asset_key, partition, version), ".work"))
 
     # ---- reads ------------------------------------------------------------------
     def status(self, asset_key: str, partition: str | None, version: str) -> str | None:
@@ -175,6 +181,8 @@ class ArtifactStore:
             self.fs, join(vdir, "provenance.json"), {**provenance, "version": version, "counts": counts, "compute_seconds": round(compute_s, 3)}
         )
         write_json_atomic(self.fs, join(vdir, "STATUS.json"), {"status": SUCCESS, "version": version})
+        if self.fs.exists(join(vdir, ".work")):
+            self.fs.rm(join(vdir, ".work"), recursive=True)
         return ArtifactRef("/".join(validate_asset_key(asset_key)), partition, version, unstrip(self.fs, vdir), manifest)
 
     def _clean_leftovers(self, vdir: str) -> None:
