@@ -30,7 +30,7 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
         cursor = result.cursor or cursor
         requests = result.run_requests or []
         if not requests:
-            reason = result.skip_message if hasattr(result, "skip_message") else str(result)
+            reason = _skip_message(result)
             decisions.append({"action": reason.split(":", 1)[0], "reason": reason})
             log(f"controller: {reason}")
             if reason.startswith("stop") and not raised:
@@ -59,6 +59,12 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
                 cut = True
                 log(f"user: budget cut to {load_budget(budget_file).budget_tokens:,} tokens")
     return decisions
+
+
+def _skip_message(result: dg.SensorResult | dg.SkipReason) -> str:
+    if isinstance(result, dg.SkipReason):
+        return result.skip_message or ""
+    return result.skip_reason.skip_message if result.skip_reason else ""
 
 
 def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> list[dict]:

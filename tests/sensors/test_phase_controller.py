@@ -1,0 +1,85 @@
+"""The phase controller sensor drives a run through Tootsie-like phases.
+
+The training asset is replaced by a stand-in with the same key, partitions and metadata
+contract that "trains" by arithmetic (tokens per source = budget x mix weight), so the
+test exercises the real sensor, decision function, budget file and driver in seconds.
+The real training asset runs in `make demo`.
+"""
+
+import dagster as dg
+import pytest
+
+from assets.training import DEMO_PLAN, TRAIN_KEY, demo_budget, demo_cut, demo_raise, phases, spec_from_json
+from jobs import train_phase_job
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration.phase_demo import decision_log, run_phase_demo
+from marin_assets.phases.budget import load_budget
+from sensors.phase_controller import BUDGET_ENV, phase_controller
+
+CACHE_TOKENS = 1_000_000
+
+
+class StubPhaseConfig(StageConfig):
+    phase: str = versioned("{}")
+    warm_start_version: str = versioned("")
+    attempt: int = versioned(0)
+    base: str = ""
+
+
+@versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhaseConfig, partitions_def=phases, group_name="training")
+def stub_train(ctx: StageContext, config: StubPhaseConfig):
+    spec = spec_from_json(config.phase)
+    before, consumed = 0, {}
+    if spec.warm_start_from:
+        prev = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version).counts
+        before, consumed = prev["tokens_trained"], dict(prev["tokens_consumed"])
+    total = sum(spec.mixture.values())
+    for source, weight in spec.mixture.items():
+        consumed[source] = consumed.get(source, 0) + int(spec.token_budget * weight / total)
+    return {"phase": spec.name, "tokens_trained": before + spec.token_budget, "phase_tokens": spec.token_budget,
+            "tokens_consumed": consumed, "tokens_available": {s: CACHE_TOKENS - consumed.get(s, 0) for s in spec.mixture},
+            "recent_losses": [3.0, 2.9, 2.95, 2.9, 2.92, 2.91, 2.9, 2.93, 2.9], "last_loss": 2.9, "is_cooldown": spec.is_cooldown}
+
+
+@versioned_asset(key="eval/demo", code_version="stub", ins={"ckpt": TRAIN_KEY}, partitions_def=phases, group_name="training")
+def stub_eval(ctx: StageContext, ckpt):
+    return {"evaluated": ckpt.counts["phase"]}
+
+
+@pytest.fixture
+def defs(tmp_path, monkeypatch):
+    monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
+    store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
+    return dg.Definitions(assets=[stub_train, stub_eval], jobs=[train_phase_job], sensors=[phase_controller],
+                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+
+
+def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    ticks = run_phase_demo(defs, instance, tmp_path / "budget.yaml", demo_budget(), demo_raise, demo_cut, log=lambda _: None)
+    ran = [(t["phase"], t["action"]) for t in ticks if "phase" in t]
+    assert ran == [("kestrel", "continue"), ("jellyfish", "cool_down"), ("phoenix", "re_warm"), ("starling", "cool_down")]
+    log = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")))
+    by_phase = {(d["phase"], d["decision"]): d["reason"] for d in log}
+    assert "data running out" in by_phase[("kestrel", "cool_down")]
+    assert "30% high-quality" in by_phase[("kestrel", "cool_down")]
+    assert "budget raised" in by_phase[("jellyfish", "re_warm")]
+    assert "z-loss" in by_phase[("phoenix", "cool_down")]
+    assert ("starling", "stop") in by_phase
+    # Starling's cooldown is as long as the cut budget allows, with z-loss on.
+    run = instance.get_runs(dg.RunsFilter(tags={"marin/phase": "starling"}))[0]
+    starling = spec_from_json(run.run_config["ops"]["train__demo"]["config"]["phase"])
+    assert starling.is_cooldown and starling.z_loss == DEMO_PLAN.late_cooldown_z_loss
+    assert starling.token_budget == 8 * 512  # what demo_cut leaves
+
+
+def test_replayed_tick_requests_the_same_run_and_waits(defs, tmp_path):
+    from marin_assets.phases.budget import write_budget
+
+    write_budget(tmp_path / "budget.yaml", demo_budget())
+    instance = dg.DagsterInstance.ephemeral()
+    first = phase_controller(dg.build_sensor_context(instance=instance, definitions=defs))
+    again = phase_controller(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert [r.run_key for r in first.run_requests] == [r.run_key for r in again.run_requests]  # same key: runs once
+    waiting = phase_controller(dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs))
+    assert isinstance(waiting, dg.SkipReason) and "waiting for phase kestrel" in waiting.skip_message
