@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from marin_assets.datakit.minhash import _splitmix64
+from marin_assets.datakit.hashing import mix64
 
 
 def bloom_size(capacity: int, false_positive_rate: float) -> tuple[int, int]:
@@ -48,8 +48,8 @@ class BloomFilter:
     def _positions(self, hashes: np.ndarray) -> np.ndarray:
         """(items, probes) bit positions, chunk-free: callers pass bounded batches."""
         h = np.asarray(hashes, dtype=np.uint64)
-        h1 = _splitmix64(h ^ np.uint64(0x243F6A8885A308D3))
-        h2 = _splitmix64(h ^ np.uint64(0x13198A2E03707344)) | np.uint64(1)
+        h1 = mix64(h ^ np.uint64(0x243F6A8885A308D3))
+        h2 = mix64(h ^ np.uint64(0x13198A2E03707344)) | np.uint64(1)
         i = np.arange(self.num_probes, dtype=np.uint64)
         return (h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(self.num_bits)
 

@@ -36,7 +36,7 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
-from marin_assets.datakit.minhash import _splitmix64
+from marin_assets.datakit.hashing import mix64
 
 _LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
 
@@ -83,7 +83,7 @@ def ngram_hashes(text: str, config: DecontamConfig = DecontamConfig()) -> np.nda
     h = np.zeros(count, dtype=np.uint64)
     for k in range(n):
         h = (h ^ token_hash[k : k + count]) * np.uint64(0x9E3779B97F4A7C15)
-    h = _splitmix64(h ^ np.uint64(n))
+    h = mix64(h ^ np.uint64(n))
     letters = np.concatenate([[0], np.cumsum(has_letter)])
     return h[(letters[n:] - letters[:-n]) > 0]
 

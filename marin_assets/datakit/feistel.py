@@ -18,25 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from marin_assets.datakit.hashing import mix64
+
 ROUNDS = 5
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on uint64 arrays (returns a new array)."""
-    x = np.asarray(x, dtype=np.uint64).copy()
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
 
 
 def round_keys(key: int, rounds: int = ROUNDS) -> np.ndarray:
     """Per-round 64-bit keys derived from one integer key."""
     base = np.uint64(key & 0xFFFFFFFFFFFFFFFF)
-    return _mix64(base + _GOLDEN * np.arange(1, rounds + 1, dtype=np.uint64))
+    return mix64(base + _GOLDEN * np.arange(1, rounds + 1, dtype=np.uint64))
 
 
 def _feistel(x: np.ndarray, bits: int, keys: np.ndarray, tweak: np.ndarray | int = 0) -> np.ndarray:
@@ -53,7 +44,7 @@ def _feistel(x: np.ndarray, bits: int, keys: np.ndarray, tweak: np.ndarray | int
     left = x >> np.uint64(rw)
     right = x & np.uint64((1 << rw) - 1)
     for k in keys:
-        f = _mix64(right ^ (k ^ tweak)) & np.uint64((1 << lw) - 1)
+        f = mix64(right ^ (k ^ tweak)) & np.uint64((1 << lw) - 1)
         left, right = right, left ^ f
         lw, rw = rw, lw
     return (left << np.uint64(rw)) | right
@@ -159,7 +150,7 @@ class BlockShuffle:
         w = i // np.uint64(self.window)
         start = w * np.uint64(self.window)
         length = np.minimum(np.uint64(self.window), np.uint64(self.n) - start)
-        tweak = _mix64(w + np.uint64(1))
+        tweak = mix64(w + np.uint64(1))
         offset = np.empty_like(i)
         # Full windows share one domain size; a short last window gets its own so that
         # cycle-walking stays within 4x of its length.

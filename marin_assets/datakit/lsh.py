@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from marin_assets.datakit.minhash import _splitmix64
+from marin_assets.datakit.hashing import mix64
 
 
 def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
@@ -26,9 +26,9 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     sig = signatures.astype(np.uint64).reshape(docs, bands, rows)
     key = np.zeros((docs, bands), dtype=np.uint64)
     for r in range(rows):
-        key = _splitmix64(key ^ sig[:, :, r] ^ np.uint64(r + 1))
+        key = mix64(key ^ sig[:, :, r] ^ np.uint64(r + 1))
     # Fold the band number in so equal values in different bands never collide.
-    key = key ^ _splitmix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    key = key ^ mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
     return key.T.copy()
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marin_assets.datakit.hashing import mix64
+
 EMPTY_SIGNATURE_VALUE = np.uint32(0xFFFFFFFF)
 
 # Punctuation is everything that is neither a word character nor whitespace, plus "_".
@@ -59,17 +61,6 @@ def clean_text(text: str, max_chars: int = 500_000) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: a cheap bijective mixer on uint64 (in place on a copy)."""
-    x = x.astype(np.uint64, copy=True)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
-
-
 def shingle_hashes(text: str, params: MinHashParams = MinHashParams()) -> np.ndarray:
     """Sorted unique 64-bit hashes of the cleaned character n-grams of ``text``.
 
@@ -89,7 +80,7 @@ def shingle_hashes(text: str, params: MinHashParams = MinHashParams()) -> np.nda
     for k in range(1, n):
         h *= mult
         h += codes[k : k + count]
-    return np.unique(_splitmix64(h))
+    return np.unique(mix64(h))
 
 
 def permutation_coefficients(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
