@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -55,6 +56,7 @@ def run_phases(definitions_file: str = "definitions.py", log=print) -> dict:
     from sensors.phase_controller import budget_path
 
     with dg.DagsterInstance.get() as instance:
+        started = time.time()
         ticks = run_phase_demo(defs, instance, budget_path(), demo_budget(), demo_raise, demo_cut, log=log)
-        decisions = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")))
+        decisions = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")), since=started)
     return {"ticks": ticks, "decisions": decisions}

@@ -67,9 +67,9 @@ def _skip_message(result: dg.SensorResult | dg.SkipReason) -> str:
     return result.skip_reason.skip_message if result.skip_reason else ""
 
 
-def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> list[dict]:
+def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: float = 0.0) -> list[dict]:
     """The controller's recorded decisions (observations on the train asset), oldest first."""
-    records = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key), limit=100).records
+    records = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=since), limit=100).records
     out = []
     for record in reversed(records):
         obs = record.event_log_entry.asset_observation
