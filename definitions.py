@@ -11,7 +11,7 @@ from assets.training import training_assets
 from assets.user_data import user_assets
 from jobs import all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
-from sensors import all_sensors
+from sensors import all_schedules, all_sensors
 
 artifact_store = ArtifactStoreResource()
 
@@ -20,6 +20,7 @@ defs = dg.Definitions(
     asset_checks=datakit_checks,
     jobs=all_jobs,
     sensors=all_sensors,
+    schedules=all_schedules,
     resources={
         "artifact_store": artifact_store,
         "artifact_io": ArtifactIOManager(artifact_store=artifact_store),

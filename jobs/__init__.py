@@ -29,4 +29,11 @@ train_phase_job = dg.define_asset_job(
     description="Train and evaluate one phase of the run (requested by the phase controller).",
 )
 
-all_jobs = [demo_job, train_phase_job]
+eval_job = dg.define_asset_job(
+    name="evaluate",
+    selection=dg.AssetSelection.assets(["eval", "demo"]),
+    tags={"marin/accelerator": "cpu", "marin/priority": "batch"},
+    description="Re-run the evaluation of one phase checkpoint (a cache hit unless the eval changed).",
+)
+
+all_jobs = [demo_job, train_phase_job, eval_job]

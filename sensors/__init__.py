@@ -6,6 +6,7 @@ import dagster as dg
 
 from sensors.new_files import new_user_files
 from sensors.phase_controller import phase_controller
+from sensors.schedules import nightly_evals
 
 # Declarative automation: assets whose code, default config or upstream version changed
 # are re-materialised by this sensor (running by default when the daemon runs).
@@ -14,3 +15,5 @@ automation = dg.AutomationConditionSensorDefinition(
 )
 
 all_sensors = [new_user_files, phase_controller, automation]
+
+all_schedules = [nightly_evals]

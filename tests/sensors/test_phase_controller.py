@@ -83,3 +83,18 @@ def test_replayed_tick_requests_the_same_run_and_waits(defs, tmp_path):
     assert [r.run_key for r in first.run_requests] == [r.run_key for r in again.run_requests]  # same key: runs once
     waiting = phase_controller(dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs))
     assert isinstance(waiting, dg.SkipReason) and "waiting for phase kestrel" in waiting.skip_message
+
+
+def test_nightly_eval_schedule_requests_every_phase_and_is_off_by_default():
+    from datetime import datetime, timezone
+
+    from sensors.schedules import nightly_evals
+
+    instance = dg.DagsterInstance.ephemeral()
+    assert nightly_evals.default_status == dg.DefaultScheduleStatus.STOPPED
+    when = datetime(2026, 11, 29, 3, tzinfo=timezone.utc)
+    empty = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
+    assert isinstance(empty, dg.SkipReason)
+    instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
+    requests = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
+    assert sorted((r.partition_key, r.run_key) for r in requests) == [("jellyfish", "eval-jellyfish-2026-11-29"), ("kestrel", "eval-kestrel-2026-11-29")]
