@@ -90,11 +90,11 @@ def test_nightly_eval_schedule_requests_every_phase_and_is_off_by_default():
 
     from sensors.schedules import nightly_evals
 
-    instance = dg.DagsterInstance.ephemeral()
     assert nightly_evals.default_status == dg.DefaultScheduleStatus.STOPPED
     when = datetime(2026, 11, 29, 3, tzinfo=timezone.utc)
-    empty = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
-    assert isinstance(empty, dg.SkipReason)
-    instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
-    requests = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
+    with dg.instance_for_test() as instance:
+        empty = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
+        assert isinstance(empty, dg.SkipReason)
+        instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
+        requests = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
     assert sorted((r.partition_key, r.run_key) for r in requests) == [("jellyfish", "eval-jellyfish-2026-11-29"), ("kestrel", "eval-kestrel-2026-11-29")]
