@@ -88,10 +88,10 @@ class Ladder:
         labels = [budget_label(b) for b in self.budgets]
         if len(set(labels)) != len(labels) or list(self.budgets) != sorted(self.budgets):
             raise ValueError(f"Ladder budgets must be increasing and distinct at 2 significant digits: {labels}")
-        for b, ws in zip(labels, self.widths):
-            if len(ws) < 3 or len(set(ws)) != len(ws):
-                raise ValueError(f"Ladder budget {b}: need >= 3 distinct widths for a parabola, got {ws}")
         fit = self.fit_labels
+        for b, ws in zip(labels, self.widths):
+            if len(set(ws)) != len(ws) or not ws or (b in fit and len(ws) < 3):
+                raise ValueError(f"Ladder budget {b}: need distinct widths, >= 3 on a fitted budget, got {ws}")
         if len(fit) < 2:
             raise ValueError(f"Ladder: need >= 2 fit budgets for the power laws, got {fit}")
         if not set(fit) <= set(labels):
@@ -242,6 +242,7 @@ def run_sweep_point(budget: float, width: int, config: "SweepConfig", train_cach
         f"validation {val['mean']:.4f} in {train_s:.1f}s")
     return {
         "budget": cand.budget, "width": cand.width, "depth": cand.depth, "params": cand.params,
+        "vocab_size": config.vocab_size,
         "tokens": int(result.tokens), "flops": spent, "steps": steps, "batch_size": cand.batch_size,
         "learning_rate": cand.learning_rate, "train_loss": float(result.last_loss),
         "validation_loss": float(val["mean"]), "seconds": round(time.monotonic() - started, 2),
@@ -280,6 +281,20 @@ def _read_bytes(ref: ArtifactRef, name: str) -> bytes:
 
     with fsspec.open(f"{ref.data_path.rstrip('/')}/{name}", "rb") as f:
         return f.read()
+
+
+def tokenizer_vocab_size(tokenized: ArtifactRef) -> int:
+    """The vocabulary the caches were tokenized with (each source's stats.json records it)."""
+    sizes = {}
+    for source in sorted(tokenized.counts.get("tokens", {})):
+        try:
+            sizes[source] = int(_read_json(tokenized, f"{source}/stats.json")["vocab_size"])
+        except (FileNotFoundError, KeyError) as e:
+            raise ValueError(f"tokenized source {source!r}: no vocab_size in {tokenized.data_path}/{source}/stats.json "
+                             f"({e!r}); set the sweep's vocab_size explicitly") from None
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"tokenized sources disagree on the vocabulary size: {sizes}")
+    return sizes.popitem()[1]
 
 
 def caches_of(tokenized: ArtifactRef, split: str) -> dict[str, str]:
@@ -321,13 +336,13 @@ def loss_at(law: Mapping[str, Any], budget: float) -> float:
     return float(law["k"] * budget ** law["exponent"])
 
 
-def nearest_config(budget: float, params_opt: float, config: "PredictionConfig") -> dict | None:
+def nearest_config(budget: float, params_opt: float, config: "PredictionConfig", vocab_size: int) -> dict | None:
     """The family member (planned at ``budget``) whose parameter count is closest to N*."""
     from marin_assets.scaling.planner import ModelFamily, plan_sweep
 
     sweep = config.sweep
     family = ModelFamily(
-        widths=tuple(range(sweep.head_dim, config.max_width + 1, sweep.head_dim)), vocab_size=sweep.vocab_size,
+        widths=tuple(range(sweep.head_dim, config.max_width + 1, sweep.head_dim)), vocab_size=vocab_size,
         seq_len=sweep.seq_len, head_dim=sweep.head_dim, aspect_ratio=sweep.aspect_ratio,
         batch_sizes=tuple(sweep.batch_sizes), min_steps=sweep.min_steps, lr_base=sweep.lr_base,
         lr_ref_width=sweep.lr_ref_width,
@@ -347,7 +362,7 @@ def _png_markdown(title: str, png: bytes) -> dg.MetadataValue:
 
 
 class SweepConfig(StageConfig):
-    vocab_size: int = versioned(4096, description="model vocabulary: the tokenizer's size (demo tokenizer: 4096)")
+    vocab_size: int = versioned(0, description="model vocabulary; 0 = the tokenizer's, read from the caches' stats.json")
     seq_len: int = versioned(64)
     head_dim: int = versioned(16)
     aspect_ratio: float = versioned(128.0, description="d_model / n_layers; 128 keeps these tiny models at 1 layer")
@@ -377,8 +392,13 @@ class PredictionConfig(StageConfig):
 
 
 def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "tokenized",
-                         automation_condition: dg.AutomationCondition | None = None):
-    """(assets, checks) for one ladder: sweep, scaling_fit, prediction and prediction_error."""
+                         automation_condition: dg.AutomationCondition | None = None, run_fn=None):
+    """(assets, checks) for one ladder: sweep, scaling_fit, prediction and prediction_error.
+
+    ``run_fn`` has ``run_sweep_point``'s signature and returns its counts (at least params,
+    tokens, flops, validation_loss, vocab_size); tests pass a known law to check the fit path.
+    """
+    run_fn = run_fn or run_sweep_point
     partitions = dg.StaticPartitionsDefinition(ladder.keys())
     target = ladder.target
 
@@ -388,7 +408,9 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "
     def sweep(ctx: StageContext, config: SweepConfig, tokenized: ArtifactRef):
         """One IsoFLOP run: the planned model for (budget, width) trained to its budget, validation loss."""
         budget, width = parse_partition_key(ctx.partition_key)
-        return run_sweep_point(budget, width, config, caches_of(tokenized, "train"),
+        if not config.vocab_size:
+            config = config.model_copy(update={"vocab_size": tokenizer_vocab_size(tokenized)})
+        return run_fn(budget, width, config, caches_of(tokenized, "train"),
                                caches_of(tokenized, "validation"), ctx.out_dir, log=ctx.log)
 
     def fit_metadata(ref: ArtifactRef) -> dict:
@@ -438,6 +460,9 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "
         from marin_assets.scaling.data import bucket_flops
 
         summary = _read_json(fit, "fit.json")
+        vocabs = {r["vocab_size"] for r in summary["runs"]}
+        if len(vocabs) != 1:
+            raise ValueError(f"prediction: the fitted runs used different vocabularies {sorted(vocabs)}")
         budget = bucket_flops(target)  # the bucket the target's runs are planned into
         n_star = summary["n_opt_coefficient"] * budget ** summary["n_opt_exponent"]
         d_star = summary["d_opt_coefficient"] * budget ** summary["d_opt_exponent"]
@@ -445,7 +470,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "
         in_sample = [{"budget": o["budget"], "predicted": loss_at(summary["loss_law"], o["budget"]),
                       "vertex_loss": o["loss_opt"]} for o in summary["optima"]]
         out = {"budget": budget, "budget_label": ladder.target_label, "params_opt": n_star, "tokens_opt": d_star,
-               "loss": loss, "loss_law": summary["loss_law"], "config": nearest_config(budget, n_star, config),
+               "loss": loss, "loss_law": summary["loss_law"], "config": nearest_config(budget, n_star, config, vocabs.pop()),
                "in_sample": in_sample}
         _write_text(ctx.out_dir, "prediction.json", json.dumps(out, indent=1))
         ctx.log(f"prediction at C={budget:.3g}: N*={n_star:.3g}, D*={d_star:.3g}, loss {loss:.4f}")
