@@ -119,7 +119,7 @@ def test_partition_keys_round_trip_and_pass_store_validation():
 def test_ladder_rejects_bad_shapes():
     with pytest.raises(ValueError, match=">= 3 budgets"):
         Ladder(budgets=(1e9, 2e9), widths=((8, 16, 32),) * 2)
-    with pytest.raises(ValueError, match=">= 3 distinct widths"):
+    with pytest.raises(ValueError, match=">= 3 on a fitted budget"):
         Ladder(budgets=(1e9, 2e9, 4e9), widths=((8, 16, 32), (8, 16), (8, 16, 32)))
     with pytest.raises(ValueError, match="must not be fitted on"):
         Ladder(budgets=(1e9, 2e9, 4e9), widths=((8, 16, 32),) * 3, fit_budgets=(1e9, 4e9))
