@@ -36,4 +36,12 @@ eval_job = dg.define_asset_job(
     description="Re-run the evaluation of one phase checkpoint (a cache hit unless the eval changed).",
 )
 
-all_jobs = [demo_job, train_phase_job, eval_job]
+# The IsoFLOP ladder: one run per sweep partition, then the fit, prediction and its check.
+scaling_job = dg.define_asset_job(
+    name="scaling",
+    selection=dg.AssetSelection.groups("scaling"),
+    tags={"marin/accelerator": "cpu", "marin/priority": "batch"},
+    description="Scaling-law ladder: sweep runs, IsoFLOP fit, prediction for the largest budget.",
+)
+
+all_jobs = [demo_job, train_phase_job, eval_job, scaling_job]
