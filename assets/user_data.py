@@ -7,13 +7,13 @@ a stale cache hit; the body re-checks the hash before reading.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import dagster as dg
 
 from marin_assets.datakit.normalize import NormalizeConfig as LibNormalizeConfig
 from marin_assets.datakit.normalize import normalize
+from marin_assets.store.fsutil import sha256_file
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
 
 user_files = dg.DynamicPartitionsDefinition(name="user_files")
@@ -25,21 +25,13 @@ class UserFileConfig(StageConfig):
     shard_docs: int = versioned(2000)
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @versioned_asset(key="normalized/user", code_version="1", config_cls=UserFileConfig, partitions_def=user_files, group_name="user_data")
 def normalized_user(ctx: StageContext, config: UserFileConfig):
     """A user's file (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt) normalized to Parquet."""
     path = os.path.join(config.directory, ctx.partition_key)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"user file {path} (partition {ctx.partition_key!r}) does not exist")
-    actual = file_sha256(path)
+    actual = sha256_file(path)
     if config.sha256 and actual != config.sha256:
         raise ValueError(f"user file {path} changed since the sensor saw it (sha256 {actual[:12]} != {config.sha256[:12]}); the next tick picks it up")
     return normalize([path], ctx.out_dir, LibNormalizeConfig(source="user", shard_docs=config.shard_docs))

@@ -11,7 +11,8 @@ import os
 
 import dagster as dg
 
-from assets.user_data import file_sha256, normalized_user, user_files
+from assets.user_data import normalized_user, user_files
+from marin_assets.store.fsutil import sha256_file
 from marin_assets.store import validate_segment
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -33,7 +34,7 @@ def scan(directory: str) -> tuple[dict[str, str], dict[str, str]]:
         except ValueError as err:
             skipped[name] = str(err)
             continue
-        usable[name] = file_sha256(path)
+        usable[name] = sha256_file(path)
     return usable, skipped
 
 

@@ -10,7 +10,6 @@ metadata) straight from the tarball, without extracting it to disk.
 from __future__ import annotations
 
 import configparser
-import hashlib
 import io
 import json
 import os
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from marin_assets.datakit.shards import join, write_json
+from marin_assets.store.fsutil import sha256_file
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,6 @@ SOURCES: dict[str, SourceSpec] = {
 
 def default_cache_dir() -> str:
     return os.environ.get("MARIN_DATAKIT_CACHE", os.path.expanduser("~/.cache/marin/datakit"))
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fetch_command(spec: SourceSpec, dest: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -67,3 +68,12 @@ def list_files(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, int]
         rel = path[len(root_stripped):] if path.startswith(root_stripped) else path
         out.append((rel, int(info.get("size") or 0)))
     return sorted(out)
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a local file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

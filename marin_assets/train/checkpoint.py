@@ -18,7 +18,6 @@ permanent ones (every N steps) are kept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,16 +29,10 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from marin_assets.store.fsutil import sha256_file
+
 log = logging.getLogger(__name__)
 MARKER = "COMMITTED"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _write_fsync(path: Path, data: bytes) -> None:
@@ -82,7 +75,7 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
     if final.exists():
         shutil.rmtree(final)  # an invalid leftover from a crash
     os.rename(staging, final)
-    marker = {"state.npz": _sha256(final / "state.npz"), "meta.json": _sha256(final / "meta.json")}
+    marker = {"state.npz": sha256_file(final / "state.npz"), "meta.json": sha256_file(final / "meta.json")}
     _write_fsync(final / MARKER, json.dumps(marker).encode())
     _prune_temporary(root, keep=final)
     return final
@@ -92,7 +85,7 @@ def is_valid(folder: Path) -> bool:
     marker = folder / MARKER
     try:
         expected = json.loads(marker.read_text())
-        return all(_sha256(folder / name) == digest for name, digest in expected.items())
+        return all(sha256_file(folder / name) == digest for name, digest in expected.items())
     except (OSError, ValueError) as e:
         log.debug("checkpoint %s invalid: %s", folder, e)
         return False
