@@ -85,6 +85,19 @@ def _metadata_value(value: Any) -> Any:
     return dg.MetadataValue.text(str(value))
 
 
+RATE_KEYS = ("docs_in", "docs", "train_tokens", "tokens_trained", "rows")
+
+
+def _rate(counts: Mapping[str, Any], elapsed: float, cache_hit: bool) -> str:
+    """', 1234 docs/s' for the first throughput-like count, so long stages show a rate."""
+    if cache_hit or elapsed <= 0:
+        return ""
+    for key in RATE_KEYS:
+        if isinstance(counts.get(key), (int, float)) and not isinstance(counts.get(key), bool):
+            return f" ({counts[key] / elapsed:,.0f} {key}/s)"
+    return ""
+
+
 def _upstream_versions(inputs: Mapping[str, Any]) -> dict[str, str]:
     versions: dict[str, str] = {}
     for ref in _iter_refs(inputs):
@@ -153,7 +166,7 @@ def versioned_asset(
             counts = dict(ref.counts)
             elapsed = time.monotonic() - started
             context.log.info(
-                f"{asset_key}: {'cache hit' if result.cache_hit else 'computed'} in {elapsed:.2f}s; counts {counts}"
+                f"{asset_key}: {'cache hit' if result.cache_hit else 'computed'} in {elapsed:.2f}s{_rate(counts, elapsed, result.cache_hit)}; counts {counts}"
             )
             metadata = {
                 "path": dg.MetadataValue.path(ref.path),
