@@ -1,5 +1,11 @@
 """MoE train-step throughput: ours vs Levanter's Mixtral on the same shape, plus our MFU.
 
+Both steps are jitted on the same shape and batch, warmed up, then timed in interleaved
+iterations (ours, reference, ours, reference, ...) so machine-load drift hits both
+sides alike; the reported time is each side's median. Levanter keeps its own defaults
+(its grouped matmul is ``jax.lax.ragged_dot``); ours uses ``--grouped-matmul``
+(default "auto", see kernels/grouped_matmul.py).
+
 Prints JSON lines: {"name": "moe_train_step", "unit": "tokens/s", "ours", "reference",
 "ratio" (= ours / reference), ...} and {"name": "moe_mfu", ...} against the matmul peak
 measured in this same run (a big float32 jnp.dot).
@@ -15,15 +21,24 @@ import time
 
 
 def _time(fn, *args, warmup=2, iters=5):
-    for _ in range(warmup):
-        out = fn(*args)
+    return _interleaved([(fn, args)], warmup, iters)[0]
+
+
+def _interleaved(cases, warmup: int, iters: int) -> list[float]:
+    """Median seconds per call of each (fn, args), timed round-robin across the cases."""
+    import statistics
+
     import jax
-    jax.block_until_ready(out)
-    t0 = time.perf_counter()
+    for fn, args in cases:
+        for _ in range(warmup):
+            jax.block_until_ready(fn(*args))
+    times = [[] for _ in cases]
     for _ in range(iters):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / iters
+        for i, (fn, args) in enumerate(cases):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def matmul_peak(n: int, dtype) -> float:
@@ -42,7 +57,8 @@ def ours_step(args, dtype):
     c = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers,
                     n_heads=args.heads, n_kv_heads=args.kv_heads, d_ff=args.expert_d_ff,
                     n_routed_experts=args.experts, n_shared_experts=0, top_k=args.top_k,
-                    expert_d_ff=args.expert_d_ff, max_seq_len=args.seq, lm_z_loss=0.0)
+                    expert_d_ff=args.expert_d_ff, max_seq_len=args.seq, lm_z_loss=0.0,
+                    grouped_matmul=args.grouped_matmul)
     params = jax.tree.map(lambda x: x.astype(dtype), init_params(c, jax.random.PRNGKey(0)))
     bias = init_router_bias(c)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (args.batch, args.seq), 0, args.vocab)
@@ -53,7 +69,7 @@ def ours_step(args, dtype):
         params = jax.tree.map(lambda p, g: p - 1e-3 * g, params, g)
         return params, next_router_bias(bias, aux, c), loss
 
-    return c, _time(step, params, bias, tokens)
+    return c, (step, (params, bias, tokens))
 
 
 def levanter_step(args, dtype):
@@ -87,7 +103,7 @@ def levanter_step(args, dtype):
         model = eqx.apply_updates(model, jax.tree.map(lambda g: -1e-3 * g, g))
         return model, loss
 
-    return _time(step, model, example)
+    return step, (model, example)
 
 
 def main() -> int:
@@ -97,20 +113,23 @@ def main() -> int:
                           ("batch", 8), ("vocab", 1024), ("peak-n", 2048)]:
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--grouped-matmul", default="auto", choices=["auto", "ragged_dot", "blocked"])
+    ap.add_argument("--iters", type=int, default=5, help="timed iterations per side (interleaved)")
     args = ap.parse_args()
     import jax
     import jax.numpy as jnp
     from marin_assets.model import flops_per_token
     dtype = jnp.dtype(args.dtype)
     tokens = args.batch * args.seq
-    config, ours_s = ours_step(args, dtype)
-    ref_s = levanter_step(args, dtype)
+    config, ours = ours_step(args, dtype)
+    ours_s, ref_s = _interleaved([ours, levanter_step(args, dtype)], warmup=2, iters=args.iters)
     peak = matmul_peak(args.peak_n, dtype)
-    shape = {k: v for k, v in vars(args).items() if k != "peak_n"}
+    shape = {k: v for k, v in vars(args).items() if k not in ("peak_n", "iters", "grouped_matmul")}
     ours_tps, ref_tps = tokens / ours_s, tokens / ref_s
     print(json.dumps({"name": "moe_train_step", "unit": "tokens/s", "ours": ours_tps,
                       "reference": ref_tps, "ratio": ours_tps / ref_tps,
                       "reference_impl": "levanter.models.mixtral", "backend": jax.default_backend(),
+                      "grouped_matmul": args.grouped_matmul, "timing": f"median of {args.iters}, interleaved",
                       "shape": shape}))
     flops = flops_per_token(config, args.seq)
     print(json.dumps({"name": "moe_mfu", "unit": "fraction of measured matmul peak",

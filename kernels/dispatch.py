@@ -23,12 +23,13 @@ def position_in_group(keys: jax.Array, n_groups: int) -> jax.Array:
 
 
 def moe_local(x: jax.Array, expert_ids: jax.Array, weights: jax.Array, w_gate: jax.Array,
-              w_up: jax.Array, w_down: jax.Array, capacity: int | None = None
-              ) -> tuple[jax.Array, jax.Array]:
+              w_up: jax.Array, w_down: jax.Array, capacity: int | None = None,
+              impl: str = "auto") -> tuple[jax.Array, jax.Array]:
     """Routed experts on one device.
 
     x: [T, D]; expert_ids, weights: [T, k]; w_gate, w_up: [E, D, F]; w_down: [E, F, D].
     capacity: max assignments per expert (None = dropless).
+    impl: grouped matmul implementation (``kernels.grouped_matmul.IMPLS``).
     Returns (out [T, D], dropped assignments: int32 scalar).
     """
     T, k = expert_ids.shape
@@ -43,7 +44,7 @@ def moe_local(x: jax.Array, expert_ids: jax.Array, weights: jax.Array, w_gate: j
     order = jnp.argsort(key, stable=True)
     group_sizes = jnp.bincount(key, length=E + 1)[:E].astype(jnp.int32)
     rows = x[order // k]
-    out_sorted = expert_swiglu(rows, w_gate, w_up, w_down, group_sizes)
+    out_sorted = expert_swiglu(rows, w_gate, w_up, w_down, group_sizes, impl)
     out_assign = jnp.zeros_like(out_sorted).at[order].set(out_sorted)
     out = jnp.einsum("tkd,tk->td", out_assign.reshape(T, k, -1), weights.astype(out_assign.dtype))
     dropped = (flat_e.shape[0] - jnp.sum(group_sizes)).astype(jnp.int32)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
 from kernels.dispatch import position_in_group
-from kernels.grouped_matmul import expert_swiglu
+from kernels.grouped_matmul import IMPLS, expert_swiglu
 
 TRANSPORTS = ("ragged", "pooled")
 
@@ -78,11 +78,11 @@ def _unpack(payload: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
     return rows, jax.lax.bitcast_convert_type(bits, jnp.int32)
 
 
-def _local_experts(rows, local_ids, n_local, w_gate, w_up, w_down):
+def _local_experts(rows, local_ids, n_local, w_gate, w_up, w_down, impl="auto"):
     """Grouped SwiGLU on unsorted rows; local_ids == n_local marks rows to skip (zeros)."""
     order = jnp.argsort(local_ids, stable=True)
     sizes = jnp.bincount(local_ids, length=n_local + 1)[:n_local]
-    out_sorted = expert_swiglu(rows[order], w_gate, w_up, w_down, sizes)
+    out_sorted = expert_swiglu(rows[order], w_gate, w_up, w_down, sizes, impl)
     return jnp.zeros_like(out_sorted).at[order].set(out_sorted)
 
 
@@ -107,6 +107,7 @@ class ExpertParallel:
     capacity_factor_send: float = 1.10
     capacity_factor_recv: float = 1.15
     waves: int = 3
+    grouped_matmul: str = "auto"  # kernels.grouped_matmul.IMPLS
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -117,6 +118,8 @@ class ExpertParallel:
             raise ValueError(f"ExpertParallel.waves must be >= 1, got {self.waves}")
         if self.capacity_factor_send <= 0 or self.capacity_factor_recv <= 0:
             raise ValueError("ExpertParallel: capacity factors must be > 0")
+        if self.grouped_matmul not in IMPLS:
+            raise ValueError(f"ExpertParallel.grouped_matmul must be one of {IMPLS}, got {self.grouped_matmul!r}")
 
     @property
     def size(self) -> int:
@@ -166,7 +169,7 @@ class ExpertParallel:
         accepted = round_robin_counts(jnp.sum(valid, axis=1), recv_cap)
         accept = jnp.arange(pool)[None, :] < accepted[:, None]
         ids = jnp.where(accept, r_tag - 1, El).reshape(-1)
-        out = _local_experts(r_rows.reshape(-1, D), ids, El, w_gate, w_up, w_down)
+        out = _local_experts(r_rows.reshape(-1, D), ids, El, w_gate, w_up, w_down, self.grouped_matmul)
         back = _exchange(out.reshape(Pn, pool, D), self.axis, self.waves).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         dropped = (A - jnp.sum(sent)) + (jnp.sum(valid) - jnp.sum(accept))
@@ -199,7 +202,7 @@ class ExpertParallel:
         where = jnp.where(valid, offset[:, None] + j, recv_cap).reshape(-1)
         compact = jnp.zeros((recv_cap, D), x.dtype).at[where].set(r_rows.reshape(-1, D), mode="drop")
         ids = jnp.full((recv_cap,), El, jnp.int32).at[where].set(r_tag.reshape(-1), mode="drop")
-        out = _local_experts(compact, ids, El, w_gate, w_up, w_down)
+        out = _local_experts(compact, ids, El, w_gate, w_up, w_down, self.grouped_matmul)
         out_blocks = jnp.take(out, where, axis=0, mode="fill", fill_value=0).reshape(Pn, block, D)
         back = _exchange(out_blocks, self.axis, 1).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)

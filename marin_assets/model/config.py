@@ -7,6 +7,7 @@ from typing import Literal
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
+_GROUPED_MATMUL = ("auto", "ragged_dot", "blocked")  # == kernels.grouped_matmul.IMPLS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,10 @@ class ModelConfig:
     # Fraction of the measured quantile shift applied per step. 1.0 is the full
     # correction; a little damping stops experts from oscillating around their share.
     balancing_rate: float = 0.5
+    # Routed-expert grouped matmul (kernels/grouped_matmul.py): "auto" = jax.lax.ragged_dot
+    # on TPU, the blocked batched matmul elsewhere (ragged_dot is lowered densely there, G
+    # times the FLOPs); "ragged_dot" / "blocked" force one. Same math either way.
+    grouped_matmul: str = "auto"
     norm_eps: float = 1e-6
     init_std: float = 0.02
 
@@ -83,6 +88,9 @@ class ModelConfig:
             raise ValueError("ModelConfig: z-loss coefficients must be >= 0")
         if self.balancing not in _BALANCING:
             raise ValueError(f"ModelConfig.balancing must be one of {_BALANCING}, got {self.balancing!r}")
+        if self.grouped_matmul not in _GROUPED_MATMUL:
+            raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, "
+                             f"got {self.grouped_matmul!r}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 

@@ -29,7 +29,7 @@ def moe_mlp(p: dict, x: jax.Array, config: ModelConfig, bias: jax.Array, ep=None
     routed_in = xt @ p["latent_down"] if config.latent_dim is not None else xt
     experts = (routed_in, ids, weights, p["e_gate"], p["e_up"], p["e_down"])
     if ep is None:
-        routed, dropped = moe_local(*experts)
+        routed, dropped = moe_local(*experts, impl=config.grouped_matmul)
     else:
         routed, dropped = ep(*experts)
     if config.latent_dim is not None:

@@ -11,6 +11,7 @@ from marin_assets.model import (ModelConfig, active_matmul_params, count_params,
     ({"top_k": 5, "n_routed_experts": 4}, "top_k"),
     ({"d_model": 65}, "head_dim"),
     ({"balancing": "aux_loss"}, "balancing"),
+    ({"grouped_matmul": "pallas"}, "grouped_matmul"),
     ({"capacity_factor_recv": 0.0}, "capacity"),
     ({"vocab_size": 0}, "vocab_size"),
 ])
