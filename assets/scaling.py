@@ -128,15 +128,13 @@ class Ladder:
         return self.keys([self.target_label])
 
 
-# Tiny dense 1-layer models on the demo data (seq 64): 4 budgets a factor 2 apart, so the loss
-# envelope (3 parameters) is fitted on 3 budgets and extrapolated to the 4th. Measured on the
-# demo caches with the 4096-token tokenizer (see the scaling report): at 3e10 and 1.2e11 FLOPs
-# the narrowest width still wins (validation 6.13 / 6.87 / 6.97 and 5.80 / 6.05 for d8 / d16 /
-# d32), i.e. the LM head dominates and the optimum sits below width 8. An interior optimum at
-# these budgets needs a smaller tokenizer vocabulary for the demo or narrower widths.
+# Tiny dense 1-layer models (seq 64, head 8) on the ladder's own 384-token BPE sample of the
+# demo documents: 4 budgets a factor 2 apart, so the loss envelope (3 parameters) is fitted
+# on 3 budgets and extrapolated to the 4th. The small vocabulary keeps the LM head from
+# dominating the FLOPs (with the demo's 4096-token BPE the narrowest width won every budget).
 DEMO_LADDER = Ladder(
-    budgets=(3e10, 6e10, 1.2e11, 2.4e11),
-    widths=((8, 16, 32),) * 4,
+    budgets=(2e10, 4e10, 8e10, 1.6e11),
+    widths=((16, 24, 32),) * 4,
 )
 
 
@@ -361,6 +359,40 @@ def _png_markdown(title: str, png: bytes) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"**{title}**\n\n![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
+# ---------------------------------------------------------------- the ladder's own data (no dagster)
+
+
+def sample_documents(shard_paths: Sequence[str], out_dir: str, max_chars_per_source: int) -> dict:
+    """Write ``out_dir/<source>/part-00000-of-00001.parquet``: whole documents of each source
+    until it holds ``max_chars_per_source`` characters; return {source: {documents, chars}}.
+
+    Documents are taken in order of the *last* 8 hex digits of their id (a uniform hash), so
+    the sample is uniform and independent of the train/validation split, which the
+    tokenizer makes from the *first* 8 digits (``datakit.tokenize.is_validation``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from marin_assets.datakit.shards import join, read_table, shard_name, write_table
+
+    if max_chars_per_source < 1:
+        raise ValueError(f"max_chars_per_source must be >= 1, got {max_chars_per_source}")
+    tables = [read_table(p, columns=["id", "text", "source"]) for p in shard_paths]
+    if not tables or not sum(t.num_rows for t in tables):
+        raise ValueError(f"no documents in {list(shard_paths)}")
+    table = pa.concat_tables(tables)
+    out = {}
+    for source in sorted(set(table.column("source").to_pylist())):
+        part = table.filter(pc.equal(table.column("source"), source))
+        order = pc.sort_indices(pa.table({"k": pc.utf8_slice_codeunits(part.column("id"), 24, 32)}), [("k", "ascending")])
+        part = part.take(order)
+        chars = np.cumsum(pc.utf8_length(part.column("text")).to_numpy(zero_copy_only=False))
+        n = min(part.num_rows, int(np.searchsorted(chars, max_chars_per_source)) + 1)
+        write_table(part.slice(0, n), join(out_dir, source, shard_name(0, 1)))
+        out[source] = {"documents": n, "chars": int(chars[n - 1])}
+    return out
+
+
 # ---------------------------------------------------------------- configs
 
 
@@ -369,10 +401,10 @@ class SweepConfig(StageConfig):
     seq_len: int = versioned(64)
     head_dim: int = versioned(8)
     aspect_ratio: float = versioned(128.0, description="d_model / n_layers; 128 keeps these tiny models at 1 layer")
-    batch_sizes: list[int] = versioned([8], description="sequences per step the planner may pick (small: more steps per FLOP)")
-    min_steps: int = versioned(50)
+    batch_sizes: list[int] = versioned([16], description="sequences per step the planner may pick (small: more steps per FLOP)")
+    min_steps: int = versioned(100)
     tolerance: float = versioned(0.04, description="planned FLOPs within this fraction of the budget")
-    lr_base: float = versioned(2e-2)
+    lr_base: float = versioned(1e-2, description="2e-2 diverges on some of these runs, 4e-3 is noisier")
     lr_ref_width: int = versioned(1024, description="LR shrinks as 1/width only above this width")
     decay_fraction: float = versioned(0.2, description="WSD: last fraction of steps decays the LR")
     seed: int = versioned(0)
@@ -391,10 +423,55 @@ class PredictionConfig(StageConfig):
     max_width: int = versioned(512)
 
 
+class ScalingDataConfig(StageConfig):
+    vocab_size: int = versioned(384, description="BPE vocabulary of the ladder's own tokenizer: small, so the LM head "
+                                                 "does not dominate the FLOPs of these tiny models")
+    max_chars_per_source: int = versioned(2_000_000, description="document cap: whole documents per source up to this many characters")
+
+
+class ScalingTokenizedConfig(StageConfig):
+    validation_fraction: float = versioned(0.05, description="held-out share of documents (by id hash)")
+
+
 # ---------------------------------------------------------------- the assets
 
 
-def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "tokenized",
+@versioned_asset(key="scaling/tokenizer", code_version="1", config_cls=ScalingDataConfig,
+                 ins={"docs": "final_documents"}, group_name=SCALING_GROUP)
+def scaling_tokenizer(ctx: StageContext, config: ScalingDataConfig, docs: ArtifactRef):
+    """The ladder's data: a capped sample of the final documents (docs/<source>/) and a
+    small-vocabulary BPE trained on it (tokenizer.json)."""
+    from marin_assets.datakit.shards import join, list_shards
+    from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
+
+    sample = sample_documents(list_shards(docs.data_path), join(ctx.out_dir, "docs"), config.max_chars_per_source)
+    shards = [p for source in sample for p in list_shards(join(ctx.out_dir, "docs", source))]
+    tok = train_tokenizer(shards, ctx.out_dir, TokenizerTrainConfig(vocab_size=config.vocab_size))
+    ctx.log(f"scaling/tokenizer: vocab {tok['vocab_size']} on {sample}")
+    return {**tok, "documents": {s: v["documents"] for s, v in sample.items()},
+            "chars": {s: v["chars"] for s, v in sample.items()}}
+
+
+@versioned_asset(key="scaling/tokenized", code_version="1", config_cls=ScalingTokenizedConfig,
+                 ins={"tok": "scaling/tokenizer"}, group_name=SCALING_GROUP)
+def scaling_tokenized(ctx: StageContext, config: ScalingTokenizedConfig, tok: ArtifactRef):
+    """One Levanter cache per source of the ladder's sample: <source>/{train,validation}."""
+    from marin_assets.datakit.shards import join, list_shards
+    from marin_assets.datakit.tokenize import TokenizeConfig, tokenize
+
+    stats = {}
+    for source in sorted(tok.counts["documents"]):
+        s = tokenize(list_shards(join(tok.data_path, "docs", source)), join(tok.data_path, "tokenizer.json"),
+                     join(ctx.out_dir, source), TokenizeConfig(validation_fraction=config.validation_fraction))
+        stats[source] = {split: s[split]["tokens"] for split in ("train", "validation")}
+        ctx.log(f"scaling/tokenized {source}: {stats[source]}")
+    return {"tokens": stats, "train_tokens": sum(v["train"] for v in stats.values()),
+            "vocab_size": tok.counts["vocab_size"]}
+
+
+
+
+def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "scaling/tokenized",
                          automation_condition: dg.AutomationCondition | None = None, run_fn=None):
     """(assets, checks) for one ladder: sweep, scaling_fit, prediction and prediction_error.
 
@@ -532,4 +609,65 @@ def predicted_vs_actual_png(pred: Mapping[str, Any], actual_loss: float) -> byte
     return plot_predicted_vs_actual(budgets, predicted, actual)
 
 
-scaling_assets, scaling_checks = build_scaling_assets(DEMO_LADDER)
+_ladder_assets, scaling_checks = build_scaling_assets(DEMO_LADDER)
+scaling_assets = [scaling_tokenizer, scaling_tokenized, *_ladder_assets]
+# Everything in the scaling group: data, sweep partitions, fit, prediction (and its check).
+scaling_job = dg.define_asset_job("scaling", selection=dg.AssetSelection.groups(SCALING_GROUP),
+                                  description="The IsoFLOP ladder: its data, sweep runs, fit, prediction and check.")
+
+
+# ---------------------------------------------------------------- the whole ladder, in process
+
+
+def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, log=print, ladder: Ladder = DEMO_LADDER,
+               run_config: Mapping[str, Any] | None = None) -> dict:
+    """Materialise the ladder in process: scaling/tokenizer, scaling/tokenized, every sweep
+    partition (the fit budgets, then the held-out largest one), then scaling_fit and
+    prediction, whose check compares the prediction with the best run at the largest budget.
+
+    Uses the job named "scaling" of ``defs`` (``scaling_job`` if ``defs`` has none);
+    ``run_config``'s {"ops": {op: ...}} entries go to the steps that run those ops. The
+    prediction only reads the fit budgets' runs, so running the target's partitions first
+    changes nothing in it. Returns {"prediction", "actual", "relative_error", "passed",
+    "exponents", "seconds", ...}; raises if a step fails."""
+    started = time.monotonic()
+    try:
+        job = defs.resolve_job_def("scaling")
+    except Exception:  # noqa: BLE001 - dagster raises different errors for a missing job across versions
+        job = dg.Definitions.merge(defs, dg.Definitions(jobs=[scaling_job])).resolve_job_def("scaling")
+
+    def execute(keys: Sequence[str], partition: str | None = None):
+        t0 = time.monotonic()
+        selection = [dg.AssetKey.from_user_string(k) for k in keys]
+        names = {k.to_python_identifier() for k in selection}
+        ops = {name: cfg for name, cfg in (run_config or {}).get("ops", {}).items() if name in names}
+        result = job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=True,
+                                        asset_selection=selection, run_config={"ops": ops} if ops else None)
+        log(f"scaling ladder: {'+'.join(keys)}{f' [{partition}]' if partition else ''} in {time.monotonic() - t0:.1f}s")
+        return result
+
+    execute(["scaling/tokenizer", "scaling/tokenized"])
+    for key in ladder.fit_keys + ladder.target_keys:
+        execute(["sweep"], key)
+    result = execute(["scaling_fit", "prediction"])
+    checks = [e for e in result.get_asset_check_evaluations() if e.check_name == "prediction_error"]
+    if not checks:
+        raise RuntimeError("scaling ladder: the prediction_error check did not run")
+    meta = {k: v.value for k, v in checks[0].metadata.items()}
+    if "actual_loss" not in meta:
+        raise RuntimeError(f"scaling ladder: the check did not evaluate: {checks[0].description}")
+    fit = result.output_for_node("scaling_fit").counts
+    out = {
+        "prediction": meta["predicted_loss"], "actual": meta["actual_loss"],
+        "relative_error": meta["relative_error"], "passed": bool(checks[0].passed), "bound": meta["bound"],
+        "actual_best_partition": meta["actual_best_partition"],
+        "predicted_params": meta["predicted_params"], "actual_best_params": meta["actual_best_params"],
+        "exponents": {"n_opt": fit["n_opt_exponent"], "d_opt": fit["d_opt_exponent"]},
+        "budgets_fitted": fit["budgets_fitted"], "budgets_excluded": fit["budgets_excluded"],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    log(f"scaling ladder: predicted loss {out['prediction']:.4f} at C={ladder.target_label}, actual best "
+        f"{out['actual']:.4f} ({out['actual_best_partition']}): relative error {out['relative_error']:+.2%} "
+        f"(bound {out['bound']:.0%}, {'passed' if out['passed'] else 'FAILED'}); N* ~ C^{out['exponents']['n_opt']:.3f}, "
+        f"D* ~ C^{out['exponents']['d_opt']:.3f}; {out['seconds']:.0f}s")
+    return out

@@ -1,10 +1,12 @@
-"""The scaling assets end to end on a tiny real cache: sweep partitions -> fit -> prediction -> check.
+"""The scaling assets end to end on a tiny real corpus: the ladder's own data (sample ->
+small BPE -> caches), sweep partitions -> fit -> prediction -> check, and ``run_ladder``.
 
-The data is real text (a few Python standard-library source files), tokenized with our own
-BPE into real Levanter caches by the DataKit functions; a test-local "tokenized" asset hands
-those caches to the sweep, so the demo's download pipeline is not needed. The ladder is
-shrunk: one real training partition (a few dozen steps), and the whole fit -> prediction ->
-check path on a known loss law at the planner's real (N, D, C), where the answer is known.
+The data is real text (a few Python standard-library source files), normalized into
+document shards that a test-local "final_documents" asset hands to the real
+scaling/tokenizer and scaling/tokenized assets, so the demo's download pipeline is not
+needed. The ladder is shrunk: one real training partition (a few dozen steps), and the whole
+fit -> prediction -> check path (also through ``run_ladder``) on a known loss law at the
+planner's real (N, D, C), where the answer is known.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from assets.scaling import (
     build_scaling_assets,
     parse_partition_key,
     partition_key,
+    run_ladder,
+    sample_documents,
     scaling_assets,
     scaling_checks,
+    scaling_job,
+    scaling_tokenized,
+    scaling_tokenizer,
 )
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
@@ -55,16 +62,19 @@ SWEEP_CONFIG = {"seq_len": SEQ, "head_dim": 8, "batch_sizes": [8], "min_steps": 
                 "lr_base": 0.02, "lr_ref_width": 1024, "validation_windows": 64}
 
 
+DATA_CONFIG = {"ops": {"scaling__tokenizer": {"config": {"vocab_size": VOCAB, "max_chars_per_source": 400_000}},
+                       "scaling__tokenized": {"config": {"validation_fraction": 0.1}}}}
+
+
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """Per-source Levanter caches <root>/<source>/{train,validation} from real stdlib text."""
+def doc_shards(tmp_path_factory) -> list[str]:
+    """Normalized document shards (id, text, source, ...) of real stdlib text, two sources."""
     from marin_assets.datakit.normalize import NormalizeConfig, normalize
     from marin_assets.datakit.shards import list_shards
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerTrainConfig, tokenize, train_tokenizer
 
-    tmp = tmp_path_factory.mktemp("scaling-data")
+    tmp = tmp_path_factory.mktemp("scaling-docs")
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    shards = {}
+    shards = []
     for source, files in STDLIB_FILES.items():
         docs = []
         for name in files:
@@ -73,26 +83,30 @@ def cache_dir(tmp_path_factory):
             docs += [b for b in blocks if len(b) > 200]
         (tmp / f"{source}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
         normalize(str(tmp / f"{source}.jsonl"), str(tmp / "norm" / source), NormalizeConfig(source=source))
-        shards[source] = list_shards(str(tmp / "norm" / source))
-    all_shards = [p for ps in shards.values() for p in ps]
-    train_tokenizer(all_shards, str(tmp / "tok"), TokenizerTrainConfig(vocab_size=VOCAB))
-    tokens = {}
-    for source, ps in shards.items():
-        stats = tokenize(ps, str(tmp / "tok" / "tokenizer.json"), str(tmp / "caches" / source),
-                         TokenizeConfig(validation_fraction=0.1))
-        tokens[source] = {s: stats[s]["tokens"] for s in ("train", "validation")}
-        assert tokens[source]["validation"] > 4 * SEQ, tokens
-    return tmp / "caches", tokens
+        shards += list_shards(str(tmp / "norm" / source))
+    return shards
 
 
-def tokenized_asset(root: Path, tokens: dict):
-    @versioned_asset(key="tokenized", code_version="test")
-    def tokenized(ctx: StageContext):
-        for source in tokens:
-            shutil.copytree(root / source, Path(ctx.out_dir) / source)
-        return {"tokens": tokens}
+def final_documents_asset(shards: list[str]):
+    @versioned_asset(key="final_documents", code_version="test")
+    def final_documents(ctx: StageContext):
+        for i, path in enumerate(shards):
+            shutil.copy(path, Path(ctx.out_dir) / f"part-{i:05d}-of-{len(shards):05d}.parquet")
+        return {"shards": len(shards)}
 
-    return tokenized
+    return final_documents
+
+
+@pytest.fixture(scope="module")
+def data_store(doc_shards, tmp_path_factory):
+    """A store holding final_documents, scaling/tokenizer and scaling/tokenized (real assets)."""
+    prefix = tmp_path_factory.mktemp("scaling-store")
+    docs = final_documents_asset(doc_shards)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([docs, scaling_tokenizer, scaling_tokenized], instance=instance,
+                                resources=resources(prefix), run_config=DATA_CONFIG)
+    assert result.success
+    return prefix, docs, result.output_for_node("scaling__tokenized")
 
 
 def resources(prefix: Path) -> dict:
@@ -127,12 +141,50 @@ def test_ladder_rejects_bad_shapes():
 
 def test_exports_are_the_demo_ladder():
     keys = {a.key.to_user_string() for a in scaling_assets}
-    assert keys == {"sweep", "scaling_fit", "prediction"}
+    assert keys == {"scaling/tokenizer", "scaling/tokenized", "sweep", "scaling_fit", "prediction"}
     assert [c.check_specs_by_output_name for c in scaling_checks]
     sweep = next(a for a in scaling_assets if a.key.to_user_string() == "sweep")
     assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(DEMO_LADDER.keys())
-    dg.Definitions(assets=[*scaling_assets, tokenized_asset(Path("."), {})], asset_checks=scaling_checks,
-                   resources=resources(Path("/nonexistent"))).resolve_all_job_defs()
+    assert sweep.dependency_keys == {dg.AssetKey(["scaling", "tokenized"])}
+    defs = dg.Definitions(assets=[*scaling_assets, final_documents_asset([])], asset_checks=scaling_checks,
+                          jobs=[scaling_job], resources=resources(Path("/nonexistent")))
+    defs.resolve_all_job_defs()
+    assert set(defs.resolve_job_def("scaling").asset_layer.executable_asset_keys) == {a.key for a in scaling_assets}
+
+
+def test_sample_documents_caps_each_source_independently_of_the_split(doc_shards, tmp_path):
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit.tokenize import is_validation
+
+    full = sample_documents(doc_shards, str(tmp_path / "all"), 10**9)
+    assert set(full) == set(STDLIB_FILES)
+    cap = 20_000
+    capped = sample_documents(doc_shards, str(tmp_path / "capped"), cap)
+    for source, c in capped.items():
+        table = pq.read_table(tmp_path / "capped" / source / "part-00000-of-00001.parquet")
+        texts = table.column("text").to_pylist()
+        assert set(table.column("source").to_pylist()) == {source}
+        assert len(texts) == c["documents"] < full[source]["documents"]
+        # Whole documents up to the cap: the last one crosses it, the ones before do not.
+        assert sum(map(len, texts)) == c["chars"] >= cap > sum(map(len, texts[:-1]))
+        # The sample is not the low end of the id space, which the split puts in validation.
+        ids = table.column("id").to_pylist()
+        assert ids != sorted(ids)
+        assert 0 < sum(is_validation(i, 0.3) for i in ids) < len(ids)
+    with pytest.raises(ValueError, match="max_chars_per_source"):
+        sample_documents(doc_shards, str(tmp_path / "bad"), 0)
+
+
+def test_scaling_data_assets(data_store):
+    prefix, _, tokenized = data_store
+    counts = tokenized.counts
+    assert counts["vocab_size"] == VOCAB and set(counts["tokens"]) == set(STDLIB_FILES)
+    for source, t in counts["tokens"].items():
+        stats = json.loads((Path(tokenized.data_path) / source / "stats.json").read_text())
+        assert stats["vocab_size"] == VOCAB and stats["train"]["tokens"] == t["train"] > 0
+        assert t["validation"] > 4 * SEQ, counts
+        assert (Path(tokenized.data_path) / source / "train").is_dir()
 
 
 def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print):
@@ -148,19 +200,17 @@ def law_run(budget, width, config, train_caches, validation_caches, out_dir, log
             "vocab_size": config.vocab_size}
 
 
-def test_real_sweep_partition_trains_to_its_budget(cache_dir, tmp_path):
-    root, tokens = cache_dir
+def test_real_sweep_partition_trains_to_its_budget(data_store):
+    prefix, docs, tokenized_ref = data_store
     (sweep, *_), _ = build_scaling_assets(REAL_LADDER)
-    tokenized = tokenized_asset(root, tokens)
-    res = resources(tmp_path / "store")
     with dg.instance_for_test() as instance:
-        assert dg.materialize([tokenized], instance=instance, resources=res).success
-        result = dg.materialize([tokenized, sweep], selection=[sweep.key], partition_key=REAL_KEY, instance=instance,
-                                resources=res, run_config={"ops": {"sweep": {"config": SWEEP_CONFIG}}})
+        result = dg.materialize([docs, scaling_tokenizer, scaling_tokenized, sweep], selection=[sweep.key],
+                                partition_key=REAL_KEY, instance=instance, resources=resources(prefix),
+                                run_config={"ops": {"sweep": {"config": SWEEP_CONFIG}}})
     ref: ArtifactRef = result.output_for_node("sweep")
     c = ref.counts
-    vocab = json.loads((root / "textwrap" / "stats.json").read_text())["vocab_size"]
-    assert c["vocab_size"] == vocab  # taken from the tokenizer, not configured
+    vocab = json.loads((Path(tokenized_ref.data_path) / "textwrap" / "stats.json").read_text())["vocab_size"]
+    assert c["vocab_size"] == vocab == VOCAB  # taken from the tokenizer, not configured
     assert (c["budget"], c["width"]) == (pytest.approx(2e9, rel=0.05), 32)
     assert abs(c["flops"] / c["budget"] - 1) <= 0.04
     assert c["tokens"] == c["steps"] * c["batch_size"] * SEQ
@@ -171,21 +221,21 @@ def test_real_sweep_partition_trains_to_its_budget(cache_dir, tmp_path):
     assert len(rows) == c["steps"] and rows[-1]["loss"] < rows[0]["loss"] - 0.5
     run = json.loads((Path(ref.data_path) / "run.json").read_text())
     assert run["validation_loss"]["mean"] == pytest.approx(c["validation_loss"])
-    assert set(run["validation_loss"]) == set(tokens) | {"mean"}
+    assert set(run["validation_loss"]) == set(STDLIB_FILES) | {"mean"}
     assert (Path(ref.data_path) / "loss_curve.png").exists()
     assert not (Path(ref.data_path) / "checkpoints").exists()  # weights of sweep runs are not kept
 
 
-def test_ladder_fit_predict_and_check(cache_dir, tmp_path):
-    root, tokens = cache_dir
+def test_ladder_fit_predict_and_check(data_store, tmp_path):
+    prefix, docs, _ = data_store
     assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
     sweep, scaling_fit, prediction = assets
-    tokenized = tokenized_asset(root, tokens)
-    res = resources(tmp_path / "store")
+    res = resources(prefix)
     sweep_cfg = {"ops": {"sweep": {"config": SWEEP_CONFIG}}}
     fit_cfg = {"ops": {"scaling_fit": {"config": {"bootstrap_n": 20}},
                        "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
-    everything = [tokenized, sweep, scaling_fit, prediction, *checks]
+    tokenized = [docs, scaling_tokenizer, scaling_tokenized]
+    everything = [*tokenized, sweep, scaling_fit, prediction, *checks]
 
     def fit_and_check():
         return dg.materialize(everything, selection=[scaling_fit.key, prediction.key], instance=instance,
@@ -193,11 +243,10 @@ def test_ladder_fit_predict_and_check(cache_dir, tmp_path):
 
     def run_sweep(keys):
         for key in keys:
-            assert dg.materialize([tokenized, sweep], selection=[sweep.key], partition_key=key, instance=instance,
+            assert dg.materialize([*tokenized, sweep], selection=[sweep.key], partition_key=key, instance=instance,
                                   resources=res, run_config=sweep_cfg).success
 
     with dg.instance_for_test() as instance:
-        assert dg.materialize([tokenized], instance=instance, resources=res).success
         # Only the fit budgets first: the prediction exists before the runs it predicts, and
         # the check says so (a warning) rather than passing.
         run_sweep(LAW_LADDER.fit_keys)
@@ -248,3 +297,36 @@ def test_ladder_fit_predict_and_check(cache_dir, tmp_path):
     assert "data:image/png;base64," in meta["predicted_vs_actual"].value
     assert check.passed, f"extrapolation error {err:+.4f} on an exact law"
     print(f"law ladder: predicted {pred['loss']:.4f}, actual best {meta['actual_loss'].value:.4f}, error {err:+.4%}")
+
+
+def test_run_ladder_materialises_everything_and_reports_the_error(doc_shards, tmp_path):
+    """``run_ladder`` (what ``marin demo`` calls) on the law ladder: data, every partition,
+    fit, prediction and the check, with the error it reports equal to the check's."""
+    assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
+    docs = final_documents_asset(doc_shards)
+    defs = dg.Definitions(assets=[docs, scaling_tokenizer, scaling_tokenized, *assets],
+                          asset_checks=checks, jobs=[scaling_job], resources=resources(tmp_path / "store"))
+    run_config = {"ops": {**DATA_CONFIG["ops"], "sweep": {"config": SWEEP_CONFIG},
+                          "scaling_fit": {"config": {"bootstrap_n": 20}},
+                          "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
+    lines = []
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([docs], instance=instance,
+                              resources=resources(tmp_path / "store")).success
+        out = run_ladder(defs, instance, log=lines.append, ladder=LAW_LADDER, run_config=run_config)
+        done = instance.get_materialized_partitions(dg.AssetKey("sweep"))
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [dg.AssetCheckKey(dg.AssetKey("prediction"), "prediction_error")])
+
+    assert done == set(LAW_LADDER.keys())  # every partition, the held-out budget's too
+    (execution,) = check.values()
+    meta = execution.event.dagster_event.event_specific_data.metadata
+    assert out["relative_error"] == pytest.approx(meta["relative_error"].value)
+    assert out["relative_error"] == pytest.approx((out["prediction"] - out["actual"]) / out["actual"])
+    assert out["passed"] and abs(out["relative_error"]) <= LAW_LADDER.max_relative_error
+    assert out["budgets_fitted"] == 3 and out["budgets_excluded"] == 0
+    assert out["exponents"]["n_opt"] == pytest.approx(LAW["beta"] / (LAW["alpha"] + LAW["beta"]), abs=0.15)
+    assert out["seconds"] > 0
+    # One line per step plus the summary, which states the error.
+    assert len(lines) == 1 + len(LAW_LADDER.keys()) + 1 + 1
+    assert f"{out['relative_error']:+.2%}" in lines[-1]
