@@ -134,7 +134,7 @@ class Ladder:
 # dominating the FLOPs (with the demo's 4096-token BPE the narrowest width won every budget).
 DEMO_LADDER = Ladder(
     budgets=(2e10, 4e10, 8e10, 1.6e11),
-    widths=((16, 24, 32),) * 4,
+    widths=((8, 16, 32), (16, 24, 32), (16, 32, 48), (24, 32, 48)),
 )
 
 
@@ -204,6 +204,7 @@ def run_sweep_point(budget: float, width: int, config: "SweepConfig", train_cach
     from marin_assets.evaluation.run import load_model_from_checkpoint
     from marin_assets.model import flops_per_token
     from marin_assets.train.config import TrainConfig
+    from marin_assets.train.guards import GuardConfig
     from marin_assets.train.loop import train
     from marin_assets.train.schedules import ScheduleConfig
 
@@ -213,6 +214,7 @@ def run_sweep_point(budget: float, width: int, config: "SweepConfig", train_cach
                               total_steps=steps, decay_steps=max(1, int(steps * config.decay_fraction)))
     train_config = TrainConfig(model=cand.config, schedule=schedule, seq_len=config.seq_len,
                                batch_size=cand.batch_size, num_steps=steps, seed=config.seed,
+                               guards=GuardConfig(skip_sigma=config.skip_sigma),
                                data_seed=config.seed, checkpoint_every_steps=steps,
                                checkpoint_every_seconds=1e9)
     log(f"sweep C={cand.budget:.3g} {cand.name}: {cand.params:.3g} params, batch {cand.batch_size} x "
@@ -407,6 +409,8 @@ class SweepConfig(StageConfig):
     lr_base: float = versioned(1e-2, description="2e-2 diverges on some of these runs, 4e-3 is noisier")
     lr_ref_width: int = versioned(1024, description="LR shrinks as 1/width only above this width")
     decay_fraction: float = versioned(0.2, description="WSD: last fraction of steps decays the LR")
+    skip_sigma: float = versioned(0.0, description="loss-spike skip test of the training guards; 0 = off. On these short "
+                                                  "mixed-source runs the test froze whole runs (hundreds of skipped steps)")
     seed: int = versioned(0)
     validation_windows: int = versioned(256, description="held-out windows of seq_len per source")
 

@@ -221,6 +221,7 @@ def test_real_sweep_partition_trains_to_its_budget(data_store):
     assert len(rows) == c["steps"] and rows[-1]["loss"] < rows[0]["loss"] - 0.5
     run = json.loads((Path(ref.data_path) / "run.json").read_text())
     assert run["validation_loss"]["mean"] == pytest.approx(c["validation_loss"])
+    assert run["train"]["counts"]["skipped_spike"] == 0  # the sweep turns the spike-skip test off
     assert set(run["validation_loss"]) == set(STDLIB_FILES) | {"mean"}
     assert (Path(ref.data_path) / "loss_curve.png").exists()
     assert not (Path(ref.data_path) / "checkpoints").exists()  # weights of sweep runs are not kept
