@@ -130,6 +130,17 @@ def test_partition_keys_round_trip_and_pass_store_validation():
     assert set(DEMO_LADDER.fit_keys).isdisjoint(DEMO_LADDER.target_keys)
 
 
+def test_every_demo_partition_is_plannable_with_the_default_sweep_config():
+    from assets.scaling import ScalingDataConfig, SweepConfig, plan_run
+
+    config = SweepConfig(vocab_size=ScalingDataConfig().vocab_size)
+    for key in DEMO_LADDER.keys():
+        budget, width = parse_partition_key(key)
+        cand = plan_run(budget, width, config)  # raises with the reason if the planner has no run
+        assert cand.budget == pytest.approx(budget, rel=0.05)  # snapped to its 1.1 bucket
+        assert abs(cand.flops / cand.budget - 1) <= config.tolerance and cand.steps >= config.min_steps
+
+
 def test_ladder_rejects_bad_shapes():
     with pytest.raises(ValueError, match=">= 3 budgets"):
         Ladder(budgets=(1e9, 2e9), widths=((8, 16, 32),) * 2)
