@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.scaling import scaling_job  # the ladder's job lives beside its run_ladder driver
+
 DEMO_TAGS = {"marin/accelerator": "cpu", "marin/priority": "interactive"}
 
 # The whole demo graph in one run; the multiprocess executor runs independent branches
@@ -35,14 +37,6 @@ eval_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(["eval", "demo"]),
     tags={"marin/accelerator": "cpu", "marin/priority": "batch"},
     description="Re-run the evaluation of one phase checkpoint (a cache hit unless the eval changed).",
-)
-
-# The IsoFLOP ladder: one run per sweep partition, then the fit, prediction and its check.
-scaling_job = dg.define_asset_job(
-    name="scaling",
-    selection=dg.AssetSelection.groups("scaling"),
-    tags={"marin/accelerator": "cpu", "marin/priority": "batch"},
-    description="Scaling-law ladder: sweep runs, IsoFLOP fit, prediction for the largest budget.",
 )
 
 all_jobs = [demo_job, train_phase_job, eval_job, scaling_job]

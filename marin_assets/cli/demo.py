@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", default="demo", help="asset job to run (default: demo)")
     parser.add_argument("--definitions", default="definitions.py", help="code location file")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
-    parser.add_argument("--skip-training", action="store_true", help="only the data job, not the phase-controlled training run")
+    parser.add_argument("--skip-training", action="store_true", help="skip the phase-controlled training run")
+    parser.add_argument("--skip-scaling", action="store_true", help="skip the scaling-law ladder")
     parser.set_defaults(handler=run)
 
 
@@ -31,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
         phases = run_phases(args.definitions)
         summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
         summary["decisions"] = phases["decisions"]
+    if summary["success"] and not args.skip_scaling:
+        from marin_assets.orchestration.demo import run_scaling
+
+        summary["scaling"] = run_scaling(args.definitions)
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["artifacts"] = os.environ["MARIN_PREFIX"]
     if args.json:
@@ -43,5 +48,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {key:40s} {'hit ' if info['cache_hit'] else 'new '} {info['path']}")
         for d in summary.get("decisions", []):
             print(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
+        if "scaling" in summary:
+            sc = summary["scaling"]
+            print(f"  scaling ladder: predicted loss {sc['prediction']:.4f} vs actual {sc['actual']:.4f} at the held-out budget "
+                  f"(relative error {sc['relative_error']:+.2%}, check {'passed' if sc['passed'] else 'FAILED'})")
         print(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     return 0 if summary["success"] else 1

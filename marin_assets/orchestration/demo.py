@@ -60,3 +60,12 @@ def run_phases(definitions_file: str = "definitions.py", log=print) -> dict:
         ticks = run_phase_demo(defs, instance, budget_path(), demo_budget(), demo_raise, demo_cut, log=log)
         decisions = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")), since=started)
     return {"ticks": ticks, "decisions": decisions}
+
+
+def run_scaling(definitions_file: str = "definitions.py", log=print) -> dict:
+    """The CPU IsoFLOP ladder: fit on the smaller budgets, predict the largest, check."""
+    defs = load_definitions(definitions_file)
+    from assets.scaling import run_ladder  # the code location's ladder driver
+
+    with dg.DagsterInstance.get() as instance:
+        return run_ladder(defs, instance, log=log)
