@@ -11,6 +11,7 @@ from assets.sources import source_assets
 from assets.training import training_assets
 from assets.user_data import user_assets
 from jobs import all_jobs
+from jobs.demo import DEMO_STEPS  # noqa: F401  (what `marin demo` runs after the data job)
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from sensors import all_schedules, all_sensors
 

@@ -27,15 +27,15 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     summary = run_job(args.job, args.definitions)
     if summary["success"] and not args.skip_training:
-        from marin_assets.orchestration.demo import run_phases
+        from marin_assets.orchestration.demo import run_demo_step
 
-        phases = run_phases(args.definitions)
+        phases = run_demo_step("phases", args.definitions)
         summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
         summary["decisions"] = phases["decisions"]
     if summary["success"] and not args.skip_scaling:
-        from marin_assets.orchestration.demo import run_scaling
+        from marin_assets.orchestration.demo import run_demo_step
 
-        summary["scaling"] = run_scaling(args.definitions)
+        summary["scaling"] = run_demo_step("scaling", args.definitions)
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["artifacts"] = os.environ["MARIN_PREFIX"]
     if args.json:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -38,34 +37,18 @@ def run_job(job_name: str, definitions_file: str = "definitions.py", tags: dict[
         }
 
 
-def load_definitions(definitions_file: str = "definitions.py") -> dg.Definitions:
+def load_code_location(definitions_file: str = "definitions.py"):
+    """Import definitions.py by path (the library never imports the definition layer by name)."""
     path = Path(definitions_file).resolve()
     sys.path.insert(0, str(path.parent))  # definitions.py imports assets/, jobs/, sensors/
     spec = importlib.util.spec_from_file_location("marin_definitions", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.defs
+    return module
 
 
-def run_phases(definitions_file: str = "definitions.py", log=print) -> dict:
-    """The Tootsie demo: the phase controller sensor drives train/demo through its phases."""
-    from marin_assets.orchestration.phase_demo import decision_log, run_phase_demo
-
-    defs = load_definitions(definitions_file)
-    from assets.training import TRAIN_KEY, demo_budget, demo_cut, demo_raise  # the code location's own demo knobs
-    from sensors.phase_controller import budget_path
-
+def run_demo_step(name: str, definitions_file: str = "definitions.py", log=print) -> dict:
+    """Run one of the code location's ``DEMO_STEPS`` (e.g. "phases", "scaling") in-process."""
+    module = load_code_location(definitions_file)
     with dg.DagsterInstance.get() as instance:
-        started = time.time()
-        ticks = run_phase_demo(defs, instance, budget_path(), demo_budget(), demo_raise, demo_cut, log=log)
-        decisions = decision_log(instance, dg.AssetKey(TRAIN_KEY.split("/")), since=started)
-    return {"ticks": ticks, "decisions": decisions}
-
-
-def run_scaling(definitions_file: str = "definitions.py", log=print) -> dict:
-    """The CPU IsoFLOP ladder: fit on the smaller budgets, predict the largest, check."""
-    defs = load_definitions(definitions_file)
-    from assets.scaling import run_ladder  # the code location's ladder driver
-
-    with dg.DagsterInstance.get() as instance:
-        return run_ladder(defs, instance, log=log)
+        return module.DEMO_STEPS[name](module.defs, instance, log=log)
