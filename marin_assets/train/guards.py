@@ -29,6 +29,9 @@ class GuardConfig:
     skip_sigma: float = 6.0  # 0 disables the spike test (non-finite steps are always skipped)
     window: int = 128
     min_history: int = 16  # no statistical test until this many steps were accepted
+    # A level shift is not a spike: after this many spike-skips in a row the next step is
+    # accepted, so the window learns the new level instead of freezing the run (0: no cap).
+    max_consecutive_spikes: int = 8
 
     def __post_init__(self) -> None:
         for name in ("grad_clip", "update_clip_sigma", "skip_sigma"):
@@ -36,6 +39,8 @@ class GuardConfig:
                 raise ValueError(f"GuardConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.window < 2:
             raise ValueError(f"GuardConfig.window must be >= 2, got {self.window}")
+        if self.max_consecutive_spikes < 0:
+            raise ValueError(f"GuardConfig.max_consecutive_spikes must be >= 0, got {self.max_consecutive_spikes}")
         if not 2 <= self.min_history <= self.window:
             raise ValueError(
                 f"GuardConfig.min_history must be in [2, window={self.window}], got {self.min_history}")
@@ -44,7 +49,7 @@ class GuardConfig:
 def init_guard_state(cfg: GuardConfig) -> dict:
     zeros = jnp.zeros((cfg.window,), jnp.float32)
     return {"loss": zeros, "grad_norm": zeros, "update_norm": zeros,
-            "n_accepted": jnp.int32(0),
+            "n_accepted": jnp.int32(0), "consecutive_spikes": jnp.int32(0),
             "counts": {name: jnp.int32(0) for name in COUNTERS}}
 
 
@@ -71,6 +76,8 @@ def should_skip(cfg: GuardConfig, state: dict, loss, grad_norm, batch_ok) -> dic
     if cfg.skip_sigma > 0:
         spike = enough & ((loss > window_threshold(state["loss"], state["n_accepted"], cfg.skip_sigma))
                           | (grad_norm > window_threshold(state["grad_norm"], state["n_accepted"], cfg.skip_sigma)))
+        if cfg.max_consecutive_spikes > 0:
+            spike = spike & (state["consecutive_spikes"] < cfg.max_consecutive_spikes)
     else:
         spike = jnp.bool_(False)
     bad_batch = ~jnp.asarray(batch_ok, jnp.bool_)
@@ -118,4 +125,6 @@ def record(cfg: GuardConfig, state: dict, decision: dict, loss, grad_norm, updat
         counts[name] = counts[name] + flag.astype(jnp.int32)
     return {"loss": push(state["loss"], loss), "grad_norm": push(state["grad_norm"], grad_norm),
             "update_norm": push(state["update_norm"], update_norm),
-            "n_accepted": state["n_accepted"] + accept.astype(jnp.int32), "counts": counts}
+            "n_accepted": state["n_accepted"] + accept.astype(jnp.int32),
+            "consecutive_spikes": jnp.where(decision["spike"], state["consecutive_spikes"] + 1, 0).astype(jnp.int32),
+            "counts": counts}

@@ -33,6 +33,21 @@ def test_spike_skipped_only_after_enough_history():
     assert not bool(should_skip(cfg, young, jnp.float32(9.0), jnp.float32(1.0), True)["skip"])
 
 
+def test_a_lasting_level_shift_is_accepted_after_the_consecutive_skip_cap():
+    cfg = GuardConfig(window=8, min_history=4, skip_sigma=3.0, max_consecutive_spikes=3)
+    state = feed(cfg, [2.0, 2.1, 1.9, 2.0])
+    skipped = []
+    for _ in range(6):  # the loss moves to a new level and stays there
+        d = should_skip(cfg, state, jnp.float32(5.0), jnp.float32(1.0), True)
+        skipped.append(bool(d["skip"]))
+        state = record(cfg, state, d, 5.0, 1.0, 0.1, jnp.bool_(False), jnp.bool_(False))
+    assert skipped[:3] == [True, True, True] and skipped[3] is False  # the 4th is accepted
+    assert int(state["counts"]["skipped_spike"]) == 3
+    uncapped = GuardConfig(window=8, min_history=4, skip_sigma=3.0, max_consecutive_spikes=0)
+    state = feed(uncapped, [2.0, 2.1, 1.9, 2.0, 5.0, 5.0, 5.0, 5.0, 5.0])
+    assert int(state["counts"]["skipped_spike"]) == 5  # without the cap the run freezes
+
+
 def test_nonfinite_and_bad_batch_always_skip_and_are_counted_separately():
     cfg = GuardConfig(window=8, min_history=4)
     state = init_guard_state(cfg)
