@@ -131,7 +131,8 @@ def test_partition_keys_round_trip_and_pass_store_validation():
 
 
 def test_every_demo_partition_is_plannable_with_the_default_sweep_config():
-    from assets.scaling import ScalingDataConfig, SweepConfig, plan_run
+    from assets.scaling import ScalingDataConfig, SweepConfig
+    from marin_assets.scaling.sweep import plan_run
 
     config = SweepConfig(vocab_size=ScalingDataConfig().vocab_size)
     for key in DEMO_LADDER.keys():
@@ -200,7 +201,7 @@ def test_scaling_data_assets(data_store):
 
 def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print):
     """A sweep run whose loss is the known law at the planned (N, D): no training."""
-    from assets.scaling import _write_text, plan_run
+    from marin_assets.scaling.sweep import _write_text, plan_run
 
     cand = plan_run(budget, width, config)
     noise = 1e-3 * math.sin(7.0 * width + math.log(budget))  # deterministic, |noise| <= 0.1%

@@ -1,0 +1,210 @@
+"""One IsoFLOP sweep point, trained and scored, and the ladder's document sample (no Dagster).
+
+The assets in ``assets/scaling.py`` call these; ``config`` is any object with the sweep
+settings as attributes (the asset layer passes its ``SweepConfig``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+# ---------------------------------------------------------------- partition keys
+
+
+def budget_label(budget: float) -> str:
+    """1e11 -> "1e11", 2.5e11 -> "2.5e11" (two significant digits, path-safe)."""
+    if not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"budget must be finite and > 0, got {budget}")
+    return f"{budget:.2g}".replace("e+", "e")
+
+
+def partition_key(budget: float, width: int) -> str:
+    return f"C{budget_label(budget)}-d{int(width)}"
+
+
+def parse_partition_key(key: str) -> tuple[float, int]:
+    """"C2e11-d48" -> (2e11, 48); anything else is a clear error."""
+    try:
+        c_part, d_part = key.split("-d")
+        if not c_part.startswith("C"):
+            raise ValueError
+        budget, width = float(c_part[1:]), int(d_part)
+    except ValueError:
+        raise ValueError(f"sweep partition key {key!r} is not of the form C<budget>-d<width>, e.g. C1e11-d32") from None
+    if not (budget > 0 and math.isfinite(budget)) or width <= 0:
+        raise ValueError(f"sweep partition key {key!r}: budget and width must be positive")
+    return budget, width
+
+
+# ---------------------------------------------------------------- one sweep run
+
+
+def sweep_family(width: int, config):
+    from marin_assets.scaling.planner import ModelFamily
+
+    return ModelFamily(
+        widths=(width,), vocab_size=config.vocab_size, seq_len=config.seq_len, head_dim=config.head_dim,
+        aspect_ratio=config.aspect_ratio, batch_sizes=tuple(config.batch_sizes), min_steps=config.min_steps,
+        lr_base=config.lr_base, lr_ref_width=config.lr_ref_width,
+    )
+
+
+def plan_run(budget: float, width: int, config):
+    """The planner's candidate for (budget, width), or a ValueError saying why there is none."""
+    from marin_assets.scaling.planner import plan_sweep
+
+    plan = plan_sweep([budget], sweep_family(width, config), tolerance=config.tolerance)
+    if not plan.candidates:
+        raise ValueError(f"no sweep run for budget {budget:.3g} at width {width}: {plan.skipped[0]['reason']}")
+    return plan.candidates[0]
+
+
+def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: int, max_windows: int,
+                    batch_size: int = 32) -> dict[str, float]:
+    """Mean next-token cross-entropy (nats) over the first ``max_windows`` non-overlapping
+    ``seq_len`` windows of each validation cache, plus the unweighted mean over sources
+    (the training mixture is uniform over sources, so each source counts the same)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from marin_assets.model import init_router_bias, loss_fn
+    from marin_assets.train.data import TokenCache
+
+    bias = init_router_bias(model_config)
+
+    @jax.jit
+    def ce(p, tokens):
+        return loss_fn(p, tokens, model_config, bias)[1]["ce_loss"]
+
+    out = {}
+    for name, path in sorted(caches.items()):
+        cache = TokenCache(path)
+        n = min(cache.num_tokens // seq_len, max_windows)
+        if n < 1:
+            raise ValueError(f"validation cache {path} of source {name!r} has {cache.num_tokens} tokens, "
+                             f"fewer than one window of {seq_len}")
+        total = 0.0
+        for lo in range(0, n, batch_size):
+            starts = np.arange(lo, min(lo + batch_size, n)) * seq_len
+            total += float(ce(params, jnp.asarray(cache.read(starts, seq_len), jnp.int32))) * len(starts)
+        out[name] = total / n
+    out["mean"] = sum(out.values()) / len(out)
+    return out
+
+
+def run_sweep_point(budget: float, width: int, config, train_caches: Mapping[str, str],
+                    validation_caches: Mapping[str, str], out_dir: str, log=print) -> dict:
+    """Train the planned model for (budget, width) to its budget, score it on validation.
+
+    Writes ``run.json`` (plan, training result, validation losses) plus the training loop's
+    metrics.jsonl and loss_curve.png under ``out_dir``; returns the counts."""
+    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.model import flops_per_token
+    from marin_assets.train.config import TrainConfig
+    from marin_assets.train.guards import GuardConfig
+    from marin_assets.train.loop import train
+    from marin_assets.train.schedules import ScheduleConfig
+
+    cand = plan_run(budget, width, config)
+    steps = cand.steps
+    schedule = ScheduleConfig(kind="wsd", peak_lr=cand.learning_rate, warmup_steps=max(1, steps // 20),
+                              total_steps=steps, decay_steps=max(1, int(steps * config.decay_fraction)))
+    train_config = TrainConfig(model=cand.config, schedule=schedule, seq_len=config.seq_len,
+                               batch_size=cand.batch_size, num_steps=steps, seed=config.seed,
+                               guards=GuardConfig(skip_sigma=config.skip_sigma),
+                               data_seed=config.seed, checkpoint_every_steps=steps,
+                               checkpoint_every_seconds=1e9)
+    log(f"sweep C={cand.budget:.3g} {cand.name}: {cand.params:.3g} params, batch {cand.batch_size} x "
+        f"{steps} steps = {cand.tokens} tokens, lr {cand.learning_rate:.3g}")
+    started = time.monotonic()
+    # The loop writes checkpoints with local file I/O, so train in a local scratch dir and
+    # copy the small outputs over: out_dir may be any fsspec URL.
+    with tempfile.TemporaryDirectory(prefix="sweep-") as scratch:
+        result = train(train_config, dict(train_caches), scratch, resume=False)
+        train_s = time.monotonic() - started
+        if result.final_step != steps:
+            raise RuntimeError(f"sweep {cand.name} at C={cand.budget:.3g} stopped at step {result.final_step} of {steps}")
+        params, model_config, _, _ = load_model_from_checkpoint(result.checkpoint_dir)
+        val = validation_loss(params, model_config, validation_caches, config.seq_len, config.validation_windows)
+        spent = flops_per_token(cand.config, config.seq_len) * result.tokens
+        record = {
+            "partition": partition_key(budget, width),
+            "plan": cand.as_dict(),
+            "model": {k: getattr(cand.config, k) for k in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff")},
+            "train": {"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
+                      "counts": result.counts, "seconds": round(train_s, 2)},
+            "flops": spent,
+            "validation_loss": val,
+        }
+        _upload(Path(scratch), out_dir, ["metrics.jsonl", "loss_curve.png"])
+    _write_text(out_dir, "run.json", json.dumps(record, indent=1))
+    log(f"sweep {cand.name} at C={cand.budget:.3g}: train loss {result.last_loss:.4f}, "
+        f"validation {val['mean']:.4f} in {train_s:.1f}s")
+    return {
+        "budget": cand.budget, "width": cand.width, "depth": cand.depth, "params": cand.params,
+        "vocab_size": config.vocab_size,
+        "tokens": int(result.tokens), "flops": spent, "steps": steps, "batch_size": cand.batch_size,
+        "learning_rate": cand.learning_rate, "train_loss": float(result.last_loss),
+        "validation_loss": float(val["mean"]), "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def _write_text(root: str, name: str, text: str) -> None:
+    import fsspec
+
+    with fsspec.open(f"{root.rstrip('/')}/{name}", "w") as f:
+        f.write(text)
+
+
+def _write_bytes(root: str, name: str, data: bytes) -> None:
+    import fsspec
+
+    with fsspec.open(f"{root.rstrip('/')}/{name}", "wb") as f:
+        f.write(data)
+
+
+def _upload(local: Path, root: str, names: Sequence[str]) -> None:
+    for name in names:
+        if (local / name).exists():
+            _write_bytes(root, name, (local / name).read_bytes())
+
+
+# ---------------------------------------------------------------- the ladder's own data
+
+
+def sample_documents(shard_paths: Sequence[str], out_dir: str, max_chars_per_source: int) -> dict:
+    """Write ``out_dir/<source>/part-00000-of-00001.parquet``: whole documents of each source
+    until it holds ``max_chars_per_source`` characters; return {source: {documents, chars}}.
+
+    Documents are taken in order of the *last* 8 hex digits of their id (a uniform hash), so
+    the sample is uniform and independent of the train/validation split, which the
+    tokenizer makes from the *first* 8 digits (``datakit.tokenize.is_validation``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from marin_assets.datakit.shards import join, read_table, shard_name, write_table
+
+    if max_chars_per_source < 1:
+        raise ValueError(f"max_chars_per_source must be >= 1, got {max_chars_per_source}")
+    tables = [read_table(p, columns=["id", "text", "source"]) for p in shard_paths]
+    if not tables or not sum(t.num_rows for t in tables):
+        raise ValueError(f"no documents in {list(shard_paths)}")
+    table = pa.concat_tables(tables)
+    out = {}
+    for source in sorted(set(table.column("source").to_pylist())):
+        part = table.filter(pc.equal(table.column("source"), source))
+        order = pc.sort_indices(pa.table({"k": pc.utf8_slice_codeunits(part.column("id"), 24, 32)}), [("k", "ascending")])
+        part = part.take(order)
+        chars = np.cumsum(pc.utf8_length(part.column("text")).to_numpy(zero_copy_only=False))
+        n = min(part.num_rows, int(np.searchsorted(chars, max_chars_per_source)) + 1)
+        write_table(part.slice(0, n), join(out_dir, source, shard_name(0, 1)))
+        out[source] = {"documents": n, "chars": int(chars[n - 1])}
+    return out
