@@ -156,16 +156,21 @@ _POOL_FIELDS = {"name", "accelerator", "region", "domains", "domain_chips", "chi
                 "ep_domain_chips", "whole_domain"}
 
 
+def check_record(raw: Any, allowed: set[str], where: str) -> None:
+    """A config record must be a mapping with only known fields; say where it is not."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} is not a mapping")
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
+
+
 def fleet_from_dict(data: Mapping[str, Any], *, source: str = "fleet") -> Fleet:
     if not isinstance(data, Mapping) or not isinstance(data.get("pools"), list):
         raise ValueError(f"{source}: expected a mapping with a 'pools' list")
     pools = []
     for i, raw in enumerate(data["pools"]):
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"{source}: pools[{i}] is not a mapping")
-        unknown = set(raw) - _POOL_FIELDS
-        if unknown:
-            raise ValueError(f"{source}: pools[{i}] has unknown fields {sorted(unknown)}")
+        check_record(raw, _POOL_FIELDS, f"{source}: pools[{i}]")
         try:
             pools.append(Pool(**raw))
         except (TypeError, ValueError) as err:

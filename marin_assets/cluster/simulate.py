@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from marin_assets.cluster.fleet import Fleet, load_structured
+from marin_assets.cluster.fleet import Fleet, check_record, load_structured
 from marin_assets.cluster.routing import PoolHeartbeat, Router
 from marin_assets.cluster.tags import (
     ACCELERATOR_TAG,
@@ -79,11 +79,7 @@ _JOB_FIELDS = {"id", "submit_s", "duration_s", "accelerator", "chips", "priority
 
 
 def job_from_dict(raw: Mapping[str, Any], where: str) -> SimJob:
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: not a mapping")
-    unknown = set(raw) - _JOB_FIELDS
-    if unknown:
-        raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
+    check_record(raw, _JOB_FIELDS, where)
     try:
         job_id = check_name("job id", str(raw["id"]))
         tags = {ACCELERATOR_TAG: str(raw.get("accelerator", "cpu")), CHIPS_TAG: str(raw.get("chips", 1)),
