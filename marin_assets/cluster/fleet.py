@@ -52,11 +52,11 @@ ACCELERATOR_SPECS: dict[str, AcceleratorSpec] = {
 }
 assert set(ACCELERATOR_SPECS) == set(ACCELERATORS)
 
-_TOPOLOGY_RE = re.compile(r"^[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}$")
+_TOPOLOGY_RE = re.compile(r"[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}")
 
 
 def topology_chips(topology: str) -> int:
-    if not _TOPOLOGY_RE.match(topology):
+    if not isinstance(topology, str) or not _TOPOLOGY_RE.fullmatch(topology):
         raise ValueError(f"topology {topology!r} is not like '16x16' or '4x8x8'")
     return math.prod(int(d) for d in topology.split("x"))
 
