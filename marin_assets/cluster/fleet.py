@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from marin_assets.cluster.tags import ACCELERATORS, MAX_CHIPS, check_accelerator, check_name, check_region
+from marin_assets.numeric_checks import check_int
 
 # Bounds that keep a simulation or a rendered manifest finite and in memory. Real fleets sit
 # far below them: the largest pools today have thousands of racks or slices.
@@ -173,30 +174,6 @@ class Fleet:
 
 _POOL_FIELDS = {"name", "accelerator", "region", "domains", "domain_chips", "chips_per_host", "topology",
                 "ep_domain_chips", "whole_domain"}
-
-
-def check_int(what: str, value: Any, lo: int, hi: int) -> int:
-    """An integer (not a bool, not a float) in [lo, hi], or a ValueError naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be in [{lo}, {hi}], got {value}")
-    return value
-
-
-def check_float(what: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    """A finite number in [lo, hi] ((lo, hi] with ``lo_open``), or a ValueError naming ``what``.
-
-    Finiteness first: NaN passes every comparison test such as ``x <= 0``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number, got {value}")
-    if value < lo or (lo_open and value == lo) or value > hi:
-        raise ValueError(f"{what} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value:g}")
-    return value
 
 
 def check_record(raw: Any, allowed: set[str], where: str) -> None:

@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from marin_assets.cluster.fleet import Fleet, check_float, check_int, check_record, load_structured
+from marin_assets.cluster.fleet import Fleet, check_record, load_structured
 from marin_assets.cluster.routing import PoolHeartbeat, Router
 from marin_assets.cluster.tags import (
     ACCELERATOR_TAG,
@@ -44,6 +44,7 @@ from marin_assets.cluster.tags import (
     check_name,
     classify_tags,
 )
+from marin_assets.numeric_checks import check_float, check_int
 
 
 # Bounds that keep one replay finite: a year of simulated time, a million jobs, and at most
