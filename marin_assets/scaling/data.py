@@ -121,10 +121,15 @@ def load_runs_csv(path: str | Path) -> Runs:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except csv.Error as err:  # a NUL byte, an over-long field, a broken quote
+        raise ValueError(f"{path}: line {reader.line_num}: unreadable CSV: {err}") from None
     cols = {name: _pick(header, name) for name in COLUMN_ALIASES}
     missing = [name for name in ("params", "loss") if cols[name] is None]
     if missing or (cols["tokens"] is None and cols["flops"] is None):
@@ -137,7 +142,9 @@ def load_runs_csv(path: str | Path) -> Runs:
 def drop_highest_loss(runs: Runs, count: int) -> Runs:
     """The published Chinchilla protocol drops the ``count`` highest-loss runs (outliers from
     the smallest models); they are recorded in ``excluded`` like any other dropped row."""
-    if count <= 0:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"drop count must be a non-negative integer, got {count!r}")
+    if count == 0:
         return runs
     if count >= len(runs):
         raise ValueError(f"{runs.source}: cannot drop {count} of {len(runs)} runs")
