@@ -223,7 +223,10 @@ class Lease:
                 return False
             raise
         self._fd = fd
-        write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())
+        try:  # the record only tells people who holds the lock; the flock is the lock
+            write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())
+        except OSError as err:
+            log.warning("could not write the lease record in %s (%s); the lock is held anyway", self.directory, err)
         return True
 
     # ---- object stores: generation CAS ---------------------------------------
