@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from marin_assets.cli._types import finite_float
+
 _SIMULATE_HELP = """\
 Replay a job stream through the router: heartbeats every --heartbeat-s (staggered per
 pool), scheduling ticks every --tick-s, domain failures and preemptions. Prints JSON with
@@ -50,7 +52,8 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         fleet = load_fleet(args.fleet)
         jobs, failures = load_jobs(args.jobs)
-        report = simulate(fleet, jobs, failures, tick_s=args.tick_s, heartbeat_s=args.heartbeat_s)
+        report = simulate(fleet, jobs, failures, tick_s=args.tick_s, heartbeat_s=args.heartbeat_s,
+                          horizon_s=args.horizon_s)
     except (OSError, ValueError, KeyError) as err:
         print(f"marin cluster simulate: {err}", file=sys.stderr)
         return 2
@@ -93,13 +96,22 @@ def _manifest(args: argparse.Namespace) -> int:
 
     try:
         pool = load_fleet(args.fleet).pool(args.pool)
-        objects = multihost_jax_manifests(args.name, pool, image=args.image, command=args.command,
+        objects = multihost_jax_manifests(args.name, pool, image=args.image, command=container_command(args.command),
                                           domains=args.domains, namespace=args.namespace)
     except (OSError, ValueError, KeyError) as err:
         print(f"marin cluster manifest: {err}", file=sys.stderr)
         return 2
     sys.stdout.write(yaml.safe_dump_all(to_dicts(objects), sort_keys=False))
     return 0
+
+
+def container_command(remainder: list[str]) -> list[str]:
+    """The command after the options; a leading ``--`` only separates it and is dropped.
+
+    argparse.REMAINDER keeps the separator (``manifest ... -- python -m train`` gives
+    ``['--', 'python', ...]``), and a pod told to execute ``--`` fails to start.
+    """
+    return remainder[1:] if remainder[:1] == ["--"] else list(remainder)
 
 
 def register(subparsers) -> None:
@@ -112,8 +124,10 @@ def register(subparsers) -> None:
     sim.add_argument("--fleet", required=True, help="fleet file (YAML or JSON)")
     sim.add_argument("--jobs", required=True, help="jobs file (YAML or JSON)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
-    sim.add_argument("--tick-s", type=float, default=10.0, help="scheduling tick period (default 10)")
-    sim.add_argument("--heartbeat-s", type=float, default=30.0, help="heartbeat period (default 30)")
+    sim.add_argument("--tick-s", type=finite_float, default=10.0, help="scheduling tick period (default 10)")
+    sim.add_argument("--heartbeat-s", type=finite_float, default=30.0, help="heartbeat period (default 30)")
+    sim.add_argument("--horizon-s", type=finite_float, default=None,
+                     help="stop the replay at this simulated time (default: 30 days after the last submit)")
     sim.set_defaults(handler=_simulate)
 
     gen = sub.add_parser("gen-jobs", help="write a deterministic mixed job stream for a fleet",
@@ -122,7 +136,7 @@ def register(subparsers) -> None:
     gen.add_argument("--fleet", required=True)
     gen.add_argument("-n", type=int, default=1000, help="number of jobs (default 1000)")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--load", type=float, default=0.7, help="offered load per pool, in (0, 1)")
+    gen.add_argument("--load", type=finite_float, default=0.7, help="offered load per pool, in (0, 1)")
     gen.add_argument("--out", default="-", help="output file ('-' for stdout)")
     gen.set_defaults(handler=_gen_jobs)
 

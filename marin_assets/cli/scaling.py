@@ -14,6 +14,8 @@ import json
 import math
 import sys
 
+from marin_assets.cli._types import finite_float
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("scaling", help="Fit scaling laws (IsoFLOP and Chinchilla parametric).")
@@ -30,9 +32,9 @@ def register(subparsers) -> None:
     q = sub.add_parser("fit-isoflop", help="Per-budget Huber quadratics, N*/D* power laws and the loss envelope.")
     q.add_argument("--csv", required=True, help="columns flops, params, tokens, loss")
     q.add_argument("--json", action="store_true", help="print compact JSON on one line")
-    q.add_argument("--bucket-base", type=float, default=1.1, help="FLOP buckets are powers of this (Marin: 1.1)")
-    q.add_argument("--huber-delta", type=float, default=0.01)
-    q.add_argument("--predict", type=float, action="append", default=[], help="also predict the optimum at this budget")
+    q.add_argument("--bucket-base", type=finite_float, default=1.1, help="FLOP buckets are powers of this (Marin: 1.1)")
+    q.add_argument("--huber-delta", type=finite_float, default=0.01)
+    q.add_argument("--predict", type=finite_float, action="append", default=[], help="also predict the optimum at this budget")
     q.add_argument("--bootstrap", type=int, default=200)
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(handler=_fit_isoflop)
@@ -63,7 +65,7 @@ def _fit_parametric(args: argparse.Namespace) -> int:
     try:
         runs = drop_highest_loss(load_runs_csv(args.csv), args.drop_highest)
         report = fit_parametric_with_ci(runs, boot=BootstrapConfig(n=args.bootstrap, seed=args.seed))
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError) as exc:
         print(f"marin scaling fit-parametric: {exc}", file=sys.stderr)
         return 2
     _print(report, args.json)
@@ -83,11 +85,11 @@ def _fit_isoflop(args: argparse.Namespace) -> int:
             bootstrap=BootstrapConfig(n=args.bootstrap, seed=args.seed),
         )
         result = fit_isoflop(load_runs_csv(args.csv), config)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        report = result.as_dict()
+        if args.predict:
+            report["predictions"] = [predict_optimum(result, c).as_dict() for c in args.predict]
+    except (ValueError, OSError, RuntimeError) as exc:
         print(f"marin scaling fit-isoflop: {exc}", file=sys.stderr)
         return 2
-    report = result.as_dict()
-    if args.predict:
-        report["predictions"] = [predict_optimum(result, c).as_dict() for c in args.predict]
     _print(report, args.json)
     return 0

@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from marin_assets.cluster.tags import ACCELERATORS, check_accelerator, check_name, check_region
+from marin_assets.cluster.tags import ACCELERATORS, MAX_CHIPS, check_accelerator, check_name, check_region
+from marin_assets.numeric_checks import check_int
+
+# Bounds that keep a simulation or a rendered manifest finite and in memory. Real fleets sit
+# far below them: the largest pools today have thousands of racks or slices.
+MAX_DOMAINS = 100_000  # per pool
+MAX_FLEET_DOMAINS = 1_000_000  # all pools together
+MAX_POOLS = 1_000
+MAX_CONFIG_BYTES = 64 << 20  # a 1000-job stream is ~150 KB
 
 
 @dataclass(frozen=True)
@@ -52,11 +60,11 @@ ACCELERATOR_SPECS: dict[str, AcceleratorSpec] = {
 }
 assert set(ACCELERATOR_SPECS) == set(ACCELERATORS)
 
-_TOPOLOGY_RE = re.compile(r"^[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}$")
+_TOPOLOGY_RE = re.compile(r"[1-9][0-9]{0,2}(x[1-9][0-9]{0,2}){1,2}")
 
 
 def topology_chips(topology: str) -> int:
-    if not _TOPOLOGY_RE.match(topology):
+    if not isinstance(topology, str) or not _TOPOLOGY_RE.fullmatch(topology):
         raise ValueError(f"topology {topology!r} is not like '16x16' or '4x8x8'")
     return math.prod(int(d) for d in topology.split("x"))
 
@@ -79,12 +87,19 @@ class Pool:
         check_accelerator(self.accelerator, what=f"{where}: accelerator")
         check_region(self.region, what=f"{where}: region")
         spec = ACCELERATOR_SPECS[self.accelerator]
-        if not isinstance(self.domains, int) or self.domains < 1:
-            raise ValueError(f"{where}: domains must be a positive integer, got {self.domains!r}")
+        check_int(f"{where}: domains", self.domains, 1, MAX_DOMAINS)
+        check_int(f"{where}: domain_chips", self.domain_chips, 0, MAX_CHIPS)
+        check_int(f"{where}: chips_per_host", self.chips_per_host, 0, MAX_CHIPS)
+        if self.ep_domain_chips is not None:
+            check_int(f"{where}: ep_domain_chips", self.ep_domain_chips, 1, MAX_CHIPS)
+        if self.whole_domain is not None and not isinstance(self.whole_domain, bool):
+            raise ValueError(f"{where}: whole_domain must be true or false, got {self.whole_domain!r}")
         if spec.is_tpu:
             if self.topology is None:
                 raise ValueError(f"{where}: TPU pools need a topology such as '16x16'")
             chips = topology_chips(self.topology)
+            if chips > MAX_CHIPS:
+                raise ValueError(f"{where}: topology {self.topology} has {chips} chips, more than {MAX_CHIPS}")
             if self.domain_chips not in (0, chips):
                 raise ValueError(
                     f"{where}: domain_chips {self.domain_chips} disagrees with topology "
@@ -135,6 +150,11 @@ class Fleet:
     def __post_init__(self) -> None:
         if not self.pools:
             raise ValueError("a fleet needs at least one pool")
+        if len(self.pools) > MAX_POOLS:
+            raise ValueError(f"a fleet of {len(self.pools)} pools is more than the limit of {MAX_POOLS}")
+        total = sum(p.domains for p in self.pools)
+        if total > MAX_FLEET_DOMAINS:
+            raise ValueError(f"the fleet has {total} domains in all, more than the limit of {MAX_FLEET_DOMAINS}")
         by_name: dict[str, Pool] = {}
         for pool in self.pools:
             if pool.name in by_name:
@@ -162,7 +182,7 @@ def check_record(raw: Any, allowed: set[str], where: str) -> None:
         raise ValueError(f"{where} is not a mapping")
     unknown = set(raw) - allowed
     if unknown:
-        raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
+        raise ValueError(f"{where} has unknown fields {sorted(unknown, key=repr)}")
 
 
 def fleet_from_dict(data: Mapping[str, Any], *, source: str = "fleet") -> Fleet:
@@ -182,14 +202,36 @@ def fleet_from_dict(data: Mapping[str, Any], *, source: str = "fleet") -> Fleet:
 
 
 def load_structured(path: str | Path) -> Any:
-    """Read a YAML or JSON file (by suffix; YAML is a superset of JSON anyway)."""
-    path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".json":
-        return json.loads(text)
+    """Read a YAML or JSON file (by suffix; YAML is a superset of JSON anyway).
+
+    Every way the file can be unreadable becomes one ValueError line naming the file (and
+    the line and column, when the parser knows them), never a traceback.
+    """
     import yaml
 
-    return yaml.safe_load(text)
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path}: {size} bytes is more than the limit of {MAX_CONFIG_BYTES}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(err.problem or err.context or "syntax error").split())
+        raise ValueError(f"{path}{at}: invalid YAML: {problem}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: invalid YAML: {' '.join(str(err).split())[:200]}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a config file") from None
 
 
 def load_fleet(path: str | Path) -> Fleet:

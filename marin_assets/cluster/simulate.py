@@ -44,6 +44,15 @@ from marin_assets.cluster.tags import (
     check_name,
     classify_tags,
 )
+from marin_assets.numeric_checks import check_float, check_int
+
+
+# Bounds that keep one replay finite: a year of simulated time, a million jobs, and at most
+# MAX_TICKS scheduling ticks (the loop runs once per tick up to the horizon).
+MAX_TIME_S = 366 * 86400.0
+MAX_JOBS = 1_000_000
+MAX_TICKS = 5_000_000
+MIN_TICK_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -55,10 +64,13 @@ class SimJob:
     checkpoint_interval_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.submit_s < 0 or self.duration_s <= 0:
-            raise ValueError(f"job {self.id!r}: submit_s must be >= 0 and duration_s > 0")
-        if self.checkpoint_interval_s is not None and self.checkpoint_interval_s <= 0:
-            raise ValueError(f"job {self.id!r}: checkpoint_interval_s must be > 0")
+        where = f"job {self.id!r}"
+        object.__setattr__(self, "submit_s", check_float(f"{where}: submit_s", self.submit_s, 0, MAX_TIME_S))
+        object.__setattr__(self, "duration_s",
+                           check_float(f"{where}: duration_s", self.duration_s, 0, MAX_TIME_S, lo_open=True))
+        if self.checkpoint_interval_s is not None:
+            object.__setattr__(self, "checkpoint_interval_s", check_float(
+                f"{where}: checkpoint_interval_s", self.checkpoint_interval_s, 0, MAX_TIME_S, lo_open=True))
 
     def newest_checkpoint(self, progress: float) -> float:
         """Progress saved by the newest checkpoint at or before ``progress``."""
@@ -74,6 +86,15 @@ class DomainFailure:
     domain: int
     down_s: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at_s", check_float("at_s", self.at_s, 0, MAX_TIME_S))
+        check_name("pool", self.pool)
+        check_int("domain", self.domain, 0, 10**9)
+        object.__setattr__(self, "down_s", check_float("down_s", self.down_s, 0, MAX_TIME_S, lo_open=True))
+
+
+_FAILURE_FIELDS = {"at_s", "pool", "domain", "down_s"}
+
 
 _JOB_FIELDS = {"id", "submit_s", "duration_s", "accelerator", "chips", "priority", "region", "checkpoint_interval_s"}
 
@@ -86,9 +107,8 @@ def job_from_dict(raw: Mapping[str, Any], where: str) -> SimJob:
                 PRIORITY_TAG: str(raw.get("priority", "batch"))}
         if raw.get("region") is not None:
             tags[REGION_TAG] = str(raw["region"])
-        ckpt = raw.get("checkpoint_interval_s")
-        return SimJob(job_id, float(raw["submit_s"]), float(raw["duration_s"]), classify_tags(tags),
-                      None if ckpt is None else float(ckpt))
+        return SimJob(job_id, raw["submit_s"], raw["duration_s"], classify_tags(tags),
+                      raw.get("checkpoint_interval_s"))
     except KeyError as err:
         raise ValueError(f"{where}: missing field {err}") from None
     except (TypeError, ValueError) as err:
@@ -98,16 +118,27 @@ def job_from_dict(raw: Mapping[str, Any], where: str) -> SimJob:
 def jobs_from_dict(data: Mapping[str, Any], *, source: str = "jobs") -> tuple[list[SimJob], list[DomainFailure]]:
     if not isinstance(data, Mapping) or not isinstance(data.get("jobs"), list):
         raise ValueError(f"{source}: expected a mapping with a 'jobs' list")
+    check_record(data, {"jobs", "failures"}, source)
+    if len(data["jobs"]) > MAX_JOBS:
+        raise ValueError(f"{source}: {len(data['jobs'])} jobs is more than the limit of {MAX_JOBS}")
     jobs = [job_from_dict(raw, f"{source}: jobs[{i}]") for i, raw in enumerate(data["jobs"])]
     ids = [j.id for j in jobs]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source}: job ids are not unique")
+    raw_failures = data.get("failures") or []
+    if not isinstance(raw_failures, list) or len(raw_failures) > MAX_JOBS:
+        raise ValueError(f"{source}: 'failures' must be a list of at most {MAX_JOBS} records")
     failures = []
-    for i, raw in enumerate(data.get("failures") or []):
+    for i, raw in enumerate(raw_failures):
+        where = f"{source}: failures[{i}]"
+        check_record(raw, _FAILURE_FIELDS, where)
+        missing = sorted(_FAILURE_FIELDS - set(raw))
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}")
         try:
-            failures.append(DomainFailure(float(raw["at_s"]), str(raw["pool"]), int(raw["domain"]), float(raw["down_s"])))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{source}: failures[{i}]: {err!r}") from None
+            failures.append(DomainFailure(**raw))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from None
     return jobs, failures
 
 
@@ -162,8 +193,11 @@ def generate_jobs(fleet: Fleet, n: int = 1000, seed: int = 0, load: float = 0.7,
     10-30 minutes, CPU jobs never (they restart from scratch). A few domain failures are
     injected during the busy period. The output is the jobs-file schema above.
     """
-    if n < 1 or not 0 < load < 1:
-        raise ValueError("need n >= 1 and 0 < load < 1")
+    check_int("n (number of jobs)", n, 1, MAX_JOBS)
+    check_float("load", load, 0, 1, lo_open=True)
+    if load == 1:
+        raise ValueError("load must be below 1 (an offered load of 1 never drains), got 1")
+    check_int("n_failures", n_failures, 0, MAX_JOBS)
     rng = random.Random(seed)
     pools = list(fleet.pools)
     weights = [p.capacity / _mean_chips(p) for p in pools]
@@ -216,11 +250,20 @@ def _percentile(values: list[float], q: float) -> float | None:
     return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
 
 
+def check_periods(tick_s: float, heartbeat_s: float) -> int:
+    """Validate the two periods; return how many ticks one heartbeat period spans."""
+    tick_s = check_float("tick_s", tick_s, MIN_TICK_S, 86400.0)
+    heartbeat_s = check_float("heartbeat_s", heartbeat_s, tick_s, 86400.0)
+    ratio = heartbeat_s / tick_s
+    if abs(ratio - round(ratio)) > 1e-9 * ratio:
+        raise ValueError(f"heartbeat_s ({heartbeat_s:g}) must be a whole multiple of tick_s ({tick_s:g})")
+    return round(ratio)
+
+
 def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (), *,
              tick_s: float = 10.0, heartbeat_s: float = 30.0, horizon_s: float | None = None,
              _use_ledger: bool = True) -> dict[str, Any]:
-    if tick_s <= 0 or heartbeat_s < tick_s:
-        raise ValueError("need tick_s > 0 and heartbeat_s >= tick_s (ticks are more frequent)")
+    ticks_per_heartbeat = check_periods(tick_s, heartbeat_s)
     for f in failures:
         pool = fleet.pool(f.pool)
         if not 0 <= f.domain < pool.domains:
@@ -257,8 +300,14 @@ def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (
     fail_queue = sorted(failures, key=lambda f: f.at_s)
     repairs: list[tuple[float, str, int]] = []
     last_submit = pending[-1].submit_s if pending else 0.0
-    horizon = horizon_s if horizon_s is not None else last_submit + 30 * 86400
-    offsets = {p.name: (i * tick_s) % heartbeat_s for i, p in enumerate(fleet.pools)}
+    horizon = (check_float("horizon_s", horizon_s, 0, 2 * MAX_TIME_S) if horizon_s is not None
+               else last_submit + 30 * 86400)
+    if horizon / tick_s > MAX_TICKS:
+        raise ValueError(f"the replay could take {horizon / tick_s:.3g} ticks of tick_s={tick_s:g}s (horizon "
+                         f"{horizon:.0f}s), more than the limit of {MAX_TICKS}: raise tick_s or set a shorter horizon_s")
+    # Pool i heartbeats on ticks i, i+k, i+2k... (k ticks per heartbeat): counted in whole
+    # ticks, since float times such as 0.1 * 3 never hit an exact multiple of the period.
+    offsets = {p.name: i % ticks_per_heartbeat for i, p in enumerate(fleet.pools)}
     t = 0.0
     step = 0
     while True:
@@ -286,7 +335,7 @@ def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (
                 stats["refused"].append(str(err))
         # 3. heartbeats, staggered per pool
         for pool in fleet.pools:
-            if (t - offsets[pool.name]) % heartbeat_s == 0 and t >= offsets[pool.name]:
+            if step >= offsets[pool.name] and (step - offsets[pool.name]) % ticks_per_heartbeat == 0:
                 used = [0] * pool.domains
                 mine = frozenset(j for j, r in running.items() if r.pool == pool.name)
                 for j in mine:

@@ -32,11 +32,12 @@ ACCELERATORS = ("cpu", "tpu-v4", "tpu-v5e", "tpu-v5p", "h100x8", "gb200-nvl72")
 PRIORITY_BANDS = {"batch": 0, "interactive": 1, "production": 2}
 
 MAX_CHIPS = 1_000_000
-_CHIPS_RE = re.compile(r"^[1-9][0-9]{0,6}$")
+_CHIPS_RE = re.compile(r"[1-9][0-9]{0,6}")
 # GCP/AWS style regions: us-central2, europe-west4, us-east-1. Lower-case letters, digits, dashes.
-_REGION_RE = re.compile(r"^[a-z]{2,12}(-[a-z]{2,12}){1,2}-?[0-9]{1,2}$")
+_REGION_RE = re.compile(r"[a-z]{2,12}(-[a-z]{2,12}){1,2}-?[0-9]{1,2}")
 # A backend name: a DNS-label-like word, safe in k8s labels and log lines.
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# All patterns here are used with fullmatch: "$" would accept a trailing newline.
+_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 def _show(value: str) -> str:
@@ -45,7 +46,7 @@ def _show(value: str) -> str:
 
 
 def check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise ValueError(
             f"{kind} {_show(str(value))} is not a valid name: use lower-case letters, digits and '-'"
         )
@@ -53,7 +54,7 @@ def check_name(kind: str, value: str) -> str:
 
 
 def check_region(value: str, *, what: str = f"tag {REGION_TAG}") -> str:
-    if not isinstance(value, str) or not _REGION_RE.match(value):
+    if not isinstance(value, str) or not _REGION_RE.fullmatch(value):
         raise ValueError(f"{what}: {_show(str(value))} is not a region like 'us-central2'")
     return value
 
@@ -108,7 +109,7 @@ def classify_tags(tags: Mapping[str, str]) -> JobRequest:
     accelerator = tags.get(ACCELERATOR_TAG, "cpu")
     check_accelerator(accelerator)
     chips_text = tags.get(CHIPS_TAG, "1")
-    if not isinstance(chips_text, str) or not _CHIPS_RE.match(chips_text):
+    if not isinstance(chips_text, str) or not _CHIPS_RE.fullmatch(chips_text):
         raise ValueError(f"tag {CHIPS_TAG}: {_show(str(chips_text))} is not a positive integer")
     chips = int(chips_text)
     if chips > MAX_CHIPS:

@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marin_assets.numeric_checks import check_float, check_int
+
+
+MAX_RESAMPLES = 100_000
+
 
 @dataclass(frozen=True)
 class BootstrapConfig:
@@ -15,10 +20,11 @@ class BootstrapConfig:
     level: float = 0.95  # two-sided confidence level of the percentile interval
 
     def __post_init__(self) -> None:
-        if self.n < 0:
-            raise ValueError(f"bootstrap n must be >= 0, got {self.n}")
-        if not 0 < self.level < 1:
-            raise ValueError(f"bootstrap level must be in (0, 1), got {self.level}")
+        check_int("bootstrap n", self.n, 0, MAX_RESAMPLES)
+        check_int("bootstrap seed", self.seed, 0, 2**63 - 1)
+        check_float("bootstrap level", self.level, 0, 1, lo_open=True)
+        if self.level == 1:
+            raise ValueError("bootstrap level must be in (0, 1), got 1")
 
 
 def bootstrap(

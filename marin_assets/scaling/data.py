@@ -61,6 +61,17 @@ def _to_float(value) -> float:
         return math.nan
 
 
+def _value_problem(name: str, v: float) -> str | None:
+    """Why a value cannot be fitted, or None. NaN first: it passes ``v <= 0``."""
+    if math.isnan(v):
+        return f"{name} is missing or NaN"
+    if not math.isfinite(v):
+        return f"{name} is infinite"
+    if v <= 0:
+        return f"{name} is non-positive ({v:g})"
+    return None
+
+
 def validate_runs(params=None, tokens=None, flops=None, loss=None, source: str = "<memory>") -> Runs:
     """Build ``Runs`` from columns (lists or arrays), deriving tokens or flops from C = 6 N D.
 
@@ -81,30 +92,28 @@ def validate_runs(params=None, tokens=None, flops=None, loss=None, source: str =
             raise ValueError(f"{source}: column {name} has {len(col)} rows, loss has {n_rows}")
         values[name] = np.array([_to_float(v) for v in col], dtype=np.float64)
 
-    keep = np.ones(n_rows, dtype=bool)
-    excluded: list[dict] = []
-    for i in range(n_rows):
-        reasons = []
-        for name, arr in values.items():
-            v = arr[i]
-            if math.isnan(v):
-                reasons.append(f"{name} is missing or NaN")
-            elif not math.isfinite(v):
-                reasons.append(f"{name} is infinite")
-            elif v <= 0:
-                reasons.append(f"{name} is non-positive ({v:g})")
-        if reasons:
-            keep[i] = False
-            excluded.append({"row": i, "reason": "; ".join(reasons)})
-
     p = values["params"]
     t = values.get("tokens")
     c = values.get("flops")
-    with np.errstate(invalid="ignore", divide="ignore"):
+    derived = "tokens" if t is None else "flops" if c is None else None
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
         if t is None:
             t = c / (6.0 * p)
         if c is None:
             c = 6.0 * p * t
+
+    keep = np.ones(n_rows, dtype=bool)
+    excluded: list[dict] = []
+    for i in range(n_rows):
+        reasons = [_value_problem(name, arr[i]) for name, arr in values.items()]
+        reasons = [r for r in reasons if r]
+        if not reasons and derived is not None:  # C = 6 N D can overflow or underflow
+            problem = _value_problem(derived, (t if derived == "tokens" else c)[i])
+            if problem:
+                reasons.append(f"{problem} (derived from C = 6 N D)")
+        if reasons:
+            keep[i] = False
+            excluded.append({"row": i, "reason": "; ".join(reasons)})
     rows = np.arange(n_rows)
     return Runs(p[keep], t[keep], c[keep], values["loss"][keep], rows[keep], excluded, source)
 
@@ -121,10 +130,15 @@ def load_runs_csv(path: str | Path) -> Runs:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = list(reader.fieldnames or [])
-        rows = list(reader)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except csv.Error as err:  # a NUL byte, an over-long field, a broken quote
+        raise ValueError(f"{path}: after line {reader.line_num}: unreadable CSV: {err}") from None
     cols = {name: _pick(header, name) for name in COLUMN_ALIASES}
     missing = [name for name in ("params", "loss") if cols[name] is None]
     if missing or (cols["tokens"] is None and cols["flops"] is None):
@@ -137,7 +151,9 @@ def load_runs_csv(path: str | Path) -> Runs:
 def drop_highest_loss(runs: Runs, count: int) -> Runs:
     """The published Chinchilla protocol drops the ``count`` highest-loss runs (outliers from
     the smallest models); they are recorded in ``excluded`` like any other dropped row."""
-    if count <= 0:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"drop count must be a non-negative integer, got {count!r}")
+    if count == 0:
         return runs
     if count >= len(runs):
         raise ValueError(f"{runs.source}: cannot drop {count} of {len(runs)} runs")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
 from marin_assets.scaling.data import Runs, bucket_flops
 
@@ -171,12 +172,9 @@ class IsoFlopConfig:
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
 
     def __post_init__(self) -> None:
-        if not self.bucket_base > 1:
-            raise ValueError(f"bucket_base must be > 1, got {self.bucket_base}")
-        if not self.huber_delta > 0:
-            raise ValueError(f"huber_delta must be > 0, got {self.huber_delta}")
-        if self.min_points < 3:
-            raise ValueError(f"min_points must be >= 3 (a quadratic has 3 coefficients), got {self.min_points}")
+        check_float("bucket_base", self.bucket_base, 1, 10, lo_open=True)
+        check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
+        check_int("min_points (a quadratic has 3 coefficients)", self.min_points, 3, 1_000_000)
 
 
 @dataclass(frozen=True)

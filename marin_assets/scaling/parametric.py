@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marin_assets.numeric_checks import check_float, check_int
+
 # Published grid (Besiroglu et al. 2024, section 2 / their released notebook):
 # alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1}, a, b in {0, 5, ..., 25}.
 PUBLISHED_GRID: dict[str, tuple[float, ...]] = {
@@ -52,18 +54,19 @@ class ParametricFitConfig:
     polish_ftol: float = 1e-14
 
     def __post_init__(self) -> None:
-        if not self.huber_delta > 0:
-            raise ValueError(f"huber_delta must be > 0, got {self.huber_delta}")
+        check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
+        for name in ("gtol", "ftol", "polish_gtol", "polish_ftol"):
+            check_float(name, getattr(self, name), 0, 1, lo_open=True)
         missing = set(PARAM_ORDER) - set(self.grid)
         if missing:
             raise ValueError(f"grid is missing values for {sorted(missing)}")
         for name in PARAM_ORDER:
             if len(self.grid[name]) == 0:
                 raise ValueError(f"grid[{name!r}] is empty")
-        if self.history < 1:
-            raise ValueError(f"history must be >= 1, got {self.history}")
-        if self.max_iter < 1:
-            raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
+            for i, value in enumerate(self.grid[name]):
+                check_float(f"grid[{name!r}][{i}]", value, -1e3, 1e3)
+        check_int("history", self.history, 1, 1000)
+        check_int("max_iter", self.max_iter, 1, 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,18 @@ def _check_inputs(params, tokens, loss) -> tuple[np.ndarray, np.ndarray, np.ndar
             )
     if params.size < 5:
         raise ValueError(f"the parametric law has 5 parameters; need >= 5 runs, got {params.size}")
+    sizes, counts = _distinct(params), _distinct(tokens)
+    if sizes < 2 or counts < 2:
+        raise ValueError(
+            f"cannot identify the law from these runs: {sizes} distinct model size(s) and {counts} distinct "
+            "token count(s); need >= 2 of each (alpha is fitted across model sizes, beta across token counts)"
+        )
     return params, tokens, loss
+
+
+def _distinct(values: np.ndarray) -> int:
+    """Distinct values up to a relative 1e-9 (CSV round-trips must not count as new sizes)."""
+    return int(np.unique(np.round(np.log(values), 9)).size)
 
 
 def _theta_to_fit(theta: np.ndarray, n: int, objective: float) -> ParametricFit:
@@ -302,7 +316,14 @@ def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot
 
     config = config or ParametricFitConfig()
     boot = boot or BootstrapConfig()
-    fit = fit_parametric(runs.params, runs.tokens, runs.loss, config)
+    if len(runs) < 5:
+        reasons = "; ".join(f"row {e['row']}: {e['reason']}" for e in runs.excluded[:3])
+        raise ValueError(f"{runs.source}: {len(runs)} usable run(s), the parametric law needs >= 5"
+                         + (f" ({len(runs.excluded)} excluded, e.g. {reasons})" if runs.excluded else ""))
+    try:
+        fit = fit_parametric(runs.params, runs.tokens, runs.loss, config)
+    except ValueError as err:
+        raise ValueError(f"{runs.source}: {err}") from None
 
     def refit(rng: np.random.Generator):
         idx = rng.integers(0, len(runs), size=len(runs))

@@ -19,7 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.data import bucket_flops
+
+_MAX_INT = 10**9
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,21 @@ class ModelFamily:
     model_overrides: dict = field(default_factory=dict)  # extra ModelConfig fields, e.g. MoE settings
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "head_dim", "min_layers", "min_steps", "lr_ref_width"):
+            check_int(f"ModelFamily.{name}", getattr(self, name), 1, _MAX_INT)
         if not self.widths:
             raise ValueError("ModelFamily.widths is empty")
-        for w in self.widths:
-            if w <= 0 or w % self.head_dim:
+        for i, w in enumerate(self.widths):
+            check_int(f"ModelFamily.widths[{i}]", w, 1, _MAX_INT)
+            if w % self.head_dim:
                 raise ValueError(f"ModelFamily: width {w} must be a positive multiple of head_dim {self.head_dim}")
-        for name in ("vocab_size", "seq_len", "head_dim", "min_layers", "min_steps", "lr_ref_width"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ModelFamily.{name} must be > 0, got {getattr(self, name)}")
-        if not self.batch_sizes or min(self.batch_sizes) <= 0:
-            raise ValueError(f"ModelFamily.batch_sizes must be positive, got {self.batch_sizes}")
-        if self.aspect_ratio <= 0 or self.ff_mult <= 0 or self.lr_base <= 0:
-            raise ValueError("ModelFamily: aspect_ratio, ff_mult and lr_base must be > 0")
+        if not self.batch_sizes:
+            raise ValueError("ModelFamily.batch_sizes is empty")
+        for i, batch in enumerate(self.batch_sizes):
+            check_int(f"ModelFamily.batch_sizes[{i}]", batch, 1, _MAX_INT)
+        check_float("ModelFamily.aspect_ratio", self.aspect_ratio, 0, 1e6, lo_open=True)
+        check_float("ModelFamily.ff_mult", self.ff_mult, 0, 1e3, lo_open=True)
+        check_float("ModelFamily.lr_base", self.lr_base, 0, 10, lo_open=True)
 
     def shape(self, width: int) -> tuple[int, int, int]:
         """(width, depth, heads) for a width."""
@@ -134,6 +140,8 @@ def plan_sweep(
     backward), as ``marin_assets.model.flops_per_token`` does; it, ``param_count`` and
     ``build_config`` are injectable so other model families can be planned.
     """
+    check_float("bucket_base", bucket_base, 1, 10, lo_open=True)
+    check_float("tolerance", tolerance, 0, 1, lo_open=True)
     half_bucket = math.sqrt(bucket_base) - 1.0
     if not 0 < tolerance < half_bucket:
         raise ValueError(
@@ -147,8 +155,7 @@ def plan_sweep(
     candidates: list[SweepCandidate] = []
     skipped: list[dict] = []
     for requested in budgets:
-        if not (requested > 0 and math.isfinite(requested)):
-            raise ValueError(f"budget must be finite and > 0, got {requested}")
+        check_float("budget", requested, 0, 1e40, lo_open=True)
         budget = bucket_flops(requested, bucket_base)
         for width in family.widths:
             width, depth, heads = family.shape(width)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -24,20 +25,21 @@ def budget_label(budget: float) -> str:
     return f"{budget:.2g}".replace("e+", "e")
 
 
+# fullmatch, not match + "$": "$" also matches before a trailing newline.
+_PARTITION_KEY_RE = re.compile(r"C([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]{1,3})?)-d([1-9][0-9]{0,8})")
+
+
 def partition_key(budget: float, width: int) -> str:
     return f"C{budget_label(budget)}-d{int(width)}"
 
 
 def parse_partition_key(key: str) -> tuple[float, int]:
-    """"C2e11-d48" -> (2e11, 48); anything else is a clear error."""
-    try:
-        c_part, d_part = key.split("-d")
-        if not c_part.startswith("C"):
-            raise ValueError
-        budget, width = float(c_part[1:]), int(d_part)
-    except ValueError:
-        raise ValueError(f"sweep partition key {key!r} is not of the form C<budget>-d<width>, e.g. C1e11-d32") from None
-    if not (budget > 0 and math.isfinite(budget)) or width <= 0:
+    """"C2e11-d48" -> (2e11, 48); anything else (a trailing newline too) is a clear error."""
+    match = _PARTITION_KEY_RE.fullmatch(key) if isinstance(key, str) else None
+    if match is None:
+        raise ValueError(f"sweep partition key {key!r} is not of the form C<budget>-d<width>, e.g. C1e11-d32")
+    budget, width = float(match.group(1)), int(match.group(2))
+    if not (budget > 0 and math.isfinite(budget)):
         raise ValueError(f"sweep partition key {key!r}: budget and width must be positive")
     return budget, width
 

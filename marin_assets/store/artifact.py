@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin_assets.store.fsutil import filesystem, is_local, join, list_files, read_json, unstrip, write_json_atomic
-from marin_assets.store.lease import Lease, LeaseConfig
+from marin_assets.store.lease import Lease, LeaseConfig, LeaseLost, SystemClock
 from marin_assets.store.names import partition_segment, validate_asset_key
 from marin_assets.store.versioning import short_version
 
@@ -80,11 +80,12 @@ class Materialization:
 class ArtifactStore:
     """Content-versioned artifacts under one prefix (local path or fsspec URL)."""
 
-    def __init__(self, prefix: str, lease: LeaseConfig | None = None, poll_s: float = 0.5):
+    def __init__(self, prefix: str, lease: LeaseConfig | None = None, poll_s: float = 0.5, clock=None):
         self.prefix = prefix
         self.fs, self.root = filesystem(prefix)
         self.lease_config = lease or LeaseConfig()
         self.poll_s = poll_s
+        self.clock = clock or SystemClock()  # monotonic() and sleep(); tests pass a FakeClock
 
     # ---- paths ------------------------------------------------------------------
     def partition_dir(self, asset_key: str, partition: str | None) -> str:
@@ -98,18 +99,34 @@ class ArtifactStore:
         return unstrip(self.fs, join(self.version_dir(asset_key, partition, version), ".work"))
 
     # ---- reads ------------------------------------------------------------------
+    def _status_record(self, vdir: str, version: str) -> dict | None:
+        """STATUS.json of ``version`` in ``vdir``; refuse a SUCCESS of another full version.
+
+        Directories are named by the first 16 hex digits only, so two versions can share
+        one. A committed artifact of the other version must never be served as this one.
+        """
+        record = read_json(self.fs, join(vdir, "STATUS.json"))
+        if not isinstance(record, dict):
+            return None
+        if record.get("version") != version:
+            if record.get("status") == SUCCESS:
+                raise RuntimeError(
+                    f"{vdir} holds version {record.get('version')}, not {version} "
+                    f"(collision of the {len(short_version(version))}-character short hash); refusing to use or overwrite it"
+                )
+            return None  # a RUNNING/FAILED leftover of the other version is not ours
+        return record
+
     def status(self, asset_key: str, partition: str | None, version: str) -> str | None:
-        record = read_json(self.fs, join(self.version_dir(asset_key, partition, version), "STATUS.json"))
+        record = self._status_record(self.version_dir(asset_key, partition, version), version)
         return None if record is None else record.get("status")
 
     def load(self, asset_key: str, partition: str | None, version: str) -> ArtifactRef | None:
         """The committed artifact of this version, or None if there is no SUCCESS."""
         vdir = self.version_dir(asset_key, partition, version)
-        status = read_json(self.fs, join(vdir, "STATUS.json"))
+        status = self._status_record(vdir, version)
         if not status or status.get("status") != SUCCESS:
             return None
-        if status.get("version") != version:
-            raise RuntimeError(f"{vdir} holds version {status.get('version')}, not {version} (short-hash collision)")
         manifest = read_json(self.fs, join(vdir, "manifest.json")) or {}
         return ArtifactRef("/".join(validate_asset_key(asset_key)), partition, version, unstrip(self.fs, vdir), manifest)
 
@@ -128,26 +145,28 @@ class ArtifactStore:
         ``compute(staging_url)`` writes the artifact's files under ``staging_url`` and
         returns counts (rows, docs, tokens...) that go into the manifest.
         """
-        start = time.monotonic()
+        clock = self.clock
+        start = clock.monotonic()
         vdir = self.version_dir(asset_key, partition, version)
         deadline = start + wait_timeout_s
+        # One Lease for all polls: it remembers what it saw, which is how it judges staleness.
+        lease = Lease(self.fs, vdir, self.lease_config, clock=clock)
         while True:
             ref = self.load(asset_key, partition, version)
             if ref is not None:
-                return Materialization(ref, True, time.monotonic() - start)
-            lease = Lease(self.fs, vdir, self.lease_config)
+                return Materialization(ref, True, clock.monotonic() - start)
             if lease.acquire():
                 try:
                     ref = self.load(asset_key, partition, version)
                     if ref is not None:  # finished by another run while we waited
-                        return Materialization(ref, True, time.monotonic() - start)
+                        return Materialization(ref, True, clock.monotonic() - start)
                     ref = self._compute_and_commit(asset_key, partition, version, vdir, compute, provenance, lease)
-                    return Materialization(ref, False, time.monotonic() - start)
+                    return Materialization(ref, False, clock.monotonic() - start)
                 finally:
                     lease.release()
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 raise TimeoutError(f"gave up after {wait_timeout_s:.0f}s waiting for another run to finish {vdir}")
-            time.sleep(self.poll_s)
+            clock.sleep(self.poll_s)
 
     def _compute_and_commit(self, asset_key, partition, version, vdir, compute, provenance, lease) -> ArtifactRef:
         self._clean_leftovers(vdir)
@@ -157,14 +176,21 @@ class ArtifactStore:
         started = time.monotonic()
         try:
             counts = dict(compute(unstrip(self.fs, staging)) or {})
+            compute_s = time.monotonic() - started
+            manifest = self._commit(vdir, staging, version, counts, provenance, compute_s, lease)
         except BaseException as err:
-            write_json_atomic(
-                self.fs, join(vdir, "STATUS.json"), {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]}
-            )
+            self._mark_failed(vdir, version, err, lease)
             raise
-        compute_s = time.monotonic() - started
-        if not lease.held():
-            raise RuntimeError(f"lost the lease on {vdir} while computing (a stale takeover happened); not committing")
+        return ArtifactRef("/".join(validate_asset_key(asset_key)), partition, version, unstrip(self.fs, vdir), manifest)
+
+    def _commit(self, vdir, staging, version, counts, provenance, compute_s, lease) -> dict:
+        """data/, then manifest and provenance, then SUCCESS: a failure at any step leaves
+        no SUCCESS, so the next run recomputes. The lease is checked before the first and
+        the last step (a holder that lost it must not publish)."""
+        try:
+            lease.check()
+        except LeaseLost as err:
+            raise LeaseLost(f"{err}; not committing {vdir}") from None
         data_dir = join(vdir, "data")
         if is_local(self.fs):
             os.rename(staging, data_dir)  # atomic on one filesystem
@@ -180,10 +206,22 @@ class ArtifactStore:
         write_json_atomic(
             self.fs, join(vdir, "provenance.json"), {**provenance, "version": version, "counts": counts, "compute_seconds": round(compute_s, 3)}
         )
+        try:
+            lease.check()
+        except LeaseLost as err:
+            raise LeaseLost(f"{err}; not marking {vdir} SUCCESS") from None
         write_json_atomic(self.fs, join(vdir, "STATUS.json"), {"status": SUCCESS, "version": version})
         if self.fs.exists(join(vdir, ".work")):
             self.fs.rm(join(vdir, ".work"), recursive=True)
-        return ArtifactRef("/".join(validate_asset_key(asset_key)), partition, version, unstrip(self.fs, vdir), manifest)
+        return manifest
+
+    def _mark_failed(self, vdir: str, version: str, err: BaseException, lease: Lease) -> None:
+        """Record FAILED, unless the lease is gone: then the directory belongs to another run."""
+        if not lease.held():
+            return
+        write_json_atomic(
+            self.fs, join(vdir, "STATUS.json"), {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]}
+        )
 
     def _clean_leftovers(self, vdir: str) -> None:
         """Remove what a killed run left (staging dirs, a partial data/) before recomputing."""

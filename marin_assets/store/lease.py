@@ -4,8 +4,17 @@ Locally it is an ``flock`` (released by the kernel when the holder dies, even on
 ``kill -9``). On object stores, which have no locks, it is a compare-and-swap built on
 exclusive creation (``xb``: If-None-Match / if_generation_match=0 on S3/GCS): lease
 *generations* ``.lease/00000001.json``, ``00000002.json``... The holder is the newest
-generation; a stale holder (no heartbeat for ``stale_after_s``) is taken over by creating
-the next generation, which only one contender can win.
+generation and rewrites it every ``heartbeat_s`` with a new beat number.
+
+Staleness is judged by the contender alone, on its own monotonic clock: the newest record
+must stay byte-for-byte unchanged for ``stale_after_s`` *as observed by the contender*
+before it creates the next generation (which only one contender can win). Wall clocks of
+different hosts are never compared, so a holder whose clock is behind keeps its lease.
+
+The holder is just as careful from its side: a failed heartbeat write is logged and
+retried, and a holder that has not renewed for ``stale_after_s`` on its own clock (when a
+contender may have taken over) considers the lease lost. ``check()`` then raises
+``LeaseLost`` saying why, and the store refuses to commit.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
+import math
 import os
 import socket
 import threading
@@ -22,7 +33,42 @@ from dataclasses import dataclass, field
 
 import fsspec
 
-from marin_assets.store.fsutil import is_local, join, read_json, write_json_atomic
+from marin_assets.store.fsutil import is_local, join, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(RuntimeError):
+    """The holder can no longer be sure the lease is its own."""
+
+
+class SystemClock:
+    """The real clock. Tests pass a fake with the same two methods."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that moves only when told to (``advance``) or when something sleeps on it."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
 
 
 @dataclass
@@ -31,6 +77,10 @@ class LeaseConfig:
     stale_after_s: float = 90.0
 
     def __post_init__(self) -> None:
+        for name in ("heartbeat_s", "stale_after_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"lease {name} must be a finite number of seconds, got {value!r}")
         if not 0 < self.heartbeat_s < self.stale_after_s:
             raise ValueError(
                 f"lease heartbeat ({self.heartbeat_s}s) must be positive and shorter than "
@@ -39,33 +89,77 @@ class LeaseConfig:
 
 
 @dataclass
+class _Observation:
+    """What a contender last saw of the newest generation, and since when (its clock)."""
+
+    generation: int
+    record: bytes | None
+    since: float
+
+
+@dataclass
 class Lease:
-    """Try-acquire lease on one directory; use ``acquire()`` then ``release()``."""
+    """Try-acquire lease on one directory; use ``acquire()`` then ``release()``.
+
+    Keep one Lease object per contender across retries: it remembers what it observed,
+    which is how it judges staleness without trusting anyone else's clock.
+    """
 
     fs: fsspec.AbstractFileSystem
     directory: str
     config: LeaseConfig = field(default_factory=LeaseConfig)
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    clock: SystemClock | FakeClock = field(default_factory=SystemClock)
+    heartbeat_thread: bool = True  # tests drive ``renew()`` by hand instead
     _fd: int | None = None
     _generation: int | None = None
+    _beat: int = 0
+    _renewed_at: float | None = None  # holder's clock: start of the last successful renewal
+    _lost: str | None = None
+    _observed: _Observation | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     # ---- public -------------------------------------------------------------
     def acquire(self) -> bool:
         self.fs.makedirs(self.directory, exist_ok=True)
+        started = self.clock.monotonic()
         won = self._acquire_flock() if is_local(self.fs) else self._acquire_cas()
         if won:
+            self._renewed_at, self._lost, self._beat = started, None, 0
             self._stop.clear()
-            self._thread = threading.Thread(target=self._heartbeat_loop, daemon=True)
-            self._thread.start()
+            if self.heartbeat_thread:
+                self._thread = threading.Thread(target=self._heartbeat_loop, daemon=True, name=f"lease-{self.owner}")
+                self._thread.start()
         return won
 
     def held(self) -> bool:
-        """Still ours? (On object stores a takeover means we lost it.)"""
-        if is_local(self.fs):
-            return self._fd is not None
-        return self._generation is not None and self._newest_generation() == self._generation
+        """Still ours? False once renewals failed for the stale window or a takeover happened."""
+        return self._lost_reason() is None
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` with the reason if this holder can no longer rely on the lease."""
+        reason = self._lost_reason()
+        if reason is not None:
+            raise LeaseLost(f"lease on {self.directory}: {reason}")
+
+    def renew(self) -> bool:
+        """One heartbeat: rewrite our record. A failure is logged and left for the next try."""
+        if self._fd is None and self._generation is None:
+            return False
+        if self._lost_reason() is not None:
+            return False
+        started = self.clock.monotonic()
+        self._beat += 1
+        try:
+            write_json_atomic(self.fs, self._record_path(), self._record())
+        except Exception as err:  # noqa: BLE001 - any storage error; the next beat retries
+            log.warning("lease heartbeat on %s failed (%s: %s); retrying, last renewal %.1fs ago "
+                        "(stale after %ss)", self.directory, type(err).__name__, err,
+                        started - (self._renewed_at or started), self.config.stale_after_s)
+            return False
+        self._renewed_at = started
+        return True
 
     def release(self) -> None:
         self._stop.set()
@@ -77,8 +171,46 @@ class Lease:
             os.close(self._fd)
             self._fd = None
         if self._generation is not None:
-            write_json_atomic(self.fs, self._gen_path(self._generation), self._record(released=True))
+            if self._lost_reason() is None:  # never write over a generation we no longer own
+                try:
+                    write_json_atomic(self.fs, self._gen_path(self._generation), self._record(released=True))
+                except Exception as err:  # noqa: BLE001 - the lease then goes stale on its own
+                    log.warning("could not mark the lease on %s released (%s); it will go stale", self.directory, err)
             self._generation = None
+
+    # ---- holder side -----------------------------------------------------------
+    def _lost_reason(self) -> str | None:
+        if self._fd is None and self._generation is None:
+            return "not held"
+        if self._lost is not None:
+            return self._lost
+        if self._fd is not None:
+            return None  # a kernel flock cannot be taken over; its record is informational
+        silent = self.clock.monotonic() - (self._renewed_at or 0.0)
+        if silent >= self.config.stale_after_s:
+            self._lost = (f"not renewed for {silent:.1f}s (stale_after_s={self.config.stale_after_s}); "
+                          "another run may have taken it over")
+        else:
+            newest = self._newest_generation()
+            if newest != self._generation:
+                self._lost = f"taken over: generation {newest} replaced ours ({self._generation})"
+        return self._lost
+
+    def _record_path(self) -> str:
+        return self._gen_path(self._generation) if self._generation is not None else join(self.directory, ".lease.json")
+
+    def _record(self, released: bool = False) -> dict:
+        # "heartbeat" (wall time) is for people reading the file; no one compares it.
+        return {"owner": self.owner, "beat": self._beat, "heartbeat": time.time(), "released": released}
+
+    def _heartbeat_loop(self) -> None:
+        retry_s = self.config.heartbeat_s / 4
+        wait_s = self.config.heartbeat_s
+        while not self._stop.wait(wait_s):
+            if self._lost_reason() is not None:
+                log.error("%s; stopping heartbeats", self._lost)
+                return
+            wait_s = self.config.heartbeat_s if self.renew() else retry_s
 
     # ---- local: flock --------------------------------------------------------
     def _acquire_flock(self) -> bool:
@@ -91,7 +223,10 @@ class Lease:
                 return False
             raise
         self._fd = fd
-        write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())
+        try:  # the record only tells people who holds the lock; the flock is the lock
+            write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())
+        except OSError as err:
+            log.warning("could not write the lease record in %s (%s); the lock is held anyway", self.directory, err)
         return True
 
     # ---- object stores: generation CAS ---------------------------------------
@@ -106,29 +241,41 @@ class Lease:
         gens = [int(n.split(".")[0]) for n in names if n.endswith(".json") and n.split(".")[0].isdigit()]
         return max(gens, default=0)
 
+    def _read_raw(self, generation: int) -> bytes | None:
+        try:
+            with self.fs.open(self._gen_path(generation), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _is_free(self, newest: int) -> bool:
+        """Free if there is no generation, the newest says released, or it sat unchanged
+        for ``stale_after_s`` on this contender's clock."""
+        if newest == 0:
+            return True
+        raw = self._read_raw(newest)
+        try:
+            if raw is not None and json.loads(raw.decode("utf-8")).get("released") is True:
+                return True
+        except (UnicodeDecodeError, ValueError, AttributeError):
+            pass  # a half-written or foreign record: judged by staleness like any other
+        now = self.clock.monotonic()
+        seen = self._observed
+        if seen is None or seen.generation != newest or seen.record != raw:
+            self._observed = _Observation(newest, raw, now)
+            return False
+        return now - seen.since >= self.config.stale_after_s
+
     def _acquire_cas(self) -> bool:
         newest = self._newest_generation()
-        if newest:
-            record = read_json(self.fs, self._gen_path(newest)) or {}
-            fresh = time.time() - float(record.get("heartbeat", 0)) < self.config.stale_after_s
-            if fresh and not record.get("released"):
-                return False
+        if not self._is_free(newest):
+            return False
         candidate = newest + 1
+        self._beat = 0
         try:
             with self.fs.open(self._gen_path(candidate), "xb") as f:
                 f.write(json.dumps(self._record()).encode())
         except FileExistsError:
             return False  # another contender created this generation first
-        self._generation = candidate
+        self._generation, self._observed = candidate, None
         return True
-
-    # ---- shared ---------------------------------------------------------------
-    def _record(self, released: bool = False) -> dict:
-        return {"owner": self.owner, "heartbeat": time.time(), "released": released}
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_s):
-            if self._generation is not None and self.held():
-                write_json_atomic(self.fs, self._gen_path(self._generation), self._record())
-            elif self._fd is not None:
-                write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())

@@ -82,3 +82,25 @@ def test_example_fleet_is_the_scenario():
     assert sum(p.domains for p in gb) == 11
     tpus = [p for p in fleet.pools if p.accelerator.startswith("tpu")]
     assert len(tpus) >= 3
+
+
+@pytest.mark.parametrize("tag, value", [
+    ("marin/chips", "8\n"),
+    ("marin/region", "us-central1\n"),
+    ("marin/cluster", "gke\n"),
+])
+def test_tag_values_with_a_trailing_newline_are_refused(tag, value):
+    """`re.match` with `$` lets "8\\n" through; every check is a full match."""
+    with pytest.raises(ValueError, match=tag):
+        classify_tags({tag: value})
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("name", "gb200\n", "pool name"),
+    ("region", "us-central1\n", "region"),
+    ("topology", "16x16\n", "topology"),
+])
+def test_fleet_names_with_a_trailing_newline_are_refused(field, value, needle):
+    pool = {"name": "v5e", "accelerator": "tpu-v5e", "region": "us-central1", "domains": 2, "topology": "16x16"}
+    with pytest.raises(ValueError, match=needle):
+        fleet_from_dict({"pools": [{**pool, field: value}]}, source="fleet.yaml")

@@ -1,5 +1,4 @@
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -101,35 +100,6 @@ def test_two_processes_same_version_exactly_one_computes(tmp_path):
     assert log.read_text().splitlines() == ["computed"]
 
 
-def test_object_store_lease_is_compare_and_swap_with_stale_takeover():
-    fs = fsspec.filesystem("memory")
-    directory = f"/lease-test-{time.time_ns()}"
-    fast = LeaseConfig(heartbeat_s=0.05, stale_after_s=0.3)
-    first, second = Lease(fs, directory, fast), Lease(fs, directory, fast)
-    assert first.acquire()
-    assert not second.acquire()  # held and heartbeating
-    time.sleep(0.4)
-    assert not second.acquire()  # heartbeat keeps it fresh
-    first._stop.set()  # simulate a holder that hangs: heartbeats stop
-    first._thread.join()
-    time.sleep(0.4)
-    assert second.acquire()  # stale -> taken over by creating the next generation
-    assert second.held() and not first.held()  # the old holder sees that it lost the lease
-    second.release()
-    third = Lease(fs, directory, fast)
-    assert third.acquire()  # released leases are free at once
-    third.release()
-
-
-def test_object_store_holder_that_lost_the_lease_does_not_commit(monkeypatch):
-    store = ArtifactStore(f"memory://lost-{time.time_ns()}", LeaseConfig(heartbeat_s=0.05, stale_after_s=0.2))
-    version = compute_version("x", "1", {})
-    monkeypatch.setattr(Lease, "held", lambda self: False)
-    with pytest.raises(RuntimeError, match="lost the lease"):
-        store.materialize("x", None, version, _writer("late"), {})
-    assert store.load("x", None, version) is None
-
-
 def test_local_lease_is_exclusive_and_released_on_process_death(tmp_path):
     fs = fsspec.filesystem("file")
     holder = subprocess.Popen(
@@ -148,3 +118,107 @@ def test_local_lease_is_exclusive_and_released_on_process_death(tmp_path):
 def test_lease_config_is_validated():
     with pytest.raises(ValueError, match="heartbeat"):
         LeaseConfig(heartbeat_s=100, stale_after_s=90)
+
+
+def _colliding_versions() -> tuple[str, str]:
+    """Two full versions that share the 16-character directory name."""
+    a = compute_version("c/x", "1", {"n": 1})
+    return a, a[:16] + ("0" if a[16] != "0" else "1") + a[17:]
+
+
+@pytest.mark.parametrize("prefix_kind", ["local", "memory"])
+def test_short_hash_collision_is_refused_not_served_or_overwritten(prefix_kind, tmp_path):
+    prefix = str(tmp_path) if prefix_kind == "local" else f"memory://collide-{tmp_path.name}"
+    store = ArtifactStore(prefix)
+    first, second = _colliding_versions()
+    assert first != second and store.version_dir("c/x", None, first) == store.version_dir("c/x", None, second)
+    store.materialize("c/x", None, first, _writer("first"), {})
+    calls = []
+
+    def compute(out_dir):
+        calls.append(out_dir)
+        return _writer("second")(out_dir)
+
+    with pytest.raises(RuntimeError, match=r"holds version .*, not .*collision of the 16-character short hash"):
+        store.materialize("c/x", None, second, compute, {})
+    with pytest.raises(RuntimeError, match="collision"):
+        store.status("c/x", None, second)
+    assert calls == []
+    ref = store.load("c/x", None, first)  # the committed artifact is untouched
+    with fsspec.open(ref.files(".txt")[0], "r") as f:
+        assert f.read() == "first"
+
+
+def test_failed_leftover_of_a_colliding_version_is_not_reported_as_ours(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    first, second = _colliding_versions()
+
+    def broken(out_dir):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        store.materialize("c/x", None, first, broken, {})
+    assert store.status("c/x", None, first) == FAILED
+    assert store.status("c/x", None, second) is None
+    assert not store.materialize("c/x", None, second, _writer("second"), {}).cache_hit
+
+
+_COMMIT_STEPS = ["rename", "manifest.json", "provenance.json"]
+
+
+@pytest.mark.parametrize("prefix_kind", ["local", "memory"])
+@pytest.mark.parametrize("step", _COMMIT_STEPS)
+def test_commit_fails_between_steps_leaves_no_success_and_reruns(step, prefix_kind, tmp_path, monkeypatch):
+    """Fail each commit step in turn: SUCCESS must not exist when the step runs, nor after it failed."""
+    import marin_assets.store.artifact as artifact_module
+
+    prefix = str(tmp_path) if prefix_kind == "local" else f"memory://commit-{step}-{tmp_path.name}"
+    store = ArtifactStore(prefix)
+    version = compute_version("c/order", "1", {})
+    status_when_step_ran = []
+
+    def fail_here(what):
+        status_when_step_ran.append(store.status("c/order", None, version))
+        raise OSError(f"injected failure at {what}")
+
+    if step == "rename":
+        monkeypatch.setattr(artifact_module.os, "rename", lambda src, dst: fail_here("rename"))
+        monkeypatch.setattr(type(store.fs), "mv", lambda self, *a, **k: fail_here("rename"))
+    else:
+        real_write = artifact_module.write_json_atomic
+
+        def write(fs, path, value):
+            if path.endswith("/" + step):
+                fail_here(step)
+            real_write(fs, path, value)
+
+        monkeypatch.setattr(artifact_module, "write_json_atomic", write)
+    with pytest.raises(OSError, match=f"injected failure at {step}"):
+        store.materialize("c/order", None, version, _writer("x"), {})
+    assert status_when_step_ran == ["RUNNING"]
+    assert store.status("c/order", None, version) == FAILED
+    assert store.load("c/order", None, version) is None
+    monkeypatch.undo()
+    rerun = store.materialize("c/order", None, version, _writer("x"), {})
+    assert not rerun.cache_hit and store.status("c/order", None, version) == SUCCESS
+
+
+def test_process_dying_at_the_data_rename_leaves_no_success(tmp_path):
+    """No exception handler runs on a real death: only the order of the writes protects us."""
+    prefix = tmp_path / "prefix"
+    script = (
+        "import os, sys\n"
+        "from marin_assets.store import ArtifactStore, compute_version\n"
+        "os.rename = lambda src, dst: os._exit(137)\n"
+        "store = ArtifactStore(sys.argv[1])\n"
+        "def compute(out):\n"
+        "    open(out + '/f.txt', 'w').write('x')\n"
+        "store.materialize('c/die', None, compute_version('c/die', '1', {}), compute, {})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(prefix)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 137, proc.stderr
+    store = ArtifactStore(str(prefix))
+    version = compute_version("c/die", "1", {})
+    assert store.status("c/die", None, version) == "RUNNING"
+    assert store.load("c/die", None, version) is None
+    assert not list(prefix.rglob("manifest.json"))

@@ -54,3 +54,13 @@ def test_non_json_config_values_are_rejected_with_the_field_name(value):
 
 def test_validate_asset_key_splits_segments():
     assert validate_asset_key("train/run-1/kestrel") == ("train", "run-1", "kestrel")
+
+
+@pytest.mark.parametrize("bad", ["ok\n", "ok\r", "a/ok\n", "\nok"])
+def test_names_with_a_trailing_newline_are_rejected(bad, tmp_path):
+    """`re.match` with `$` accepts "ok\\n"; the check must be a full match."""
+    store = ArtifactStore(str(tmp_path))
+    with pytest.raises(ValueError, match="invalid asset key segment"):
+        store.version_dir(bad, None, "0" * 64)
+    with pytest.raises(ValueError, match="invalid partition key"):
+        store.version_dir("ok", bad.split("/")[-1], "0" * 64)
