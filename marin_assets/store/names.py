@@ -15,7 +15,7 @@ def validate_segment(segment: str, what: str = "name") -> str:
     """Return ``segment`` if it is a safe single path component, else raise ValueError."""
     if not isinstance(segment, str):
         raise ValueError(f"{what} must be a string, got {type(segment).__name__}: {segment!r}")
-    if segment in (".", "..") or ".." in segment or not _SEGMENT.match(segment):
+    if segment in (".", "..") or ".." in segment or not _SEGMENT.fullmatch(segment):
         raise ValueError(
             f"invalid {what} {segment!r}: use 1-128 characters from [A-Za-z0-9_.=+-], "
             "starting with a letter or digit, and no '..'"
