@@ -61,7 +61,7 @@ def import_metrics_jsonl(root: str | TelemetryStore, run: str, path: str | Path,
                              "(--append) to add more (the same file twice would count every step twice)")
     report = IngestReport(path=str(path), run=run)
     ignored: Counter[str] = Counter()
-    with open(path, encoding="utf-8") as f, TelemetryWriter(store, run, flush_rows=flush_rows,
+    with open(path, encoding="utf-8", newline="\n") as f, TelemetryWriter(store, run, flush_rows=flush_rows,
                                                             flush_seconds=1e9) as writer:
         for number, line in enumerate(f, start=1):
             if not line.strip():
