@@ -17,13 +17,14 @@ import os
 import re
 import sys
 
-_RANGE = re.compile(r"^(\d*):(\d*)$")
+_RANGE = re.compile(r"([0-9]*):([0-9]*)")
+_STEP = re.compile(r"[0-9]+")
 
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
     """``100:200`` (inclusive), ``100:``, ``:200``, or ``150`` (one step)."""
     text = text.strip()
-    if text.isdigit():
+    if _STEP.fullmatch(text):
         return (int(text), int(text))
     match = _RANGE.fullmatch(text)
     if not match:
