@@ -13,6 +13,7 @@ had no finite value", while means and minima over the column are not poisoned by
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 import time as _time
 from collections import defaultdict
@@ -59,31 +60,44 @@ class TelemetryWriter:
     def log(self, step: int, metrics: Mapping[str, float], *, time: float | None = None,
             phase: str | None = None) -> None:
         """Buffer one step's metrics. ``time`` defaults to now (unix seconds)."""
-        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-            raise ValueError(f"run {self.run}: step must be a non-negative integer, got {step!r}")
+        # Plain int/float/str take the fast paths (this runs once per training step); the
+        # rest goes through the full checks, which name the run, step and field they refuse.
+        if type(step) is not int or step < 0:
+            step = self._checked_step(step)
         if time is None:
             time = _time.time()
-        elif time is NO_TIME:
-            time = np.nan
-        elif isinstance(time, bool) or not isinstance(time, numbers.Real) or not np.isfinite(time):
-            raise ValueError(f"run {self.run} step {step}: time must be a finite number, got {time!r}")
-        if phase is not None and not isinstance(phase, str):
+        elif type(time) is not float or not math.isfinite(time):
+            time = self._checked_time(step, time)
+        if phase is not None and type(phase) is not str:
             raise ValueError(f"run {self.run} step {step}: phase must be a string, got {phase!r}")
+        known = self._known_names
         for name, value in metrics.items():
-            if name not in self._known_names:
+            if name not in known:
                 validate_segment(name, "metric name")
-                self._known_names.add(name)
+                known.add(name)
             if type(value) not in _PLAIN_NUMBERS:
                 _check_number(self.run, step, name, value)
         if not metrics:
             return
-        self._steps.append(int(step))
-        self._times.append(float(time))
+        self._steps.append(step)
+        self._times.append(time)
         self._phases.append(phase)
         self._metrics.append(dict(metrics))
         self._buffered += len(metrics)
         if self._buffered >= self.flush_rows or _time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
+
+    def _checked_step(self, step) -> int:
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise ValueError(f"run {self.run}: step must be a non-negative integer, got {step!r}")
+        return int(step)
+
+    def _checked_time(self, step: int, time) -> float:
+        if time is NO_TIME:
+            return math.nan
+        if isinstance(time, bool) or not isinstance(time, numbers.Real) or not math.isfinite(time):
+            raise ValueError(f"run {self.run} step {step}: time must be a finite number, got {time!r}")
+        return float(time)
 
     def flush(self) -> SegmentInfo | None:
         """Write what is buffered as one segment (None when nothing is buffered)."""
@@ -108,35 +122,44 @@ class TelemetryWriter:
 
     # ---- buffer -> columns ----------------------------------------------------------------
     def _table(self) -> pa.Table:
-        """Long format, vectorised per group of steps that logged the same metric names."""
+        """Long format, vectorised per group of steps that logged the same metric names;
+        metric and phase go through integer codes so no per-value Python strings are made."""
         groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
         for i, m in enumerate(self._metrics):
             groups[tuple(m)].append(i)
+        names = sorted({name for key in groups for name in key})
+        name_code = {name: code for code, name in enumerate(names)}
+        phases = sorted({p for p in self._phases if p is not None})
+        phase_code = {None: -1, **{p: code for code, p in enumerate(phases)}}
         steps = np.asarray(self._steps, dtype=np.int64)
         times = np.asarray(self._times, dtype=np.float64)
-        phases = np.asarray(self._phases, dtype=object)
+        row_phase = np.fromiter((phase_code[p] for p in self._phases), dtype=np.int32, count=len(self._phases))
         cols: dict[str, list] = {"metric": [], "step": [], "value": [], "time": [], "phase": []}
-        for names, rows in groups.items():
+        for key, rows in groups.items():
             rows_arr = np.asarray(rows)
-            k, n = len(names), len(rows)
+            k, n = len(key), len(rows)
             flat = itertools.chain.from_iterable(self._metrics[i].values() for i in rows)
-            values = np.fromiter(flat, dtype=np.float64, count=n * k).reshape(n, k).T.ravel()
-            cols["metric"].append(np.repeat(np.asarray(names, dtype=object), n))
+            cols["value"].append(np.fromiter(flat, dtype=np.float64, count=n * k).reshape(n, k).T.ravel())
+            cols["metric"].append(np.repeat(np.asarray([name_code[name] for name in key], dtype=np.int32), n))
             cols["step"].append(np.tile(steps[rows_arr], k))
-            cols["value"].append(values)
             cols["time"].append(np.tile(times[rows_arr], k))
-            cols["phase"].append(np.tile(phases[rows_arr], k))
-        values = np.concatenate(cols["value"])
-        total = len(values)
-        run = pa.DictionaryArray.from_arrays(np.zeros(total, dtype=np.int32), [self.run]).cast(pa.string())
+            cols["phase"].append(np.tile(row_phase[rows_arr], k))
+        total = sum(len(v) for v in cols["value"])
+        phase_idx = np.concatenate(cols["phase"])
         return pa.table({
-            "run": run,
-            "metric": pa.array(np.concatenate(cols["metric"]), type=pa.string()),
+            "run": _decoded(np.zeros(total, dtype=np.int32), [self.run]),
+            "metric": _decoded(np.concatenate(cols["metric"]), names),
             "step": pa.array(np.concatenate(cols["step"]), type=pa.int64()),
-            "value": finite_or_null(values),
+            "value": finite_or_null(np.concatenate(cols["value"])),
             "time": finite_or_null(np.concatenate(cols["time"])),
-            "phase": pa.array(np.concatenate(cols["phase"]), type=pa.string()),
+            "phase": _decoded(np.maximum(phase_idx, 0), phases or [""], null=phase_idx < 0),
         }, schema=SCHEMA)
+
+
+def _decoded(codes: np.ndarray, dictionary: list[str], null: np.ndarray | None = None) -> pa.Array:
+    """A plain string column from integer codes into ``dictionary`` (null where ``null``)."""
+    indices = pa.array(codes, type=pa.int32(), mask=null if null is not None and null.any() else None)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(dictionary, type=pa.string())).cast(pa.string())
 
 
 def _check_number(run: str, step, name: str, value) -> None:
