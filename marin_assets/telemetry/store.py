@@ -29,6 +29,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import math
 import os
 import time
 import uuid
@@ -102,7 +103,7 @@ def check_times(times: tuple[float | None, float | None] | None) -> tuple[float 
         return (None, None)
     lo, hi = (None if t is None else float(t) for t in times)
     for end in (lo, hi):
-        if end is not None and not (end == end and abs(end) != float("inf")):
+        if end is not None and not math.isfinite(end):
             raise ValueError(f"time range ends must be finite, got {times!r}")
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"time range {lo}:{hi} is empty (start > end)")
@@ -300,7 +301,7 @@ class TelemetryStore:
         """
         if target_rows < 2:
             raise ValueError(f"target_rows must be at least 2, got {target_rows}")
-        if not (grace_s >= 0 and grace_s != float("inf")):
+        if not (math.isfinite(grace_s) and grace_s >= 0):
             raise ValueError(f"grace_s must be a finite number >= 0, got {grace_s}")
         lease = Lease(self.fs, self._abs("_compact"))
         if not lease.acquire():

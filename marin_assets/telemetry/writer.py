@@ -39,7 +39,7 @@ class TelemetryWriter:
         self.run = validate_segment(run, "run")
         if isinstance(flush_rows, bool) or not isinstance(flush_rows, int) or flush_rows < 1:
             raise ValueError(f"flush_rows must be a positive integer, got {flush_rows!r}")
-        if not (flush_seconds > 0 and flush_seconds != float("inf")):
+        if not (isinstance(flush_seconds, (int, float)) and math.isfinite(flush_seconds) and flush_seconds > 0):
             raise ValueError(f"flush_seconds must be a finite number > 0, got {flush_seconds!r}")
         self.flush_rows = flush_rows
         self.flush_seconds = float(flush_seconds)

@@ -49,6 +49,8 @@ def test_roundtrip_values_ranges_and_filters(root):
     lr = store.query(run="r1", metric="lr", steps=(49, None))
     assert lr.rows() == [("r1", "lr", 49, 98.0, 1049.0, "p")]
     assert store.query().height == 50 * 2 + 10
+    in_time = store.query(run="r1", metric="loss", times=(1010.0, 1012.5))
+    assert in_time["step"].to_list() == [10, 11, 12]
     assert store.query(run="r3").height == 0
     assert store.query(metric="nope").height == 0
 
@@ -131,6 +133,10 @@ def test_bad_names_and_ranges_are_refused(tmp_path):
         store.query(metric="a b")
     with pytest.raises(ValueError, match="flush_rows"):
         TelemetryWriter(str(tmp_path), "r1", flush_rows=0)
+    for bad in (math.nan, math.inf, 0.0, -1.0):
+        with pytest.raises(ValueError, match="flush_seconds"):
+            TelemetryWriter(str(tmp_path), "r1", flush_seconds=bad)
+    assert TelemetryWriter(str(tmp_path), "r1", flush_seconds=0.5).flush_seconds == 0.5
 
 
 def test_flush_by_size_by_time_and_on_exception(tmp_path):
