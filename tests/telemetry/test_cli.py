@@ -19,7 +19,7 @@ from marin_assets.telemetry import TelemetryStore, TelemetryWriter
 @pytest.fixture
 def store_root(tmp_path):
     root = str(tmp_path / "tel")
-    with TelemetryWriter(root, "r1", flush_rows=10) as w:
+    with TelemetryWriter(root, "r1", flush_rows=200) as w:
         for s in range(300):
             w.log(s, {"loss": 10.0 - s / 100, "lr": 0.001}, time=100.0 + s, phase="stable")
     return root
