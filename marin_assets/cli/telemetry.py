@@ -52,6 +52,8 @@ def register(subparsers) -> None:
     q.add_argument("--metric", action="append", help="metric name (repeatable; default: all metrics)")
     q.add_argument("--steps", help="inclusive step range START:END (either end may be empty)")
     q.add_argument("--format", choices=["csv", "json"], default="csv")
+    q.add_argument("--latest", action="store_true",
+                   help="one row per (run, metric, step): the last logged (a resumed run re-logs steps)")
     q.set_defaults(handler=_query)
 
     i = sub.add_parser("ingest", help="Load a training metrics.jsonl into a run.")
@@ -89,7 +91,7 @@ def _store(args):
 def _query(args: argparse.Namespace) -> int:
     try:
         steps = parse_steps(args.steps) if args.steps else None
-        frame = _store(args).query(run=args.run, metric=args.metric, steps=steps)
+        frame = _store(args).query(run=args.run, metric=args.metric, steps=steps, latest=args.latest)
     except (ValueError, FileNotFoundError) as err:
         return _fail("query", err)
     if args.format == "csv":

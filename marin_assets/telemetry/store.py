@@ -276,8 +276,13 @@ class TelemetryStore:
 
     def query(self, run: str | Iterable[str] | None = None, metric: str | Iterable[str] | None = None,
               steps: tuple[int | None, int | None] | None = None,
-              times: tuple[float | None, float | None] | None = None) -> pl.DataFrame:
-        """The matching rows, collected and sorted by (run, metric, step, time, value, phase)."""
+              times: tuple[float | None, float | None] | None = None, latest: bool = False) -> pl.DataFrame:
+        """The matching rows, collected and sorted by (run, metric, step, time, value, phase).
+
+        latest: keep one row per (run, metric, step), the one logged last (by time; rows
+        without a time count as oldest). A run resumed from a checkpoint logs the steps after
+        it again; this shows the resumed values only. Rows are still all kept in the store.
+        """
         for attempt in (1, 2):
             try:
                 frame = self.scan(run, metric, steps, times).collect()
@@ -286,7 +291,10 @@ class TelemetryStore:
                 # A compaction past its grace period deleted a planned file: plan again.
                 if attempt == 2 or not _is_missing_file(err):
                     raise
-        return frame.sort(["run", "metric", "step", "time", "value", "phase"], nulls_last=True)
+        frame = frame.sort(["run", "metric", "step", "time", "value", "phase"], nulls_last=False)
+        if latest:
+            frame = frame.unique(subset=["run", "metric", "step"], keep="last", maintain_order=True)
+        return frame
 
     def runs(self) -> list[str]:
         return sorted({s.run for s in self.segments()})

@@ -42,6 +42,16 @@ def test_query_prints_json_and_accepts_open_ranges(store_root, capsys):
     assert capsys.readouterr().out.count("\n") == 3  # header and two rows
 
 
+def test_query_latest_flag(store_root, capsys):
+    with TelemetryWriter(store_root, "r1") as w:
+        w.log(5, {"loss": 0.25}, time=10_000.0)
+    assert main(["telemetry", "query", "--root", store_root, "--metric", "loss", "--steps", "5"]) == 0
+    assert capsys.readouterr().out.count("\n") == 3
+    assert main(["telemetry", "query", "--root", store_root, "--metric", "loss", "--steps", "5", "--latest",
+                 "--format", "json"]) == 0
+    assert [(r["step"], r["value"]) for r in json.loads(capsys.readouterr().out)] == [(5, 0.25)]
+
+
 def test_query_defaults_to_marin_prefix(store_root, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
     monkeypatch.chdir(tmp_path)

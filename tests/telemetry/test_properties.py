@@ -31,7 +31,7 @@ def expected(model, run, metric, steps):
     lo, hi = steps
     rows = [r for r in model if (runs is None or r[0] in runs) and (metrics is None or r[1] in metrics)
             and (lo is None or r[2] >= lo) and (hi is None or r[2] <= hi)]
-    key = lambda r: (r[0], r[1], r[2], r[4], math.inf if r[3] is None else r[3], r[5] or "")  # noqa: E731
+    key = lambda r: (r[0], r[1], r[2], r[4], -math.inf if r[3] is None else r[3], r[5] or "")  # noqa: E731
     return sorted(rows, key=key)
 
 

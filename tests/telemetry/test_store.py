@@ -296,3 +296,18 @@ def test_second_compaction_is_refused_while_one_runs(tmp_path):
     finally:
         lease.release()
     assert store.compact(grace_s=0).merged == 2
+
+
+def test_latest_keeps_the_resumed_values_of_relogged_steps(root):
+    with TelemetryWriter(root, "r1") as w:
+        for s in range(10):
+            w.log(s, {"loss": 10.0 - s}, time=100.0 + s)
+    with TelemetryWriter(root, "r1") as w:  # resumed from the checkpoint at step 4
+        for s in range(5, 8):
+            w.log(s, {"loss": 0.5 - s / 100}, time=200.0 + s)
+    store = TelemetryStore(root)
+    assert store.query(run="r1").height == 13  # both attempts are kept
+    latest = store.query(run="r1", latest=True)
+    assert latest["step"].to_list() == list(range(10))
+    assert latest["value"].to_list() == [10.0 - s for s in range(5)] + [0.45, 0.44, 0.43] + [2.0, 1.0]
+    assert store.query(run="r1", steps=(6, 6), latest=True)["time"].to_list() == [206.0]
