@@ -189,8 +189,16 @@ class TelemetryStore:
             index = read_json(self.fs, self._abs("index.json"))
         except ValueError:
             index = None  # unreadable JSON: treat as absent; the listing still has every segment
+        empty = {"format": INDEX_FORMAT, "segments": [], "retired": []}
         if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
-            return {"format": INDEX_FORMAT, "segments": [], "retired": []}
+            return empty
+        try:
+            for entry in index["segments"]:
+                SegmentInfo.from_json(entry)
+            for entry in index["retired"]:
+                str(entry["path"]), float(entry["since"])
+        except (KeyError, TypeError, ValueError):
+            return empty  # a damaged index: every segment's own footer still tells the truth
         return index
 
     def _update_index(self, add: Iterable[SegmentInfo] = (), remove: Iterable[str] = (),

@@ -266,6 +266,9 @@ def test_index_is_a_cache_rebuilt_from_segments(tmp_path):
     with open(store._abs("index.json"), "w") as f:
         f.write("{not json")
     assert all(b.equals(a) for b, a in zip(before, answers(store)))
+    with open(store._abs("index.json"), "w") as f:
+        f.write('{"format": 1, "segments": [{"path": "../x"}], "retired": []}')
+    assert all(b.equals(a) for b, a in zip(before, answers(store)))
     report = store.repair()
     assert (report.live_segments, report.rows, len(report.unindexed)) == (5, 60, 5)
     assert store.verify() == []
