@@ -1,0 +1,136 @@
+"""`marin telemetry ...`: the telemetry store (marin_assets/telemetry) from the shell.
+
+query    rows of one or more runs/metrics in a step range, as CSV (default) or JSON
+ingest   load a training metrics.jsonl into a run
+compact  merge small segments (answers do not change)
+repair   rebuild the index from the segment files
+
+The default root is $MARIN_PREFIX/telemetry (./artifacts/telemetry without it). Exit codes:
+0 done, 1 nothing matched / nothing imported, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+_RANGE = re.compile(r"([0-9]*):([0-9]*)")
+_STEP = re.compile(r"[0-9]+")
+
+
+def parse_steps(text: str) -> tuple[int | None, int | None]:
+    """``100:200`` (inclusive), ``100:``, ``:200``, or ``150`` (one step)."""
+    text = text.strip()
+    if _STEP.fullmatch(text):
+        return (int(text), int(text))
+    match = _RANGE.fullmatch(text)
+    if not match:
+        raise ValueError(f"--steps {text!r}: use START:END with non-negative integers (either may be empty)")
+    lo, hi = (int(g) if g else None for g in match.groups())
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"--steps {text!r}: start {lo} is after end {hi}")
+    return (lo, hi)
+
+
+def default_root() -> str:
+    from marin_assets.store.fsutil import join
+
+    return join(os.environ.get("MARIN_PREFIX") or os.path.abspath("artifacts"), "telemetry")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("telemetry", help="Query, ingest and compact the telemetry store.")
+    sub = parser.add_subparsers(dest="telemetry_command", metavar="SUBCOMMAND")
+    root_help = "store root, a path or fsspec URL (default: $MARIN_PREFIX/telemetry)"
+
+    q = sub.add_parser("query", help="Print rows (run, metric, step, value, time, phase) as CSV or JSON.")
+    q.add_argument("--root", help=root_help)
+    q.add_argument("--run", action="append", help="run name (repeatable; default: all runs)")
+    q.add_argument("--metric", action="append", help="metric name (repeatable; default: all metrics)")
+    q.add_argument("--steps", help="inclusive step range START:END (either end may be empty)")
+    q.add_argument("--format", choices=["csv", "json"], default="csv")
+    q.add_argument("--latest", action="store_true",
+                   help="one row per (run, metric, step): the last logged (a resumed run re-logs steps)")
+    q.set_defaults(handler=_query)
+
+    i = sub.add_parser("ingest", help="Load a training metrics.jsonl into a run.")
+    i.add_argument("--root", help=root_help)
+    i.add_argument("--run", required=True)
+    i.add_argument("--append", action="store_true", help="allow a run that already has rows")
+    i.add_argument("file", help="metrics.jsonl")
+    i.set_defaults(handler=_ingest)
+
+    c = sub.add_parser("compact", help="Merge small segments of each run and hour.")
+    c.add_argument("--root", help=root_help)
+    c.add_argument("--target-rows", type=int, default=1_000_000)
+    c.add_argument("--grace-seconds", type=float, default=300.0,
+                   help="keep replaced files this long for queries already planned (default 300)")
+    c.set_defaults(handler=_compact)
+
+    r = sub.add_parser("repair", help="Rebuild the index from the segment files.")
+    r.add_argument("--root", help=root_help)
+    r.set_defaults(handler=_repair)
+
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
+
+
+def _fail(command: str, err: Exception) -> int:
+    print(f"marin telemetry {command}: {err}", file=sys.stderr)
+    return 2
+
+
+def _store(args):
+    from marin_assets.telemetry import TelemetryStore
+
+    return TelemetryStore(args.root or default_root())
+
+
+def _query(args: argparse.Namespace) -> int:
+    try:
+        steps = parse_steps(args.steps) if args.steps else None
+        frame = _store(args).query(run=args.run, metric=args.metric, steps=steps, latest=args.latest)
+    except (ValueError, FileNotFoundError) as err:
+        return _fail("query", err)
+    if args.format == "csv":
+        sys.stdout.write(frame.write_csv())
+    else:
+        print(json.dumps(frame.to_dicts()))
+    if frame.height == 0:
+        print("marin telemetry query: no rows matched", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from marin_assets.telemetry import import_metrics_jsonl
+
+    try:
+        report = import_metrics_jsonl(_store(args), args.run, args.file, append=args.append)
+    except (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as err:
+        return _fail("ingest", err)
+    print(json.dumps(report.to_json()))
+    if report.values == 0:
+        print(f"marin telemetry ingest: {args.file}: no metric values imported", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    try:
+        report = _store(args).compact(target_rows=args.target_rows, grace_s=args.grace_seconds)
+    except (ValueError, RuntimeError) as err:
+        return _fail("compact", err)
+    print(json.dumps(report.__dict__))
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    try:
+        report = _store(args).repair()
+    except (ValueError, FileNotFoundError) as err:
+        return _fail("repair", err)
+    print(json.dumps(report.__dict__))
+    return 0

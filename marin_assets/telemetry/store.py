@@ -1,0 +1,483 @@
+"""The telemetry store: immutable Parquet segments per run and hour, plus a small JSON index.
+
+Layout under ``root`` (a local path or any fsspec URL)::
+
+    index.json                                  cache: one summary per live segment, retired files
+    segments/<run>/<YYYYMMDDTHH>/s-<ns>-<id>.parquet   a flushed segment (written once, never changed)
+    segments/<run>/<YYYYMMDDTHH>/c-<ns>-<id>.parquet   a compacted segment (footer lists what it replaces)
+    _staging/                                   local only: segments being written (then renamed)
+    _compact/                                   the compaction lease
+
+Truth is the set of segment files; the index only saves footer reads. A reader lists
+``segments/``, takes summaries from the index (or from the footer of a file the index does
+not know yet, e.g. one whose writer was killed before the index update), drops every file
+that another listed segment ``replaces``, then prunes by run, metric, step and time range and
+hands the survivors to a lazy ``polars`` scan with the same predicates pushed down.
+
+Why that order makes the rules hold:
+- a segment appears by one rename (local) or one PUT (object stores), so a killed writer
+  leaves complete segments only, plus at most a staging file that readers never list;
+- a compacted segment appears, with its ``replaces`` list, in one step, so from that instant
+  every reader drops the replaced files: rows are never counted twice, and never missed;
+- replaced files are deleted only ``grace_s`` after the swap, so a query planned just
+  before a compaction still finds its files (``query`` also re-plans once if one vanished).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import math
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from marin_assets.store.fsutil import filesystem, is_local, join, read_json, write_json_atomic
+from marin_assets.store.lease import Lease
+from marin_assets.store.names import validate_segment
+from marin_assets.telemetry.segments import (
+    SCHEMA,
+    SegmentInfo,
+    empty_frame,
+    encode,
+    normalise,
+    read_footer,
+    summarise,
+)
+
+INDEX_FORMAT = 1
+STAGING_MAX_AGE_S = 3600.0  # a staging file this old belongs to a dead writer
+
+
+@dataclass
+class CompactionReport:
+    merged: int = 0  # input segments replaced
+    written: int = 0  # merged segments written
+    rows: int = 0  # rows rewritten (equal before and after)
+    deleted: int = 0  # replaced files removed (those past the grace period)
+    live_segments: int = 0  # segments a query sees after compaction
+
+
+@dataclass
+class RepairReport:
+    live_segments: int = 0
+    rows: int = 0
+    unindexed: list[str] = field(default_factory=list)  # found on disk, added to the index
+    missing: list[str] = field(default_factory=list)  # in the index, gone from disk, dropped
+    stale_staging: list[str] = field(default_factory=list)  # dead writers' partial files, removed
+
+
+def _names(value: str | Iterable[str] | None, what: str) -> frozenset[str] | None:
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value)
+    if not values:
+        raise ValueError(f"{what}: give at least one name or none at all")
+    return frozenset(validate_segment(v, what) for v in values)
+
+
+def check_steps(steps: tuple[int | None, int | None] | None) -> tuple[int | None, int | None]:
+    """An inclusive step range; either end may be None (open)."""
+    if steps is None:
+        return (None, None)
+    lo, hi = steps
+    for end in (lo, hi):
+        if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < 0):
+            raise ValueError(f"step range ends must be non-negative integers, got {steps!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"step range {lo}:{hi} is empty (start > end)")
+    return (lo, hi)
+
+
+def check_times(times: tuple[float | None, float | None] | None) -> tuple[float | None, float | None]:
+    if times is None:
+        return (None, None)
+    lo, hi = (None if t is None else float(t) for t in times)
+    for end in (lo, hi):
+        if end is not None and not math.isfinite(end):
+            raise ValueError(f"time range ends must be finite, got {times!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"time range {lo}:{hi} is empty (start > end)")
+    return (lo, hi)
+
+
+class TelemetryStore:
+    """Append-only metric rows in immutable Parquet segments; lazy, pruned polars queries."""
+
+    def __init__(self, root: str):
+        self.url = root
+        self.fs, self.root = filesystem(root)
+        self.local = is_local(self.fs)
+
+    # ---- paths ------------------------------------------------------------------------
+    def _abs(self, rel: str) -> str:
+        return join(self.root, rel)
+
+    def _new_path(self, run: str, kind: str, window: str | None = None) -> str:
+        window = window or time.strftime("%Y%m%dT%H", time.gmtime())
+        return f"segments/{run}/{window}/{kind}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+
+    def _list_segment_files(self) -> list[str]:
+        top = self._abs("segments")
+        if not self.fs.exists(top):
+            return []
+        prefix = self.root.rstrip("/") + "/"
+        found = self.fs.find(top)
+        return sorted(p[len(prefix):] if p.startswith(prefix) else p for p in found if p.endswith(".parquet"))
+
+    # ---- writing ----------------------------------------------------------------------
+    def append(self, table: pa.Table) -> SegmentInfo:
+        """Write ``table`` (SCHEMA columns, one run, >= 1 row) as one new segment."""
+        table = normalise(table)
+        if table.num_rows == 0:
+            raise ValueError("refusing to write an empty segment")
+        run = validate_segment(str(table.column("run")[0]), "run")
+        info = summarise(table, self._new_path(run, "s"), created=time.time())
+        return self._publish(table, info)
+
+    def _publish(self, table: pa.Table, info: SegmentInfo) -> SegmentInfo:
+        data, info = encode(table, info)
+        self._put(info.path, data)
+        self._update_index(add=[info])
+        return info
+
+    def _put(self, rel: str, data: bytes) -> None:
+        """Make a whole segment appear at once: staging file + fsync + rename, or one PUT."""
+        dest = self._abs(rel)
+        if not self.local:
+            self.fs.pipe_file(dest, data)  # a single PUT: object stores show all of it or nothing
+            return
+        staging_dir = self._abs("_staging")
+        os.makedirs(staging_dir, exist_ok=True)
+        staging = os.path.join(staging_dir, os.path.basename(rel) + ".tmp")
+        with open(staging, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.replace(staging, dest)
+        _fsync_dir(os.path.dirname(dest))
+
+    # ---- index ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _index_lock(self):
+        """Serialise index read-modify-writes. Object stores get no lock: a lost update only
+        costs a footer read later, because readers reconcile the index with the listing."""
+        if not self.local:
+            yield
+            return
+        os.makedirs(self.root, exist_ok=True)
+        fd = os.open(self._abs(".index.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def read_index(self) -> dict:
+        try:
+            index = read_json(self.fs, self._abs("index.json"))
+        except ValueError:
+            index = None  # unreadable JSON: treat as absent; the listing still has every segment
+        empty = {"format": INDEX_FORMAT, "segments": [], "retired": []}
+        if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
+            return empty
+        try:
+            for entry in index["segments"]:
+                SegmentInfo.from_json(entry)
+            for entry in index["retired"]:
+                str(entry["path"]), float(entry["since"])
+        except (KeyError, TypeError, ValueError):
+            return empty  # a damaged index: every segment's own footer still tells the truth
+        return index
+
+    def _update_index(self, add: Iterable[SegmentInfo] = (), remove: Iterable[str] = (),
+                      retire: Iterable[str] = ()) -> None:
+        with self._index_lock():
+            index = self.read_index()
+            segments = {e["path"]: e for e in index["segments"]}
+            for path in remove:
+                segments.pop(path, None)
+            for info in add:
+                segments[info.path] = info.to_json()
+            retired = {r["path"]: r for r in index["retired"]}
+            now = time.time()
+            for path in retire:
+                retired.setdefault(path, {"path": path, "since": now})
+            index = {"format": INDEX_FORMAT, "segments": sorted(segments.values(), key=lambda e: e["path"]),
+                     "retired": sorted(retired.values(), key=lambda r: r["path"])}
+            self.fs.makedirs(self.root, exist_ok=True)
+            write_json_atomic(self.fs, self._abs("index.json"), index)
+
+    def _footer(self, rel: str) -> SegmentInfo:
+        with self.fs.open(self._abs(rel), "rb") as f:
+            return read_footer(f, rel)
+
+    def _snapshot(self) -> tuple[list[SegmentInfo], dict[str, SegmentInfo], list[str]]:
+        """(live segments, every summarised listed segment by path, listed paths)."""
+        index = self.read_index()
+        known = {e["path"]: SegmentInfo.from_json(e) for e in index["segments"]}
+        retired = {r["path"] for r in index["retired"]}
+        listed = self._list_segment_files()
+        entries: dict[str, SegmentInfo] = {}
+        for path in listed:
+            if path in known:
+                entries[path] = known[path]
+            elif path not in retired:  # a retired file is superseded by an indexed segment
+                try:
+                    entries[path] = self._footer(path)
+                except FileNotFoundError:
+                    continue  # deleted between listing and reading: a compaction retired it
+        superseded = {r for info in entries.values() for r in info.replaces}
+        live = [info for path, info in entries.items() if path not in superseded]
+        return live, entries, listed
+
+    def segments(self) -> list[SegmentInfo]:
+        """The live segments (what a query over everything reads), sorted by path."""
+        return self._snapshot()[0]
+
+    # ---- queries ----------------------------------------------------------------------
+    def scan(self, run: str | Iterable[str] | None = None, metric: str | Iterable[str] | None = None,
+             steps: tuple[int | None, int | None] | None = None,
+             times: tuple[float | None, float | None] | None = None) -> pl.LazyFrame:
+        """A lazy frame of the matching rows; only segments whose summary overlaps are scanned."""
+        runs, metrics = _names(run, "run"), _names(metric, "metric name")
+        steps, times = check_steps(steps), check_times(times)
+        selected = [s for s in self.segments() if s.overlaps(runs, metrics, steps, times)]
+        if not selected:
+            return empty_frame()
+        frame = self._scan_files([s.path for s in selected])
+        predicates = []
+        if runs is not None and any(s.run not in runs for s in selected):
+            predicates.append(_one_of("run", runs))  # (never true today: a segment holds one run)
+        if metrics is not None:
+            predicates.append(_one_of("metric", metrics))
+        if steps[0] is not None:
+            predicates.append(pl.col("step") >= steps[0])
+        if steps[1] is not None:
+            predicates.append(pl.col("step") <= steps[1])
+        if times[0] is not None:
+            predicates.append(pl.col("time") >= times[0])
+        if times[1] is not None:
+            predicates.append(pl.col("time") <= times[1])
+        return frame.filter(*predicates) if predicates else frame
+
+    def _scan_files(self, rels: list[str]) -> pl.LazyFrame:
+        paths = [self._abs(r) for r in rels]
+        if self.local:
+            return pl.scan_parquet(paths, hive_partitioning=False)
+        import pyarrow.dataset as ds
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        dataset = ds.dataset(paths, filesystem=PyFileSystem(FSSpecHandler(self.fs)), format="parquet", schema=SCHEMA)
+        return pl.scan_pyarrow_dataset(dataset)
+
+    def query(self, run: str | Iterable[str] | None = None, metric: str | Iterable[str] | None = None,
+              steps: tuple[int | None, int | None] | None = None,
+              times: tuple[float | None, float | None] | None = None, latest: bool = False) -> pl.DataFrame:
+        """The matching rows, collected and sorted by (run, metric, step, time, value, phase).
+
+        latest: keep one row per (run, metric, step), the one logged last (by time; rows
+        without a time count as oldest). A run resumed from a checkpoint logs the steps after
+        it again; this shows the resumed values only. Rows are still all kept in the store.
+        """
+        for attempt in (1, 2):
+            try:
+                frame = self.scan(run, metric, steps, times).collect()
+                break
+            except (FileNotFoundError, pl.exceptions.ComputeError) as err:
+                # A compaction past its grace period deleted a planned file: plan again.
+                if attempt == 2 or not _is_missing_file(err):
+                    raise
+        frame = frame.sort(["run", "metric", "step", "time", "value", "phase"], nulls_last=False)
+        if latest:
+            frame = frame.unique(subset=["run", "metric", "step"], keep="last", maintain_order=True)
+        return frame
+
+    def runs(self) -> list[str]:
+        return sorted({s.run for s in self.segments()})
+
+    # ---- compaction -------------------------------------------------------------------
+    def compact(self, target_rows: int = 1_000_000, grace_s: float = 300.0) -> CompactionReport:
+        """Merge small segments of the same run and hour into ones of about ``target_rows``.
+
+        Answers do not change: the merged segment holds exactly the rows of the segments it
+        replaces, and names them in its footer, so readers drop them the moment it appears.
+        Replaced files are deleted once they have been retired for ``grace_s`` seconds.
+        """
+        if target_rows < 2:
+            raise ValueError(f"target_rows must be at least 2, got {target_rows}")
+        if not (math.isfinite(grace_s) and grace_s >= 0):
+            raise ValueError(f"grace_s must be a finite number >= 0, got {grace_s}")
+        lease = Lease(self.fs, self._abs("_compact"))
+        if not lease.acquire():
+            raise RuntimeError(f"{self.url}: another compaction holds the lease; try again later")
+        try:
+            report = CompactionReport()
+            live, entries, listed = self._snapshot()
+            self._heal_index(live, entries)
+            listed_set = set(listed)
+            for pack in _packs(live, target_rows):
+                self._merge(pack, listed_set)
+                report.merged += len(pack)
+                report.written += 1
+                report.rows += sum(s.rows for s in pack)
+            report.deleted = self._delete_retired(grace_s)
+            report.live_segments = len(self.segments())
+            return report
+        finally:
+            lease.release()
+
+    def _merge(self, pack: list[SegmentInfo], listed: set[str]) -> SegmentInfo:
+        table = normalise(pa.concat_tables([self._read_table(s.path) for s in pack]))
+        expected = sum(s.rows for s in pack)
+        if table.num_rows != expected:
+            raise RuntimeError(f"compaction read {table.num_rows} rows from {len(pack)} segments "
+                               f"whose summaries say {expected}; run `repair` first")
+        # Keep naming files that the inputs replaced and that still exist, so deleting an
+        # input later can never bring one of its own predecessors back to life.
+        replaces = sorted({s.path for s in pack} | {r for s in pack for r in s.replaces if r in listed})
+        window = pack[0].path.split("/")[2]
+        info = summarise(table, self._new_path(pack[0].run, "c", window), tuple(replaces), created=time.time())
+        data, info = encode(table, info)
+        self._put(info.path, data)  # from here on readers see the merged rows and not the inputs
+        self._update_index(add=[info], remove=replaces, retire=replaces)
+        return info
+
+    def _read_table(self, rel: str) -> pa.Table:
+        with self.fs.open(self._abs(rel), "rb") as f:
+            return pq.read_table(f)
+
+    def _heal_index(self, live: list[SegmentInfo], entries: dict[str, SegmentInfo]) -> None:
+        index = self.read_index()
+        indexed = {e["path"] for e in index["segments"]}
+        unindexed = [s for s in live if s.path not in indexed]
+        gone = [p for p in indexed if p not in entries]
+        if unindexed or gone:
+            self._update_index(add=unindexed, remove=gone)
+
+    def _delete_retired(self, grace_s: float) -> int:
+        now = time.time()
+        with self._index_lock():
+            index = self.read_index()
+            due = [r for r in index["retired"] if now - float(r["since"]) >= grace_s]
+            for r in due:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(self._abs(r["path"]))
+            index["retired"] = [r for r in index["retired"] if r not in due]
+            if due:
+                write_json_atomic(self.fs, self._abs("index.json"), index)
+        return len(due)
+
+    # ---- repair and verification ------------------------------------------------------
+    def repair(self) -> RepairReport:
+        """Rebuild the index from the segment files (footers and checksums); drop dead staging."""
+        report = RepairReport()
+        with self._index_lock():
+            old = {e["path"] for e in self.read_index()["segments"]}
+            listed = self._list_segment_files()
+            entries = {}
+            for path in listed:
+                data = self.fs.cat_file(self._abs(path))
+                info = read_footer(io.BytesIO(data), path)
+                entries[path] = replace(info, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            superseded = {r for info in entries.values() for r in info.replaces}
+            live = [e for p, e in entries.items() if p not in superseded]
+            now = time.time()
+            index = {"format": INDEX_FORMAT, "segments": [e.to_json() for e in live],
+                     "retired": [{"path": p, "since": now} for p in listed if p in superseded]}
+            self.fs.makedirs(self.root, exist_ok=True)
+            write_json_atomic(self.fs, self._abs("index.json"), index)
+        report.live_segments = len(live)
+        report.rows = sum(e.rows for e in live)
+        report.unindexed = sorted(e.path for e in live if e.path not in old)
+        report.missing = sorted(p for p in old if p not in entries)
+        report.stale_staging = self._remove_stale_staging()
+        return report
+
+    def _remove_stale_staging(self) -> list[str]:
+        staging = self._abs("_staging")
+        if not self.local or not os.path.isdir(staging):
+            return []
+        removed = []
+        for name in sorted(os.listdir(staging)):
+            path = os.path.join(staging, name)
+            if time.time() - os.path.getmtime(path) >= STAGING_MAX_AGE_S:
+                os.remove(path)
+                removed.append(name)
+        return removed
+
+    def verify(self) -> list[str]:
+        """Problems found (empty when healthy): each live segment must read, match its index
+        entry's size and checksum, and hold the rows and ranges its summary claims."""
+        problems = []
+        live, entries, listed = self._snapshot()
+        indexed = {e["path"]: e for e in self.read_index()["segments"]}
+        for path in indexed:
+            if path not in entries:
+                problems.append(f"{path}: in the index but not on disk")
+        for info in live:
+            if info.path not in indexed:
+                problems.append(f"{info.path}: on disk but not in the index (repair adds it)")
+                continue
+            data = self.fs.cat_file(self._abs(info.path))
+            entry = indexed[info.path]
+            if entry.get("bytes") not in (None, len(data)) or entry.get("sha256") not in (
+                    None, hashlib.sha256(data).hexdigest()):
+                problems.append(f"{info.path}: size or sha256 differs from the index")
+                continue
+            try:
+                table = pq.read_table(io.BytesIO(data))
+                actual = summarise(normalise(table), info.path, info.replaces, info.created)
+            except Exception as err:  # noqa: BLE001 - any read failure is the finding itself
+                problems.append(f"{info.path}: unreadable ({err})")
+                continue
+            if (actual.rows, actual.step_min, actual.step_max, actual.metrics) != (
+                    info.rows, info.step_min, info.step_max, info.metrics):
+                problems.append(f"{info.path}: rows/steps/metrics differ from its summary")
+        return problems
+
+
+def _packs(live: list[SegmentInfo], target_rows: int) -> list[list[SegmentInfo]]:
+    """Groups of >= 2 small segments of one run and hour, each about target_rows rows."""
+    groups: dict[tuple[str, str], list[SegmentInfo]] = defaultdict(list)
+    for s in live:
+        if s.rows < target_rows:
+            groups[(s.run, s.path.split("/")[2])].append(s)
+    packs = []
+    for _, members in sorted(groups.items()):
+        current: list[SegmentInfo] = []
+        for s in sorted(members, key=lambda s: (s.step_min, s.path)):
+            current.append(s)
+            if sum(m.rows for m in current) >= target_rows:
+                packs.append(current)
+                current = []
+        packs.append(current)
+    return [p for p in packs if len(p) >= 2]
+
+
+def _one_of(column: str, names: frozenset[str]) -> pl.Expr:
+    """``==`` for one name: polars prunes row groups with it more cheaply than with is_in."""
+    return pl.col(column) == next(iter(names)) if len(names) == 1 else pl.col(column).is_in(sorted(names))
+
+
+def _is_missing_file(err: Exception) -> bool:
+    return isinstance(err, FileNotFoundError) or "No such file" in str(err) or "not found" in str(err).lower()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
