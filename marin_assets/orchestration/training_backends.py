@@ -26,7 +26,8 @@ Dagster Pipes' bootstrap variables. Process 0 alone opens Pipes (``open_dagster_
   row with at least an int ``step`` and a float ``loss``;
 * final counts, once: ``pipes.report_asset_materialization(metadata=...)`` with the keys of
   ``OUTCOME_FIELDS`` (``final_step``, ``tokens``, ``phase_start_step``, ``last_loss``,
-  ``tokens_left`` {source: int}, ``counts`` {guard event: int}).
+  ``tokens_left`` {source: int}, ``counts`` {guard event: int}); Pipes wants the two
+  mappings typed: ``{"raw_value": {...}, "type": "json"}``.
 
 A worker that exits 0 without the final report fails the step: nothing useful happened.
 
