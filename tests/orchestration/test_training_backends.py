@@ -13,36 +13,17 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+
 from marin_assets.orchestration.training_backends import (
     LocalTrainingBackend,
     ProcessesTrainingBackend,
-    TrainingBackend,
-    TrainingFailed,
     TrainOutcome,
     TrainSpec,
     outcome_from_report,
 )
-from marin_assets.train.config import config_from_dict
+from training_backend_helpers import materialize_with, step_error_text, tiny_spec
 
 STANDIN = [sys.executable, str(Path(__file__).with_name("standin_worker.py"))]
-TINY = {"model": {"vocab_size": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 32,
-                  "n_routed_experts": 2, "n_shared_experts": 0, "top_k": 1, "expert_d_ff": 16, "max_seq_len": 16},
-        "schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
-        "seq_len": 16, "batch_size": 4, "num_steps": 5, "checkpoint_every_steps": 5}
-
-
-def tiny_spec(out_dir, caches="/data/cache", **kw) -> TrainSpec:
-    return TrainSpec(config_from_dict(TINY, "tiny"), caches, str(out_dir), **kw)
-
-
-def materialize_with(backend: TrainingBackend, spec: TrainSpec, *, tags=None, raise_on_error=True, instance=None):
-    @dg.asset(name="phase")
-    def phase(context: dg.AssetExecutionContext, training_backend: TrainingBackend):
-        outcome = training_backend.run(context, spec)
-        return dg.MaterializeResult(metadata=outcome.metadata())
-
-    return dg.materialize([phase], resources={"training_backend": backend}, tags=tags or {},
-                          raise_on_error=raise_on_error, instance=instance)
 
 
 def _log_messages(instance, result) -> list[str]:
@@ -52,16 +33,6 @@ def _log_messages(instance, result) -> list[str]:
 def _metadata(result) -> dict:
     [mat] = result.asset_materializations_for_node("phase")
     return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-
-
-def _step_error_text(result) -> str:
-    failure = result.failure_data_for_node("phase")
-    assert failure is not None, "the step did not fail"
-    err, parts = failure.error, []
-    while err is not None:
-        parts.append(err.message)
-        err = err.cause
-    return "\n".join(parts)
 
 
 def test_processes_backend_runs_two_workers_and_reports_through_pipes(tmp_path):
@@ -102,7 +73,7 @@ def test_a_failed_process_fails_the_step_with_its_last_lines(tmp_path, monkeypat
     backend = ProcessesTrainingBackend(processes=2, worker_command=STANDIN, timeout_s=120, log_tail_lines=5)
     result = materialize_with(backend, tiny_spec(tmp_path / "out"), raise_on_error=False)
     assert not result.success
-    text = _step_error_text(result)
+    text = step_error_text(result)
     assert "worker process 1 exited with code 3" in text
     assert "standin process 1: simulated crash" in text
     assert "line 59" in text and "line 55" not in text  # the last 5 lines, not the whole log
@@ -113,14 +84,14 @@ def test_workers_that_report_nothing_fail_the_step(tmp_path, monkeypatch):
     backend = ProcessesTrainingBackend(processes=1, worker_command=STANDIN, timeout_s=120)
     result = materialize_with(backend, tiny_spec(tmp_path / "out"), raise_on_error=False)
     assert not result.success
-    assert "sent 0 final reports (expected 1)" in _step_error_text(result)
+    assert "sent 0 final reports (expected 1)" in step_error_text(result)
 
 
 def test_a_hung_worker_is_stopped_at_the_timeout(tmp_path):
     hang = [sys.executable, "-c", "import time; time.sleep(600)"]
     backend = ProcessesTrainingBackend(processes=2, worker_command=hang, timeout_s=1.0, kill_grace_s=1.0)
     result = materialize_with(backend, tiny_spec(tmp_path / "out"), raise_on_error=False)
-    assert "still running after 1s" in _step_error_text(result)
+    assert "still running after 1s" in step_error_text(result)
 
 
 def test_backend_settings_are_checked():
