@@ -60,9 +60,10 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.orchestration.launcher import POOL_TAG  # train on this fleet pool (else the first that fits)
+
 WORKER_MODULE = "marin_assets.train.worker"
 OUTCOME_FIELDS = ("final_step", "tokens", "phase_start_step", "last_loss", "tokens_left", "counts")
-POOL_TAG = "marin/pool"  # optional run tag: train on this fleet pool (else the first that fits)
 
 
 class TrainingFailed(Exception):
@@ -364,6 +365,9 @@ class KubernetesTrainingBackend(TrainingBackend):
         from marin_assets.cluster.manifests import SPEC_FILE, SPEC_MOUNT, multihost_jax_manifests
 
         pool, request = choose_pool(load_fleet(self.fleet_file), tags)
+        if request.accelerator == "cpu":
+            raise ValueError("kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local "
+                             "or processes backend")
         local = [p for p in spec.paths() if not _is_remote(p)]
         if local:
             raise ValueError(f"kubernetes backend: {local} are local paths the pods cannot see; "
@@ -394,9 +398,6 @@ def choose_pool(fleet, tags: Mapping[str, str]):
     from marin_assets.cluster.tags import check_name, classify_tags
 
     request = classify_tags(tags)
-    if request.accelerator == "cpu":
-        raise ValueError("kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local "
-                         "or processes backend")
     pools = check_feasible(fleet, request, job_id="run")
     wanted = tags.get(POOL_TAG)
     if wanted is not None:
@@ -412,6 +413,12 @@ def choose_pool(fleet, tags: Mapping[str, str]):
         except ValueError as err:
             reasons.append(str(err))
     raise ValueError(f"tag marin/chips: no pool can shape {request.chips} x {request.accelerator}: {'; '.join(reasons)}")
+
+
+def pool_tags(fleet, tags: Mapping[str, str]) -> dict[str, str]:
+    """The ``marin/pool`` tag for a run request, so the pool's run limit applies while it queues."""
+    pool, _ = choose_pool(fleet, tags)
+    return {POOL_TAG: pool.name}
 
 
 def _kind(obj: Any) -> str:
