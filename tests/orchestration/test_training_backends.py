@@ -13,7 +13,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-
 from marin_assets.orchestration.training_backends import (
     LocalTrainingBackend,
     ProcessesTrainingBackend,
@@ -21,7 +20,8 @@ from marin_assets.orchestration.training_backends import (
     TrainSpec,
     outcome_from_report,
 )
-from training_backend_helpers import materialize_with, step_error_text, tiny_spec
+from marin_assets.train.config import config_from_dict
+from training_backend_helpers import TINY, materialize_with, step_error_text, tiny_spec
 
 STANDIN = [sys.executable, str(Path(__file__).with_name("standin_worker.py"))]
 
@@ -92,6 +92,22 @@ def test_a_hung_worker_is_stopped_at_the_timeout(tmp_path):
     backend = ProcessesTrainingBackend(processes=2, worker_command=hang, timeout_s=1.0, kill_grace_s=1.0)
     result = materialize_with(backend, tiny_spec(tmp_path / "out"), raise_on_error=False)
     assert "still running after 1s" in step_error_text(result)
+
+
+@pytest.mark.slow
+def test_local_backend_trains_in_process(tmp_path):
+    """Today's path through the same interface: a real 3-step run, outcome from the loop."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
+    from cachebuild import stdlib_paragraphs, write_cache
+
+    cache = write_cache(tmp_path / "license", stdlib_paragraphs(limit=200))
+    spec = TrainSpec(config_from_dict({**TINY, "model": {**TINY["model"], "vocab_size": 256}, "num_steps": 3}, "tiny"),
+                     {"license": str(cache)}, str(tmp_path / "out"))
+    result = materialize_with(LocalTrainingBackend(log_every_steps=1), spec)
+    meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("phase")[0].metadata.items()}
+    assert meta["backend"] == "local" and meta["final_step"] == 3 and meta["steps_reported"] == 3
+    assert meta["tokens_trained"] == 3 * 4 * 16 and 0 < meta["last_loss"] < 10
+    assert (tmp_path / "out" / "metrics.jsonl").exists()
 
 
 def test_backend_settings_are_checked():
