@@ -39,6 +39,19 @@ checks go back to the same backend.
             accelerators: [tpu-v4, tpu-v5p]
             regions: [us-central2]             # default []: any region
             env_secrets: [wandb]               # optional, also env_vars, postgres_password_secret
+            run_worker_cpu: "1"                # the run worker pod: CPU and memory only (defaults)
+            run_worker_memory: 4Gi
+            run_worker_node_pool: cpu-pool     # optional CPU node pool for run worker pods
+
+The run worker pod never requests a TPU or GPU, whatever the run's tags: training runs in
+pods that ``training_backends.KubernetesTrainingBackend`` creates from inside it, sized from
+the same tags. The launcher hands it MARIN_CLUSTER, MARIN_K8S_NAMESPACE and MARIN_K8S_IMAGE.
+
+Pools as capacity: ``run_concurrency_config(fleet)`` generates the instance's
+``concurrency: runs: tag_concurrency_limits`` (one ``marin/pool`` limit per pool, see
+``pool_run_slots``) so a queued run waits in Dagster's queue holding nothing; with a fleet
+file, the launcher refuses a ``marin/pool`` tag naming a pool that cannot hold the run.
+See dagster.cluster.yaml for a production instance.
 """
 
 from __future__ import annotations

@@ -364,10 +364,12 @@ class KubernetesTrainingBackend(TrainingBackend):
         from marin_assets.cluster.fleet import load_fleet
         from marin_assets.cluster.manifests import SPEC_FILE, SPEC_MOUNT, multihost_jax_manifests
 
-        pool, request = choose_pool(load_fleet(self.fleet_file), tags)
-        if request.accelerator == "cpu":
+        from marin_assets.cluster.tags import classify_tags
+
+        if classify_tags(tags).accelerator == "cpu":
             raise ValueError("kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local "
                              "or processes backend")
+        pool, request = choose_pool(load_fleet(self.fleet_file), tags)
         local = [p for p in spec.paths() if not _is_remote(p)]
         if local:
             raise ValueError(f"kubernetes backend: {local} are local paths the pods cannot see; "
@@ -540,10 +542,17 @@ class KubeTrainingJob:
         self._reader_thread.start()
 
     def _jobs_succeeded(self) -> bool:
+        """True when every Job completed; TrainingFailed if one failed with no failed pod left to show."""
         done = 0
         for job in self.jobs:
             status = self.apis.batch.read_namespaced_job_status(job.metadata.name, self.namespace).status
-            if status is not None and (status.succeeded or 0) >= job.spec.completions:
+            if status is None:
+                continue
+            failed = [c for c in (status.conditions or []) if c.type == "Failed" and c.status == "True"]
+            if failed or (status.failed or 0) > 0:
+                why = f"{failed[0].reason}: {failed[0].message}" if failed else f"{status.failed} failed pod(s)"
+                raise TrainingFailed(f"training job {job.metadata.name} failed ({why})")
+            if (status.succeeded or 0) >= job.spec.completions:
                 done += 1
         return done == len(self.jobs)
 

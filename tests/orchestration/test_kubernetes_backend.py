@@ -100,6 +100,8 @@ class FakeKube:
     def list_namespaced_pod(self, namespace, label_selector=None, field_selector=None, **_):
         self.calls.append(("list", "Pod", label_selector or field_selector))
         key, _, value = (label_selector or "").partition("=")
+        if getattr(self, "pods_hidden", False):
+            return k8s.V1PodList(items=[])
         return k8s.V1PodList(items=[p for p in self.pods if p.metadata.labels.get(key) == value])
 
     def read_namespaced_pod_log(self, name, namespace, follow=False, timestamps=False, tail_lines=None,
@@ -280,6 +282,24 @@ def test_a_failed_pod_fails_the_step_with_its_last_lines_and_cleans_up(fake):
     created = [(k, n) for v, k, n in kube.calls if v == "create"]
     assert len(created) == 6 and kube.objects == {}
     assert [(k, n) for v, k, n in kube.calls if v == "delete"] == created[::-1]
+
+
+def test_a_failed_job_without_pods_fails_the_step(fake):
+    """A Job that failed (deadline, evicted pods already gone) still ends the watch, and cleanup runs."""
+    kube, backend = fake
+    original = kube.read_namespaced_job_status
+
+    def deadline_exceeded(name, namespace, **kw):
+        original(name, namespace, **kw)
+        return k8s.V1Job(status=k8s.V1JobStatus(failed=0, conditions=[k8s.V1JobCondition(
+            type="Failed", status="True", reason="DeadlineExceeded", message="Job was active longer than specified")]))
+
+    kube.read_namespaced_job_status = deadline_exceeded
+    kube.pods_hidden = True
+    result = materialize_with(backend, _remote_spec(), tags={"marin/accelerator": "tpu-v5p", "marin/chips": "16"},
+                              raise_on_error=False)
+    assert "-r0 failed (DeadlineExceeded: Job was active longer than specified)" in step_error_text(result)
+    assert kube.objects == {} and len([c for c in kube.calls if c[0] == "delete"]) == 3
 
 
 def test_bad_requests_are_refused_before_anything_is_created(fake):
