@@ -339,8 +339,11 @@ class KubernetesTrainingBackend(TrainingBackend):
         import kubernetes
 
         if self.kubeconfig_file is None:
-            kubernetes.config.load_incluster_config()  # the pod's service account; no kubeconfig on disk
-            api = kubernetes.client.ApiClient()
+            # The pod's service account, loaded into a private Configuration: the process-global
+            # default is left alone, as in the launcher.
+            configuration = kubernetes.client.Configuration()
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+            api = kubernetes.client.ApiClient(configuration)
         else:
             api = kubernetes.config.new_client_from_config(config_file=self.kubeconfig_file,
                                                            context=self.kube_context, persist_config=False)

@@ -12,14 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dagster as dg
 import kubernetes_validate
 import pytest
 from kubernetes import client as k8s
 
-from marin_assets.cluster.manifests import jax_distributed_args, round_trip
-from marin_assets.orchestration.training_backends import KubernetesTrainingBackend, WORKER_MODULE, choose_pool
 from marin_assets.cluster.fleet import fleet_from_dict
+from marin_assets.cluster.manifests import jax_distributed_args, round_trip
+from marin_assets.orchestration.training_backends import (
+    WORKER_MODULE,
+    KubernetesTrainingBackend,
+    choose_pool,
+    pool_tags,
+)
 from training_backend_helpers import materialize_with, step_error_text, tiny_spec
 
 STANDIN = str(Path(__file__).with_name("standin_worker.py"))
@@ -180,11 +184,6 @@ def _check_compute_domain(cd: dict, namespace: str):
     assert set(cd["spec"]["channel"]["resourceClaimTemplate"]) == {"name"}
 
 
-def _created(fake, kind):
-    return [fake_obj for (verb, k, name) in fake.calls if verb == "create" and k == kind
-            for fake_obj in [fake.objects.get((k, name))] if fake_obj is not None]
-
-
 def _env(job):
     return {e.name: e.value for e in job.spec.template.spec.containers[0].env if e.value is not None}
 
@@ -324,5 +323,22 @@ def test_choose_pool_prefers_the_pool_tag():
     assert choose_pool(fleet, {"marin/accelerator": "tpu-v5p", "marin/chips": "16"})[0].name == "v5p-16"
     tags = {"marin/accelerator": "tpu-v5p", "marin/chips": "16", "marin/pool": "v5p-16b"}
     assert choose_pool(fleet, tags)[0].name == "v5p-16b"
+    assert pool_tags(fleet, {"marin/accelerator": "gb200-nvl72", "marin/chips": "8"}) == {"marin/pool": "gb200"}
     with pytest.raises(ValueError, match="not a valid name"):
         choose_pool(fleet, {**tags, "marin/pool": "v5p;rm"})
+
+
+def test_real_api_clients_come_from_the_named_kubeconfig_context(tmp_path):
+    """Without a fake: the backend builds its clients from its own kubeconfig and context."""
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://tpu.example.invalid:6443'}\n"
+        "users:\n- name: u\n  user: {token: not-a-real-token}\ncontexts:\n- name: ctx\n  context: {cluster: c, user: u}\n"
+        "current-context: ctx\n")
+    before = k8s.Configuration.get_default_copy().host
+    apis = KubernetesTrainingBackend(fleet_file="unused", kubeconfig_file=str(kubeconfig), kube_context="ctx").apis()
+    assert {a.api_client.configuration.host for a in (apis.core, apis.batch, apis.custom)} == {
+        "https://tpu.example.invalid:6443"}
+    assert k8s.Configuration.get_default_copy().host == before
+    with pytest.raises(Exception, match="[Ss]ervice"):  # not in a pod: no service account to load
+        KubernetesTrainingBackend(fleet_file="unused").apis()
