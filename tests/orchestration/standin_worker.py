@@ -6,7 +6,8 @@ job) into ``out_dir``, and from process 0 alone speaks Dagster Pipes: a log line
 metrics message per step and the final report. It trains nothing.
 
 Knobs for failure tests: STANDIN_FAIL_PROCESS=<id> makes that process print lines and
-exit 3; STANDIN_NO_REPORT=1 makes process 0 exit 0 without the final report;
+exit 3; STANDIN_SIGKILL_PROCESS=<id> makes that process SIGKILL itself while the others
+hang (as if blocked in a collective); STANDIN_NO_REPORT=1 makes process 0 exit 0 without the final report;
 STANDIN_JAX=1 really joins jax.distributed (gloo) and checks a psum over all devices.
 """
 
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from marin_assets.cluster.manifests import jax_distributed_args
@@ -46,7 +49,7 @@ def main() -> int:
     out = Path(spec["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     seen = {"args": args, "devices_per_process": os.environ.get("MARIN_DEVICES_PER_PROCESS"),
-            "spec_keys": sorted(spec), "num_steps": spec["config"]["num_steps"]}
+            "spec_keys": sorted(spec), "num_steps": spec["config"]["num_steps"], "pid": os.getpid()}
     if os.environ.get("STANDIN_JAX") == "1":
         seen["jax"] = _jax_check(args)
     (out / f"process-{pid}.json").write_text(json.dumps(seen))
@@ -55,6 +58,14 @@ def main() -> int:
             print(f"standin process {pid} line {i}", flush=True)
         print(f"standin process {pid}: simulated crash", flush=True)
         return 3
+    if os.environ.get("STANDIN_SIGKILL_PROCESS") is not None:
+        if os.environ["STANDIN_SIGKILL_PROCESS"] == str(pid):
+            peers = [out / f"process-{i}.json" for i in range(args["num_processes"])]
+            deadline = time.monotonic() + 60
+            while not all(p.exists() for p in peers) and time.monotonic() < deadline:
+                time.sleep(0.05)  # die mid-run, once every peer is up
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3600)  # a peer of a dead process, stuck in its collective
     if pid != 0:
         return 0
     from dagster_pipes import open_dagster_pipes

@@ -7,7 +7,9 @@ backend runs against a recording fake API (see test_kubernetes_backend.py).
 """
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -77,6 +79,21 @@ def test_a_failed_process_fails_the_step_with_its_last_lines(tmp_path, monkeypat
     assert "worker process 1 exited with code 3" in text
     assert "standin process 1: simulated crash" in text
     assert "line 59" in text and "line 55" not in text  # the last 5 lines, not the whole log
+
+
+def test_a_sigkilled_process_stops_its_hung_peers_in_bounded_time(tmp_path, monkeypatch):
+    """kill -9 of one worker: the step fails at once and the peer stuck in a collective is stopped."""
+    monkeypatch.setenv("STANDIN_SIGKILL_PROCESS", "1")
+    backend = ProcessesTrainingBackend(processes=2, worker_command=STANDIN, timeout_s=300, kill_grace_s=2)
+    started = time.monotonic()
+    result = materialize_with(backend, tiny_spec(tmp_path / "out"), raise_on_error=False)
+    elapsed = time.monotonic() - started
+    assert "worker process 1 exited with code -9" in step_error_text(result)
+    assert elapsed < 60, elapsed  # far below timeout_s: the dead process was noticed, not waited out
+    peer = json.loads((tmp_path / "out" / "process-0.json").read_text())  # process 0 had started and hung
+    assert peer["args"]["process_id"] == 0
+    with pytest.raises(ProcessLookupError):  # the hung peer was stopped and reaped, not left behind
+        os.kill(peer["pid"], 0)
 
 
 def test_workers_that_report_nothing_fail_the_step(tmp_path, monkeypatch):
