@@ -306,6 +306,35 @@ def multihost_jax_manifests(
     return objects
 
 
+def trainer_rbac(namespace: str, service_account: str) -> list[Any]:
+    """Role + RoleBinding that let the run worker's service account launch training jobs.
+
+    Exactly what ``KubernetesTrainingBackend`` calls: create/delete Jobs, Services, ConfigMaps
+    and ComputeDomains; read Job status; list pods and read their logs (Pipes and failures).
+    """
+    check_name("namespace", namespace)
+    check_name("service account", service_account)
+    name = f"{service_account}-trainer"
+    group, _, plural = COMPUTE_DOMAIN_API
+    rules = [
+        k8s.V1PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["create", "delete", "get"]),
+        k8s.V1PolicyRule(api_groups=["batch"], resources=["jobs/status"], verbs=["get"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["services", "configmaps"], verbs=["create", "delete"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list", "get"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["pods/log"], verbs=["get"]),
+        k8s.V1PolicyRule(api_groups=[group], resources=[plural], verbs=["create", "delete"]),
+    ]
+    role = k8s.V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role",
+                      metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), rules=rules)
+    binding = k8s.V1RoleBinding(
+        api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=service_account, namespace=namespace)],
+    )
+    return [role, binding]
+
+
 def cpu_step_k8s_config(cores: int, memory_gib: int, *, node_pool: str | None = None) -> dict[str, Any]:
     """The ``dagster-k8s/config`` for one data-processing step pod under ``k8s_job_executor``."""
     if cores < 1 or memory_gib < 1:

@@ -20,6 +20,7 @@ from marin_assets.cluster.manifests import (
     round_trip,
     spec_config_map,
     to_dicts,
+    trainer_rbac,
 )
 
 
@@ -163,3 +164,14 @@ def test_job_shape_is_exact_or_refused(chips, whole):
     assert shape.hosts_per_domain <= pool.hosts_per_domain
     if whole or shape.domains > 1:
         assert shape.hosts_per_domain == pool.hosts_per_domain
+
+
+def test_trainer_rbac_validates():
+    role, binding = trainer_rbac("marin", "marin-trainer")
+    for obj in (role, binding):
+        _validate_strict(obj)
+        assert round_trip(obj) == obj
+    assert binding.role_ref.name == role.metadata.name
+    assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [("ServiceAccount", "marin-trainer", "marin")]
+    with pytest.raises(ValueError, match="not a valid name"):
+        trainer_rbac("marin", "Trainer;")

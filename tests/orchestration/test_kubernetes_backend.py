@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from marin_assets.cluster.fleet import fleet_from_dict
-from marin_assets.cluster.manifests import jax_distributed_args, round_trip
+from marin_assets.cluster.manifests import jax_distributed_args, round_trip, trainer_rbac
 from marin_assets.orchestration.training_backends import (
     WORKER_MODULE,
     KubernetesTrainingBackend,
@@ -268,6 +268,27 @@ def test_two_rack_gb200(fake):
         for i in range(18):
             ids.add(jax_distributed_args({**env, "JOB_COMPLETION_INDEX": str(i)})["process_id"])
     assert ids == set(range(36))
+    _check_rbac_covers(kube.calls)
+
+
+# (verb, kind) recorded by the fake -> (apiGroup, resource, verb) the API server checks
+_PERMISSION = {("create", "Job"): ("batch", "jobs", "create"), ("delete", "Job"): ("batch", "jobs", "delete"),
+               ("read_status", "Job"): ("batch", "jobs/status", "get"),
+               ("create", "Service"): ("", "services", "create"), ("delete", "Service"): ("", "services", "delete"),
+               ("create", "ConfigMap"): ("", "configmaps", "create"),
+               ("delete", "ConfigMap"): ("", "configmaps", "delete"),
+               ("list", "Pod"): ("", "pods", "list"), ("read_log", "Pod"): ("", "pods/log", "get"),
+               ("create", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "create"),
+               ("delete", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "delete")}
+
+
+def _check_rbac_covers(calls):
+    """The Role from trainer_rbac grants every call the backend made (and the fake saw them all)."""
+    [role, _] = trainer_rbac("marin", "marin-trainer")
+    granted = {(g, r, v) for rule in role.rules for g in rule.api_groups for r in rule.resources for v in rule.verbs}
+    needed = {_PERMISSION[(verb, kind)] for verb, kind, _ in calls}
+    assert needed <= granted, needed - granted
+    assert len(needed) == len(_PERMISSION)  # the 2-rack GB200 launch exercises every kind of call
 
 
 def test_a_failed_pod_fails_the_step_with_its_last_lines_and_cleans_up(fake):
