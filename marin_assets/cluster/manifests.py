@@ -21,6 +21,7 @@ Commands are argument lists (never a shell string), and names are validated DNS 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from kubernetes import client as k8s
@@ -72,13 +73,102 @@ def headless_service(name: str, namespace: str) -> k8s.V1Service:
     )
 
 
+TPU_TAINT = "google.com/tpu"  # GKE taints TPU nodes so only pods that ask for chips land there
+GPU_TAINT = "nvidia.com/gpu"  # likewise for GPU node pools
+COMPUTE_DOMAIN_API = ("resource.nvidia.com", "v1beta1", "computedomains")  # group, version, plural
+IMEX_CLAIM = "imex-channel"  # the pod's name for its ComputeDomain channel claim
+SPEC_MOUNT = "/etc/marin"  # where the training spec ConfigMap is mounted in each pod
+SPEC_FILE = "spec.json"
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How a job of ``chips`` chips sits on a pool: whole domains, hosts per domain, chips per host."""
+
+    pool: Pool
+    domains: int
+    hosts_per_domain: int
+    chips_per_host: int
+
+    @property
+    def chips(self) -> int:
+        return self.domains * self.hosts_per_domain * self.chips_per_host
+
+    @property
+    def processes(self) -> int:
+        return self.domains * self.hosts_per_domain
+
+
+def job_shape(pool: Pool, chips: int) -> JobShape:
+    """The shape of a ``chips``-chip job on ``pool``; ValueError naming the pool if it has none.
+
+    A job larger than a domain, or any job on a whole-domain pool (a TPU slice), takes whole
+    domains, so its size must be a multiple of the domain. A smaller job on a shared pool
+    (GPU nodes, a GB200 rack) takes whole hosts of one domain, or part of a single host.
+    """
+    where = f"pool {pool.name} ({pool.accelerator}, {pool.domain_chips} chips per domain)"
+    if isinstance(chips, bool) or not isinstance(chips, int) or chips < 1:
+        raise ValueError(f"{where}: chips must be a positive integer, got {chips!r}")
+    if pool.whole_domain or chips > pool.domain_chips:
+        if chips % pool.domain_chips:
+            raise ValueError(f"{where}: {chips} chips is not a whole number of domains; "
+                             f"ask for a multiple of {pool.domain_chips}")
+        domains = chips // pool.domain_chips
+        if domains > pool.domains:
+            raise ValueError(f"{where}: {chips} chips needs {domains} domains but the pool has {pool.domains}")
+        return JobShape(pool, domains, pool.hosts_per_domain, pool.chips_per_host)
+    if chips < pool.chips_per_host:
+        return JobShape(pool, 1, 1, chips)
+    if chips % pool.chips_per_host:
+        raise ValueError(f"{where}: {chips} chips is not a whole number of hosts; "
+                         f"ask for a multiple of {pool.chips_per_host}")
+    return JobShape(pool, 1, chips // pool.chips_per_host, pool.chips_per_host)
+
+
+def compute_domain(name: str, namespace: str, job: str) -> dict[str, Any]:
+    """A ComputeDomain (NVIDIA DRA driver CRD) whose channel template gives pods IMEX channels.
+
+    Multi-node NVLink between the trays of a GB200 rack needs an IMEX channel in every pod;
+    ``numNodes: 0`` lets the domain follow whichever nodes the pods land on. A CRD, so a dict
+    (the kubernetes client has no model for it); its fields are checked in the tests.
+    """
+    group, version, _ = COMPUTE_DOMAIN_API
+    return {
+        "apiVersion": f"{group}/{version}",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": namespace, "labels": {JOB_LABEL: job}},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+
+
+def spec_config_map(name: str, namespace: str, spec_json: str) -> k8s.V1ConfigMap:
+    """The training spec handed to every worker pod as ``SPEC_MOUNT/SPEC_FILE``."""
+    if len(spec_json.encode()) > 900_000:  # the API server refuses objects over ~1 MiB
+        raise ValueError(f"{name}: training spec is {len(spec_json.encode())} bytes; a ConfigMap holds < 1 MiB")
+    return k8s.V1ConfigMap(
+        api_version="v1", kind="ConfigMap",
+        metadata=k8s.V1ObjectMeta(name=f"{name}-spec", namespace=namespace, labels={JOB_LABEL: name}),
+        data={SPEC_FILE: spec_json},
+    )
+
+
+def _tolerations(spec_is_tpu: bool) -> list[k8s.V1Toleration]:
+    key = TPU_TAINT if spec_is_tpu else GPU_TAINT
+    return [k8s.V1Toleration(key=key, operator="Exists", effect="NoSchedule")]
+
+
 def _domain_job(
     *, name: str, namespace: str, domain: int, hosts: int, image: str, command: list[str],
     env: Mapping[str, str], resources: Mapping[str, str], node_selector: Mapping[str, str] | None,
-    affinity: k8s.V1Affinity | None, service: str,
+    affinity: k8s.V1Affinity | None, service: str, tolerations: list[k8s.V1Toleration],
+    claim_template: str | None, spec_map: str | None,
 ) -> k8s.V1Job:
     job_name = f"{name}-r{domain}"
     labels = {JOB_LABEL: name, DOMAIN_LABEL: str(domain)}
+    volumes, mounts = None, None
+    if spec_map is not None:
+        volumes = [k8s.V1Volume(name="spec", config_map=k8s.V1ConfigMapVolumeSource(name=spec_map))]
+        mounts = [k8s.V1VolumeMount(name="spec", mount_path=SPEC_MOUNT, read_only=True)]
     container = k8s.V1Container(
         name="jax",
         image=image,
@@ -96,7 +186,11 @@ def _domain_job(
             ),
         ],
         ports=[k8s.V1ContainerPort(container_port=COORDINATOR_PORT, name="coordinator")],
-        resources=k8s.V1ResourceRequirements(limits=dict(resources), requests=dict(resources)),
+        resources=k8s.V1ResourceRequirements(
+            limits=dict(resources), requests=dict(resources),
+            claims=[k8s.CoreV1ResourceClaim(name=IMEX_CLAIM)] if claim_template else None,
+        ),
+        volume_mounts=mounts,
     )
     return k8s.V1Job(
         api_version="batch/v1",
@@ -114,7 +208,11 @@ def _domain_job(
                     restart_policy="Never",
                     node_selector=dict(node_selector) if node_selector else None,
                     affinity=affinity,
+                    tolerations=tolerations,
                     containers=[container],
+                    volumes=volumes,
+                    resource_claims=[k8s.V1PodResourceClaim(name=IMEX_CLAIM, resource_claim_template_name=claim_template)]
+                    if claim_template else None,
                 ),
             ),
         ),
@@ -123,23 +221,34 @@ def _domain_job(
 
 def multihost_jax_manifests(
     name: str, pool: Pool, *, image: str, command: Sequence[str], domains: int = 1,
-    namespace: str = "default", env: Mapping[str, str] | None = None,
+    namespace: str = "default", env: Mapping[str, str] | None = None, chips: int | None = None,
+    spec_json: str | None = None,
 ) -> list[Any]:
-    """Service + one Indexed Job per domain for a JAX job spanning ``domains`` whole domains of ``pool``."""
+    """Everything a JAX job on ``pool`` needs, in creation order.
+
+    Size: ``chips`` (shaped by ``job_shape``), or else ``domains`` whole domains.
+    Objects: a ComputeDomain per GB200 rack (CRD dicts; multi-node NVLink needs IMEX
+    channels), a ConfigMap holding ``spec_json`` if given (mounted at SPEC_MOUNT), the
+    headless Service, and one Indexed Job per domain.
+    """
     _check_job_name(name)
     check_name("namespace", namespace)
     command = _check_command(command)
     spec = ACCELERATOR_SPECS[pool.accelerator]
     if pool.accelerator == "cpu":
         raise ValueError("use cpu_pod for CPU work")
-    if not 1 <= domains <= pool.domains:
-        raise ValueError(f"{name}: pool {pool.name} has {pool.domains} domains, asked for {domains}")
-    hosts = pool.hosts_per_domain
+    if chips is not None:
+        shape = job_shape(pool, chips)
+    else:
+        if not 1 <= domains <= pool.domains:
+            raise ValueError(f"{name}: pool {pool.name} has {pool.domains} domains, asked for {domains}")
+        shape = JobShape(pool, domains, pool.hosts_per_domain, pool.chips_per_host)
+    domains, hosts = shape.domains, shape.hosts_per_domain
     service = name
     coordinator = f"{name}-r0-0.{service}.{namespace}.svc:{COORDINATOR_PORT}"
     base_env = {
         "JAX_COORDINATOR_ADDRESS": coordinator,
-        "JAX_NUM_PROCESSES": str(hosts * domains),
+        "JAX_NUM_PROCESSES": str(shape.processes),
         "MARIN_HOSTS_PER_DOMAIN": str(hosts),
         "MARIN_NUM_DOMAINS": str(domains),
     }
@@ -157,7 +266,17 @@ def multihost_jax_manifests(
     else:
         base_env.update(NCCL_ENV)
     base_env.update(env or {})
-    objects: list[Any] = [headless_service(service, namespace)]
+    # Racks of a GB200 pool need IMEX channels for multi-node NVLink; one ComputeDomain per rack.
+    nvlink_racks = pool.accelerator == "gb200-nvl72" and hosts > 1
+    objects: list[Any] = []
+    if nvlink_racks:
+        objects += [compute_domain(f"{name}-r{d}", namespace, name) for d in range(domains)]
+    spec_map = None
+    if spec_json is not None:
+        config_map = spec_config_map(name, namespace, spec_json)
+        spec_map = config_map.metadata.name
+        objects.append(config_map)
+    objects.append(headless_service(service, namespace))
     for d in range(domains):
         if not spec.is_tpu:
             # Every pod of rack d lands in the same NVLink domain as its siblings.
@@ -178,11 +297,42 @@ def multihost_jax_manifests(
         objects.append(
             _domain_job(
                 name=name, namespace=namespace, domain=d, hosts=hosts, image=image, command=command,
-                env=domain_env, resources={spec.chip_resource: str(pool.chips_per_host)},
+                env=domain_env, resources={spec.chip_resource: str(shape.chips_per_host)},
                 node_selector=node_selector, affinity=affinity, service=service,
+                tolerations=_tolerations(spec.is_tpu),
+                claim_template=f"{name}-r{d}-channel" if nvlink_racks else None, spec_map=spec_map,
             )
         )
     return objects
+
+
+def trainer_rbac(namespace: str, service_account: str) -> list[Any]:
+    """Role + RoleBinding that let the run worker's service account launch training jobs.
+
+    Exactly what ``KubernetesTrainingBackend`` calls: create/delete Jobs, Services, ConfigMaps
+    and ComputeDomains; read Job status; list pods and read their logs (Pipes and failures).
+    """
+    check_name("namespace", namespace)
+    check_name("service account", service_account)
+    name = f"{service_account}-trainer"
+    group, _, plural = COMPUTE_DOMAIN_API
+    rules = [
+        k8s.V1PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["create", "delete", "get"]),
+        k8s.V1PolicyRule(api_groups=["batch"], resources=["jobs/status"], verbs=["get"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["services", "configmaps"], verbs=["create", "delete"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list", "get"]),
+        k8s.V1PolicyRule(api_groups=[""], resources=["pods/log"], verbs=["get"]),
+        k8s.V1PolicyRule(api_groups=[group], resources=[plural], verbs=["create", "delete"]),
+    ]
+    role = k8s.V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role",
+                      metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), rules=rules)
+    binding = k8s.V1RoleBinding(
+        api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=service_account, namespace=namespace)],
+    )
+    return [role, binding]
 
 
 def cpu_step_k8s_config(cores: int, memory_gib: int, *, node_pool: str | None = None) -> dict[str, Any]:

@@ -39,11 +39,25 @@ checks go back to the same backend.
             accelerators: [tpu-v4, tpu-v5p]
             regions: [us-central2]             # default []: any region
             env_secrets: [wandb]               # optional, also env_vars, postgres_password_secret
+            run_worker_cpu: "1"                # the run worker pod: CPU and memory only (defaults)
+            run_worker_memory: 4Gi
+            run_worker_node_pool: cpu-pool     # optional CPU node pool for run worker pods
+
+The run worker pod never requests a TPU or GPU, whatever the run's tags: training runs in
+pods that ``training_backends.KubernetesTrainingBackend`` creates from inside it, sized from
+the same tags. The launcher hands it MARIN_CLUSTER, MARIN_K8S_NAMESPACE and MARIN_K8S_IMAGE.
+
+Pools as capacity: ``run_concurrency_config(fleet)`` generates the instance's
+``concurrency: runs: tag_concurrency_limits`` (one ``marin/pool`` limit per pool, see
+``pool_run_slots``) so a queued run waits in Dagster's queue holding nothing; with a fleet
+file, the launcher refuses a ``marin/pool`` tag naming a pool that cannot hold the run.
+See dagster.cluster.yaml for a production instance.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 import weakref
@@ -51,7 +65,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import Array, Field, Noneable, Shape
+from dagster import Array, Field, Noneable, Shape, StringSource
 from dagster._core.errors import DagsterLaunchFailedError
 from dagster._core.launcher import DefaultRunLauncher, LaunchRunContext, RunLauncher
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
@@ -71,6 +85,9 @@ from marin_assets.cluster.tags import (
 
 BACKEND_TAG = "marin/backend"
 LOCAL = "local"
+POOL_TAG = "marin/pool"  # optional: the fleet pool a run trains on; the key of the pool run limits
+_CPU_RE = re.compile(r"[1-9][0-9]{0,3}|[1-9][0-9]{0,6}m")
+_MEMORY_RE = re.compile(r"[1-9][0-9]{0,6}(Mi|Gi)")
 
 
 # ---- backends -------------------------------------------------------------------------------
@@ -145,6 +162,11 @@ class K8sClusterBackend:
     postgres_password_secret: str | None = None
     env_vars: tuple[str, ...] = ()
     env_secrets: tuple[str, ...] = ()
+    # The run worker is a small CPU pod: training runs in pods that the training backend
+    # creates, so the run pod never holds a TPU or GPU while it waits for or watches them.
+    run_worker_cpu: str = "1"
+    run_worker_memory: str = "4Gi"
+    run_worker_node_pool: str | None = None  # a CPU node pool (cloud.google.com/gke-nodepool)
     k8s_client: Any = None  # a DagsterKubernetesClient; built lazily (tests inject a fake)
 
     def __post_init__(self) -> None:
@@ -158,6 +180,20 @@ class K8sClusterBackend:
             check_region(r, what=f"cluster {self.name}: regions")
         if not self.accelerators:
             raise ValueError(f"cluster {self.name}: list the accelerators it serves")
+        if not _CPU_RE.fullmatch(str(self.run_worker_cpu)):
+            raise ValueError(f"cluster {self.name}: run_worker_cpu {self.run_worker_cpu!r} is not a CPU quantity like '1' or '500m'")
+        if not _MEMORY_RE.fullmatch(str(self.run_worker_memory)):
+            raise ValueError(f"cluster {self.name}: run_worker_memory {self.run_worker_memory!r} is not a quantity like '4Gi'")
+        if self.run_worker_node_pool is not None:
+            check_name(f"cluster {self.name}: run_worker_node_pool", self.run_worker_node_pool)
+
+    def run_worker_k8s_config(self) -> dict[str, Any]:
+        """Resources and placement of the run worker pod: CPU and memory only, never a chip."""
+        resources = {"cpu": self.run_worker_cpu, "memory": self.run_worker_memory}
+        config: dict[str, Any] = {"container_config": {"resources": {"requests": resources, "limits": resources}}}
+        if self.run_worker_node_pool is not None:
+            config["pod_spec_config"] = {"node_selector": {"cloud.google.com/gke-nodepool": self.run_worker_node_pool}}
+        return config
 
     def serves(self, request: JobRequest) -> bool:
         region_ok = request.region is None or not self.regions or request.region in self.regions
@@ -222,15 +258,18 @@ class K8sClusterBackend:
             "marin/priority": request.priority,
         }
         job_name = get_job_name_from_run_id(run.run_id)
+        # What the training backend inside this pod needs to create its worker pods here.
+        env = {"DAGSTER_RUN_JOB_NAME": job_origin.job_name, "MARIN_CLUSTER": self.name,
+               "MARIN_K8S_NAMESPACE": self.namespace, "MARIN_K8S_IMAGE": job_config.job_image}
         return construct_dagster_k8s_job(
             job_config=job_config,
             args=args,
             job_name=job_name,
             pod_name=job_name,
             component="run_worker",
-            user_defined_k8s_config=UserDefinedDagsterK8sConfig(),
+            user_defined_k8s_config=UserDefinedDagsterK8sConfig(**self.run_worker_k8s_config()),
             labels=labels,
-            env_vars=[{"name": "DAGSTER_RUN_JOB_NAME", "value": job_origin.job_name}],
+            env_vars=[{"name": k, "value": v} for k, v in env.items()],
         )
 
     def register_instance(self, instance) -> None:
@@ -295,6 +334,9 @@ _CLUSTER_SHAPE = Shape({
     "env_secrets": Field(Array(str), default_value=[], is_required=False),
     "accelerators": Field(Array(str), description=f"subset of {list(ACCELERATORS)}"),
     "regions": Field(Array(str), default_value=[], is_required=False, description="[] = any region"),
+    "run_worker_cpu": Field(str, default_value="1", is_required=False),
+    "run_worker_memory": Field(str, default_value="4Gi", is_required=False),
+    "run_worker_node_pool": Field(Noneable(str), default_value=None, is_required=False),
 })
 
 
@@ -345,7 +387,8 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
             "unmatched": Field(str, default_value=LOCAL, is_required=False,
                                description="'local': run on the local backend when no cluster serves "
                                            "the run's accelerator; 'fail': refuse it"),
-            "fleet_file": Field(Noneable(str), default_value=None, is_required=False),
+            "fleet_file": Field(Noneable(StringSource), default_value=None, is_required=False,
+                                description="fleet YAML (a path, or {env: VAR}): refuse runs bigger than any pool"),
         }
 
     @classmethod
@@ -373,6 +416,18 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
 
     def backends(self) -> list:
         return [*self.clusters.values(), self.local]
+
+    def check_pool_tag(self, tags: Mapping[str, str], request: JobRequest) -> None:
+        """A ``marin/pool`` tag must name a fleet pool of the run's accelerator (and region)."""
+        pool = tags.get(POOL_TAG)
+        if pool is None:
+            return
+        check_name(f"tag {POOL_TAG}:", pool)
+        if self.fleet is None:
+            raise ValueError(f"tag {POOL_TAG}: {pool!r} given but the launcher has no fleet_file to check it against")
+        if pool not in {p.name for p in check_feasible(self.fleet, request, job_id="run")}:
+            raise ValueError(f"tag {POOL_TAG}: pool {pool!r} cannot hold {request.chips} x {request.accelerator}"
+                             + (f" in {request.region}" if request.region else ""))
 
     def choose_backend(self, request: JobRequest):
         """Pick the backend for a classified request; ValueError with the reason if none."""
@@ -407,6 +462,7 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
         run = context.dagster_run
         try:
             request = classify_tags(run.tags)
+            self.check_pool_tag(run.tags, request)
             backend = self.choose_backend(request)
         except ValueError as err:
             message = f"RoutingRunLauncher refused run {run.run_id}: {err}"
@@ -448,3 +504,30 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
     def dispose(self) -> None:
         for backend in self.backends():
             backend.dispose()
+
+
+# ---- pools as capacity: run concurrency from the fleet ------------------------------------
+
+
+def pool_run_slots(pool) -> int:
+    """The most runs ``pool`` can hold at once.
+
+    A run takes at least one whole domain on a whole-domain pool (a TPU slice runs one job)
+    and at least one host elsewhere, so more runs than this cannot all be running: the
+    surplus waits in Dagster's queue holding nothing (no run pod, no chips). A run smaller
+    than a host is counted as a host, which is conservative.
+    """
+    return pool.domains if pool.whole_domain else pool.domains * pool.hosts_per_domain
+
+
+def run_concurrency_config(fleet) -> dict[str, Any]:
+    """The instance ``concurrency:`` block: one ``marin/pool`` tag limit per fleet pool."""
+    limits = [{"key": POOL_TAG, "value": p.name, "limit": pool_run_slots(p)} for p in fleet.pools]
+    return {"runs": {"tag_concurrency_limits": limits}}
+
+
+def run_concurrency_yaml(fleet) -> str:
+    """``run_concurrency_config`` as the YAML to paste into dagster.yaml."""
+    import yaml
+
+    return yaml.safe_dump({"concurrency": run_concurrency_config(fleet)}, sort_keys=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import kubernetes
+import kubernetes_validate
 import pytest
 from dagster._core.launcher.base import WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRunStatus
@@ -123,6 +124,8 @@ def test_local_backend_really_runs_a_job(env):
         ({"marin/region": "us-east1 && curl x"}, "marin/region"),
         ({"marin/priority": "$(reboot)"}, "marin/priority"),
         ({"marin/cluster": "west`id`"}, "marin/cluster"),
+        ({"marin/pool": "v5p;reboot"}, "marin/pool"),
+        ({"marin/pool": "v5p-16"}, "no fleet_file"),
     ],
 )
 def test_bad_tags_fail_the_run_with_a_clear_message(env, tags, needle):
@@ -153,6 +156,15 @@ def test_k8s_tagged_runs_go_to_the_right_cluster(env):
     assert container.args[:3] == ["dagster", "api", "execute_run"]
     assert job.spec.template.metadata.labels["marin/accelerator"] == "tpu-v5p"
     assert job.spec.template.metadata.labels["marin/priority"] == "production"
+    # The run worker is a small CPU pod even for a 256-chip TPU run: the training backend
+    # inside it creates the TPU pods. No chip request, no accelerator selector or toleration.
+    assert container.resources.requests == container.resources.limits == {"cpu": "1", "memory": "4Gi"}
+    pod = job.spec.template.spec
+    assert not pod.node_selector and not pod.tolerations and not pod.affinity
+    env = {e.name: e.value for e in container.env if e.value is not None}
+    assert (env["MARIN_CLUSTER"], env["MARIN_K8S_NAMESPACE"], env["MARIN_K8S_IMAGE"]) == ("west", "marin", "marin:test")
+    job_dict = kubernetes.client.ApiClient().sanitize_for_serialization(job)
+    assert kubernetes_validate.validate(job_dict, "1.32", strict=True) == "1.32"
     run = instance.get_run_by_id(run.run_id)
     assert run.tags[BACKEND_TAG] == "west"
 
@@ -227,3 +239,31 @@ def test_config_validation(tmp_path):
         RoutingRunLauncher.from_config_value(None, {"clusters": [_cluster("local", "k", None, ["cpu"])]})
     with pytest.raises(ValueError, match="unmatched"):
         RoutingRunLauncher.from_config_value(None, {"unmatched": "maybe"})
+
+
+def test_run_worker_pod_settings(tmp_path):
+    cluster = _cluster("west", tmp_path / "k", None, ["tpu-v5p"])
+    launcher = RoutingRunLauncher.from_config_value(None, {"clusters": [
+        {**cluster, "run_worker_cpu": "500m", "run_worker_memory": "2Gi", "run_worker_node_pool": "cpu-pool"}]})
+    config = launcher.clusters["west"].run_worker_k8s_config()
+    assert config == {"container_config": {"resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
+                                                         "limits": {"cpu": "500m", "memory": "2Gi"}}},
+                      "pod_spec_config": {"node_selector": {"cloud.google.com/gke-nodepool": "cpu-pool"}}}
+    for field, value, needle in [("run_worker_cpu", "1\n", "CPU quantity"), ("run_worker_memory", "4GB", "quantity like"),
+                                 ("run_worker_node_pool", "Pool!", "not a valid name")]:
+        with pytest.raises(ValueError, match=needle):
+            RoutingRunLauncher.from_config_value(None, {"clusters": [{**cluster, field: value}]})
+
+
+def test_pool_tag_is_checked_against_the_fleet(tmp_path):
+    from marin_assets.cluster.tags import classify_tags
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("pools:\n  - {name: v5p-16, accelerator: tpu-v5p, region: us-east5, domains: 2, topology: 2x2x4}\n"
+                     "  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n")
+    launcher = RoutingRunLauncher.from_config_value(None, {"fleet_file": str(fleet)})
+    tags = {"marin/accelerator": "tpu-v5p", "marin/chips": "16"}
+    launcher.check_pool_tag({**tags, "marin/pool": "v5p-16"}, classify_tags(tags))
+    launcher.check_pool_tag(tags, classify_tags(tags))  # no pool tag: nothing to check
+    with pytest.raises(ValueError, match="pool 'v5e' cannot hold 16 x tpu-v5p"):
+        launcher.check_pool_tag({**tags, "marin/pool": "v5e"}, classify_tags(tags))
