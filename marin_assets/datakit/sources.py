@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import join, write_json
+from marin_assets.datakit.shards import join, reset_dir, write_json
 from marin_assets.store.fsutil import sha256_file
 
 
@@ -196,8 +196,7 @@ def unpack_source(name: str, artifact_path: str, out_dir: str, docs_per_shard: i
 
     if docs_per_shard <= 0:
         raise ValueError(f"docs_per_shard must be > 0, got {docs_per_shard}")
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
+    reset_dir(out_dir)  # raw shards of an earlier unpack would be read again by normalize
     shards, docs, buf = 0, 0, io.StringIO()
     pending = 0
 
