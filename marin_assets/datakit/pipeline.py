@@ -68,8 +68,8 @@ class PipelineConfig:
             "quality_threshold": self.quality,
             "vocab_size": self.tokenizer_training,
             "validation_fraction": self.tokenization,
+            "max_doc_bytes": self.reader,  # before shard_docs, whose check builds a reader too
             "shard_docs": lambda: (check_int("shard_docs", self.shard_docs, 1), self.normalization("input")),
-            "max_doc_bytes": self.reader,
             "exact_buckets": self.exact,
             "fuzzy_jaccard_threshold": self.fuzzy,
             "decontam_threshold": self.decontam,
