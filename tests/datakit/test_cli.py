@@ -10,22 +10,45 @@ def _write(path, records):
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
 
 
+def _partly_copied(item: str, copied: int, filler_words: str) -> str:
+    """A paragraph holding the first `copied` words of `item` and 32 - copied other words:
+    its 13-gram overlap with the item is (copied - 12) / 20."""
+    return " ".join(item.split()[:copied] + filler_words.split()[: 32 - copied])
+
+
 def test_datakit_run_prints_one_json_line_with_the_invariant(tmp_path, capsys, prose):
-    docs = [{"text": prose(i)} for i in range(12)] + [{"text": prose(3)}, "not json"]
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit.tokenize import open_cache
+
+    item = prose(7)
+    near_45 = f"{prose(60)}\n{_partly_copied(item, 21, prose(70))}\n{prose(61)}"  # overlap 0.45: kept
+    near_55 = f"{prose(62)}\n{_partly_copied(item, 23, prose(71))}\n{prose(63)}"  # overlap 0.55: removed
+    docs = [{"text": prose(i)} for i in range(12)] + [{"text": prose(3)}, "not json", {"text": near_45}, {"text": near_55}]
     _write(tmp_path / "in.jsonl", docs)
-    _write(tmp_path / "eval.jsonl", [{"text": prose(7)}])
+    _write(tmp_path / "eval.jsonl", [{"text": item}])
     code = main(["datakit", "run", "--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
-                 "--prefix", str(tmp_path / "out"), "--vocab-size", "300", "--json"])  # fmt: skip
+                 "--prefix", str(tmp_path / "out"), "--vocab-size", "300", "--validation-fraction", "0.2", "--json"])  # fmt: skip
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
     summary = json.loads(lines[0])
-    assert summary["docs_in"] == 14 and summary["quarantined"] == 1
-    assert summary["removed"]["exact_duplicate"] == 1 and summary["removed"]["contaminated"] == 1
+    assert sorted(summary) == ["cache", "docs_in", "docs_out", "final_documents", "quarantine_reasons", "quarantined",
+                               "removed", "tokenizer", "tokens"]  # fmt: skip
+    assert summary["docs_in"] == 16 and summary["quarantined"] == 1
+    assert summary["removed"] == {"contaminated": 2, "exact_duplicate": 1, "fuzzy_duplicate": 0, "low_quality": 0}
     assert summary["docs_in"] == summary["docs_out"] + sum(summary["removed"].values()) + summary["quarantined"]
-    assert summary["docs_out"] == 11
-    assert summary["tokens"]["train"] + summary["tokens"]["validation"] > 0
-    assert (tmp_path / "out" / "cache" / "train" / "shard_ledger.json").exists()
+    assert summary["docs_out"] == 12
+    final = [t for s in sorted((tmp_path / "out" / "final_documents").glob("part-*.parquet"))
+             for t in pq.read_table(s).column("text").to_pylist()]  # fmt: skip
+    assert near_45 in final and near_55 not in final and item not in final
+    # The reported token counts are the cache's: P/cache/{train,validation} open with Levanter's reader.
+    assert summary["cache"] == str(tmp_path / "out" / "cache")
+    for split in ("train", "validation"):
+        cache = open_cache(f"{summary['cache']}/{split}")
+        tokens = sum(len(r["input_ids"]) for r in cache.get_batch_sync(list(range(len(cache)))))
+        assert tokens == summary["tokens"][split]
+    assert len(open_cache(f"{summary['cache']}/train")) + len(open_cache(f"{summary['cache']}/validation")) == 12
     assert summary["final_documents"].endswith("final_documents")
 
 
