@@ -166,25 +166,32 @@ def _short(file: str) -> str:
 
 def _json_problem(record) -> str | None:
     """Why a parsed JSON value cannot be stored: nesting deeper than MAX_JSON_DEPTH, or a lone
-    surrogate (a \\ud800 escape) in any key or string. Iterative, so depth cannot overflow."""
+    surrogate (a \\ud800 escape) in any key or string. Iterative, so depth cannot overflow;
+    scalars are checked in place and ASCII strings in O(1), so a flat record costs little."""
     stack = [(record, 1)]
     while stack:
-        value, depth = stack.pop()
+        container, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
             return f"nested deeper than {MAX_JSON_DEPTH} levels"
-        if isinstance(value, dict):
-            for key, item in value.items():
+        if type(container) is dict:
+            for key in container:
                 if not _encodable(key):
                     return f"key {key!r} is not valid UTF-8 (lone surrogate)"
+            items = container.values()
+        else:
+            items = container
+        for item in items:
+            if type(item) is str:
+                if not _encodable(item):
+                    return f"a string value is not valid UTF-8 (lone surrogate): {item[:40]!r}"
+            elif type(item) is dict or type(item) is list:
                 stack.append((item, depth + 1))
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-        elif isinstance(value, str) and not _encodable(value):
-            return f"a string value is not valid UTF-8 (lone surrogate): {value[:40]!r}"
     return None
 
 
 def _encodable(text: str) -> bool:
+    if text.isascii():  # O(1) in CPython; a surrogate is never ASCII
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -410,12 +417,10 @@ def _parse_jsonl_line(raw: bytes, file: str, lineno: int, config: ReaderConfig) 
         return QuarantineRecord(file, lineno, "malformed_json", str(e)[:200])
     if not isinstance(record, dict):
         return QuarantineRecord(file, lineno, "malformed_json", f"expected an object, got {type(record).__name__}")
-    # Brackets bound the depth and a lone surrogate needs a \u escape: most lines skip the walk.
-    if line.count("[") + line.count("{") > MAX_JSON_DEPTH or "\\u" in line:
-        problem = _json_problem(record)
-        if problem is not None:
-            reason = "invalid_utf8" if "surrogate" in problem else "malformed_json"
-            return QuarantineRecord(file, lineno, reason, problem)
+    problem = _json_problem(record)
+    if problem is not None:
+        reason = "invalid_utf8" if "surrogate" in problem else "malformed_json"
+        return QuarantineRecord(file, lineno, reason, problem)
     text = record.pop(config.text_field, None)
     bad = _check_text(text, file, lineno, config)
     if bad is not None:
