@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from marin_assets.datakit.checks import check_float, check_int
-from marin_assets.datakit.shards import join, read_table, reset_dir, write_json
+from marin_assets.datakit.shards import join, reset_dir, write_json
 
 EOS = "<|endoftext|>"
 SPLITS = ("train", "validation")
