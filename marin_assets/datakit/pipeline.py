@@ -6,7 +6,15 @@ normalize (per input) -> quality -> exact dedup -> [filter] -> fuzzy dedup -> [f
 Every stage is the same library function the Dagster assets call; attributes are written
 co-partitioned with their shards and a filter step applies them, recording one removal
 reason per document (the first stage that drops it). Hence the invariant checked at the
-end: docs_in = docs_out + sum(removed) + quarantined.
+end: docs_in = docs_out + sum(removed) + quarantined, where docs_in is the number of records
+the readers met (not kept + quarantined).
+
+Reruns: every flag and path is checked before any stage runs, then the run's own entries
+under the prefix (PREFIX_ENTRIES) are emptied, and each stage also resets the directory it
+owns; so the same inputs into a reused prefix give the same output as a fresh prefix.
+Output layout: prefix/cache/{train,validation} (Levanter caches of {"input_ids": int32}),
+prefix/cache/stats.json, prefix/final_documents, prefix/tokenizer/tokenizer.json (when
+trained) and prefix/summary.json.
 """
 
 from __future__ import annotations
