@@ -33,10 +33,28 @@ def register(subparsers) -> None:
     run.set_defaults(handler=run_handler)
 
 
+# PipelineConfig field -> the flag that sets it, so a bad value is reported as the user typed it.
+FLAGS = {
+    "quality_threshold": "--quality-threshold",
+    "quality_model": "--quality-model",
+    "source_cache_dir": "--cache-dir",
+    "tokenizer": "--tokenizer",
+    "vocab_size": "--vocab-size",
+    "validation_fraction": "--validation-fraction",
+    "shard_docs": "--shard-docs",
+    "max_doc_bytes": "--max-doc-bytes",
+}
+
+
 def run_handler(args: argparse.Namespace) -> int:
+    """Exit 0 with the summary; 2 for a bad flag, 1 for a failed run or one that kept nothing.
+
+    Every flag and path is checked before any stage runs (PipelineConfig on construction,
+    check_run_inputs at the start of run_pipeline).
+    """
     from tqdm import tqdm
 
-    from marin_assets.datakit.pipeline import STAGES, PipelineConfig, run_pipeline
+    from marin_assets.datakit.pipeline import STAGES, ConfigFieldError, PipelineConfig, run_pipeline
 
     try:
         config = PipelineConfig(
@@ -49,8 +67,8 @@ def run_handler(args: argparse.Namespace) -> int:
             shard_docs=args.shard_docs,
             max_doc_bytes=args.max_doc_bytes,
         )
-    except ValueError as e:
-        print(f"marin datakit run: {e}", file=sys.stderr)
+    except ConfigFieldError as e:
+        print(f"marin datakit run: {FLAGS.get(e.field, e.field)}: {e.reason}", file=sys.stderr)
         return 2
     bar = tqdm(total=len(STAGES), desc="datakit", unit="stage", file=sys.stderr, disable=args.json)
 
@@ -66,4 +84,11 @@ def run_handler(args: argparse.Namespace) -> int:
         return 1
     bar.close()
     print(json.dumps(summary, sort_keys=True))
+    if summary["docs_out"] == 0:
+        print(
+            f"marin datakit run: no documents left ({summary['docs_in']} read, {summary['quarantined']} quarantined, "
+            f"removed {summary['removed']}); the cache is empty",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from marin_assets.datakit.checks import check_float
 from marin_assets.datakit.hashing import mix64
 
 
@@ -19,8 +20,7 @@ def bloom_size(capacity: int, false_positive_rate: float) -> tuple[int, int]:
     """(bits, probes) for ``capacity`` items at ``false_positive_rate``."""
     if capacity < 1:
         capacity = 1
-    if not 0.0 < false_positive_rate < 1.0:
-        raise ValueError(f"false_positive_rate must be in (0, 1), got {false_positive_rate}")
+    check_float("false_positive_rate", false_positive_rate, 0.0, 1.0, lo_open=True, hi_open=True)
     bits = math.ceil(-capacity * math.log(false_positive_rate) / math.log(2) ** 2)
     bits = max(64, (bits + 63) // 64 * 64)
     probes = max(1, round(bits / capacity * math.log(2)))

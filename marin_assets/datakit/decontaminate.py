@@ -36,7 +36,9 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
+from marin_assets.datakit.checks import check_float, check_int
 from marin_assets.datakit.hashing import mix64
+from marin_assets.datakit.shards import reset_dir
 
 _LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
 
@@ -50,16 +52,12 @@ class DecontamConfig:
     capacity: int | None = None  # Bloom capacity; None: the number of distinct eval n-grams
 
     def __post_init__(self) -> None:
-        if self.ngram < 1:
-            raise ValueError(f"ngram must be >= 1, got {self.ngram}")
-        if not 0.0 < self.false_positive_rate < 1.0:
-            raise ValueError(f"false_positive_rate must be in (0, 1), got {self.false_positive_rate}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.short_min_tokens < 1:
-            raise ValueError(f"short_min_tokens must be >= 1, got {self.short_min_tokens}")
-        if self.capacity is not None and self.capacity < 1:
-            raise ValueError(f"capacity must be >= 1 or None, got {self.capacity}")
+        check_int("DecontamConfig.ngram", self.ngram, 1)
+        check_float("DecontamConfig.false_positive_rate", self.false_positive_rate, 0.0, 1.0, lo_open=True, hi_open=True)
+        check_float("DecontamConfig.threshold", self.threshold, 0.0, 1.0, lo_open=True)
+        check_int("DecontamConfig.short_min_tokens", self.short_min_tokens, 1)
+        if self.capacity is not None:
+            check_int("DecontamConfig.capacity", self.capacity, 1)
 
 
 def ngram_hashes(text: str, config: DecontamConfig = DecontamConfig()) -> np.ndarray:
@@ -245,6 +243,7 @@ def decontaminate(
             f"index's ({index.config.ngram}, {index.config.short_min_tokens})"
         )
     check_unique_basenames(shard_paths)
+    reset_dir(out_dir)
     counts = {"docs": 0, "contaminated": 0, "shards": len(shard_paths)}
     for path in shard_paths:
         ids, texts = read_id_text(path)

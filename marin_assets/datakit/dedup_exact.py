@@ -21,7 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import basename, join, read_table, write_json, write_table
+from marin_assets.datakit.checks import check_int
+from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
 
 PARAGRAPH_RE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")
 
@@ -33,10 +34,8 @@ class ExactDedupConfig:
     min_paragraph_chars: int = 20  # shorter paragraphs ("Thanks,", "---") are too common to flag
 
     def __post_init__(self):
-        if not 1 <= self.num_buckets <= 65536:
-            raise ValueError(f"ExactDedupConfig.num_buckets must be in [1, 65536], got {self.num_buckets}")
-        if self.min_paragraph_chars < 1:
-            raise ValueError(f"ExactDedupConfig.min_paragraph_chars must be >= 1, got {self.min_paragraph_chars}")
+        check_int("ExactDedupConfig.num_buckets", self.num_buckets, 1, 65536)
+        check_int("ExactDedupConfig.min_paragraph_chars", self.min_paragraph_chars, 1)
 
 
 def bucket_of(doc_id: str, num_buckets: int) -> int:
@@ -197,6 +196,8 @@ def exact_dedup(datasets: Mapping[str, Sequence[str]] | Sequence[str], out_dir: 
     """
     if not isinstance(datasets, Mapping):
         datasets = {"": list(datasets)}
+    # The reduce reads whole bucket directories: map files of an earlier run would join it.
+    reset_dir(out_dir)
     docs = 0
     for name, paths in datasets.items():
         for path in paths:

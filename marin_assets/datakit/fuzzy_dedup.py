@@ -28,7 +28,9 @@ from marin_assets.datakit.attribute_files import (
     read_id_text,
     write_table,
 )
+from marin_assets.datakit.checks import check_float, check_int
 from marin_assets.datakit.lsh import candidate_pairs
+from marin_assets.datakit.shards import reset_dir
 from marin_assets.datakit.minhash import (
     MinHashParams,
     jaccard,
@@ -49,16 +51,14 @@ class FuzzyDedupConfig(MinHashParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.bands < 1 or self.rows < 1:
-            raise ValueError(f"bands and rows must be >= 1, got {self.bands}, {self.rows}")
+        check_int("bands", self.bands, 1)
+        check_int("rows", self.rows, 1)
         if self.bands * self.rows != self.num_perm:
             raise ValueError(
                 f"bands * rows must equal num_perm: {self.bands} * {self.rows} != {self.num_perm}"
             )
-        if not 0.0 < self.jaccard_threshold <= 1.0:
-            raise ValueError(f"jaccard_threshold must be in (0, 1], got {self.jaccard_threshold}")
-        if self.max_bucket_size < 2:
-            raise ValueError(f"max_bucket_size must be >= 2, got {self.max_bucket_size}")
+        check_float("jaccard_threshold", self.jaccard_threshold, 0.0, 1.0, lo_open=True)
+        check_int("max_bucket_size", self.max_bucket_size, 2)
 
     @property
     def lsh_threshold(self) -> float:
@@ -169,6 +169,7 @@ def fuzzy_dedup(
     if not shard_paths:
         raise ValueError("fuzzy_dedup needs at least one shard")
     check_unique_basenames(shard_paths)
+    reset_dir(out_dir)
 
     ids: list[str] = []
     shard_of: list[np.ndarray] = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marin_assets.datakit.checks import check_int
 from marin_assets.datakit.hashing import mix64
 
 EMPTY_SIGNATURE_VALUE = np.uint32(0xFFFFFFFF)
@@ -44,14 +45,9 @@ class MinHashParams:
     chunk_shingles: int = 8192
 
     def __post_init__(self) -> None:
-        if self.num_perm < 1:
-            raise ValueError(f"num_perm must be >= 1, got {self.num_perm}")
-        if self.ngram < 1:
-            raise ValueError(f"ngram must be >= 1, got {self.ngram}")
-        if self.max_chars < 1:
-            raise ValueError(f"max_chars must be >= 1, got {self.max_chars}")
-        if self.chunk_shingles < 1:
-            raise ValueError(f"chunk_shingles must be >= 1, got {self.chunk_shingles}")
+        for name in ("num_perm", "ngram", "max_chars", "chunk_shingles"):
+            check_int(name, getattr(self, name), 1)
+        check_int("seed", self.seed, 0)
 
 
 def clean_text(text: str, max_chars: int = 500_000) -> str:

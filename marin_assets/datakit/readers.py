@@ -2,9 +2,16 @@
 
 The reader never drops a record silently. Every record it meets becomes either a Document
 or a QuarantineRecord (file, line, reason), so `records in = kept + quarantined` holds for
-every file. A whole-file failure (truncated Parquet footer, binary blob, unknown type)
-counts as one quarantined record with line=None; a truncated gzip/zstd stream keeps the
-lines read before the break and quarantines the break itself.
+every file; ReadStats counts the records where they are read, so callers can check that.
+A per-line failure of any kind (bad UTF-8, bad JSON, a 5,000-digit integer, nesting deeper
+than MAX_JSON_DEPTH, a lone surrogate in any field, an id of the wrong type) costs that line
+only. A whole-file failure (truncated Parquet footer, binary blob, unknown type) counts as
+one quarantined record with line=None; a truncated gzip/zstd stream keeps the lines read
+before the break and quarantines the break itself.
+
+Memory is bounded by the record limit, not by the input: decompression returns at most one
+chunk per call, and a line longer than `max_line_bytes` is skipped up to its newline
+without being buffered.
 """
 
 from __future__ import annotations
@@ -13,11 +20,15 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from marin_assets.datakit.checks import check_int
 from marin_assets.datakit.quarantine import QuarantineRecord
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 SUPPORTED_SUFFIXES = JSONL_SUFFIXES + (".parquet", ".txt")
 SNIFF_BYTES = 8192
+# Deeper JSON is quarantined: far below Python's recursion limit, so serializing a kept
+# record's metadata later can never overflow the stack.
+MAX_JSON_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -31,12 +42,27 @@ class ReaderConfig:
     parquet_batch_rows: int = 4096
 
     def __post_init__(self):
-        if not self.text_field:
+        if not isinstance(self.text_field, str) or not self.text_field:
             raise ValueError("ReaderConfig.text_field must be a non-empty column name")
-        if self.max_doc_bytes <= 0:
-            raise ValueError(f"ReaderConfig.max_doc_bytes must be > 0, got {self.max_doc_bytes}")
-        if self.parquet_batch_rows <= 0:
-            raise ValueError(f"ReaderConfig.parquet_batch_rows must be > 0, got {self.parquet_batch_rows}")
+        if not isinstance(self.id_field, str) or not self.id_field:
+            raise ValueError("ReaderConfig.id_field must be a non-empty column name")
+        check_int("ReaderConfig.max_doc_bytes", self.max_doc_bytes, 1)
+        check_int("ReaderConfig.parquet_batch_rows", self.parquet_batch_rows, 1)
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest JSONL line worth parsing (and the most a reader buffers): JSON escapes
+        take at most 6 bytes per text byte (\\u001f), plus 64 KiB for the other fields."""
+        return 6 * self.max_doc_bytes + 65536
+
+
+@dataclass
+class ReadStats:
+    """What a reader met, counted where it reads (not where it yields), so that
+    `records == kept + quarantined` is a check on the reader rather than a definition."""
+
+    records: int = 0  # non-blank JSONL lines, Parquet rows, .txt files, whole-file failures
+    blank_lines: int = 0  # blank JSONL lines: not records
 
 
 @dataclass
@@ -84,20 +110,27 @@ def looks_binary(head: bytes) -> bool:
     return control / len(head) > 0.05
 
 
-def iter_path(path: str, config: ReaderConfig = ReaderConfig()) -> Iterator[Document | QuarantineRecord]:
+def iter_path(
+    path: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None
+) -> Iterator[Document | QuarantineRecord]:
     for file in list_input_files(path):
-        yield from iter_file(file, config)
+        yield from iter_file(file, config, stats)
 
 
-def iter_file(file: str, config: ReaderConfig = ReaderConfig()) -> Iterator[Document | QuarantineRecord]:
+def iter_file(
+    file: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None
+) -> Iterator[Document | QuarantineRecord]:
+    """Every record of `file` as a Document or a QuarantineRecord; nothing per record raises."""
+    stats = stats if stats is not None else ReadStats()
     name = file.lower()
     if name.endswith(".parquet"):
-        yield from _iter_parquet(file, config)
+        yield from _iter_parquet(file, config, stats)
     elif name.endswith(".txt"):
-        yield from _iter_txt(file, config)
+        yield from _iter_txt(file, config, stats)
     elif name.endswith(JSONL_SUFFIXES):
-        yield from _iter_jsonl(file, config)
+        yield from _iter_jsonl(file, config, stats)
     else:
+        stats.records += 1
         yield QuarantineRecord(file, None, "unsupported_file_type", f"expected one of {SUPPORTED_SUFFIXES}")
 
 
@@ -114,65 +147,142 @@ def _check_text(text, file: str, line: int | None, config: ReaderConfig) -> Quar
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:  # lone surrogates from \ud800 escapes in JSON
-        return QuarantineRecord(file, line, "invalid_utf8", str(e)[:200])
+        return QuarantineRecord(file, line, "invalid_utf8", f"field {config.text_field!r}: {e}"[:200])
     return None
+
+
+def _source_id(value, file: str, line: int | None, config: ReaderConfig) -> str | QuarantineRecord:
+    """The record's id as a string (str or int ids), or a quarantine record for other types."""
+    if value is None:
+        return f"{_short(file)}:{line}" if line is not None else _short(file)
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    return QuarantineRecord(file, line, "invalid_field", f"field {config.id_field!r} is {type(value).__name__}, not a string or integer")
 
 
 def _short(file: str) -> str:
     return file.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _iter_jsonl(file: str, config: ReaderConfig) -> Iterator[Document | QuarantineRecord]:
+def _json_problem(record) -> str | None:
+    """Why a parsed JSON value cannot be stored: nesting deeper than MAX_JSON_DEPTH, or a lone
+    surrogate (a \\ud800 escape) in any key or string. Iterative, so depth cannot overflow;
+    scalars are checked in place and ASCII strings in O(1), so a flat record costs little."""
+    stack = [(record, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if type(container) is dict:
+            for key in container:
+                if not _encodable(key):
+                    return f"key {key!r} is not valid UTF-8 (lone surrogate)"
+            items = container.values()
+        else:
+            items = container
+        for item in items:
+            if type(item) is str:
+                if not _encodable(item):
+                    return f"a string value is not valid UTF-8 (lone surrogate): {item[:40]!r}"
+            elif type(item) is dict or type(item) is list:
+                stack.append((item, depth + 1))
+    return None
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():  # O(1) in CPython; a surrogate is never ASCII
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
     lineno = 0
-    pending = b""
     first = True
     try:
-        for chunk in _byte_chunks(file):
+        for piece in _lines(_byte_chunks(file), config.max_line_bytes):
             if first:
                 first = False
-                if looks_binary(chunk[:SNIFF_BYTES]):
+                head = piece[:SNIFF_BYTES] if isinstance(piece, bytes) else b""
+                if looks_binary(head):
+                    stats.records += 1
                     yield QuarantineRecord(file, None, "binary_file", "NUL and control bytes in the first 8 KiB")
                     return
-            pending += chunk
-            if b"\n" not in chunk:
-                continue  # a long line still being read: don't rescan it per chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                lineno += 1
-                item = _parse_jsonl_line(raw, file, lineno, config)
-                if item is not None:
-                    yield item
-        if pending:
             lineno += 1
-            item = _parse_jsonl_line(pending, file, lineno, config)
-            if item is not None:
-                yield item
+            if isinstance(piece, int):  # a line over the limit, skipped without being buffered
+                stats.records += 1
+                yield QuarantineRecord(file, lineno, "too_large", f"line of {piece} bytes > {config.max_line_bytes}")
+                continue
+            if not piece.strip():
+                stats.blank_lines += 1  # a blank line is not a record
+                continue
+            stats.records += 1
+            yield _parse_jsonl_line(piece, file, lineno, config)
     except Exception as e:  # noqa: BLE001 - gzip: EOFError/BadGzipFile/zlib.error; zstandard: ZstdError
         if not isinstance(e, (EOFError, OSError, ValueError)) and type(e).__name__ != "ZstdError":
             raise
         # Nothing decoded at all means the file is not what its name says; otherwise it broke off.
-        reason = "truncated_file" if isinstance(e, EOFError) or lineno > 0 or pending else "unreadable_file"
+        reason = "truncated_file" if isinstance(e, EOFError) or lineno > 0 else "unreadable_file"
+        stats.records += 1  # the break itself: one record that could not be read
         yield QuarantineRecord(file, lineno + 1, reason, f"{type(e).__name__}: {e}"[:300])
 
 
+def _lines(chunks: Iterator[bytes], limit: int) -> Iterator[bytes | int]:
+    """Split a byte stream into lines (without the newline), holding at most `limit` bytes.
+
+    A line longer than `limit` is not buffered: its bytes are counted up to the next newline
+    and its length (an int) comes out instead of its content. Memory is one chunk plus one
+    line of at most `limit` bytes, whatever the input holds.
+    """
+    buf = bytearray()
+    over = -1  # >= 0 while skipping a too-long line: its length so far
+    for chunk in chunks:
+        parts = chunk.split(b"\n")
+        last = len(parts) - 1
+        for i, part in enumerate(parts):
+            if over >= 0:
+                over += len(part)
+            elif len(buf) + len(part) > limit:
+                over = len(buf) + len(part)
+                buf = bytearray()
+            elif i < last and not buf:
+                yield part  # a whole line inside one chunk: no copy
+                continue
+            else:
+                buf += part
+            if i < last:
+                yield over if over >= 0 else bytes(buf)
+                buf, over = bytearray(), -1
+        del parts
+    if over >= 0:
+        yield over
+    elif buf:
+        yield bytes(buf)
+
+
 def _byte_chunks(file: str, size: int = 1 << 20) -> Iterator[bytes]:
-    """Decompressed bytes of a .jsonl / .jsonl.gz / .jsonl.zst file, in chunks."""
+    """Decompressed bytes of a .jsonl / .jsonl.gz / .jsonl.zst file, in chunks of at most ~size."""
     import fsspec
 
-    if file.endswith(".zst"):
-        with fsspec.open(file, "rb") as raw:
-            yield from _zstd_chunks(raw, size)
-        return
     with fsspec.open(file, "rb") as f:
-        if file.endswith(".gz"):
+        if file.endswith(".zst"):
+            yield from _zstd_chunks(f, size)
+        elif file.endswith(".gz"):
             yield from _gzip_chunks(f, size)
-            return
-        while chunk := f.read(size):
-            yield chunk
+        else:
+            while chunk := f.read(size):
+                yield chunk
 
 
 def _gzip_chunks(raw, size: int) -> Iterator[bytes]:
-    """Stream-decompress gzip so every byte before a cut is yielded, then raise EOFError."""
+    """Stream-decompress gzip so every byte before a cut is yielded, then raise EOFError.
+
+    Each decompress call returns at most `size` bytes (the rest of the input waits in
+    `unconsumed_tail`), so a gzip bomb costs one chunk of memory, not its expanded size.
+    """
     import zlib
 
     def new():
@@ -182,7 +292,7 @@ def _gzip_chunks(raw, size: int) -> Iterator[bytes]:
     while data := raw.read(size):
         while data:
             try:
-                out = dobj.decompress(data)
+                out = dobj.decompress(data, size)
             except zlib.error as e:
                 raise ValueError(f"not valid gzip data: {e}") from e
             fed = True
@@ -192,67 +302,149 @@ def _gzip_chunks(raw, size: int) -> Iterator[bytes]:
                 data = dobj.unused_data
                 dobj, fed = new(), False
             else:
-                data = b""
+                data = dobj.unconsumed_tail
     if fed and not dobj.eof:
         raise EOFError("gzip stream ended before its end-of-stream marker")
 
 
+ZSTD_MAGIC = 0xFD2FB528
+ZSTD_BLOCK_MAX = 128 * 1024  # RFC 8878: no block decompresses to more than this
+
+
+class _ByteSource:
+    """Buffered reads of exact byte counts from a file object (at most one refill ahead)."""
+
+    def __init__(self, raw, size: int):
+        self.raw, self.size, self.buf, self.pos = raw, size, bytearray(), 0
+
+    def take(self, n: int) -> bytes:
+        """Exactly n bytes, or fewer at the end of the input."""
+        while len(self.buf) - self.pos < n:
+            data = self.raw.read(max(self.size, n - (len(self.buf) - self.pos)))
+            if not data:
+                break
+            del self.buf[: self.pos]
+            self.pos = 0
+            self.buf += data
+        out = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += len(out)
+        return out
+
+    def skip(self, n: int) -> int:
+        """Discard n bytes without holding them; return how many were there."""
+        skipped = 0
+        while skipped < n:
+            got = len(self.take(min(n - skipped, self.size)))
+            if not got:
+                break
+            skipped += got
+        return skipped
+
+
 def _zstd_chunks(raw, size: int) -> Iterator[bytes]:
-    """zstandard's stream reader ends quietly on a cut-off frame; this raises EOFError instead."""
+    """Decompress zstd frame by frame, one block per call, so no call returns more than 128 KiB.
+
+    zstandard's decompressobj returns a whole input chunk's output at once (a 1 MiB chunk of
+    RLE blocks is gigabytes) and its stream reader ends quietly on a cut-off frame. Walking the
+    frame format (RFC 8878: header, 3-byte block headers, optional checksum) bounds the output
+    of each call and tells a complete frame from a truncated one (EOFError).
+    """
     import zstandard
 
+    src = _ByteSource(raw, size)
     dctx = zstandard.ZstdDecompressor()
-    dobj, fed = dctx.decompressobj(), False
-    while data := raw.read(size):
-        while data:
-            out = dobj.decompress(data)
-            fed = True
+    while magic_bytes := src.take(4):
+        if len(magic_bytes) < 4:
+            raise EOFError("zstd stream ended inside a frame's magic number")
+        magic = int.from_bytes(magic_bytes, "little")
+        if 0x184D2A50 <= magic <= 0x184D2A5F:  # skippable frame: 4-byte length, then payload
+            length = src.take(4)
+            if len(length) < 4 or src.skip(int.from_bytes(length, "little")) < int.from_bytes(length, "little"):
+                raise EOFError("zstd stream ended inside a skippable frame")
+            continue
+        if magic != ZSTD_MAGIC:
+            raise ValueError(f"not zstd data (magic {magic_bytes.hex()})")
+        descriptor = src.take(1)
+        if not descriptor:
+            raise EOFError("zstd stream ended inside a frame header")
+        fhd = descriptor[0]
+        if fhd & 0x08:
+            raise ValueError("not valid zstd data: reserved frame header bit set")
+        single_segment = (fhd >> 5) & 1
+        fcs_size = (1 if single_segment else 0, 2, 4, 8)[fhd >> 6]
+        header_rest = (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_size
+        rest = src.take(header_rest)
+        if len(rest) < header_rest:
+            raise EOFError("zstd stream ended inside a frame header")
+        dobj = dctx.decompressobj()
+        pending = magic_bytes + descriptor + rest  # fed together with the first block
+        while True:
+            block_header = src.take(3)
+            if len(block_header) < 3:
+                raise EOFError("zstd stream ended in the middle of a frame")
+            value = int.from_bytes(block_header, "little")
+            last, block_type, block_size = value & 1, (value >> 1) & 3, value >> 3
+            if block_type == 3 or block_size > ZSTD_BLOCK_MAX:
+                raise ValueError(f"not valid zstd data: block type {block_type}, size {block_size}")
+            content_size = 1 if block_type == 1 else block_size
+            content = src.take(content_size)
+            if len(content) < content_size:
+                raise EOFError("zstd stream ended in the middle of a frame")
+            if last and (fhd >> 2) & 1:
+                checksum = src.take(4)
+                if len(checksum) < 4:
+                    raise EOFError("zstd stream ended before the frame checksum")
+                content += checksum
+            out = dobj.decompress(pending + block_header + content)
+            pending = b""
             if out:
                 yield out
-            if dobj.eof:  # a frame ended; more frames may follow in the same file
-                data = dobj.unused_data
-                dobj, fed = dctx.decompressobj(), False
-            else:
-                data = b""
-    if fed and not dobj.eof:
-        raise EOFError("zstd stream ended in the middle of a frame")
+            if last:
+                break
 
 
-def _parse_jsonl_line(raw: bytes, file: str, lineno: int, config: ReaderConfig):
-    if not raw.strip():
-        return None  # a blank line is not a record
-    if len(raw) > config.max_doc_bytes * 2 + 1024:
-        # Even with JSON escaping the text cannot fit under the limit; skip decoding it.
-        return QuarantineRecord(file, lineno, "too_large", f"line of {len(raw)} bytes")
+def _parse_jsonl_line(raw: bytes, file: str, lineno: int, config: ReaderConfig) -> Document | QuarantineRecord:
+    """One non-blank line -> a Document, or a QuarantineRecord saying why not (never raises)."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         return QuarantineRecord(file, lineno, "invalid_utf8", str(e)[:200])
     try:
         record = json.loads(line)
-    except json.JSONDecodeError as e:
+    except RecursionError:
+        return QuarantineRecord(file, lineno, "malformed_json", "nested too deeply to parse")
+    except ValueError as e:  # JSONDecodeError, and integers over Python's digit limit
         return QuarantineRecord(file, lineno, "malformed_json", str(e)[:200])
     if not isinstance(record, dict):
         return QuarantineRecord(file, lineno, "malformed_json", f"expected an object, got {type(record).__name__}")
+    problem = _json_problem(record)
+    if problem is not None:
+        reason = "invalid_utf8" if "surrogate" in problem else "malformed_json"
+        return QuarantineRecord(file, lineno, reason, problem)
     text = record.pop(config.text_field, None)
     bad = _check_text(text, file, lineno, config)
     if bad is not None:
         return bad
-    source_id = record.pop(config.id_field, None)
-    source_id = str(source_id) if source_id is not None else f"{_short(file)}:{lineno}"
+    source_id = _source_id(record.pop(config.id_field, None), file, lineno, config)
+    if isinstance(source_id, QuarantineRecord):
+        return source_id
     return Document(text, source_id, record, file, lineno)
 
 
-def _iter_txt(file: str, config: ReaderConfig) -> Iterator[Document | QuarantineRecord]:
+def _iter_txt(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
     import fsspec
 
+    stats.records += 1  # a .txt file is one document
     fs, path = fsspec.core.url_to_fs(file)
     size = fs.size(path)
     if size is not None and size > config.max_doc_bytes:
         yield QuarantineRecord(file, None, "too_large", f"{size} bytes > max_doc_bytes={config.max_doc_bytes}")
         return
     with fs.open(path, "rb") as f:
-        raw = f.read()
+        raw = f.read(config.max_doc_bytes + 1)  # a size the filesystem did not report is still bounded
+    if len(raw) > config.max_doc_bytes:
+        yield QuarantineRecord(file, None, "too_large", f"more than max_doc_bytes={config.max_doc_bytes} bytes")
+        return
     if looks_binary(raw[:SNIFF_BYTES]):
         yield QuarantineRecord(file, None, "binary_file", "NUL and control bytes in the first 8 KiB")
         return
@@ -265,7 +457,7 @@ def _iter_txt(file: str, config: ReaderConfig) -> Iterator[Document | Quarantine
     yield bad if bad is not None else Document(text, _short(file), {}, file, None)
 
 
-def _iter_parquet(file: str, config: ReaderConfig) -> Iterator[Document | QuarantineRecord]:
+def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
     import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -274,26 +466,39 @@ def _iter_parquet(file: str, config: ReaderConfig) -> Iterator[Document | Quaran
         try:
             pf = pq.ParquetFile(f)
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+            stats.records += 1
             yield QuarantineRecord(file, None, "truncated_file", f"not a readable Parquet file: {e}"[:300])
             return
         if config.text_field not in pf.schema_arrow.names:
+            stats.records += 1
             yield QuarantineRecord(file, None, "missing_text", f"no column {config.text_field!r}")
             return
         row = 0
         try:
             for batch in pf.iter_batches(batch_size=config.parquet_batch_rows):
-                for record in batch.to_pylist():
+                records = batch.to_pylist()
+                stats.records += len(records)
+                for record in records:
                     row += 1
-                    text = record.pop(config.text_field)
-                    bad = _check_text(text, file, row, config)
-                    if bad is not None:
-                        yield bad
-                        continue
-                    source_id = record.pop(config.id_field, None)
-                    source_id = str(source_id) if source_id is not None else f"{_short(file)}:{row}"
-                    yield Document(text, source_id, _jsonable(record), file, row)
+                    yield _parquet_row(record, file, row, config)
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+            stats.records += 1
             yield QuarantineRecord(file, row + 1, "truncated_file", f"{type(e).__name__}: {e}"[:300])
+
+
+def _parquet_row(record: dict, file: str, row: int, config: ReaderConfig) -> Document | QuarantineRecord:
+    text = record.pop(config.text_field)
+    bad = _check_text(text, file, row, config)
+    if bad is not None:
+        return bad
+    source_id = _source_id(record.pop(config.id_field, None), file, row, config)
+    if isinstance(source_id, QuarantineRecord):
+        return source_id
+    try:
+        metadata = _jsonable(record)
+    except (ValueError, TypeError, RecursionError) as e:
+        return QuarantineRecord(file, row, "invalid_field", f"metadata is not JSON-serializable: {e}"[:200])
+    return Document(text, source_id, metadata, file, row)
 
 
 def _jsonable(record: dict) -> dict:

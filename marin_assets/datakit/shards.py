@@ -69,13 +69,18 @@ def write_json(obj, path: str) -> None:
         json.dump(obj, f, indent=2, sort_keys=True)
 
 
-def clear_shards(directory: str) -> None:
-    """Remove part-*/tmp-* Parquet files left by an earlier run, so a rerun never mixes shard counts."""
+def reset_dir(directory: str) -> None:
+    """Make `directory` exist and be empty: a stage that owns a directory starts from a clean one.
+
+    Anything an earlier run left there (shards of another shard count, map/reduce buckets,
+    attribute files of inputs that no longer exist) would otherwise join this run's output.
+    """
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(directory)
     if fs.exists(root):
+        if not fs.isdir(root):
+            raise NotADirectoryError(f"output path {directory} exists and is not a directory")
         for p in fs.ls(root, detail=False):
-            name = basename(p)
-            if name.endswith(".parquet") and (SHARD_RE.search(name) or name.startswith("tmp-")):
-                fs.rm(p)
+            fs.rm(p, recursive=True)
+    fs.makedirs(root, exist_ok=True)

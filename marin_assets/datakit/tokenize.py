@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import join, read_table, write_json
+from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.datakit.shards import join, reset_dir, write_json
 
 EOS = "<|endoftext|>"
 SPLITS = ("train", "validation")
@@ -30,10 +31,10 @@ class TokenizerTrainConfig:
     batch_docs: int = 1000
 
     def __post_init__(self):
-        if self.vocab_size < 256 + 2:
-            raise ValueError(f"TokenizerTrainConfig.vocab_size must be >= 258 (bytes + specials), got {self.vocab_size}")
-        if self.min_frequency < 1 or self.max_chars_per_doc < 1 or self.batch_docs < 1:
-            raise ValueError("TokenizerTrainConfig: min_frequency, max_chars_per_doc and batch_docs must be >= 1")
+        # 256 byte tokens + EOS + at least one merge; the upper bound keeps ids in int32.
+        check_int("TokenizerTrainConfig.vocab_size", self.vocab_size, 256 + 2, 2**31 - 1)
+        for name in ("min_frequency", "max_chars_per_doc", "batch_docs"):
+            check_int(f"TokenizerTrainConfig.{name}", getattr(self, name), 1)
 
 
 def _iter_texts(shard_paths: Sequence[str], batch_docs: int, max_chars: int | None = None) -> Iterator[list[str]]:
@@ -91,10 +92,8 @@ class TokenizeConfig:
     eos_token: str = EOS
 
     def __post_init__(self):
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(f"TokenizeConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.batch_docs < 1:
-            raise ValueError(f"TokenizeConfig.batch_docs must be >= 1, got {self.batch_docs}")
+        check_float("TokenizeConfig.validation_fraction", self.validation_fraction, 0.0, 1.0, hi_open=True)
+        check_int("TokenizeConfig.batch_docs", self.batch_docs, 1)
 
 
 def is_validation(doc_id: str, fraction: float) -> bool:
@@ -125,7 +124,14 @@ def tokenize(
     if config.append_eos and eos_id is None:
         raise ValueError(f"tokenizer {tokenizer_path} has no {config.eos_token!r} token; set append_eos=False or eos_token")
     stats = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    # Start from empty split dirs and no stats.json: nothing of an earlier cache survives a rerun.
+    for s in SPLITS:
+        reset_dir(join(out_dir, s))
+    fs, root = fsspec.core.url_to_fs(join(out_dir, "stats.json"))
+    if fs.exists(root):
+        fs.rm(root)
     writers = {s: SerialCacheWriter(join(out_dir, s), exemplar()) for s in SPLITS}
+    failure: BaseException | None = None
     try:
         for path in shard_paths:
             with fsspec.open(path, "rb") as f:
@@ -148,9 +154,14 @@ def tokenize(
                             writers[split].write_batch({"input_ids": arrays})
                     if progress is not None:
                         progress(len(texts))
+    except BaseException as e:
+        failure = e
+        raise
     finally:
+        # The ledger (is_finished=True) is written only when every document made it in; a
+        # failed run leaves a cache that Levanter refuses to open as finished.
         for w in writers.values():
-            w.__exit__(None, None, None)
+            w.__exit__(type(failure) if failure else None, failure, None)
     for s in stats.values():
         s["bytes_per_token"] = s["bytes"] / s["tokens"] if s["tokens"] else None
     stats["vocab_size"] = tok.get_vocab_size()

