@@ -1,6 +1,8 @@
 """`python -m demo` (what `marin demo` runs): the data job, the Tootsie run, the scaling ladder.
 
-Run from the repository root: it imports ``definitions`` like any user code would.
+Run from the repository root: it imports ``definitions`` like any user code would. The
+terminal gets one line per asset as it finishes and the summary; Dagster's event stream
+goes to $DAGSTER_HOME/logs/demo-<time>.log.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import json
 import os
 import sys
 import time
+import traceback
 import uuid
 from pathlib import Path
+from typing import TextIO
 
 import dagster as dg
-from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-from demo.progress import EventLog, Execute, Progress, quiet, watched
+from demo.progress import Execute, Progress, stderr_to, watched
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,14 +31,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_data_job(job_name: str, instance: dg.DagsterInstance, progress: Progress, log: EventLog, session: str) -> dict:
+def run_data_job(job_name: str, instance: dg.DagsterInstance, progress: Progress, session: str) -> dict:
     """The data job with its own (multiprocess) executor, as `dagster job execute` would run it."""
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+
     from jobs import DEMO_TAGS
 
     repo = ReconstructableRepository.for_file(str(Path("definitions.py").resolve()), "defs", working_directory=os.getcwd())
     tags = {**DEMO_TAGS, "marin/demo_session": f"{session}-data"}
-    result = watched(instance, progress, log, tags, lambda: dg.execute_job(
-        repo.get_reconstructable_job(job_name), instance=instance, tags=tags, run_config=quiet(None), raise_on_error=False))
+    result = watched(instance, progress, {"marin/demo_session": tags["marin/demo_session"]}, lambda: dg.execute_job(
+        repo.get_reconstructable_job(job_name), instance=instance, tags=tags, raise_on_error=False))
     assets = {}
     for event in result.get_asset_materialization_events():
         meta = event.materialization.metadata
@@ -47,11 +52,15 @@ def run_data_job(job_name: str, instance: dg.DagsterInstance, progress: Progress
     return {"job": job_name, "run_id": result.run_id, "success": result.success, "assets": assets}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if not Path("definitions.py").is_file():
-        print("definitions.py not found: run `marin demo` from the repository root", file=sys.stderr)
-        return 2
+def tagged(instance: dg.DagsterInstance, progress: Progress, session: str) -> Execute:
+    """An ``execute(run, tags)`` that tags each run with its own id and reports its assets as they finish."""
+    def execute(run, tags: dict[str, str]):
+        mark = {"marin/demo_session": f"{session}-{uuid.uuid4().hex[:8]}"}
+        return watched(instance, progress, mark, lambda: run({**tags, **mark}))
+    return execute
+
+
+def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from assets.scaling import DEMO_LADDER
     from assets.training import TRAIN_KEY
     from definitions import defs
@@ -59,39 +68,49 @@ def main(argv: list[str] | None = None) -> int:
     from demo.scaling import run_ladder
     from sensors.phase_controller import budget_path
 
-    out = sys.stderr if args.json else sys.stdout
     say = lambda text: print(text, file=out, flush=True)
-    session, started = uuid.uuid4().hex[:12], time.monotonic()
-    home = Path(os.environ["DAGSTER_HOME"])
-    log = EventLog(home / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{session}.log")
+    session = uuid.uuid4().hex[:12]
     total = len(defs.resolve_job_def(args.job).asset_layer.executable_asset_keys)
     with dg.DagsterInstance.get() as instance:
-        say(f"{args.job}: {total} assets; Dagster's event log goes to {log.path}")
-        summary = run_data_job(args.job, instance, Progress(total, out), log, session)
-        summary["dagster_home"] = str(home)
+        say(f"{args.job}: {total} assets")
+        summary = run_data_job(args.job, instance, Progress(total, out), session)
         if summary["success"] and not args.skip_training:
-            progress = Progress(None, out)  # the controller decides how many phases there are
+            say("the Tootsie run: the phase controller decides each phase of train/demo")
             phases = run_demo_phases(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), budget_path(), log=say,
-                                     execute=_tagged(instance, progress, log, session), run_config=quiet(None))
+                                     execute=tagged(instance, Progress(None, out), session))
             summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
             summary["decisions"] = phases["decisions"]
         if summary["success"] and not args.skip_scaling:
-            progress = Progress(2 + len(DEMO_LADDER.keys()) + 2, out)
-            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say, run_config=quiet(None),
-                                            execute=_tagged(instance, progress, log, session))
+            steps = 2 + len(DEMO_LADDER.keys()) + 2  # data, every sweep partition, fit, prediction
+            say(f"the scaling ladder: {steps} assets")
+            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
+                                            execute=tagged(instance, Progress(steps, out), session))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not Path("definitions.py").is_file():
+        print("definitions.py not found: run `marin demo` from the repository root", file=sys.stderr)
+        return 2
+    home = Path(os.environ.setdefault("DAGSTER_HOME", os.path.abspath(".dagster_home")))
+    event_log = home / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    started = time.monotonic()
+    with stderr_to(event_log) as terminal:
+        out = terminal if args.json else sys.stdout
+        print(f"Dagster's event log: {event_log}", file=out, flush=True)
+        try:
+            summary = run_all(args, out)
+        except Exception:  # the person sees the error, not only the log file
+            traceback.print_exc(file=terminal)
+            print(f"demo failed; Dagster's event log: {event_log}", file=terminal)
+            return 1
     summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["dagster_home"] = str(home)
     summary["artifacts"] = os.environ.get("MARIN_PREFIX", os.path.abspath("artifacts"))
-    summary["event_log"] = str(log.path)
-    print(json.dumps(summary, sort_keys=True) if args.json else render(summary))
+    summary["event_log"] = str(event_log)
+    print(json.dumps(summary, sort_keys=True) if args.json else render(summary), flush=True)
     return 0 if summary["success"] else 1
-
-
-def _tagged(instance: dg.DagsterInstance, progress: Progress, log: EventLog, session: str) -> Execute:
-    """An ``execute(run, tags)`` that tags each run with its own id and reports its assets as they finish."""
-    def execute(run, tags: dict[str, str]):
-        mark = {"marin/demo_session": f"{session}-{uuid.uuid4().hex[:8]}"}
-        return watched(instance, progress, log, mark, lambda: run({**tags, **mark}))
-    return execute
 
 
 def render(summary: dict) -> str:

@@ -1,22 +1,20 @@
 """What a person sees while the demo runs: one line per asset as it finishes, with a bar.
 
-Dagster's event stream (DEBUG and up) is kept off the console - ``QUIET_LOGGERS`` goes into
-each run's config - and written to a log file instead, whose path the summary names.
+Dagster's event stream (DEBUG and up, from this process and every step subprocess) goes to a
+log file instead of the terminal (``stderr_to``), whose path the summary names.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import dagster as dg
-
-# Run config that keeps Dagster's console logger quiet; the events still reach the instance.
-QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 COUNT_PREFIX = "count/"
 SHOWN_COUNTS = 4  # scalar counts per line; the rest are in the asset's metadata
@@ -29,10 +27,6 @@ Execute = Callable[[Callable[[dict[str, str]], Any], dict[str, str]], Any]
 
 def run_directly(run: Callable[[dict[str, str]], Any], tags: dict[str, str]) -> Any:
     return run(tags)
-
-
-def quiet(run_config: dict | None) -> dict:
-    return {**(run_config or {}), **QUIET_LOGGERS}
 
 
 def key_counts(metadata: dict[str, Any]) -> str:
@@ -75,40 +69,37 @@ class Progress:
         self.line(f"{self.bar()}  {step:36s} FAILED     {message.splitlines()[0] if message else ''}")
 
 
-class EventLog:
-    """Appends every event of the runs it is told about to one file (the DEBUG stream)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
-
-    def append_run(self, instance: dg.DagsterInstance, run_id: str) -> None:
-        with self.path.open("a") as f:
-            for entry in instance.all_logs(run_id):
-                stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(entry.timestamp))
-                kind = entry.dagster_event.event_type_value if entry.dagster_event else "LOG"
-                level = entry.level if isinstance(entry.level, str) else _level_name(entry.level)
-                f.write(f"{stamp} {level:7s} {run_id[:8]} {entry.step_key or '-':28s} {kind:24s} {entry.message or ''}\n")
-
-
-def _level_name(level: int) -> str:
-    import logging
-
-    return logging.getLevelName(level)
+@contextmanager
+def stderr_to(path: Path) -> Iterator[TextIO]:
+    """Point file descriptor 2 - of this process and of every step subprocess it starts - at
+    ``path`` (Dagster's console logger writes its DEBUG event stream there, as do JAX and
+    Python warnings); yield a stream on the terminal's stderr for what a person should see."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(target, 2)
+    os.close(target)
+    terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    try:
+        yield terminal
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        terminal.close()
 
 
-def watched(instance: dg.DagsterInstance, progress: Progress, log: EventLog, tags: dict[str, str],
+def watched(instance: dg.DagsterInstance, progress: Progress, tags: dict[str, str],
             execute: Callable[[], Any], poll_s: float = 0.5) -> Any:
     """Run ``execute()`` (a job run tagged with ``tags``) on this thread while a watcher thread
     reports each materialisation and step failure of that run as it lands in the event log."""
-    stop, seen_runs = threading.Event(), set()
+    stop = threading.Event()
     cursors: dict[str, int] = {}
 
     def poll() -> None:
         for record in instance.get_run_records(dg.RunsFilter(tags=tags)):
             run_id = record.dagster_run.run_id
-            seen_runs.add(run_id)
             events = instance.all_logs(run_id, of_type={dg.DagsterEventType.ASSET_MATERIALIZATION,
                                                         dg.DagsterEventType.STEP_FAILURE})
             for entry in events[cursors.get(run_id, 0):]:
@@ -139,5 +130,3 @@ def watched(instance: dg.DagsterInstance, progress: Progress, log: EventLog, tag
         stop.set()
         watcher.join()
         poll()  # what landed after the last tick
-        for run_id in sorted(seen_runs):
-            log.append_run(instance, run_id)
