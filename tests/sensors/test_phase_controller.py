@@ -6,11 +6,14 @@ test exercises the real sensor, decision function, budget file and driver in sec
 The real training asset runs in `make demo`.
 """
 
+import dataclasses
+import json
+
 import dagster as dg
 import pytest
 
 from assets.partitions import demo_phases as phases
-from assets.training import DEMO_PLAN, TRAIN_KEY, PhaseSpecConfig
+from assets.training import DEMO_PLAN, TRAIN_KEY, PhaseConfig, PhaseSpecConfig
 from demo.phases import decision_log, demo_budget, demo_cut, demo_raise, run_phase_demo
 from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
@@ -76,6 +79,14 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     assert "budget raised" in by_phase[("jellyfish", "re_warm")]
     assert "z-loss" in by_phase[("phoenix", "cool_down")]
     assert ("starling", "stop") in by_phase
+    # Every phase's config hashes as the JSON text it had when it was a string, so no phase's
+    # version changed when PhaseConfig.phase became a nested config.
+    runs = [r for r in instance.get_runs() if "train__demo" in r.run_config.get("ops", {})]
+    assert len(runs) == len(ran)
+    for run in runs:
+        phase = run.run_config["ops"]["train__demo"]["config"]["phase"]
+        old_text = json.dumps(dataclasses.asdict(PhaseSpec(**phase)), sort_keys=True)
+        assert PhaseConfig(phase=PhaseSpecConfig(**phase)).versioned_fields()["phase"] == old_text
     # Starling's cooldown is as long as the cut budget allows, with z-loss on.
     run = instance.get_runs(dg.RunsFilter(tags={"marin/phase": "starling"}))[0]
     starling = PhaseSpec(**run.run_config["ops"]["train__demo"]["config"]["phase"])
