@@ -38,7 +38,7 @@ def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladde
         config = {**run_config, **({"ops": ops} if ops else {})}
         tags = {"marin/ladder_step": "+".join(keys).replace("/", "_") + (f"-{partition}" if partition else "")}
         result = execute(lambda final_tags: job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=True,
-                                                        asset_selection=selection, run_config=config or None, tags=tags), tags)
+                                                        asset_selection=selection, run_config=config or None, tags=final_tags), tags)
         log(f"scaling ladder: {'+'.join(keys)}{f' [{partition}]' if partition else ''} in {time.monotonic() - t0:.1f}s")
         return result
 

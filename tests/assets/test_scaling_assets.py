@@ -317,7 +317,11 @@ def test_run_ladder_materialises_everything_and_reports_the_error(doc_shards, tm
     with dg.instance_for_test() as instance:
         assert dg.materialize([docs], instance=instance,
                               resources=resources(tmp_path / "store")).success
-        out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=run_config)
+        marked = lambda run, tags: run({**tags, "test/mark": "ladder"})  # what the demo's progress reporter does
+        out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=run_config, execute=marked)
+        ladder_runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
+        assert len(ladder_runs) == 1 + len(LAW_LADDER.keys()) + 1
+        assert all(r.tags.get("test/mark") == "ladder" for r in ladder_runs)  # the hook's tags reach every run
         done = instance.get_materialized_partitions(dg.AssetKey("sweep"))
         check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(dg.AssetKey("prediction"), "prediction_error")])
