@@ -1,4 +1,9 @@
-"""The code location: every asset, job, sensor, schedule and resource of marin-assets."""
+"""The code location: every asset, job, sensor, schedule and resource of marin-assets.
+
+Layering (tests/test_layering.py): marin_assets/ and kernels/ never import this layer;
+sensors never import asset modules (the asset-driving sensors are built here, from the
+asset definitions they drive); the demo driver (demo/) imports ``defs`` like user code.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,23 @@ from assets.datakit import datakit_assets, datakit_checks
 from assets.normalized import normalized_assets
 from assets.scaling import scaling_assets, scaling_checks
 from assets.sources import source_assets
-from assets.training import training_assets
-from assets.user_data import user_assets
+from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
+from assets.user_data import normalized_user, user_assets
 from jobs import all_jobs
-from jobs.demo import DEMO_STEPS  # noqa: F401  (what `marin demo` runs after the data job)
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
-from sensors import all_schedules, all_sensors
+from sensors import all_schedules, automation, new_files_sensor, phase_controller_sensor
 
 artifact_store = ArtifactStoreResource()
+
+# The demo run's controller: one use of the factory (a user's run is another plan + asset).
+phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase])
+new_user_files = new_files_sensor(normalized_user)
 
 defs = dg.Definitions(
     assets=[*source_assets, *normalized_assets, *datakit_assets, *user_assets, *training_assets, *scaling_assets],
     asset_checks=[*datakit_checks, *scaling_checks],
     jobs=all_jobs,
-    sensors=all_sensors,
+    sensors=[new_user_files, phase_controller, automation],
     schedules=all_schedules,
     resources={
         "artifact_store": artifact_store,

@@ -19,13 +19,12 @@ from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup
 from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS, iter_packaged_eval_items
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_dedup
 from marin_assets.datakit.mixture import MixtureSchedule
-from marin_assets.datakit.pipeline import _Filter as Filter
-from marin_assets.datakit.pipeline import apply_filters
+from marin_assets.datakit.pipeline import Filter, apply_filters
 from marin_assets.datakit.quality import QualityScoreConfig, score_quality, train_quality_model
 from marin_assets.datakit.shards import join, list_shards, read_table, write_json
 from marin_assets.datakit.sources import SOURCES
-from marin_assets.datakit.split import split_by_source
-from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerTrainConfig, tokenize, train_tokenizer
+from marin_assets.datakit.split import split_by_source, tokenize_by_source
+from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
 from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
 from marin_assets.store import ArtifactRef, compute_version
@@ -189,32 +188,39 @@ class TokenizedConfig(StageConfig):
 def tokenized(ctx: StageContext, config: TokenizedConfig, docs: ArtifactRef, tok: ArtifactRef):
     """One Levanter cache per source: <source>/{train,validation}, with token stats."""
     by_source = split_by_source(_shards(docs), join(ctx.out_dir, "_docs"))
-    stats = {}
-    for source in by_source:
-        s = tokenize(list_shards(join(ctx.out_dir, "_docs", source)), join(tok.data_path, "tokenizer.json"), join(ctx.out_dir, source), TokenizeConfig(validation_fraction=config.validation_fraction))
-        stats[source] = {split: s[split]["tokens"] for split in ("train", "validation")}
-        ctx.log(f"tokenized {source}: {s['train']['documents']} train docs, {s['train']['tokens']} tokens")
-    return {"tokens": stats, "train_tokens": sum(v["train"] for v in stats.values()), "validation_fraction": config.validation_fraction}
+    stats = tokenize_by_source(join(ctx.out_dir, "_docs"), list(by_source), join(tok.data_path, "tokenizer.json"), ctx.out_dir, config.validation_fraction, log=ctx.log)
+    return {**stats, "validation_fraction": config.validation_fraction}
+
+
+class MixtureStageConfig(dg.Config):
+    step: int = 0
+    weights: dict[str, float]
+
+
+def _stages_as_json(stages: list[dict]) -> str:
+    """The schedule as the JSON text it was before it became a nested config (same versions)."""
+    return json.dumps([[s["step"], s["weights"]] for s in stages])
 
 
 class MixtureConfig(StageConfig):
-    # JSON because Dagster's config system has no tuples: [[step, {source: weight}], ...]
-    schedule: str = versioned(
-        '[[0, {"sotu": 0.5, "shakespeare": 0.3, "spam_assassin": 0.2}]]',
-        description="JSON [[step, {source: weight}], ...]; weights renormalised per stage",
+    schedule: list[MixtureStageConfig] = versioned(
+        [{"step": 0, "weights": {"sotu": 0.5, "shakespeare": 0.3, "spam_assassin": 0.2}}], validate_default=True,
+        description="weight stages by start step; weights renormalised per stage",
     )
+
+    version_as = {"schedule": _stages_as_json}
 
 
 @versioned_asset(key="mixture", code_version="1", config_cls=MixtureConfig, ins={"caches": "tokenized"}, group_name=GROUP, automation_condition=AUTO)
 def mixture(ctx: StageContext, config: MixtureConfig, caches: ArtifactRef):
     """The training data: a weight schedule over the per-source caches."""
-    schedule = MixtureSchedule([(int(step), dict(w)) for step, w in json.loads(config.schedule)])
+    schedule = MixtureSchedule([(stage.step, dict(stage.weights)) for stage in config.schedule])
     missing = set(schedule.sources) - set(caches.counts["tokens"])
     if missing:
         raise ValueError(f"mixture names sources with no tokenized cache: {sorted(missing)}")
     spec = {"schedule": schedule.to_json(), "tokens": caches.counts["tokens"], "caches_version": caches.version}
     write_json(spec, join(ctx.out_dir, "mixture.json"))
-    return {"sources": len(schedule.sources), "stages": len(json.loads(config.schedule))}
+    return {"sources": len(schedule.sources), "stages": len(config.schedule)}
 
 
 datakit_assets = [quality_model, *[quality_asset(n) for n in SOURCES], dedup_exact, filtered_exact, dedup_fuzzy, filtered_fuzzy, eval_ngrams, decontaminated, final_documents, tokenizer, tokenized, mixture]

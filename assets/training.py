@@ -10,34 +10,25 @@ checkpoints, metrics.jsonl and the loss-curve PNG.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import dagster as dg
 
+from assets.partitions import demo_phases
 from marin_assets.datakit.shards import join, list_shards, read_table
 from marin_assets.datakit.tokenize import is_validation
-from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_train_config
 from marin_assets.store import ArtifactRef
 
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"
 EVAL_KEY = f"eval/{RUN}"
-phases = dg.DynamicPartitionsDefinition(name=f"{RUN}_phases")
-
-# A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64).
-DEMO_BASE = {
-    "model": {"vocab_size": 4096, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128,
-              "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 64, "max_seq_len": 64},
-    "optimizer": {"name": "adamw", "weight_decay": 0.1},
-    "schedule": {"kind": "wsd", "peak_lr": 0.003, "warmup_steps": 8, "decay_steps": 8},
-    "seq_len": 64, "batch_size": 8, "num_steps": 48, "checkpoint_every_steps": 16, "checkpoint_every_seconds": 60.0,
-}
 
 DEMO_PLAN = PhasePlan(
     run=RUN,
@@ -54,32 +45,91 @@ DEMO_PLAN = PhasePlan(
 )
 
 
-def spec_to_json(spec: PhaseSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
+class PhaseSpecConfig(dg.Config):
+    """A ``PhaseSpec`` (marin_assets/phases/plan.py), chosen by the controller for each phase."""
+
+    name: str
+    warm_start_from: Optional[str] = None
+    schedule: str
+    mixture: dict[str, float]
+    batch_size: int
+    hardware: str
+    token_budget: int
+    peak_lr: float
+    is_cooldown: bool = False
+    z_loss: Optional[float] = None
+    warmup_start_fraction: float = 0.0
+    start_fraction: float = 1.0
+
+    @classmethod
+    def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
+        return cls(**dataclasses.asdict(spec))
+
+    def to_spec(self) -> PhaseSpec:
+        return PhaseSpec(**self.model_dump())  # PhaseSpec validates the values
 
 
-def spec_from_json(text: str) -> PhaseSpec:
-    return PhaseSpec(**json.loads(text))
+# A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64).
+class ModelShapeConfig(dg.Config):
+    vocab_size: int = 4096
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    d_ff: int = 128
+    n_routed_experts: int = 4
+    n_shared_experts: int = 1
+    top_k: int = 2
+    expert_d_ff: int = 64
+    max_seq_len: int = 64
+
+
+class OptimizerBaseConfig(dg.Config):
+    name: str = "adamw"
+    weight_decay: float = 0.1
+
+
+class ScheduleBaseConfig(dg.Config):
+    kind: str = "wsd"
+    peak_lr: float = 0.003
+    warmup_steps: int = 8
+    decay_steps: int = 8
+
+
+class TrainBaseConfig(dg.Config):
+    """The TrainConfig (marin_assets/train/config.py) every phase starts from."""
+
+    model: ModelShapeConfig = ModelShapeConfig()
+    optimizer: OptimizerBaseConfig = OptimizerBaseConfig()
+    schedule: ScheduleBaseConfig = ScheduleBaseConfig()
+    seq_len: int = 64
+    batch_size: int = 8
+    num_steps: int = 48
+    checkpoint_every_steps: int = 16
+    checkpoint_every_seconds: float = 60.0
+
+
+def _as_json(value) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 class PhaseConfig(StageConfig):
-    phase: str = versioned(spec_to_json(DEMO_PLAN.first), description="the PhaseSpec (JSON) chosen by the controller")
-    base: str = versioned(json.dumps(DEMO_BASE, sort_keys=True), description="base TrainConfig (JSON)")
+    phase: PhaseSpecConfig = versioned(PhaseSpecConfig.of(DEMO_PLAN.first), description="the phase chosen by the controller")
+    base: TrainBaseConfig = versioned(TrainBaseConfig(), description="base training config of every phase")
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
     attempt: int = versioned(0, description="bumped by a roll-back so the retry draws fresh randomness")
 
-
-def _png_markdown(path: Path) -> dg.MetadataValue:
-    encoded = base64.b64encode(path.read_bytes()).decode()
-    return dg.MetadataValue.md(f"![loss curve](data:image/png;base64,{encoded})")
+    # These two were JSON strings (sort_keys=True) before they became nested configs: hashing
+    # the same text keeps every phase's version.
+    version_as = {"phase": _as_json, "base": _as_json}
 
 
 def _train_metadata(ref: ArtifactRef) -> dict:
     png = Path(ref.data_path, "loss_curve.png")
-    return {"loss_curve": _png_markdown(png)} if png.exists() else {}
+    return {"loss_curve": png_markdown("Loss curve", png.read_bytes())} if png.exists() else {}
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="1", config_cls=PhaseConfig, ins={"caches": "tokenized"}, partitions_def=phases,
+@versioned_asset(key=TRAIN_KEY, code_version="1", config_cls=PhaseConfig, ins={"caches": "tokenized"}, partitions_def=demo_phases,
                  group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"})
 def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef):
     """One phase of the run: warm-started from its predecessor, data position kept."""
@@ -87,10 +137,10 @@ def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef):
     from marin_assets.train.loop import train
     from marin_assets.train.metrics import read_metrics
 
-    spec = spec_from_json(config.phase)
+    spec = config.phase.to_spec()
     if spec.name != ctx.partition_key:
         raise ValueError(f"phase config names {spec.name!r} but the partition is {ctx.partition_key!r}")
-    train_config = phase_train_config(config_from_dict(json.loads(config.base), "base"), spec)
+    train_config = phase_train_config(config_from_dict(config.base.model_dump(), "base"), spec)
     train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, data_seed=train_config.data_seed)
     cache_tokens = caches.counts["tokens"]
     cache_dirs = {s: join(caches.data_path, s, "train") for s in spec.mixture if s in cache_tokens}
@@ -122,7 +172,7 @@ class EvalConfig(StageConfig):
 
 
 @versioned_asset(key=EVAL_KEY, code_version="1", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "docs": "final_documents", "caches": "tokenized"},
-                 partitions_def=phases, group_name="training")
+                 partitions_def=demo_phases, group_name="training")
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, docs: ArtifactRef, caches: ArtifactRef):
     """Bits-per-byte per held-out source (micro/macro) and multiple-choice accuracy."""
     from marin_assets.datakit.tokenize import load_tokenizer
@@ -152,24 +202,3 @@ def _held_out_texts(docs: ArtifactRef, fraction: float, per_source: int) -> dict
 
 
 training_assets = [train_phase, eval_phase]
-
-
-# The demo's budget file as the user first writes it, and the two edits the user makes
-# later (see marin_assets/orchestration/phase_demo.py): the data allotment is a per-source
-# quota, so "a source runs out" happens within a CPU-sized run.
-def demo_budget():
-    from marin_assets.phases.budget import Budget
-
-    return Budget(budget_tokens=(48 + 16) * 512, data_allotment_tokens={"sotu": 10_000, "shakespeare": 10_000, "spam_assassin": 14_000},
-                  hardware_available=("cpu",))
-
-
-def demo_raise(budget, tokens_trained: int):
-    """More compute appeared, and more data with it."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + (32 + 16) * 512,
-                               data_allotment_tokens={k: v + 40_000 for k, v in budget.data_allotment_tokens.items()})
-
-
-def demo_cut(budget, tokens_trained: int):
-    """Time is short again: only 8 more steps of budget."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + 8 * 512)

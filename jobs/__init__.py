@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.scaling import scaling_job  # the ladder's job lives beside its run_ladder driver
-
 DEMO_TAGS = {"marin/accelerator": "cpu", "marin/priority": "interactive"}
 
 # The whole demo graph in one run; the multiprocess executor runs independent branches
@@ -38,5 +36,9 @@ eval_job = dg.define_asset_job(
     tags={"marin/accelerator": "cpu", "marin/priority": "batch"},
     description="Re-run the evaluation of one phase checkpoint (a cache hit unless the eval changed).",
 )
+
+# Everything in the scaling group: the ladder's data, sweep partitions, fit, prediction (and its check).
+scaling_job = dg.define_asset_job("scaling", selection=dg.AssetSelection.groups("scaling"),
+                                  description="The IsoFLOP ladder: its data, sweep runs, fit, prediction and check.")
 
 all_jobs = [demo_job, train_phase_job, eval_job, scaling_job]

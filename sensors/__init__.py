@@ -1,11 +1,16 @@
-"""Sensors and schedules of the code location."""
+"""Sensors and schedules of the code location.
+
+The sensors that drive an asset are factories (``phase_controller_sensor``,
+``new_files_sensor``) that take the asset definition; definitions.py builds them, so no
+sensor module imports an asset module.
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from sensors.new_files import new_user_files
-from sensors.phase_controller import phase_controller
+from sensors.new_files import new_files_sensor
+from sensors.phase_controller import phase_controller_sensor
 from sensors.schedules import nightly_evals
 
 # Declarative automation: assets whose code, default config or upstream version changed
@@ -14,6 +19,6 @@ automation = dg.AutomationConditionSensorDefinition(
     "marin_automation", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60
 )
 
-all_sensors = [new_user_files, phase_controller, automation]
-
 all_schedules = [nightly_evals]
+
+__all__ = ["all_schedules", "automation", "new_files_sensor", "phase_controller_sensor"]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.training import phases
+from assets.partitions import demo_phases
 from jobs import eval_job
 
 
 @dg.schedule(name="nightly_evals", cron_schedule="0 3 * * *", job=eval_job, default_status=dg.DefaultScheduleStatus.STOPPED)
 def nightly_evals(context: dg.ScheduleEvaluationContext):
-    keys = context.instance.get_dynamic_partitions(phases.name)
+    keys = context.instance.get_dynamic_partitions(demo_phases.name)
     if not keys:
         return dg.SkipReason("no phase has been trained yet")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")

@@ -155,6 +155,8 @@ class _Filter:
     column: str  # boolean column: True removes the document
 
 
+Filter = _Filter  # the public name, for the assets that apply filters (assets/datakit.py)
+
 def apply_filters(
     datasets: dict[str, list[str]], filters: list[_Filter], out_dir: str, shard_docs: int, columns: Sequence[str] | None = None
 ) -> dict:

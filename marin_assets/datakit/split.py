@@ -26,3 +26,19 @@ def split_by_source(shard_paths: Sequence[str], out_dir: str, shard_docs: int = 
             write_table(part.slice(i * shard_docs, shard_docs), join(out_dir, source, shard_name(i, n_shards)))
         counts[source] = part.num_rows
     return counts
+
+
+def tokenize_by_source(docs_root: str, sources: Sequence[str], tokenizer_path: str, out_dir: str,
+                       validation_fraction: float, log=print) -> dict:
+    """Tokenize ``docs_root/<source>/`` into one Levanter cache per source,
+    ``out_dir/<source>/{train,validation}``; return {"tokens": {source: {split: n}}, "train_tokens": n}."""
+    from marin_assets.datakit.shards import list_shards
+    from marin_assets.datakit.tokenize import TokenizeConfig, tokenize
+
+    stats = {}
+    for source in sources:
+        s = tokenize(list_shards(join(docs_root, source)), tokenizer_path, join(out_dir, source),
+                     TokenizeConfig(validation_fraction=validation_fraction))
+        stats[source] = {split: s[split]["tokens"] for split in ("train", "validation")}
+        log(f"tokenized {source}: {s['train']['documents']} train docs, {stats[source]}")
+    return {"tokens": stats, "train_tokens": sum(v["train"] for v in stats.values())}

@@ -4,6 +4,7 @@ This is the only part of the library that imports dagster.
 """
 
 from marin_assets.orchestration.resources import ArtifactIOManager, ArtifactStoreResource
-from marin_assets.orchestration.versioned import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration.versioned import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 
-__all__ = ["ArtifactIOManager", "ArtifactStoreResource", "StageConfig", "StageContext", "versioned", "versioned_asset"]
+__all__ = ["ArtifactIOManager", "ArtifactStoreResource", "StageConfig", "StageContext", "png_markdown", "versioned",
+           "versioned_asset"]

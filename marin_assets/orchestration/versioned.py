@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import dagster as dg
 from pydantic import Field
@@ -38,13 +38,18 @@ def versioned(default: Any = ..., *, description: str | None = None, **kwargs: A
 class StageConfig(dg.Config):
     """Base for asset configs: only fields declared with ``versioned()`` enter the version."""
 
+    # field name -> how its (dumped) value enters the version; default: the value itself.
+    # Lets a field change shape (a JSON string became a nested Config) and keep its versions.
+    version_as: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
     def versioned_fields(self) -> dict[str, Any]:
         dumped = self.model_dump()  # nested Config values become plain dicts/lists
         out = {}
         for name, info in type(self).model_fields.items():
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             if extra.get("versioned"):
-                out[name] = dumped[name]
+                encode = self.version_as.get(name)
+                out[name] = encode(dumped[name]) if encode else dumped[name]
         return out
 
 
@@ -83,6 +88,13 @@ def _metadata_value(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return dg.MetadataValue.json(value)
     return dg.MetadataValue.text(str(value))
+
+
+def png_markdown(title: str, png: bytes) -> dg.MetadataValue:
+    """A PNG shown inline in the asset's metadata (markdown with a data URL)."""
+    import base64
+
+    return dg.MetadataValue.md(f"**{title}**\n\n![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
 RATE_KEYS = ("docs_in", "docs", "train_tokens", "tokens_trained", "rows")

@@ -77,3 +77,13 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def real_path_inside(directory: str, name: str) -> str:
+    """The real path of ``directory/name``; ValueError when it (a symlink, ``..``) resolves
+    outside ``directory``, so a watched folder cannot be used to read files elsewhere."""
+    root = os.path.realpath(directory)
+    real = os.path.realpath(os.path.join(root, name))
+    if real == root or os.path.commonpath([root, real]) != root:
+        raise ValueError(f"{name} resolves to {real}, outside the directory {root}")
+    return real

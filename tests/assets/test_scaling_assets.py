@@ -20,20 +20,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.scaling import (
-    DEMO_LADDER,
-    Ladder,
-    build_scaling_assets,
-    parse_partition_key,
-    partition_key,
-    run_ladder,
-    sample_documents,
-    scaling_assets,
-    scaling_checks,
-    scaling_job,
-    scaling_tokenized,
-    scaling_tokenizer,
-)
+from assets.scaling import DEMO_LADDER, build_scaling_assets, scaling_assets, scaling_checks, scaling_tokenized, scaling_tokenizer
+from demo.scaling import run_ladder
+from jobs import scaling_job
+from marin_assets.scaling.ladder import Ladder, write_file
+from marin_assets.scaling.sweep import parse_partition_key, partition_key, sample_documents
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 
@@ -201,12 +192,12 @@ def test_scaling_data_assets(data_store):
 
 def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print):
     """A sweep run whose loss is the known law at the planned (N, D): no training."""
-    from marin_assets.scaling.sweep import _write_text, plan_run
+    from marin_assets.scaling.sweep import plan_run
 
     cand = plan_run(budget, width, config)
     noise = 1e-3 * math.sin(7.0 * width + math.log(budget))  # deterministic, |noise| <= 0.1%
     loss = (LAW["E"] + LAW["A"] / cand.params ** LAW["alpha"] + LAW["B"] / cand.tokens ** LAW["beta"]) * (1 + noise)
-    _write_text(out_dir, "run.json", json.dumps({"plan": cand.as_dict(), "validation_loss": {"mean": loss}}))
+    write_file(out_dir, "run.json", json.dumps({"plan": cand.as_dict(), "validation_loss": {"mean": loss}}))
     return {"budget": cand.budget, "width": width, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
             "steps": cand.steps, "batch_size": cand.batch_size, "validation_loss": loss, "train_loss": loss,
             "vocab_size": config.vocab_size}
@@ -326,7 +317,11 @@ def test_run_ladder_materialises_everything_and_reports_the_error(doc_shards, tm
     with dg.instance_for_test() as instance:
         assert dg.materialize([docs], instance=instance,
                               resources=resources(tmp_path / "store")).success
-        out = run_ladder(defs, instance, log=lines.append, ladder=LAW_LADDER, run_config=run_config)
+        marked = lambda run, tags: run({**tags, "test/mark": "ladder"})  # what the demo's progress reporter does
+        out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=run_config, execute=marked)
+        ladder_runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
+        assert len(ladder_runs) == 1 + len(LAW_LADDER.keys()) + 1
+        assert all(r.tags.get("test/mark") == "ladder" for r in ladder_runs)  # the hook's tags reach every run
         done = instance.get_materialized_partitions(dg.AssetKey("sweep"))
         check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(dg.AssetKey("prediction"), "prediction_error")])

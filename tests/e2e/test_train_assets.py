@@ -8,7 +8,8 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from assets.training import TRAIN_KEY, phases, spec_to_json, train_phase
+from assets.partitions import demo_phases as phases
+from assets.training import train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.phases.plan import PhaseSpec
 
@@ -48,7 +49,7 @@ def _phase(name, warm_from, budget_steps, cooldown=False):
 
 
 def _run(assets, instance, resources, spec, warm_version=""):
-    config = {"phase": spec_to_json(spec), "base": json.dumps(BASE), "warm_start_version": warm_version}
+    config = {"phase": dataclasses.asdict(spec), "base": BASE, "warm_start_version": warm_version}
     result = dg.materialize(assets, selection=[train_phase], partition_key=spec.name, instance=instance, resources=resources,
                             run_config={"ops": {"train__demo": {"config": config}}})
     assert result.success

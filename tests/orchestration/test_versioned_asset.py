@@ -153,3 +153,42 @@ def test_automation_follows_a_default_config_change(resources):
     edited = dg.Definitions(assets=build_graph([], scale=7), resources=resources)
     changed = dg.evaluate_automation_conditions(defs=edited, instance=instance, cursor=settled.cursor)
     assert _requested(changed) == {"t/scaled"}
+
+
+def test_version_as_hashes_a_nested_config_as_the_json_text_it_replaced(tmp_path):
+    """A field that was a JSON string and became a nested config keeps its versions."""
+    import json
+
+    from marin_assets.orchestration.versioned import _config_fingerprint
+
+    class Stage(dg.Config):
+        step: int = 0
+        weights: dict[str, float] = {"a": 0.5, "b": 0.5}
+
+    class Old(StageConfig):
+        stage: str = versioned('{"step": 0, "weights": {"a": 0.5, "b": 0.5}}')
+
+    class New(StageConfig):
+        stage: Stage = versioned(Stage())
+        version_as = {"stage": lambda value: json.dumps(value, sort_keys=True)}
+
+    assert New().versioned_fields() == Old().versioned_fields()
+    assert _config_fingerprint(New) == _config_fingerprint(Old)
+    # A different value is a different version; the nested type still validates.
+    assert New(stage=Stage(step=5)).versioned_fields() != Old().versioned_fields()
+    with pytest.raises(Exception, match="step"):
+        New(stage={"step": "five"})
+
+    def graph(config_cls):
+        @versioned_asset(key="t/staged", code_version="1", config_cls=config_cls)
+        def staged(ctx: StageContext, config):
+            return {"ok": 1}
+        return staged
+
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    with dg.instance_for_test() as instance:
+        old = dg.materialize([graph(Old)], instance=instance, resources=resources).output_for_node("t__staged")
+        new = dg.materialize([graph(New)], instance=instance, resources=resources)
+    meta = new.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["version"].value == old.version and meta["cache_hit"].value is True

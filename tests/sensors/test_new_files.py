@@ -1,8 +1,13 @@
 import json
+import os
 
 import dagster as dg
+import pytest
 
-from sensors.new_files import WATCH_ENV, new_user_files
+from assets.user_data import normalized_user
+from sensors.new_files import WATCH_ENV, new_files_sensor, scan
+
+new_user_files = new_files_sensor(normalized_user)  # as definitions.py builds it
 
 
 def _tick(instance, cursor=None):
@@ -41,7 +46,7 @@ def test_sensor_skips_with_a_reason_when_unconfigured(monkeypatch):
 
 
 def test_sensor_requests_materialise_the_user_partition(tmp_path, monkeypatch):
-    from assets.user_data import normalized_user, user_files
+    from assets.partitions import user_files
     from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 
     data = tmp_path / "data"
@@ -59,3 +64,57 @@ def test_sensor_requests_materialise_the_user_partition(tmp_path, monkeypatch):
     )
     meta = result.get_asset_materialization_events()[0].materialization.metadata
     assert (meta["count/docs_in"].value, meta["count/docs_out"].value, meta["count/quarantined"].value) == (3, 2, 1)
+
+
+def _materialize_user_file(tmp_path, directory, name, instance=None):
+    from assets.partitions import user_files
+    from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+
+    instance = instance or dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(user_files.name, [name])
+    store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
+    return dg.materialize(
+        [normalized_user], partition_key=name, instance=instance, raise_on_error=False,
+        run_config={"ops": {"normalized__user": {"config": {"directory": str(directory)}}}},
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+    )
+
+
+def test_links_out_of_the_watched_directory_are_refused_by_sensor_and_asset(tmp_path, monkeypatch):
+    watched, outside = tmp_path / "watched", tmp_path / "outside"
+    watched.mkdir(), outside.mkdir()
+    (outside / "secret.jsonl").write_text('{"text": "not yours"}\n')
+    (watched / "mine.jsonl").write_text('{"text": "yours"}\n')
+    (watched / "inner.jsonl").symlink_to(watched / "mine.jsonl")  # a link that stays inside is fine
+    (watched / "leak.jsonl").symlink_to(outside / "secret.jsonl")
+    (watched / "up.jsonl").symlink_to(os.path.join("..", "outside", "secret.jsonl"))
+    monkeypatch.setenv(WATCH_ENV, str(watched))
+
+    tick = _tick(dg.DagsterInstance.ephemeral())
+    assert sorted(r.partition_key for r in tick.run_requests) == ["inner.jsonl", "mine.jsonl"]
+    usable, skipped = scan(str(watched))
+    assert set(skipped) == {"leak.jsonl", "up.jsonl"}
+    assert all("outside the directory" in why and str(outside) in why for why in skipped.values())
+    assert usable["inner.jsonl"] == usable["mine.jsonl"]
+
+    # The asset refuses the same entries when asked directly (a hand-made run request).
+    refused = _materialize_user_file(tmp_path, watched, "leak.jsonl")
+    assert not refused.success
+    (failure,) = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.event_specific_data.error
+    assert "outside the directory" in error.cause.message and error.cause.cls_name == "ValueError"
+    assert _materialize_user_file(tmp_path, watched, "inner.jsonl").success
+
+
+def test_real_path_inside_keeps_paths_in_the_directory(tmp_path):
+    from marin_assets.store.fsutil import real_path_inside
+
+    (tmp_path / "a.txt").write_text("x")
+    assert real_path_inside(str(tmp_path), "a.txt") == os.path.realpath(tmp_path / "a.txt")
+    for escape in ("../a.txt", "/etc/passwd", ".", ""):
+        with pytest.raises(ValueError, match="outside the directory"):
+            real_path_inside(str(tmp_path), escape)
+    # A sibling whose name starts with the directory's name is outside too (no prefix match).
+    (tmp_path.parent / (tmp_path.name + "-evil")).mkdir(exist_ok=True)
+    with pytest.raises(ValueError, match="outside the directory"):
+        real_path_inside(str(tmp_path), f"../{tmp_path.name}-evil")

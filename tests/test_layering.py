@@ -1,0 +1,89 @@
+"""The dependency order is one way: kernels -> library -> orchestration glue ->
+assets/jobs/sensors -> definitions.py (-> the demo driver in demo/).
+
+Plain ``ast`` over the tree: a library module (marin_assets/, kernels/) must not import -
+or load by path - the definition layer, and a sensor must not import an asset module
+(what sensors share with assets lives in assets/partitions.py; the asset itself is handed
+to the sensor factory in definitions.py).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFINITION_LAYER = {"assets", "jobs", "sensors", "definitions", "demo"}
+LIBRARY = ("marin_assets", "kernels")
+SHARED_WITH_SENSORS = {"assets.partitions"}
+DYNAMIC_LOADERS = {"spec_from_file_location", "import_module", "__import__", "run_path"}
+MAX_LINES = 300
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, dotted module) for every absolute import, and for every dynamic load
+    (importlib.import_module("x"), spec_from_file_location(..., "x.py"), ...) by its string arguments."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in DYNAMIC_LOADERS:
+                found.append((node.lineno, f"<{name}>"))
+                found += [(node.lineno, a.value.removesuffix(".py").replace("/", "."))
+                          for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return found
+
+
+def library_violations(source: str) -> list[str]:
+    out = []
+    for line, module in imported_modules(source):
+        if module.split(".")[0] in DEFINITION_LAYER or module == "<spec_from_file_location>":
+            out.append(f"line {line}: {module}")
+    return out
+
+
+def sensor_violations(source: str) -> list[str]:
+    out = []
+    for line, module in imported_modules(source):
+        is_asset_module = module.startswith("assets.")  # "assets.training", "assets.training.X"
+        if is_asset_module and not any(module == s or module.startswith(s + ".") for s in SHARED_WITH_SENSORS):
+            out.append(f"line {line}: {module}")
+    return out
+
+
+def _files(*dirs: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (ROOT / d).rglob("*.py"))
+
+
+def test_the_checks_catch_what_they_look_for():
+    assert library_violations("from assets.training import DEMO_PLAN\n")
+    assert library_violations("import definitions\n")
+    assert library_violations("import importlib.util\nimportlib.util.spec_from_file_location('m', 'definitions.py')\n")
+    assert library_violations("import importlib\nimportlib.import_module('jobs.demo')\n")
+    assert not library_violations("from marin_assets.store import ArtifactRef\nimport dagster\n")
+    assert sensor_violations("from assets.training import phases\n")
+    assert sensor_violations("from assets import training\n")
+    assert not sensor_violations("from assets.partitions import demo_phases\nfrom assets import partitions\nfrom jobs import eval_job\n")
+
+
+@pytest.mark.parametrize("path", _files(*LIBRARY), ids=lambda p: str(p.relative_to(ROOT)))
+def test_library_does_not_import_the_definition_layer(path):
+    assert library_violations(path.read_text()) == [], f"{path.relative_to(ROOT)} reaches into the definition layer"
+
+
+def test_sensors_do_not_import_asset_modules():
+    bad = {str(p.relative_to(ROOT)): v for p in _files("sensors") if (v := sensor_violations(p.read_text()))}
+    assert bad == {}
+
+
+def test_definition_modules_stay_small():
+    long = {str(p.relative_to(ROOT)): n for p in _files("assets", "jobs", "sensors")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"over {MAX_LINES} lines: split by concern"
