@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import jax
@@ -34,13 +35,13 @@ def test_killed_and_resumed_run_is_bit_exact(caches, tiny_config, tmp_path):
 
 
 def test_nan_loss_steps_are_skipped_counted_and_training_continues(caches, tiny_config, tmp_path):
-    init_params, loss_fn, init_bias, next_bias = default_model()
+    moe = default_model()
 
     def poisoned(params, tokens, config, bias):
-        loss, aux = loss_fn(params, tokens, config, bias)
+        loss, aux = moe.loss_fn(params, tokens, config, bias)
         return jnp.where(jnp.sum(tokens) % 4 == 0, jnp.nan, loss), aux
 
-    result = train(tiny_config, caches, tmp_path / "nan", model_fns=(init_params, poisoned, init_bias, next_bias))
+    result = train(tiny_config, caches, tmp_path / "nan", model=dataclasses.replace(moe, loss_fn=poisoned))
     # which batches are poisoned, replayed from the loader
     loader = MixedLoader(caches, tiny_config.seq_len, tiny_config.batch_size)
     pos, expected = DataPosition(), []
