@@ -127,7 +127,7 @@ def load_config(path: str | Path, vocab_size: int | None = None) -> TrainConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    return config_from_dict({} if data is None else data, where=str(path), vocab_size=vocab_size)
+    return config_from_dict({} if data is None else data, where=f"{path}: config", vocab_size=vocab_size)
 
 
 _NESTED = ("model", "optimizer", "schedule", "guards")

@@ -242,5 +242,7 @@ def held_out_batches(caches: Mapping[str, str | os.PathLike], seq_len: int, batc
         n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
         if n > 0:
             windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))
+    if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
+        return [np.stack(windows).astype(np.int32)]
     full = len(windows) // batch_size
     return [np.stack(windows[b * batch_size:(b + 1) * batch_size]).astype(np.int32) for b in range(full)]

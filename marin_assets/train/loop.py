@@ -271,15 +271,16 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
 
 def validation_loss(config: TrainConfig, model: Model, state: TrainState,
                     caches: Mapping[str, Path]) -> float | None:
-    """Mean loss over the held-out batches (``data.held_out_batches``); None when the
-    validation splits hold less than one window of ``seq_len``."""
+    """Mean loss over the held-out batches (``data.held_out_batches``, each weighted by its
+    rows); None when the validation splits hold less than one window of ``seq_len``."""
     batches = held_out_batches(caches, config.seq_len, config.batch_size)
     if not batches:
-        log.warning("no held-out loss: the validation split(s) %s hold fewer than %d windows of seq_len=%d",
-                    sorted(map(str, caches.values())), config.batch_size, config.seq_len)
+        log.warning("no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
+                    sorted(map(str, caches.values())), config.seq_len)
         return None
     loss = jax.jit(lambda p, bias, tokens: model.loss_fn(p, tokens, config.model, bias)[0])
-    return float(np.mean([float(loss(state.params, state.router_bias, b)) for b in batches]))
+    losses = [float(loss(state.params, state.router_bias, b)) for b in batches]
+    return float(np.average(losses, weights=[len(b) for b in batches]))
 
 
 def _phase_skips(rows: list[dict], run: _Run) -> tuple[int, int]:
