@@ -23,7 +23,8 @@ def check_field_types(obj) -> None:
     """
     where = type(obj).__name__
     for f in dataclasses.fields(obj):
-        declared = str(f.type).replace(" ", "")
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", None) or str(f.type)
+        declared = annotation.replace(" ", "")
         optional = declared.endswith("|None")
         kinds = _SCALARS.get(declared.removesuffix("|None"))
         value = getattr(obj, f.name)

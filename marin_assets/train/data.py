@@ -13,7 +13,7 @@ levanter's reader) but importing levanter costs ~15 s per process, which every
 ``marin train`` start and every resume would pay.
 
 Order: each source's windows are visited in a keyed Feistel permutation per epoch.
-Mixture: each row of batch ``b`` picks a source by the mixture weights in force at ``b``
+Mixture (``datakit.mixture.Mixture``): each row of batch ``b`` picks a source by the weights in force at ``b``
 with a generator seeded by (seed, b), so the batch's composition is a pure function of
 the batch index. The data position is ``DataPosition(batches, consumed)``: how many
 batches were served and how many windows each source has handed out. It is saved in

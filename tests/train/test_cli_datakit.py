@@ -66,14 +66,14 @@ def test_summary_prints_null_for_non_finite_numbers(tmp_path):
 def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
     """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
     flagged corrupt. Before: 'success', rc 0. Now rc 1 and the counts."""
-    data = dict(TINY, num_steps=4, model=dict(TINY["model"], vocab_size=100))
+    data = dict(TINY, num_steps=6, model=dict(TINY["model"], vocab_size=100))
     cfg = tmp_path / "v100.yaml"
     cfg.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
     r = marin_train(caches["license"], cfg, tmp_path / "out", env=env)
     assert r.returncode == 1, r.stderr[-2000:]
-    assert "skipped 4 of 4 steps" in r.stderr and "'skipped_bad_batch': 4" in r.stderr
-    assert json.loads(r.stdout)["counts"]["skipped_bad_batch"] == 4
+    assert "skipped 6 of 6 steps" in r.stderr and "'skipped_bad_batch': 6" in r.stderr
+    assert json.loads(r.stdout)["counts"]["skipped_bad_batch"] == 6
 
 
 def write_input(path: Path) -> Path:
