@@ -52,7 +52,7 @@ class TrainResult:
     tokens_left: dict  # per source, tokens not yet seen in the first epoch
     phase_start_step: int
     last_loss: float | None
-    validation_loss: float | None = None  # mean loss on the validation split(s); None without one
+    validation_loss: float | None = None  # cross-entropy on the validation split(s); None without one
 
 
 class TooManySkippedSteps(RuntimeError):
@@ -271,14 +271,18 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
 
 def validation_loss(config: TrainConfig, model: Model, state: TrainState,
                     caches: Mapping[str, Path]) -> float | None:
-    """Mean loss over the held-out batches (``data.held_out_batches``, each weighted by its
-    rows); None when the validation splits hold less than one window of ``seq_len``."""
+    """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
+    each weighted by its rows); None when the validation splits hold less than one window."""
     batches = held_out_batches(caches, config.seq_len, config.batch_size)
     if not batches:
         log.warning("no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
                     sorted(map(str, caches.values())), config.seq_len)
         return None
-    loss = jax.jit(lambda p, bias, tokens: model.loss_fn(p, tokens, config.model, bias)[0])
+    def cross_entropy(p, bias, tokens):  # the held-out number is CE alone, without the z-loss terms
+        loss, aux = model.loss_fn(p, tokens, config.model, bias)
+        return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
+
+    loss = jax.jit(cross_entropy)
     losses = [float(loss(state.params, state.router_bias, b)) for b in batches]
     return float(np.average(losses, weights=[len(b) for b in batches]))
 

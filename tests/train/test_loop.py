@@ -116,7 +116,7 @@ def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_con
     params = ckpt.restore_like(jax.eval_shape(lambda: moe.init_params(config.model, jax.random.PRNGKey(0))),
                                arrays, "['params']")
     bias = ckpt.restore_like(moe.init_router_bias(config.model), arrays, "['router_bias']")
-    expected = float(moe.loss_fn(params, jnp.asarray(tokens), config.model, bias)[0])
+    expected = float(moe.loss_fn(params, jnp.asarray(tokens), config.model, bias)[1]["ce_loss"])
     assert result.validation_loss == pytest.approx(expected, rel=1e-5)
     assert json.loads((tmp_path / "run" / "train_result.json").read_text())["validation_loss"] == result.validation_loss
 
