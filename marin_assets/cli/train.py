@@ -1,4 +1,10 @@
-"""``marin train --cache DIR --config FILE --out DIR [--resume]``."""
+"""``marin train --cache DIR --config FILE --out DIR [--resume]``.
+
+``--cache`` takes one Levanter split or the cache folder ``marin datakit run`` reports
+(``<prefix>/cache``: its ``train/`` split is trained on, ``validation/`` gives the held-out
+loss). When the config leaves ``model.vocab_size`` unset it is taken from the cache's
+tokenizer. Exit codes: 0 trained, 1 the run skipped most of its steps, 2 bad config/input.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ def register(subparsers) -> None:
         description="Train on Levanter-format token cache(s) with a YAML TrainConfig; checkpoints into OUT and "
                     "appends one JSON line per step to OUT/metrics.jsonl.")
     parser.add_argument("--cache", action="append", required=True, metavar="[NAME=]DIR",
-                        help="a Levanter cache dir; repeat for a mixture (NAME=DIR names the source)")
+                        help="a Levanter cache dir, or the DataKit cache folder (train/ + validation/); "
+                             "repeat for a mixture (NAME=DIR names the source)")
     parser.add_argument("--config", required=True, help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
     parser.add_argument("--out", required=True, help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
@@ -33,6 +40,33 @@ def _caches(specs: list[str]) -> dict[str, str]:
     return out
 
 
+def _vocab_of(caches: dict[str, str]) -> int | None:
+    """The largest tokenizer vocabulary the caches declare (None when none does)."""
+    from marin_assets.train.data import cache_vocab_size, resolve_cache
+
+    sizes = [cache_vocab_size(resolve_cache(path)[0]) for path in caches.values()]
+    sizes = [v for v in sizes if v is not None]
+    return max(sizes) if sizes else None
+
+
+def _json_safe(value):
+    """JSON has no NaN/inf: print null for them (``json.dumps`` would print bare NaN)."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+def _summary(result) -> dict:
+    return _json_safe({"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
+                       "validation_loss": result.validation_loss, "counts": result.counts,
+                       "checkpoint": str(result.checkpoint_dir), "metrics": str(result.metrics_path),
+                       "loss_curve": str(result.loss_curve_png)})
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     import os
@@ -45,21 +79,24 @@ def run(args: argparse.Namespace) -> int:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
     from marin_assets.train.config import load_config, replace
-    from marin_assets.train.loop import train
+    from marin_assets.train.loop import TooManySkippedSteps, train
 
     try:
-        config = load_config(args.config)
+        caches = _caches(args.cache)
+        config = load_config(args.config, vocab_size=_vocab_of(caches))
         if args.steps is not None:
             config = replace(config, num_steps=args.steps)
         out = Path(args.out)
         if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
             print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
             return 2
-        result = train(config, _caches(args.cache), out, resume=args.resume, warm_start=args.warm_start)
+        result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
-                      "counts": result.counts, "checkpoint": str(result.checkpoint_dir),
-                      "metrics": str(result.metrics_path), "loss_curve": str(result.loss_curve_png)}))
+    except TooManySkippedSteps as e:
+        print(json.dumps(_summary(e.result), allow_nan=False))
+        print(f"marin train: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(_summary(result), allow_nan=False))
     return 0

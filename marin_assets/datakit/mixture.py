@@ -1,178 +1,149 @@
-"""Data mixtures as weight schedules, and a deterministic block sampler.
+"""The data mixture: which sources a run trains on, in what proportions, from which step.
 
-Marin's mixtures are schedules: a list of ``(step, {source: weight})`` stages, each in force
-from its step until the next. Sampling happens in blocks of 2048 examples: a block's source
-counts follow the weights in force at the block's first example (largest-remainder rounding,
-so each block is within one example per source of the exact proportions), the sources are
-interleaved inside the block by a keyed Feistel permutation, and each source is read in a
-Feistel-shuffled order that is reshuffled with a new key every epoch.
+One type for the concept, used by the trainer's data loader (``TrainConfig.mixture``), the
+phase plan (``PhaseSpec.mixture`` is validated and normalised through it) and the
+``mixture`` asset. Marin's mixtures are schedules: a list of ``(step, {source: weight})``
+stages, each in force from its step until the next. ``step`` is the global training step
+(= the loader's batch index), so a warm-started phase's stages continue the run's clock.
 
-Every block can be computed on its own (``sampler.block(t)``): how many examples each source
-used before block ``t`` is arithmetic over the schedule, so resuming at any block needs no
-replay.
+    Mixture.constant({"web": 3, "code": 1})
+    Mixture([(0, {"web": 3, "code": 1}), (1000, {"web": 1, "math": 1})])
+    Mixture.from_dict({"web": 3, "code": 1})                           # YAML: plain weights
+    Mixture.from_dict({"stages": [[0, {"web": 1}], [1000, {"math": 1}]]})
+    Mixture.from_dict([[0, {"web": 1}], [1000, {"math": 1}]])          # the asset's JSON list
+    mixture.to_dict() == {"stages": [[0, {"code": 0.25, "math": 0.0, "web": 0.75}], ...]}
+
+Weights are validated (finite, >= 0, a positive sum per stage) and normalised per stage
+over every source the mixture names (zeros included), so two spellings of the same mix
+compare equal and ``Mixture.from_dict(m.to_dict()) == m``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-import numpy as np
-import xxhash
-
-from marin_assets.datakit.feistel import FeistelPermutation
+Stage = tuple[int, tuple[tuple[str, float], ...]]  # (first step, sorted (source, weight) pairs)
 
 
-class MixtureSchedule:
-    """Validated, normalised ``[(step, {source: weight})]`` stages."""
+def _stage_weights(step: Any, weights: Any) -> dict[str, float]:
+    where = f"mixture stage at step {step!r}"
+    if not isinstance(weights, Mapping) or not weights:
+        raise ValueError(f"{where}: weights must be a non-empty mapping {{source: weight}}, got {weights!r}")
+    out = {}
+    for name, w in weights.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: source names must be non-empty strings, got {name!r}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"{where}: weight of {name!r} must be finite and >= 0, got {w!r}")
+        out[name] = float(w)
+    if sum(out.values()) <= 0:
+        raise ValueError(f"{where}: weights sum to zero")
+    return out
 
-    def __init__(self, stages: Sequence[tuple[int, Mapping[str, float]]]):
-        if not stages:
-            raise ValueError("a mixture schedule needs at least one (step, weights) stage")
-        steps = [s for s, _ in stages]
-        if steps[0] != 0:
-            raise ValueError(f"the first stage must start at step 0, got {steps[0]}")
-        for prev, cur in zip(steps, steps[1:]):
-            if cur <= prev:
-                raise ValueError(f"stage steps must be strictly ascending, got {prev} then {cur}")
-        self.sources = sorted({name for _, weights in stages for name in weights})
-        self.steps = [int(s) for s in steps]
-        self.stages: list[dict[str, float]] = []
-        for step, weights in stages:
-            if isinstance(step, bool) or int(step) != step or step < 0:
-                raise ValueError(f"stage step must be a non-negative integer, got {step!r}")
-            for name, w in weights.items():
-                if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
-                    raise ValueError(f"stage at step {step}: weight of {name!r} must be finite and >= 0, got {w!r}")
-            total = float(sum(weights.values()))
-            if total <= 0:
-                raise ValueError(f"stage at step {step}: weights sum to zero")
-            self.stages.append({name: weights.get(name, 0.0) / total for name in self.sources})
+
+def _check_steps(steps: list[Any]) -> None:
+    for step in steps:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"mixture stage step must be a non-negative integer, got {step!r}")
+    if steps[0] != 0:
+        raise ValueError(f"the first mixture stage must start at step 0, got {steps[0]}")
+    for prev, cur in zip(steps, steps[1:]):
+        if cur <= prev:
+            raise ValueError(f"mixture stage steps must be strictly ascending, got {prev} then {cur}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixture:
+    """Validated, normalised ``[(step, {source: weight})]`` stages (see the module doc).
+
+    ``stages`` accepts any sequence of ``(step, {source: weight})`` pairs; it is stored as
+    a tuple of ``(step, ((source, weight), ...))`` with weights normalised per stage.
+    """
+
+    stages: Sequence[Stage]
+
+    def __post_init__(self) -> None:
+        raw = self.stages
+        if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence) or not raw:
+            raise ValueError(f"a mixture needs at least one (step, weights) stage, got {raw!r}")
+        pairs = []
+        for stage in raw:
+            if isinstance(stage, (str, bytes)) or not isinstance(stage, Sequence) or len(stage) != 2:
+                raise ValueError(f"a mixture stage must be a [step, {{source: weight}}] pair, got {stage!r}")
+            pairs.append((stage[0], stage[1]))
+        _check_steps([step for step, _ in pairs])
+        weights = [_stage_weights(step, w if not _is_pairs(w) else dict(w)) for step, w in pairs]
+        sources = sorted({name for w in weights for name in w})
+        stages = tuple((int(step), tuple((name, w.get(name, 0.0) / sum(w.values())) for name in sources))
+                       for (step, _), w in zip(pairs, weights))
+        object.__setattr__(self, "stages", stages)
 
     @classmethod
-    def constant(cls, weights: Mapping[str, float]) -> "MixtureSchedule":
+    def constant(cls, weights: Mapping[str, float]) -> "Mixture":
         return cls([(0, weights)])
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> "Mixture":
+        """A Mixture from its config spellings: ``{source: weight}``, ``{"stages": [[step,
+        {source: weight}], ...]}``, the bare stage list, or a Mixture (returned as is)."""
+        if isinstance(obj, Mixture):
+            return obj
+        if isinstance(obj, Mapping):
+            if "stages" in obj:
+                if set(obj) != {"stages"}:
+                    raise ValueError(f"mixture: a staged mixture has only 'stages', got keys {sorted(map(str, obj))}")
+                return cls(obj["stages"])
+            return cls.constant(obj)
+        if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+            return cls(obj)
+        raise ValueError(f"mixture must be {{source: weight}} or {{'stages': [[step, {{source: weight}}], ...]}}, "
+                         f"got {type(obj).__name__} {obj!r}")
+
+    def to_dict(self) -> dict:
+        """``{"stages": [[step, {source: weight}], ...]}``: JSON-ready, ``from_dict`` reads it back."""
+        return {"stages": [[step, dict(weights)] for step, weights in self.stages]}
+
+    def to_json(self) -> list:
+        """The stage list alone (what the ``mixture`` asset writes as ``schedule``)."""
+        return self.to_dict()["stages"]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every source any stage names, sorted (zero-weight ones included)."""
+        return tuple(name for name, _ in self.stages[0][1])
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(step for step, _ in self.stages)
 
     def stage_index(self, step: int) -> int:
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        return int(np.searchsorted(self.steps, step, side="right")) - 1
+        index = 0
+        for i, start in enumerate(self.steps):
+            if step >= start:
+                index = i
+        return index
 
     def weights_at(self, step: int) -> dict[str, float]:
         """Normalised weights in force at ``step`` (every source, zeros included)."""
-        return dict(self.stages[self.stage_index(step)])
+        return dict(self.stages[self.stage_index(step)][1])
 
-    def to_json(self) -> list:
-        return [[step, weights] for step, weights in zip(self.steps, self.stages)]
-
-
-def _largest_remainder(weights: Sequence[float], total: int) -> np.ndarray:
-    """Integer counts summing to ``total``, each within 1 of ``weight * total``; ties go to
-    the earlier source so the result is deterministic."""
-    quotas = np.asarray(weights, dtype=np.float64) * total
-    counts = np.floor(quotas).astype(np.int64)
-    short = total - int(counts.sum())
-    if short > 0:
-        order = np.lexsort((np.arange(len(quotas)), -(quotas - counts)))
-        counts[order[:short]] += 1
-    return counts
+    def check_sources(self, available: Sequence[str], where: str = "mixture") -> None:
+        """Every source with a positive weight in some stage must be among ``available``."""
+        used = {name for _, weights in self.stages for name, w in weights if w > 0}
+        unknown = sorted(used - set(available))
+        if unknown:
+            raise ValueError(f"{where} names unknown sources {unknown}; available: {sorted(available)}")
 
 
-def _key(*parts: object) -> int:
-    return xxhash.xxh3_64_intdigest("/".join(str(p) for p in parts).encode())
+def _is_pairs(weights: Any) -> bool:
+    """A stage's weights as stored (``((source, weight), ...)``) rather than a mapping."""
+    return isinstance(weights, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in weights) and bool(weights)
 
 
-@dataclass
-class MixtureSampler:
-    """Deterministic ``(source, document index)`` stream for a schedule.
-
-    ``examples_per_step`` converts example positions to training steps (the batch size);
-    a block switches weights at the first block whose first example is at or past a stage's
-    step.
-    """
-
-    schedule: MixtureSchedule
-    doc_counts: Mapping[str, int]
-    seed: int
-    block_size: int = 2048
-    examples_per_step: int = 1
-    _counts: np.ndarray = field(init=False, repr=False)
-    _first_block: np.ndarray = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.block_size < 1 or self.examples_per_step < 1:
-            raise ValueError(f"block_size and examples_per_step must be >= 1, got {self.block_size}, {self.examples_per_step}")
-        for name in self.schedule.sources:
-            used = any(stage[name] > 0 for stage in self.schedule.stages)
-            n = self.doc_counts.get(name, 0)
-            if used and (not isinstance(n, (int, np.integer)) or n < 1):
-                raise ValueError(f"source {name!r} has positive weight but {n!r} documents")
-        self._counts = np.array(
-            [_largest_remainder([stage[s] for s in self.schedule.sources], self.block_size) for stage in self.schedule.stages]
-        )
-        self._first_block = np.array(
-            [-(-step * self.examples_per_step // self.block_size) for step in self.schedule.steps], dtype=np.int64
-        )
-
-    def _stage_of_block(self, block: int) -> int:
-        return int(np.searchsorted(self._first_block, block, side="right")) - 1
-
-    def block_counts(self, block: int) -> dict[str, int]:
-        """Examples each source contributes to ``block``."""
-        counts = self._counts[self._stage_of_block(block)]
-        return {s: int(c) for s, c in zip(self.schedule.sources, counts)}
-
-    def _consumed_before(self, block: int) -> np.ndarray:
-        """Examples each source used in blocks [0, block)."""
-        ends = np.append(self._first_block[1:], np.iinfo(np.int64).max)
-        blocks_in_stage = np.clip(np.minimum(ends, block) - self._first_block, 0, None)
-        return (blocks_in_stage[:, None] * self._counts).sum(axis=0)
-
-    def _source_indices(self, name: str, start: int, count: int) -> np.ndarray:
-        """Document indices of draws ``start .. start+count-1`` from source ``name``."""
-        n = int(self.doc_counts[name])
-        draws = np.arange(start, start + count, dtype=np.int64)
-        epochs = draws // n
-        out = np.empty(count, dtype=np.int64)
-        for epoch in np.unique(epochs):
-            sel = epochs == epoch
-            perm = FeistelPermutation(n, _key(self.seed, name, int(epoch)))
-            out[sel] = perm.permute(draws[sel] - epoch * n)
-        return out
-
-    def block_arrays(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source number into ``schedule.sources``, document index), each (block_size,)."""
-        if block < 0:
-            raise ValueError(f"block must be >= 0, got {block}")
-        counts = self._counts[self._stage_of_block(block)]
-        consumed = self._consumed_before(block)
-        sources = np.repeat(np.arange(len(counts)), counts)
-        indices = np.concatenate(
-            [
-                self._source_indices(name, int(consumed[k]), int(counts[k]))
-                for k, name in enumerate(self.schedule.sources)
-                if counts[k]
-            ]
-        )
-        order = FeistelPermutation(self.block_size, _key(self.seed, "block", block)).permute(np.arange(self.block_size))
-        return sources[order], indices[order]
-
-    def block(self, block: int) -> list[tuple[str, int]]:
-        sources, indices = self.block_arrays(block)
-        names = self.schedule.sources
-        return [(names[s], int(i)) for s, i in zip(sources, indices)]
-
-    def __iter__(self) -> Iterator[tuple[str, int]]:
-        t = 0
-        while True:
-            yield from self.block(t)
-            t += 1
-
-    def sample(self, num_examples: int, start_block: int = 0) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
-        t = start_block
-        while len(out) < num_examples:
-            out.extend(self.block(t))
-            t += 1
-        return out[:num_examples]
+# The name the ``mixture`` asset (assets/datakit.py) imports until it is rewired to Mixture.
+MixtureSchedule = Mixture

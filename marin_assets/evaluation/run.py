@@ -18,9 +18,9 @@ def load_model_from_checkpoint(checkpoint_dir: str | Path):
     from marin_assets.model import init_params, init_router_bias
     from marin_assets.train import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict
-    from marin_assets.train.loop import _resolve_checkpoint
+    from marin_assets.train.loop import resolve_checkpoint
 
-    folder = _resolve_checkpoint(checkpoint_dir)
+    folder = resolve_checkpoint(checkpoint_dir)
     arrays, meta = ckpt.load(folder)
     config = config_from_dict(meta["config"], where=f"{folder}/meta.json")
     template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))

@@ -3,11 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
+
+from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
-_GROUPED_MATMUL = ("auto", "ragged_dot", "blocked")  # == kernels.grouped_matmul.IMPLS
+
+_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def check_field_types(obj) -> None:
+    """Every scalar field of a config dataclass has its declared type, and every float is finite.
+
+    Runs first in ``__post_init__``: range checks like ``x <= 0`` let NaN through and raise
+    TypeError on a string, so the field is named here instead. Handles ``int``, ``float``,
+    ``str``, ``bool`` and ``X | None`` annotations; other fields are checked by their owner.
+    """
+    where = type(obj).__name__
+    for f in dataclasses.fields(obj):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", None) or str(f.type)
+        declared = annotation.replace(" ", "")
+        optional = declared.endswith("|None")
+        kinds = _SCALARS.get(declared.removesuffix("|None"))
+        value = getattr(obj, f.name)
+        if kinds is None or (optional and value is None):
+            continue
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise ValueError(f"{where}.{f.name} must be {declared.replace('|', ' | ')}, "
+                             f"got {type(value).__name__} {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}.{f.name} must be finite, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +78,8 @@ class ModelConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
+        check_field_types(self)
+
         def positive(name: str) -> None:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -91,6 +120,9 @@ class ModelConfig:
         if self.grouped_matmul not in _GROUPED_MATMUL:
             raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, "
                              f"got {self.grouped_matmul!r}")
+        for name in ("norm_eps", "init_std", "rope_theta"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 

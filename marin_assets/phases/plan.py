@@ -13,19 +13,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from marin_assets.datakit.mixture import Mixture
+from marin_assets.model.config import check_field_types
+
 SCHEDULE_KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
 
 
-def _check_mix(mixture: Mapping[str, float], where: str) -> None:
-    if not mixture:
-        raise ValueError(f"{where}: empty data mix")
-    if any(w < 0 for w in mixture.values()) or sum(mixture.values()) <= 0:
-        raise ValueError(f"{where}: mix weights must be >= 0 with a positive sum, got {dict(mixture)}")
+def _check_mix(mixture: Mapping[str, float], where: str) -> Mixture:
+    """The phase's mix as the one validated Mixture type (finite weights >= 0, positive sum)."""
+    try:
+        return Mixture.constant(mixture)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
 
 
 def normalise(mixture: Mapping[str, float]) -> dict[str, float]:
-    total = sum(mixture.values())
-    return {k: v / total for k, v in sorted(mixture.items()) if v > 0}
+    """Weights summing to 1, zero-weight sources dropped, sorted by source."""
+    return {k: v for k, v in Mixture.constant(mixture).weights_at(0).items() if v > 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,7 @@ class PhaseSpec:
     start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not self.name:
             raise ValueError("PhaseSpec.name must be non-empty")
         if self.schedule not in SCHEDULE_KINDS:
@@ -51,6 +56,10 @@ class PhaseSpec:
         _check_mix(self.mixture, f"PhaseSpec {self.name}")
         if self.batch_size <= 0 or self.token_budget <= 0 or self.peak_lr <= 0:
             raise ValueError(f"PhaseSpec {self.name}: batch_size, token_budget and peak_lr must be > 0")
+
+    @property
+    def data_mixture(self) -> Mixture:
+        return Mixture.constant(self.mixture)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +81,7 @@ class PhasePlan:
     spike_window: int = 32
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not 0.0 < self.cooldown_hq_fraction <= 1.0:
             raise ValueError(f"PhasePlan.cooldown_hq_fraction must be in (0, 1], got {self.cooldown_hq_fraction}")
         if self.cooldown_tokens <= 0 or self.rewarm_tokens <= 0 or self.min_cooldown_tokens <= 0:
@@ -104,7 +114,7 @@ def phase_train_config(base, spec: PhaseSpec):
         cycle = max(base.schedule.cycle_steps, 1)
         schedule |= {"cycle_steps": cycle, "decay_steps": min(base.schedule.decay_steps, cycle),
                      "rewarm_steps": min(base.schedule.rewarm_steps, cycle - min(base.schedule.decay_steps, cycle))}
-    changes = {"num_steps": steps, "batch_size": spec.batch_size, "mixture": dict(spec.mixture),
+    changes = {"num_steps": steps, "batch_size": spec.batch_size, "mixture": spec.data_mixture,
                "schedule": schedule, "phase": spec.name}
     if spec.z_loss is not None:
         changes["model"] = {"lm_z_loss": spec.z_loss}

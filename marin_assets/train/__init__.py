@@ -1,1 +1,13 @@
+"""Training: one phase of a run on Levanter token caches, with guards and atomic checkpoints.
 
+Public API
+----------
+train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, model=None,
+      stop_at_step=None) -> TrainResult                                     (loop.py)
+TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                  (loop.py)
+resolve_checkpoint(path) -> checkpoint folder (a folder, an out dir, or checkpoints/)
+TrainState(params, opt_state, guard, router_bias, step, rng): a registered pytree (state.py)
+Model(init_params, loss_fn, init_router_bias, next_router_bias); moe_model()  (state.py)
+TrainConfig, ConfigError, config_from_dict, config_to_dict, load_config, replace (config.py)
+The data mixture type is marin_assets.datakit.mixture.Mixture.
+"""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -81,14 +82,36 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
     return final
 
 
-def is_valid(folder: Path) -> bool:
-    marker = folder / MARKER
+FILES = ("meta.json", "state.npz")  # what a COMMITTED marker must list, exactly
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def marker_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a valid checkpoint, or None when it is.
+
+    The marker must be a JSON object naming exactly ``FILES``, each with a sha256 hex digest
+    that matches the file on disk: an empty object, a list or a partial list is not a commit.
+    """
     try:
-        expected = json.loads(marker.read_text())
-        return all(sha256_file(folder / name) == digest for name, digest in expected.items())
+        expected = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError) as e:
-        log.debug("checkpoint %s invalid: %s", folder, e)
-        return False
+        return f"unreadable {MARKER} ({e.__class__.__name__})"
+    if not isinstance(expected, dict) or sorted(expected) != sorted(FILES):
+        return f"{MARKER} must map exactly {list(FILES)} to sha256 digests"
+    for name in FILES:
+        digest = expected[name]
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            return f"{MARKER}: {name} has no sha256 digest"
+        try:
+            if sha256_file(folder / name) != digest:
+                return f"{name} does not match its checksum"
+        except OSError as e:
+            return f"{name} unreadable ({e.__class__.__name__})"
+    return None
+
+
+def is_valid(folder: Path) -> bool:
+    return marker_problem(Path(folder)) is None
 
 
 def list_checkpoints(root: str | os.PathLike) -> list[Path]:
@@ -102,10 +125,10 @@ def list_checkpoints(root: str | os.PathLike) -> list[Path]:
 def latest_valid(root: str | os.PathLike) -> Path | None:
     """Newest checkpoint whose marker and checksums verify; corrupt ones are skipped with a warning."""
     for folder in reversed(list_checkpoints(root)):
-        if is_valid(folder):
+        problem = marker_problem(folder)
+        if problem is None:
             return folder
-        log.warning("skipping corrupt or incomplete checkpoint %s (missing %s or checksum mismatch)",
-                    folder, MARKER)
+        log.warning("skipping %s: not a valid checkpoint (%s)", folder, problem)
     return None
 
 
@@ -126,8 +149,9 @@ def _prune_temporary(root: Path, keep: Path) -> None:
 def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     """(key -> array, meta) of a checkpoint; raises if it does not verify."""
     folder = Path(folder)
-    if not is_valid(folder):
-        raise ValueError(f"checkpoint {folder} is corrupt or incomplete (bad {MARKER} or checksum)")
+    problem = marker_problem(folder)
+    if problem is not None:
+        raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
     meta = json.loads((folder / "meta.json").read_text())
     with np.load(folder / "state.npz") as z:
         arrays = {}

@@ -7,10 +7,15 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from marin_assets.model.config import ModelConfig
+from marin_assets.datakit.mixture import Mixture
+from marin_assets.model.config import ModelConfig, check_field_types
 from marin_assets.train.guards import GuardConfig
 from marin_assets.train.optimizers import OptimizerConfig
 from marin_assets.train.schedules import ScheduleConfig
+
+
+class ConfigError(ValueError):
+    """A config of the wrong shape or with an out-of-range value; the message names the field."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,8 +27,9 @@ class TrainConfig:
     seq_len: int = 64
     batch_size: int = 8
     num_steps: int = 100  # steps of this phase (the schedule's clock starts at the phase start)
-    # {source: weight} or {"stages": [[start_batch, {source: weight}], ...]}; None = uniform.
-    mixture: Mapping[str, Any] | None = None
+    # A Mixture, or a spelling Mixture.from_dict reads ({source: weight} or
+    # {"stages": [[start_step, {source: weight}], ...]}); None = every source equally.
+    mixture: Mixture | None = None
     seed: int = 0
     data_seed: int = 0
     checkpoint_every_steps: int = 100  # permanent checkpoints
@@ -33,10 +39,16 @@ class TrainConfig:
     phase: str = "main"
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TrainConfig.{name} must be a positive int, got {value!r}")
+        for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),
+                          ("guards", GuardConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"TrainConfig.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+        check_field_types(self)
+        if self.mixture is not None:
+            object.__setattr__(self, "mixture", Mixture.from_dict(self.mixture))
+        for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps", "prefetch"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if self.seq_len < 2:
             raise ValueError("TrainConfig.seq_len must be >= 2 (one input and one target token)")
         if self.seq_len > self.model.max_seq_len:
@@ -44,66 +56,93 @@ class TrainConfig:
                 f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
         if self.checkpoint_every_seconds <= 0:
             raise ValueError("TrainConfig.checkpoint_every_seconds must be > 0")
-        if self.prefetch < 1:
-            raise ValueError("TrainConfig.prefetch must be >= 1")
 
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
 
+def _field_value(hint, value, where: str):
+    """One field's raw YAML/JSON value, converted where the file format forces it."""
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a mapping of {hint.__name__} fields, got "
+                              f"{type(value).__name__} {value!r:.80}")
+        return _build(hint, value, where)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def _build(cls, data: Mapping[str, Any], where: str):
     if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(map(str, set(data) - set(fields)))
     if unknown:
-        raise ValueError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(fields)}")
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in data.items():
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
-            value = _build(hint, value, f"{where}.{key}")
-        elif hint is float and isinstance(value, int):
-            value = float(value)
-        kwargs[key] = value
-    return cls(**kwargs)
+    kwargs = {key: _field_value(hints[key], value, f"{where}.{key}") for key, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:  # __post_init__ names the field; add the file/path
+        raise ConfigError(f"{where}: {e}") from e
 
 
-def config_from_dict(data: Mapping[str, Any], where: str = "config") -> TrainConfig:
-    """Nested dicts -> TrainConfig. ``schedule.total_steps`` defaults to ``num_steps``."""
+def config_from_dict(data: Mapping[str, Any], where: str = "config", vocab_size: int | None = None) -> TrainConfig:
+    """Nested dicts -> TrainConfig; every failure is a ConfigError naming the field.
+
+    ``schedule.total_steps`` defaults to ``num_steps``. ``vocab_size`` (the tokenizer's, e.g.
+    from the cache) fills ``model.vocab_size`` when the file leaves it unset.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of TrainConfig fields, got {type(data).__name__}")
     data = dict(data)
-    if "num_steps" in data:
-        schedule = dict(data.get("schedule") or {})
-        schedule.setdefault("total_steps", data["num_steps"])
-        data["schedule"] = schedule
+    if "num_steps" in data and isinstance(data.get("schedule") or {}, Mapping):
+        data["schedule"] = {"total_steps": data["num_steps"], **(data.get("schedule") or {})}
+    if vocab_size is not None and isinstance(data.get("model") or {}, Mapping):
+        data["model"] = {"vocab_size": vocab_size, **(data.get("model") or {})}
     return _build(TrainConfig, data, where)
 
 
 def config_to_dict(config: TrainConfig) -> dict:
-    return dataclasses.asdict(config)
+    data = dataclasses.asdict(config)
+    data["mixture"] = config.mixture.to_dict() if config.mixture is not None else None
+    return data
 
 
-def load_config(path: str | Path) -> TrainConfig:
+def load_config(path: str | Path, vocab_size: int | None = None) -> TrainConfig:
+    """A TrainConfig from YAML; ``vocab_size`` as in ``config_from_dict``."""
     import yaml
 
-    text = Path(path).read_text()
     try:
-        data = yaml.safe_load(text) or {}
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from e
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from e
-    return config_from_dict(data, where=str(path))
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return config_from_dict({} if data is None else data, where=f"{path}: config", vocab_size=vocab_size)
+
+
+_NESTED = ("model", "optimizer", "schedule", "guards")
 
 
 def replace(config: TrainConfig, **changes) -> TrainConfig:
-    """dataclasses.replace that also accepts nested dicts for the sub-configs."""
+    """dataclasses.replace that also accepts nested dicts for the sub-configs (merged into them)."""
     data = config_to_dict(config)
     for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(data.get(key), dict):
+        if key in _NESTED and isinstance(value, Mapping):
             data[key] = {**data[key], **value}
-        elif dataclasses.is_dataclass(value):
+        elif key in _NESTED and dataclasses.is_dataclass(value):
             data[key] = dataclasses.asdict(value)
+        elif key == "mixture" and isinstance(value, Mixture):
+            data[key] = value.to_dict()
         else:
             data[key] = value
     return config_from_dict(data)

@@ -13,7 +13,7 @@ levanter's reader) but importing levanter costs ~15 s per process, which every
 ``marin train`` start and every resume would pay.
 
 Order: each source's windows are visited in a keyed Feistel permutation per epoch.
-Mixture: each row of batch ``b`` picks a source by the mixture weights in force at ``b``
+Mixture (``datakit.mixture.Mixture``): each row of batch ``b`` picks a source by the weights in force at ``b``
 with a generator seeded by (seed, b), so the batch's composition is a pure function of
 the batch index. The data position is ``DataPosition(batches, consumed)``: how many
 batches were served and how many windows each source has handed out. It is saved in
@@ -32,9 +32,10 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-log = logging.getLogger(__name__)
-
 from marin_assets.datakit.feistel import FeistelPermutation
+from marin_assets.datakit.mixture import Mixture
+
+log = logging.getLogger(__name__)
 
 
 def permutation(n: int, key: int):
@@ -90,29 +91,59 @@ class DataPosition:
         return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())))
 
 
-def resolve_weights(mixture: Mapping, batch_index: int) -> dict[str, float]:
-    """``mixture`` is either {source: weight} or {"stages": [[start_batch, {source: weight}], ...]}."""
-    if "stages" in mixture:
-        current = None
-        for start, weights in mixture["stages"]:
-            if batch_index >= int(start):
-                current = weights
-        if current is None:
-            raise ValueError(f"mixture stages start after batch {batch_index}: {mixture['stages']}")
-        return {k: float(v) for k, v in current.items()}
-    return {k: float(v) for k, v in mixture.items()}
+SPLITS = ("train", "validation")  # what `marin datakit run` writes under <prefix>/cache
+
+
+def is_token_cache(path: str | os.PathLike, field: str = "input_ids") -> bool:
+    base = Path(path) / field
+    return (base / "data").exists() and (base / "offsets").exists()
+
+
+def resolve_cache(path: str | os.PathLike) -> tuple[Path, Path | None]:
+    """(train split, validation split or None) of a cache path.
+
+    ``path`` is either one Levanter cache (a single split: trained on, no held-out split) or
+    a DataKit cache folder holding ``train/`` and ``validation/`` caches (what ``marin
+    datakit run`` reports as ``cache``).
+    """
+    path = Path(path)
+    if is_token_cache(path):
+        return path, None
+    if is_token_cache(path / "train"):
+        validation = path / "validation"
+        return path / "train", validation if is_token_cache(validation) else None
+    raise FileNotFoundError(
+        f"{path}: not a Levanter token cache (expected input_ids/data and input_ids/offsets) "
+        f"nor a DataKit cache folder (expected train/ and validation/ caches)")
+
+
+def cache_vocab_size(path: str | os.PathLike) -> int | None:
+    """The tokenizer vocabulary a DataKit cache was written with (its ``stats.json``, in the
+    folder or, for one split, its parent); None when the cache does not say."""
+    import json
+
+    path = Path(path)
+    for stats in (path / "stats.json", path.parent / "stats.json"):
+        try:
+            value = json.loads(stats.read_text()).get("vocab_size")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class MixedLoader:
     """Batches of ``[batch_size, seq_len]`` token windows from several caches."""
 
     def __init__(self, caches: Mapping[str, str | os.PathLike], seq_len: int, batch_size: int,
-                 mixture: Mapping | None = None, seed: int = 0, vocab_size: int | None = None):
+                 mixture: Mixture | Mapping | None = None, seed: int = 0, vocab_size: int | None = None):
         if not caches:
             raise ValueError("MixedLoader: no caches given")
         self.sources = {name: TokenCache(path) for name, path in sorted(caches.items())}
         self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
-        self.mixture = dict(mixture) if mixture else {name: 1.0 for name in self.sources}
+        self.mixture = Mixture.from_dict(mixture) if mixture else Mixture.constant({n: 1.0 for n in self.sources})
+        self.mixture.check_sources(list(self.sources), where="mixture")
         self.windows = {}
         for name, cache in self.sources.items():
             n = cache.num_tokens // seq_len
@@ -121,15 +152,7 @@ class MixedLoader:
                     f"source {name!r} ({cache.path}) has {cache.num_tokens} tokens, fewer than one "
                     f"sequence of seq_len={seq_len}; lower seq_len or add data")
             self.windows[name] = n
-        self._check_weights(resolve_weights(self.mixture, 0))
         self._perms: dict[tuple[str, int], object] = {}
-
-    def _check_weights(self, weights: dict[str, float]) -> None:
-        unknown = sorted(set(weights) - set(self.sources))
-        if unknown:
-            raise ValueError(f"mixture names unknown sources {unknown}; caches are {sorted(self.sources)}")
-        if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-            raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {weights}")
 
     def tokens_left(self, position: DataPosition) -> dict[str, int]:
         """Tokens of each source not yet seen in its first epoch (0 once it repeats)."""
@@ -150,8 +173,7 @@ class MixedLoader:
 
     def next_batch(self, position: DataPosition) -> tuple[np.ndarray, bool, DataPosition]:
         """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position."""
-        weights = resolve_weights(self.mixture, position.batches)
-        self._check_weights(weights)
+        weights = {n: w for n, w in self.mixture.weights_at(position.batches).items() if w > 0}
         names = sorted(weights)
         p = np.array([weights[n] for n in names], np.float64)
         rng = np.random.default_rng([self.seed, position.batches])
@@ -204,3 +226,23 @@ class MixedLoader:
                 yield item
         finally:
             stop.set()
+
+
+def held_out_batches(caches: Mapping[str, str | os.PathLike], seq_len: int, batch_size: int,
+                     max_batches: int = 8) -> list[np.ndarray]:
+    """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
+    validation cache, in source order, in full batches only (at most ``max_batches``).
+
+    Fixed windows, not a shuffle, so every evaluation of a run sees the same tokens. Empty
+    when the caches hold less than one batch; the caller reports that instead of a number.
+    """
+    windows = []
+    for name, path in sorted(caches.items()):
+        cache = TokenCache(path)
+        n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
+        if n > 0:
+            windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))
+    if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
+        return [np.stack(windows).astype(np.int32)]
+    full = len(windows) // batch_size
+    return [np.stack(windows[b * batch_size:(b + 1) * batch_size]).astype(np.int32) for b in range(full)]

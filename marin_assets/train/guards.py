@@ -19,6 +19,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from marin_assets.model.config import check_field_types
+
 COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch", "update_clipped", "grad_clipped")
 
 
@@ -32,11 +34,17 @@ class GuardConfig:
     # A level shift is not a spike: after this many spike-skips in a row the next step is
     # accepted, so the window learns the new level instead of freezing the run (0: no cap).
     max_consecutive_spikes: int = 8
+    # A phase that skipped more than this fraction of its steps trained on little or nothing
+    # (e.g. every batch flagged corrupt): train() raises TooManySkippedSteps after it.
+    max_skipped_fraction: float = 0.5
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("grad_clip", "update_clip_sigma", "skip_sigma"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GuardConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.max_skipped_fraction <= 1.0:
+            raise ValueError(f"GuardConfig.max_skipped_fraction must be in [0, 1], got {self.max_skipped_fraction}")
         if self.window < 2:
             raise ValueError(f"GuardConfig.window must be >= 2, got {self.window}")
         if self.max_consecutive_spikes < 0:

@@ -1,18 +1,22 @@
-"""The training loop: state, the jitted step, checkpoint cadence, resume and warm start.
+"""The training loop: the jitted step, checkpoint cadence, resume, warm start, held-out loss.
 
     result = train(config, {"web": cache_dir}, out_dir, resume=True)
 
-State is one pytree (params, optimizer state, guard windows, router bias, step, RNG) so a
-checkpoint is a single flatten and a resume a single unflatten. The step is
+State is one pytree (``TrainState``: params, optimizer state, guard windows, router bias,
+step, RNG) so a checkpoint is a single flatten and a resume a single unflatten. The step is
 ``jax.jit``-compiled once; the phase-relative LR, the guards and the skip decision all
 happen inside it. The host loop only feeds batches (read ahead on a thread), writes the
 previous step's metrics while the current step runs, and checkpoints on its cadence.
+
+A cache is one Levanter split, or a DataKit cache folder (``train/`` + ``validation/``):
+the train split is trained on and the validation split gives the held-out loss at the end.
+Before step 1 the model's vocabulary is checked against the cache's tokenizer; after the
+last step, a phase that skipped most of its steps raises ``TooManySkippedSteps``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import time
@@ -25,14 +29,15 @@ import numpy as np
 
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.config import TrainConfig, config_to_dict
-from marin_assets.train.data import DataPosition, MixedLoader
-from marin_assets.train.guards import (COUNTERS, clip_grads, clip_updates, global_norm, init_guard_state, record,
-                                       should_skip)
+from marin_assets.train.data import DataPosition, MixedLoader, cache_vocab_size, held_out_batches, resolve_cache
+from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.schedules import learning_rate
+from marin_assets.train.state import Model, TrainState, init_state, moe_model
 
 log = logging.getLogger(__name__)
+SKIP_COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,51 +52,51 @@ class TrainResult:
     tokens_left: dict  # per source, tokens not yet seen in the first epoch
     phase_start_step: int
     last_loss: float | None
+    validation_loss: float | None = None  # cross-entropy on the validation split(s); None without one
+
+
+class TooManySkippedSteps(RuntimeError):
+    """A phase skipped more than ``guards.max_skipped_fraction`` of its steps: it trained on
+    little or nothing. Checkpoints and metrics are written; ``result`` says where it ended."""
+
+    def __init__(self, result: TrainResult, phase: str, skipped: int, steps: int, limit: float):
+        self.result, self.skipped, self.steps = result, skipped, steps
+        reasons = {k: result.counts.get(k, 0) for k in SKIP_COUNTERS}
+        super().__init__(f"phase {phase!r} skipped {skipped} of {steps} steps (more than {limit:.0%}; "
+                         f"{reasons}): the run trained on little or nothing")
 
 
 class _Stop(Exception):
     """Raised by ``stop_at_step`` to abandon the loop like a killed process would."""
 
 
-def default_model():
-    from marin_assets import model
-
-    return model.init_params, model.loss_fn, model.init_router_bias, model.next_router_bias
+def default_model() -> Model:
+    return moe_model()
 
 
-def init_state(config: TrainConfig, opt: Optimizer, init_params, init_router_bias) -> dict:
-    key = jax.random.PRNGKey(config.seed)
-    key, init_key = jax.random.split(key)
-    params = init_params(config.model, init_key)
-    return {"params": params, "opt_state": opt.init(params), "guard": init_guard_state(config.guards),
-            "router_bias": init_router_bias(config.model), "step": jnp.int32(0), "rng": key}
-
-
-def make_train_step(config: TrainConfig, opt: Optimizer, loss_fn: Callable, next_router_bias: Callable):
+def make_train_step(config: TrainConfig, opt: Optimizer, model: Model):
     """step(state, tokens[B,S] int32, batch_ok bool, phase_start int32) -> (state, metrics)."""
     model_cfg, guard_cfg, sched_cfg = config.model, config.guards, config.schedule
 
-    def step(state, tokens, batch_ok, phase_start):
-        params = state["params"]
-        lr = learning_rate(state["step"] - phase_start, sched_cfg)
+    def step(state: TrainState, tokens, batch_ok, phase_start):
+        params = state.params
+        lr = learning_rate(state.step - phase_start, sched_cfg)
         (loss, aux), grads = jax.value_and_grad(
-            lambda p: loss_fn(p, tokens, model_cfg, state["router_bias"]), has_aux=True)(params)
+            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias), has_aux=True)(params)
         grad_norm = global_norm(grads)
-        decision = should_skip(guard_cfg, state["guard"], loss, grad_norm, batch_ok)
+        decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
         skip = decision["skip"]
         grads, grad_clipped = clip_grads(guard_cfg, grads, grad_norm, skip)
-        updates, new_opt = opt.update(grads, state["opt_state"], params, lr)
-        updates, update_norm, update_clipped = clip_updates(guard_cfg, state["guard"], updates)
+        updates, new_opt = opt.update(grads, state.opt_state, params, lr)
+        updates, update_norm, update_clipped = clip_updates(guard_cfg, state.guard, updates)
         # Skip-step: zero update AND the optimizer state stays as it was.
         new_params = jax.tree.map(lambda p, u: jnp.where(skip, p, p + u.astype(p.dtype)), params, updates)
-        new_opt = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state["opt_state"], new_opt)
-        new_bias = jnp.where(skip, state["router_bias"],
-                             next_router_bias(state["router_bias"], aux, model_cfg))
-        guard = record(guard_cfg, state["guard"], decision, loss, grad_norm, update_norm,
-                       grad_clipped, update_clipped)
-        rng, _ = jax.random.split(state["rng"])
-        new_state = {"params": new_params, "opt_state": new_opt, "guard": guard, "router_bias": new_bias,
-                     "step": state["step"] + 1, "rng": rng}
+        new_opt = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state.opt_state, new_opt)
+        new_bias = jnp.where(skip, state.router_bias, model.next_router_bias(state.router_bias, aux, model_cfg))
+        guard = record(guard_cfg, state.guard, decision, loss, grad_norm, update_norm, grad_clipped, update_clipped)
+        rng, _ = jax.random.split(state.rng)
+        new_state = TrainState(params=new_params, opt_state=new_opt, guard=guard, router_bias=new_bias,
+                               step=state.step + 1, rng=rng)
         metrics = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "update_norm": update_norm,
                    "skipped": skip, "counts": guard["counts"]}
         return new_state, metrics
@@ -106,7 +111,30 @@ def check_fits(config: TrainConfig) -> None:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n} available devices")
 
 
-def _resolve_checkpoint(path: str | Path) -> Path:
+def check_vocab(config: TrainConfig, caches: Mapping[str, Path]) -> None:
+    """A model smaller than the cache's tokenizer would see every batch as corrupt."""
+    for name, path in sorted(caches.items()):
+        vocab = cache_vocab_size(path)
+        if vocab is not None and vocab > config.model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size is {config.model.vocab_size} but cache {name!r} ({path}) was tokenized with a "
+                f"vocabulary of {vocab}: every batch would hold ids the model cannot embed; set model.vocab_size "
+                f">= {vocab} (or leave it unset to take it from the cache)")
+
+
+def split_caches(cache_dirs: Mapping[str, str | Path] | str | Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """({source: train split}, {source: validation split}) from single splits or DataKit folders."""
+    if not isinstance(cache_dirs, Mapping):
+        cache_dirs = {"train": cache_dirs}
+    train_dirs, validation_dirs = {}, {}
+    for name, path in cache_dirs.items():
+        train_dirs[name], validation = resolve_cache(path)
+        if validation is not None:
+            validation_dirs[name] = validation
+    return train_dirs, validation_dirs
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant."""
     path = Path(path)
     if (path / ckpt.MARKER).exists() or (path / "meta.json").exists():
@@ -118,6 +146,93 @@ def _resolve_checkpoint(path: str | Path) -> Path:
     raise FileNotFoundError(f"no valid checkpoint in {path}")
 
 
+@dataclasses.dataclass
+class _Run:
+    """Where this call of ``train`` stands: the state and the bookkeeping checkpoints save."""
+
+    config: TrainConfig
+    state: TrainState
+    position: DataPosition = DataPosition()
+    phase_start: int = 0  # global step this phase started at
+    tokens_before: int = 0  # tokens trained on before this phase
+
+    def tokens_at(self, step: int) -> int:
+        return self.tokens_before + (step - self.phase_start) * self.config.tokens_per_step
+
+    def meta(self, step: int) -> dict:
+        return {"data_position": self.position.to_json(), "phase_start_step": self.phase_start,
+                "phase": self.config.phase, "tokens_before_phase": self.tokens_before,
+                "tokens": self.tokens_at(step), "optimizer": self.config.optimizer.name,
+                "config": config_to_dict(self.config)}
+
+
+def _resume(run: _Run, folder: Path, logger: MetricsLogger) -> None:
+    arrays, meta = ckpt.load(folder)
+    run.state = TrainState.from_dict(ckpt.restore_like(run.state.to_dict(), arrays, where=str(folder)))
+    run.position = DataPosition.from_json(meta["data_position"])
+    run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
+    logger.truncate_after(int(meta["step"]))
+    log.info("resumed from %s at step %d", folder, meta["step"])
+
+
+def _warm_start(run: _Run, source: Path) -> None:
+    """Params, router bias, RNG, global step and data position from ``source``; the optimizer
+    state too when the optimizer is the same; the schedule restarts at this phase's step 0."""
+    arrays, meta = ckpt.load(source)
+    state, where = run.state, str(source)
+    state = state.replace(params=ckpt.restore_like(state.params, arrays, "['params']", where),
+                          router_bias=ckpt.restore_like(state.router_bias, arrays, "['router_bias']", where),
+                          rng=ckpt.restore_like(state.rng, arrays, "['rng']", where),
+                          step=jnp.int32(int(meta["step"])))
+    if meta.get("optimizer") == run.config.optimizer.name:
+        try:
+            state = state.replace(opt_state=ckpt.restore_like(state.opt_state, arrays, "['opt_state']", where))
+        except ValueError as e:
+            log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
+    run.state = state
+    run.position = DataPosition.from_json(meta["data_position"])
+    run.phase_start, run.tokens_before = int(meta["step"]), int(meta["tokens"])
+    log.info("warm start from %s at step %d (data position kept: %s)", source, run.phase_start,
+             run.position.to_json())
+
+
+def _start(run: _Run, ckpt_root: Path, out_dir: Path, logger: MetricsLogger, resume: bool,
+           warm_start: str | Path | None) -> None:
+    """Resume from the newest valid checkpoint, else warm start, else begin fresh."""
+    latest = ckpt.latest_valid(ckpt_root) if resume else None
+    if latest is not None:
+        _resume(run, latest, logger)
+        return
+    if (out_dir / "metrics.jsonl").exists():
+        logger.truncate_after(-1)  # a fresh start owns the file
+    if warm_start is not None:
+        _warm_start(run, resolve_checkpoint(warm_start))
+
+
+class _Emitter:
+    """Writes each step's metrics row one step late, so the host never waits on the device."""
+
+    def __init__(self, run: _Run, logger: MetricsLogger, log_fn: Callable[[dict], None] | None):
+        self.run, self.logger, self.log_fn = run, logger, log_fn
+        self.pending: tuple[int, dict] | None = None
+        self.last_row: dict | None = None
+
+    def push(self, step: int, metrics: dict) -> None:
+        self.flush()
+        self.pending = (step, metrics)
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        step, metrics = self.pending
+        self.pending = None
+        row = _host_metrics(step, metrics, self.run.config, self.run.tokens_at(step))
+        self.logger.write(row)
+        self.last_row = row
+        if self.log_fn is not None:
+            self.log_fn(row)
+
+
 def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
     m = jax.device_get(m)
     row = {"step": step, "loss": float(m["loss"]), "lr": float(m["lr"]), "grad_norm": float(m["grad_norm"]),
@@ -127,138 +242,126 @@ def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
     return row
 
 
+def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter: _Emitter,
+               stop_at_step: int | None) -> None:
+    """Steps from the state's step to the phase end, checkpointing on the step/time cadence."""
+    config = run.config
+    end_step = run.phase_start + config.num_steps
+    start = int(run.state.step)
+    if start >= end_step:
+        return
+    phase_start = jnp.int32(run.phase_start)
+    last_save = time.monotonic()
+    batches = loader.iterate(run.position, prefetch=config.prefetch)
+    for step in range(start + 1, end_step + 1):
+        tokens, ok, next_position = next(batches)
+        run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), phase_start)
+        run.position = next_position
+        emitter.push(step, metrics)  # writes the previous step's row while this one computes
+        if stop_at_step is not None and step >= stop_at_step:
+            raise _Stop()
+        permanent = step % config.checkpoint_every_steps == 0 or step == end_step
+        if permanent or time.monotonic() - last_save >= config.checkpoint_every_seconds:
+            emitter.flush()
+            emitter.logger.flush()
+            ckpt.save(ckpt_root, step, run.state.to_dict(), run.meta(step), "permanent" if permanent else "temporary")
+            last_save = time.monotonic()
+    emitter.flush()
+
+
+def validation_loss(config: TrainConfig, model: Model, state: TrainState,
+                    caches: Mapping[str, Path]) -> float | None:
+    """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
+    each weighted by its rows); None when the validation splits hold less than one window."""
+    batches = held_out_batches(caches, config.seq_len, config.batch_size)
+    if not batches:
+        log.warning("no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
+                    sorted(map(str, caches.values())), config.seq_len)
+        return None
+    def cross_entropy(p, bias, tokens):  # the held-out number is CE alone, without the z-loss terms
+        loss, aux = model.loss_fn(p, tokens, config.model, bias)
+        return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
+
+    loss = jax.jit(cross_entropy)
+    losses = [float(loss(state.params, state.router_bias, b)) for b in batches]
+    return float(np.average(losses, weights=[len(b) for b in batches]))
+
+
+def _phase_skips(rows: list[dict], run: _Run) -> tuple[int, int]:
+    """(skipped, steps) of this phase, from the metrics file (it survives resumes)."""
+    mine = [r for r in rows if r.get("phase") == run.config.phase and int(r["step"]) > run.phase_start]
+    return sum(bool(r.get("skipped")) for r in mine), len(mine)
+
+
 def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path, out_dir: str | Path,
           resume: bool = True, warm_start: str | Path | None = None, log_fn: Callable[[dict], None] | None = None,
-          model_fns=None, stop_at_step: int | None = None) -> TrainResult:
+          model: Model | None = None, stop_at_step: int | None = None, model_fns=None) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
-    cache_dirs: {source name: Levanter cache dir} (a single path is named "train").
+    cache_dirs: {source name: cache} (a single path is named "train"); a cache is one Levanter
+      split, or a DataKit cache folder whose train/ split is trained on and whose
+      validation/ split gives ``TrainResult.validation_loss``.
     resume: continue from the newest valid checkpoint in ``out_dir`` if there is one.
     warm_start: a checkpoint (or another phase's out dir) to start this phase from: its
       params, router bias, global step and data position are kept; the schedule restarts at
       this phase's step 0; the optimizer state is kept if the optimizer is unchanged.
     log_fn: called with each step's metrics row (e.g. to forward to Dagster).
-    model_fns: (init_params, loss_fn, init_router_bias, next_router_bias); default the MoE model.
+    model: the model functions (``state.Model``); default the MoE. ``model_fns``, the old
+      4-tuple (init_params, loss_fn, init_router_bias, next_router_bias), is still accepted.
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
+    Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
+    work, and TooManySkippedSteps after a phase that skipped most of its steps.
     """
+    model = model or (Model(*model_fns) if model_fns is not None else moe_model())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if not isinstance(cache_dirs, Mapping):
-        cache_dirs = {"train": cache_dirs}
-    init_params, loss_fn, init_router_bias, next_router_bias = model_fns or default_model()
-
     # Everything that can be wrong with the config or data fails here, before compute.
     check_fits(config)
-    loader = MixedLoader(cache_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
+    train_dirs, validation_dirs = split_caches(cache_dirs)
+    check_vocab(config, train_dirs)
+    loader = MixedLoader(train_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
                          vocab_size=config.model.vocab_size)
 
     ckpt_root = out_dir / "checkpoints"
-    params_template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
-    opt = make_optimizer(config.optimizer, params_template)
-    state = init_state(config, opt, init_params, init_router_bias)
-    position, phase_start, tokens_before = DataPosition(), 0, 0
+    opt = make_optimizer(config.optimizer,
+                         jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    run = _Run(config, init_state(config, opt, model))
     logger = MetricsLogger(out_dir, use_wandb=config.wandb, run_name=f"{out_dir.name}-{config.phase}",
                            config=config_to_dict(config))
-
-    latest = ckpt.latest_valid(ckpt_root) if resume else None
-    if latest is not None:
-        arrays, meta = ckpt.load(latest)
-        state = ckpt.restore_like(state, arrays, where=str(latest))
-        position = DataPosition.from_json(meta["data_position"])
-        phase_start, tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
-        logger.truncate_after(int(meta["step"]))
-        log.info("resumed from %s at step %d", latest, meta["step"])
-    else:
-        if (out_dir / "metrics.jsonl").exists():
-            logger.truncate_after(-1)  # a fresh start owns the file
-        if warm_start is not None:
-            source = _resolve_checkpoint(warm_start)
-            arrays, meta = ckpt.load(source)
-            state["params"] = ckpt.restore_like(state["params"], arrays, "['params']", str(source))
-            state["router_bias"] = ckpt.restore_like(state["router_bias"], arrays, "['router_bias']", str(source))
-            state["rng"] = ckpt.restore_like(state["rng"], arrays, "['rng']", str(source))
-            state["step"] = jnp.int32(int(meta["step"]))
-            if meta.get("optimizer") == config_to_dict(config)["optimizer"]["name"]:
-                try:
-                    state["opt_state"] = ckpt.restore_like(state["opt_state"], arrays, "['opt_state']", str(source))
-                except ValueError as e:
-                    log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
-            position = DataPosition.from_json(meta["data_position"])
-            phase_start = int(meta["step"])
-            tokens_before = int(meta["tokens"])
-            log.info("warm start from %s at step %d (data position kept: %s)", source, phase_start,
-                     position.to_json())
-
-    step_fn = make_train_step(config, opt, loss_fn, next_router_bias)
+    _start(run, ckpt_root, out_dir, logger, resume, warm_start)
     # Fresh, distinct buffers: the step donates its input state, and init may share arrays.
-    state = jax.tree.map(lambda x: jnp.array(x, copy=True), state)
-    end_step = phase_start + config.num_steps
-    start = int(state["step"])
-    counts = {k: 0 for k in COUNTERS}
-
-    def tokens_at(step: int) -> int:
-        return tokens_before + (step - phase_start) * config.tokens_per_step
-
-    def save(step: int, kind: str) -> Path:
-        meta = {"data_position": position.to_json(), "phase_start_step": phase_start, "phase": config.phase,
-                "tokens_before_phase": tokens_before, "tokens": tokens_at(step),
-                "optimizer": config.optimizer.name, "config": config_to_dict(config)}
-        logger.flush()
-        return ckpt.save(ckpt_root, step, state, meta, kind)
-
-    last_save_time = time.monotonic()
-    pending = None
-    last_row = None
-    phase_start_arr = jnp.int32(phase_start)
-
-    def emit(pending_item):
-        nonlocal last_row, counts
-        step_no, metrics = pending_item
-        row = _host_metrics(step_no, metrics, config, tokens_at(step_no))
-        counts = row["counts"]
-        logger.write(row)
-        last_row = row
-        if log_fn is not None:
-            log_fn(row)
-
+    run.state = jax.tree.map(lambda x: jnp.array(x, copy=True), run.state)
+    start = int(run.state.step)
+    emitter = _Emitter(run, logger, log_fn)
     try:
-        if start < end_step:
-            batches = loader.iterate(position, prefetch=config.prefetch)
-            for step in range(start + 1, end_step + 1):
-                tokens, ok, next_position = next(batches)
-                state, metrics = step_fn(state, tokens, np.bool_(ok), phase_start_arr)
-                position = next_position
-                if pending is not None:
-                    emit(pending)  # the previous step's numbers, while this one computes
-                pending = (step, metrics)
-                if stop_at_step is not None and step >= stop_at_step:
-                    raise _Stop()
-                permanent = step % config.checkpoint_every_steps == 0 or step == end_step
-                temporary = time.monotonic() - last_save_time >= config.checkpoint_every_seconds
-                if permanent or temporary:
-                    emit(pending)
-                    pending = None
-                    save(step, "permanent" if permanent else "temporary")
-                    last_save_time = time.monotonic()
-            if pending is not None:
-                emit(pending)
-                pending = None
+        _run_steps(run, make_train_step(config, opt, model), loader, ckpt_root, emitter, stop_at_step)
     except _Stop:
         pass
     finally:
         logger.close()
+    return _finish(run, model, loader, validation_dirs, out_dir, emitter, start, stopped=stop_at_step is not None)
 
-    rows = read_metrics(logger.path)
+
+def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: Path,
+            emitter: _Emitter, start: int, stopped: bool) -> TrainResult:
+    """Loss curve, held-out loss, train_result.json; raise if the phase mostly skipped."""
+    rows = read_metrics(emitter.logger.path)
     png = plot_loss_curve(rows, out_dir / "loss_curve.png", title=f"{out_dir.name}") if rows else None
-    if rows:
-        counts = rows[-1].get("counts", counts)
-    final_step = int(jax.device_get(state["step"])) if stop_at_step is None else (
-        int(rows[-1]["step"]) if rows else start)
-    latest = ckpt.latest_valid(ckpt_root)
+    counts = rows[-1].get("counts", {}) if rows else {k: 0 for k in COUNTERS}
+    final_step = int(jax.device_get(run.state.step)) if not stopped else (int(rows[-1]["step"]) if rows else start)
+    held_out = None if stopped or not validation_dirs else validation_loss(run.config, model, run.state,
+                                                                             validation_dirs)
+    last_loss = emitter.last_row["loss"] if emitter.last_row else None
     (out_dir / "train_result.json").write_text(json.dumps(
-        {"final_step": final_step, "counts": counts, "data_position": position.to_json()}, indent=1))
-    return TrainResult(final_step=final_step, tokens=tokens_at(final_step), metrics_path=logger.path,
-                       checkpoint_dir=latest, loss_curve_png=png, counts=counts,
-                       data_position=position.to_json(), tokens_left=loader.tokens_left(position),
-                       phase_start_step=phase_start,
-                       last_loss=last_row["loss"] if last_row else None)
+        {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
+         "validation_loss": held_out}, indent=1))
+    result = TrainResult(final_step=final_step, tokens=run.tokens_at(final_step), metrics_path=emitter.logger.path,
+                         checkpoint_dir=ckpt.latest_valid(out_dir / "checkpoints"), loss_curve_png=png,
+                         counts=counts, data_position=run.position.to_json(),
+                         tokens_left=loader.tokens_left(run.position), phase_start_step=run.phase_start,
+                         last_loss=last_loss, validation_loss=held_out)
+    skipped, steps = _phase_skips(rows, run)
+    limit = run.config.guards.max_skipped_fraction
+    if not stopped and steps and skipped > limit * steps:
+        raise TooManySkippedSteps(result, run.config.phase, skipped, steps, limit)
+    return result

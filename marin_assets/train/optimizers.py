@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from marin_assets.model.config import check_field_types
+
 NAMES = ("adamw", "adamh", "muon")
 
 
@@ -41,6 +43,7 @@ class OptimizerConfig:
     muon_ns_steps: int = 5
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.name not in NAMES:
             raise ValueError(f"OptimizerConfig.name must be one of {NAMES}, got {self.name!r}")
         for name in ("beta1", "beta2", "muon_momentum"):

@@ -27,6 +27,8 @@ from typing import Callable
 
 import jax.numpy as jnp
 
+from marin_assets.model.config import check_field_types
+
 KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
 
 
@@ -44,6 +46,7 @@ class ScheduleConfig:
     start_fraction: float = 1.0  # linear_decay only: LR at the first step, as a fraction of peak
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.kind not in KINDS:
             raise ValueError(f"ScheduleConfig.kind must be one of {KINDS}, got {self.kind!r}")
         if not self.peak_lr > 0:

@@ -1,22 +1,35 @@
-"""Mixture schedules and the deterministic block sampler."""
+"""The Mixture type: validation, normalisation, stage lookup, config spellings, round trip."""
 
 from __future__ import annotations
 
-from collections import Counter
+import json
+import math
 
-import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from marin_assets.datakit.mixture import MixtureSampler, MixtureSchedule
+from marin_assets.datakit.mixture import Mixture
 
 
-def test_schedule_normalises_and_switches_at_steps():
-    schedule = MixtureSchedule([(0, {"web": 3, "code": 1}), (100, {"web": 1, "math": 1})])
-    assert schedule.sources == ["code", "math", "web"]
-    assert schedule.weights_at(0) == {"code": 0.25, "math": 0.0, "web": 0.75}
-    assert schedule.weights_at(99) == schedule.weights_at(0)
-    assert schedule.weights_at(100) == {"code": 0.0, "math": 0.5, "web": 0.5}
-    assert schedule.weights_at(10**9) == schedule.weights_at(100)
+def test_normalises_and_switches_at_steps():
+    mix = Mixture([(0, {"web": 3, "code": 1}), (100, {"web": 1, "math": 1})])
+    assert mix.sources == ("code", "math", "web")
+    assert mix.weights_at(0) == {"code": 0.25, "math": 0.0, "web": 0.75}
+    assert mix.weights_at(99) == mix.weights_at(0)
+    assert mix.weights_at(100) == {"code": 0.0, "math": 0.5, "web": 0.5}
+    assert mix.weights_at(10**9) == mix.weights_at(100)
+    assert mix.steps == (0, 100)
+
+
+def test_config_spellings_are_one_mixture():
+    plain = Mixture.from_dict({"a": 2, "b": 6})
+    assert plain == Mixture.constant({"a": 0.25, "b": 0.75})
+    assert plain.to_dict() == {"stages": [[0, {"a": 0.25, "b": 0.75}]]}
+    staged = Mixture.from_dict({"stages": [[0, {"a": 1}], [5, {"b": 1}]]})
+    assert staged == Mixture.from_dict([[0, {"a": 1}], [5, {"b": 1}]])
+    assert Mixture.from_dict(staged) is staged
+    assert Mixture.from_dict(json.loads(json.dumps(staged.to_dict()))) == staged
 
 
 @pytest.mark.parametrize(
@@ -27,60 +40,57 @@ def test_schedule_normalises_and_switches_at_steps():
         ([(0, {"a": 1}), (10, {"a": 1}), (10, {"a": 2})], "strictly ascending"),
         ([(0, {"a": -1, "b": 2})], "'a' must be finite and >= 0"),
         ([(0, {"a": float("nan")})], "finite"),
+        ([(0, {"a": float("inf")})], "finite"),
+        ([(0, {"a": True})], "finite"),
         ([(0, {"a": 0.0})], "sum to zero"),
+        ([(0, {})], "non-empty mapping"),
+        ([(0.5, {"a": 1})], "non-negative integer"),
+        ([(0, {"": 1})], "non-empty strings"),
+        ([(0, {"a": 1}, 3)], "pair"),
     ],
 )
-def test_schedule_validation(stages, message):
+def test_validation(stages, message):
     with pytest.raises(ValueError, match=message):
-        MixtureSchedule(stages)
+        Mixture(stages)
 
 
-def test_block_proportions_match_weights():
-    schedule = MixtureSchedule.constant({"a": 0.5, "b": 0.3, "c": 0.2})
-    sampler = MixtureSampler(schedule, {"a": 1000, "b": 50, "c": 7}, seed=1)
-    counts = Counter(src for src, _ in sampler.sample(4 * 2048))
-    for name, w in schedule.weights_at(0).items():
-        assert abs(counts[name] / (4 * 2048) - w) <= 1 / 2048
-    assert sampler.block_counts(0) == {"a": 1024, "b": 614, "c": 410}  # largest remainder of 2048
+def test_from_dict_rejects_other_shapes():
+    for bad in (5, "web", None, {"stages": [[0, {"a": 1}]], "extra": 1}, {"a": "x"}):
+        with pytest.raises(ValueError, match="mixture"):
+            Mixture.from_dict(bad)
 
 
-def test_indices_cover_each_source_once_per_epoch():
-    # 32 of each source per block of 64: every block is exactly one epoch of "a".
-    sampler = MixtureSampler(MixtureSchedule.constant({"a": 1, "b": 1}), {"a": 32, "b": 1024}, seed=2, block_size=64)
-    blocks = [sampler.block(t) for t in range(32)]
-    a_epochs = [[i for s, i in blk if s == "a"] for blk in blocks]
-    for epoch in a_epochs:
-        assert sorted(epoch) == list(range(32))
-    assert a_epochs[0] != a_epochs[1]  # each epoch is reshuffled
-    b = [i for blk in blocks for s, i in blk if s == "b"]
-    assert sorted(b) == list(range(1024))  # one full epoch of b, no repeats
-    assert b[:50] != sorted(b[:50])  # not read in storage order
+def test_check_sources_names_the_unknown_ones():
+    mix = Mixture([(0, {"a": 1, "zero": 0}), (3, {"b": 1})])
+    mix.check_sources(["a", "b"])  # a zero-weight source need not exist
+    with pytest.raises(ValueError, match=r"unknown sources \['b'\]"):
+        mix.check_sources(["a"])
 
 
-def test_sampler_is_deterministic_and_random_access():
-    schedule = MixtureSchedule([(0, {"a": 1, "b": 1}), (3, {"a": 1, "b": 3})])
-    make = lambda seed: MixtureSampler(schedule, {"a": 37, "b": 90}, seed=seed, block_size=32, examples_per_step=8)
-    sequential = make(5).sample(32 * 10)
-    assert sequential == make(5).sample(32 * 10)
-    assert make(5).block(7) == sequential[7 * 32 : 8 * 32]  # block 7 without replaying 0..6
-    assert make(6).sample(32 * 10) != sequential
+weights = st.dictionaries(st.text(min_size=1, max_size=4), st.floats(0, 1e6), min_size=1, max_size=4)
 
 
-def test_schedule_switch_changes_block_proportions():
-    # 8 examples per step, blocks of 32 = 4 steps; stage 2 begins at step 12 = block 3.
-    schedule = MixtureSchedule([(0, {"a": 1, "b": 0}), (12, {"a": 1, "b": 3})])
-    sampler = MixtureSampler(schedule, {"a": 50, "b": 50}, seed=3, block_size=32, examples_per_step=8)
-    per_block = [Counter(s for s, _ in sampler.block(t)) for t in range(6)]
-    assert [c["b"] for c in per_block] == [0, 0, 0, 24, 24, 24]
-    assert [c["a"] for c in per_block] == [32, 32, 32, 8, 8, 8]
-    # Source a keeps reading its shuffled order across the switch (no restart, no repeat).
-    a = [i for t in range(6) for s, i in sampler.block(t) if s == "a"]
-    assert len(a) == 120 and set(Counter(a).values()) == {2, 3}  # 120 draws of 50 docs
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), weights), min_size=1, max_size=4))
+def test_round_trip_and_normalised_or_a_clear_error(raw):
+    try:
+        mix = Mixture(raw)
+    except ValueError:
+        return  # e.g. steps not ascending or a zero-sum stage: a ValueError, nothing else
+    assert Mixture.from_dict(mix.to_dict()) == mix
+    for step in mix.steps:
+        assert math.isclose(sum(mix.weights_at(step).values()), 1.0)
 
 
-def test_missing_documents_for_a_weighted_source_is_an_error():
-    with pytest.raises(ValueError, match="'b' has positive weight but 0 documents"):
-        MixtureSampler(MixtureSchedule.constant({"a": 1, "b": 1}), {"a": 10, "b": 0}, seed=0)
-    # A source with zero weight everywhere may be empty.
-    MixtureSampler(MixtureSchedule.constant({"a": 1, "b": 0}), {"a": 10}, seed=0)
-    assert np.isclose(sum(MixtureSchedule.constant({"x": 2, "y": 2}).weights_at(5).values()), 1.0)
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+                           max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_any_json_value_is_a_mixture_or_a_value_error(value):
+    try:
+        Mixture.from_dict(value)
+    except ValueError:
+        pass

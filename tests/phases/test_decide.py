@@ -4,7 +4,7 @@ import math
 import pytest
 
 from marin_assets.phases import (ACTIONS, PhasePlan, PhaseSpec, RunState, Signals, decide, loss_spike,
-                                 phase_train_config)
+                                 normalise, phase_train_config)
 
 M = 1_000_000
 KESTREL = PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd_s",
@@ -188,3 +188,29 @@ def test_phase_train_config_turns_a_spec_into_a_train_config():
     cfg = phase_train_config(base, spec)
     assert cfg.num_steps == 10 and cfg.batch_size == 8 and cfg.phase == "starling"
     assert cfg.schedule.kind == "linear_decay" and cfg.schedule.peak_lr == 2e-3 and cfg.model.lm_z_loss == 1e-3
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"peak_lr": float("nan")}, "PhaseSpec.peak_lr must be finite"),
+    ({"peak_lr": float("inf")}, "PhaseSpec.peak_lr must be finite"),
+    ({"z_loss": float("nan")}, "PhaseSpec.z_loss must be finite"),
+    ({"mixture": {"web": float("nan")}}, "PhaseSpec kestrel: mixture stage at step 0: weight of 'web' must be finite"),
+    ({"mixture": {"web": 0.0}}, "weights sum to zero"),
+    ({"batch_size": 8.0}, "PhaseSpec.batch_size must be int"),
+])
+def test_phase_spec_rejects_non_finite_and_bad_mixes(change, message):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(KESTREL, **change)
+
+
+def test_phase_mix_is_the_trainers_mixture():
+    from marin_assets.datakit.mixture import Mixture
+    from marin_assets.train.config import TrainConfig
+
+    spec = PhaseSpec(name="a", warm_start_from=None, schedule="wsd", mixture={"web": 3, "code": 1}, batch_size=8,
+                     hardware="cpu", token_budget=64 * 8 * 100, peak_lr=1e-3)
+    config = phase_train_config(TrainConfig(), spec)
+    assert config.mixture == spec.data_mixture == Mixture.constant({"code": 0.25, "web": 0.75})
+    assert normalise({"web": 3, "code": 1, "math": 0}) == {"code": 0.25, "web": 0.75}

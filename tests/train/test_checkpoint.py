@@ -60,3 +60,28 @@ def test_structure_mismatch_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"\['params'\]\['w'\].*expected float32\[5, 2\]"):
         ckpt.restore_like(other, arrays)
     assert json.loads((folder / "COMMITTED").read_text()).keys() == {"state.npz", "meta.json"}
+
+
+@pytest.mark.parametrize("marker", ["[]", "{}", "null", "5", '"x"', "{not json",
+                                    '{"state.npz": "%s"}', '{"meta.json": "%s", "state.npz": 7}',
+                                    '{"meta.json": "%s", "state.npz": "%s", "extra": "%s"}',
+                                    '{"meta.json": "%s", "state.npz": "%s"}'])
+def test_marker_of_the_wrong_shape_is_not_a_checkpoint(tmp_path, caplog, marker):
+    """A marker must list exactly state.npz and meta.json with their digests; anything else
+    (empty, a list, files missing, an extra entry, wrong digests) is skipped with a warning and
+    the older checkpoint is used, never a crash."""
+    ckpt.save(tmp_path, 2, state(2), {})
+    newer = ckpt.save(tmp_path, 4, state(4), {})
+    (newer / "COMMITTED").write_text(marker.replace("%s", "0" * 64))
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.latest_valid(tmp_path).name == "step-000000002"
+    assert "step-000000004: not a valid checkpoint" in caplog.text
+    with pytest.raises(ValueError, match="corrupt or incomplete"):
+        ckpt.load(newer)
+
+
+def test_marker_with_the_real_digests_is_valid(tmp_path):
+    folder = ckpt.save(tmp_path, 4, state(4), {})
+    good = json.loads((folder / "COMMITTED").read_text())
+    (folder / "COMMITTED").write_text(json.dumps(dict(reversed(list(good.items())))))  # order does not matter
+    assert ckpt.latest_valid(tmp_path) == folder

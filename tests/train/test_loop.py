@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import jax
@@ -34,13 +35,13 @@ def test_killed_and_resumed_run_is_bit_exact(caches, tiny_config, tmp_path):
 
 
 def test_nan_loss_steps_are_skipped_counted_and_training_continues(caches, tiny_config, tmp_path):
-    init_params, loss_fn, init_bias, next_bias = default_model()
+    moe = default_model()
 
     def poisoned(params, tokens, config, bias):
-        loss, aux = loss_fn(params, tokens, config, bias)
+        loss, aux = moe.loss_fn(params, tokens, config, bias)
         return jnp.where(jnp.sum(tokens) % 4 == 0, jnp.nan, loss), aux
 
-    result = train(tiny_config, caches, tmp_path / "nan", model_fns=(init_params, poisoned, init_bias, next_bias))
+    result = train(tiny_config, caches, tmp_path / "nan", model=dataclasses.replace(moe, loss_fn=poisoned))
     # which batches are poisoned, replayed from the loader
     loader = MixedLoader(caches, tiny_config.seq_len, tiny_config.batch_size)
     pos, expected = DataPosition(), []
@@ -85,3 +86,61 @@ def test_config_that_cannot_fit_fails_before_compute(caches, tiny_config, tmp_pa
     with pytest.raises(ValueError, match="exceeds model.max_seq_len"):
         replace(tiny_config, seq_len=64)
     assert not (tmp_path / "a" / "checkpoints").exists()
+
+
+def datakit_folder(root, vocab_size):
+    """The shape `marin datakit run` writes under <prefix>/cache: train/, validation/, stats.json."""
+    from cachebuild import stdlib_paragraphs, write_cache
+
+    write_cache(root / "train", stdlib_paragraphs())
+    # 120 bytes + EOS: three windows of 32, fewer than one batch of 4 -> one short batch
+    write_cache(root / "validation", ["JSON (JavaScript Object Notation) is a lightweight data interchange "
+                                      "format inspired by JavaScript object literal syntax."])
+    (root / "stats.json").write_text(json.dumps({"vocab_size": vocab_size}))
+    return root
+
+
+def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_config, tmp_path):
+    from marin_assets.train.data import TokenCache
+
+    folder = datakit_folder(tmp_path / "cache", vocab_size=256)
+    config = replace(tiny_config, num_steps=4)
+    result = train(config, folder, tmp_path / "run")
+    assert result.final_step == 4 and result.data_position["consumed"] == {"train": 16}
+    # known answer: the loss of the final params on the validation split's first windows
+    val = TokenCache(folder / "validation")
+    assert val.num_tokens // 32 == 3
+    tokens = val.read([0, 32, 64], 32).astype(np.int32)
+    arrays, _ = ckpt.load(result.checkpoint_dir)
+    moe = default_model()
+    params = ckpt.restore_like(jax.eval_shape(lambda: moe.init_params(config.model, jax.random.PRNGKey(0))),
+                               arrays, "['params']")
+    bias = ckpt.restore_like(moe.init_router_bias(config.model), arrays, "['router_bias']")
+    expected = float(moe.loss_fn(params, jnp.asarray(tokens), config.model, bias)[1]["ce_loss"])
+    assert result.validation_loss == pytest.approx(expected, rel=1e-5)
+    assert json.loads((tmp_path / "run" / "train_result.json").read_text())["validation_loss"] == result.validation_loss
+
+
+def test_model_smaller_than_the_tokenizer_stops_before_step_one(tiny_config, tmp_path):
+    folder = datakit_folder(tmp_path / "cache", vocab_size=4096)
+    with pytest.raises(ValueError, match=r"model.vocab_size is 256 .* vocabulary of 4096"):
+        train(tiny_config, folder, tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    (folder / "stats.json").write_text(json.dumps({"vocab_size": 256}))  # equal is fine: the line is >
+    from marin_assets.train.loop import check_vocab, split_caches
+
+    check_vocab(tiny_config, split_caches(folder)[0])
+
+
+def test_a_phase_that_skips_most_steps_raises_with_counts(caches, tiny_config, tmp_path):
+    from marin_assets.train.loop import TooManySkippedSteps
+
+    moe = default_model()
+    nan_loss = dataclasses.replace(moe, loss_fn=lambda p, t, c, b: (jnp.nan, moe.loss_fn(p, t, c, b)[1]))
+    config = replace(tiny_config, num_steps=4)
+    with pytest.raises(TooManySkippedSteps, match=r"skipped 4 of 4 steps .*'skipped_nonfinite': 4") as err:
+        train(config, caches, tmp_path / "strict", model=nan_loss)
+    assert err.value.result.final_step == 4 and err.value.result.checkpoint_dir is not None
+    # the other side of the line: allowed to skip every step, it returns
+    lenient = replace(config, guards={"max_skipped_fraction": 1.0})
+    assert train(lenient, caches, tmp_path / "lenient", model=nan_loss).counts["skipped_nonfinite"] == 4

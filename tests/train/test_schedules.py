@@ -19,6 +19,18 @@ def test_wsd_warmup_stable_decay_to_five_percent():
     assert lr(500, **kw) == pytest.approx(0.05)  # stays at the floor
 
 
+@pytest.mark.parametrize("step", [81, 83, 85, 87, 93, 95, 97, 99])
+def test_wsd_decay_is_linear_at_interior_points(step):
+    """Linear, not cosine: the two agree at the decay's ends and midpoint (80, 90, 100) only,
+    so check points on both sides of the midpoint against the straight line and the curve."""
+    kw = dict(kind="wsd", peak_lr=1.0, warmup_steps=10, total_steps=100, decay_steps=20)
+    frac = (step - 80) / 20
+    linear = 1.0 - 0.95 * frac
+    cosine = 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac))
+    assert lr(step, **kw) == pytest.approx(linear, abs=1e-6)
+    assert abs(lr(step, **kw) - cosine) > 0.01  # the check could tell the two apart here
+
+
 def test_cosine_ends_at_floor():
     kw = dict(kind="cosine", peak_lr=2.0, warmup_steps=0, total_steps=50, decay_steps=0, min_lr_fraction=0.1)
     assert lr(0, **kw) == pytest.approx(2.0)

@@ -1,0 +1,127 @@
+"""`marin train` as a new user meets it: fed by `marin datakit run`, bad configs, NaN output.
+
+The README path, end to end (slow): `marin datakit run --input X --prefix P --json`, then
+`marin train --cache P/cache --config examples/tiny_moe.yaml --out R`, killed with SIGKILL,
+then `--resume`: it finishes, the loss falls, the held-out loss is reported.
+"""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cachebuild import stdlib_module_docs, stdlib_paragraphs
+from conftest import TINY
+
+from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.metrics import read_metrics
+
+BIN = Path(sys.executable).parent
+MARIN = shutil.which("marin", path=str(BIN)) or "marin"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def marin_train(cache, cfg, out, *extra, env=None, timeout=300):
+    return subprocess.run([MARIN, "train", "--cache", str(cache), "--config", str(cfg), "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("text,field", [
+    ("- 1\n- 2\n", "expected a mapping of TrainConfig fields, got list"),
+    ("model: 5\n", "config.model must be a mapping of ModelConfig fields, got int 5"),
+    ("model:\n  init_std: .nan\n", "ModelConfig.init_std must be finite, got nan"),
+    ("optimizer:\n  weight_decay: .nan\n", "OptimizerConfig.weight_decay must be finite, got nan"),
+    ("guards:\n  grad_clip: .inf\n", "GuardConfig.grad_clip must be finite, got inf"),
+])
+def test_wrong_shaped_config_is_a_one_line_error(caches, tmp_path, text, field):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    r = marin_train(caches["license"], cfg, tmp_path / "out", timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]  # one line, no traceback
+    assert r.stderr.startswith(f"marin train: {cfg}: ") and field in r.stderr
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_summary_prints_null_for_non_finite_numbers(tmp_path):
+    from marin_assets.cli.train import _summary
+    from marin_assets.train.loop import TrainResult
+
+    result = TrainResult(final_step=3, tokens=12, metrics_path=tmp_path, checkpoint_dir=None, loss_curve_png=None,
+                         counts={"skipped_nonfinite": 3}, data_position={}, tokens_left={}, phase_start_step=0,
+                         last_loss=math.nan, validation_loss=math.inf)
+    line = json.dumps(_summary(result), allow_nan=False)
+    assert json.loads(line)["last_loss"] is None and json.loads(line)["validation_loss"] is None
+    assert json.loads(line)["counts"] == {"skipped_nonfinite": 3}
+
+
+@pytest.mark.slow
+def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
+    """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
+    flagged corrupt. Before: 'success', rc 0. Now rc 1 and the counts."""
+    data = dict(TINY, num_steps=6, model=dict(TINY["model"], vocab_size=100))
+    cfg = tmp_path / "v100.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
+    r = marin_train(caches["license"], cfg, tmp_path / "out", env=env)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "skipped 6 of 6 steps" in r.stderr and "'skipped_bad_batch': 6" in r.stderr
+    assert json.loads(r.stdout)["counts"]["skipped_bad_batch"] == 6
+
+
+def write_input(path: Path) -> Path:
+    docs = stdlib_paragraphs() + stdlib_module_docs(("json", "argparse", "dataclasses", "functools", "pathlib",
+                                                     "collections", "typing", "logging", "unittest", "inspect"))
+    with path.open("w") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"id": f"doc-{i}", "text": text}) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path):
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
+    prefix, out = tmp_path / "P", tmp_path / "R"
+    dk = subprocess.run([MARIN, "datakit", "run", "--input", str(write_input(tmp_path / "in.jsonl")),
+                         "--prefix", str(prefix), "--validation-fraction", "0.2", "--json"],
+                        capture_output=True, text=True, timeout=300, env=env)
+    assert dk.returncode == 0, dk.stderr[-2000:]
+    summary = json.loads(dk.stdout)
+    assert Path(summary["cache"]) == prefix / "cache" and summary["tokens"]["validation"] > 128
+    vocab = json.loads((prefix / "cache" / "stats.json").read_text())["vocab_size"]
+
+    command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(ROOT / "examples" / "tiny_moe.yaml"),
+               "--out", str(out), "--steps", "80"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    killed_at, deadline = None, time.time() + 400
+    while time.time() < deadline and proc.poll() is None:
+        latest = ckpt.latest_valid(out / "checkpoints")
+        if latest is not None and int(latest.name.split("-")[1]) < 80:
+            proc.send_signal(signal.SIGKILL)
+            killed_at = int(latest.name.split("-")[1])
+            break
+        time.sleep(0.02)
+    proc.wait(timeout=60)
+    assert killed_at is not None, f"run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    assert proc.returncode == -signal.SIGKILL
+
+    done = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["final_step"] == 80 and result["counts"]["skipped_bad_batch"] == 0
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 81))
+    first, last = [r["loss"] for r in rows[:10]], [r["loss"] for r in rows[-10:]]
+    assert sum(last) / 10 < sum(first) / 10 - 1.0  # the loss falls, by more than a nat
+    # held-out loss: finite, below the untrained model's (about ln(vocab)) by half a nat or more
+    assert rows[0]["loss"] == pytest.approx(math.log(vocab), abs=0.5)
+    assert 0 < result["validation_loss"] < rows[0]["loss"] - 0.5
+    meta = json.loads((Path(result["checkpoint"]) / "meta.json").read_text())
+    assert meta["config"]["model"]["vocab_size"] == vocab  # taken from the cache's tokenizer
