@@ -7,35 +7,10 @@ import math
 from typing import Literal
 
 from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
+from marin_assets.numeric_checks import check_field_types
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
-
-_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def check_field_types(obj) -> None:
-    """Every scalar field of a config dataclass has its declared type, and every float is finite.
-
-    Runs first in ``__post_init__``: range checks like ``x <= 0`` let NaN through and raise
-    TypeError on a string, so the field is named here instead. Handles ``int``, ``float``,
-    ``str``, ``bool`` and ``X | None`` annotations; other fields are checked by their owner.
-    """
-    where = type(obj).__name__
-    for f in dataclasses.fields(obj):
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", None) or str(f.type)
-        declared = annotation.replace(" ", "")
-        optional = declared.endswith("|None")
-        kinds = _SCALARS.get(declared.removesuffix("|None"))
-        value = getattr(obj, f.name)
-        if kinds is None or (optional and value is None):
-            continue
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise ValueError(f"{where}.{f.name} must be {declared.replace('|', ' | ')}, "
-                             f"got {type(value).__name__} {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}.{f.name} must be finite, got {value!r}")
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
