@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
@@ -38,6 +39,8 @@ class ModelConfig:
     lm_z_loss: float = 1e-4
     max_seq_len: int = 256
     rope_theta: float = 10000.0
+    rope_fraction: float = 1.0  # share of each head's dims that RoPE rotates (partial RoPE < 1)
+    qk_norm: bool = True  # RMS-normalise q and k before the attention logits
     balancing: Balancing = "quantile_exact"
     histogram_bins: int = 10_000
     # Fraction of the measured quantile shift applied per step. 1.0 is the full
@@ -91,6 +94,10 @@ class ModelConfig:
         if self.grouped_matmul not in _GROUPED_MATMUL:
             raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, "
                              f"got {self.grouped_matmul!r}")
+        if not (math.isfinite(self.rope_fraction) and 0.0 <= self.rope_fraction <= 1.0):
+            raise ValueError(f"ModelConfig.rope_fraction must be in [0, 1], got {self.rope_fraction}")
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"ModelConfig.qk_norm must be true or false, got {self.qk_norm!r}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 
