@@ -133,10 +133,18 @@ def _fmt(x) -> str:
     return "unbounded" if x is None else f"{x:.3f}"
 
 
-def render_report(record: ExperimentRecord, analysis: Mapping, image_links: Mapping[str, str] | None = None
-                  ) -> tuple[str, dict[str, bytes]]:
-    """Markdown (images referenced by ``image_links[name]``, default the file name) and the PNGs."""
-    images = {"loss_vs_compute.png": plot_loss_vs_compute(analysis), "speedups.png": plot_speedups(analysis)}
+def report_images(analysis: Mapping) -> dict[str, bytes]:
+    return {"loss_vs_compute.png": plot_loss_vs_compute(analysis), "speedups.png": plot_speedups(analysis)}
+
+
+def render_report(record: ExperimentRecord, analysis: Mapping) -> tuple[str, dict[str, bytes]]:
+    """Markdown (images referenced by file name) and its PNGs."""
+    images = report_images(analysis)
+    return report_markdown(record, analysis), images
+
+
+def report_markdown(record: ExperimentRecord, analysis: Mapping, image_links: Mapping[str, str] | None = None) -> str:
+    """The report; images are linked as ``image_links[name]`` (default: the file name)."""
     link = dict(image_links or {})
     crit = analysis["criterion"]
     floor = analysis["noise_floor"]["factor"]
@@ -163,4 +171,4 @@ def render_report(record: ExperimentRecord, analysis: Mapping, image_links: Mapp
     links = ", ".join(f"{k}: {v}" for k, v in record.links.items())
     if links:
         lines += [f"Links: {links}", ""]
-    return "\n".join(lines), images
+    return "\n".join(lines)

@@ -142,7 +142,13 @@ class Criterion:
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleScaling:
-    """Each run's WSD schedule scales with its step count (budgets differ in steps)."""
+    """How each run's schedule follows its step count (budgets differ in steps).
+
+    ``wsd``: warmup and decay are these fractions of the run's steps; ``cosine``: warmup is.
+    ``constant`` (and the other kinds) keep the configured schedule as is: nothing then
+    depends on the step count, so every budget of an arm shares one compiled train step
+    (the step's schedule constants are compiled in), which is what makes a CPU screen fit.
+    """
 
     warmup_fraction: float = 0.1
     decay_fraction: float = 0.3

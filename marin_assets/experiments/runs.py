@@ -87,8 +87,11 @@ def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> Ru
         raise ValueError(f"{record.source}: arm {arm!r} at budget {budget:.3g} gets {steps} steps "
                          f"({fpt * base.tokens_per_step:.3g} FLOPs each); need >= {MIN_STEPS}: raise the budget")
     frac = record.schedule
-    schedule = {"total_steps": steps, "warmup_steps": max(1, round(steps * frac.warmup_fraction)),
-                "decay_steps": max(1, round(steps * frac.decay_fraction))}
+    schedule = {"total_steps": steps}
+    if base.schedule.kind in ("wsd", "cosine"):
+        schedule["warmup_steps"] = max(1, round(steps * frac.warmup_fraction))
+    if base.schedule.kind == "wsd":
+        schedule["decay_steps"] = max(1, round(steps * frac.decay_fraction))
     config = replace(base, num_steps=steps, seed=seed, data_seed=seed, schedule=schedule,
                      checkpoint_every_steps=steps, checkpoint_every_seconds=1e9, wandb=False)
     return RunSpec(record.name, arm, budget, seed, config, fpt)

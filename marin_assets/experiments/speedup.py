@@ -12,9 +12,14 @@ and the arm's effective speedup is the geometric mean over budgets (speedups mul
 a factor 2 at one budget and 1/2 at another average to 1). A loss at or below the fitted
 asymptote E is one the baseline never reaches: the speedup is +inf, and stays so.
 
-Uncertainty: a percentile bootstrap over seeds. A seed is the unit (its runs at every
-budget move together), so each replicate resamples the baseline's seeds and refits the
-envelope, and resamples the arm's seeds; the interval covers both kinds of noise. The
+Uncertainty: a bootstrap over seeds. A seed is the unit (its runs at every budget move
+together), so each replicate resamples the baseline's seeds and refits the envelope, and
+resamples the arm's seeds; the spread covers both kinds of noise. Screens have 2-3 seeds
+per arm, where percentile intervals are far too narrow (a resample of 3 seeds never leaves
+their range, and its variance is (n-1)/n of the truth). So the interval is the bootstrap
+standard error of log(speedup), scaled back by n/(n-1) (n = the smaller seed count) and
+taken with Student-t quantiles on n_baseline + n_arm - 2 degrees of freedom, around the
+point estimate. Only when replicates are unbounded (+inf) does it fall back to percentiles. The
 noise floor is what seed noise alone does to the baseline against itself: each baseline
 seed's speedup against the fit of the other seeds (leave one seed out).
 """
@@ -144,8 +149,21 @@ def baseline_envelopes(baseline: Sequence[RunLoss], n: int, seed: int) -> list[L
     return out
 
 
+def t_interval(point: float, log_samples: np.ndarray, n_baseline: int, n_arm: int, level: float
+               ) -> tuple[float, float]:
+    """exp(log point -+ t * se): se from the bootstrap, corrected for few seeds (see above)."""
+    from scipy.stats import t
+
+    counts = [n for n in (n_baseline, n_arm) if n >= 2]
+    n_min = min(counts)
+    se = float(np.std(log_samples, ddof=1)) * math.sqrt(n_min / (n_min - 1))
+    half = float(t.ppf(0.5 + level / 2.0, max(n_baseline + n_arm - 2, 1))) * se
+    return math.exp(math.log(point) - half), math.exp(math.log(point) + half)
+
+
 def arm_speedup(arm: str, runs: Sequence[RunLoss], envelope: LossEnvelope,
-                replicates: Sequence[LossEnvelope | None], seed: int, level: float = 0.95) -> ArmSpeedup:
+                replicates: Sequence[LossEnvelope | None], seed: int, level: float = 0.95,
+                n_baseline_seeds: int = 2) -> ArmSpeedup:
     """Point estimate on the full fit; interval from the baseline ``replicates`` paired with
     seed-resampled arm runs."""
     if not runs:
@@ -163,10 +181,14 @@ def arm_speedup(arm: str, runs: Sequence[RunLoss], envelope: LossEnvelope,
             continue
     if not samples:
         raise ValueError(f"arm {arm!r}: no bootstrap replicate could be fitted")
-    tail = 100.0 * (1.0 - level) / 2.0
     values = np.asarray(samples)
-    return ArmSpeedup(arm=arm, effective_speedup=effective_speedup(envelope, runs),
-                      ci_low=_percentile(values, tail), ci_high=_percentile(values, 100.0 - tail),
+    point = effective_speedup(envelope, runs)
+    if np.all(np.isfinite(values)) and np.all(values > 0) and math.isfinite(point) and values.size > 1:
+        low, high = t_interval(point, np.log(values), n_baseline_seeds, len(by_seed), level)
+    else:
+        tail = 100.0 * (1.0 - level) / 2.0
+        low, high = _percentile(values, tail), _percentile(values, 100.0 - tail)
+    return ArmSpeedup(arm=arm, effective_speedup=point, ci_low=low, ci_high=high,
                       per_budget=speedup_at_budgets(envelope, runs), runs=len(runs), bootstrap_n=len(samples),
                       level=level)
 
@@ -197,5 +219,7 @@ def screen(runs: Sequence[RunLoss], baseline_arm: str = "baseline", bootstrap_n:
     envelope = fit_baseline(baseline)
     replicates = baseline_envelopes(baseline, bootstrap_n, seed)
     arms = sorted({r.arm for r in runs} - {baseline_arm})
-    results = {a: arm_speedup(a, [r for r in runs if r.arm == a], envelope, replicates, seed, level) for a in arms}
+    n_base = len(_by_seed(baseline))
+    results = {a: arm_speedup(a, [r for r in runs if r.arm == a], envelope, replicates, seed, level, n_base)
+               for a in arms}
     return envelope, results, noise_floor(baseline)
