@@ -16,7 +16,6 @@ runs and in the analysis. ``build_experiment_assets(path)`` builds one record's 
 ``experiment_assets`` holds the corpus plus every record under ``experiments/``.
 """
 
-from __future__ import annotations
 
 import base64
 import json
