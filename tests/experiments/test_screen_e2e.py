@@ -88,7 +88,9 @@ def test_rerun_is_all_cache_hits(screen):
 def test_editing_a_started_record_is_refused(screen, tmp_path):
     path, store, _ = screen
     edited = tmp_path / "tiny_screen.yaml"
-    edited.write_text(path.read_text().replace("a 30x lower learning rate is worse", "a 30x lower learning rate is better"))
+    data = yaml.safe_load(path.read_text())
+    data["hypothesis"] = data["hypothesis"].replace("is worse", "is better")
+    edited.write_text(yaml.safe_dump(data, sort_keys=False))
     rc, out, err = _cli(edited, store)
     assert rc == 2 and out == ""
     assert "experiment 'tiny_screen' has started runs" in err and "its hypothesis may no longer change" in err
