@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal
 
 from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
@@ -11,6 +10,7 @@ from marin_assets.numeric_checks import check_field_types
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -40,6 +40,8 @@ class ModelConfig:
     lm_z_loss: float = 1e-4
     max_seq_len: int = 256
     rope_theta: float = 10000.0
+    rope_fraction: float = 1.0  # share of each head's dims that RoPE rotates (partial RoPE < 1)
+    qk_norm: bool = True  # RMS-normalise q and k before the attention logits
     balancing: Balancing = "quantile_exact"
     histogram_bins: int = 10_000
     # Fraction of the measured quantile shift applied per step. 1.0 is the full
@@ -98,6 +100,8 @@ class ModelConfig:
         for name in ("norm_eps", "init_std", "rope_theta"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.rope_fraction <= 1.0:
+            raise ValueError(f"ModelConfig.rope_fraction must be in [0, 1], got {self.rope_fraction}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 
