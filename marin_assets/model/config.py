@@ -8,6 +8,7 @@ from typing import Literal
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
 _GROUPED_MATMUL = ("auto", "ragged_dot", "blocked")  # == kernels.grouped_matmul.IMPLS
+_EP_TRANSPORTS = ("ragged", "pooled")  # == kernels.expert_parallel.TRANSPORTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,9 @@ class ModelConfig:
     # on TPU, the blocked batched matmul elsewhere (ragged_dot is lowered densely there, G
     # times the FLOPs); "ragged_dot" / "blocked" force one. Same math either way.
     grouped_matmul: str = "auto"
+    # How routed tokens travel between the devices of a mesh's expert axis
+    # (kernels/expert_parallel.py); capacity_factor_send/recv above bound what they carry.
+    ep_transport: str = "ragged"
     norm_eps: float = 1e-6
     init_std: float = 0.02
 
@@ -91,6 +95,9 @@ class ModelConfig:
         if self.grouped_matmul not in _GROUPED_MATMUL:
             raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, "
                              f"got {self.grouped_matmul!r}")
+        if self.ep_transport not in _EP_TRANSPORTS:
+            raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
+                             f"got {self.ep_transport!r}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 

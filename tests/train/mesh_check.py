@@ -1,0 +1,110 @@
+"""One training-step harness on the ("data", "expert") mesh, run as a subprocess.
+
+The environment says how many processes and devices (as the manifests do:
+JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX, MARIN_DEVICES_PER_PROCESS),
+because XLA_FLAGS and jax.distributed must be set before JAX starts its backend, and the
+pytest process's JAX already has.
+
+Each step: the global batch ``rng([seed, step])`` (every process draws the same one and
+keeps only its rows), loss + grad through the model with the EP layer, an AdamW update,
+the router-bias update. Process 0 writes {"losses", "dropped", "mesh", "params" (final,
+as nested lists of a few leaves' sums)} to --out and the final params to --out.npz.
+
+  python tests/train/mesh_check.py --steps 20 --transport ragged --expert 4 --out r.json
+  --forever: print one line per step until killed (the kill test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from marin_assets.train import mesh as meshlib  # noqa: E402
+
+BATCH, SEQ = 8, 16
+
+
+def model_config(transport: str, capacity: float):
+    from marin_assets.model import ModelConfig
+
+    return ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=16,
+                       n_routed_experts=4, n_shared_experts=1, top_k=2, expert_d_ff=8, max_seq_len=SEQ,
+                       capacity_factor_send=capacity, capacity_factor_recv=capacity,
+                       ep_transport=transport, balancing="quantile_exact")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--transport", default="ragged")
+    ap.add_argument("--expert", type=int, default=None)
+    ap.add_argument("--capacity", type=float, default=4.0)  # = the largest expert axis: no drops
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--forever", action="store_true")
+    args = ap.parse_args()
+
+    setup = meshlib.init_distributed()
+    import jax
+    import numpy as np
+
+    from marin_assets.model import init_params, init_router_bias, loss_fn, next_router_bias
+    from marin_assets.train.optimizers import OptimizerConfig, make_optimizer
+
+    cfg = model_config(args.transport, args.capacity)
+    mesh = meshlib.make_mesh(cfg, expert=args.expert)
+    meshlib.check_fits(mesh, cfg, BATCH, SEQ)
+    ep = meshlib.expert_parallel(mesh, cfg)
+    template = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+    opt = make_optimizer(OptimizerConfig(), template)
+
+    def init():
+        params = init_params(cfg, jax.random.PRNGKey(0))
+        return {"params": params, "opt": opt.init(params), "bias": init_router_bias(cfg)}
+
+    state = meshlib.init_sharded(init, mesh)
+    state_sh = meshlib.state_shardings(mesh, state)
+
+    def step(state, tokens):
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state["params"], tokens, cfg, state["bias"], None, ep)
+        updates, opt_state = opt.update(grads, state["opt"], state["params"], 3e-3)
+        params = jax.tree.map(lambda p, u: p + u, state["params"], updates)
+        bias = next_router_bias(state["bias"], aux, cfg)
+        return ({"params": params, "opt": opt_state, "bias": bias},
+                {"loss": loss, "dropped": jax.numpy.sum(aux["dropped"])})
+
+    step_fn = meshlib.jit_step(step, mesh, state_sh, n_scalars=0)
+    rows = meshlib.process_rows(mesh, BATCH)
+    losses, dropped, times = [], [], []
+    i = 0
+    while args.forever or i < args.steps:
+        batch = np.random.default_rng([1234, i]).integers(0, cfg.vocab_size, (BATCH, SEQ), dtype=np.int32)
+        t0 = time.perf_counter()
+        state, metrics = step_fn(state, meshlib.shard_batch(mesh, batch[rows], BATCH))
+        losses.append(float(metrics["loss"]))
+        dropped.append(int(metrics["dropped"]))
+        times.append(time.perf_counter() - t0)
+        if args.forever:
+            print(json.dumps({"process": setup.process_id, "step": i, "loss": losses[-1]}), flush=True)
+        i += 1
+
+    host = meshlib.host_state(state["params"])
+    if meshlib.is_writer() and args.out:
+        flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(host)}
+        np.savez(args.out + ".npz", **flat)
+        Path(args.out).write_text(json.dumps({
+            "losses": losses, "dropped": dropped, "mesh": dict(mesh.shape),
+            "processes": setup.num_processes, "devices": jax.device_count(),
+            "rows": [rows.start, rows.stop], "step_seconds": times}))
+    meshlib.barrier("mesh_check_done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
