@@ -76,13 +76,18 @@ class Distributed:
             raise ValueError("Distributed: several processes need a coordinator address")
 
 
-def _positive_env(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+def _int_env(env: Mapping[str, str], name: str, default: int | None, least: int = 1) -> int | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
-    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < 1:
-        raise ValueError(f"environment variable {name} must be a positive integer, got {raw!r}")
+    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < least:
+        kind = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ValueError(f"environment variable {name} must be {kind}, got {raw!r}")
     return int(raw)
+
+
+def _positive_env(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    return _int_env(env, name, default, least=1)
 
 
 def distributed_from_env(env: Mapping[str, str]) -> Distributed:
@@ -91,8 +96,23 @@ def distributed_from_env(env: Mapping[str, str]) -> Distributed:
 
     if _positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
         return Distributed()
+    for name in ("JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_NUM_PROCESSES"):
+        if name in env and not re.fullmatch(r"[0-9]+", env[name]):  # before jax_distributed_args's int()
+            raise ValueError(f"environment variable {name} must be a non-negative integer, got {env[name]!r}")
     args = jax_distributed_args(env)
     return Distributed(args["process_id"], args["num_processes"], args["coordinator_address"])
+
+
+def local_env(process_id: int, num_processes: int, port: int, devices_per_process: int | None = None,
+              host: str = "127.0.0.1") -> dict[str, str]:
+    """The variables a manifest would set, for process ``process_id`` of a job on this host
+    (the ``processes`` backend, tests, benchmarks)."""
+    env = {"JAX_COORDINATOR_ADDRESS": f"{host}:{port}", "JAX_NUM_PROCESSES": str(num_processes),
+           "JOB_COMPLETION_INDEX": str(process_id), "MARIN_PROCESS_OFFSET": "0"}
+    if devices_per_process is not None:
+        env["MARIN_DEVICES_PER_PROCESS"] = str(devices_per_process)
+    distributed_from_env(env)  # validates
+    return env
 
 
 def _backends_started() -> bool:

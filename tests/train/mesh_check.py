@@ -8,9 +8,9 @@ pytest process's JAX already has.
 Each step: the global batch ``rng([seed, step])`` (every process draws the same one and
 keeps only its rows), loss + grad through the model with the EP layer, an AdamW update,
 the router-bias update. Process 0 writes {"losses", "dropped", "mesh", "params" (final,
-as nested lists of a few leaves' sums)} to --out and the final params to --out.npz.
+...} per transport to --out and each transport's final params to --out.<transport>.npz.
 
-  python tests/train/mesh_check.py --steps 20 --transport ragged --expert 4 --out r.json
+  python tests/train/mesh_check.py --steps 20 --transports ragged,pooled --expert 4 --out r.json
   --forever: print one line per step until killed (the kill test).
 """
 
@@ -39,24 +39,14 @@ def model_config(transport: str, capacity: float):
                        ep_transport=transport, balancing="quantile_exact")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--transport", default="ragged")
-    ap.add_argument("--expert", type=int, default=None)
-    ap.add_argument("--capacity", type=float, default=4.0)  # = the largest expert axis: no drops
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--forever", action="store_true")
-    args = ap.parse_args()
-
-    setup = meshlib.init_distributed()
+def run(setup, args, transport: str, bad_rows: bool = False) -> dict:
     import jax
     import numpy as np
 
     from marin_assets.model import init_params, init_router_bias, loss_fn, next_router_bias
     from marin_assets.train.optimizers import OptimizerConfig, make_optimizer
 
-    cfg = model_config(args.transport, args.capacity)
+    cfg = model_config(transport, args.capacity)
     mesh = meshlib.make_mesh(cfg, expert=args.expert)
     meshlib.check_fits(mesh, cfg, BATCH, SEQ)
     ep = meshlib.expert_parallel(mesh, cfg)
@@ -86,7 +76,8 @@ def main() -> int:
     while args.forever or i < args.steps:
         batch = np.random.default_rng([1234, i]).integers(0, cfg.vocab_size, (BATCH, SEQ), dtype=np.int32)
         t0 = time.perf_counter()
-        state, metrics = step_fn(state, meshlib.shard_batch(mesh, batch[rows], BATCH))
+        local = batch[:rows.stop - rows.start] if bad_rows else batch[rows]  # negative control
+        state, metrics = step_fn(state, meshlib.shard_batch(mesh, local, BATCH))
         losses.append(float(metrics["loss"]))
         dropped.append(int(metrics["dropped"]))
         times.append(time.perf_counter() - t0)
@@ -95,13 +86,32 @@ def main() -> int:
         i += 1
 
     host = meshlib.host_state(state["params"])
-    if meshlib.is_writer() and args.out:
+    if meshlib.is_writer() and args.out and not bad_rows:
         flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(host)}
-        np.savez(args.out + ".npz", **flat)
-        Path(args.out).write_text(json.dumps({
-            "losses": losses, "dropped": dropped, "mesh": dict(mesh.shape),
+        np.savez(f"{args.out}.{transport}.npz", **flat)
+    return {"losses": losses, "dropped": dropped, "mesh": dict(mesh.shape),
             "processes": setup.num_processes, "devices": jax.device_count(),
-            "rows": [rows.start, rows.stop], "step_seconds": times}))
+            "rows": [rows.start, rows.stop], "step_seconds": times}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--transports", default="ragged,pooled")
+    ap.add_argument("--expert", type=int, default=None)
+    ap.add_argument("--capacity", type=float, default=4.0)  # = the largest expert axis: no drops
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--forever", action="store_true")
+    ap.add_argument("--bad-rows", action="store_true",
+                    help="also run ragged with every process reading the first rows (a wrong slice)")
+    args = ap.parse_args()
+
+    setup = meshlib.init_distributed()
+    results = {t: run(setup, args, t) for t in args.transports.split(",")}
+    if args.bad_rows:
+        results["bad_rows"] = run(setup, args, "ragged", bad_rows=True)
+    if meshlib.is_writer() and args.out:
+        Path(args.out).write_text(json.dumps(results))
     meshlib.barrier("mesh_check_done")
     return 0
 
