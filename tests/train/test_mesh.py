@@ -21,7 +21,7 @@ from marin_assets.train import mesh as meshlib
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tests/train/mesh_check.py"
 STEPS = 20
-PROC_TIMEOUT_S = 420
+PROC_TIMEOUT_S = 900  # a few compiles; generous for a loaded 2-core CI machine
 
 
 def free_port() -> int:
@@ -112,9 +112,9 @@ def test_meshes_give_the_same_losses_and_params(runs, transport):
 def test_a_wrong_batch_slice_is_caught(runs):
     """Negative control: both processes reading rows [0, 4) changes the loss by far more
     than the tolerance above."""
-    bad = np.array(runs["2x2"]["bad_rows"]["losses"])
-    good = np.array(runs["1x1"]["ragged"]["losses"])
-    assert abs(bad[0] - good[0]) > 1e-3
+    for transport in ("ragged", "pooled"):
+        good = runs["2x2"][transport]["losses"][0]
+        assert abs(runs["2x2"][transport]["bad_rows_loss0"] - good) > 1e-3
 
 
 @pytest.mark.slow
