@@ -114,7 +114,8 @@ def result_metadata(result, mesh) -> dict:
             "mesh": {k: int(v) for k, v in mesh.shape.items()}, "devices": int(mesh.size)}
     if result.last_loss is not None:
         meta["last_loss"] = float(result.last_loss)
-    return meta
+    # Pipes infers scalars and strings; mappings must say they are JSON.
+    return {k: {"raw_value": v, "type": "json"} if isinstance(v, Mapping) else v for k, v in meta.items()}
 
 
 def _mesh_kwargs(train_fn, mesh) -> dict:
