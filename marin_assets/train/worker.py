@@ -15,9 +15,10 @@ MARIN_EXPERT_PARALLEL, MARIN_HEARTBEAT_TIMEOUT_S, MARIN_INIT_TIMEOUT_S) and Dags
 Pipes' (DAGSTER_PIPES_CONTEXT, DAGSTER_PIPES_MESSAGES).
 
 Process 0 opens Dagster Pipes (a no-op mock outside Dagster) and reports: log lines, one
-custom message per step ``{"kind": "metrics", "row": {...}}`` (the metrics.jsonl row), and
-at the end one asset materialization whose metadata is the run's counts (final_step,
-tokens, last_loss, counts, data_position, tokens_left, ...). Other processes report
+custom message per step ``{"metrics": {...}}`` (the metrics.jsonl row), and at the end one
+asset materialization whose metadata is the run's counts (final_step, tokens,
+phase_start_step, last_loss, tokens_left, counts, data_position, ...): the contract of
+marin_assets/orchestration/training_backends.py. SPEC may be a local path or an fsspec URL. Other processes report
 nothing. Exit codes: 0 done, 2 bad spec, 1 anything else (the traceback is on stderr and,
 on process 0, in the Pipes closed message).
 """
@@ -95,9 +96,12 @@ def spec_to_dict(spec: WorkerSpec) -> dict:
 
 
 def load_spec(path: str | Path) -> WorkerSpec:
-    path = Path(path)
+    """A spec from a local path or an fsspec URL (e.g. gs://...)."""
+    import fsspec
+
     try:
-        data = json.loads(path.read_text())
+        with fsspec.open(str(path), "r") as f:
+            data = json.loads(f.read())
     except FileNotFoundError:
         raise ValueError(f"{path}: spec file not found") from None
     except json.JSONDecodeError as e:
@@ -112,10 +116,11 @@ def result_metadata(result, mesh) -> dict:
             "phase_start_step": result.phase_start_step, "metrics_path": str(result.metrics_path),
             "checkpoint_dir": str(result.checkpoint_dir) if result.checkpoint_dir else "",
             "mesh": {k: int(v) for k, v in mesh.shape.items()}, "devices": int(mesh.size)}
-    if result.last_loss is not None:
-        meta["last_loss"] = float(result.last_loss)
-    # Pipes infers scalars and strings; mappings must say they are JSON.
-    return {k: {"raw_value": v, "type": "json"} if isinstance(v, Mapping) else v for k, v in meta.items()}
+    # Pipes infers scalars and strings; mappings (and a missing loss) must say what they are.
+    typed = {k: {"raw_value": v, "type": "json"} if isinstance(v, Mapping) else v for k, v in meta.items()}
+    typed["last_loss"] = ({"raw_value": None, "type": "null"} if result.last_loss is None
+                          else float(result.last_loss))
+    return typed
 
 
 def _mesh_kwargs(train_fn, mesh) -> dict:
@@ -140,7 +145,7 @@ def run(spec: WorkerSpec, pipes=None) -> int:
 
     def report(row: dict) -> None:
         if pipes is not None:
-            pipes.report_custom_message({"kind": "metrics", "row": row})
+            pipes.report_custom_message({"metrics": row})
 
     if pipes is not None:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")

@@ -63,6 +63,18 @@ def _worker(spec_path: Path, extra_env: dict, timeout: float = 400) -> subproces
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def test_spec_loads_from_an_fsspec_url(tmp_path):
+    import fsspec
+
+    from marin_assets.train.worker import load_spec
+
+    with fsspec.open("memory://h9/spec.json", "w") as f:
+        f.write(json.dumps(good_spec({"w": "/c"}, tmp_path)))
+    assert load_spec("memory://h9/spec.json").caches == {"w": "/c"}
+    with pytest.raises(ValueError, match="memory://h9/none.json: spec file not found"):
+        load_spec("memory://h9/none.json")
+
+
 def test_bad_spec_file_exits_2(tmp_path):
     path = tmp_path / "spec.json"
     path.write_text("{not json")
@@ -85,7 +97,7 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     sent = [json.loads(line) for line in messages.read_text().splitlines()]
     methods = [m["method"] for m in sent]
     assert methods[0] == "opened" and methods[-1] == "closed"
-    rows = [m["params"]["payload"]["row"] for m in sent if m["method"] == "report_custom_message"]
+    rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
     assert [r["step"] for r in rows] == list(range(1, TINY["num_steps"] + 1))
     logs = [m["params"]["message"] for m in sent if m["method"] == "log"]
     assert any("training main: 12 steps on mesh {'data': 1, 'expert': 1}" in line for line in logs)
@@ -94,6 +106,7 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
     assert meta["final_step"] == TINY["num_steps"]
     assert meta["tokens"] == TINY["num_steps"] * TINY["batch_size"] * TINY["seq_len"]
+    assert meta["phase_start_step"] == 0 and set(meta["tokens_left"]) == set(caches)
     assert meta["last_loss"] == pytest.approx(rows[-1]["loss"])
     assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
     assert set(meta["counts"]) >= {"skipped_nonfinite", "skipped_spike"}
