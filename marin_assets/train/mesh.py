@@ -335,6 +335,17 @@ def agree(value):
     return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
 
 
+def all_processes(flag: bool) -> bool:
+    """True only if ``flag`` is true on every process (e.g. each process's rows of a batch
+    were clean, so the step's batch_ok is the same everywhere)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag)))))
+
+
 def barrier(name: str) -> None:
     """Every process reaches ``name`` before any goes on (e.g. after a checkpoint is written)."""
     import jax

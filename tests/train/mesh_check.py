@@ -115,6 +115,10 @@ def main() -> int:
 
     setup = meshlib.init_distributed()
     results = {t: run(setup, args, t, bad_rows=args.bad_rows) for t in args.transports.split(",")}
+    # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
+    results["agree"] = {"process0_value": meshlib.agree(setup.process_id + 7),
+                        "all_true": meshlib.all_processes(True),
+                        "one_false": meshlib.all_processes(setup.process_id != 1)}
     if meshlib.is_writer() and args.out:
         Path(args.out).write_text(json.dumps(results))
     meshlib.barrier("mesh_check_done")

@@ -109,6 +109,12 @@ def test_meshes_give_the_same_losses_and_params(runs, transport):
 
 
 @pytest.mark.slow
+def test_processes_agree_on_host_values(runs):
+    assert runs["2x2"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": False}
+    assert runs["1x1"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": True}
+
+
+@pytest.mark.slow
 def test_a_wrong_batch_slice_is_caught(runs):
     """Negative control: both processes reading rows [0, 4) changes the loss by far more
     than the tolerance above."""
@@ -204,6 +210,7 @@ def test_one_device_mesh_shardings_and_batch():
     host = meshlib.host_state({"a": arr})
     assert isinstance(host["a"], np.ndarray) and np.array_equal(host["a"], tokens)
     assert meshlib.agree(np.bool_(True)) and meshlib.is_writer()
+    assert meshlib.all_processes(True) is True and meshlib.all_processes(False) is False
 
 
 def test_mesh_rejects_shapes_that_do_not_divide():
