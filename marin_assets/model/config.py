@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from kernels.expert_parallel import TRANSPORTS as _EP_TRANSPORTS
 from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
 from marin_assets.numeric_checks import check_field_types
 
@@ -51,6 +52,9 @@ class ModelConfig:
     # on TPU, the blocked batched matmul elsewhere (ragged_dot is lowered densely there, G
     # times the FLOPs); "ragged_dot" / "blocked" force one. Same math either way.
     grouped_matmul: str = "auto"
+    # How routed tokens travel between the devices of a mesh's expert axis
+    # (kernels/expert_parallel.py); capacity_factor_send/recv above bound what they carry.
+    ep_transport: str = "ragged"
     norm_eps: float = 1e-6
     init_std: float = 0.02
 
@@ -102,6 +106,9 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.rope_fraction <= 1.0:
             raise ValueError(f"ModelConfig.rope_fraction must be in [0, 1], got {self.rope_fraction}")
+        if self.ep_transport not in _EP_TRANSPORTS:
+            raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
+                             f"got {self.ep_transport!r}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 
