@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from marin_assets.datakit.checks import check_int
-from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
+from marin_assets.datakit.shards import basename, check_shard_key, join, read_table, reset_dir, write_json, write_table
 
 PARAGRAPH_RE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")
 
@@ -53,22 +53,29 @@ def paragraph_spans(text: str, min_chars: int) -> list[tuple[int, int, str]]:
 
 
 def _key(dataset: str, shard_path: str) -> str:
-    return f"{dataset}--{basename(shard_path)}" if dataset else basename(shard_path)
+    return check_shard_key(f"{dataset}--{basename(shard_path)}" if dataset else basename(shard_path))
 
 
-def _bucket_dir(out_dir: str, kind: str, bucket: int) -> str:
-    return join(out_dir, f"_{kind}", f"bucket-{bucket:05d}")
+def _bucket_name(bucket: int) -> str:
+    return f"bucket-{bucket:05d}"
 
 
-def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
+def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedupConfig) -> dict:
+    """The map side of one shard: its rows, split by hash bucket, under `map_root`.
+
+    Layout: map_root/bucket-BBBBB/<shard_key>.parquet (id, source, source_id, key, row) and,
+    with paragraphs, map_root/para-bucket-BBBBB/<shard_key>.parquet. A bucket the shard
+    has no row in gets no file. `map_root` may be this shard's own artifact directory or a
+    directory shared by all shards: the reduce reads bucket B of every root it is given.
+    """
     import numpy as np
     import pyarrow as pa
 
+    key = check_shard_key(shard_key)
     columns = ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
     table = read_table(shard_path, columns=columns)
     ids = table.column("id").to_pylist()
     buckets = np.array([bucket_of(i, config.num_buckets) for i in ids], dtype=np.int64)
-    key = _key(dataset, shard_path)
     base = pa.table(
         {
             "id": table.column("id"),
@@ -79,7 +86,7 @@ def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDe
         }
     )
     for b in np.unique(buckets):
-        write_table(base.filter(pa.array(buckets == b)), join(_bucket_dir(out_dir, "map", int(b)), f"{key}.parquet"))
+        write_table(base.filter(pa.array(buckets == b)), join(map_root, _bucket_name(int(b)), f"{key}.parquet"))
     paragraphs = 0
     if config.paragraphs:
         import xxhash
@@ -96,21 +103,35 @@ def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDe
         ptable = pa.table(rows)
         pbuckets = np.array([bucket_of(h, config.num_buckets) for h in rows["phash"]], dtype=np.int64)
         for b in np.unique(pbuckets):
-            path = join(_bucket_dir(out_dir, "map_para", int(b)), f"{key}.parquet")
+            path = join(map_root, "para-" + _bucket_name(int(b)), f"{key}.parquet")
             write_table(ptable.filter(pa.array(pbuckets == b)), path)
     return {"docs": len(ids), "paragraphs": paragraphs}
 
 
-def _read_dir(directory: str):
+def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
+    """exact_map into the shared out_dir/_map of the in-process run (key: dataset--basename)."""
+    return exact_map(_key(dataset, shard_path), shard_path, join(out_dir, "_map"), config)
+
+
+def _list_files(directory: str, prefix: str = "") -> list[str]:
     import fsspec
-    import pyarrow as pa
 
     fs, root = fsspec.core.url_to_fs(directory)
     if not fs.exists(root):
-        return None
-    paths = sorted(fs.ls(root, detail=False))
-    tables = [read_table(fs.unstrip_protocol(p)) for p in paths]
+        return []
+    names = sorted(p for p in fs.ls(root, detail=False) if basename(p).startswith(prefix))
+    return [fs.unstrip_protocol(p) for p in names]
+
+
+def _read_files(paths: Sequence[str]):
+    import pyarrow as pa
+
+    tables = [read_table(p) for p in paths]
     return pa.concat_tables(tables) if tables else None
+
+
+def _read_dir(directory: str, prefix: str = ""):
+    return _read_files(_list_files(directory, prefix))
 
 
 def _first_flags(sorted_keys: list) -> list[bool]:
@@ -118,38 +139,90 @@ def _first_flags(sorted_keys: list) -> list[bool]:
     return [i == 0 or k != sorted_keys[i - 1] for i, k in enumerate(sorted_keys)]
 
 
-def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:
+def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig) -> dict:
+    """Reduce one hash bucket: read bucket `bucket` of every map root, mark duplicates.
+
+    Every copy of an id lands in the same bucket; the copy with the lowest (source,
+    source_id, shard key, row) is canonical. Writes, per shard seen, reduce_root/<key>/
+    bucket-BBBBB.parquet (row, is_duplicate, id, kept_key, kept_row) and, with paragraphs,
+    para-bucket-BBBBB.parquet (row, start, end of each later copy of a paragraph).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     counts = {"docs": 0, "duplicates": 0, "paragraphs": 0, "duplicate_paragraphs": 0}
-    table = _read_dir(_bucket_dir(out_dir, "map", bucket))
+    name = _bucket_name(check_int("bucket", bucket, 0, config.num_buckets - 1))
+    roots = list(dict.fromkeys(map_roots))
+    table = _read_files([p for r in roots for p in _list_files(join(r, name))])
     if table is not None:
         order = pc.sort_indices(table, [(c, "ascending") for c in ("id", "source", "source_id", "key", "row")])
         table = table.take(order)
-        keep = _first_flags(table.column("id").to_pylist())
-        marks = pa.table({"key": table.column("key"), "row": table.column("row"), "is_duplicate": pa.array([not k for k in keep])})
-        _write_by_key(marks, join(out_dir, "_reduce"), bucket)
+        ids = table.column("id").to_pylist()
+        keep = _first_flags(ids)
+        keys, rows = table.column("key").to_pylist(), table.column("row").to_pylist()
+        kept_key, kept_row = [], []
+        for k, key, row in zip(keep, keys, rows):
+            if k:
+                canon = (key, row)
+            kept_key.append(canon[0])
+            kept_row.append(canon[1])
+        marks = pa.table(
+            {
+                "key": table.column("key"),
+                "row": table.column("row"),
+                "is_duplicate": pa.array([not k for k in keep]),
+                "id": table.column("id"),
+                "kept_key": pa.array(kept_key, pa.string()),
+                "kept_row": pa.array(kept_row, pa.int64()),
+            }
+        )
+        _write_by_key(marks, reduce_root, name)
         counts["docs"] = table.num_rows
         counts["duplicates"] = keep.count(False)
-    ptable = _read_dir(_bucket_dir(out_dir, "map_para", bucket)) if config.paragraphs else None
+    ptable = _read_files([p for r in roots for p in _list_files(join(r, "para-" + name))]) if config.paragraphs else None
     if ptable is not None:
         cols = ("phash", "id", "source", "source_id", "key", "row", "start")
         ptable = ptable.take(pc.sort_indices(ptable, [(c, "ascending") for c in cols]))
         first = pa.array(_first_flags(ptable.column("phash").to_pylist()))
         dup = ptable.filter(pc.invert(first)).select(["key", "row", "start", "end"])
-        _write_by_key(dup, join(out_dir, "_reduce_para"), bucket)
+        _write_by_key(dup, reduce_root, "para-" + name)
         counts["paragraphs"] = ptable.num_rows
         counts["duplicate_paragraphs"] = dup.num_rows
     return counts
 
 
-def _write_by_key(table, root: str, bucket: int) -> None:
+def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:
+    """exact_reduce over the in-process run's shared out_dir/_map, into out_dir/_reduce."""
+    return exact_reduce(bucket, [join(out_dir, "_map")], join(out_dir, "_reduce"), config)
+
+
+def _write_by_key(table, root: str, name: str) -> None:
     import pyarrow.compute as pc
 
     for key in sorted(set(table.column("key").to_pylist())):
         part = table.filter(pc.equal(table.column("key"), key)).drop_columns(["key"])
-        write_table(part, join(root, key, f"bucket-{bucket:05d}.parquet"))
+        write_table(part, join(root, key, f"{name}.parquet"))
+
+
+def exact_removals(shard_key: str, reduce_roots: Sequence[str], out_path: str) -> dict:
+    """The removal list of one shard from every bucket reduce: {"removed", "digest"}.
+
+    `reduce_roots` are the reduce outputs of all buckets (one shared root in-process, one
+    root per bucket partition otherwise); only reduce_root/<shard_key>/bucket-*.parquet is
+    read, so the cost is this shard's marks, not the corpus.
+    """
+    from marin_assets.datakit.removals import Removal, write_removal_list
+
+    key = check_shard_key(shard_key)
+    paths = [p for r in dict.fromkeys(reduce_roots) for p in _list_files(join(r, key), "bucket-")]
+    marks = _read_files(paths)
+    removals = []
+    if marks is not None:
+        dups = marks.filter(marks.column("is_duplicate"))
+        for doc_id, row, kept_key, kept_row in zip(*(dups.column(c).to_pylist() for c in ("id", "row", "kept_key", "kept_row"))):
+            removals.append(Removal(doc_id, row, "exact_duplicate", doc_id, kept_key, kept_row))
+    digest = write_removal_list(removals, out_path)
+    return {"removed": len(removals), "digest": digest}
 
 
 def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
@@ -162,7 +235,7 @@ def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: Exa
     n = shard.num_rows
     is_dup = np.zeros(n, dtype=bool)
     seen = np.zeros(n, dtype=bool)
-    marks = _read_dir(join(out_dir, "_reduce", key))
+    marks = _read_dir(join(out_dir, "_reduce", key), "bucket-")
     if marks is not None:
         rows = marks.column("row").to_numpy()
         is_dup[rows] = marks.column("is_duplicate").to_numpy(zero_copy_only=False)
@@ -173,7 +246,7 @@ def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: Exa
     dup_chars = 0
     if config.paragraphs:
         spans: list[list[dict]] = [[] for _ in range(n)]
-        pmarks = _read_dir(join(out_dir, "_reduce_para", key))
+        pmarks = _read_dir(join(out_dir, "_reduce", key), "para-bucket-")
         if pmarks is not None:
             for row, start, end in zip(*(pmarks.column(c).to_pylist() for c in ("row", "start", "end"))):
                 spans[row].append({"start": start, "end": end})

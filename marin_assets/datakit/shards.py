@@ -5,10 +5,20 @@ from __future__ import annotations
 import re
 
 SHARD_RE = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
+# A shard key names a shard in map/reduce layouts and removal lists (it becomes a file name):
+# letters, digits, "._=-", not starting with a dot, at most 200 characters.
+SHARD_KEY_RE = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9._=-]{0,199}")
 
 
 def shard_name(index: int, total: int) -> str:
     return f"part-{index:05d}-of-{total:05d}.parquet"
+
+
+def check_shard_key(key: str) -> str:
+    """`key` if it is a valid shard key (a full match, so no "/", no newline); else ValueError."""
+    if not isinstance(key, str) or not SHARD_KEY_RE.fullmatch(key):
+        raise ValueError(f"invalid shard key {key!r}: expected {SHARD_KEY_RE.pattern}")
+    return key
 
 
 def join(root: str, *parts: str) -> str:
