@@ -41,14 +41,14 @@ def list_shards(directory: str) -> list[str]:
     return names if local else [fs.unstrip_protocol(p) for p in names]
 
 
-def write_table(table, path: str) -> None:
+def write_table(table, path: str, row_group_size: int | None = None) -> None:
     import fsspec
     import pyarrow.parquet as pq
 
     fs, p = fsspec.core.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(p, "wb") as f:
-        pq.write_table(table, f, compression="zstd")
+        pq.write_table(table, f, compression="zstd", row_group_size=row_group_size)
 
 
 def read_table(path: str, columns: list[str] | None = None):
