@@ -104,7 +104,7 @@ def normalize_documents(
         if isinstance(item, QuarantineRecord):
             quarantine.write(item)
             continue
-        data = item.text.encode("utf-8")
+        data = item.utf8 if item.utf8 is not None else item.text.encode("utf-8")
         rows.append((xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, json.dumps(item.metadata, sort_keys=True)))
         rows_bytes += len(data)
         text_bytes += len(data)
