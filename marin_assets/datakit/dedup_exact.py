@@ -1,18 +1,28 @@
-"""Exact deduplication as map -> reduce -> collect over hash buckets.
+"""Exact deduplication as map -> reduce -> (removal lists | collect) over hash buckets.
 
 Because `id` is the xxh3-128 of the text, exact duplicates share an id. The map step
-writes (id, source, source_id, row) of every shard into hash buckets chosen by the id's
-prefix; each reduce step sees every copy of an id in one bucket, keeps the copy with the
-lowest (source, source_id) and marks the rest; collect gathers the marks back into
-attribute files co-partitioned with each input shard (same basename, same row order):
-id, source_id, is_duplicate [, duplicate_spans].
+(`exact_map`, per shard) writes (id, source, source_id, row) of its shard grouped by hash
+bucket (the id's prefix); each reduce step (`exact_reduce`, per bucket) reads its bucket of
+every shard's map output, so it sees every copy of an id, keeps the copy with the lowest
+(source, source_id, shard key, row) and marks the rest. Per shard, `exact_removals` turns the
+marks into a removal list (removals.py) and `exact_dedup_collect` into an attribute file
+co-partitioned with the shard (same basename, same row order): id, source_id,
+is_duplicate [, duplicate_spans].
+
+Layout (every directory may be shared by all partitions, or be one partition's own):
+  map_root/docs/<shard key>.parquet            one row group per bucket
+  map_root/paragraphs/<shard key>.parquet      (paragraph mode) one row group per bucket
+  reduce_root/docs/bucket-BBBBB.parquet        row, is_duplicate, id, kept_key, kept_row;
+                                               one row group per shard key
+  reduce_root/paragraphs/bucket-BBBBB.parquet  row, start, end; one row group per shard key
+A reduce therefore reads one row group of each map file and a shard's removal list one row
+group of each reduce file: each step reads only its slice of the others' output.
 
 With `paragraphs=True` the map also emits one row per paragraph (runs of text separated
 by blank lines); the first occurrence of a paragraph (ordered by document id) is
 canonical and every later one is reported as a (start, end) character span.
 
-Every step is a pure function of its inputs, so each can be its own partition (map per
-shard, reduce per bucket, collect per shard) in an orchestrator.
+`exact_dedup` runs every step in this process (what `marin datakit run` does).
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ the two shingle sets and only pairs at or above ``jaccard_threshold`` become edg
 
 The survivor of a component is the document with the lowest id, so the choice does not
 depend on shard order. Rows that repeat an id are exact copies and join its component.
+
+Over shards the same algorithm runs as partitioned steps (see the layout comment above
+`fuzzy_map`): a map per shard writes band keys, a reduce per (band, key range) pairs the
+keys of that slice across every shard, a verify per shard checks the pairs it owns by exact
+Jaccard, and one resolve runs union-find over the verified edges (the only global state,
+one row per near-duplicate pair) and writes a removal list per shard. No step holds all
+signatures. `fuzzy_dedup` runs them in-process and gives the same result as `dedup_texts`.
 """
 
 from __future__ import annotations
