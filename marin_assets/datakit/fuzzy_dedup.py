@@ -356,17 +356,14 @@ def fuzzy_verify(
         )
         total = len(triples)
         own_ids, own_texts = _shard_docs(key, shard_paths)
-        own = {int(r): shingle_hashes(own_texts[r], config) for r in np.unique(triples[:, 0])}
+        same = np.flatnonzero(names == key)
+        own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
+        own = {int(r): shingle_hashes(own_texts[r], config) for r in own_rows}
         del own_texts
         for c, partner in enumerate(names):
             mine = triples[triples[:, 1] == c]
             if partner == key:
-                p_ids = own_ids
-                other = {int(r): own.get(int(r)) for r in np.unique(mine[:, 2])}
-                missing = [r for r, v in other.items() if v is None]
-                if missing:
-                    _, texts = _shard_docs(key, shard_paths)
-                    other.update({r: shingle_hashes(texts[r], config) for r in missing})
+                p_ids, other = own_ids, own
             else:
                 p_ids, p_texts = _shard_docs(partner, shard_paths)
                 other = {int(r): shingle_hashes(p_texts[r], config) for r in np.unique(mine[:, 2])}

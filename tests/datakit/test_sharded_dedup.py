@@ -307,3 +307,32 @@ def test_band_reduce_memory_does_not_grow_with_the_number_of_shards(tmp_path):
     # The other side of the line: the same 64 shards in one unsliced reduce hold 4x the keys
     # and break the bound, so the bound is held by the slicing, not by a loose number.
     assert unsliced64 > BAND_REDUCE_BOUND and unsliced64 > 2.5 * unsliced16
+
+
+def test_sharded_fuzzy_steps_equal_the_in_memory_algorithm(tmp_path, prose):
+    # Exact copies, empty texts and a templated family bigger than max_bucket_size (its
+    # buckets get the capped chain/skip/star pairs) across 5 shards and 7 key ranges: the
+    # survivors must be those of dedup_texts over the concatenated documents.
+    import pyarrow as pa
+
+    from marin_assets.datakit.fuzzy_dedup import dedup_texts
+    from marin_assets.datakit.normalize import doc_id
+
+    config = FuzzyDedupConfig(max_bucket_size=8)
+    texts = [prose(i, 40) for i in range(60)] + [_near(prose(i, 40), i) for i in range(0, 60, 4)]
+    texts += [prose(i, 40) for i in range(0, 60, 9)] + ["", "!!!", "...", "ok"]
+    texts += ["boilerplate header line " * 6 + f"item {i}" for i in range(30)]
+    random.Random(5).shuffle(texts)
+    paths, ordered = [], []
+    for s in range(5):
+        part = sorted(texts[s::5], key=doc_id)
+        paths.append(str(tmp_path / "in" / f"part-{s:05d}-of-00005.parquet"))
+        write_table(pa.table({"id": [doc_id(t) for t in part], "text": part}), paths[-1])
+        ordered.extend(part)
+    counts = fuzzy_dedup(paths, str(tmp_path / "out"), config, docs_per_reduce=20)
+    ids = [doc_id(t) for t in ordered]
+    expected = dedup_texts(ids, ordered, config)
+    got = [c for p in paths for c in read_table(str(tmp_path / "out" / basename(p))).column("cluster_id").to_pylist()]
+    assert got == [ids[s] for s in expected.survivor]
+    assert counts == {**expected.counts(), "shards": 5}
+    assert counts["duplicates"] > 30 and counts["clusters"] >= 16
