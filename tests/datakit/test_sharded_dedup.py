@@ -336,3 +336,40 @@ def test_sharded_fuzzy_steps_equal_the_in_memory_algorithm(tmp_path, prose):
     assert got == [ids[s] for s in expected.survivor]
     assert counts == {**expected.counts(), "shards": 5}
     assert counts["duplicates"] > 30 and counts["clusters"] >= 16
+
+
+def test_a_band_reduce_reads_only_the_row_groups_of_its_key_range(tmp_path, prose, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit import fuzzy_dedup as fd
+    from marin_assets.datakit.normalize import doc_id
+
+    monkeypatch.setattr(fd, "MAP_ROW_GROUP", 16)  # small row groups so that range pruning shows
+    config = FuzzyDedupConfig(num_perm=16, bands=4, rows=4)
+    texts = [prose(i, 30) for i in range(200)]
+    shard = str(tmp_path / "s.parquet")
+    write_table(pa.table({"id": [doc_id(t) for t in texts], "text": texts}), shard)
+    fuzzy_map("s", shard, str(tmp_path / "map"), config)
+    band_file = str(tmp_path / "map" / "band-001" / "s.parquet")
+    total_groups = pq.ParquetFile(band_file).metadata.num_row_groups
+    keys = pq.read_table(band_file).column("key").to_numpy()
+    assert total_groups == 13 and (keys[1:] >= keys[:-1]).all()  # 200 rows in groups of 16, sorted
+    seen = 0
+    for r in range(4):
+        lo, hi = fd.key_range_bounds(r, 4)
+        counts = fuzzy_band_reduce(1, (r, 4), [str(tmp_path / "map")], str(tmp_path / "cand"), config)
+        inside = (keys >= lo) & (keys < hi) if r < 3 else keys >= lo
+        assert counts["keys"] == int(inside.sum()) > 20
+        assert counts["row_groups_read"] <= total_groups // 4 + 2  # its quarter, plus boundary groups
+        seen += counts["keys"]
+    assert seen == 200
+
+
+def test_reduce_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"key range index must be in \[0, 3\], got 4"):
+        fuzzy_band_reduce(0, (4, 4), [], "memory://x", FUZZY)
+    with pytest.raises(ValueError, match=r"band must be in \[0, 25\], got 26"):
+        fuzzy_band_reduce(26, (0, 1), [], "memory://x", FUZZY)
+    with pytest.raises(ValueError, match=r"bucket must be in \[0, 3\], got 4"):
+        exact_reduce(4, [], "memory://x", EXACT)
