@@ -10,7 +10,15 @@ Prints JSON lines: {"name": "moe_train_step", "unit": "tokens/s", "ours", "refer
 "ratio" (= ours / reference), ...} and {"name": "moe_mfu", ...} against the matmul peak
 measured in this same run (a big float32 jnp.dot).
 
+``moe_train_step_ep``: the same model trained on the ("data", "expert") mesh of
+marin_assets/train/mesh.py with the EP layer, as P processes x D/P devices (jax.distributed,
+gloo on CPU) vs 1 process x D devices, same mesh shape, same global batch; ours = the
+multi-process tokens/s, reference = the single-process one. Each side runs in its own
+child processes (device counts are fixed when JAX starts). On one CPU host this measures
+what the cross-process collectives cost; there is no target.
+
   .venv/bin/python benchmarks/moe_step.py [--d-model 256 --layers 4 --experts 8 ...]
+  .venv/bin/python benchmarks/moe_step.py --figures moe_train_step_ep --ep-devices 4 --ep-processes 2
 """
 
 from __future__ import annotations
@@ -53,12 +61,8 @@ def matmul_peak(n: int, dtype) -> float:
 def ours_step(args, dtype):
     import jax
     import jax.numpy as jnp
-    from marin_assets.model import ModelConfig, init_params, init_router_bias, loss_fn, next_router_bias
-    c = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers,
-                    n_heads=args.heads, n_kv_heads=args.kv_heads, d_ff=args.expert_d_ff,
-                    n_routed_experts=args.experts, n_shared_experts=0, top_k=args.top_k,
-                    expert_d_ff=args.expert_d_ff, max_seq_len=args.seq, lm_z_loss=0.0,
-                    grouped_matmul=args.grouped_matmul)
+    from marin_assets.model import init_params, init_router_bias, loss_fn, next_router_bias
+    c = model_config(args)
     params = jax.tree.map(lambda x: x.astype(dtype), init_params(c, jax.random.PRNGKey(0)))
     bias = init_router_bias(c)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (args.batch, args.seq), 0, args.vocab)
@@ -106,7 +110,104 @@ def levanter_step(args, dtype):
     return step, (model, example)
 
 
+def model_config(args):
+    from marin_assets.model import ModelConfig
+    return ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers,
+                       n_heads=args.heads, n_kv_heads=args.kv_heads, d_ff=args.expert_d_ff,
+                       n_routed_experts=args.experts, n_shared_experts=0, top_k=args.top_k,
+                       expert_d_ff=args.expert_d_ff, max_seq_len=args.seq, lm_z_loss=0.0,
+                       grouped_matmul=args.grouped_matmul, ep_transport=args.ep_transport)
+
+
+def ep_child(args) -> int:
+    """One process of an EP run (started by ``ep_side``); process 0 prints the median step time."""
+    from marin_assets.train import mesh as meshlib
+    setup = meshlib.init_distributed()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from marin_assets.model import init_params, init_router_bias, loss_fn, next_router_bias
+    c = model_config(args)
+    mesh = meshlib.make_mesh(c, expert=args.ep_expert)
+    meshlib.check_fits(mesh, c, args.batch, args.seq)
+    ep = meshlib.expert_parallel(mesh, c)
+    dtype = jnp.dtype(args.dtype)
+    state = meshlib.init_sharded(lambda: {"params": jax.tree.map(lambda x: x.astype(dtype), init_params(
+        c, jax.random.PRNGKey(0))), "bias": init_router_bias(c)}, mesh)
+
+    def step(state, tokens):  # plain SGD, as in ours_step
+        (loss, aux), g = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], tokens, c, state["bias"],
+                                                                   None, ep)
+        params = jax.tree.map(lambda p, g: p - 1e-3 * g, state["params"], g)
+        return {"params": params, "bias": next_router_bias(state["bias"], aux, c)}, loss
+
+    step_fn = meshlib.jit_step(step, mesh, meshlib.state_shardings(mesh, state), n_scalars=0)
+    batch = np.random.default_rng(1).integers(0, args.vocab, (args.batch, args.seq), dtype=np.int32)
+    tokens = meshlib.shard_batch(mesh, batch[meshlib.process_rows(mesh, args.batch)], args.batch)
+    times = []
+    for i in range(2 + args.iters):  # two warm-up steps (compile, first run)
+        t0 = time.perf_counter()
+        state, loss = step_fn(state, tokens)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - t0)
+    meshlib.barrier("moe_step_ep_done")
+    if setup.process_id == 0:
+        import statistics
+        print(json.dumps({"seconds": statistics.median(times[2:]), "loss": float(loss),
+                          "mesh": dict(mesh.shape), "processes": setup.num_processes}), flush=True)
+    return 0
+
+
+def ep_side(argv: list[str], processes: int, devices: int, timeout: float) -> dict:
+    """Run ``processes`` children with devices/processes devices each; process 0's result."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from marin_assets.train.mesh import local_env
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for pid in range(processes):
+        env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+        env.update(local_env(pid, processes, port, devices // processes) if processes > 1
+                   else {"MARIN_DEVICES_PER_PROCESS": str(devices)})
+        procs.append(subprocess.Popen([sys.executable, __file__, *argv, "--ep-child"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError(f"EP benchmark child failed (rc {p.returncode}): {err[-2000:]}")
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
+def ep_figure(args, argv: list[str]) -> None:
+    if args.ep_devices % args.ep_processes:
+        raise SystemExit(f"--ep-devices {args.ep_devices} is not divisible by --ep-processes {args.ep_processes}")
+    single = ep_side(argv, 1, args.ep_devices, args.ep_timeout)
+    multi = ep_side(argv, args.ep_processes, args.ep_devices, args.ep_timeout)
+    tokens = args.batch * args.seq
+    ours, ref = tokens / multi["seconds"], tokens / single["seconds"]
+    shape = {k: getattr(args, k) for k in ("d_model", "layers", "heads", "kv_heads", "experts", "top_k",
+                                           "expert_d_ff", "seq", "batch", "vocab", "dtype")}
+    print(json.dumps({"name": "moe_train_step_ep", "unit": "tokens/s", "ours": ours, "reference": ref,
+                      "ratio": ours / ref, "ours_layout": f"{args.ep_processes} processes x "
+                      f"{args.ep_devices // args.ep_processes} devices", "reference_layout":
+                      f"1 process x {args.ep_devices} devices", "mesh": multi["mesh"],
+                      "transport": args.ep_transport, "loss_diff": abs(multi["loss"] - single["loss"]),
+                      "timing": f"median of {args.iters} after 2 warm-up steps, each side alone",
+                      "shape": shape}), flush=True)
+
+
 def main() -> int:
+    import sys
     ap = argparse.ArgumentParser(description=__doc__)
     for name, default in [("d-model", 256), ("layers", 4), ("heads", 4), ("kv-heads", 2),
                           ("experts", 8), ("top-k", 2), ("expert-d-ff", 512), ("seq", 256),
@@ -115,7 +216,25 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--grouped-matmul", default="auto", choices=["auto", "ragged_dot", "blocked"])
     ap.add_argument("--iters", type=int, default=5, help="timed iterations per side (interleaved)")
+    ap.add_argument("--figures", default="moe_train_step,moe_train_step_ep",
+                    help="comma-separated: moe_train_step (with moe_mfu), moe_train_step_ep")
+    ap.add_argument("--ep-devices", type=int, default=4, help="devices in both EP layouts")
+    ap.add_argument("--ep-processes", type=int, default=2, help="processes of the multi-process layout")
+    ap.add_argument("--ep-expert", type=int, default=2, help="expert axis size (same for both layouts)")
+    ap.add_argument("--ep-transport", default="ragged", choices=["ragged", "pooled"])
+    ap.add_argument("--ep-timeout", type=float, default=900.0, help="seconds per layout")
+    ap.add_argument("--ep-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ep_child:
+        return ep_child(args)
+    figures = set(args.figures.split(","))
+    unknown = figures - {"moe_train_step", "moe_train_step_ep"}
+    if unknown:
+        raise SystemExit(f"unknown --figures {sorted(unknown)}")
+    if "moe_train_step_ep" in figures:
+        ep_figure(args, [a for a in sys.argv[1:]])
+    if "moe_train_step" not in figures:
+        return 0
     import jax
     import jax.numpy as jnp
     from marin_assets.model import flops_per_token
@@ -124,7 +243,8 @@ def main() -> int:
     config, ours = ours_step(args, dtype)
     ours_s, ref_s = _interleaved([ours, levanter_step(args, dtype)], warmup=2, iters=args.iters)
     peak = matmul_peak(args.peak_n, dtype)
-    shape = {k: v for k, v in vars(args).items() if k not in ("peak_n", "iters", "grouped_matmul")}
+    shape = {k: v for k, v in vars(args).items() if k not in ("peak_n", "iters", "grouped_matmul", "figures", "ep_child")
+             and not k.startswith("ep_")}
     ours_tps, ref_tps = tokens / ours_s, tokens / ref_s
     print(json.dumps({"name": "moe_train_step", "unit": "tokens/s", "ours": ours_tps,
                       "reference": ref_tps, "ratio": ours_tps / ref_tps,

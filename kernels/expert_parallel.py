@@ -23,6 +23,12 @@ Two transports:
 
 Dropped assignments contribute zero to their token's output and are counted (exactly,
 summed over devices).
+
+On a mesh with more axes (``("data", "expert")`` in training) pass ``token_axes``: the
+tokens are sharded over all of them, the experts over ``axis`` only (replicated over the
+others), and each group of devices that shares the other coordinates runs its own
+exchange over ``axis``. shard_map's transpose sums the expert-weight gradients over the
+axes they are replicated on (``check_vma=False`` psums unmentioned axes).
 """
 
 from __future__ import annotations
@@ -98,11 +104,14 @@ class ExpertParallel:
     """Callable routed-expert layer: (x, expert_ids, weights, w_gate, w_up, w_down) -> (out, dropped).
 
     x: [T, D]; expert_ids, weights: [T, k]; w_gate, w_up: [E, D, F]; w_down: [E, F, D].
-    T and E must be divisible by the axis size. ``dropped`` is the global count.
+    T must be divisible by the number of token shards, E by the axis size. ``dropped`` is
+    the global count. ``token_axes``: the mesh axes the tokens are sharded over (None: just
+    ``axis``); it must contain ``axis``.
     """
 
     mesh: Mesh
     axis: str = "expert"
+    token_axes: tuple[str, ...] | None = None
     transport: str = "ragged"
     capacity_factor_send: float = 1.10
     capacity_factor_recv: float = 1.15
@@ -120,21 +129,38 @@ class ExpertParallel:
             raise ValueError("ExpertParallel: capacity factors must be > 0")
         if self.grouped_matmul not in IMPLS:
             raise ValueError(f"ExpertParallel.grouped_matmul must be one of {IMPLS}, got {self.grouped_matmul!r}")
+        tokens = self.tokens
+        if self.axis not in tokens or any(a not in self.mesh.shape for a in tokens) or len(set(tokens)) != len(tokens):
+            raise ValueError(f"ExpertParallel.token_axes {tokens} must be distinct axes of the mesh "
+                             f"{tuple(self.mesh.shape)} and include {self.axis!r}")
 
     @property
     def size(self) -> int:
         return self.mesh.shape[self.axis]
 
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return tuple(self.token_axes) if self.token_axes is not None else (self.axis,)
+
+    @property
+    def token_shards(self) -> int:
+        return math.prod(self.mesh.shape[a] for a in self.tokens)
+
     def __call__(self, x, expert_ids, weights, w_gate, w_up, w_down):
         T, E = x.shape[0], w_gate.shape[0]
-        if T % self.size or E % self.size:
-            raise ValueError(f"ExpertParallel: tokens ({T}) and experts ({E}) must be divisible "
-                             f"by the {self.axis!r} axis size ({self.size})")
+        if T % self.token_shards or E % self.size:
+            raise ValueError(f"ExpertParallel: tokens ({T}) must be divisible by the {self.token_shards} "
+                             f"token shards over {self.tokens} and experts ({E}) by the {self.axis!r} "
+                             f"axis size ({self.size})")
         body = self._pooled if self.transport == "pooled" else self._ragged
-        spec = P(self.axis)
-        fn = jax.shard_map(body, mesh=self.mesh, in_specs=(spec,) * 6,
-                           out_specs=(spec, P()), check_vma=False)
+        tok, exp = P(self.tokens), P(self.axis)
+        fn = jax.shard_map(body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp),
+                           out_specs=(tok, P()), check_vma=False)
         return fn(x, expert_ids, weights, w_gate, w_up, w_down)
+
+    def _total(self, count):
+        """A per-device count summed over every token shard (replicated on the mesh)."""
+        return jax.lax.psum(count.astype(jnp.int32), self.tokens)
 
     # -- per-device bodies (local shapes) -------------------------------------------------
 
@@ -173,7 +199,7 @@ class ExpertParallel:
         back = _exchange(out.reshape(Pn, pool, D), self.axis, self.waves).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         dropped = (A - jnp.sum(sent)) + (jnp.sum(valid) - jnp.sum(accept))
-        return self._combine(out_assign, weights), jax.lax.psum(dropped.astype(jnp.int32), self.axis)
+        return self._combine(out_assign, weights), self._total(dropped)
 
     def _ragged(self, x, expert_ids, weights, w_gate, w_up, w_down):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
@@ -207,4 +233,4 @@ class ExpertParallel:
         back = _exchange(out_blocks, self.axis, 1).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         dropped = A - jnp.sum(sent)
-        return self._combine(out_assign, weights), jax.lax.psum(dropped.astype(jnp.int32), self.axis)
+        return self._combine(out_assign, weights), self._total(dropped)

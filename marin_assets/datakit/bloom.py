@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from marin_assets.datakit.checks import check_float
+from marin_assets.numeric_checks import check_float
 from marin_assets.datakit.hashing import mix64
 
 

@@ -36,7 +36,7 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
-from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.hashing import mix64
 from marin_assets.datakit.shards import reset_dir
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.checks import check_int
+from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
 
 PARAGRAPH_RE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")

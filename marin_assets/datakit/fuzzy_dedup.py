@@ -28,7 +28,7 @@ from marin_assets.datakit.attribute_files import (
     read_id_text,
     write_table,
 )
-from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import candidate_pairs
 from marin_assets.datakit.shards import reset_dir
 from marin_assets.datakit.minhash import (

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin_assets.datakit.checks import check_int
+from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
 from marin_assets.datakit.readers import Document, ReaderConfig, ReadStats, iter_path
 from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json

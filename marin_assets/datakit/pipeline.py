@@ -70,7 +70,7 @@ class PipelineConfig:
     decontam_threshold: float = 0.5
 
     def __post_init__(self):
-        from marin_assets.datakit.checks import check_int
+        from marin_assets.numeric_checks import check_int
 
         checks = {
             "quality_threshold": self.quality,

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")

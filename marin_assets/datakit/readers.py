@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from marin_assets.datakit.checks import check_int
+from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.quarantine import QuarantineRecord
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.shards import join, reset_dir, write_json
 
 EOS = "<|endoftext|>"

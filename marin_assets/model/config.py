@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal
 
+from kernels.expert_parallel import TRANSPORTS as _EP_TRANSPORTS
 from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
+from marin_assets.numeric_checks import check_field_types
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")
-
-_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def check_field_types(obj) -> None:
-    """Every scalar field of a config dataclass has its declared type, and every float is finite.
-
-    Runs first in ``__post_init__``: range checks like ``x <= 0`` let NaN through and raise
-    TypeError on a string, so the field is named here instead. Handles ``int``, ``float``,
-    ``str``, ``bool`` and ``X | None`` annotations; other fields are checked by their owner.
-    """
-    where = type(obj).__name__
-    for f in dataclasses.fields(obj):
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", None) or str(f.type)
-        declared = annotation.replace(" ", "")
-        optional = declared.endswith("|None")
-        kinds = _SCALARS.get(declared.removesuffix("|None"))
-        value = getattr(obj, f.name)
-        if kinds is None or (optional and value is None):
-            continue
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise ValueError(f"{where}.{f.name} must be {declared.replace('|', ' | ')}, "
-                             f"got {type(value).__name__} {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}.{f.name} must be finite, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +41,8 @@ class ModelConfig:
     lm_z_loss: float = 1e-4
     max_seq_len: int = 256
     rope_theta: float = 10000.0
+    rope_fraction: float = 1.0  # share of each head's dims that RoPE rotates (partial RoPE < 1)
+    qk_norm: bool = True  # RMS-normalise q and k before the attention logits
     balancing: Balancing = "quantile_exact"
     histogram_bins: int = 10_000
     # Fraction of the measured quantile shift applied per step. 1.0 is the full
@@ -74,6 +52,9 @@ class ModelConfig:
     # on TPU, the blocked batched matmul elsewhere (ragged_dot is lowered densely there, G
     # times the FLOPs); "ragged_dot" / "blocked" force one. Same math either way.
     grouped_matmul: str = "auto"
+    # How routed tokens travel between the devices of a mesh's expert axis
+    # (kernels/expert_parallel.py); capacity_factor_send/recv above bound what they carry.
+    ep_transport: str = "ragged"
     norm_eps: float = 1e-6
     init_std: float = 0.02
 
@@ -123,6 +104,11 @@ class ModelConfig:
         for name in ("norm_eps", "init_std", "rope_theta"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.rope_fraction <= 1.0:
+            raise ValueError(f"ModelConfig.rope_fraction must be in [0, 1], got {self.rope_fraction}")
+        if self.ep_transport not in _EP_TRANSPORTS:
+            raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
+                             f"got {self.ep_transport!r}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 

@@ -1,4 +1,5 @@
-"""Building blocks: RMSNorm, RoPE, grouped-query causal attention with QK-norm, SwiGLU."""
+"""Building blocks: RMSNorm, (partial) RoPE, grouped-query causal attention with optional
+QK-norm, SwiGLU."""
 
 from __future__ import annotations
 
@@ -25,18 +26,37 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
     return out.astype(x.dtype)
 
 
+def rope_dims(config: ModelConfig) -> int:
+    """Leading dims of each head that RoPE rotates: ``rope_fraction`` of the head, rounded
+    down to an even count. The remaining dims carry no position (partial RoPE)."""
+    return 2 * int(config.resolved_head_dim * config.rope_fraction / 2)
+
+
+def partial_rope(x: jax.Array, positions: jax.Array, config: ModelConfig) -> jax.Array:
+    """RoPE on the first ``rope_dims`` of the last axis; the full head is today's ``rope``."""
+    rotated = rope_dims(config)
+    if rotated == x.shape[-1]:
+        return rope(x, positions, config.rope_theta)
+    if rotated == 0:
+        return x
+    return jnp.concatenate([rope(x[..., :rotated], positions, config.rope_theta), x[..., rotated:]], axis=-1)
+
+
 def attention(p: dict, x: jax.Array, config: ModelConfig) -> jax.Array:
-    """Causal GQA self-attention with RMS-normalised q and k (QK-norm). x: [B, S, D]."""
+    """Causal GQA self-attention, by default with RMS-normalised q and k (QK-norm) and RoPE
+    on the whole head. x: [B, S, D]."""
     B, S, _ = x.shape
     H, KV, hd = config.n_heads, config.n_kv_heads, config.resolved_head_dim
     q = (x @ p["wq"]).reshape(B, S, H, hd)
     k = (x @ p["wk"]).reshape(B, S, KV, hd)
     v = (x @ p["wv"]).reshape(B, S, KV, hd)
     # QK-norm: bounded attention logits, which is what stopped loss spikes in Marin's 32B.
-    q = rms_norm(q, p["q_norm"], config.norm_eps)
-    k = rms_norm(k, p["k_norm"], config.norm_eps)
+    # With qk_norm off the q_norm/k_norm gains stay in the params (same tree) but go unused.
+    if config.qk_norm:
+        q = rms_norm(q, p["q_norm"], config.norm_eps)
+        k = rms_norm(k, p["k_norm"], config.norm_eps)
     positions = jnp.arange(S)
-    q, k = rope(q, positions, config.rope_theta), rope(k, positions, config.rope_theta)
+    q, k = partial_rope(q, positions, config), partial_rope(k, positions, config)
     q = q.reshape(B, S, KV, H // KV, hd)
     scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / jnp.sqrt(hd)
     causal = jnp.tril(jnp.ones((S, S), bool))

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Mapping
 
 from marin_assets.datakit.mixture import Mixture
-from marin_assets.model.config import check_field_types
+from marin_assets.numeric_checks import check_field_types
 
 SCHEDULE_KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from marin_assets.datakit.mixture import Mixture
-from marin_assets.model.config import ModelConfig, check_field_types
+from marin_assets.model.config import ModelConfig
+from marin_assets.numeric_checks import check_field_types
 from marin_assets.train.guards import GuardConfig
 from marin_assets.train.optimizers import OptimizerConfig
 from marin_assets.train.schedules import ScheduleConfig

@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from marin_assets.model.config import check_field_types
+from marin_assets.numeric_checks import check_field_types
 
 COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch", "update_clipped", "grad_clipped")
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marin_assets.model.config import check_field_types
+from marin_assets.numeric_checks import check_field_types
 
 NAMES = ("adamw", "adamh", "muon")
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 import jax.numpy as jnp
 
-from marin_assets.model.config import check_field_types
+from marin_assets.numeric_checks import check_field_types
 
 KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
 

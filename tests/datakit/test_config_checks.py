@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.datakit.bloom import bloom_size
-from marin_assets.datakit.checks import check_float, check_int
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.dedup_exact import ExactDedupConfig
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig

@@ -1,0 +1,133 @@
+"""Experiment records as assets: hypothesis -> runs -> analysis -> report, per record.
+
+    experiments/stdlib_bytes                 the byte-level corpus (shared by all records)
+    experiments/<name>/runs[<arm>-C<budget>-s<seed>]   one training run per partition
+    experiments/<name>/analysis              effective speedup per arm, controls, criterion
+    experiments/<name>/report                Markdown + PNGs (loss vs compute, speedups)
+
+Partitions are one static set per record with keys ``<arm>-C<budget>-s<seed>`` (e.g.
+``muon-C3e10-s1``): arm names are ``[a-z][a-z0-9_]*``, so keys hold none of Dagster's
+reserved characters (``|,[]``, ``...``) and are valid artifact-store path segments.
+
+Every step goes through the library (``marin_assets.experiments``): runs are content-
+cached in the artifact store, so runs made by ``marin experiment screen`` are cache hits
+here and the other way round, and an edited started record is refused (the lock) in the
+runs and in the analysis. ``build_experiment_assets(path)`` builds one record's assets;
+``experiment_assets`` holds the corpus plus every record under ``experiments/``.
+"""
+
+
+import base64
+import json
+from pathlib import Path
+from typing import Sequence
+
+import dagster as dg
+
+from marin_assets.experiments.analysis import analyze, report_images, report_markdown
+from marin_assets.experiments.lock import check_lock
+from marin_assets.experiments.record import ExperimentRecord, load_record
+from marin_assets.experiments.runs import (CORPUS_KEY, materialize_corpus, materialize_run, plan_runs, read_run,
+                                           runs_key)
+from marin_assets.orchestration import ArtifactStoreResource
+from marin_assets.store.fsutil import join, read_json, write_json_atomic
+
+EXPERIMENTS_GROUP = "experiments"
+RECORDS_DIR = Path(__file__).resolve().parents[1] / "experiments"
+
+
+@dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP,
+          description="Python standard-library sources as byte-level Levanter caches (train/validation).")
+def experiment_corpus(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
+    # Every record's runs use the default corpus size; a record with another data_files
+    # builds its own corpus version inside the runs (the store caches it too).
+    ref = materialize_corpus(artifact_store.store, 80, context.log.info)
+    return dg.MaterializeResult(data_version=dg.DataVersion(ref.version[:16]),
+                                metadata={"path": ref.path, **{f"{k}_tokens": v for k, v in ref.counts.items()}})
+
+
+def _analysis_path(store, record: ExperimentRecord) -> str:
+    return join(store.root, "experiments", record.name, "analysis.json")
+
+
+def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
+    """The runs, analysis and report assets of the record at ``path``."""
+    record = load_record(path)
+    specs = {spec.key: spec for spec in plan_runs(record)}
+    partitions = dg.StaticPartitionsDefinition(list(specs))
+    prefix = ["experiments", record.name]
+    runs_asset_key = dg.AssetKey.from_user_string(runs_key(record.name))
+
+    def current_record() -> ExperimentRecord:
+        # Re-read at run time: an edit made after the code location loaded is still checked.
+        return load_record(path)
+
+    @dg.asset(key=runs_asset_key, partitions_def=partitions, group_name=EXPERIMENTS_GROUP,
+              deps=[experiment_corpus],
+              description=f"{record.name}: one training run per (arm, budget, seed). {record.hypothesis.strip()}")
+    def runs(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
+        store = artifact_store.store
+        rec = current_record()
+        spec = {s.key: s for s in plan_runs(rec)}.get(context.partition_key)
+        if spec is None:
+            raise ValueError(f"{rec.source}: no run {context.partition_key!r} in the record any more")
+        corpus = materialize_corpus(store, rec.data_files, context.log.info)
+        row, hit = materialize_run(store, rec, spec, corpus, context.log.info)
+        return dg.MaterializeResult(metadata={
+            "validation_loss": float(row["validation_loss"]), "flops": float(row["flops"]), "steps": int(row["steps"]),
+            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit})
+
+    @dg.asset(key=dg.AssetKey([*prefix, "analysis"]), deps=[runs], group_name=EXPERIMENTS_GROUP,
+              description=f"{record.name}: effective speedup per arm (bootstrap over seeds), controls, criterion.")
+    def analysis(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
+        store = artifact_store.store
+        rec = current_record()
+        check_lock(store, rec)
+        rows = []
+        for key in sorted(s.key for s in plan_runs(rec)):
+            ref = store.read_pointer(runs_key(rec.name), key)
+            if ref is None:
+                raise FileNotFoundError(f"{rec.name}: run {key} has not been materialised yet")
+            rows.append(read_run(ref))
+        result = analyze(rec, rows)
+        write_json_atomic(store.fs, _analysis_path(store, rec), result)
+        return dg.MaterializeResult(metadata={
+            "arms": dg.MetadataValue.json([{k: a[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")}
+                                           for a in result["arms"]]),
+            "noise_floor": dg.MetadataValue.json(result["noise_floor"]),
+            "controls_held": result["controls_held"], "criterion_held": result["criterion"]["held"],
+            "runs": len(rows)})
+
+    @dg.asset(key=dg.AssetKey([*prefix, "report"]), deps=[analysis], group_name=EXPERIMENTS_GROUP,
+              description=f"{record.name}: Markdown report with plots and whether the criterion held.")
+    def report(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
+        store = artifact_store.store
+        rec = current_record()
+        result = read_json(store.fs, _analysis_path(store, rec))
+        if result is None:
+            raise FileNotFoundError(f"{rec.name}: the analysis has not been materialised yet")
+        images = report_images(result)
+        links = {name: f"data:image/png;base64,{base64.b64encode(png).decode()}" for name, png in images.items()}
+        markdown = report_markdown(rec, result, image_links=links)
+        out = join(store.root, "experiments", rec.name, "report")
+        store.fs.makedirs(out, exist_ok=True)
+        with store.fs.open(join(out, "report.md"), "w") as f:
+            f.write(report_markdown(rec, result))
+        for name, png in images.items():
+            with store.fs.open(join(out, name), "wb") as f:
+                f.write(png)
+        return dg.MaterializeResult(metadata={
+            "report": dg.MetadataValue.md(markdown), "criterion_held": result["criterion"]["held"],
+            "controls_held": result["controls_held"], "path": out,
+            "speedups": dg.MetadataValue.json(json.loads(json.dumps(result["arms"])))})
+
+    return [runs, analysis, report]
+
+
+def build_all(paths: Sequence[str | Path] | None = None) -> list[dg.AssetsDefinition]:
+    """The corpus plus every record's assets (default: every experiments/*.yaml)."""
+    paths = sorted(RECORDS_DIR.glob("*.yaml")) if paths is None else paths
+    return [experiment_corpus, *[a for p in paths for a in build_experiment_assets(p)]]
+
+
+experiment_assets = build_all()

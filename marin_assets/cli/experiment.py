@@ -1,0 +1,76 @@
+"""`marin experiment ...`: screening experiments from records in ``experiments/``.
+
+screen RECORD [--json] [--store PREFIX] [--report DIR]
+    Runs every (arm, budget, seed) of the record (content-cached in the artifact store, so
+    a rerun only computes what is new), fits the baseline's loss vs compute and prints one
+    line per arm: {"arm", "effective_speedup", "ci_low", "ci_high", "runs"} (--json), or a
+    table. Exit codes: 0 done and every control arm's expectation held; 3 a control failed
+    (the screen cannot be trusted); 2 bad record, or a started record was edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("experiment", help="Screen ideas by effective speedup (experiments/*.yaml).")
+    sub = parser.add_subparsers(dest="experiment_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("screen", help="Run a record's arms and print each arm's effective speedup.")
+    p.add_argument("record", help="experiments/<name>.yaml")
+    p.add_argument("--json", action="store_true", help="one JSON object per arm on stdout")
+    p.add_argument("--store", default=None, help="artifact store prefix (default $MARIN_PREFIX, else ./artifacts)")
+    p.add_argument("--report", default=None, metavar="DIR", help="also write report.md, its PNGs and analysis.json here")
+    p.set_defaults(handler=_screen)
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _screen(args: argparse.Namespace) -> int:
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
+    import jax
+
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+    from marin_assets.experiments.analysis import render_report
+    from marin_assets.experiments.record import load_record
+    from marin_assets.experiments.screen import run_screen
+    from marin_assets.orchestration.resources import default_prefix
+    from marin_assets.store import ArtifactStore
+
+    try:
+        record = load_record(args.record)
+        result = run_screen(record, ArtifactStore(args.store or default_prefix()), log=_log)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"marin experiment screen: {exc}", file=sys.stderr)
+        return 2
+    for arm in result["arms"]:
+        if args.json:
+            print(json.dumps({k: arm[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")}))
+        else:
+            print(f"{arm['arm']:>16}  speedup {_fmt(arm['effective_speedup'])}  "
+                  f"[{_fmt(arm['ci_low'])}, {_fmt(arm['ci_high'])}]  runs {arm['runs']}")
+    if args.report:
+        out = Path(args.report)
+        out.mkdir(parents=True, exist_ok=True)
+        markdown, images = render_report(record, result)
+        (out / "report.md").write_text(markdown)
+        for name, data in images.items():
+            (out / name).write_bytes(data)
+        (out / "analysis.json").write_text(json.dumps(result, indent=1))
+    _log(f"{record.name}: {result['computed']} run(s) computed, {result['cache_hits']} cached; noise floor "
+         f"x{_fmt(result['noise_floor']['factor'])}; criterion held: {result['criterion']['held']}")
+    for control in result["controls"]:
+        _log(f"control {control['check']}: {'held' if control['held'] else 'FAILED'}")
+    return 0 if result["controls_held"] else 3
+
+
+def _fmt(x) -> str:
+    return "inf" if x is None else f"{x:.3f}"

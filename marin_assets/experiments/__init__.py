@@ -1,0 +1,10 @@
+"""Experiments: written hypotheses, screening runs, effective speedup (no Dagster here).
+
+record.load_record(path) -> ExperimentRecord       experiments/<name>.yaml, validated
+lock.check_lock(store, record) / lock_arm(...)     started experiments are immutable
+runs.plan_runs(record) -> [RunSpec]                one per (arm, budget, seed)
+runs.materialize_run(store, record, spec, corpus)  content-cached training run + validation loss
+speedup.screen(run_losses) -> (fit, {arm: ArmSpeedup}, noise floor)
+analysis.analyze(record, rows) / render_report(record, analysis)
+screen.run_screen(record, store) -> analysis dict  everything above, in process
+"""

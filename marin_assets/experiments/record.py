@@ -1,0 +1,347 @@
+"""Experiment records: ``experiments/<name>.yaml``, validated into one typed dataclass.
+
+A record says what is tested and what is expected *before* anything runs::
+
+    name: screen_tiny_moe                 # = the file's stem; becomes a path segment
+    hypothesis: "..."                     # what we expect and why
+    links: {issue: 14, wandb_project: marin-screens}
+    baseline:
+      config: ../examples/tiny_moe.yaml   # a TrainConfig YAML (relative to the record) or a mapping
+      override: {model: {d_model: 32}}    # optional, applied on top
+    budgets: [2.0e10, 4.0e10, 8.0e10]     # training FLOPs per run (>= 3: the fit has 3 parameters)
+    seeds: [0, 1, 2]                      # baseline seeds (>= 2: they give the noise floor)
+    arms:
+      partial_rope: {change: {model: {rope_fraction: 0.5}}}
+      control_seed: {change: {}, seeds: [10, 11, 12], expect: {ci_contains: 1.0}}
+    criterion:
+      statement: "..."
+      checks: [{arm: partial_rope, ci_low_above: 1.0}]
+
+Each run is one (arm, budget, seed); the baseline is the arm ``baseline``. An arm's
+``change`` is a TrainConfig override (nested mappings merge); ``expect`` are checks the
+arm itself must pass for the screen to be trusted (controls); ``criterion.checks`` decide
+whether the hypothesis held. Checks: ``ci_contains``, ``ci_low_above``, ``ci_high_below``,
+``speedup_above``, ``speedup_below`` (all on the effective speedup).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from marin_assets.store.names import validate_segment
+from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
+
+BASELINE = "baseline"
+CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "speedup_below")
+# Names become partition keys "<arm>-C<budget>-s<seed>" and path segments, so they may not
+# contain the "-" separator (validate_segment then refuses anything path-unsafe).
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+_TOP_FIELDS = ("name", "hypothesis", "links", "baseline", "budgets", "seeds", "arms", "criterion",
+               "schedule", "validation_windows", "bootstrap", "data_files")
+
+
+def validate_name(name: Any, what: str) -> str:
+    """A lower-case identifier ([a-z][a-z0-9_]*, at most 48 chars) that is a safe path segment."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"{what} {name!r} must match [a-z][a-z0-9_]{{0,47}} (lower case, digits, '_')")
+    return validate_segment(name, what)
+
+
+def _finite(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must be finite, got {value!r}")
+    return value
+
+
+def _yaml_number(value: Any) -> Any:
+    """YAML 1.1 reads ``1.5e10`` (no sign on the exponent) as a string; accept it as a number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{where} must be a non-empty list of ints, got {value!r}")
+    for s in value:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"{where}: seed {s!r} is not an int >= 0")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where}: seeds repeat: {list(value)}")
+    return tuple(value)
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
+    return dict(value)
+
+
+def merge(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict:
+    """Nested dict merge: mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in change.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One expectation on an arm's effective speedup, e.g. ``ci_high_below: 1.0``."""
+
+    arm: str
+    kind: str
+    value: float
+
+    @classmethod
+    def parse(cls, arm: str, spec: Any, where: str) -> list["Check"]:
+        spec = _mapping(spec, where)
+        unknown = sorted(set(spec) - set(CHECKS))
+        if unknown:
+            raise ValueError(f"{where}: unknown check(s) {unknown}; allowed: {list(CHECKS)}")
+        return [cls(arm, kind, _finite(v, f"{where}.{kind}")) for kind, v in spec.items()]
+
+    def holds(self, speedup: float, ci_low: float, ci_high: float) -> bool:
+        return {"ci_contains": ci_low <= self.value <= ci_high, "ci_low_above": ci_low > self.value,
+                "ci_high_below": ci_high < self.value, "speedup_above": speedup > self.value,
+                "speedup_below": speedup < self.value}[self.kind]
+
+    def describe(self) -> str:
+        return f"{self.arm}: {self.kind.replace('_', ' ')} {self.value:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    change: Mapping[str, Any]  # TrainConfig override relative to the baseline
+    seeds: tuple[int, ...]
+    expect: tuple[Check, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Criterion:
+    statement: str
+    checks: tuple[Check, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleScaling:
+    """How each run's schedule follows its step count (budgets differ in steps).
+
+    ``wsd``: warmup and decay are these fractions of the run's steps; ``cosine``: warmup is.
+    ``constant`` (and the other kinds) keep the configured schedule as is: nothing then
+    depends on the step count, so every budget of an arm shares one compiled train step
+    (the step's schedule constants are compiled in), which is what makes a CPU screen fit.
+    """
+
+    warmup_fraction: float = 0.1
+    decay_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_fraction", "decay_fraction"):
+            value = _finite(getattr(self, name), f"schedule.{name}")
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"schedule.{name} must be in [0, 1), got {value}")
+        if self.warmup_fraction + self.decay_fraction > 1.0:
+            raise ValueError("schedule: warmup_fraction + decay_fraction must be <= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentRecord:
+    name: str
+    hypothesis: str
+    links: Mapping[str, Any]
+    baseline: Mapping[str, Any]  # the resolved baseline TrainConfig as a plain dict
+    budgets: tuple[float, ...]
+    seeds: tuple[int, ...]
+    arms: tuple[Arm, ...]
+    criterion: Criterion
+    schedule: ScheduleScaling = ScheduleScaling()
+    validation_windows: int = 64
+    bootstrap: int = 1000
+    data_files: int = 80  # standard-library files in the byte-level corpus
+    source: str = "<inline>"
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "experiment name")
+        if not isinstance(self.hypothesis, str) or not self.hypothesis.strip():
+            raise ValueError(f"{self.source}: hypothesis must be a non-empty string")
+        if not self.criterion.statement.strip():
+            raise ValueError(f"{self.source}: criterion.statement must be a non-empty string")
+        if len(self.budgets) < 3:
+            raise ValueError(f"{self.source}: need >= 3 budgets (the baseline fit E + A C^-alpha has 3 "
+                             f"parameters), got {list(self.budgets)}")
+        if list(self.budgets) != sorted(set(self.budgets)) or any(b <= 0 for b in self.budgets):
+            raise ValueError(f"{self.source}: budgets must be > 0, distinct and increasing, got {list(self.budgets)}")
+        if len(self.seeds) < 2:
+            raise ValueError(f"{self.source}: need >= 2 baseline seeds (they measure the noise floor)")
+        names = [a.name for a in self.arms]
+        if not names:
+            raise ValueError(f"{self.source}: no arms")
+        if BASELINE in names:
+            raise ValueError(f"{self.source}: arm name {BASELINE!r} is reserved for the baseline")
+        arms = set(names) | {BASELINE}
+        for check in self.criterion.checks + tuple(c for a in self.arms for c in a.expect):
+            if check.arm not in arms:
+                raise ValueError(f"{self.source}: check {check.describe()!r} names unknown arm {check.arm!r}")
+        if self.validation_windows < 1 or self.bootstrap < 10 or self.data_files < 2:
+            raise ValueError(f"{self.source}: validation_windows >= 1, bootstrap >= 10, data_files >= 2 required")
+        for arm in self.all_arms():
+            self.train_config(arm.name)  # every arm's config must be a valid TrainConfig now
+
+    def all_arms(self) -> tuple[Arm, ...]:
+        """The baseline (as the arm ``baseline``) followed by the record's arms."""
+        return (Arm(BASELINE, {}, self.seeds),) + self.arms
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.all_arms():
+            if arm.name == name:
+                return arm
+        raise KeyError(f"experiment {self.name}: no arm {name!r}; arms: {[a.name for a in self.all_arms()]}")
+
+    def train_config(self, arm: str) -> TrainConfig:
+        """The arm's TrainConfig before the per-budget step count (baseline + change)."""
+        where = f"{self.source}: arm {arm!r}"
+        try:
+            return config_from_dict(merge(self.baseline, self.arm(arm).change), where=where)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: invalid config: {e}") from None
+
+    def frozen(self) -> dict:
+        """What may not change once a run has started (see ``lock.py``)."""
+        return {"hypothesis": self.hypothesis, "criterion": {"statement": self.criterion.statement,
+                "checks": [dataclasses.asdict(c) for c in self.criterion.checks]},
+                "baseline": self.baseline, "budgets": list(self.budgets), "seeds": list(self.seeds),
+                "schedule": dataclasses.asdict(self.schedule), "validation_windows": self.validation_windows,
+                "data_files": self.data_files}
+
+    def frozen_arm(self, name: str) -> dict:
+        arm = self.arm(name)
+        return {"change": arm.change, "seeds": list(arm.seeds), "expect": [dataclasses.asdict(c) for c in arm.expect]}
+
+
+# Set per run from the budget and the seed list; an arm that changed them would be ignored.
+_PER_RUN = {"num_steps", "seed", "data_seed"}
+_PER_RUN_SCHEDULE = {"total_steps", "warmup_steps", "decay_steps"}
+
+
+def _check_change(change: Mapping[str, Any], where: str) -> None:
+    fixed = sorted(_PER_RUN & set(change)) + sorted(
+        f"schedule.{k}" for k in _PER_RUN_SCHEDULE & set(_mapping(change.get("schedule"), f"{where}.schedule")))
+    if fixed:
+        raise ValueError(f"{where}: {fixed} are set per run (steps from the budget, seeds from the seed list, "
+                         "warmup/decay from the record's schedule fractions); change those instead")
+
+
+def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
+    spec = _mapping(spec, f"{source}: baseline")
+    unknown = sorted(set(spec) - {"config", "override"})
+    if unknown:
+        raise ValueError(f"{source}: baseline: unknown field(s) {unknown}; allowed: ['config', 'override']")
+    config = spec.get("config")
+    if isinstance(config, str):
+        import yaml
+
+        path = (base_dir / config).resolve()
+        if not path.is_file():
+            raise ValueError(f"{source}: baseline.config {config!r}: no such file {path}")
+        config = yaml.safe_load(path.read_text()) or {}
+    data = merge(_mapping(config, f"{source}: baseline.config"), _mapping(spec.get("override"), f"{source}: baseline.override"))
+    return config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
+
+
+def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inline>") -> ExperimentRecord:
+    """Validate a parsed record; every error names ``source`` and the field."""
+    data = _mapping(data, source)
+    unknown = sorted(set(data) - set(_TOP_FIELDS))
+    if unknown:
+        raise ValueError(f"{source}: unknown field(s) {unknown}; allowed: {list(_TOP_FIELDS)}")
+    for required in ("name", "hypothesis", "baseline", "budgets", "seeds", "arms", "criterion"):
+        if required not in data:
+            raise ValueError(f"{source}: missing required field {required!r}")
+    name = validate_name(data["name"], f"{source}: name")
+    budgets = data["budgets"]
+    if not isinstance(budgets, (list, tuple)):
+        raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
+    budgets = tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+    seeds = _seeds(data["seeds"], f"{source}: seeds")
+    arms = []
+    for arm_name, spec in _mapping(data["arms"], f"{source}: arms").items():
+        where = f"{source}: arms.{arm_name}"
+        validate_name(arm_name, f"{source}: arm name")
+        spec = _mapping(spec, where)
+        unknown = sorted(set(spec) - {"change", "seeds", "expect"})
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown}; allowed: ['change', 'expect', 'seeds']")
+        arm_seeds = _seeds(spec["seeds"], f"{where}.seeds") if "seeds" in spec else seeds
+        _check_change(_mapping(spec.get("change"), f"{where}.change"), f"{where}.change")
+        arms.append(Arm(arm_name, _mapping(spec.get("change"), f"{where}.change"), arm_seeds,
+                        tuple(Check.parse(arm_name, spec.get("expect"), f"{where}.expect"))))
+    crit = _mapping(data["criterion"], f"{source}: criterion")
+    unknown = sorted(set(crit) - {"statement", "checks"})
+    if unknown:
+        raise ValueError(f"{source}: criterion: unknown field(s) {unknown}; allowed: ['checks', 'statement']")
+    checks = []
+    for i, spec in enumerate(crit.get("checks") or []):
+        spec = _mapping(spec, f"{source}: criterion.checks[{i}]")
+        arm = spec.pop("arm", None)
+        if not isinstance(arm, str):
+            raise ValueError(f"{source}: criterion.checks[{i}] needs an 'arm'")
+        checks += Check.parse(arm, spec, f"{source}: criterion.checks[{i}]")
+    statement = crit.get("statement")
+    if not isinstance(statement, str):
+        raise ValueError(f"{source}: criterion.statement must be a string")
+    hypothesis = data["hypothesis"]
+    if not isinstance(hypothesis, str):
+        raise ValueError(f"{source}: hypothesis must be a string")
+    schedule = _mapping(data.get("schedule"), f"{source}: schedule")
+    unknown = sorted(set(schedule) - {"warmup_fraction", "decay_fraction"})
+    if unknown:
+        raise ValueError(f"{source}: schedule: unknown field(s) {unknown}")
+    ints = {}
+    for key, default in (("validation_windows", 64), ("bootstrap", 1000), ("data_files", 80)):
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{source}: {key} must be an int, got {value!r}")
+        ints[key] = value
+    links = _mapping(data.get("links"), f"{source}: links")
+    return ExperimentRecord(
+        name=name, hypothesis=hypothesis, links=links, baseline=_baseline(data["baseline"], Path(base_dir), source),
+        budgets=budgets, seeds=seeds, arms=tuple(arms), criterion=Criterion(statement, tuple(checks)),
+        schedule=ScheduleScaling(**{k: _finite(v, f"{source}: schedule.{k}") for k, v in schedule.items()}),
+        source=source, **ints)
+
+
+def load_record(path: str | Path) -> ExperimentRecord:
+    """Read and validate ``experiments/<name>.yaml``; ``name`` must equal the file's stem."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
+    record = record_from_dict(data, base_dir=path.parent, source=str(path))
+    if record.name != path.stem:
+        raise ValueError(f"{path}: name {record.name!r} must equal the file name {path.stem!r}")
+    return record

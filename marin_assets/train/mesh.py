@@ -1,0 +1,379 @@
+"""The training device mesh: ``("data", "expert")``, one or many processes.
+
+    setup = init_distributed()                     # before anything touches a JAX backend
+    mesh = make_mesh(config.model)                 # all global devices
+    ep = expert_parallel(mesh, config.model)       # the routed experts' shard_map transport
+    state_sh = state_shardings(mesh, state)        # state: arrays or jax.eval_shape output
+    step = jit_step(step_fn, mesh, state_sh)       # step(state, tokens, *scalars)
+    tokens = shard_batch(mesh, local_rows, config.batch_size)  # rows = process_rows(...)
+
+Layout (what is sharded where, and why):
+- The batch is sharded over ``("data", "expert")`` together: the expert axis is also a
+  data-parallel axis for everything except the routed experts (as in GShard/DeepSpeed-MoE).
+  Sharding the batch over ``data`` alone would make every device of an expert group
+  run the same attention on the same rows, and the EP exchange needs each device of the
+  group to hold different tokens anyway.
+- Routed-expert weights ``e_gate/e_up/e_down`` [L, E, ...] (and their optimizer state)
+  are sharded on E over ``expert`` and replicated over ``data``.
+- Everything else is replicated. At the sizes this lab trains the routed experts are most
+  of the parameters and they are already split; replicating the rest keeps the step's
+  collectives to the gradient all-reduce plus the EP all-to-alls, with no per-layer
+  all-gather. FSDP would be a change to ``param_spec`` alone (shard a weight axis over
+  ``data``) once dense weights outgrow one device.
+- One device is the degenerate 1 x 1 mesh of the same code: the same shard_map EP
+  layer runs with an expert axis of size 1.
+
+Processes: every process runs the same program on the same global batch order; each
+reads only its own rows (``process_rows``) and ``shard_batch`` assembles the global array.
+State leaves become host numpy through ``host_state`` (a collective: every process calls
+it); only ``is_writer()`` writes; ``agree`` makes a host-side decision (e.g. a
+time-based checkpoint) process 0's decision everywhere.
+
+Environment (what the manifests in marin_assets/cluster/manifests.py set):
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX (+ MARIN_PROCESS_OFFSET)
+      -> jax.distributed.initialize (absent or JAX_NUM_PROCESSES=1: single process)
+  MARIN_DEVICES_PER_PROCESS  CPU only: host devices per process
+      (--xla_force_host_platform_device_count, set before the backend starts)
+  MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
+      device count that divides n_routed_experts and fits in one process)
+  MARIN_HEARTBEAT_TIMEOUT_S  a peer silent this long fails every process (default 30)
+  MARIN_INIT_TIMEOUT_S       how long processes wait for each other at start (default 120)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import re
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+AXES = ("data", "expert")
+BATCH_AXES = AXES  # the batch is split over both (see the module docstring)
+EXPERT_WEIGHTS = ("e_gate", "e_up", "e_down")  # [L, E, ...]: sharded on axis 1
+DEFAULT_HEARTBEAT_S = 30
+DEFAULT_INIT_TIMEOUT_S = 120
+_FORCE_FLAG = "--xla_force_host_platform_device_count"
+
+
+@dataclasses.dataclass(frozen=True)
+class Distributed:
+    """Who this process is. ``coordinator`` is None for a single process."""
+
+    process_id: int = 0
+    num_processes: int = 1
+    coordinator: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_processes < 1 or not 0 <= self.process_id < self.num_processes:
+            raise ValueError(f"Distributed: process_id {self.process_id} outside [0, {self.num_processes})")
+        if self.num_processes > 1 and not self.coordinator:
+            raise ValueError("Distributed: several processes need a coordinator address")
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int | None, least: int = 1) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < least:
+        kind = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ValueError(f"environment variable {name} must be {kind}, got {raw!r}")
+    return int(raw)
+
+
+def _positive_env(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    return _int_env(env, name, default, least=1)
+
+
+def distributed_from_env(env: Mapping[str, str]) -> Distributed:
+    """The process's place in the job, from the manifests' environment (pure: no JAX)."""
+    from marin_assets.cluster.manifests import jax_distributed_args
+
+    if _positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
+        return Distributed()
+    for name in ("JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_NUM_PROCESSES"):
+        if name in env and not re.fullmatch(r"[0-9]+", env[name]):  # before jax_distributed_args's int()
+            raise ValueError(f"environment variable {name} must be a non-negative integer, got {env[name]!r}")
+    args = jax_distributed_args(env)
+    return Distributed(args["process_id"], args["num_processes"], args["coordinator_address"])
+
+
+def local_env(process_id: int, num_processes: int, port: int, devices_per_process: int | None = None,
+              host: str = "127.0.0.1") -> dict[str, str]:
+    """The variables a manifest would set, for process ``process_id`` of a job on this host
+    (the ``processes`` backend, tests, benchmarks)."""
+    env = {"JAX_COORDINATOR_ADDRESS": f"{host}:{port}", "JAX_NUM_PROCESSES": str(num_processes),
+           "JOB_COMPLETION_INDEX": str(process_id), "MARIN_PROCESS_OFFSET": "0"}
+    if devices_per_process is not None:
+        env["MARIN_DEVICES_PER_PROCESS"] = str(devices_per_process)
+    distributed_from_env(env)  # validates
+    return env
+
+
+def _backends_started() -> bool:
+    from jax._src import xla_bridge
+
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def force_host_devices(count: int) -> None:
+    """Ask XLA:CPU for ``count`` devices; must run before the first JAX backend starts."""
+    flags = re.sub(rf"{_FORCE_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_FLAG}={count}".strip()
+    if _backends_started():
+        import jax
+
+        if jax.local_device_count() != count and jax.default_backend() == "cpu":
+            raise RuntimeError(f"MARIN_DEVICES_PER_PROCESS={count} came after JAX started its backend "
+                               f"with {jax.local_device_count()} devices; set it before importing/using jax")
+
+
+def init_distributed(env: Mapping[str, str] | None = None) -> Distributed:
+    """Join the job described by ``env`` (default os.environ); call before any JAX computation.
+
+    CPU: gloo collectives and MARIN_DEVICES_PER_PROCESS host devices. A peer that dies
+    makes the others fail after MARIN_HEARTBEAT_TIMEOUT_S instead of hanging in a
+    collective (the coordination service stops every process).
+    """
+    import jax
+
+    env = os.environ if env is None else env
+    setup = distributed_from_env(env)
+    per_process = _positive_env(env, "MARIN_DEVICES_PER_PROCESS", None)
+    if per_process is not None:
+        force_host_devices(per_process)
+    if setup.num_processes == 1:
+        return setup
+    platforms = env.get("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", ""))
+    if platforms in ("", "cpu") or per_process is not None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=setup.coordinator, num_processes=setup.num_processes,
+        process_id=setup.process_id,
+        initialization_timeout=_positive_env(env, "MARIN_INIT_TIMEOUT_S", DEFAULT_INIT_TIMEOUT_S),
+        heartbeat_timeout_seconds=_positive_env(env, "MARIN_HEARTBEAT_TIMEOUT_S", DEFAULT_HEARTBEAT_S))
+    log.info("process %d of %d joined %s (%d global devices)", setup.process_id, setup.num_processes,
+             setup.coordinator, jax.device_count())
+    return setup
+
+
+# -- the mesh ---------------------------------------------------------------------------
+
+def default_expert_size(model_config, n_devices: int, per_process: int) -> int:
+    """Largest e dividing the device count and the expert count, within one process
+    (the EP all-to-all stays on the fastest links); 1 for a dense model."""
+    experts = getattr(model_config, "n_routed_experts", 0)
+    if experts <= 0:
+        return 1
+    return max(e for e in range(1, min(n_devices, per_process) + 1)
+               if n_devices % e == 0 and experts % e == 0)
+
+
+def make_mesh(model_config=None, expert: int | None = None, devices=None, env: Mapping[str, str] | None = None):
+    """A ``("data", "expert")`` mesh over ``devices`` (default: every global device).
+
+    expert: the expert axis size; None reads MARIN_EXPERT_PARALLEL, else the default above.
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    env = os.environ if env is None else env
+    devices = list(jax.devices() if devices is None else devices)
+    n = len(devices)
+    if expert is None:
+        expert = _positive_env(env, "MARIN_EXPERT_PARALLEL", None)
+    if expert is None:
+        expert = default_expert_size(model_config, n, jax.local_device_count())
+    if expert < 1 or n % expert:
+        raise ValueError(f"expert axis size {expert} does not divide the {n} devices")
+    experts = getattr(model_config, "n_routed_experts", 0)
+    if experts and experts % expert:
+        raise ValueError(f"expert axis size {expert} does not divide n_routed_experts={experts}")
+    if devices == list(jax.devices()):
+        return jax.make_mesh((n // expert, expert), AXES)  # topology-aware order on TPU/GPU
+    return Mesh(np.asarray(devices).reshape(n // expert, expert), AXES)
+
+
+def expert_parallel(mesh, model_config):
+    """The routed-expert layer for ``loss_fn(..., ep=...)``; None for a dense model."""
+    from kernels.expert_parallel import ExpertParallel
+
+    if not model_config.is_moe:
+        return None
+    return ExpertParallel(mesh, axis="expert", token_axes=BATCH_AXES, transport=model_config.ep_transport,
+                          capacity_factor_send=model_config.capacity_factor_send,
+                          capacity_factor_recv=model_config.capacity_factor_recv,
+                          grouped_matmul=model_config.grouped_matmul)
+
+
+def check_fits(mesh, model_config, batch_size: int, seq_len: int) -> None:
+    """What would otherwise fail inside the first step."""
+    shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
+    if batch_size % shards:
+        raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards "
+                         f"of mesh {dict(mesh.shape)}")
+    if model_config.is_moe and model_config.n_routed_experts % mesh.shape["expert"]:
+        raise ValueError(f"n_routed_experts {model_config.n_routed_experts} is not divisible by the "
+                         f"expert axis ({mesh.shape['expert']})")
+
+
+# -- shardings ----------------------------------------------------------------------------
+
+def _key_names(path) -> list[str]:
+    return [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
+
+
+def param_spec(path, leaf):
+    """PartitionSpec of one state leaf: expert weights (and their optimizer moments, which
+    share their names and shapes) split on E; everything else replicated."""
+    from jax.sharding import PartitionSpec as P
+
+    if np.ndim(leaf) == 4 and any(name in EXPERT_WEIGHTS for name in _key_names(path)):
+        return P(None, "expert")
+    return P()
+
+
+def state_shardings(mesh, state) -> Any:
+    """A NamedSharding per leaf of ``state`` (arrays or ShapeDtypeStructs; any pytree,
+    dict or dataclass)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    def one(path, leaf):
+        spec = param_spec(path, leaf)
+        if spec and leaf.shape[1] % mesh.shape["expert"]:
+            raise ValueError(f"state leaf {jax.tree_util.keystr(path)} {leaf.shape}: axis 1 is not "
+                             f"divisible by the expert axis ({mesh.shape['expert']})")
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(one, state)
+
+
+def replicated(mesh):
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh):
+    """[B, S] tokens: rows over ("data", "expert")."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def process_rows(mesh, global_batch: int) -> slice:
+    """The rows of each global batch this process holds (and so should read)."""
+    sharding = batch_sharding(mesh)
+    starts, stops = [], []
+    for index in sharding.addressable_devices_indices_map((global_batch, 1)).values():
+        rows = index[0]
+        starts.append(rows.start or 0)
+        stops.append(global_batch if rows.stop is None else rows.stop)
+    lo, hi = min(starts), max(stops)
+    covered = sum(b - a for a, b in set(zip(starts, stops)))
+    if covered != hi - lo:
+        raise ValueError(f"this process's batch rows are not contiguous on mesh {dict(mesh.shape)}")
+    return slice(lo, hi)
+
+
+def shard_batch(mesh, local_rows: np.ndarray, global_batch: int):
+    """This process's rows (``process_rows``) -> the global [B, S] array on the mesh."""
+    import jax
+
+    rows = process_rows(mesh, global_batch)
+    if local_rows.shape[0] != rows.stop - rows.start:
+        raise ValueError(f"shard_batch: got {local_rows.shape[0]} rows, this process holds rows "
+                         f"[{rows.start}, {rows.stop}) of {global_batch}")
+    return jax.make_array_from_process_local_data(batch_sharding(mesh), np.asarray(local_rows),
+                                                  (global_batch,) + tuple(local_rows.shape[1:]))
+
+
+def place_state(host_state, shardings):
+    """Host arrays (the same on every process, e.g. a loaded checkpoint) -> global arrays."""
+    import jax
+
+    def put(x, sharding):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(put, host_state, shardings)
+
+
+def host_state(state):
+    """Global arrays -> numpy (every leaf whole). A collective: every process must call it."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    def get(x):
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return np.asarray(jax.device_get(x))
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree.map(get, state)
+
+
+def is_writer() -> bool:
+    """Only process 0 writes checkpoints, metrics and results."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def agree(value):
+    """Process 0's value of a small host value (bool/int/float array) on every process."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() == 1:
+        return value
+    return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
+
+
+def all_processes(flag: bool) -> bool:
+    """True only if ``flag`` is true on every process (e.g. each process's rows of a batch
+    were clean, so the step's batch_ok is the same everywhere)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag)))))
+
+
+def barrier(name: str) -> None:
+    """Every process reaches ``name`` before any goes on (e.g. after a checkpoint is written)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+# -- the step -------------------------------------------------------------------------------
+
+def jit_step(step: Callable, mesh, state_sh, n_scalars: int = 2, donate: bool = True) -> Callable:
+    """jit ``step(state, tokens, *scalars) -> (state, metrics)`` with the mesh's layout.
+
+    state in/out: ``state_sh``; tokens: ``batch_sharding``; the ``n_scalars`` host scalars
+    (e.g. batch_ok, phase_start) and every metric: replicated.
+    """
+    import jax
+
+    rep = replicated(mesh)
+    return jax.jit(step, in_shardings=(state_sh, batch_sharding(mesh)) + (rep,) * n_scalars,
+                   out_shardings=(state_sh, rep), donate_argnums=(0,) if donate else ())
+
+
+def init_sharded(init: Callable[[], Any], mesh) -> Any:
+    """Run ``init()`` (deterministic, e.g. from a seed) straight into the mesh's layout, so
+    no process ever holds an unsharded copy on device."""
+    import jax
+
+    shape = jax.eval_shape(init)
+    return jax.jit(init, out_shardings=state_shardings(mesh, shape))()

@@ -1,0 +1,123 @@
+"""The training worker (python -m marin_assets.train.worker): spec parsing, and a real run
+that reports through Dagster Pipes (file-based context and messages, as a launcher would)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster_pipes import encode_param
+from hypothesis import given, settings, strategies as st
+
+from conftest import TINY
+from marin_assets.train.worker import EXIT_BAD_SPEC, spec_from_dict, spec_to_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def good_spec(caches, out_dir) -> dict:
+    return {"config": TINY, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
+            "resume": True, "warm_start": None}
+
+
+def test_spec_round_trips_and_names_bad_fields(tmp_path):
+    spec = spec_from_dict(good_spec({"web": "/c"}, tmp_path))
+    assert spec.config.num_steps == TINY["num_steps"] and spec.resume is True
+    assert spec_from_dict(spec_to_dict(spec)) == spec
+    cases = {
+        "missing key(s) ['resume']": {k: v for k, v in good_spec({"w": "/c"}, tmp_path).items() if k != "resume"},
+        "unknown key(s) ['resum']": dict(good_spec({"w": "/c"}, tmp_path), resum=True),
+        "spec.resume must be true or false": dict(good_spec({"w": "/c"}, tmp_path), resume="yes"),
+        "spec.caches is empty": dict(good_spec({}, tmp_path)),
+        "spec.config: unknown field(s) ['batch_sise']": dict(good_spec({"w": "/c"}, tmp_path),
+                                                              config=dict(TINY, batch_sise=3)),
+        "spec.warm_start must be a path string or null": dict(good_spec({"w": "/c"}, tmp_path), warm_start=3),
+    }
+    for message, data in cases.items():
+        with pytest.raises(ValueError) as err:
+            spec_from_dict(data)
+        assert message in str(err.value), (message, str(err.value))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.sampled_from(["config", "caches", "out_dir", "resume", "warm_start", "x"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3),
+                                 st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2))))
+def test_spec_parser_never_crashes_on_junk(data):
+    try:
+        spec_from_dict(data)
+    except ValueError as e:
+        assert str(e).startswith("spec")
+    except TypeError as e:  # a config field of the wrong type reaches a dataclass
+        raise AssertionError(f"unhelpful error for {data}: {e}") from None
+
+
+def _worker(spec_path: Path, extra_env: dict, timeout: float = 400) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COORDINATOR", "DAGSTER_PIPES", "MARIN_"))}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), **extra_env)
+    return subprocess.run([sys.executable, "-m", "marin_assets.train.worker", "--spec", str(spec_path)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_spec_loads_from_an_fsspec_url(tmp_path):
+    import fsspec
+
+    from marin_assets.train.worker import load_spec
+
+    with fsspec.open("memory://h9/spec.json", "w") as f:
+        f.write(json.dumps(good_spec({"w": "/c"}, tmp_path)))
+    assert load_spec("memory://h9/spec.json").caches == {"w": "/c"}
+    with pytest.raises(ValueError, match="memory://h9/none.json: spec file not found"):
+        load_spec("memory://h9/none.json")
+
+
+def test_bad_spec_file_exits_2(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text("{not json")
+    proc = _worker(path, {}, timeout=120)
+    assert proc.returncode == EXIT_BAD_SPEC
+    assert f"bad spec: {path}: not valid JSON" in proc.stderr
+
+
+@pytest.mark.slow
+def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(good_spec(caches, tmp_path / "out")))
+    messages = tmp_path / "messages.jsonl"
+    context = {"asset_keys": ["train/tiny"], "code_version_by_asset_key": None, "provenance_by_asset_key": None,
+               "partition_key": None, "partition_key_range": None, "partition_time_window": None,
+               "run_id": "r1", "job_name": "j", "retry_number": 0, "extras": {}}
+    proc = _worker(spec_path, {"DAGSTER_PIPES_CONTEXT": encode_param({"data": context}),
+                               "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sent = [json.loads(line) for line in messages.read_text().splitlines()]
+    methods = [m["method"] for m in sent]
+    assert methods[0] == "opened" and methods[-1] == "closed"
+    rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
+    assert [r["step"] for r in rows] == list(range(1, TINY["num_steps"] + 1))
+    logs = [m["params"]["message"] for m in sent if m["method"] == "log"]
+    assert any("training main: 12 steps on mesh {'data': 1, 'expert': 1}" in line for line in logs)
+    (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
+    assert mat["asset_key"] == "train/tiny"
+    meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
+    assert meta["final_step"] == TINY["num_steps"]
+    assert meta["tokens"] == TINY["num_steps"] * TINY["batch_size"] * TINY["seq_len"]
+    assert meta["phase_start_step"] == 0 and set(meta["tokens_left"]) == set(caches)
+    assert meta["last_loss"] == pytest.approx(rows[-1]["loss"])
+    assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
+    assert set(meta["counts"]) >= {"skipped_nonfinite", "skipped_spike"}
+    assert (tmp_path / "out" / "train_result.json").exists()
+
+
+@pytest.mark.slow
+def test_worker_refuses_a_multi_device_mesh_until_the_loop_takes_one(caches, tmp_path):
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(good_spec(caches, tmp_path / "out")))
+    proc = _worker(spec_path, {"MARIN_DEVICES_PER_PROCESS": "2"}, timeout=200)
+    assert proc.returncode == 1
+    assert "does not take a mesh yet" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing was written
