@@ -65,11 +65,13 @@ class PhaseSpecConfig(dg.Config):
     def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
         return cls(**dataclasses.asdict(spec))
 
-    def to_spec(self, data_mixture: Mixture) -> PhaseSpec:
+    def to_spec(self, data_mixture: Mixture | None = None) -> PhaseSpec:
         """PhaseSpec validates the values; a phase without its own mix records the weights of
         ``data_mixture``'s first stage (the trainer gets the whole schedule)."""
         values = self.model_dump()
         if values["mixture"] is None:
+            if data_mixture is None:
+                raise ValueError(f"phase {self.name} names no mixture and none was given (the mixture asset's)")
             values["mixture"] = data_mixture.weights_at(0)
         return PhaseSpec(**values)
 
