@@ -199,6 +199,7 @@ class _Run:
     position: DataPosition = DataPosition()
     phase_start: int = 0  # global step this phase started at
     tokens_before: int = 0  # tokens trained on before this phase
+    telemetry_run: str | None = None  # checkpoints name it, so evaluation can log next to training
 
     def tokens_at(self, step: int) -> int:
         return self.tokens_before + (step - self.phase_start) * self.config.tokens_per_step
@@ -207,7 +208,7 @@ class _Run:
         return {"data_position": self.position.to_json(), "phase_start_step": self.phase_start,
                 "phase": self.config.phase, "tokens_before_phase": self.tokens_before,
                 "tokens": self.tokens_at(step), "optimizer": self.config.optimizer.name,
-                "config": config_to_dict(self.config)}
+                "config": config_to_dict(self.config), "telemetry_run": self.telemetry_run}
 
 
 def _resume(run: _Run, folder: Path, logger: MetricsLogger) -> None:
@@ -390,10 +391,10 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
                          vocab_size=config.model.vocab_size)
 
     ckpt_root = out_dir / "checkpoints"
+    telemetry_run = telemetry_run or f"{out_dir.name}-{config.phase}"
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    run = _Run(config, init_state(config, opt, model))
-    telemetry_run = telemetry_run or f"{out_dir.name}-{config.phase}"
+    run = _Run(config, init_state(config, opt, model), telemetry_run=telemetry_run)
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run,
                                 flush_seconds=TELEMETRY_FLUSH_SECONDS)  # a bad run name fails here, before compute
     logger = MetricsLogger(out_dir, use_wandb=config.wandb, run_name=f"{out_dir.name}-{config.phase}",
