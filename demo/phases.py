@@ -65,7 +65,9 @@ class MidPhaseCut:
     telemetry_run: str
     log: Callable[[str], None]
     cursor: str | None
-    after_steps: int = 4  # live steps of the phase seen before the person cuts
+    # Live steps of the phase seen before the person cuts. The demo's phases run in seconds,
+    # so the demo cuts at the first flushed step (right after the step function compiles).
+    after_steps: int = 1
     poll_s: float = 0.2
     cut_step: int | None = None  # the live step the cut was written at
     reaction: str | None = None  # the controller's end_phase message
@@ -115,13 +117,14 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
                    sensor_name: str = "phase_controller", job_name: str = "train_phase", max_ticks: int = 16,
                    log: Callable[[str], None] = print, execute: Execute = run_directly,
                    run_config: dict | None = None, plan_run: str = "demo", cut_during: str = "re_warm",
-                   cut_after_steps: int = 4) -> list[dict]:
+                   cut_after_steps: int = 1) -> list[dict]:
     """Returns the decision log: one entry per tick with the action, reason and phase.
 
     ``execute(run, tags)`` runs each requested phase (the demo passes a progress reporter);
     ``run_config`` entries other than "ops" (e.g. loggers) join every run's config. The
     budget is cut during the first phase started by ``cut_during`` (after
-    ``cut_after_steps`` live steps of ``plan_run``'s telemetry), or right after it."""
+    ``cut_after_steps`` live steps of ``plan_run``'s telemetry), or right after it when no
+    live step showed up while it ran."""
     write_budget(budget_file, initial)
     sensor = defs.resolve_sensor_def(sensor_name)
     job = defs.resolve_job_def(job_name)

@@ -404,15 +404,23 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     run.state = jax.tree.map(lambda x: jnp.array(x, copy=True), run.state)
     start = int(run.state.step)
     emitter = _Emitter(run, logger, log_fn, telemetry)
-    try:
-        with _StopSignals() as stop:
+    # The handlers stay on through _finish: a stop request racing the last step (the phase
+    # controller read slightly stale telemetry) must not kill a phase that has just completed.
+    with _StopSignals() as stop:
+        try:
             _run_steps(run, make_train_step(config, opt, model), loader, ckpt_root, emitter, stop_at_step, stop)
-    except _Stop:
-        pass
-    finally:
-        emitter.close()  # also on an exception: the steps logged so far reach the store
-    return _finish(run, model, loader, validation_dirs, out_dir, emitter, start, stopped=stop_at_step is not None,
-                   stopped_by=stop.received)
+        except _Stop:
+            pass
+        finally:
+            emitter.close()  # also on an exception: the steps logged so far reach the store
+        ended_early = int(run.state.step) < run.phase_start + config.num_steps
+        stopped_by = stop.received if ended_early else None
+        result = _finish(run, model, loader, validation_dirs, out_dir, emitter, start,
+                         stopped=stop_at_step is not None, stopped_by=stopped_by)
+        if stop.received is not None and stopped_by is None:
+            log.warning("%s arrived after the last step (%d): the phase is complete, nothing to stop",
+                        stop.received, result.final_step)
+    return result
 
 
 def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: Path,

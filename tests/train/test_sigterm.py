@@ -74,3 +74,12 @@ def test_no_signal_no_stop(caches, tiny_config, tmp_path):
     assert result.stopped_by is None and result.stop_message is None and result.final_step == 4
     assert result.telemetry_run == "c-main"
     assert sorted(set(TelemetryStore(str(tmp_path / "t")).query(run="c-main", metric="loss")["step"])) == [1, 2, 3, 4]
+
+
+def test_a_signal_at_the_last_step_leaves_the_completed_phase_alone(caches, tiny_config, tmp_path, caplog):
+    # row 4 (the last) is written at the final checkpoint: the signal arrives after the last step ran
+    result = train(replace(tiny_config, num_steps=4), caches, tmp_path / "d", log_fn=_signal_at(4),
+                   telemetry_root=str(tmp_path / "t"))
+    assert result.stopped_by is None and result.final_step == 4
+    assert "arrived after the last step (4): the phase is complete" in caplog.text
+    assert ckpt.latest_valid(tmp_path / "d" / "checkpoints").name == "step-000000004"
