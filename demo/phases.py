@@ -49,8 +49,9 @@ def demo_raise(budget: Budget, tokens_trained: int) -> Budget:
 
 
 def demo_cut(budget: Budget, tokens_trained: int) -> Budget:
-    """Time is short again: only 12 more steps of budget (from the step the person saw)."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + 12 * 512)
+    """Time is short again: only 16 more steps of budget from the step the person saw (Phoenix,
+    32 steps, needs more); what the controller's reaction time leaves goes to Starling."""
+    return dataclasses.replace(budget, budget_tokens=tokens_trained + 16 * 512)
 
 
 @dataclasses.dataclass
@@ -68,7 +69,7 @@ class MidPhaseCut:
     # Live steps of the phase seen before the person cuts. The demo's phases run in seconds,
     # so the demo cuts at the first flushed step (right after the step function compiles).
     after_steps: int = 1
-    poll_s: float = 0.2
+    poll_s: float = 0.1
     cut_step: int | None = None  # the live step the cut was written at
     reaction: str | None = None  # the controller's end_phase message
     done: threading.Event = dataclasses.field(default_factory=threading.Event)

@@ -275,6 +275,8 @@ class _Emitter:
         row = _host_metrics(step, metrics, self.run.config, self.run.tokens_at(step))
         self.logger.write(row)
         self.telemetry.log(step, telemetry_fields(row), phase=row["phase"])
+        if self.last_row is None:
+            self.telemetry.flush()  # the first step at once: the phase controller sees the phase is live
         self.last_row = row
         if self.log_fn is not None:
             self.log_fn(row)
