@@ -33,7 +33,7 @@ from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition, MixedLoader, cache_vocab_size, held_out_batches, resolve_cache
 from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
-from marin_assets.telemetry import TelemetryStore, TelemetryWriter
+from marin_assets.telemetry import TelemetryWriter
 from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics, telemetry_fields, telemetry_rows
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.schedules import learning_rate
@@ -430,10 +430,12 @@ def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mappi
     """Loss curve (from the telemetry store), held-out loss, train_result.json; raise if the
     phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end."""
     rows = read_metrics(emitter.logger.path)
-    curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True))
-    png = plot_loss_curve(curve, out_dir / "loss_curve.png", title=f"{out_dir.name}") if curve else None
     counts = rows[-1].get("counts", {}) if rows else {k: 0 for k in COUNTERS}
     final_step = int(jax.device_get(run.state.step)) if not stopped else (int(rows[-1]["step"]) if rows else start)
+    # This phase's steps (a run name may hold earlier phases, or a longer rolled-back attempt).
+    curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True,
+                                                         steps=(run.phase_start + 1, max(final_step, run.phase_start + 1))))
+    png = plot_loss_curve(curve, out_dir / "loss_curve.png", title=f"{out_dir.name}") if curve else None
     held_out = None if stopped or not validation_dirs else validation_loss(run.config, model, run.state,
                                                                              validation_dirs)
     last_loss = emitter.last_row["loss"] if emitter.last_row else None
