@@ -170,8 +170,10 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
     def while_running(context: dg.SensorEvaluationContext, cursor: dict, phase: str) -> dg.SensorResult | dg.SkipReason:
         history, current = cursor["history"], cursor["history"][-1]
         waiting = f"waiting for phase {phase} (run {current['run_key']}) to materialise"
-        if current.get("ending"):
-            return dg.SkipReason(f"{waiting}: ending it at its checkpoint ({current['ending']['reason']})")
+        ending = current.get("ending")
+        if ending:
+            how = "ending it at its checkpoint" if ending["terminated"] else "could not end it, it runs its course"
+            return dg.SkipReason(f"{waiting}: {how} ({ending['reason']})")
         record = _running(context.instance, current["run_key"])
         if record is None:
             return dg.SkipReason(waiting)
