@@ -17,8 +17,10 @@ last step, a phase that skipped most of its steps raises ``TooManySkippedSteps``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -87,6 +89,17 @@ def default_telemetry_root() -> str:
     from marin_assets.cli.telemetry import default_root
 
     return default_root()
+
+
+def default_telemetry_run(out_dir: Path, phase: str) -> str:
+    """``<out dir name>-<phase>-<hash of the absolute out dir>``: a valid run name (scratch
+    dirs like ``.work`` are not) and a distinct one per out dir (they often share a name);
+    a resume in the same out dir logs under the same run."""
+    def safe(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=+-]+|\.{2,}", "-", text).lstrip("._=+-")[:48]
+
+    digest = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:8]
+    return "-".join(part for part in (safe(out_dir.name), safe(phase), digest) if part)
 
 
 class _StopSignals:
@@ -376,7 +389,7 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
     telemetry_root / telemetry_run: every step's metrics are appended to this telemetry store
       (default ``$MARIN_PREFIX/telemetry``) under this run name (default
-      ``<out_dir name>-<phase>``), flushed every few seconds and at each checkpoint.
+      ``default_telemetry_run``), flushed every few seconds and at each checkpoint.
     SIGTERM/SIGINT during the steps checkpoint the current step and end the phase early:
       the result says ``stopped_by`` (a warm start from it begins at that step + 1).
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
@@ -393,7 +406,7 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
                          vocab_size=config.model.vocab_size)
 
     ckpt_root = out_dir / "checkpoints"
-    telemetry_run = telemetry_run or f"{out_dir.name}-{config.phase}"
+    telemetry_run = telemetry_run or default_telemetry_run(out_dir, config.phase)
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     run = _Run(config, init_state(config, opt, model), telemetry_run=telemetry_run)

@@ -72,8 +72,20 @@ def test_sigint_stops_the_same_way_and_an_error_still_flushes_telemetry(caches, 
 def test_no_signal_no_stop(caches, tiny_config, tmp_path):
     result = train(replace(tiny_config, num_steps=4), caches, tmp_path / "c", telemetry_root=str(tmp_path / "t"))
     assert result.stopped_by is None and result.stop_message is None and result.final_step == 4
-    assert result.telemetry_run == "c-main"
-    assert sorted(set(TelemetryStore(str(tmp_path / "t")).query(run="c-main", metric="loss")["step"])) == [1, 2, 3, 4]
+    assert result.telemetry_run.startswith("c-main-") and len(result.telemetry_run) == len("c-main-") + 8
+    loss = TelemetryStore(str(tmp_path / "t")).query(run=result.telemetry_run, metric="loss")
+    assert sorted(set(loss["step"])) == [1, 2, 3, 4]
+
+
+def test_default_telemetry_run_is_valid_and_distinct_per_out_dir(tmp_path):
+    from marin_assets.store.names import validate_segment
+    from marin_assets.train.loop import default_telemetry_run
+
+    a, b = default_telemetry_run(tmp_path / "x" / ".work", "kestrel"), default_telemetry_run(tmp_path / "y" / ".work", "kestrel")
+    assert a.startswith("work-kestrel-") and b.startswith("work-kestrel-") and a != b
+    assert default_telemetry_run(tmp_path / "x" / ".work", "kestrel") == a  # a resume logs under the same run
+    for out, phase in ((".work", "main"), ("a b..c", "p/q"), ("...", "..")):
+        validate_segment(default_telemetry_run(tmp_path / out, phase), "run")
 
 
 def test_a_signal_at_the_last_step_leaves_the_completed_phase_alone(caches, tiny_config, tmp_path, caplog):
