@@ -15,14 +15,14 @@ from assets.scaling import scaling_assets, scaling_checks
 from assets.sources import source_assets
 from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
 from assets.user_data import normalized_user, user_assets
-from jobs import all_jobs
+from jobs import PHASE_RETRY_TAGS, all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
 from sensors import all_schedules, automation, new_files_sensor, phase_controller_sensor
 
 artifact_store = ArtifactStoreResource()
 
 # The demo run's controller: one use of the factory (a user's run is another plan + asset).
-phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase])
+phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS)
 new_user_files = new_files_sensor(normalized_user)
 
 defs = dg.Definitions(

@@ -26,7 +26,7 @@ import dagster as dg
 
 from demo.progress import Execute, run_directly
 
-from marin_assets.cli.telemetry import default_root as default_telemetry_root
+from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.orchestration.launcher import in_process_tags
 from marin_assets.phases.budget import Budget, load_budget, write_budget
 from marin_assets.phases.plan import phase_telemetry_run

@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 
 from marin_assets.phases.budget import load_budget
-from marin_assets.cli.telemetry import default_root as default_telemetry_root
+from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.phases.decide import Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
 from marin_assets.phases.signals import RunState, Signals
@@ -137,13 +137,30 @@ def _observe(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, a
     instance.report_runless_asset_event(dg.AssetObservation(asset_key=train_key, partition=phase, metadata=metadata))
 
 
+def phase_run_tags(spec: PhaseSpec, action: str, chips: Mapping[str, int], run_tags: Mapping[str, str]) -> dict:
+    """The tags of a phase's run: what the routing launcher and the training backend size it by."""
+    tags = {**run_tags, "marin/phase": spec.name, "marin/action": action, "marin/accelerator": spec.hardware,
+            "marin/priority": "production"}
+    if spec.hardware in chips:
+        tags["marin/chips"] = str(chips[spec.hardware])
+    return tags
+
+
 def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *, also: Sequence[dg.AssetsDefinition] = (),
                             name: str = "phase_controller", budget_file: Callable[[], Path] = budget_path,
                             minimum_interval_seconds: int = 30,
-                            telemetry_root: Callable[[], str] = default_telemetry_root) -> dg.SensorDefinition:
+                            telemetry_root: Callable[[], str] = default_telemetry_root,
+                            chips: Mapping[str, int] | None = None,
+                            run_tags: Mapping[str, str] | None = None) -> dg.SensorDefinition:
     """A sensor that runs ``plan`` phase by phase on ``train_asset`` (and the ``also`` assets,
     e.g. the phase's evaluation, in the same run); the train asset must log its steps to the
-    telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks."""
+    telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks.
+
+    chips: hardware tag -> chips to request (``marin/chips``, which sizes the training
+      backend); a phase on hardware not listed gets no chips tag (the launcher's default).
+    run_tags: added to every phase run, e.g. ``{"dagster/max_retries": "2"}`` so a failed
+      phase is retried by the instance's run-retry daemon and resumes from its checkpoint.
+    """
     partitions = train_asset.partitions_def
     if not isinstance(partitions, dg.DynamicPartitionsDefinition):
         raise ValueError(f"phase_controller_sensor: {train_asset.key.to_user_string()} must be partitioned by a "
@@ -161,8 +178,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
             run_key=run_key,
             partition_key=spec.name,
             run_config={"ops": {op_name: {"config": config}}},
-            tags={"marin/phase": spec.name, "marin/action": decision.action, "marin/accelerator": spec.hardware,
-                  "marin/priority": "production"},
+            tags=phase_run_tags(spec, decision.action, chips or {}, run_tags or {}),
         )
         return dg.SensorResult(run_requests=[run], dynamic_partitions_requests=[partitions.build_add_request([spec.name])],
                                cursor=json.dumps({"history": [*history, entry], "last": None}))

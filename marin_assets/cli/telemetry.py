@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 
@@ -33,12 +32,6 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"--steps {text!r}: start {lo} is after end {hi}")
     return (lo, hi)
-
-
-def default_root() -> str:
-    from marin_assets.store.fsutil import join
-
-    return join(os.environ.get("MARIN_PREFIX") or os.path.abspath("artifacts"), "telemetry")
 
 
 def register(subparsers) -> None:
@@ -83,7 +76,7 @@ def _fail(command: str, err: Exception) -> int:
 
 
 def _store(args):
-    from marin_assets.telemetry import TelemetryStore
+    from marin_assets.telemetry import TelemetryStore, default_root
 
     return TelemetryStore(args.root or default_root())
 

@@ -67,8 +67,7 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     if telemetry_run is None:
         log.info("evaluation of %s not appended to telemetry: the checkpoint names no telemetry run", checkpoint_dir)
     else:
-        from marin_assets.cli.telemetry import default_root
-        from marin_assets.telemetry import TelemetryWriter
+        from marin_assets.telemetry import TelemetryWriter, default_root
 
         with TelemetryWriter(telemetry_root or default_root(), telemetry_run) as writer:
             writer.log(result["step"], telemetry_metrics(result), phase=result["phase"])

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from marin_assets.cli.telemetry import default_root as default_telemetry_root
+from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.store.names import validate_segment
 from marin_assets.telemetry import TelemetryWriter
 

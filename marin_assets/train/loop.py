@@ -86,7 +86,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # Dagster's local run terminatio
 
 
 def default_telemetry_root() -> str:
-    from marin_assets.cli.telemetry import default_root
+    from marin_assets.telemetry import default_root
 
     return default_root()
 

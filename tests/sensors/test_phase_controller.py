@@ -147,3 +147,16 @@ def test_the_factory_takes_op_and_partitions_from_the_asset(tmp_path, monkeypatc
 
     with pytest.raises(ValueError, match="train/static must be partitioned by a DynamicPartitionsDefinition"):
         phase_controller_sensor(DEMO_PLAN, static_train)
+
+
+def test_phase_run_tags_size_the_backend_and_carry_the_retry_policy():
+    from marin_assets.phases.plan import PhaseSpec
+    from sensors.phase_controller import phase_run_tags
+
+    spec = PhaseSpec(name="ocelot", warm_start_from="kestrel", schedule="wsd", mixture={"web": 1.0}, batch_size=8,
+                     hardware="tpu-v5p", token_budget=4096, peak_lr=1e-3)
+    tags = phase_run_tags(spec, "migrate", {"tpu-v5p": 16}, {"dagster/max_retries": "2", "marin/phase": "spoofed"})
+    assert tags == {"dagster/max_retries": "2", "marin/phase": "ocelot", "marin/action": "migrate",
+                    "marin/accelerator": "tpu-v5p", "marin/chips": "16", "marin/priority": "production"}
+    # Hardware the sensor was not told the size of gets no chips tag (the launcher's default).
+    assert "marin/chips" not in phase_run_tags(spec, "migrate", {"gb200-nvl72": 72}, {})
