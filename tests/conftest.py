@@ -3,6 +3,7 @@
 Under CI (``CI=true``, as `.ci/run` runs) a skipped test is a failed test: a missing
 PostgreSQL, Chromium or anchor file must turn CI red, not quietly shrink what it checked.
 Locally a skip stays a skip, with its reason (``make test`` prints them with ``-rs``).
+Every test session writes artifacts and telemetry under a temporary MARIN_PREFIX.
 """
 
 from __future__ import annotations
@@ -24,3 +25,17 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which must run every test: {reason}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _artifacts_in_a_temporary_prefix(tmp_path_factory):
+    """Tests never write into the checkout's ./artifacts (where `make test` points
+    MARIN_PREFIX): code that defaults to $MARIN_PREFIX (the store, telemetry) lands in a
+    per-session temporary prefix instead. Tests that need their own prefix set it themselves."""
+    before = os.environ.get("MARIN_PREFIX")
+    os.environ["MARIN_PREFIX"] = str(tmp_path_factory.mktemp("marin_prefix"))
+    yield
+    if before is None:
+        os.environ.pop("MARIN_PREFIX", None)
+    else:
+        os.environ["MARIN_PREFIX"] = before
