@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-SHARD_RE = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
+SHARD_RE = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet")  # matched whole against a basename
 # A shard key names a shard in map/reduce layouts and removal lists (it becomes a file name):
 # letters, digits, "._=-", not starting with a dot, at most 200 characters.
 SHARD_KEY_RE = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9._=-]{0,199}")
@@ -36,7 +36,7 @@ def list_shards(directory: str) -> list[str]:
     fs, root = fsspec.core.url_to_fs(directory)
     if not fs.exists(root):
         return []
-    names = sorted(p for p in fs.ls(root, detail=False) if SHARD_RE.search(p))
+    names = sorted(p for p in fs.ls(root, detail=False) if SHARD_RE.fullmatch(basename(p)))
     local = (fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]) in ("file", "local")
     return names if local else [fs.unstrip_protocol(p) for p in names]
 
