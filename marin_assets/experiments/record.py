@@ -16,18 +16,26 @@ A record says what is tested and what is expected *before* anything runs::
     criterion:
       statement: "..."
       checks: [{arm: partial_rope, ci_low_above: 1.0}]
+    amendments:                           # optional: dated, reasoned edits made after a run
+      - {date: 2026-11-30, reason: "..."}
 
 Each run is one (arm, budget, seed); the baseline is the arm ``baseline``. An arm's
 ``change`` is a TrainConfig override (nested mappings merge); ``expect`` are checks the
 arm itself must pass for the screen to be trusted (controls); ``criterion.checks`` decide
 whether the hypothesis held. Checks: ``ci_contains``, ``ci_low_above``, ``ci_high_below``,
 ``speedup_above``, ``speedup_below`` (all on the effective speedup).
+
+``amendments`` keep the record's history visible: each says when and why the record was
+edited after a run (e.g. seeds added to an inconclusive control). They are not frozen
+(``frozen()`` leaves them out): writing one down never invalidates a lock, while the edit
+it explains is still judged by the lock like any other.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import math
 import re
 from pathlib import Path
@@ -42,7 +50,7 @@ CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "spee
 # contain the "-" separator (validate_segment then refuses anything path-unsafe).
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _TOP_FIELDS = ("name", "hypothesis", "links", "baseline", "budgets", "seeds", "arms", "criterion",
-               "schedule", "validation_windows", "bootstrap", "data_files")
+               "schedule", "validation_windows", "bootstrap", "data_files", "amendments")
 
 
 def validate_name(name: Any, what: str) -> str:
@@ -141,6 +149,45 @@ class Criterion:
 
 
 @dataclasses.dataclass(frozen=True)
+class Amendment:
+    """A dated reason for an edit made to the record after a run: the history stays visible."""
+
+    date: str  # ISO date, YYYY-MM-DD
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.date, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.date):
+            raise ValueError(f"amendment date must be an ISO date YYYY-MM-DD, got {self.date!r}")
+        try:
+            datetime.date.fromisoformat(self.date)
+        except ValueError:
+            raise ValueError(f"amendment date {self.date!r} is not a calendar date") from None
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError(f"amendment reason must be a non-empty string, got {self.reason!r}")
+
+
+def _amendments(value: Any, source: str) -> tuple[Amendment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{source}: amendments must be a list of {{date, reason}}, got {value!r}")
+    out = []
+    for i, spec in enumerate(value):
+        where = f"{source}: amendments[{i}]"
+        spec = _mapping(spec, where)
+        if set(spec) != {"date", "reason"}:
+            raise ValueError(f"{where}: needs exactly the fields ['date', 'reason'], got {sorted(spec)}")
+        date = spec["date"]  # YAML reads an unquoted 2026-11-30 as a date
+        if isinstance(date, datetime.date) and not isinstance(date, datetime.datetime):
+            date = date.isoformat()
+        try:
+            out.append(Amendment(date, spec["reason"]))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
 class ScheduleScaling:
     """How each run's schedule follows its step count (budgets differ in steps).
 
@@ -176,6 +223,7 @@ class ExperimentRecord:
     validation_windows: int = 64
     bootstrap: int = 1000
     data_files: int = 80  # standard-library files in the byte-level corpus
+    amendments: tuple[Amendment, ...] = ()  # not frozen: see the module docstring
     source: str = "<inline>"
 
     def __post_init__(self) -> None:
@@ -224,7 +272,7 @@ class ExperimentRecord:
             raise ValueError(f"{where}: invalid config: {e}") from None
 
     def frozen(self) -> dict:
-        """What may not change once a run has started (see ``lock.py``)."""
+        """What may not change once a run has started (see ``lock.py``); not the amendments."""
         return {"hypothesis": self.hypothesis, "criterion": {"statement": self.criterion.statement,
                 "checks": [dataclasses.asdict(c) for c in self.criterion.checks]},
                 "baseline": self.baseline, "budgets": list(self.budgets), "seeds": list(self.seeds),
@@ -325,7 +373,7 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
         name=name, hypothesis=hypothesis, links=links, baseline=_baseline(data["baseline"], Path(base_dir), source),
         budgets=budgets, seeds=seeds, arms=tuple(arms), criterion=Criterion(statement, tuple(checks)),
         schedule=ScheduleScaling(**{k: _finite(v, f"{source}: schedule.{k}") for k, v in schedule.items()}),
-        source=source, **ints)
+        amendments=_amendments(data.get("amendments"), source), source=source, **ints)
 
 
 def load_record(path: str | Path) -> ExperimentRecord:
