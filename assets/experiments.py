@@ -89,7 +89,8 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         row, hit = materialize_run(store, rec, spec, corpus, context.log.info)
         return dg.MaterializeResult(metadata={
             "validation_loss": float(row["validation_loss"]), "flops": float(row["flops"]), "steps": int(row["steps"]),
-            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit})
+            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit,
+            **({"wandb_run_id": row["wandb"]["run_id"], "wandb_dir": row["wandb"]["dir"]} if "wandb" in row else {})})
 
     @dg.asset(key=dg.AssetKey([*prefix, "analysis"]), deps=[runs], group_name=EXPERIMENTS_GROUP,
               code_version=CODE_VERSION,

@@ -3,7 +3,10 @@
 A run trains the arm's config for the steps its FLOP budget buys (``model.flops``
 convention: the arm's own FLOPs per token, so a cheaper architecture gets more steps), on
 the standard-library byte corpus (``data.py``), then scores the final checkpoint's mean
-cross-entropy on the validation split with the trained router bias. Runs are artifacts in
+cross-entropy on the validation split with the trained router bias. With ``wandb: true`` in
+the arm's config (offline unless ``WANDB_MODE`` says otherwise) the run also logs to W&B:
+its row then links the W&B run (``wandb``: run id, mode, folder) and the artifact keeps the
+offline run folder for ``wandb sync``; without it the row has no ``wandb`` key. Runs are artifacts in
 the content-versioned store: the version hashes the full TrainConfig, the evaluation
 settings and the corpus version, so a rerun of the same arm/budget/seed is a cache hit,
 and any change to what the run computes is a new version.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -93,7 +97,7 @@ def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> Ru
     if base.schedule.kind == "wsd":
         schedule["decay_steps"] = max(1, round(steps * frac.decay_fraction))
     config = replace(base, num_steps=steps, seed=seed, data_seed=seed, schedule=schedule,
-                     checkpoint_every_steps=steps, checkpoint_every_seconds=1e9, wandb=False)
+                     checkpoint_every_steps=steps, checkpoint_every_seconds=1e9)
     return RunSpec(record.name, arm, budget, seed, config, fpt)
 
 
@@ -151,6 +155,36 @@ def validation_loss(checkpoint_dir: Path, validation_cache: str, seq_len: int, w
     return total / n
 
 
+# wandb names a run's folder "<offline-run|run>-<YYYYMMDD_HHMMSS>-<run id>" under <dir>/wandb.
+_WANDB_RUN_DIR = re.compile(r"(offline-run|run)-\d{8}_\d{6}-([a-z0-9]+)")
+
+
+def wandb_run_dir(train_out: Path) -> tuple[Path, str, str] | None:
+    """(folder, run id, "offline" | "online") of the one W&B run under ``train_out``, or None."""
+    found = [(d, m) for d in sorted((train_out / "wandb").glob("*run-*"))
+             if d.is_dir() and (m := _WANDB_RUN_DIR.fullmatch(d.name))]
+    if len(found) > 1:
+        raise RuntimeError(f"{train_out}: {len(found)} W&B runs where one run was trained: {[d.name for d, _ in found]}")
+    if not found:
+        return None
+    folder, match = found[0]
+    return folder, match.group(2), "offline" if match.group(1) == "offline-run" else "online"
+
+
+def _keep_wandb_run(spec: RunSpec, train_out: Path, out_dir: str) -> dict:
+    """The row's W&B link; the run folder is copied into the artifact (``wandb sync`` it later)."""
+    from marin_assets.store.fsutil import filesystem
+
+    found = wandb_run_dir(train_out)
+    if found is None:
+        raise RuntimeError(f"run {spec.key}: wandb is enabled but the training left no W&B run under {train_out}/wandb")
+    folder, run_id, mode = found
+    kept = join(out_dir, "wandb", folder.name)
+    fs, _ = filesystem(kept)
+    fs.put(str(folder), kept, recursive=True)
+    return {"run_id": run_id, "mode": mode, "dir": kept}
+
+
 def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int, out_dir: str) -> dict:
     """Train and score one run; write run.json and metrics.jsonl under ``out_dir``."""
     import fsspec
@@ -166,10 +200,13 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
         loss = validation_loss(result.checkpoint_dir, join(corpus_ref.data_path, "validation"),
                                spec.config.seq_len, validation_windows)
         metrics = (Path(scratch) / "metrics.jsonl").read_bytes()
+        link = _keep_wandb_run(spec, Path(scratch), out_dir) if spec.config.wandb else None
     row = {"arm": spec.arm, "budget": spec.budget, "seed": spec.seed, "flops": spec.flops,
            "steps": spec.config.num_steps, "tokens": result.tokens, "validation_loss": loss,
            "train_loss": result.last_loss, "counts": result.counts, "seconds": round(time.monotonic() - started, 2),
            "config": config_to_dict(spec.config)}
+    if link is not None:
+        row["wandb"] = link
     with fsspec.open(join(out_dir, "metrics.jsonl"), "wb") as f:
         f.write(metrics)
     with fsspec.open(join(out_dir, "run.json"), "w") as f:
