@@ -28,9 +28,9 @@ import dagster as dg
 
 from marin_assets.experiments.analysis import analyze, report_images, report_markdown
 from marin_assets.experiments.lock import check_lock
-from marin_assets.experiments.record import ExperimentRecord, load_record
-from marin_assets.experiments.runs import (CODE_VERSION, CORPUS_KEY, materialize_corpus, materialize_run, plan_runs,
-                                           read_run, runs_key)
+from marin_assets.experiments.record import ExperimentRecord, load_record, record_outline
+from marin_assets.experiments.runs import (CODE_VERSION, CORPUS_KEY, materialize_corpus, materialize_run,
+                                           partition_key, plan_runs, read_run, runs_key)
 from marin_assets.orchestration import ArtifactStoreResource
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
 
@@ -66,9 +66,13 @@ def _analysis_path(store, record: ExperimentRecord) -> str:
 
 def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
     """The runs, analysis and report assets of the record at ``path``."""
-    record = load_record(path)
-    specs = {spec.key: spec for spec in plan_runs(record)}
-    partitions = dg.StaticPartitionsDefinition(list(specs))
+    # The outline, not the record: loading the code location builds no TrainConfig (no jax);
+    # the full record is loaded and validated (and its lock checked) when an asset runs.
+    record = record_outline(path)
+    keys = [partition_key(arm, budget, seed) for arm, budget, seed in record.runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{path}: run keys repeat (budgets must differ at 2 significant digits): {keys}")
+    partitions = dg.StaticPartitionsDefinition(keys)
     prefix = ["experiments", record.name]
     runs_asset_key = dg.AssetKey.from_user_string(runs_key(record.name))
 

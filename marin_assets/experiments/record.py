@@ -39,10 +39,12 @@ import datetime
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from marin_assets.store.names import validate_segment
-from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
+
+if TYPE_CHECKING:  # the config module imports jax; the outline (code-location load) must not
+    from marin_assets.train.config import TrainConfig
 
 BASELINE = "baseline"
 CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "speedup_below")
@@ -265,6 +267,8 @@ class ExperimentRecord:
 
     def train_config(self, arm: str) -> TrainConfig:
         """The arm's TrainConfig before the per-budget step count (baseline + change)."""
+        from marin_assets.train.config import config_from_dict
+
         where = f"{self.source}: arm {arm!r}"
         try:
             return config_from_dict(merge(self.baseline, self.arm(arm).change), where=where)
@@ -298,6 +302,8 @@ def _check_change(change: Mapping[str, Any], where: str) -> None:
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
+    from marin_assets.train.config import config_from_dict, config_to_dict
+
     spec = _mapping(spec, f"{source}: baseline")
     unknown = sorted(set(spec) - {"config", "override"})
     if unknown:
@@ -314,6 +320,57 @@ def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
     return config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
 
 
+def _budgets(budgets: Any, source: str) -> tuple[float, ...]:
+    if not isinstance(budgets, (list, tuple)):
+        raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
+    return tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordOutline:
+    """What the code location needs to list a record's assets (name, hypothesis, every run's
+    (arm, budget, seed)), read without building any TrainConfig: that would import jax into
+    every process that loads the definitions. The full record is validated when a run starts."""
+
+    name: str
+    hypothesis: str
+    runs: tuple[tuple[str, float, int], ...]  # (arm, budget, seed), baseline first, in plan order
+
+
+def record_outline(path: str | Path) -> RecordOutline:
+    path = Path(path)
+    source = str(path)
+    data = _mapping(_read_yaml(path), source)
+    for required in ("name", "hypothesis", "budgets", "seeds", "arms"):
+        if required not in data:
+            raise ValueError(f"{source}: missing required field {required!r}")
+    name = validate_name(data["name"], f"{source}: name")
+    if name != path.stem:
+        raise ValueError(f"{path}: name {name!r} must equal the file name {path.stem!r}")
+    if not isinstance(data["hypothesis"], str):
+        raise ValueError(f"{source}: hypothesis must be a string")
+    budgets = _budgets(data["budgets"], source)
+    arms = [(BASELINE, _seeds(data["seeds"], f"{source}: seeds"))]
+    for arm, spec in _mapping(data["arms"], f"{source}: arms").items():
+        spec = _mapping(spec, f"{source}: arms.{arm}")
+        seeds = _seeds(spec["seeds"], f"{source}: arms.{arm}.seeds") if "seeds" in spec else arms[0][1]
+        arms.append((validate_name(arm, f"{source}: arm name"), seeds))
+    return RecordOutline(name, data["hypothesis"], tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds))
+
+
 def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inline>") -> ExperimentRecord:
     """Validate a parsed record; every error names ``source`` and the field."""
     data = _mapping(data, source)
@@ -324,10 +381,7 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
         if required not in data:
             raise ValueError(f"{source}: missing required field {required!r}")
     name = validate_name(data["name"], f"{source}: name")
-    budgets = data["budgets"]
-    if not isinstance(budgets, (list, tuple)):
-        raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
-    budgets = tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+    budgets = _budgets(data["budgets"], source)
     seeds = _seeds(data["seeds"], f"{source}: seeds")
     arms = []
     for arm_name, spec in _mapping(data["arms"], f"{source}: arms").items():
@@ -378,18 +432,8 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
 
 def load_record(path: str | Path) -> ExperimentRecord:
     """Read and validate ``experiments/<name>.yaml``; ``name`` must equal the file's stem."""
-    import yaml
-
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
-    record = record_from_dict(data, base_dir=path.parent, source=str(path))
+    record = record_from_dict(_read_yaml(path), base_dir=path.parent, source=str(path))
     if record.name != path.stem:
         raise ValueError(f"{path}: name {record.name!r} must equal the file name {path.stem!r}")
     return record

@@ -20,7 +20,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from marin_assets.experiments import data as corpus
 from marin_assets.experiments.lock import check_lock, lock_arm
@@ -29,7 +29,9 @@ from marin_assets.experiments.speedup import RunLoss
 from marin_assets.scaling.sweep import budget_label
 from marin_assets.store import ArtifactRef, ArtifactStore, compute_version
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
-from marin_assets.train.config import TrainConfig, config_to_dict, replace
+
+if TYPE_CHECKING:  # imports jax: only where a run is planned or executed (see record.RecordOutline)
+    from marin_assets.train.config import TrainConfig
 
 CODE_VERSION = "1"
 CORPUS_KEY = "experiments/stdlib_bytes"
@@ -80,6 +82,7 @@ class RunSpec:
 def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> RunSpec:
     """The arm's config with the steps ``budget`` buys and a WSD schedule scaled to them."""
     from marin_assets.model import flops_per_token
+    from marin_assets.train.config import replace
 
     base = record.train_config(arm)
     if base.model.vocab_size != corpus.VOCAB_SIZE:
@@ -110,6 +113,8 @@ def plan_runs(record: ExperimentRecord) -> list[RunSpec]:
 
 
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
+    from marin_assets.train.config import config_to_dict
+
     return compute_version(runs_key(spec.experiment), CODE_VERSION,
                            {"train": config_to_dict(spec.config), "validation_windows": record.validation_windows},
                            spec.key, {"corpus": corpus_version})
@@ -189,6 +194,7 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
     """Train and score one run; write run.json and metrics.jsonl under ``out_dir``."""
     import fsspec
 
+    from marin_assets.train.config import config_to_dict
     from marin_assets.train.loop import train
 
     caches = {"train": join(corpus_ref.data_path, "train")}
@@ -217,6 +223,8 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
 def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus_ref: ArtifactRef,
                     log: Callable[[str], None] = print) -> tuple[dict, bool]:
     """(the run's row, cache_hit). Refuses an edited started record, cache hit or not."""
+    from marin_assets.train.config import config_to_dict
+
     check_lock(store, record)
     version = run_version(spec, record, corpus_ref.version)
 
