@@ -10,6 +10,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.datakit import datakit_assets, datakit_checks
+from assets.experiments import experiment_assets
 from assets.normalized import normalized_assets
 from assets.scaling import scaling_assets, scaling_checks
 from assets.sources import source_assets
@@ -26,7 +27,8 @@ phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_ph
 new_user_files = new_files_sensor(normalized_user)
 
 defs = dg.Definitions(
-    assets=[*source_assets, *normalized_assets, *datakit_assets, *user_assets, *training_assets, *scaling_assets],
+    assets=[*source_assets, *normalized_assets, *datakit_assets, *user_assets, *training_assets, *scaling_assets,
+            *experiment_assets],
     asset_checks=[*datakit_checks, *scaling_checks],
     jobs=all_jobs,
     sensors=[new_user_files, phase_controller, automation],

@@ -13,12 +13,14 @@ Every step goes through the library (``marin_assets.experiments``): runs are con
 cached in the artifact store, so runs made by ``marin experiment screen`` are cache hits
 here and the other way round, and an edited started record is refused (the lock) in the
 runs and in the analysis. ``build_experiment_assets(path)`` builds one record's assets;
-``experiment_assets`` holds the corpus plus every record under ``experiments/``.
+``experiment_assets`` holds the corpus plus every record under ``experiments/`` (or under
+``$MARIN_EXPERIMENTS_DIR`` when set: another folder of records, e.g. a test's).
 """
 
 
 import base64
 import json
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -26,17 +28,29 @@ import dagster as dg
 
 from marin_assets.experiments.analysis import analyze, report_images, report_markdown
 from marin_assets.experiments.lock import check_lock
-from marin_assets.experiments.record import ExperimentRecord, load_record
-from marin_assets.experiments.runs import (CORPUS_KEY, materialize_corpus, materialize_run, plan_runs, read_run,
-                                           runs_key)
+from marin_assets.experiments.record import ExperimentRecord, load_record, record_outline
+from marin_assets.experiments.runs import (CODE_VERSION, CORPUS_KEY, materialize_corpus, materialize_run,
+                                           partition_key, plan_runs, read_run, runs_key)
 from marin_assets.orchestration import ArtifactStoreResource
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
 
 EXPERIMENTS_GROUP = "experiments"
 RECORDS_DIR = Path(__file__).resolve().parents[1] / "experiments"
+RECORDS_ENV = "MARIN_EXPERIMENTS_DIR"
 
 
-@dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP,
+def records_dir() -> Path:
+    """``$MARIN_EXPERIMENTS_DIR`` if set (it must be a folder), else the repo's ``experiments/``."""
+    raw = os.environ.get(RECORDS_ENV)
+    if not raw:
+        return RECORDS_DIR
+    path = Path(raw)
+    if not path.is_dir():
+        raise ValueError(f"{RECORDS_ENV}={raw!r} is not a folder of experiment records (<name>.yaml)")
+    return path
+
+
+@dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
           description="Python standard-library sources as byte-level Levanter caches (train/validation).")
 def experiment_corpus(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
     # Every record's runs use the default corpus size; a record with another data_files
@@ -52,9 +66,13 @@ def _analysis_path(store, record: ExperimentRecord) -> str:
 
 def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
     """The runs, analysis and report assets of the record at ``path``."""
-    record = load_record(path)
-    specs = {spec.key: spec for spec in plan_runs(record)}
-    partitions = dg.StaticPartitionsDefinition(list(specs))
+    # The outline, not the record: loading the code location builds no TrainConfig (no jax);
+    # the full record is loaded and validated (and its lock checked) when an asset runs.
+    record = record_outline(path)
+    keys = [partition_key(arm, budget, seed) for arm, budget, seed in record.runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{path}: run keys repeat (budgets must differ at 2 significant digits): {keys}")
+    partitions = dg.StaticPartitionsDefinition(keys)
     prefix = ["experiments", record.name]
     runs_asset_key = dg.AssetKey.from_user_string(runs_key(record.name))
 
@@ -62,7 +80,7 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         # Re-read at run time: an edit made after the code location loaded is still checked.
         return load_record(path)
 
-    @dg.asset(key=runs_asset_key, partitions_def=partitions, group_name=EXPERIMENTS_GROUP,
+    @dg.asset(key=runs_asset_key, partitions_def=partitions, group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
               deps=[experiment_corpus],
               description=f"{record.name}: one training run per (arm, budget, seed). {record.hypothesis.strip()}")
     def runs(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
@@ -75,9 +93,11 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         row, hit = materialize_run(store, rec, spec, corpus, context.log.info)
         return dg.MaterializeResult(metadata={
             "validation_loss": float(row["validation_loss"]), "flops": float(row["flops"]), "steps": int(row["steps"]),
-            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit})
+            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit,
+            **({"wandb_run_id": row["wandb"]["run_id"], "wandb_dir": row["wandb"]["dir"]} if "wandb" in row else {})})
 
     @dg.asset(key=dg.AssetKey([*prefix, "analysis"]), deps=[runs], group_name=EXPERIMENTS_GROUP,
+              code_version=CODE_VERSION,
               description=f"{record.name}: effective speedup per arm (bootstrap over seeds), controls, criterion.")
     def analysis(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
@@ -99,6 +119,7 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
             "runs": len(rows)})
 
     @dg.asset(key=dg.AssetKey([*prefix, "report"]), deps=[analysis], group_name=EXPERIMENTS_GROUP,
+              code_version=CODE_VERSION,
               description=f"{record.name}: Markdown report with plots and whether the criterion held.")
     def report(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
@@ -125,8 +146,8 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
 
 
 def build_all(paths: Sequence[str | Path] | None = None) -> list[dg.AssetsDefinition]:
-    """The corpus plus every record's assets (default: every experiments/*.yaml)."""
-    paths = sorted(RECORDS_DIR.glob("*.yaml")) if paths is None else paths
+    """The corpus plus every record's assets (default: every *.yaml of ``records_dir()``)."""
+    paths = sorted(records_dir().glob("*.yaml")) if paths is None else paths
     return [experiment_corpus, *[a for p in paths for a in build_experiment_assets(p)]]
 
 

@@ -45,4 +45,9 @@ eval_job = dg.define_asset_job(
 scaling_job = dg.define_asset_job("scaling", selection=dg.AssetSelection.groups("scaling"),
                                   description="The IsoFLOP ladder: its data, sweep runs, fit, prediction and check.")
 
-all_jobs = [demo_job, train_phase_job, eval_job, scaling_job]
+# Every experiment record's assets (experiments/*.yaml): the corpus, run partitions,
+# analyses and reports; `marin experiment screen` runs the same steps from the CLI.
+experiments_job = dg.define_asset_job("experiments", selection=dg.AssetSelection.groups("experiments"),
+                                      description="Experiment records: runs, effective-speedup analysis, reports.")
+
+all_jobs = [demo_job, train_phase_job, eval_job, scaling_job, experiments_job]

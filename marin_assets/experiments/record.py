@@ -16,25 +16,35 @@ A record says what is tested and what is expected *before* anything runs::
     criterion:
       statement: "..."
       checks: [{arm: partial_rope, ci_low_above: 1.0}]
+    amendments:                           # optional: dated, reasoned edits made after a run
+      - {date: 2026-11-30, reason: "..."}
 
 Each run is one (arm, budget, seed); the baseline is the arm ``baseline``. An arm's
 ``change`` is a TrainConfig override (nested mappings merge); ``expect`` are checks the
 arm itself must pass for the screen to be trusted (controls); ``criterion.checks`` decide
 whether the hypothesis held. Checks: ``ci_contains``, ``ci_low_above``, ``ci_high_below``,
 ``speedup_above``, ``speedup_below`` (all on the effective speedup).
+
+``amendments`` keep the record's history visible: each says when and why the record was
+edited after a run (e.g. seeds added to an inconclusive control). They are not frozen
+(``frozen()`` leaves them out): writing one down never invalidates a lock, while the edit
+it explains is still judged by the lock like any other.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from marin_assets.store.names import validate_segment
-from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
+
+if TYPE_CHECKING:  # the config module imports jax; the outline (code-location load) must not
+    from marin_assets.train.config import TrainConfig
 
 BASELINE = "baseline"
 CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "speedup_below")
@@ -42,7 +52,7 @@ CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "spee
 # contain the "-" separator (validate_segment then refuses anything path-unsafe).
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _TOP_FIELDS = ("name", "hypothesis", "links", "baseline", "budgets", "seeds", "arms", "criterion",
-               "schedule", "validation_windows", "bootstrap", "data_files")
+               "schedule", "validation_windows", "bootstrap", "data_files", "amendments")
 
 
 def validate_name(name: Any, what: str) -> str:
@@ -141,6 +151,45 @@ class Criterion:
 
 
 @dataclasses.dataclass(frozen=True)
+class Amendment:
+    """A dated reason for an edit made to the record after a run: the history stays visible."""
+
+    date: str  # ISO date, YYYY-MM-DD
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.date, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.date):
+            raise ValueError(f"amendment date must be an ISO date YYYY-MM-DD, got {self.date!r}")
+        try:
+            datetime.date.fromisoformat(self.date)
+        except ValueError:
+            raise ValueError(f"amendment date {self.date!r} is not a calendar date") from None
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError(f"amendment reason must be a non-empty string, got {self.reason!r}")
+
+
+def _amendments(value: Any, source: str) -> tuple[Amendment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{source}: amendments must be a list of {{date, reason}}, got {value!r}")
+    out = []
+    for i, spec in enumerate(value):
+        where = f"{source}: amendments[{i}]"
+        spec = _mapping(spec, where)
+        if set(spec) != {"date", "reason"}:
+            raise ValueError(f"{where}: needs exactly the fields ['date', 'reason'], got {sorted(spec)}")
+        date = spec["date"]  # YAML reads an unquoted 2026-11-30 as a date
+        if isinstance(date, datetime.date) and not isinstance(date, datetime.datetime):
+            date = date.isoformat()
+        try:
+            out.append(Amendment(date, spec["reason"]))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
 class ScheduleScaling:
     """How each run's schedule follows its step count (budgets differ in steps).
 
@@ -176,6 +225,7 @@ class ExperimentRecord:
     validation_windows: int = 64
     bootstrap: int = 1000
     data_files: int = 80  # standard-library files in the byte-level corpus
+    amendments: tuple[Amendment, ...] = ()  # not frozen: see the module docstring
     source: str = "<inline>"
 
     def __post_init__(self) -> None:
@@ -217,6 +267,8 @@ class ExperimentRecord:
 
     def train_config(self, arm: str) -> TrainConfig:
         """The arm's TrainConfig before the per-budget step count (baseline + change)."""
+        from marin_assets.train.config import config_from_dict
+
         where = f"{self.source}: arm {arm!r}"
         try:
             return config_from_dict(merge(self.baseline, self.arm(arm).change), where=where)
@@ -224,7 +276,7 @@ class ExperimentRecord:
             raise ValueError(f"{where}: invalid config: {e}") from None
 
     def frozen(self) -> dict:
-        """What may not change once a run has started (see ``lock.py``)."""
+        """What may not change once a run has started (see ``lock.py``); not the amendments."""
         return {"hypothesis": self.hypothesis, "criterion": {"statement": self.criterion.statement,
                 "checks": [dataclasses.asdict(c) for c in self.criterion.checks]},
                 "baseline": self.baseline, "budgets": list(self.budgets), "seeds": list(self.seeds),
@@ -250,6 +302,8 @@ def _check_change(change: Mapping[str, Any], where: str) -> None:
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
+    from marin_assets.train.config import config_from_dict, config_to_dict
+
     spec = _mapping(spec, f"{source}: baseline")
     unknown = sorted(set(spec) - {"config", "override"})
     if unknown:
@@ -266,6 +320,57 @@ def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
     return config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
 
 
+def _budgets(budgets: Any, source: str) -> tuple[float, ...]:
+    if not isinstance(budgets, (list, tuple)):
+        raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
+    return tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordOutline:
+    """What the code location needs to list a record's assets (name, hypothesis, every run's
+    (arm, budget, seed)), read without building any TrainConfig: that would import jax into
+    every process that loads the definitions. The full record is validated when a run starts."""
+
+    name: str
+    hypothesis: str
+    runs: tuple[tuple[str, float, int], ...]  # (arm, budget, seed), baseline first, in plan order
+
+
+def record_outline(path: str | Path) -> RecordOutline:
+    path = Path(path)
+    source = str(path)
+    data = _mapping(_read_yaml(path), source)
+    for required in ("name", "hypothesis", "budgets", "seeds", "arms"):
+        if required not in data:
+            raise ValueError(f"{source}: missing required field {required!r}")
+    name = validate_name(data["name"], f"{source}: name")
+    if name != path.stem:
+        raise ValueError(f"{path}: name {name!r} must equal the file name {path.stem!r}")
+    if not isinstance(data["hypothesis"], str):
+        raise ValueError(f"{source}: hypothesis must be a string")
+    budgets = _budgets(data["budgets"], source)
+    arms = [(BASELINE, _seeds(data["seeds"], f"{source}: seeds"))]
+    for arm, spec in _mapping(data["arms"], f"{source}: arms").items():
+        spec = _mapping(spec, f"{source}: arms.{arm}")
+        seeds = _seeds(spec["seeds"], f"{source}: arms.{arm}.seeds") if "seeds" in spec else arms[0][1]
+        arms.append((validate_name(arm, f"{source}: arm name"), seeds))
+    return RecordOutline(name, data["hypothesis"], tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds))
+
+
 def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inline>") -> ExperimentRecord:
     """Validate a parsed record; every error names ``source`` and the field."""
     data = _mapping(data, source)
@@ -276,10 +381,7 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
         if required not in data:
             raise ValueError(f"{source}: missing required field {required!r}")
     name = validate_name(data["name"], f"{source}: name")
-    budgets = data["budgets"]
-    if not isinstance(budgets, (list, tuple)):
-        raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
-    budgets = tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+    budgets = _budgets(data["budgets"], source)
     seeds = _seeds(data["seeds"], f"{source}: seeds")
     arms = []
     for arm_name, spec in _mapping(data["arms"], f"{source}: arms").items():
@@ -325,23 +427,13 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
         name=name, hypothesis=hypothesis, links=links, baseline=_baseline(data["baseline"], Path(base_dir), source),
         budgets=budgets, seeds=seeds, arms=tuple(arms), criterion=Criterion(statement, tuple(checks)),
         schedule=ScheduleScaling(**{k: _finite(v, f"{source}: schedule.{k}") for k, v in schedule.items()}),
-        source=source, **ints)
+        amendments=_amendments(data.get("amendments"), source), source=source, **ints)
 
 
 def load_record(path: str | Path) -> ExperimentRecord:
     """Read and validate ``experiments/<name>.yaml``; ``name`` must equal the file's stem."""
-    import yaml
-
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
-    record = record_from_dict(data, base_dir=path.parent, source=str(path))
+    record = record_from_dict(_read_yaml(path), base_dir=path.parent, source=str(path))
     if record.name != path.stem:
         raise ValueError(f"{path}: name {record.name!r} must equal the file name {path.stem!r}")
     return record

@@ -3,7 +3,10 @@
 A run trains the arm's config for the steps its FLOP budget buys (``model.flops``
 convention: the arm's own FLOPs per token, so a cheaper architecture gets more steps), on
 the standard-library byte corpus (``data.py``), then scores the final checkpoint's mean
-cross-entropy on the validation split with the trained router bias. Runs are artifacts in
+cross-entropy on the validation split with the trained router bias. With ``wandb: true`` in
+the arm's config (offline unless ``WANDB_MODE`` says otherwise) the run also logs to W&B:
+its row then links the W&B run (``wandb``: run id, mode, folder) and the artifact keeps the
+offline run folder for ``wandb sync``; without it the row has no ``wandb`` key. Runs are artifacts in
 the content-versioned store: the version hashes the full TrainConfig, the evaluation
 settings and the corpus version, so a rerun of the same arm/budget/seed is a cache hit,
 and any change to what the run computes is a new version.
@@ -13,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from marin_assets.experiments import data as corpus
 from marin_assets.experiments.lock import check_lock, lock_arm
@@ -25,7 +29,9 @@ from marin_assets.experiments.speedup import RunLoss
 from marin_assets.scaling.sweep import budget_label
 from marin_assets.store import ArtifactRef, ArtifactStore, compute_version
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
-from marin_assets.train.config import TrainConfig, config_to_dict, replace
+
+if TYPE_CHECKING:  # imports jax: only where a run is planned or executed (see record.RecordOutline)
+    from marin_assets.train.config import TrainConfig
 
 CODE_VERSION = "1"
 CORPUS_KEY = "experiments/stdlib_bytes"
@@ -76,6 +82,7 @@ class RunSpec:
 def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> RunSpec:
     """The arm's config with the steps ``budget`` buys and a WSD schedule scaled to them."""
     from marin_assets.model import flops_per_token
+    from marin_assets.train.config import replace
 
     base = record.train_config(arm)
     if base.model.vocab_size != corpus.VOCAB_SIZE:
@@ -93,7 +100,7 @@ def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> Ru
     if base.schedule.kind == "wsd":
         schedule["decay_steps"] = max(1, round(steps * frac.decay_fraction))
     config = replace(base, num_steps=steps, seed=seed, data_seed=seed, schedule=schedule,
-                     checkpoint_every_steps=steps, checkpoint_every_seconds=1e9, wandb=False)
+                     checkpoint_every_steps=steps, checkpoint_every_seconds=1e9)
     return RunSpec(record.name, arm, budget, seed, config, fpt)
 
 
@@ -106,6 +113,8 @@ def plan_runs(record: ExperimentRecord) -> list[RunSpec]:
 
 
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
+    from marin_assets.train.config import config_to_dict
+
     return compute_version(runs_key(spec.experiment), CODE_VERSION,
                            {"train": config_to_dict(spec.config), "validation_windows": record.validation_windows},
                            spec.key, {"corpus": corpus_version})
@@ -151,10 +160,41 @@ def validation_loss(checkpoint_dir: Path, validation_cache: str, seq_len: int, w
     return total / n
 
 
+# wandb names a run's folder "<offline-run|run>-<YYYYMMDD_HHMMSS>-<run id>" under <dir>/wandb.
+_WANDB_RUN_DIR = re.compile(r"(offline-run|run)-\d{8}_\d{6}-([a-z0-9]+)")
+
+
+def wandb_run_dir(train_out: Path) -> tuple[Path, str, str] | None:
+    """(folder, run id, "offline" | "online") of the one W&B run under ``train_out``, or None."""
+    found = [(d, m) for d in sorted((train_out / "wandb").glob("*run-*"))
+             if d.is_dir() and (m := _WANDB_RUN_DIR.fullmatch(d.name))]
+    if len(found) > 1:
+        raise RuntimeError(f"{train_out}: {len(found)} W&B runs where one run was trained: {[d.name for d, _ in found]}")
+    if not found:
+        return None
+    folder, match = found[0]
+    return folder, match.group(2), "offline" if match.group(1) == "offline-run" else "online"
+
+
+def _keep_wandb_run(spec: RunSpec, train_out: Path, out_dir: str) -> dict:
+    """The row's W&B link; the run folder is copied into the artifact (``wandb sync`` it later)."""
+    from marin_assets.store.fsutil import filesystem
+
+    found = wandb_run_dir(train_out)
+    if found is None:
+        raise RuntimeError(f"run {spec.key}: wandb is enabled but the training left no W&B run under {train_out}/wandb")
+    folder, run_id, mode = found
+    kept = join(out_dir, "wandb", folder.name)
+    fs, _ = filesystem(kept)
+    fs.put(str(folder), kept, recursive=True)
+    return {"run_id": run_id, "mode": mode, "dir": kept}
+
+
 def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int, out_dir: str) -> dict:
     """Train and score one run; write run.json and metrics.jsonl under ``out_dir``."""
     import fsspec
 
+    from marin_assets.train.config import config_to_dict
     from marin_assets.train.loop import train
 
     caches = {"train": join(corpus_ref.data_path, "train")}
@@ -166,10 +206,13 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
         loss = validation_loss(result.checkpoint_dir, join(corpus_ref.data_path, "validation"),
                                spec.config.seq_len, validation_windows)
         metrics = (Path(scratch) / "metrics.jsonl").read_bytes()
+        link = _keep_wandb_run(spec, Path(scratch), out_dir) if spec.config.wandb else None
     row = {"arm": spec.arm, "budget": spec.budget, "seed": spec.seed, "flops": spec.flops,
            "steps": spec.config.num_steps, "tokens": result.tokens, "validation_loss": loss,
            "train_loss": result.last_loss, "counts": result.counts, "seconds": round(time.monotonic() - started, 2),
            "config": config_to_dict(spec.config)}
+    if link is not None:
+        row["wandb"] = link
     with fsspec.open(join(out_dir, "metrics.jsonl"), "wb") as f:
         f.write(metrics)
     with fsspec.open(join(out_dir, "run.json"), "w") as f:
@@ -180,6 +223,8 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
 def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus_ref: ArtifactRef,
                     log: Callable[[str], None] = print) -> tuple[dict, bool]:
     """(the run's row, cache_hit). Refuses an edited started record, cache hit or not."""
+    from marin_assets.train.config import config_to_dict
+
     check_lock(store, record)
     version = run_version(spec, record, corpus_ref.version)
 

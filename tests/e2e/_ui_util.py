@@ -58,7 +58,8 @@ def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
 class DagsterDev:
     """`dagster dev` (webserver + daemon + code server) on 127.0.0.1:<port> in its own session."""
 
-    def __init__(self, repo: Path, home: Path, prefix: Path, log_path: Path, dagster_bin: str) -> None:
+    def __init__(self, repo: Path, home: Path, prefix: Path, log_path: Path, dagster_bin: str,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.home, self.prefix, self.log_path = home, prefix, log_path
@@ -66,7 +67,7 @@ class DagsterDev:
         # The instance config under test is the repo's own dagster.yaml (the routing launcher).
         (home / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
         self.env = {**os.environ, "DAGSTER_HOME": str(home), "MARIN_PREFIX": str(prefix),
-                    "JAX_PLATFORMS": "cpu", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+                    "JAX_PLATFORMS": "cpu", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [dagster_bin, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
@@ -193,3 +194,67 @@ def visible_text(dom: str) -> str:
     text = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
     text = re.sub(r"<[^>]+>", " ", text)
     return " ".join(html.unescape(text).split())
+
+
+def chromium_poll(binary: str, profile: Path, url: str, script: str, *, timeout_s: float) -> object:
+    """Open ``url`` in headless Chromium and evaluate the JS expression ``script`` in the page
+    (over the DevTools protocol) once a second until it returns something other than null;
+    return that value. For pages that need a click (e.g. a metadata dialog) before they
+    show what a test looks for: the script may click, then return null to be asked again.
+    """
+    import websocket  # websocket-client, in the lock
+
+    profile.mkdir(parents=True, exist_ok=True)
+    port_file = profile / "DevToolsActivePort"
+    port_file.unlink(missing_ok=True)
+    args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+            "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
+            "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", "--window-size=1600,1000",
+            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", url]
+    log = open(profile / "chromium.log", "wb")  # a file, not a pipe nobody drains while we poll
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    last: object = "chromium not reachable yet"
+    try:
+        ws = _devtools_page(proc, port_file, url, deadline)
+        try:
+            for call in range(1, 1_000_000):
+                ws.send(json.dumps({"id": call, "method": "Runtime.evaluate",
+                                    "params": {"expression": script, "returnByValue": True}}))
+                while True:  # responses only: no protocol domain is enabled, so no events
+                    reply = json.loads(ws.recv())
+                    if reply.get("id") == call:
+                        break
+                result = reply.get("result", {})
+                if "exceptionDetails" in result or "error" in reply:
+                    raise AssertionError(f"script failed on {url}: {reply}")
+                last = result.get("result", {}).get("value")
+                if last is not None:
+                    return last
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+        finally:
+            ws.close()
+    finally:
+        kill_group(proc, grace_s=5)
+        log.close()
+    raise AssertionError(f"the script found nothing on {url} within {timeout_s:.0f}s (last: {last!r})")
+
+
+def _devtools_page(proc: subprocess.Popen, port_file: Path, url: str, deadline: float):
+    """A websocket to the page target Chromium opened for ``url``."""
+    import websocket
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"chromium exited {proc.returncode}: {tail(port_file.parent / 'chromium.log', 3000)}")
+        if port_file.exists() and port_file.read_text().strip():
+            port = int(port_file.read_text().split()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+                pages = [t for t in json.load(resp) if t.get("type") == "page"]
+            if pages:
+                return websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=60,
+                                                   suppress_origin=True)
+        time.sleep(0.5)
+    raise AssertionError(f"chromium opened no DevTools page for {url}")

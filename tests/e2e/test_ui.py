@@ -1,6 +1,7 @@
 """The operator path, for real: `dagster dev` (webserver + daemon), runs launched through
-GraphQL and through `dagster job launch`, the routing launcher's local backend, and the UI's
-asset graph rendered by headless Chromium.
+GraphQL and through `dagster job launch`, the routing launcher's local backend, the UI's
+asset graph rendered by headless Chromium, and an experiment's report asset (Markdown with
+embedded PNGs) rendered on its asset page.
 
 Starting `dagster dev` is the slow part, so one server serves one test that walks the whole
 path. (A module-scoped fixture over several tests would not do: with pytest 9.2, xdist's
@@ -8,7 +9,9 @@ path. (A module-scoped fixture over several tests would not do: with pytest 9.2,
 worker would start its own server.)
 """
 
+import base64
 import re
+import struct
 import subprocess
 import sys
 import uuid
@@ -25,6 +28,10 @@ DAGSTER = str(Path(sys.executable).with_name("dagster"))
 # A cheap subset of the demo job: fetch the bundled State-of-the-Union source and normalize it.
 SUBSET_KEYS = (["sources", "sotu"], ["normalized", "sotu"])
 SUBSET_STEPS = ["sources__sotu", "normalized__sotu"]
+# The code location of this test's `dagster dev` builds its experiment assets from this
+# folder only (one tiny record), not from the repo's experiments/.
+EXPERIMENTS = Path(__file__).parent / "experiments"
+UI_RECORD = EXPERIMENTS / "ui_report.yaml"
 
 LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
   ... on LaunchRunSuccess { run { runId } }
@@ -37,7 +44,8 @@ LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __
 def dagster_dev(tmp_path):
     root = tmp_path / "dagster_ui"
     server = ui.DagsterDev(REPO, home=root / "home", prefix=root / "prefix",
-                           log_path=root / "dagster_dev.log", dagster_bin=DAGSTER)
+                           log_path=root / "dagster_dev.log", dagster_bin=DAGSTER,
+                           extra_env={"MARIN_EXPERIMENTS_DIR": str(EXPERIMENTS)})
     try:
         # Webserver, daemon and code server each import the definitions: slow on a loaded box.
         server.wait_ready(timeout_s=300)
@@ -70,7 +78,7 @@ def assert_ran_on_local_backend(run: dict) -> None:
 
 
 @pytest.mark.slow
-def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path):
+def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path, monkeypatch):
     graphql_run = launch_via_graphql(dagster_dev)
     assert_ran_on_local_backend(graphql_run)
     # The run really executed: the normalized shard is in the artifact store under MARIN_PREFIX.
@@ -84,6 +92,8 @@ def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path):
                     "not installed (Debian package `chromium`; .ci/run installs it), so the browser "
                     "check of the asset graph was not run")
     check_asset_graph_in_browser(dagster_dev, binary, tmp_path / "browser")
+    markdown, speedup = materialize_experiment_report(dagster_dev, monkeypatch)
+    check_experiment_report_in_browser(dagster_dev, binary, tmp_path / "report_browser", markdown, speedup)
 
 
 def check_dagster_job_launch(dagster_dev) -> None:
@@ -138,3 +148,86 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
     for needle in ("normalized / sotu", "Latest materialization", str(dagster_dev.prefix / "normalized" / "sotu"),
                    "count/docs_out", "Upstream assets sources / sotu"):
         assert needle in text, f"{needle!r} not on {page}: {text[:3000]}"
+
+
+def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]:
+    """Materialise the tiny record's report asset into this `dagster dev`'s instance (in
+    process, on its MARIN_PREFIX); return the report's Markdown and control_harm's speedup.
+
+    The analysis it reports is the library's (``analyze``) over synthetic run losses from a
+    known power law, baseline L(C) = 2 + 40 C^-0.2 plus +-0.002 seed noise, control_harm
+    reaching at C the baseline's loss at C/2 (an effective speedup of 0.5): this test checks
+    that the report renders; training runs are tests/experiments/test_screen_e2e.py's.
+    """
+    import dagster as dg
+
+    from assets.experiments import _analysis_path, build_experiment_assets
+    from marin_assets.experiments.analysis import analyze
+    from marin_assets.experiments.record import load_record
+    from marin_assets.orchestration import ArtifactStoreResource
+    from marin_assets.store import ArtifactStore
+    from marin_assets.store.fsutil import write_json_atomic
+
+    record = load_record(UI_RECORD)
+
+    def law(c: float) -> float:
+        return 2.0 + 40.0 * c ** -0.2
+
+    rows = [{"arm": arm.name, "budget": b, "seed": s, "flops": b, "steps": 10, "seconds": 0.0,
+             "validation_loss": law(b if arm.name == "baseline" else b / 2) + 0.002 * (s - 1)}
+            for arm in record.all_arms() for b in record.budgets for s in arm.seeds]
+    result = analyze(record, rows)
+    (harm,) = result["arms"]
+    assert abs(harm["effective_speedup"] - 0.5) < 0.01 and result["controls_held"], harm
+    store = ArtifactStore(str(dagster_dev.prefix))
+    store.fs.makedirs(str(dagster_dev.prefix / "experiments" / "ui_report"), exist_ok=True)
+    write_json_atomic(store.fs, _analysis_path(store, record), result)
+
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_dev.home))  # dagster.yaml's sqlite base_dir
+    runs, analysis, report = build_experiment_assets(UI_RECORD)
+    with dg.DagsterInstance.from_config(str(dagster_dev.home)) as instance:
+        done = dg.materialize([runs, analysis, report], selection=[report.key], instance=instance,
+                              resources={"artifact_store": ArtifactStoreResource(prefix=str(dagster_dev.prefix))})
+    assert done.success
+    return done.asset_materializations_for_node(report.node_def.name)[0].metadata["report"].value, harm["effective_speedup"]
+
+
+def _png_widths(markdown: str) -> list[int]:
+    """The pixel widths (PNG IHDR) of the images embedded in the Markdown as data: URIs."""
+    blobs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", markdown)
+    return [struct.unpack(">I", base64.b64decode(b)[16:20])[0] for b in blobs]
+
+
+# Clicks the report's "[Show Markdown]" (a long Markdown value opens in a dialog), then
+# reports the dialog's text and its images once they have decoded.
+_REPORT_DIALOG = """(() => {
+  const dialog = document.querySelector('[role="dialog"]');
+  if (!dialog) {
+    const buttons = [...document.querySelectorAll('button, a, span')]
+      .filter(e => e.textContent.trim() === '[Show Markdown]');
+    if (buttons.length) buttons[buttons.length - 1].click();
+    return null;
+  }
+  const images = [...dialog.querySelectorAll('img')];
+  if (!images.length || images.some(i => !i.complete)) return null;
+  return {text: dialog.innerText, headings: [...dialog.querySelectorAll('h1')].map(h => h.innerText),
+          tables: dialog.querySelectorAll('table').length,
+          images: images.map(i => ({alt: i.alt, src: i.getAttribute('src').slice(0, 22), width: i.naturalWidth}))};
+})()"""
+
+
+def check_experiment_report_in_browser(dagster_dev, binary: str, tmp_path: Path, markdown: str,
+                                       speedup: float) -> None:
+    page = f"{dagster_dev.url}/assets/experiments/ui_report/report"
+    seen = ui.chromium_poll(binary, tmp_path / "profile", page, _REPORT_DIALOG, timeout_s=180)
+    # The Markdown is rendered (a heading and a table, no raw "**"), not shown as text.
+    assert seen["headings"] == ["Experiment ui_report"], seen["headings"]
+    assert seen["tables"] == 1 and "**" not in seen["text"], seen["text"][:2000]
+    for needle in ("Criterion held: yes", "Controls held: yes", "control_harm: ci high below 1: held",
+                   "effective speedup"):
+        assert needle in seen["text"], f"{needle!r} not in the report dialog: {seen['text'][:2000]}"
+    assert re.search(rf"control_harm\s+{speedup:.3f}\s+\[", seen["text"]), seen["text"][:2000]  # the table row
+    # Both plots decoded in the browser, at the widths of the PNGs the asset embedded.
+    assert [(i["alt"], i["src"]) for i in seen["images"]] == [
+        ("loss vs compute", "data:image/png;base64,"), ("speedups", "data:image/png;base64,")], seen["images"]
+    assert [i["width"] for i in seen["images"]] == _png_widths(markdown) and min(_png_widths(markdown)) > 300

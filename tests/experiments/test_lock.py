@@ -68,6 +68,16 @@ def test_started_arms_are_frozen_new_arms_are_not(store):
     more["arms"]["new_idea"] = {"change": {"model": {"qk_norm": False}}}
     check_lock(store, record_from_dict(more, source="tiny.yaml"))  # adding an arm is fine
 
+def test_amendments_are_not_frozen_but_the_edits_they_explain_still_are(store):
+    lock_arm(store, record(), "baseline")
+    lock_arm(store, record(), "wider_lr")
+    note = [{"date": "2026-11-30", "reason": "wider_lr was inconclusive with 2 seeds"}]
+    check_lock(store, record(amendments=note))  # writing the history down never breaks a lock
+    assert "amendments" not in read_lock(store, "tiny")["frozen"]
+    with pytest.raises(RecordChangedError, match="arm 'wider_lr' has started, so its seeds may no longer change"):
+        check_lock(store, record(amendments=note, arms__wider_lr__seeds=[0, 1, 2]))
+
+
 def test_started_arms_may_not_be_removed(store):
     free = copy.deepcopy(RECORD)
     free["criterion"]["checks"] = []  # so that the criterion does not change with the arms

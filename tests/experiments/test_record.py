@@ -45,8 +45,12 @@ def test_the_screen_record_has_six_ideas_and_two_controls():
     assert record.train_config("top1").model.top_k == 1
     assert record.train_config("muon").optimizer.name == "muon"
     assert record.links == {"issue": 14, "wandb_project": "marin-assets-screens"}
+    # Amended after the first run (2 seeds left control_harm inconclusive): 3 seeds, dated.
+    assert control_harm.seeds == (0, 1, 2)
+    assert [a.date for a in record.amendments] == ["2026-11-30"]
+    assert "control_harm with 2 seeds was inconclusive, ci_high 1.049" in record.amendments[0].reason
     runs = plan_runs(record)
-    assert len(runs) == 3 * (3 + 3 + 2 * 7) and len({r.key for r in runs}) == len(runs)
+    assert len(runs) == 3 * (3 + 3 + 3 + 2 * 6) and len({r.key for r in runs}) == len(runs)
     # top-1 is cheaper per token, so the same budget buys it more steps.
     steps = {(r.arm, r.budget): r.config.num_steps for r in runs}
     assert steps[("top1", 7.5e9)] > steps[("baseline", 7.5e9)]
@@ -102,6 +106,13 @@ _DELETE = object()
     ("criterion.statement", "", "criterion.statement must be a non-empty string"),
     ("bootstrap", 5, "bootstrap >= 10"),
     ("extra", 1, r"unknown field\(s\) \['extra'\]"),
+    ("amendments", {"date": "2026-11-30", "reason": "x"}, "amendments must be a list"),
+    ("amendments", [{"date": "2026-11-30"}], r"amendments\[0\]: needs exactly the fields \['date', 'reason'\]"),
+    ("amendments", [{"date": "2026-11-30", "reason": "x", "by": "me"}], r"amendments\[0\]: needs exactly"),
+    ("amendments", [{"date": "30.11.2026", "reason": "x"}], r"amendments\[0\]: .*ISO date YYYY-MM-DD"),
+    ("amendments", [{"date": "2026-02-30", "reason": "x"}], r"amendments\[0\]: .*not a calendar date"),
+    ("amendments", [{"date": "2026-11-30", "reason": "  "}], r"amendments\[0\]: .*reason must be a non-empty"),
+    ("amendments", [{"date": "2026-11-30\n", "reason": "x"}], r"ISO date"),
 ])
 def test_bad_records_name_the_field(path, value, message):
     with pytest.raises(ValueError, match=message):
@@ -118,6 +129,15 @@ def test_bad_baseline_files_are_named(tmp_path):
     (tmp_path / "broken.yaml").write_text("name: [unclosed")
     with pytest.raises(ValueError, match="broken.yaml: not valid YAML"):
         load_record(tmp_path / "broken.yaml")
+
+
+def test_amendments_are_read_from_yaml_dates_or_strings(tmp_path):
+    data = _with("amendments", [{"date": "2026-11-30", "reason": "more seeds for a control"}])
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data).replace("'2026-11-30'", "2026-11-30"))
+    assert "date: 2026-11-30\n" in (tmp_path / "tiny.yaml").read_text()  # unquoted: YAML reads a date
+    record = load_record(tmp_path / "tiny.yaml")
+    assert [(a.date, a.reason) for a in record.amendments] == [("2026-11-30", "more seeds for a control")]
+    assert record_from_dict(RECORD).amendments == ()
 
 
 def test_yaml_exponents_without_sign_are_numbers(tmp_path):
@@ -165,3 +185,19 @@ def test_partition_key_errors():
     for bad in ("muon", "muon-C1e10", "muon-X1e10-s1", "Muon-C1e10-s1", "muon-C1e10-sx"):
         with pytest.raises(ValueError, match="is not of the form <arm>-C<budget>-s<seed>"):
             parse_partition_key(bad)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"date": st.one_of(st.dates().map(str), st.text(max_size=12), st.dates(), st.none()),
+                                       "reason": st.one_of(st.text(max_size=20), st.integers())}), max_size=3))
+def test_any_amendment_list_is_accepted_only_when_valid(amendments):
+    import datetime
+
+    try:
+        record = record_from_dict(_with("amendments", amendments))
+    except ValueError as e:
+        assert "amendments[" in str(e)
+        return
+    assert len(record.amendments) == len(amendments)
+    for a in record.amendments:
+        assert datetime.date.fromisoformat(a.date).isoformat() == a.date and a.reason.strip()
