@@ -330,17 +330,13 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
 
 def load_record(path: str | Path) -> ExperimentRecord:
     """Read and validate ``experiments/<name>.yaml``; ``name`` must equal the file's stem."""
-    import yaml
+    from marin_assets.config_files import load_structured
 
     path = Path(path)
     try:
-        text = path.read_text()
+        data = load_structured(path)
     except OSError as e:
         raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
     record = record_from_dict(data, base_dir=path.parent, source=str(path))
     if record.name != path.stem:
         raise ValueError(f"{path}: name {record.name!r} must equal the file name {path.stem!r}")
