@@ -131,7 +131,8 @@ class PipelineConfig:
     def tokenization(self):
         from marin_assets.datakit.tokenize import TokenizeConfig
 
-        return TokenizeConfig(validation_fraction=self.validation_fraction)
+        # A small input still gets a held-out document (the hash slice of 1% picks none of 50).
+        return TokenizeConfig(validation_fraction=self.validation_fraction, min_validation_docs=1)
 
 
 def dataset_names(inputs: Sequence[str]) -> list[str]:
