@@ -359,7 +359,7 @@ def run_pipeline(
         "tokens": {"train": stats["train"]["tokens"], "validation": stats["validation"]["tokens"]},
         "final_documents": _display(final_dir),
         "cache": _display(cache_dir),
-        "tokenizer": tokenizer_path,
+        "tokenizer": _display(tokenizer_path),
         "quarantine_reasons": _merge_reasons(c["quarantine_reasons"] for c in normalized.values()),
     }
     if summary["docs_in"] != summary["docs_out"] + sum(removed.values()) + quarantined:

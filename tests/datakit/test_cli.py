@@ -217,3 +217,15 @@ def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose)
     code, none, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "Z"), "--vocab-size", "300",
                           "--validation-fraction", "0"], capsys)  # fmt: skip
     assert code == 0 and none["tokens"]["validation"] == 0 and none["tokens"]["train"] == sum(summary["tokens"].values())
+
+
+def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, prose, monkeypatch):
+    # Each path in the summary feeds the next command from any directory; the trained
+    # tokenizer's used to be printed relative to --prefix while "cache" was absolute.
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(4)])
+    code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", "--vocab-size", "300"], capsys)
+    assert code == 0
+    assert summary["cache"] == str(tmp_path / "P" / "cache")
+    assert summary["final_documents"] == str(tmp_path / "P" / "final_documents")
+    assert summary["tokenizer"] == str(tmp_path / "P" / "tokenizer" / "tokenizer.json")
