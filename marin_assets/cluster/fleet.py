@@ -165,7 +165,7 @@ class Fleet:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no pool named {name!r}") from None
+            raise KeyError(f"no pool named {name!r} (pools: {', '.join(self._by_name)})") from None
 
     def matching(self, accelerator: str, region: str | None) -> list[Pool]:
         return [p for p in self.pools if p.accelerator == accelerator and (region is None or p.region == region)]
