@@ -49,6 +49,19 @@ def _vocab_of(caches: dict[str, str]) -> int | None:
     return max(sizes) if sizes else None
 
 
+def held_out_note(caches: dict[str, str]) -> str | None:
+    """One line saying why there will be no held-out loss when no --cache has a validation
+    split (a single Levanter split was given); None when one has. Said before training
+    starts, so a missing number is never a surprise at the end."""
+    from marin_assets.train.data import resolve_cache
+
+    if any(resolve_cache(path)[1] is not None for path in caches.values()):
+        return None
+    given = ", ".join(caches.values())
+    return (f"marin train: no held-out loss: no validation split in {given} (pass the DataKit cache "
+            f"folder, <prefix>/cache, for train/ + validation/)")
+
+
 def _json_safe(value):
     """JSON has no NaN/inf: print null for them (``json.dumps`` would print bare NaN)."""
     import math
@@ -87,9 +100,12 @@ def run(args: argparse.Namespace) -> int:
         if args.steps is not None:
             config = replace(config, num_steps=args.steps)
         out = Path(args.out)
+        note = held_out_note(caches)
         if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
             print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
             return 2
+        if note:
+            print(note, file=sys.stderr)
         result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)

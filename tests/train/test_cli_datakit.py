@@ -62,6 +62,33 @@ def test_summary_prints_null_for_non_finite_numbers(tmp_path):
     assert json.loads(line)["counts"] == {"skipped_nonfinite": 3}
 
 
+def test_malformed_yaml_config_is_one_line_with_file_and_line(caches, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("model: {d_model: 64\n")
+    r = marin_train(caches["license"], cfg, tmp_path / "out", timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    # Before: PyYAML's eight-line report ("while parsing a flow mapping / in <unicode string>...").
+    assert r.stderr == f"marin train: {cfg}:2:1: invalid YAML: expected ',' or '}}', but got '<stream end>'\n"
+
+
+def test_held_out_note_only_when_no_cache_has_a_validation_split(caches, tmp_path):
+    from cachebuild import write_cache
+
+    from marin_assets.cli.train import held_out_note
+
+    single = str(caches["license"])
+    note = held_out_note({"train": single})
+    assert note == (f"marin train: no held-out loss: no validation split in {single} "
+                    "(pass the DataKit cache folder, <prefix>/cache, for train/ + validation/)")
+    folder = tmp_path / "cache"
+    write_cache(folder / "train", stdlib_paragraphs()[:20])
+    write_cache(folder / "validation", stdlib_paragraphs()[20:22])
+    assert held_out_note({"train": str(folder)}) is None
+    assert held_out_note({"a": single, "b": str(folder)}) is None  # one source with held-out data is enough
+    assert held_out_note({"a": single, "b": str(caches["docs"])}).endswith("(pass the DataKit cache folder, "
+                                                                            "<prefix>/cache, for train/ + validation/)")
+
+
 @pytest.mark.slow
 def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
     """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
