@@ -9,6 +9,8 @@ tokenizer. Exit codes: 0 trained, 1 the run skipped most of its steps, 2 bad con
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
 
 def register(subparsers) -> None:
@@ -62,6 +64,23 @@ def held_out_note(caches: dict[str, str]) -> str | None:
             f"folder, <prefix>/cache, for train/ + validation/)")
 
 
+class _StderrLines(logging.Handler):
+    """The training library's INFO lines and warnings as ``marin train: ...`` on the current
+    sys.stderr (looked up per line, so in-process callers that swap it still see them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"marin train: {record.getMessage()}", file=sys.stderr)
+
+
+def show_library_log() -> None:
+    # Without a handler, INFO lines such as "resumed from .../step-000000100 at step 100"
+    # were dropped, and warnings came out with no prefix through logging's last resort.
+    logger = logging.getLogger("marin_assets.train")
+    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
+        logger.addHandler(_StderrLines())
+    logger.setLevel(logging.INFO)
+
+
 def _json_safe(value):
     """JSON has no NaN/inf: print null for them (``json.dumps`` would print bare NaN)."""
     import math
@@ -83,7 +102,6 @@ def _summary(result) -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
     import os
-    import sys
     from pathlib import Path
 
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
@@ -94,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, train
 
+    show_library_log()
     try:
         caches = _caches(args.cache)
         config = load_config(args.config, vocab_size=_vocab_of(caches))

@@ -8,6 +8,7 @@ then `--resume`: it finishes, the loss falls, the held-out loss is reported.
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -89,6 +90,18 @@ def test_held_out_note_only_when_no_cache_has_a_validation_split(caches, tmp_pat
                                                                             "<prefix>/cache, for train/ + validation/)")
 
 
+def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
+    import logging
+
+    from marin_assets.cli.train import show_library_log
+
+    show_library_log()
+    show_library_log()  # a second in-process run adds no second handler
+    logging.getLogger("marin_assets.train.loop").info("resumed from %s at step %d", "R/checkpoints/step-000000100", 100)
+    logging.getLogger("marin_assets.train.data").debug("not shown")
+    assert capsys.readouterr().err == "marin train: resumed from R/checkpoints/step-000000100 at step 100\n"
+
+
 @pytest.mark.slow
 def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
     """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
@@ -141,6 +154,9 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
 
     done = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The user is told where it picked up (the line was logged at INFO and dropped before).
+    resumed = re.search(r"^marin train: resumed from \S+step-(\d{9}) at step (\d+)$", done.stderr, re.M)
+    assert resumed and resumed[1].lstrip("0") == resumed[2] and killed_at <= int(resumed[2]) < 80
     result = json.loads(done.stdout)
     assert result["final_step"] == 80 and result["counts"]["skipped_bad_batch"] == 0
     rows = read_metrics(out / "metrics.jsonl")
