@@ -45,6 +45,11 @@ chips than any matching pool) are refused and counted, never crash the replay.
 """
 
 
+def _reason(err: Exception) -> str:
+    # str(KeyError("x")) is "'x'", with quotes; its message is the argument itself.
+    return str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from marin_assets.cluster.fleet import load_fleet
     from marin_assets.cluster.simulate import load_jobs, simulate
@@ -55,7 +60,7 @@ def _simulate(args: argparse.Namespace) -> int:
         report = simulate(fleet, jobs, failures, tick_s=args.tick_s, heartbeat_s=args.heartbeat_s,
                           horizon_s=args.horizon_s)
     except (OSError, ValueError, KeyError) as err:
-        print(f"marin cluster simulate: {err}", file=sys.stderr)
+        print(f"marin cluster simulate: {_reason(err)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, sort_keys=True))
@@ -99,7 +104,7 @@ def _manifest(args: argparse.Namespace) -> int:
         objects = multihost_jax_manifests(args.name, pool, image=args.image, command=container_command(args.command),
                                           domains=args.domains, namespace=args.namespace)
     except (OSError, ValueError, KeyError) as err:
-        print(f"marin cluster manifest: {err}", file=sys.stderr)
+        print(f"marin cluster manifest: {_reason(err)}", file=sys.stderr)
         return 2
     sys.stdout.write(yaml.safe_dump_all(to_dicts(objects), sort_keys=False))
     return 0

@@ -9,6 +9,8 @@ tokenizer. Exit codes: 0 trained, 1 the run skipped most of its steps, 2 bad con
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
 
 def register(subparsers) -> None:
@@ -49,6 +51,36 @@ def _vocab_of(caches: dict[str, str]) -> int | None:
     return max(sizes) if sizes else None
 
 
+def held_out_note(caches: dict[str, str]) -> str | None:
+    """One line saying why there will be no held-out loss when no --cache has a validation
+    split (a single Levanter split was given); None when one has. Said before training
+    starts, so a missing number is never a surprise at the end."""
+    from marin_assets.train.data import resolve_cache
+
+    if any(resolve_cache(path)[1] is not None for path in caches.values()):
+        return None
+    given = ", ".join(caches.values())
+    return (f"marin train: no held-out loss: no validation split in {given} (pass the DataKit cache "
+            f"folder, <prefix>/cache, for train/ + validation/)")
+
+
+class _StderrLines(logging.Handler):
+    """The training library's INFO lines and warnings as ``marin train: ...`` on the current
+    sys.stderr (looked up per line, so in-process callers that swap it still see them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"marin train: {record.getMessage()}", file=sys.stderr)
+
+
+def show_library_log() -> None:
+    # Without a handler, INFO lines such as "resumed from .../step-000000100 at step 100"
+    # were dropped, and warnings came out with no prefix through logging's last resort.
+    logger = logging.getLogger("marin_assets.train")
+    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
+        logger.addHandler(_StderrLines())
+    logger.setLevel(logging.INFO)
+
+
 def _json_safe(value):
     """JSON has no NaN/inf: print null for them (``json.dumps`` would print bare NaN)."""
     import math
@@ -70,7 +102,6 @@ def _summary(result) -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
     import os
-    import sys
     from pathlib import Path
 
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
@@ -81,15 +112,19 @@ def run(args: argparse.Namespace) -> int:
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, train
 
+    show_library_log()
     try:
         caches = _caches(args.cache)
         config = load_config(args.config, vocab_size=_vocab_of(caches))
         if args.steps is not None:
             config = replace(config, num_steps=args.steps)
         out = Path(args.out)
+        note = held_out_note(caches)
         if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
             print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
             return 2
+        if note:
+            print(note, file=sys.stderr)
         result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)

@@ -22,7 +22,6 @@ Fleet file schema (YAML or JSON)::
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from marin_assets.cluster.tags import ACCELERATORS, MAX_CHIPS, check_accelerator, check_name, check_region
+from marin_assets.config_files import MAX_CONFIG_BYTES, load_structured  # noqa: F401 (re-exported)
 from marin_assets.numeric_checks import check_int
 
 # Bounds that keep a simulation or a rendered manifest finite and in memory. Real fleets sit
@@ -37,7 +37,6 @@ from marin_assets.numeric_checks import check_int
 MAX_DOMAINS = 100_000  # per pool
 MAX_FLEET_DOMAINS = 1_000_000  # all pools together
 MAX_POOLS = 1_000
-MAX_CONFIG_BYTES = 64 << 20  # a 1000-job stream is ~150 KB
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ class Fleet:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no pool named {name!r}") from None
+            raise KeyError(f"no pool named {name!r} (pools: {', '.join(self._by_name)})") from None
 
     def matching(self, accelerator: str, region: str | None) -> list[Pool]:
         return [p for p in self.pools if p.accelerator == accelerator and (region is None or p.region == region)]
@@ -199,39 +198,6 @@ def fleet_from_dict(data: Mapping[str, Any], *, source: str = "fleet") -> Fleet:
         return Fleet(tuple(pools))
     except ValueError as err:
         raise ValueError(f"{source}: {err}") from None
-
-
-def load_structured(path: str | Path) -> Any:
-    """Read a YAML or JSON file (by suffix; YAML is a superset of JSON anyway).
-
-    Every way the file can be unreadable becomes one ValueError line naming the file (and
-    the line and column, when the parser knows them), never a traceback.
-    """
-    import yaml
-
-    path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{path}: {size} bytes is more than the limit of {MAX_CONFIG_BYTES}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    try:
-        if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = " ".join(str(err.problem or err.context or "syntax error").split())
-        raise ValueError(f"{path}{at}: invalid YAML: {problem}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: invalid YAML: {' '.join(str(err).split())[:200]}") from None
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deeply to be a config file") from None
 
 
 def load_fleet(path: str | Path) -> Fleet:

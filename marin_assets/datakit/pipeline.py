@@ -131,7 +131,8 @@ class PipelineConfig:
     def tokenization(self):
         from marin_assets.datakit.tokenize import TokenizeConfig
 
-        return TokenizeConfig(validation_fraction=self.validation_fraction)
+        # A small input still gets a held-out document (the hash slice of 1% picks none of 50).
+        return TokenizeConfig(validation_fraction=self.validation_fraction, min_validation_docs=1)
 
 
 def dataset_names(inputs: Sequence[str]) -> list[str]:
@@ -358,7 +359,7 @@ def run_pipeline(
         "tokens": {"train": stats["train"]["tokens"], "validation": stats["validation"]["tokens"]},
         "final_documents": _display(final_dir),
         "cache": _display(cache_dir),
-        "tokenizer": tokenizer_path,
+        "tokenizer": _display(tokenizer_path),
         "quarantine_reasons": _merge_reasons(c["quarantine_reasons"] for c in normalized.values()),
     }
     if summary["docs_in"] != summary["docs_out"] + sum(removed.values()) + quarantined:

@@ -8,7 +8,10 @@ out_dir/train and out_dir/validation, each a cache of {"input_ids": int32[n]} ro
 per document, EOS appended), plus out_dir/stats.json with tokens, bytes, bytes/token.
 
 The split is a pure function of the document id (a hash slice), so adding documents never
-moves an existing one between train and validation.
+moves an existing one between train and validation. The one exception is opt-in
+(`min_validation_docs`, which `marin datakit run` sets to 1): when the slice picks fewer
+documents than that, the smallest remaining ids (the ones nearest the slice) join it, so a
+small input still gets a held-out split; train always keeps at least one document.
 """
 
 from __future__ import annotations
@@ -90,15 +93,42 @@ class TokenizeConfig:
     batch_docs: int = 2048  # documents per encode_batch call and per cache write
     append_eos: bool = True
     eos_token: str = EOS
+    min_validation_docs: int = 0  # topped up from the smallest ids when the hash slice picks fewer
 
     def __post_init__(self):
         check_float("TokenizeConfig.validation_fraction", self.validation_fraction, 0.0, 1.0, hi_open=True)
         check_int("TokenizeConfig.batch_docs", self.batch_docs, 1)
+        check_int("TokenizeConfig.min_validation_docs", self.min_validation_docs, 0)
 
 
 def is_validation(doc_id: str, fraction: float) -> bool:
     # The id is a uniform hash already: its first 8 hex digits are a uniform 32-bit number.
     return int(doc_id[:8], 16) < fraction * 0x100000000
+
+
+def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> frozenset[str]:
+    """Ids moved into validation when the hash slice picks fewer than ``min_validation_docs``:
+    the smallest ids it did not pick, never so many that train is left empty. A fraction of 0
+    asks for no validation at all and gets none."""
+    import heapq
+
+    import pyarrow.parquet as pq
+    import fsspec
+
+    wanted = config.min_validation_docs
+    if wanted == 0 or config.validation_fraction == 0:
+        return frozenset()
+    total = picked = 0
+    smallest: list[str] = []  # the `wanted` smallest ids the slice did not pick, so far (sorted)
+    for path in shard_paths:
+        with fsspec.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=config.batch_docs, columns=["id"]):
+                ids = batch.column(0).to_pylist()
+                unpicked = [i for i in ids if not is_validation(i, config.validation_fraction)]
+                total, picked = total + len(ids), picked + len(ids) - len(unpicked)
+                smallest = heapq.nsmallest(wanted, [*smallest, *unpicked])
+    missing = min(wanted, total - 1) - picked
+    return frozenset(smallest[:missing]) if missing > 0 else frozenset()
 
 
 def exemplar():
@@ -130,6 +160,7 @@ def tokenize(
     fs, root = fsspec.core.url_to_fs(join(out_dir, "stats.json"))
     if fs.exists(root):
         fs.rm(root)
+    top_up = _validation_top_up(shard_paths, config)
     writers = {s: SerialCacheWriter(join(out_dir, s), exemplar()) for s in SPLITS}
     failure: BaseException | None = None
     try:
@@ -140,7 +171,8 @@ def tokenize(
                     encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
                     rows = {s: [] for s in SPLITS}
                     for doc_id, text, enc in zip(ids, texts, encodings):
-                        split = "validation" if is_validation(doc_id, config.validation_fraction) else "train"
+                        held_out = doc_id in top_up or is_validation(doc_id, config.validation_fraction)
+                        split = "validation" if held_out else "train"
                         arr = np.asarray(enc.ids, dtype=np.int32)
                         if eos_id is not None:
                             arr = np.append(arr, np.int32(eos_id))

@@ -327,16 +327,12 @@ def _budgets(budgets: Any, source: str) -> tuple[float, ...]:
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
+    from marin_assets.config_files import load_structured
 
     try:
-        text = path.read_text()
+        return load_structured(path)
     except OSError as e:
         raise ValueError(f"{path}: cannot read the experiment record: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,16 +118,14 @@ def config_to_dict(config: TrainConfig) -> dict:
 
 def load_config(path: str | Path, vocab_size: int | None = None) -> TrainConfig:
     """A TrainConfig from YAML; ``vocab_size`` as in ``config_from_dict``."""
-    import yaml
+    from marin_assets.config_files import load_structured
 
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as e:
+        data = load_structured(path)
+    except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e})") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    except ValueError as e:  # already one line naming the file (and line:column)
+        raise ConfigError(str(e)) from None
     return config_from_dict({} if data is None else data, where=f"{path}: config", vocab_size=vocab_size)
 
 

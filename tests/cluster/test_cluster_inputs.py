@@ -194,6 +194,17 @@ def test_manifest_strips_the_separator_before_the_command(capsys, argv, command)
     assert container_command(argv) == command
 
 
+def test_manifest_unknown_pool_is_one_plain_line(capsys):
+    from pathlib import Path
+
+    fleet = str(Path(__file__).parents[2] / "examples" / "fleet.yaml")
+    assert main(["cluster", "manifest", "--fleet", fleet, "--pool", "nope", "--name", "llama",
+                 "--image", "marin:1", "--", "python"]) == 2
+    # Not KeyError's repr ("\"no pool named 'nope'\""), and it says which pools there are.
+    assert capsys.readouterr().err == ("marin cluster manifest: no pool named 'nope' "
+                                       "(pools: gb200, v5e-256, v5p-512, v4-2048, cpu)\n")
+
+
 # ---- property tests: arbitrary values never raise anything but a clear ValueError --------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),

@@ -197,3 +197,35 @@ def test_hostile_lines_cost_one_line_each_through_the_cli(tmp_path, capsys, pros
     assert code == 0
     assert summary["docs_in"] == 7 and summary["docs_out"] == 3 and summary["quarantined"] == 4
     assert summary["quarantine_reasons"] == {"invalid_field": 1, "invalid_utf8": 1, "malformed_json": 2}
+
+
+def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose):
+    # 12 documents at the default --validation-fraction 0.01: the id-hash slice picks none of
+    # them, so before the fix the validation split was empty and `marin train` had no
+    # held-out loss. Now the smallest id is held out; --validation-fraction 0 still means none.
+    from marin_assets.datakit.shards import list_shards, read_table
+    from marin_assets.datakit.tokenize import is_validation, open_cache
+
+    _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(12)])
+    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"),
+                             "--vocab-size", "300"], capsys)  # fmt: skip
+    ids = sorted(i for s in list_shards(str(tmp_path / "P" / "final_documents")) for i in read_table(s).column("id").to_pylist())
+    assert code == 0 and len(ids) == 12 and not any(is_validation(i, 0.01) for i in ids)  # the premise
+    assert len(open_cache(str(tmp_path / "P" / "cache" / "validation"))) == 1
+    assert len(open_cache(str(tmp_path / "P" / "cache" / "train"))) == 11
+    assert summary["tokens"]["validation"] > 0 and summary["tokens"]["train"] > summary["tokens"]["validation"]
+    code, none, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "Z"), "--vocab-size", "300",
+                          "--validation-fraction", "0"], capsys)  # fmt: skip
+    assert code == 0 and none["tokens"]["validation"] == 0 and none["tokens"]["train"] == sum(summary["tokens"].values())
+
+
+def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, prose, monkeypatch):
+    # Each path in the summary feeds the next command from any directory; the trained
+    # tokenizer's used to be printed relative to --prefix while "cache" was absolute.
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(4)])
+    code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", "--vocab-size", "300"], capsys)
+    assert code == 0
+    assert summary["cache"] == str(tmp_path / "P" / "cache")
+    assert summary["final_documents"] == str(tmp_path / "P" / "final_documents")
+    assert summary["tokenizer"] == str(tmp_path / "P" / "tokenizer" / "tokenizer.json")

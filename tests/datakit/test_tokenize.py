@@ -96,3 +96,60 @@ def test_rerun_replaces_the_cache_and_a_failed_run_leaves_no_finished_ledger(cor
     assert not (out / "train" / "shard_ledger.json").exists()
     assert not (out / "validation" / "shard_ledger.json").exists()
     assert not (out / "stats.json").exists()
+
+
+def _split_ids(out, shards):
+    """The ids of each split, recovered by matching cache rows to the shards' documents."""
+    tok = load_tokenizer(str(out.parent / "tokenizer" / "tokenizer.json"))
+    eos = tok.token_to_id(EOS)
+    by_tokens = {tuple(tok.encode(r["text"], add_special_tokens=False).ids + [eos]): r["id"]
+                 for s in shards for r in read_table(s).to_pylist()}  # fmt: skip
+    ids = {}
+    for split in ("train", "validation"):
+        cache = open_cache(str(out / split))
+        rows = cache.get_batch_sync(list(range(len(cache)))) if len(cache) else []  # Levanter: max() of []
+        ids[split] = sorted(by_tokens[tuple(r["input_ids"].tolist())] for r in rows)
+    return ids
+
+
+
+@pytest.mark.parametrize("fraction, wanted, expected", [
+    (1e-9, 1, "one smallest"),   # the slice picks none of 120: the smallest id is held out
+    (1e-9, 3, "three smallest"),
+    (0.0, 1, "none"),            # a fraction of 0 asks for no validation: none is forced
+    (1e-9, 0, "none"),           # off by default: the pure hash split
+    (0.25, 1, "hash slice"),     # the slice already picks some: nothing moves
+])
+def test_min_validation_docs_tops_up_a_small_split(corpus, fraction, wanted, expected):
+    tmp, shards = corpus
+    all_ids = sorted(r["id"] for s in shards for r in read_table(s).to_pylist())
+    assert not any(is_validation(i, 1e-9) for i in all_ids)  # the premise of the 1e-9 cases
+    out = tmp / f"cache_topup_{fraction}_{wanted}"
+    stats = tokenize(shards, str(tmp / "tokenizer" / "tokenizer.json"), str(out),
+                     TokenizeConfig(validation_fraction=fraction, min_validation_docs=wanted))
+    ids = _split_ids(out, shards)
+    want_validation = {
+        "one smallest": all_ids[:1], "three smallest": all_ids[:3], "none": [],
+        "hash slice": [i for i in all_ids if is_validation(i, 0.25)],
+    }[expected]
+    assert (len(want_validation) > 0) == (expected != "none")
+    assert ids["validation"] == want_validation
+    assert ids["train"] == sorted(set(all_ids) - set(want_validation))
+    assert stats["validation"]["documents"] == len(want_validation)
+
+
+@pytest.mark.parametrize("n_docs, wanted, split_docs", [(1, 1, (1, 0)), (3, 5, (1, 2)), (3, 2, (1, 2)), (4, 2, (2, 2))])
+def test_min_validation_docs_never_empties_train(corpus, n_docs, wanted, split_docs):
+    import pyarrow.parquet as pq
+
+    tmp, shards = corpus
+    few = tmp / f"few_{n_docs}.parquet"
+    pq.write_table(pq.read_table(shards[0]).slice(0, n_docs), few)
+    stats = tokenize([str(few)], str(tmp / "tokenizer" / "tokenizer.json"), str(tmp / f"cache_few_{n_docs}_{wanted}"),
+                     TokenizeConfig(validation_fraction=1e-9, min_validation_docs=wanted))
+    assert (stats["train"]["documents"], stats["validation"]["documents"]) == split_docs
+
+
+def test_min_validation_docs_is_checked():
+    with pytest.raises(ValueError, match="min_validation_docs"):
+        TokenizeConfig(min_validation_docs=-1)

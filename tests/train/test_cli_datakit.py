@@ -8,6 +8,7 @@ then `--resume`: it finishes, the loss falls, the held-out loss is reported.
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +63,45 @@ def test_summary_prints_null_for_non_finite_numbers(tmp_path):
     assert json.loads(line)["counts"] == {"skipped_nonfinite": 3}
 
 
+def test_malformed_yaml_config_is_one_line_with_file_and_line(caches, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("model: {d_model: 64\n")
+    r = marin_train(caches["license"], cfg, tmp_path / "out", timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    # Before: PyYAML's eight-line report ("while parsing a flow mapping / in <unicode string>...").
+    assert r.stderr == f"marin train: {cfg}:2:1: invalid YAML: expected ',' or '}}', but got '<stream end>'\n"
+
+
+def test_held_out_note_only_when_no_cache_has_a_validation_split(caches, tmp_path):
+    from cachebuild import write_cache
+
+    from marin_assets.cli.train import held_out_note
+
+    single = str(caches["license"])
+    note = held_out_note({"train": single})
+    assert note == (f"marin train: no held-out loss: no validation split in {single} "
+                    "(pass the DataKit cache folder, <prefix>/cache, for train/ + validation/)")
+    folder = tmp_path / "cache"
+    write_cache(folder / "train", stdlib_paragraphs()[:20])
+    write_cache(folder / "validation", stdlib_paragraphs()[20:22])
+    assert held_out_note({"train": str(folder)}) is None
+    assert held_out_note({"a": single, "b": str(folder)}) is None  # one source with held-out data is enough
+    assert held_out_note({"a": single, "b": str(caches["docs"])}).endswith("(pass the DataKit cache folder, "
+                                                                            "<prefix>/cache, for train/ + validation/)")
+
+
+def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
+    import logging
+
+    from marin_assets.cli.train import show_library_log
+
+    show_library_log()
+    show_library_log()  # a second in-process run adds no second handler
+    logging.getLogger("marin_assets.train.loop").info("resumed from %s at step %d", "R/checkpoints/step-000000100", 100)
+    logging.getLogger("marin_assets.train.data").debug("not shown")
+    assert capsys.readouterr().err == "marin train: resumed from R/checkpoints/step-000000100 at step 100\n"
+
+
 @pytest.mark.slow
 def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
     """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
@@ -114,6 +154,9 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
 
     done = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The user is told where it picked up (the line was logged at INFO and dropped before).
+    resumed = re.search(r"^marin train: resumed from \S+step-(\d{9}) at step (\d+)$", done.stderr, re.M)
+    assert resumed and resumed[1].lstrip("0") == resumed[2] and killed_at <= int(resumed[2]) < 80
     result = json.loads(done.stdout)
     assert result["final_step"] == 80 and result["counts"]["skipped_bad_batch"] == 0
     rows = read_metrics(out / "metrics.jsonl")

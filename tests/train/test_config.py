@@ -74,7 +74,11 @@ def test_grouped_matmul_choices_come_from_the_kernel():
 def test_yaml_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2:1: invalid YAML: ") as err:
+        load_config(bad)
+    assert "\n" not in str(err.value)  # one line for the CLI, not PyYAML's multi-line report
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not UTF-8 text \(byte 0\)"):
         load_config(bad)
     bad.write_text("model: 5\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: config.model must be a mapping"):
