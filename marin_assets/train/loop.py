@@ -53,7 +53,7 @@ class TrainResult:
     final_step: int
     tokens: int  # tokens trained on across all phases so far (global step * tokens/step of each)
     metrics_path: Path
-    checkpoint_dir: Path | None  # the newest valid checkpoint after this call
+    checkpoint_dir: Path | str | None  # the newest valid checkpoint after this call (a URL off local disk)
     loss_curve_png: Path | None
     counts: dict  # guard events: skipped_nonfinite, skipped_spike, skipped_bad_batch, update_clipped, grad_clipped
     data_position: dict
@@ -108,7 +108,9 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
         new_state = TrainState(params=new_params, opt_state=new_opt, guard=guard, router_bias=new_bias,
                                step=state.step + 1, rng=rng)
         metrics = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "update_norm": update_norm,
-                   "skipped": skip, "counts": guard["counts"]}
+                   "skipped": skip, "counts": guard["counts"],
+                   # routed-expert assignments lost to EP capacity, summed over layers
+                   "dropped": jnp.sum(aux["dropped"]) if isinstance(aux, dict) and "dropped" in aux else 0}
         return new_state, metrics
 
     return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
@@ -137,16 +139,24 @@ def split_caches(cache_dirs: Mapping[str, str | Path] | str | Path) -> tuple[dic
     return train_dirs, validation_dirs
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant."""
-    path = Path(path)
-    if (path / ckpt.MARKER).exists() or (path / "meta.json").exists():
+def resolve_checkpoint(path: str | Path) -> Path | str:
+    """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant
+    (a local path or an fsspec URL)."""
+    from marin_assets.store.fsutil import filesystem, join
+
+    fs, where = filesystem(str(path))
+    if fs.exists(join(where, ckpt.MARKER)) or fs.exists(join(where, "meta.json")):
         return path
-    for root in (path / "checkpoints", path):
+    for root in (_child(path, "checkpoints"), path):
         found = ckpt.latest_valid(root)
         if found is not None:
             return found
     raise FileNotFoundError(f"no valid checkpoint in {path}")
+
+
+def _child(path: str | Path, name: str) -> Path | str:
+    """``path / name`` for a local path or a URL (``gs://...``, ``memory://...``)."""
+    return f"{str(path).rstrip('/')}/{name}" if "://" in str(path) else Path(path) / name
 
 
 @dataclasses.dataclass
@@ -157,6 +167,7 @@ class _Run:
     state: TrainState
     mesh: Any
     state_sh: Any  # a NamedSharding per state leaf
+    ckpt_root: Path | str  # a local dir or an fsspec URL
     position: DataPosition = DataPosition()
     phase_start: int = 0  # global step this phase started at
     tokens_before: int = 0  # tokens trained on before this phase
@@ -249,6 +260,7 @@ def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
            "update_norm": float(m["update_norm"]), "skipped": bool(m["skipped"]), "tokens": tokens,
            "phase": config.phase}
     row["counts"] = {k: int(v) for k, v in m["counts"].items()}
+    row["dropped"] = int(m["dropped"])
     return row
 
 
@@ -322,7 +334,7 @@ def _phase_skips(rows: list[dict], run: _Run) -> tuple[int, int]:
 def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path, out_dir: str | Path,
           resume: bool = True, warm_start: str | Path | None = None, log_fn: Callable[[dict], None] | None = None,
           model: Model | None = None, stop_at_step: int | None = None, model_fns=None,
-          mesh=None) -> TrainResult:
+          mesh=None, checkpoint_dir: str | Path | None = None) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
     cache_dirs: {source name: cache} (a single path is named "train"); a cache is one Levanter
@@ -338,6 +350,8 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
     mesh: the ``("data", "expert")`` device mesh (``mesh.make_mesh``); default every global
       device. With several processes every one calls ``train`` with the same arguments.
+    checkpoint_dir: where checkpoints go and resume reads from (default ``out_dir/checkpoints``);
+      any fsspec URL, e.g. ``gs://bucket/run/checkpoints``.
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
     work, and TooManySkippedSteps after a phase that skipped most of its steps.
     """
@@ -352,14 +366,14 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     loader = MixedLoader(train_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
                          vocab_size=config.model.vocab_size)
 
-    ckpt_root = out_dir / "checkpoints"
+    ckpt_root = out_dir / "checkpoints" if checkpoint_dir is None else checkpoint_dir
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     def init() -> TrainState:  # traced: the state is created in its mesh layout
         return init_state(config, opt, model)
 
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh)
+    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root)
     logger = MetricsLogger(out_dir, use_wandb=config.wandb and meshlib.is_writer(),
                            run_name=f"{out_dir.name}-{config.phase}", config=config_to_dict(config))
     _start(run, ckpt_root, out_dir, logger, resume, warm_start)
@@ -392,7 +406,7 @@ def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mappi
             {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
              "validation_loss": held_out}, indent=1))
     result = TrainResult(final_step=final_step, tokens=run.tokens_at(final_step), metrics_path=emitter.logger.path,
-                         checkpoint_dir=ckpt.latest_valid(out_dir / "checkpoints"), loss_curve_png=png,
+                         checkpoint_dir=ckpt.latest_valid(run.ckpt_root), loss_curve_png=png,
                          counts=counts, data_position=run.position.to_json(),
                          tokens_left=loader.tokens_left(run.position), phase_start_step=run.phase_start,
                          last_loss=last_loss, validation_loss=held_out)

@@ -145,3 +145,21 @@ def test_a_phase_that_skips_most_steps_raises_with_counts(caches, tiny_config, t
     # the other side of the line: allowed to skip every step, it returns
     lenient = replace(config, guards={"max_skipped_fraction": 1.0})
     assert train(lenient, caches, tmp_path / "lenient", model=nan_loss).counts["skipped_nonfinite"] == 4
+
+
+def test_resume_from_checkpoints_on_an_fsspec_filesystem_is_bit_exact(caches, tiny_config, tmp_path):
+    """Checkpoints on fsspec's memory filesystem (as a pod writes gs://): kill, resume, same run."""
+    import fsspec
+
+    root = "memory://loop-test/run/checkpoints"
+    straight = train(tiny_config, caches, tmp_path / "straight")
+    train(tiny_config, caches, tmp_path / "remote", stop_at_step=6, checkpoint_dir=root)
+    assert ckpt.latest_valid(root) == f"{root}/step-000000004"
+    resumed = train(tiny_config, caches, tmp_path / "remote", resume=True, checkpoint_dir=root)
+    assert resumed.checkpoint_dir == f"{root}/step-000000012"
+    assert not (tmp_path / "remote" / "checkpoints").exists()  # nothing went to local disk
+    assert losses(resumed.metrics_path) == losses(straight.metrics_path)
+    a, _ = ckpt.load(straight.checkpoint_dir)
+    b, _ = ckpt.load(resumed.checkpoint_dir)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    fsspec.filesystem("memory").rm("/loop-test", recursive=True)
