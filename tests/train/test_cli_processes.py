@@ -38,8 +38,9 @@ def test_two_processes_of_two_devices_train_one_run(caches, jax_cache, tmp_path)
     assert [r["step"] for r in rows] == list(range(1, 9))  # process 0 alone wrote them
     assert summary["last_loss"] == rows[-1]["loss"]
     logs = tmp_path / "run" / "workers"
-    assert "mesh {'data': 2, 'expert': 2}" in (logs / "process-0.log").read_text()
-    assert (logs / "process-1.log").exists()
+    for i in (0, 1):
+        assert f"process {i} of 2 joined 127.0.0.1:" in (logs / f"process-{i}.log").read_text()
+    assert "(4 global devices)" in (logs / "process-0.log").read_text()
     assert "started 2 worker processes" in proc.stderr
 
 
