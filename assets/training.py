@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-from pathlib import Path
 from typing import Optional
 
 import dagster as dg
 
 from assets.partitions import demo_phases
+from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join, list_shards, read_table
 from marin_assets.datakit.tokenize import is_validation
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_train_config
 from marin_assets.store import ArtifactRef
+from marin_assets.store.fsutil import filesystem, is_local, read_json
 
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"
@@ -51,7 +51,7 @@ class PhaseSpecConfig(dg.Config):
     name: str
     warm_start_from: Optional[str] = None
     schedule: str
-    mixture: dict[str, float]
+    mixture: Optional[dict[str, float]] = None  # None: train on the ``mixture`` asset's schedule
     batch_size: int
     hardware: str
     token_budget: int
@@ -65,8 +65,15 @@ class PhaseSpecConfig(dg.Config):
     def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
         return cls(**dataclasses.asdict(spec))
 
-    def to_spec(self) -> PhaseSpec:
-        return PhaseSpec(**self.model_dump())  # PhaseSpec validates the values
+    def to_spec(self, data_mixture: Mixture | None = None) -> PhaseSpec:
+        """PhaseSpec validates the values; a phase without its own mix records the weights of
+        ``data_mixture``'s first stage (the trainer gets the whole schedule)."""
+        values = self.model_dump()
+        if values["mixture"] is None:
+            if data_mixture is None:
+                raise ValueError(f"phase {self.name} names no mixture and none was given (the mixture asset's)")
+            values["mixture"] = data_mixture.weights_at(0)
+        return PhaseSpec(**values)
 
 
 # A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64).
@@ -125,44 +132,96 @@ class PhaseConfig(StageConfig):
 
 
 def _train_metadata(ref: ArtifactRef) -> dict:
-    png = Path(ref.data_path, "loss_curve.png")
-    return {"loss_curve": png_markdown("Loss curve", png.read_bytes())} if png.exists() else {}
+    fs, data = filesystem(ref.data_path)
+    png = join(data, "loss_curve.png")
+    return {"loss_curve": png_markdown("Loss curve", fs.cat_file(png))} if fs.exists(png) else {}
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="1", config_cls=PhaseConfig, ins={"caches": "tokenized"}, partitions_def=demo_phases,
-                 group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"})
-def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef):
-    """One phase of the run: warm-started from its predecessor, data position kept."""
+def _uses_mixture_asset(config: PhaseConfig) -> bool:
+    return config.phase.mixture is None
+
+
+def _versioned_ins(config: PhaseConfig) -> set[str]:
+    """The mixture asset's version enters a phase's version only when the phase trains on it:
+    editing the schedule must not retrain the phases that name their own mix."""
+    return {"caches", "mixture"} if _uses_mixture_asset(config) else {"caches"}
+
+
+def _data_mixture(config: PhaseConfig, mixture: ArtifactRef) -> Mixture:
+    """The phase's own mix wins (plan.py); without one, the ``mixture`` asset's schedule."""
+    if not _uses_mixture_asset(config):
+        return Mixture.constant(config.phase.mixture)
+    fs, data = filesystem(mixture.data_path)
+    written = read_json(fs, join(data, "mixture.json"))
+    if not isinstance(written, dict) or "schedule" not in written:
+        raise ValueError(f"mixture {mixture.version[:16]}: {mixture.data_path}/mixture.json has no 'schedule'")
+    return Mixture.from_dict(written["schedule"])
+
+
+@versioned_asset(key=TRAIN_KEY, code_version="1", config_cls=PhaseConfig, ins={"caches": "tokenized", "mixture": "mixture"},
+                 partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
+                 resources={"training_backend": TrainingBackend}, versioned_ins=_versioned_ins)
+def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef, mixture: ArtifactRef, training_backend: TrainingBackend):
+    """One phase of the run on the ``training_backend`` resource: warm-started from its predecessor, data position kept."""
     from marin_assets.train.config import config_from_dict
-    from marin_assets.train.loop import train
-    from marin_assets.train.metrics import read_metrics
 
-    spec = config.phase.to_spec()
+    data_mixture = _data_mixture(config, mixture)
+    spec = config.phase.to_spec(data_mixture)
     if spec.name != ctx.partition_key:
         raise ValueError(f"phase config names {spec.name!r} but the partition is {ctx.partition_key!r}")
-    train_config = phase_train_config(config_from_dict(config.base.model_dump(), "base"), spec)
-    train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, data_seed=train_config.data_seed)
     cache_tokens = caches.counts["tokens"]
-    cache_dirs = {s: join(caches.data_path, s, "train") for s in spec.mixture if s in cache_tokens}
+    data_mixture.check_sources(list(cache_tokens), where=f"phase {spec.name}'s mixture")
+    train_config = phase_train_config(config_from_dict(config.base.model_dump(), "base"), spec)
+    train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, mixture=data_mixture)
+    cache_dirs = {s: join(caches.data_path, s, "train") for s in data_mixture.sources if s in cache_tokens}
     warm = None
     if spec.warm_start_from:
         warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
         if warm_ref is None:
             raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised")
         warm = warm_ref.data_path
-    result = train(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
-                   log_fn=lambda row: row["step"] % 16 == 0 and ctx.log(f"{spec.name} step {row['step']}: loss {row['loss']:.4f}"))
-    for name in os.listdir(ctx.scratch_dir):  # the finished run becomes the artifact
-        shutil.move(os.path.join(ctx.scratch_dir, name), os.path.join(ctx.out_dir, name))
-    losses = [r["loss"] for r in read_metrics(Path(ctx.out_dir, "metrics.jsonl")) if r.get("phase") == spec.name][-64:]
-    consumed = {s: cache_tokens[s]["train"] - result.tokens_left.get(s, cache_tokens[s]["train"]) for s in cache_dirs}
-    ctx.log(f"{spec.name}: step {result.final_step}, {result.tokens:,} tokens in the run, last loss {result.last_loss}")
+    outcome = training_backend.run(ctx.dagster_context, TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm))
+    _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
+    ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
+            f"last loss {outcome.last_loss}")
     return {
-        "phase": spec.name, "final_step": result.final_step, "tokens_trained": result.tokens,
-        "phase_tokens": (result.final_step - result.phase_start_step) * train_config.tokens_per_step,
-        "last_loss": result.last_loss, "recent_losses": losses, "tokens_consumed": consumed,
-        "tokens_available": dict(result.tokens_left), "guard_events": dict(result.counts), "is_cooldown": spec.is_cooldown,
+        "phase": spec.name, "backend": outcome.backend, "final_step": outcome.final_step, "tokens_trained": outcome.tokens,
+        "phase_start_step": outcome.phase_start_step,
+        "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
+        "last_loss": outcome.last_loss, "recent_losses": _recent_losses(ctx.out_dir, spec.name, outcome),
+        "tokens_consumed": {s: cache_tokens[s]["train"] - outcome.tokens_left.get(s, cache_tokens[s]["train"]) for s in cache_dirs},
+        "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
+        "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
     }
+
+
+def _move_contents(src: str, dst: str) -> None:
+    """Every entry of the scratch dir into the staging dir (same filesystem: the store's)."""
+    fs, src_path = filesystem(src)
+    if not fs.exists(src_path):
+        return
+    dst_path = filesystem(dst)[1]
+    for entry in fs.ls(src_path, detail=False):
+        fs.mv(entry, join(dst_path, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
+
+
+def _recent_losses(out_dir: str, phase: str, outcome, keep: int = 64) -> list[float]:
+    """The phase's last losses: from the committed metrics.jsonl (it spans resumed attempts),
+    else from the rows the backend reported (a worker that wrote its metrics elsewhere)."""
+    import tempfile
+
+    from marin_assets.train.metrics import read_metrics
+
+    fs, path = filesystem(join(out_dir, "metrics.jsonl"))
+    if is_local(fs):
+        rows = read_metrics(path) or list(outcome.metrics)
+    elif fs.exists(path):
+        with tempfile.TemporaryDirectory() as tmp:  # one parser (torn last line and all) for every filesystem
+            fs.get(path, f"{tmp}/metrics.jsonl")
+            rows = read_metrics(f"{tmp}/metrics.jsonl")
+    else:
+        rows = list(outcome.metrics)
+    return [r["loss"] for r in rows if r.get("phase", phase) == phase][-keep:]
 
 
 class EvalConfig(StageConfig):

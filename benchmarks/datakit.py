@@ -146,14 +146,18 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=None, help="download cache for the demo sources")
     parser.add_argument("--synthetic", action="store_true", help="generated text instead of the demo sources")
     parser.add_argument("--skip-fuzzy", action="store_true")
+    parser.add_argument("--only", choices=["tokenize", "normalize_exact_dedup", "fuzzy_dedup"], default=None,
+                        help="run one figure (tokenize pays a ~8 s levanter import)")  # fmt: skip
     args = parser.parse_args(argv)
 
     texts = synthetic_texts(args.max_mb) if args.synthetic else demo_texts(args.cache_dir, args.max_mb)
     with tempfile.TemporaryDirectory(prefix="datakit_bench_") as work:
-        bench_tokenize(texts, work, args.repeats)
-        bench_normalize_exact(texts, work, args.repeats)
+        if args.only in (None, "tokenize"):
+            bench_tokenize(texts, work, args.repeats)
+        if args.only in (None, "normalize_exact_dedup"):
+            bench_normalize_exact(texts, work, args.repeats)
     fuzzy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datakit_fuzzy.py")
-    if os.path.exists(fuzzy) and not args.skip_fuzzy:
+    if os.path.exists(fuzzy) and not args.skip_fuzzy and args.only in (None, "fuzzy_dedup"):
         spec = importlib.util.spec_from_file_location("datakit_fuzzy", fuzzy)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

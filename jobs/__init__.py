@@ -21,12 +21,16 @@ demo_job = dg.define_asset_job(
     description="The demo asset graph on the embedded default (local files, SQLite, CPU).",
 )
 
+# A failed phase run is re-launched by the run-retry daemon (instance `run_retries`) up to
+# this many times; the retry resumes from the newest committed checkpoint of the version.
+PHASE_RETRY_TAGS = {"dagster/max_retries": "2"}
+
 # One phase of the demo run (train + eval of one dynamic partition); the phase controller
 # sensor requests it with the phase spec in its run config.
 train_phase_job = dg.define_asset_job(
     name="train_phase",
     selection=dg.AssetSelection.groups("training"),
-    tags={"marin/accelerator": "cpu", "marin/priority": "production"},
+    tags={"marin/accelerator": "cpu", "marin/priority": "production", **PHASE_RETRY_TAGS},
     description="Train and evaluate one phase of the run (requested by the phase controller).",
 )
 

@@ -9,6 +9,13 @@ observation on the phase's partition (action + reason), so the run's history rea
 the Tootsie log. The cursor holds the phases requested so far; a replayed tick finds the
 same state and returns the same run_key, which Dagster runs once.
 
+While the requested run is still going, each tick reads its live metrics from the telemetry
+store (the trainer logs under ``phase_telemetry_run(plan.run, phase)``) and the budget file,
+and asks the pure ``end_phase_now``: on a budget cut below what the phase still needs, or a
+loss spike, it terminates the run (``run_coordinator.cancel_run``: the trainer checkpoints the
+step it is on and returns), records why, and waits for the stopped phase to materialise;
+``decide`` then picks the successor, which warm-starts from that checkpoint.
+
 ``phase_controller_sensor(plan, train_asset)`` builds one for any run: the train asset
 (dynamically partitioned by phase, config ``phase``/``warm_start_version``/``attempt``)
 names the op and the partitions; definitions.py builds the demo's.
@@ -25,9 +32,11 @@ from pathlib import Path
 import dagster as dg
 
 from marin_assets.phases.budget import load_budget
-from marin_assets.phases.decide import Decision, decide
-from marin_assets.phases.plan import PhasePlan, PhaseSpec
+from marin_assets.cli.telemetry import default_root as default_telemetry_root
+from marin_assets.phases.decide import Decision, decide, end_phase_now
+from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
 from marin_assets.phases.signals import RunState, Signals
+from marin_assets.telemetry import TelemetryStore
 
 BUDGET_ENV = "MARIN_BUDGET_FILE"
 
@@ -54,18 +63,28 @@ def phase_result(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: st
     return None
 
 
-def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunState, Signals]:
-    """The controller's view of the run after its newest phase finished."""
+def _run_state(history: list[dict], phase_tokens: int, tokens_trained: int, step: int | None,
+               ended_early: str | None) -> RunState:
     earlier = [_spec_from_json(h["spec"]) for h in history[:-1]]
-    budget = load_budget(budget_file)
-    state = RunState(
+    return RunState(
         phase=_spec_from_json(history[-1]["spec"]),
-        phase_tokens=int(meta["count/phase_tokens"]),
-        tokens_trained=int(meta["count/tokens_trained"]),
+        phase_tokens=phase_tokens,
+        tokens_trained=tokens_trained,
         phases_done=tuple(s.name for s in earlier),
         cooldowns_done=sum(s.is_cooldown for s in earlier),
         last_good_checkpoint=earlier[-1].name if earlier else None,
+        step=step,
+        ended_early=ended_early,
     )
+
+
+def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunState, Signals]:
+    """The controller's view of the run after its newest phase finished (or was ended)."""
+    budget = load_budget(budget_file)
+    ending = history[-1].get("ending") or {}
+    step = meta.get("count/final_step")
+    state = _run_state(history, int(meta["count/phase_tokens"]), int(meta["count/tokens_trained"]),
+                       int(step) if step is not None else None, ending.get("reason") if ending.get("terminated") else None)
     signals = Signals(
         tokens_left=budget.tokens_left(meta["count/tokens_consumed"], meta["count/tokens_available"]),
         budget_tokens=budget.budget_tokens,
@@ -75,32 +94,68 @@ def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunStat
     return state, signals
 
 
+def observe_live(store: TelemetryStore, run_name: str, entry: dict, history: list[dict], budget_file: Path,
+                 since: float | None, window: int) -> tuple[RunState, Signals] | None:
+    """The controller's view of a running phase from its live telemetry (None before its
+    first flushed step). ``since`` (unix s) drops rows of an earlier attempt of the phase."""
+    frame = store.query(run=run_name, metric=["tokens", "loss"], times=(since, None), latest=True)
+    tokens = frame.filter(frame["metric"] == "tokens")
+    if tokens.is_empty():
+        return None
+    last = tokens.row(-1, named=True)
+    step, trained = int(last["step"]), int(last["value"])
+    losses = frame.filter(frame["metric"] == "loss")["value"].fill_null(float("nan")).to_list()[-window - 1:]
+    budget = load_budget(budget_file)
+    state = _run_state(history, trained - int(entry.get("tokens_before", 0)), trained, step, None)
+    return state, Signals(tokens_left={}, budget_tokens=budget.budget_tokens,
+                          hardware_available=budget.hardware_available, recent_losses=tuple(losses))
+
+
+def _running(instance: dg.DagsterInstance, run_key: str):
+    """The record of the run we requested for a phase, if it has started and not finished."""
+    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
+    if records and records[0].dagster_run.status == dg.DagsterRunStatus.STARTED:
+        return records[0]
+    return None
+
+
 def _record(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, decision: Decision, signals: Signals) -> None:
+    _observe(instance, train_key, phase, decision.action, decision.reason,
+             decision.next_phase.name if decision.next_phase else "", signals)
+
+
+def _observe(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, action: str, reason: str,
+             next_phase: str, signals: Signals, **extra) -> None:
     metadata = {
-        "decision": decision.action,
-        "reason": decision.reason,
-        "next_phase": decision.next_phase.name if decision.next_phase else "",
+        "decision": action,
+        "reason": reason,
+        "next_phase": next_phase,
         "budget_tokens": signals.budget_tokens,
         "tokens_left": dg.MetadataValue.json(dict(signals.tokens_left)),
+        **extra,
     }
     instance.report_runless_asset_event(dg.AssetObservation(asset_key=train_key, partition=phase, metadata=metadata))
 
 
 def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *, also: Sequence[dg.AssetsDefinition] = (),
                             name: str = "phase_controller", budget_file: Callable[[], Path] = budget_path,
-                            minimum_interval_seconds: int = 30) -> dg.SensorDefinition:
+                            minimum_interval_seconds: int = 30,
+                            telemetry_root: Callable[[], str] = default_telemetry_root) -> dg.SensorDefinition:
     """A sensor that runs ``plan`` phase by phase on ``train_asset`` (and the ``also`` assets,
-    e.g. the phase's evaluation, in the same run)."""
+    e.g. the phase's evaluation, in the same run); the train asset must log its steps to the
+    telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks."""
     partitions = train_asset.partitions_def
     if not isinstance(partitions, dg.DynamicPartitionsDefinition):
         raise ValueError(f"phase_controller_sensor: {train_asset.key.to_user_string()} must be partitioned by a "
                          f"DynamicPartitionsDefinition (one partition per phase), got {type(partitions).__name__}")
     train_key, op_name = train_asset.key, train_asset.op.name
 
-    def request(history: list[dict], decision: Decision, warm_version: str, attempt: int) -> dg.SensorResult:
+    def request(history: list[dict], decision: Decision, warm_version: str, attempt: int,
+                tokens_before: int) -> dg.SensorResult:
         spec = decision.next_phase
         run_key = f"{plan.run}-{len(history)}-{spec.name}-{attempt}"
-        entry = {"spec": _spec_to_json(spec), "run_key": run_key, "attempt": attempt, "warm_version": warm_version}
+        entry = {"spec": _spec_to_json(spec), "run_key": run_key, "attempt": attempt, "warm_version": warm_version,
+                 "tokens_before": tokens_before}
         config = {"phase": dataclasses.asdict(spec), "warm_start_version": warm_version, "attempt": attempt}
         run = dg.RunRequest(
             run_key=run_key,
@@ -112,18 +167,46 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         return dg.SensorResult(run_requests=[run], dynamic_partitions_requests=[partitions.build_add_request([spec.name])],
                                cursor=json.dumps({"history": [*history, entry], "last": None}))
 
+    def while_running(context: dg.SensorEvaluationContext, cursor: dict, phase: str) -> dg.SensorResult | dg.SkipReason:
+        history, current = cursor["history"], cursor["history"][-1]
+        waiting = f"waiting for phase {phase} (run {current['run_key']}) to materialise"
+        ending = current.get("ending")
+        if ending:
+            how = "ending it at its checkpoint" if ending["terminated"] else "could not end it, it runs its course"
+            return dg.SkipReason(f"{waiting}: {how} ({ending['reason']})")
+        record = _running(context.instance, current["run_key"])
+        if record is None:
+            return dg.SkipReason(waiting)
+        view = observe_live(TelemetryStore(telemetry_root()), phase_telemetry_run(plan.run, phase), current, history,
+                            budget_file(), record.start_time, plan.spike_window)
+        if view is None:
+            return dg.SkipReason(f"{waiting}: no live telemetry yet")
+        state, signals = view
+        reason = end_phase_now(plan, state, signals)
+        if reason is None:
+            return dg.SkipReason(f"{waiting}: step {state.step}, {state.phase_tokens:,} of "
+                                 f"{state.phase.token_budget:,} tokens, on track")
+        terminated = bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
+        outcome = "ending it at its next checkpoint" if terminated else "could not terminate its run; it runs its course"
+        _observe(context.instance, train_key, phase, "end_phase", f"{reason}: {outcome}", "", signals,
+                 step=state.step, run_id=record.dagster_run.run_id)
+        ending = {"reason": reason, "step": state.step, "terminated": terminated}
+        cursor = {**cursor, "history": [*history[:-1], {**current, "ending": ending}]}
+        return dg.SensorResult(skip_reason=f"end_phase: {reason}: {outcome}", cursor=json.dumps(cursor))
+
     @dg.sensor(name=name, asset_selection=[train_asset, *also], minimum_interval_seconds=minimum_interval_seconds,
                default_status=dg.DefaultSensorStatus.STOPPED, description=f"Decides each phase of the {plan.run!r} run.")
     def _controller(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {"history": [], "last": None}
         history: list[dict] = cursor["history"]
         if not history:
-            return request([], Decision("continue", "start of the plan", plan.first), warm_version="", attempt=0)
+            return request([], Decision("continue", "start of the plan", plan.first), warm_version="", attempt=0,
+                           tokens_before=0)
         current = history[-1]
         phase = _spec_from_json(current["spec"]).name
         meta = phase_result(context.instance, train_key, phase, current["run_key"])
         if meta is None:
-            return dg.SkipReason(f"waiting for phase {phase} (run {current['run_key']}) to materialise")
+            return while_running(context, cursor, phase)
         state, signals = observe(meta, history, budget_file())
         decision = decide(plan, state, signals)
         said = f"{phase}:{decision.action}:{decision.reason}"
@@ -132,7 +215,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if decision.next_phase is None:
             return dg.SensorResult(skip_reason=f"{decision.action}: {decision.reason}", cursor=json.dumps({**cursor, "last": said}))
         if decision.action == "roll_back":  # retry the phase from the same warm start, fresh randomness
-            return request(history[:-1], decision, current["warm_version"], current["attempt"] + 1)
-        return request(history, decision, meta["version"], 0)
+            return request(history[:-1], decision, current["warm_version"], current["attempt"] + 1,
+                           int(current.get("tokens_before", 0)))
+        return request(history, decision, meta["version"], 0, int(meta["count/tokens_trained"]))
 
     return _controller

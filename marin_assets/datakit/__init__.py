@@ -13,5 +13,18 @@ files there and returns a dict of counts:
     tokenize.train_tokenizer / tokenize                            tokenizer.json, Levanter cache
     pipeline.run_pipeline(inputs, evals, prefix, config)           all of it (`marin datakit run`)
 
+The dedup stages are also exposed as the partitioned steps per-shard assets call (each
+reads only its slice of the others' output; results are per-shard removal lists whose
+digest versions what follows, see removals.py):
+
+    dedup_exact.exact_map(key, shard, map_root)      per shard
+    dedup_exact.exact_reduce(bucket, map_roots, reduce_root)         per hash bucket
+    dedup_exact.exact_removals(key, reduce_roots, out_path)          per shard -> list
+    fuzzy_dedup.fuzzy_map(key, shard, map_root)      per shard (band keys)
+    fuzzy_dedup.fuzzy_band_reduce(band, (r, R), map_roots, out_root) per band x key range
+    fuzzy_dedup.fuzzy_verify(key, cand_roots, shard_paths, out_path) per shard (exact Jaccard)
+    fuzzy_dedup.fuzzy_resolve(edge_paths, removals_root)             once -> a list per shard
+    removals.apply_removals(shard, lists, out_path)                  per shard (the filter)
+
 Modules import their heavy dependencies inside functions so importing the package is cheap.
 """

@@ -1,18 +1,28 @@
-"""Exact deduplication as map -> reduce -> collect over hash buckets.
+"""Exact deduplication as map -> reduce -> (removal lists | collect) over hash buckets.
 
 Because `id` is the xxh3-128 of the text, exact duplicates share an id. The map step
-writes (id, source, source_id, row) of every shard into hash buckets chosen by the id's
-prefix; each reduce step sees every copy of an id in one bucket, keeps the copy with the
-lowest (source, source_id) and marks the rest; collect gathers the marks back into
-attribute files co-partitioned with each input shard (same basename, same row order):
-id, source_id, is_duplicate [, duplicate_spans].
+(`exact_map`, per shard) writes (id, source, source_id, row) of its shard grouped by hash
+bucket (the id's prefix); each reduce step (`exact_reduce`, per bucket) reads its bucket of
+every shard's map output, so it sees every copy of an id, keeps the copy with the lowest
+(source, source_id, shard key, row) and marks the rest. Per shard, `exact_removals` turns the
+marks into a removal list (removals.py) and `exact_dedup_collect` into an attribute file
+co-partitioned with the shard (same basename, same row order): id, source_id,
+is_duplicate [, duplicate_spans].
+
+Layout (every directory may be shared by all partitions, or be one partition's own):
+  map_root/docs/<shard key>.parquet            one row group per bucket
+  map_root/paragraphs/<shard key>.parquet      (paragraph mode) one row group per bucket
+  reduce_root/docs/bucket-BBBBB.parquet        row, is_duplicate, id, kept_key, kept_row;
+                                               one row group per shard key
+  reduce_root/paragraphs/bucket-BBBBB.parquet  row, start, end; one row group per shard key
+A reduce therefore reads one row group of each map file and a shard's removal list one row
+group of each reduce file: each step reads only its slice of the others' output.
 
 With `paragraphs=True` the map also emits one row per paragraph (runs of text separated
 by blank lines); the first occurrence of a paragraph (ordered by document id) is
 canonical and every later one is reported as a (start, end) character span.
 
-Every step is a pure function of its inputs, so each can be its own partition (map per
-shard, reduce per bucket, collect per shard) in an orchestrator.
+`exact_dedup` runs every step in this process (what `marin datakit run` does).
 """
 
 from __future__ import annotations
@@ -22,7 +32,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from marin_assets.numeric_checks import check_int
-from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
+from marin_assets.datakit.shards import (
+    basename,
+    check_shard_key,
+    join,
+    read_row_group,
+    read_table,
+    reset_dir,
+    write_json,
+    write_row_groups,
+    write_table,
+)
 
 PARAGRAPH_RE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))+")
 
@@ -53,63 +73,99 @@ def paragraph_spans(text: str, min_chars: int) -> list[tuple[int, int, str]]:
 
 
 def _key(dataset: str, shard_path: str) -> str:
-    return f"{dataset}--{basename(shard_path)}" if dataset else basename(shard_path)
+    return check_shard_key(f"{dataset}--{basename(shard_path)}" if dataset else basename(shard_path))
 
 
-def _bucket_dir(out_dir: str, kind: str, bucket: int) -> str:
-    return join(out_dir, f"_{kind}", f"bucket-{bucket:05d}")
+def _bucket_name(bucket: int) -> str:
+    return f"bucket-{bucket:05d}"
 
 
-def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
+def _split_by_bucket(table, buckets) -> list:
+    """[(bucket name, rows of that bucket)] in bucket order (one row group each on disk)."""
     import numpy as np
     import pyarrow as pa
 
+    return [(_bucket_name(int(b)), table.filter(pa.array(buckets == b))) for b in np.unique(buckets)]
+
+
+def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedupConfig) -> dict:
+    """The map side of one shard: its rows grouped by hash bucket, one file under `map_root`.
+
+    Layout: map_root/docs/<shard_key>.parquet (id, source, source_id, row), one row group
+    per non-empty bucket (shards.write_row_groups), and with paragraphs
+    map_root/paragraphs/<shard_key>.parquet (phash, id, source, source_id, row, start, end).
+    `map_root` may be this shard's own artifact directory or one shared by all shards: the
+    reduce reads the row group of its bucket from every map file under the roots it gets.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    key = check_shard_key(shard_key)
     columns = ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
     table = read_table(shard_path, columns=columns)
     ids = table.column("id").to_pylist()
     buckets = np.array([bucket_of(i, config.num_buckets) for i in ids], dtype=np.int64)
-    key = _key(dataset, shard_path)
     base = pa.table(
         {
             "id": table.column("id"),
             "source": table.column("source"),
             "source_id": table.column("source_id"),
-            "key": pa.array([key] * len(ids), pa.string()),
             "row": pa.array(np.arange(len(ids), dtype=np.int64)),
         }
     )
-    for b in np.unique(buckets):
-        write_table(base.filter(pa.array(buckets == b)), join(_bucket_dir(out_dir, "map", int(b)), f"{key}.parquet"))
+    if len(ids):
+        write_row_groups(_split_by_bucket(base, buckets), join(map_root, "docs", f"{key}.parquet"))
     paragraphs = 0
     if config.paragraphs:
         import xxhash
 
-        rows = {"phash": [], "id": [], "source": [], "source_id": [], "key": [], "row": [], "start": [], "end": []}
+        rows = {"phash": [], "id": [], "source": [], "source_id": [], "row": [], "start": [], "end": []}
         sources, source_ids = table.column("source").to_pylist(), table.column("source_id").to_pylist()
         for row, text in enumerate(table.column("text").to_pylist()):
             for start, end, para in paragraph_spans(text, config.min_paragraph_chars):
                 rows["phash"].append(xxhash.xxh3_128_hexdigest(para.encode("utf-8")))
                 for name, value in (("id", ids[row]), ("source", sources[row]), ("source_id", source_ids[row]),
-                                    ("key", key), ("row", row), ("start", start), ("end", end)):  # fmt: skip
+                                    ("row", row), ("start", start), ("end", end)):  # fmt: skip
                     rows[name].append(value)
         paragraphs = len(rows["phash"])
-        ptable = pa.table(rows)
-        pbuckets = np.array([bucket_of(h, config.num_buckets) for h in rows["phash"]], dtype=np.int64)
-        for b in np.unique(pbuckets):
-            path = join(_bucket_dir(out_dir, "map_para", int(b)), f"{key}.parquet")
-            write_table(ptable.filter(pa.array(pbuckets == b)), path)
+        if paragraphs:
+            ptable = pa.table(rows, schema=pa.schema([("phash", pa.string()), ("id", pa.string()), ("source", pa.string()),
+                                                      ("source_id", pa.string()), ("row", pa.int64()), ("start", pa.int64()),
+                                                      ("end", pa.int64())]))  # fmt: skip
+            pbuckets = np.array([bucket_of(h, config.num_buckets) for h in rows["phash"]], dtype=np.int64)
+            write_row_groups(_split_by_bucket(ptable, pbuckets), join(map_root, "paragraphs", f"{key}.parquet"))
     return {"docs": len(ids), "paragraphs": paragraphs}
 
 
-def _read_dir(directory: str):
+def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
+    """exact_map into the shared out_dir/_map of the in-process run (key: dataset--basename)."""
+    return exact_map(_key(dataset, shard_path), shard_path, join(out_dir, "_map"), config)
+
+
+def _list_files(directory: str) -> list[str]:
     import fsspec
-    import pyarrow as pa
 
     fs, root = fsspec.core.url_to_fs(directory)
     if not fs.exists(root):
-        return None
-    paths = sorted(fs.ls(root, detail=False))
-    tables = [read_table(fs.unstrip_protocol(p)) for p in paths]
+        return []
+    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(".parquet")]
+
+
+def _gather(roots: Sequence[str], kind: str, part: str, with_key: bool = False):
+    """Row group `part` of every roots/<kind>/*.parquet, concatenated (None if there is none).
+
+    With `with_key`, a `key` column holds each file's stem (the shard key of a map file).
+    """
+    import pyarrow as pa
+
+    tables = []
+    for root in dict.fromkeys(roots):
+        for path in _list_files(join(root, kind)):
+            t = read_row_group(path, part)
+            if t is not None:
+                if with_key:
+                    t = t.append_column("key", pa.array([basename(path)[: -len(".parquet")]] * t.num_rows, pa.string()))
+                tables.append(t)
     return pa.concat_tables(tables) if tables else None
 
 
@@ -118,38 +174,88 @@ def _first_flags(sorted_keys: list) -> list[bool]:
     return [i == 0 or k != sorted_keys[i - 1] for i, k in enumerate(sorted_keys)]
 
 
-def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:
+def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig) -> dict:
+    """Reduce one hash bucket: read its row group of every map file, mark duplicates.
+
+    Every copy of an id lands in the same bucket; the copy with the lowest (source,
+    source_id, shard key, row) is canonical. Writes reduce_root/docs/bucket-BBBBB.parquet
+    (row, is_duplicate, id, kept_key, kept_row), one row group per shard key, and with
+    paragraphs reduce_root/paragraphs/bucket-BBBBB.parquet (row, start, end of each later
+    copy of a paragraph), also one row group per shard key.
+    """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     counts = {"docs": 0, "duplicates": 0, "paragraphs": 0, "duplicate_paragraphs": 0}
-    table = _read_dir(_bucket_dir(out_dir, "map", bucket))
+    name = _bucket_name(check_int("bucket", bucket, 0, config.num_buckets - 1))
+    table = _gather(map_roots, "docs", name, with_key=True)
     if table is not None:
         order = pc.sort_indices(table, [(c, "ascending") for c in ("id", "source", "source_id", "key", "row")])
         table = table.take(order)
-        keep = _first_flags(table.column("id").to_pylist())
-        marks = pa.table({"key": table.column("key"), "row": table.column("row"), "is_duplicate": pa.array([not k for k in keep])})
-        _write_by_key(marks, join(out_dir, "_reduce"), bucket)
+        keep = np.array(_first_flags(table.column("id").to_pylist()), dtype=bool)
+        # Each row's canonical copy is the last group start at or before it.
+        canon = np.maximum.accumulate(np.where(keep, np.arange(len(keep)), 0))
+        marks = pa.table(
+            {
+                "key": table.column("key"),
+                "row": table.column("row"),
+                "is_duplicate": pa.array(~keep),
+                "id": table.column("id"),
+                "kept_key": table.column("key").take(pa.array(canon)),
+                "kept_row": table.column("row").take(pa.array(canon)),
+            }
+        )
+        _write_by_key(marks, join(reduce_root, "docs", f"{name}.parquet"))
         counts["docs"] = table.num_rows
-        counts["duplicates"] = keep.count(False)
-    ptable = _read_dir(_bucket_dir(out_dir, "map_para", bucket)) if config.paragraphs else None
+        counts["duplicates"] = int((~keep).sum())
+    ptable = _gather(map_roots, "paragraphs", name, with_key=True) if config.paragraphs else None
     if ptable is not None:
         cols = ("phash", "id", "source", "source_id", "key", "row", "start")
         ptable = ptable.take(pc.sort_indices(ptable, [(c, "ascending") for c in cols]))
         first = pa.array(_first_flags(ptable.column("phash").to_pylist()))
         dup = ptable.filter(pc.invert(first)).select(["key", "row", "start", "end"])
-        _write_by_key(dup, join(out_dir, "_reduce_para"), bucket)
+        if dup.num_rows:
+            _write_by_key(dup, join(reduce_root, "paragraphs", f"{name}.parquet"))
         counts["paragraphs"] = ptable.num_rows
         counts["duplicate_paragraphs"] = dup.num_rows
     return counts
 
 
-def _write_by_key(table, root: str, bucket: int) -> None:
+def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:
+    """exact_reduce over the in-process run's shared out_dir/_map, into out_dir/_reduce."""
+    return exact_reduce(bucket, [join(out_dir, "_map")], join(out_dir, "_reduce"), config)
+
+
+def _write_by_key(table, path: str) -> None:
+    """`table` sorted by (key, row), one row group per shard key, without the key column."""
     import pyarrow.compute as pc
 
-    for key in sorted(set(table.column("key").to_pylist())):
-        part = table.filter(pc.equal(table.column("key"), key)).drop_columns(["key"])
-        write_table(part, join(root, key, f"bucket-{bucket:05d}.parquet"))
+    table = table.take(pc.sort_indices(table, [("key", "ascending"), ("row", "ascending")]))
+    keys = table.column("key").to_pylist()
+    starts = [i for i, _ in enumerate(keys) if i == 0 or keys[i] != keys[i - 1]]
+    bounds = list(zip(starts, starts[1:] + [len(keys)]))
+    body = table.drop_columns(["key"])
+    write_row_groups([(keys[lo], body.slice(lo, hi - lo)) for lo, hi in bounds], path)
+
+
+def exact_removals(shard_key: str, reduce_roots: Sequence[str], out_path: str) -> dict:
+    """The removal list of one shard from every bucket reduce: {"removed", "digest"}.
+
+    `reduce_roots` are the reduce outputs of all buckets (one shared root in-process, one
+    root per bucket partition otherwise); only this shard's row group of each bucket file
+    is read, so the cost is this shard's marks, not the corpus.
+    """
+    from marin_assets.datakit.removals import Removal, write_removal_list
+
+    marks = _gather(reduce_roots, "docs", check_shard_key(shard_key))
+    removals = []
+    if marks is not None:
+        dups = marks.filter(marks.column("is_duplicate"))
+        for doc_id, row, kept_key, kept_row in zip(*(dups.column(c).to_pylist() for c in ("id", "row", "kept_key", "kept_row"))):
+            removals.append(Removal(doc_id, row, "exact_duplicate", doc_id, kept_key, kept_row))
+    digest = write_removal_list(removals, out_path)
+    return {"removed": len(removals), "digest": digest}
 
 
 def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
@@ -162,7 +268,7 @@ def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: Exa
     n = shard.num_rows
     is_dup = np.zeros(n, dtype=bool)
     seen = np.zeros(n, dtype=bool)
-    marks = _read_dir(join(out_dir, "_reduce", key))
+    marks = _gather([join(out_dir, "_reduce")], "docs", key)
     if marks is not None:
         rows = marks.column("row").to_numpy()
         is_dup[rows] = marks.column("is_duplicate").to_numpy(zero_copy_only=False)
@@ -173,7 +279,7 @@ def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: Exa
     dup_chars = 0
     if config.paragraphs:
         spans: list[list[dict]] = [[] for _ in range(n)]
-        pmarks = _read_dir(join(out_dir, "_reduce_para", key))
+        pmarks = _gather([join(out_dir, "_reduce")], "paragraphs", key)
         if pmarks is not None:
             for row, start, end in zip(*(pmarks.column(c).to_pylist() for c in ("row", "start", "end"))):
                 spans[row].append({"start": start, "end": end})

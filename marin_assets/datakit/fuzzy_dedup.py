@@ -9,12 +9,18 @@ the two shingle sets and only pairs at or above ``jaccard_threshold`` become edg
 
 The survivor of a component is the document with the lowest id, so the choice does not
 depend on shard order. Rows that repeat an id are exact copies and join its component.
+
+Over shards the same algorithm runs as partitioned steps (see the layout comment above
+`fuzzy_map`): a map per shard writes band keys, a reduce per (band, key range) pairs the
+keys of that slice across every shard, a verify per shard checks the pairs it owns by exact
+Jaccard, and one resolve runs union-find over the verified edges (the only global state,
+one row per near-duplicate pair) and writes a removal list per shard. No step holds all
+signatures. `fuzzy_dedup` runs them in-process and gives the same result as `dedup_texts`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +35,9 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.datakit.lsh import candidate_pairs
-from marin_assets.datakit.shards import reset_dir
+from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
+from marin_assets.datakit.shards import basename, check_shard_key, join, read_table, reset_dir
+from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import (
     MinHashParams,
     jaccard,
@@ -92,6 +99,22 @@ class DedupResult:
         }
 
 
+def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(survivor node of each node's component, component label of each node).
+
+    ``edges`` (k, 2) are verified pairs of node indices; ``rank`` is a permutation giving
+    each node's place in the survivor order (lowest rank survives).
+    """
+    graph = coo_matrix(
+        (np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(num_nodes, num_nodes)
+    )
+    _, labels = connected_components(graph, directed=False)
+    best = np.full(labels.max() + 1 if num_nodes else 0, num_nodes, dtype=np.int64)
+    np.minimum.at(best, labels, rank)
+    by_rank = np.argsort(rank)
+    return by_rank[best[labels]], labels
+
+
 def _resolve(
     ids: list[str],
     signatures: np.ndarray,
@@ -114,18 +137,11 @@ def _resolve(
         dtype=bool,
     )
     edges = pairs[keep] if len(pairs) else pairs
-    graph = coo_matrix(
-        (np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(docs, docs)
-    )
-    _, labels = connected_components(graph, directed=False)
-
     # Rank documents by (id, position); the survivor is the lowest rank in its component.
     order = np.lexsort((np.arange(docs), np.array(ids, dtype=object).astype(str)))
     rank = np.empty(docs, dtype=np.int64)
     rank[order] = np.arange(docs)
-    best = np.full(labels.max() + 1 if docs else 0, docs, dtype=np.int64)
-    np.minimum.at(best, labels, rank)
-    survivor = order[best[labels]]
+    survivor, _ = component_survivors(docs, edges, rank)
     return DedupResult(survivor=survivor, candidate_pairs=len(pairs), verified_pairs=int(keep.sum()))
 
 
@@ -155,68 +171,317 @@ def find_duplicates(
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# Sharded fuzzy dedup: map per shard -> reduce per (band, key range) -> verify per shard ->
+# resolve (union-find over verified edges) -> one removal list per shard.
+#
+#   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
+#                                              groups of MAP_ROW_GROUP rows (range reads)
+#   cand_root/<owner>/band-BBB-range-RRRRR.parquet   row_a, shard_b, row_b: candidate pairs
+#                                              whose lower node (shard, row) is in <owner>
+#   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
+#   removals_root/<shard>.jsonl                see removals.py
+#
+# Nodes are ordered by (shard key, row); with the in-process run's keys (shard basenames,
+# sorted like the shards) that is the document order of the single-process algorithm, so
+# both give the same pairs, edges and survivors.
+# ---------------------------------------------------------------------------------------
+
+MAP_ROW_GROUP = 8192
+KEY_SPACE = 1 << 64
+
+
+def _band_name(band: int) -> str:
+    return f"band-{band:03d}"
+
+
+def key_range_bounds(index: int, count: int) -> tuple[int, int]:
+    """[lo, hi) of range `index` of `count` equal slices of the 64-bit band-key space."""
+    check_int("key range count", count, 1)
+    check_int("key range index", index, 0, count - 1)
+    return index * KEY_SPACE // count, (index + 1) * KEY_SPACE // count
+
+
+def band_reduce_ranges(total_docs: int, docs_per_reduce: int = 2_000_000) -> int:
+    """How many key ranges to cut each band into so a reduce holds ~docs_per_reduce keys.
+
+    Its memory is proportional to the keys it holds (about 40 bytes each while sorting), so
+    growing the range count with the corpus keeps every reduce under a fixed bound however
+    many shards there are.
+    """
+    check_int("docs_per_reduce", docs_per_reduce, 1)
+    return max(1, -(-int(total_docs) // docs_per_reduce))
+
+
+def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedupConfig = FuzzyDedupConfig()) -> dict:
+    """The map side of one shard: one band-key file per LSH band under `map_root`.
+
+    Documents without shingles (empty after cleaning) are left out, as in the in-memory
+    path. Returns {"docs", "empty"}.
+    """
+    key = check_shard_key(shard_key)
+    _, texts = read_id_text(shard_path)
+    shingle_sets = [shingle_hashes(t, config) for t in texts]
+    nonempty = np.flatnonzero([s.size > 0 for s in shingle_sets]).astype(np.uint32)
+    signatures = signatures_from_shingles([shingle_sets[i] for i in nonempty], config)
+    keys = band_keys(signatures, config.bands, config.rows)
+    for band in range(config.bands):
+        order = np.lexsort((nonempty, keys[band]))
+        table = pa.table({"key": pa.array(keys[band][order]), "row": pa.array(nonempty[order])})
+        shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
+    return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
+
+
+def _list_files(directory: str, prefix: str = "") -> list[str]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(directory)
+    if not fs.exists(root):
+        return []
+    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if basename(p).startswith(prefix)]
+
+
+def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """(keys, rows, row groups read) of one band file restricted to [lo, hi) (or [lo, max])."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(path, "rb") as f:
+        pf = pq.ParquetFile(f)
+        groups = []
+        for g in range(pf.metadata.num_row_groups):
+            stats = pf.metadata.row_group(g).column(0).statistics
+            if stats is None or not stats.has_min_max or (stats.max >= lo and (last or stats.min < hi)):
+                groups.append(g)
+        table = pf.read_row_groups(groups, columns=["key", "row"]) if groups else None
+    if table is None or table.num_rows == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint32), len(groups)
+    keys = table.column("key").to_numpy()
+    rows = table.column("row").to_numpy()
+    inside = keys >= np.uint64(lo)
+    if not last:
+        inside &= keys < np.uint64(hi)
+    return keys[inside], rows[inside], len(groups)
+
+
+def _shard_files(roots: Sequence[str], subdir: str) -> dict[str, str]:
+    """{shard key: file} for the <key>.parquet files of `subdir` under every root."""
+    found: dict[str, str] = {}
+    for root in dict.fromkeys(roots):
+        for path in _list_files(join(root, subdir)):
+            name = basename(path)
+            if not name.endswith(".parquet"):
+                continue
+            key = check_shard_key(name[: -len(".parquet")])
+            if key in found:
+                raise ValueError(f"shard {key!r} has map output under two roots: {found[key]} and {path}")
+            found[key] = path
+    return dict(sorted(found.items()))
+
+
+def fuzzy_band_reduce(
+    band: int,
+    key_range: tuple[int, int],
+    map_roots: Sequence[str],
+    out_root: str,
+    config: FuzzyDedupConfig = FuzzyDedupConfig(),
+) -> dict:
+    """Candidate pairs of one LSH band within one key range, across every shard.
+
+    `key_range` is (index, count): this reduce reads only the keys in slice `index` of
+    `count` (whole row groups outside it are skipped), so its memory is the slice, not the
+    band. Pairs go to out_root/<owner shard>/band-BBB-range-RRRRR.parquet, grouped by the
+    shard of their lower node, which is where verification happens.
+    """
+    check_int("band", band, 0, config.bands - 1)
+    index, count = key_range
+    lo, hi = key_range_bounds(index, count)
+    files = _shard_files(map_roots, _band_name(band))
+    shard_keys = list(files)
+    key_parts, node_parts, groups = [], [], 0
+    for s, shard in enumerate(shard_keys):
+        keys, rows, g = _read_key_range(files[shard], lo, hi, index == count - 1)
+        groups += g
+        key_parts.append(keys)
+        node_parts.append((np.int64(s) << np.int64(32)) | rows.astype(np.int64))
+        del keys, rows
+    keys = np.concatenate(key_parts) if key_parts else np.zeros(0, np.uint64)
+    nodes = np.concatenate(node_parts) if node_parts else np.zeros(0, np.int64)
+    del key_parts, node_parts
+    held = int(keys.size)
+    pairs = band_pairs(keys, nodes, config.max_bucket_size)
+    del keys, nodes
+    name = f"{_band_name(band)}-range-{index:05d}.parquet"
+    owners = pairs[:, 0] >> 32
+    for owner in np.unique(owners):
+        mine = pairs[owners == owner]
+        shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 1] >> 32]
+        table = pa.table(
+            {
+                "row_a": pa.array((mine[:, 0] & 0xFFFFFFFF).astype(np.uint32)),
+                "shard_b": pa.array(shard_b.tolist(), pa.string()),
+                "row_b": pa.array((mine[:, 1] & 0xFFFFFFFF).astype(np.uint32)),
+            }
+        )
+        shard_write_table(table, join(out_root, shard_keys[int(owner)], name))
+    return {"shards": len(shard_keys), "keys": held, "pairs": len(pairs), "row_groups_read": groups}
+
+
+def fuzzy_verify(
+    shard_key: str,
+    candidate_roots: Sequence[str],
+    shard_paths: Mapping[str, str],
+    out_path: str,
+    config: FuzzyDedupConfig = FuzzyDedupConfig(),
+) -> dict:
+    """Verify the candidate pairs owned by one shard with the exact Jaccard of their shingles.
+
+    Reads candidate_root/<shard_key>/band-* of every band reduce, drops repeats (a pair
+    matches in many bands), then loads the shingles of only the rows in pairs: this
+    shard's, and each partner shard's in turn (one partner shard's text at a time). Writes
+    the verified edges to `out_path`; returns {"candidate_pairs", "verified_pairs"}.
+    """
+    key = check_shard_key(shard_key)
+    paths = [p for root in dict.fromkeys(candidate_roots) for p in _list_files(join(root, key), "band-")]
+    tables = [read_table(p) for p in paths]
+    edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
+    total = 0
+    if tables:
+        cand = pa.concat_tables(tables)
+        partners = cand.column("shard_b").to_numpy(zero_copy_only=False).astype(str)
+        names, code = np.unique(partners, return_inverse=True)
+        triples = np.unique(
+            np.stack([cand.column("row_a").to_numpy().astype(np.int64), code, cand.column("row_b").to_numpy().astype(np.int64)], 1),
+            axis=0,
+        )
+        total = len(triples)
+        own_ids, own_texts = _shard_docs(key, shard_paths)
+        same = np.flatnonzero(names == key)
+        own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
+        own = {int(r): shingle_hashes(own_texts[r], config) for r in own_rows}
+        del own_texts
+        for c, partner in enumerate(names):
+            mine = triples[triples[:, 1] == c]
+            if partner == key:
+                p_ids, other = own_ids, own
+            else:
+                p_ids, p_texts = _shard_docs(partner, shard_paths)
+                other = {int(r): shingle_hashes(p_texts[r], config) for r in np.unique(mine[:, 2])}
+                del p_texts
+            for row_a, _, row_b in mine.tolist():
+                j = jaccard(own[row_a], other[row_b])
+                if j >= config.jaccard_threshold:
+                    for name, value in (("row_a", row_a), ("id_a", own_ids[row_a]), ("shard_b", str(partner)),
+                                        ("row_b", row_b), ("id_b", p_ids[row_b]), ("jaccard", j)):  # fmt: skip
+                        edges[name].append(value)
+    schema = pa.schema([("row_a", pa.int64()), ("id_a", pa.string()), ("shard_b", pa.string()),
+                        ("row_b", pa.int64()), ("id_b", pa.string()), ("jaccard", pa.float64())])  # fmt: skip
+    shard_write_table(pa.table(edges, schema=schema), out_path)
+    return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
+
+
+def _shard_docs(key: str, shard_paths: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    if key not in shard_paths:
+        raise ValueError(f"candidate pairs name shard {key!r}, which is not in shard_paths ({len(shard_paths)} shards)")
+    return read_id_text(shard_paths[key])
+
+
+def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
+    """Components over every shard's verified edges -> one removal list per shard.
+
+    `edge_paths` maps every shard key to its fuzzy_verify output (so a shard with no
+    duplicates still gets its empty list). The verified edges are the only global state
+    (one entry per near-duplicate pair, far smaller than the signatures). The survivor of a
+    component is its lowest (id, shard key, row); every other member is removed with reason
+    "fuzzy_duplicate". Returns {"duplicates", "clusters", "verified_pairs", "lists":
+    {key: {"removed", "digest"}}}.
+    """
+    from marin_assets.datakit.removals import Removal, removal_list_path, write_removal_list
+
+    keys = [check_shard_key(k) for k in sorted(edge_paths)]
+    node_of: dict[tuple[str, int], int] = {}
+    info: list[tuple[str, str, int]] = []  # (id, shard, row) per node: the survivor order
+    ends: list[tuple[int, int]] = []
+
+    def node(shard: str, row: int, doc_id: str) -> int:
+        n = node_of.setdefault((shard, row), len(info))
+        if n == len(info):
+            if shard not in edge_paths:
+                raise ValueError(f"verified edge names shard {shard!r}, which has no edges file in this resolve")
+            info.append((doc_id, shard, row))
+        elif info[n][0] != doc_id:
+            raise ValueError(f"shard {shard!r} row {row} is {info[n][0]} in one edge and {doc_id} in another")
+        return n
+
+    for key in keys:
+        t = read_table(edge_paths[key], columns=["row_a", "id_a", "shard_b", "row_b", "id_b"])
+        for row_a, id_a, shard_b, row_b, id_b in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            ends.append((node(key, row_a, id_a), node(shard_b, row_b, id_b)))
+    n = len(info)
+    edges = np.array(ends, dtype=np.int64).reshape(-1, 2)
+    rank = np.empty(n, dtype=np.int64)
+    rank[sorted(range(n), key=info.__getitem__)] = np.arange(n)
+    survivor, labels = component_survivors(n, edges, rank) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    per_shard: dict[str, list] = {k: [] for k in keys}
+    for i, s in enumerate(survivor.tolist()):
+        if s != i:
+            doc_id, shard, row = info[i]
+            kept_id, kept_shard, kept_row = info[s]
+            per_shard[shard].append(Removal(doc_id, row, "fuzzy_duplicate", kept_id, kept_shard, kept_row))
+    lists = {
+        k: {"removed": len(r), "digest": write_removal_list(r, removal_list_path(removals_root, k))} for k, r in per_shard.items()
+    }
+    clusters = len(np.unique(labels))
+    return {"duplicates": n - clusters, "clusters": clusters, "verified_pairs": len(ends), "lists": lists}
+
+
 def fuzzy_dedup(
-    shard_paths: list[str], out_dir: str, config: FuzzyDedupConfig = FuzzyDedupConfig()
+    shard_paths: list[str], out_dir: str, config: FuzzyDedupConfig = FuzzyDedupConfig(), docs_per_reduce: int = 2_000_000
 ) -> dict[str, int]:
     """Global fuzzy dedup over normalized shards; writes co-partitioned attribute files.
 
-    Each output file (same basename as its shard, in ``out_dir``) has columns ``id``,
-    ``cluster_id`` (the survivor's id), ``is_duplicate`` and ``duplicate_of`` (survivor id,
-    null for survivors), in the shard's row order. Memory holds the signatures of all
-    documents (num_perm * 4 bytes each) but shingle sets only for candidate documents,
-    which are re-read from their shards for verification.
+    Runs the sharded steps in this process (map per shard, reduce per band and key range,
+    verify per shard, resolve) under out_dir/_map, _candidates, _edges, _removals; the
+    removal lists there are exactly what the per-shard assets produce. Each attribute file
+    (same basename as its shard, in ``out_dir``) has columns ``id``, ``cluster_id`` (the
+    survivor's id), ``is_duplicate`` and ``duplicate_of`` (survivor id, null for
+    survivors), in the shard's row order.
     """
+    from marin_assets.datakit.removals import read_removal_list, removal_list_path
+
     if not shard_paths:
         raise ValueError("fuzzy_dedup needs at least one shard")
     check_unique_basenames(shard_paths)
     reset_dir(out_dir)
-
-    ids: list[str] = []
-    shard_of: list[np.ndarray] = []
-    sig_parts: list[np.ndarray] = []
-    empty_parts: list[np.ndarray] = []
-    bounds = [0]
-    for shard_index, path in enumerate(shard_paths):
-        shard_ids, texts = read_id_text(path)
-        shingle_sets = [shingle_hashes(t, config) for t in texts]
-        sig_parts.append(signatures_from_shingles(shingle_sets, config))
-        empty_parts.append(np.array([s.size == 0 for s in shingle_sets], dtype=bool))
-        ids.extend(shard_ids)
-        shard_of.append(np.full(len(shard_ids), shard_index, dtype=np.int64))
-        bounds.append(len(ids))
-    signatures = np.concatenate(sig_parts) if ids else np.zeros((0, config.num_perm), np.uint32)
-    empty = np.concatenate(empty_parts)
-    shard_index_of = np.concatenate(shard_of)
-
-    def shingles_for(positions: np.ndarray) -> dict[int, np.ndarray]:
-        wanted: dict[int, list[int]] = defaultdict(list)
-        for p in positions:
-            wanted[int(shard_index_of[p])].append(int(p))
-        out: dict[int, np.ndarray] = {}
-        for s, plist in wanted.items():
-            _, texts = read_id_text(shard_paths[s])
-            for p in plist:
-                out[p] = shingle_hashes(texts[p - bounds[s]], config)
-        return out
-
-    result = _resolve(ids, signatures, empty, shingles_for, config)
-    ids_arr = np.array(ids, dtype=object)
-    for s, path in enumerate(shard_paths):
-        lo, hi = bounds[s], bounds[s + 1]
-        surv = result.survivor[lo:hi]
-        is_dup = surv != np.arange(lo, hi)
-        cluster = ids_arr[surv]
+    by_key = {check_shard_key(basename(p)): p for p in shard_paths}
+    map_root, cand_root = join(out_dir, "_map"), join(out_dir, "_candidates")
+    docs = sum(fuzzy_map(k, p, map_root, config)["docs"] for k, p in by_key.items())
+    ranges = band_reduce_ranges(docs, docs_per_reduce)
+    for band in range(config.bands):
+        for r in range(ranges):
+            fuzzy_band_reduce(band, (r, ranges), [map_root], cand_root, config)
+    edge_paths = {k: join(out_dir, "_edges", f"{k}.parquet") for k in by_key}
+    verified = [fuzzy_verify(k, [cand_root], by_key, edge_paths[k], config) for k in by_key]
+    resolved = fuzzy_resolve(edge_paths, join(out_dir, "_removals"))
+    for key, path in by_key.items():
+        ids = read_table(path, columns=["id"]).column("id").to_pylist()
+        dup_of: list[str | None] = [None] * len(ids)
+        for r in read_removal_list(removal_list_path(join(out_dir, "_removals"), key)):
+            dup_of[r.row] = r.kept_id
         table = pa.table(
             {
-                "id": pa.array(ids[lo:hi], type=pa.string()),
-                "cluster_id": pa.array(cluster.tolist(), type=pa.string()),
-                "is_duplicate": pa.array(is_dup, type=pa.bool_()),
-                "duplicate_of": pa.array(
-                    [c if d else None for c, d in zip(cluster.tolist(), is_dup)], type=pa.string()
-                ),
+                "id": pa.array(ids, type=pa.string()),
+                "cluster_id": pa.array([d if d is not None else i for i, d in zip(ids, dup_of)], type=pa.string()),
+                "is_duplicate": pa.array([d is not None for d in dup_of], type=pa.bool_()),
+                "duplicate_of": pa.array(dup_of, type=pa.string()),
             }
         )
         write_table(table, attribute_path(out_dir, path))
-    counts = result.counts()
-    counts["shards"] = len(shard_paths)
-    return counts
+    return {
+        "docs": docs,
+        "duplicates": resolved["duplicates"],
+        "clusters": resolved["clusters"],
+        "candidate_pairs": sum(v["candidate_pairs"] for v in verified),
+        "verified_pairs": resolved["verified_pairs"],
+        "shards": len(shard_paths),
+    }

@@ -44,6 +44,30 @@ def _bucket_pairs(members: np.ndarray, max_bucket_size: int) -> np.ndarray:
     return np.concatenate([chain, skip, star])
 
 
+def band_pairs(keys: np.ndarray, nodes: np.ndarray, max_bucket_size: int = 64) -> np.ndarray:
+    """Candidate pairs (k, 2) of ``nodes`` (int64, any order) whose one-band ``keys`` match.
+
+    Members of a bucket are taken in ascending node order, so the pairs (and the capped
+    pairs of a huge bucket) depend only on the node numbering, not on the input order. The
+    in-memory and the sharded band reduce both call this, one band at a time.
+    """
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    sorted_nodes = nodes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) if keys.size else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, sorted_keys.size])
+    chunks: list[np.ndarray] = []
+    # Size-2 buckets are by far the most common: handle them all at once.
+    two = starts[sizes == 2]
+    if two.size:
+        chunks.append(np.stack([sorted_nodes[two], sorted_nodes[two + 1]], axis=1))
+    for s, g in zip(starts[sizes > 2], sizes[sizes > 2]):
+        chunks.append(_bucket_pairs(np.sort(sorted_nodes[s : s + g]), max_bucket_size))
+    if not chunks:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.sort(np.concatenate(chunks), axis=1).astype(np.int64)
+
+
 def candidate_pairs(
     signatures: np.ndarray,
     bands: int,
@@ -61,21 +85,9 @@ def candidate_pairs(
     if keep.size < 2:
         return np.zeros((0, 2), dtype=np.int64)
     keys = band_keys(signatures[keep], bands, rows)
-    chunks: list[np.ndarray] = []
-    for band in range(bands):
-        order = np.argsort(keys[band], kind="stable")
-        sorted_keys = keys[band][order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        sizes = np.diff(np.r_[starts, sorted_keys.size])
-        # Size-2 buckets are by far the most common: handle them all at once.
-        two = starts[sizes == 2]
-        if two.size:
-            chunks.append(np.stack([order[two], order[two + 1]], axis=1))
-        for s, g in zip(starts[sizes > 2], sizes[sizes > 2]):
-            chunks.append(_bucket_pairs(np.sort(order[s : s + g]), max_bucket_size))
-    if not chunks:
+    chunks = [band_pairs(keys[band], keep.astype(np.int64), max_bucket_size) for band in range(bands)]
+    pairs = np.concatenate(chunks)
+    if not len(pairs):
         return np.zeros((0, 2), dtype=np.int64)
-    pairs = keep[np.concatenate(chunks)]
-    pairs = np.sort(pairs, axis=1).astype(np.int64)
     codes = np.unique(pairs[:, 0] * docs + pairs[:, 1])
     return np.stack([codes // docs, codes % docs], axis=1)

@@ -104,8 +104,9 @@ def normalize_documents(
         if isinstance(item, QuarantineRecord):
             quarantine.write(item)
             continue
-        data = item.text.encode("utf-8")
-        rows.append((xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, json.dumps(item.metadata, sort_keys=True)))
+        data = item.utf8 if item.utf8 is not None else item.text.encode("utf-8")
+        metadata = json.dumps(item.metadata, sort_keys=True) if item.metadata else "{}"  # the common case, ~10 us less
+        rows.append((xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, metadata))
         rows_bytes += len(data)
         text_bytes += len(data)
         docs_out += 1

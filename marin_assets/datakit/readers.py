@@ -72,6 +72,8 @@ class Document:
     metadata: dict = field(default_factory=dict)
     file: str = ""
     line: int | None = None
+    # The text's UTF-8 bytes when the reader already has them (normalize hashes them).
+    utf8: bytes | None = field(default=None, repr=False, compare=False)
 
 
 def list_input_files(path: str) -> list[str]:
@@ -134,21 +136,26 @@ def iter_file(
         yield QuarantineRecord(file, None, "unsupported_file_type", f"expected one of {SUPPORTED_SUFFIXES}")
 
 
-def _check_text(text, file: str, line: int | None, config: ReaderConfig) -> QuarantineRecord | None:
+def _check_text(text, file: str, line: int | None, config: ReaderConfig) -> QuarantineRecord | bytes:
+    """The text's UTF-8 bytes if it can be a document, else why not (first failing rule wins:
+    missing_text, nul_bytes, empty_text, too_large, invalid_utf8). The bytes are encoded
+    once here and reused for the id hash, instead of once per check and once more later."""
     if not isinstance(text, str):
         return QuarantineRecord(file, line, "missing_text", f"field {config.text_field!r} is {type(text).__name__}")
     if "\x00" in text:
         return QuarantineRecord(file, line, "nul_bytes", "text contains NUL characters")
-    if not text.strip():
+    if not text or text.isspace():  # what `not text.strip()` says, without copying the text
         return QuarantineRecord(file, line, "empty_text", "")
-    size = len(text.encode("utf-8", errors="surrogatepass"))
-    if size > config.max_doc_bytes:
-        return QuarantineRecord(file, line, "too_large", f"{size} bytes > max_doc_bytes={config.max_doc_bytes}")
     try:
-        text.encode("utf-8")
+        data = text.encode("utf-8")
     except UnicodeEncodeError as e:  # lone surrogates from \ud800 escapes in JSON
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        if size > config.max_doc_bytes:
+            return QuarantineRecord(file, line, "too_large", f"{size} bytes > max_doc_bytes={config.max_doc_bytes}")
         return QuarantineRecord(file, line, "invalid_utf8", f"field {config.text_field!r}: {e}"[:200])
-    return None
+    if len(data) > config.max_doc_bytes:
+        return QuarantineRecord(file, line, "too_large", f"{len(data)} bytes > max_doc_bytes={config.max_doc_bytes}")
+    return data
 
 
 def _source_id(value, file: str, line: int | None, config: ReaderConfig) -> str | QuarantineRecord:
@@ -422,13 +429,13 @@ def _parse_jsonl_line(raw: bytes, file: str, lineno: int, config: ReaderConfig) 
         reason = "invalid_utf8" if "surrogate" in problem else "malformed_json"
         return QuarantineRecord(file, lineno, reason, problem)
     text = record.pop(config.text_field, None)
-    bad = _check_text(text, file, lineno, config)
-    if bad is not None:
-        return bad
+    data = _check_text(text, file, lineno, config)
+    if isinstance(data, QuarantineRecord):
+        return data
     source_id = _source_id(record.pop(config.id_field, None), file, lineno, config)
     if isinstance(source_id, QuarantineRecord):
         return source_id
-    return Document(text, source_id, record, file, lineno)
+    return Document(text, source_id, record, file, lineno, data)
 
 
 def _iter_txt(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
@@ -453,8 +460,8 @@ def _iter_txt(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Doc
     except UnicodeDecodeError as e:
         yield QuarantineRecord(file, None, "invalid_utf8", str(e)[:200])
         return
-    bad = _check_text(text, file, None, config)
-    yield bad if bad is not None else Document(text, _short(file), {}, file, None)
+    data = _check_text(text, file, None, config)
+    yield data if isinstance(data, QuarantineRecord) else Document(text, _short(file), {}, file, None, data)
 
 
 def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
@@ -488,9 +495,9 @@ def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator
 
 def _parquet_row(record: dict, file: str, row: int, config: ReaderConfig) -> Document | QuarantineRecord:
     text = record.pop(config.text_field)
-    bad = _check_text(text, file, row, config)
-    if bad is not None:
-        return bad
+    data = _check_text(text, file, row, config)
+    if isinstance(data, QuarantineRecord):
+        return data
     source_id = _source_id(record.pop(config.id_field, None), file, row, config)
     if isinstance(source_id, QuarantineRecord):
         return source_id
@@ -498,7 +505,7 @@ def _parquet_row(record: dict, file: str, row: int, config: ReaderConfig) -> Doc
         metadata = _jsonable(record)
     except (ValueError, TypeError, RecursionError) as e:
         return QuarantineRecord(file, row, "invalid_field", f"metadata is not JSON-serializable: {e}"[:200])
-    return Document(text, source_id, metadata, file, row)
+    return Document(text, source_id, metadata, file, row, data)
 
 
 def _jsonable(record: dict) -> dict:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from marin_assets.evaluation.bpb import bits_per_byte
 from marin_assets.evaluation.multiple_choice import accuracy, model_pair_scorer
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs
+
+log = logging.getLogger(__name__)
 
 
 def load_model_from_checkpoint(checkpoint_dir: str | Path):
@@ -32,10 +35,19 @@ def load_model_from_checkpoint(checkpoint_dir: str | Path):
 def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] | None = None,
              tasks: Sequence[str] = ("hellaswag", "arc_easy"), limit: int | None = 100,
              encode: Callable[[str], list[int]] = byte_encode, bos_id: int = 0,
-             seq_len: int | None = None, batch_size: int = 16, out_path: str | Path | None = None) -> dict:
+             seq_len: int | None = None, batch_size: int = 16, out_path: str | Path | None = None,
+             telemetry_root: str | None = None, telemetry_run: str | None = None) -> dict:
     """Score a checkpoint. ``encode``/``bos_id`` must be the tokenizer the model trained with
-    (default: raw bytes with EOS 0, the tiny test/demo setup)."""
+    (default: raw bytes with EOS 0, the tiny test/demo setup).
+
+    The scores are appended to the telemetry store (default ``$MARIN_PREFIX/telemetry``) at
+    the checkpoint's step, as ``eval.*`` metrics of ``telemetry_run`` (default: the run the
+    checkpoint's training logged under; a checkpoint from before telemetry names none, and
+    then nothing is appended, with a log line saying so)."""
     params, model_cfg, bias, meta = load_model_from_checkpoint(checkpoint_dir)
+    telemetry_run = telemetry_run or meta.get("telemetry_run")
+    if telemetry_run is not None:  # names checked before the scoring, not after
+        _check_metric_names(bpb_sets or {}, tasks)
     seq_len = seq_len or min(model_cfg.max_seq_len, int(meta["config"]["seq_len"]))
     logprobs = model_token_logprobs(params, model_cfg, bias)
     result: dict = {"step": int(meta["step"]), "phase": meta.get("phase")}
@@ -52,4 +64,30 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
             result["multiple_choice"][name] = scored
     if out_path is not None:
         Path(out_path).write_text(json.dumps(result, indent=1))
+    if telemetry_run is None:
+        log.info("evaluation of %s not appended to telemetry: the checkpoint names no telemetry run", checkpoint_dir)
+    else:
+        from marin_assets.cli.telemetry import default_root
+        from marin_assets.telemetry import TelemetryWriter
+
+        with TelemetryWriter(telemetry_root or default_root(), telemetry_run) as writer:
+            writer.log(result["step"], telemetry_metrics(result), phase=result["phase"])
     return result
+
+
+def telemetry_metrics(result: dict) -> dict[str, float]:
+    """eval.bpb.micro / eval.bpb.macro / eval.bpb.<set> / eval.acc.<task> / eval.acc_norm.<task>."""
+    out = {}
+    if "bpb" in result:
+        out |= {"eval.bpb.micro": result["bpb"]["micro_bpb"], "eval.bpb.macro": result["bpb"]["macro_bpb"]}
+        out |= {f"eval.bpb.{name}": v["bpb"] for name, v in result["bpb"]["sets"].items()}
+    for task, scores in result.get("multiple_choice", {}).items():
+        out |= {f"eval.{k}.{task}": scores[k] for k in ("acc", "acc_norm") if k in scores}
+    return out
+
+
+def _check_metric_names(bpb_sets: Mapping, tasks: Sequence[str]) -> None:
+    from marin_assets.store.names import validate_segment
+
+    for name in [*(f"eval.bpb.{s}" for s in bpb_sets), *(f"eval.acc_norm.{t}" for t in tasks)]:
+        validate_segment(name, "telemetry metric name (from an eval set or task name)")

@@ -86,6 +86,36 @@ from marin_assets.cluster.tags import (
 BACKEND_TAG = "marin/backend"
 LOCAL = "local"
 POOL_TAG = "marin/pool"  # optional: the fleet pool a run trains on; the key of the pool run limits
+# A run executed in a process of its own choosing (execute_in_process: the demo, tests) names
+# that process, so terminating it can still reach it: SIGTERM, which the trainer turns into a
+# checkpoint and a clean early end.
+PID_TAG, HOST_TAG = "marin/pid", "marin/host"
+
+
+def in_process_tags() -> dict[str, str]:
+    """Tags that let ``terminate`` reach a run executed in this process."""
+    import os
+    import socket
+
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def terminate_in_process_run(instance, run: DagsterRun) -> bool:
+    """SIGTERM to the process a run's PID_TAG names, if it runs on this host; False otherwise."""
+    import os
+    import signal
+    import socket
+
+    pid, host = run.tags.get(PID_TAG, ""), run.tags.get(HOST_TAG)
+    if not pid.isdigit() or int(pid) <= 1 or host != socket.gethostname():
+        return False
+    instance.report_run_canceling(run)
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    instance.report_engine_event(f"sent SIGTERM to run process {pid} on {host}", run)
+    return True
 _CPU_RE = re.compile(r"[1-9][0-9]{0,3}|[1-9][0-9]{0,6}m")
 _MEMORY_RE = re.compile(r"[1-9][0-9]{0,6}(Mi|Gi)")
 
@@ -112,6 +142,13 @@ class LocalBackend:
         self.launcher.launch_run(context)
 
     def terminate(self, run_id: str) -> bool:
+        from dagster._core.storage.tags import GRPC_INFO_TAG
+
+        run = self.launcher._instance.get_run_by_id(run_id) if self.launcher.has_instance else None
+        if run is not None and not run.is_finished and GRPC_INFO_TAG not in run.tags and PID_TAG in run.tags:
+            return terminate_in_process_run(self.launcher._instance, run)
+        # Launched through the code server: it interrupts the run process (SIGINT), which the
+        # trainer treats like SIGTERM.
         return self.launcher.terminate(run_id)
 
     def check_health(self, run: DagsterRun) -> CheckRunHealthResult:
@@ -481,7 +518,7 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
-        backend = self._backend_for_run(run)
+        backend = self._backend_for_run(run) or (self.local if PID_TAG in run.tags else None)
         if backend is None:
             return False
         return backend.terminate(run_id)

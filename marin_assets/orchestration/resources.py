@@ -7,6 +7,8 @@ never pickled frames, so shards can be terabytes and live on gs:// or s3://.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from functools import cached_property
 
 import dagster as dg
@@ -59,3 +61,47 @@ def _require(ref: ArtifactRef | None, key: str, partition: str | None) -> Artifa
         where = f" partition {partition!r}" if partition else ""
         raise FileNotFoundError(f"upstream asset {key!r}{where} has not been materialised yet")
     return ref
+
+
+# ---- which training backend a phase runs on ---------------------------------------------
+
+TRAINING_BACKEND_ENV = "MARIN_TRAINING_BACKEND"  # local (default) | processes | kubernetes
+TRAIN_PROCESSES_ENV = "MARIN_TRAIN_PROCESSES"  # processes: worker processes (default 2)
+TRAIN_DEVICES_ENV = "MARIN_TRAIN_DEVICES_PER_PROCESS"  # processes: CPU devices per process (default: jax's)
+FLEET_FILE_ENV = "MARIN_FLEET_FILE"  # kubernetes: the fleet the run's tags are checked against
+TRAINING_BACKENDS = ("local", "processes", "kubernetes")
+_COUNT_RE = re.compile(r"[1-9][0-9]{0,3}")
+
+
+def _count(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    if not _COUNT_RE.fullmatch(text) or int(text) > 1024:
+        raise ValueError(f"{name}={text[:40]!r} is not an integer in [1, 1024]")
+    return int(text)
+
+
+def training_backend_from_env(env: Mapping[str, str] | None = None):
+    """The ``training_backend`` resource chosen by $MARIN_TRAINING_BACKEND (read when the code
+    location loads, i.e. in the run worker's own environment); ValueError naming the variable."""
+    from marin_assets.orchestration.training_backends import (
+        KubernetesTrainingBackend,
+        LocalTrainingBackend,
+        ProcessesTrainingBackend,
+    )
+
+    env = os.environ if env is None else env
+    kind = env.get(TRAINING_BACKEND_ENV) or "local"
+    if kind == "local":
+        return LocalTrainingBackend()
+    if kind == "processes":
+        return ProcessesTrainingBackend(processes=_count(env, TRAIN_PROCESSES_ENV, 2),
+                                        devices_per_process=_count(env, TRAIN_DEVICES_ENV, None))
+    if kind == "kubernetes":
+        fleet = env.get(FLEET_FILE_ENV)
+        if not fleet:
+            raise ValueError(f"{TRAINING_BACKEND_ENV}=kubernetes needs {FLEET_FILE_ENV} (the fleet YAML the run's "
+                             f"marin/accelerator and marin/chips tags are checked against)")
+        return KubernetesTrainingBackend(fleet_file=fleet)
+    raise ValueError(f"{TRAINING_BACKEND_ENV}={kind[:40]!r} is not one of {', '.join(TRAINING_BACKENDS)}")

@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -64,6 +64,7 @@ class StageContext:
     version: str
     scratch_dir: str  # survives a killed attempt of this version (resumable work)
     store: ArtifactStore  # to resolve artifacts that are not Dagster inputs (e.g. warm starts)
+    dagster_context: dg.AssetExecutionContext | None = None  # run tags, resources, Pipes sessions
 
 
 def _config_fingerprint(config_cls: type[StageConfig] | None) -> str:
@@ -138,8 +139,16 @@ def versioned_asset(
     automation_condition: dg.AutomationCondition | None = None,
     tags: Mapping[str, str] | None = None,
     extra_metadata: Callable[[ArtifactRef], Mapping[str, Any]] | None = None,
+    resources: Mapping[str, type] | None = None,
+    versioned_ins: Callable[[Any], Collection[str]] | None = None,
 ) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
-    """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset."""
+    """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
+
+    resources: ``{name: ConfigurableResource class}`` handed to the body as keyword arguments.
+    versioned_ins: ``config -> input names`` whose versions enter the version (default: every
+      input). For an input the body reads only under some configs: its version must not
+      re-version the artifacts of the configs that ignore it.
+    """
     asset_path = validate_asset_key(key)
     asset_key = "/".join(asset_path)
     asset_ins = {
@@ -152,15 +161,20 @@ def versioned_asset(
         def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.Output:
             config: StageConfig | None = kwargs.pop("config", None)
             store = kwargs.pop(STORE_RESOURCE_KEY).store
+            used_resources = {name: kwargs.pop(name) for name in resources or {}}
             partition = context.partition_key if context.has_partition_key else None
             inputs = {name: _unwrap(value, partition) for name, value in kwargs.items()}
-            return _materialize(context, store, body, config, partition, inputs)
+            return _materialize(context, store, body, config, partition, inputs, used_resources)
 
-        def _materialize(context, store, body, config, partition, inputs) -> dg.Output:
+        def _materialize(context, store, body, config, partition, inputs, used_resources) -> dg.Output:
             from marin_assets.store import compute_version, version_payload
 
             versioned_config = config.versioned_fields() if config is not None else {}
-            upstream = _upstream_versions(inputs)
+            used = set(inputs) if versioned_ins is None else set(versioned_ins(config))
+            unknown = used - set(inputs)
+            if unknown:
+                raise ValueError(f"{asset_key}: versioned_ins names {sorted(unknown)}, not inputs of the asset")
+            upstream = _upstream_versions({name: value for name, value in inputs.items() if name in used})
             version = compute_version(asset_key, code_version, versioned_config, partition, upstream)
             provenance = {
                 "version_payload": version_payload(asset_key, code_version, versioned_config, partition, upstream),
@@ -168,9 +182,11 @@ def versioned_asset(
             }
 
             def run_body(out_dir: str) -> Mapping[str, Any] | None:
-                stage = StageContext(out_dir, partition, context.log.info, asset_key, version, store.scratch_dir(asset_key, partition, version), store)
+                stage = StageContext(out_dir, partition, context.log.info, asset_key, version,
+                                     store.scratch_dir(asset_key, partition, version), store, context)
                 context.log.info(f"computing {asset_key} version {version[:16]}" + (f" partition {partition}" if partition else ""))
-                return body(stage, config, **inputs) if config is not None else body(stage, **inputs)
+                arguments = {**inputs, **used_resources}
+                return body(stage, config, **arguments) if config is not None else body(stage, **arguments)
 
             started = time.monotonic()
             result = store.materialize(asset_key, partition, version, run_body, provenance)
@@ -198,6 +214,7 @@ def versioned_asset(
         if config_cls is not None:
             params.append(inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=config_cls))
         params.append(inspect.Parameter(STORE_RESOURCE_KEY, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ArtifactStoreResource))
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=cls) for name, cls in (resources or {}).items()]
         params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in asset_ins]
         compute.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         compute.__name__ = asset_path[-1].replace("-", "_").replace(".", "_")

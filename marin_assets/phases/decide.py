@@ -25,6 +25,12 @@ names the signal):
 9. ``continue``   nothing to do.
 
 Every new phase warm-starts from the current one; the trainer keeps the data position.
+
+While a phase runs, ``end_phase_now(plan, state, signals)`` (the same signals, read live
+from the telemetry store) says whether to end it at its next checkpoint rather than let it
+run its course: a loss spike, or a budget cut below what the phase still needs. The
+controller then stops the run, and ``decide`` on the stopped phase picks the successor,
+which starts from that checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import math
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise
 from marin_assets.phases.signals import RunState, Signals, loss_spike
 
+SPIKE = "loss spike"
 ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop")
 
 
@@ -88,6 +95,8 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
 
     # 1. divergence first
     spike = loss_spike(signals.recent_losses, plan.spike_sigma, plan.spike_window)
+    if spike is None and state.ended_early is not None and state.ended_early.startswith(SPIKE):
+        spike = state.ended_early  # ended mid-phase on a spike: its last losses may look calm again
     if spike is not None:
         where = state.last_good_checkpoint or "the phase's warm-start checkpoint"
         return Decision("roll_back", f"loss spike: {spike}; restart {current.name} from {where}", current)
@@ -101,6 +110,9 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
     # 3. budget cut below what the current phase needs
     if budget_left < phase_left:
         why = (f"budget cut: {budget_left:,} tokens left but {current.name} needs {phase_left:,} more")
+        if state.ended_early is not None:
+            why = (f"budget cut: {current.name} ended at step {state.step} by the controller ({state.ended_early}); "
+                   f"{budget_left:,} tokens left of the {phase_left + state.phase_tokens:,} it planned")
         if current.is_cooldown:
             spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
                                        token_budget=budget_left,
@@ -165,6 +177,25 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
 
     return Decision("continue", f"{current.name} on track: {state.phase_tokens:,} of {current.token_budget:,} "
                                 f"tokens, {budget_left:,} left in the budget")
+
+
+def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | None:
+    """While ``state.phase`` runs (state and signals read live): why to end it at its next
+    checkpoint, or None to let it run. A loss spike, or a budget cut that leaves less than
+    the phase still needs; a phase that has (nearly) finished anyway is left alone."""
+    current = state.phase
+    phase_left = max(current.token_budget - state.phase_tokens, 0)
+    if phase_left == 0:
+        return None
+    at = f" at step {state.step}" if state.step is not None else ""
+    spike = loss_spike(signals.recent_losses, plan.spike_sigma, plan.spike_window)
+    if spike is not None:
+        return f"{SPIKE}{at}: {spike}"
+    budget_left = signals.budget_tokens - state.tokens_trained
+    if budget_left < phase_left:
+        return (f"budget cut{at} to {signals.budget_tokens:,} tokens: {max(budget_left, 0):,} left but "
+                f"{current.name} needs {phase_left:,} more")
+    return None
 
 
 def _lr_fraction_now(phase: PhaseSpec, state: RunState) -> float:

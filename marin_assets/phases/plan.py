@@ -101,6 +101,14 @@ class PhasePlan:
         return f"phase{len(used)}"
 
 
+def phase_telemetry_run(run: str, phase: str) -> str:
+    """The telemetry store's run name for one phase of ``run``: the trainer logs under it
+    (``train(..., telemetry_run=...)``) and the phase controller reads it live."""
+    from marin_assets.store.names import validate_segment
+
+    return validate_segment(f"{run}-{phase}", "telemetry run")
+
+
 def phase_train_config(base, spec: PhaseSpec):
     """A TrainConfig for ``spec`` from a base TrainConfig (model, optimizer, guards, seq_len)."""
     from marin_assets.train.config import replace

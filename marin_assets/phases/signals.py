@@ -30,6 +30,8 @@ class RunState:
     phases_done: tuple[str, ...] = ()  # names of earlier phases, oldest first
     cooldowns_done: int = 0  # cooldown phases before the current one
     last_good_checkpoint: str | None = None
+    step: int | None = None  # the global step the phase has reached (live) or ended at
+    ended_early: str | None = None  # why the controller ended this phase mid-way (None: it ran its course)
 
     @property
     def phase_finished(self) -> bool:

@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from marin_assets.cli.telemetry import default_root as default_telemetry_root
+from marin_assets.store.names import validate_segment
+from marin_assets.telemetry import TelemetryWriter
+
 
 # ---------------------------------------------------------------- partition keys
 
@@ -115,6 +119,9 @@ def run_sweep_point(budget: float, width: int, config, train_caches: Mapping[str
     from marin_assets.train.schedules import ScheduleConfig
 
     cand = plan_run(budget, width, config)
+    run_name = f"sweep-{partition_key(budget, width)}"  # its steps and its validation loss in the telemetry store
+    for source in validation_caches:  # checked before training, not after
+        validate_segment(f"validation_loss.{source}", "telemetry metric name (from a validation source)")
     steps = cand.steps
     schedule = ScheduleConfig(kind="wsd", peak_lr=cand.learning_rate, warmup_steps=max(1, steps // 20),
                               total_steps=steps, decay_steps=max(1, int(steps * config.decay_fraction)))
@@ -129,7 +136,7 @@ def run_sweep_point(budget: float, width: int, config, train_caches: Mapping[str
     # The loop writes checkpoints with local file I/O, so train in a local scratch dir and
     # copy the small outputs over: out_dir may be any fsspec URL.
     with tempfile.TemporaryDirectory(prefix="sweep-") as scratch:
-        result = train(train_config, dict(train_caches), scratch, resume=False)
+        result = train(train_config, dict(train_caches), scratch, resume=False, telemetry_run=run_name)
         train_s = time.monotonic() - started
         if result.final_step != steps:
             raise RuntimeError(f"sweep {cand.name} at C={cand.budget:.3g} stopped at step {result.final_step} of {steps}")
@@ -146,6 +153,10 @@ def run_sweep_point(budget: float, width: int, config, train_caches: Mapping[str
             "validation_loss": val,
         }
         _upload(Path(scratch), out_dir, ["metrics.jsonl", "loss_curve.png"])
+    with TelemetryWriter(default_telemetry_root(), run_name) as writer:
+        writer.log(result.final_step, {"validation_loss": val["mean"], "flops": spent,
+                                       **{f"validation_loss.{k}": v for k, v in val.items() if k != "mean"}},
+                   phase=train_config.phase)
     _write_text(out_dir, "run.json", json.dumps(record, indent=1))
     log(f"sweep {cand.name} at C={cand.budget:.3g}: train loss {result.last_loss:.4f}, "
         f"validation {val['mean']:.4f} in {train_s:.1f}s")

@@ -24,8 +24,12 @@ last step, a phase that skipped most of its steps raises ``TooManySkippedSteps``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -39,7 +43,8 @@ from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition, MixedLoader, cache_vocab_size, held_out_batches, resolve_cache
 from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
-from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics
+from marin_assets.telemetry import TelemetryWriter
+from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics, telemetry_fields, telemetry_rows
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.schedules import learning_rate
 from marin_assets.train.state import Model, TrainState, init_state, moe_model
@@ -61,6 +66,12 @@ class TrainResult:
     phase_start_step: int
     last_loss: float | None
     validation_loss: float | None = None  # cross-entropy on the validation split(s); None without one
+    stopped_by: str | None = None  # "SIGTERM"/"SIGINT": the phase was ended early, checkpointed at final_step
+    telemetry_run: str | None = None  # the run name its metrics carry in the telemetry store
+
+    @property
+    def stop_message(self) -> str | None:
+        return None if self.stopped_by is None else f"stopped at step {self.final_step} by {self.stopped_by}"
 
 
 class TooManySkippedSteps(RuntimeError):
@@ -76,6 +87,52 @@ class TooManySkippedSteps(RuntimeError):
 
 class _Stop(Exception):
     """Raised by ``stop_at_step`` to abandon the loop like a killed process would."""
+
+
+TELEMETRY_FLUSH_SECONDS = 5.0  # live metrics reach the store (and the phase controller) this often
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # Dagster's local run termination sends SIGINT
+
+
+def default_telemetry_root() -> str:
+    from marin_assets.cli.telemetry import default_root
+
+    return default_root()
+
+
+def default_telemetry_run(out_dir: Path, phase: str) -> str:
+    """``<out dir name>-<phase>-<hash of the absolute out dir>``: a valid run name (scratch
+    dirs like ``.work`` are not) and a distinct one per out dir (they often share a name);
+    a resume in the same out dir logs under the same run."""
+    def safe(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=+-]+|\.{2,}", "-", text).lstrip("._=+-")[:48]
+
+    digest = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:8]
+    return "-".join(part for part in (safe(out_dir.name), safe(phase), digest) if part)
+
+
+class _StopSignals:
+    """While training, SIGTERM/SIGINT ask the loop to checkpoint the step it is on and return
+    (a clean, resumable end) instead of dying mid-step; a second signal aborts at once."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name} while stopping")
+        self.received = signal.Signals(signum).name
+        log.warning("%s received: checkpointing at the end of this step, then stopping", self.received)
+
+    def __enter__(self) -> "_StopSignals":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def default_model() -> Model:
@@ -171,6 +228,7 @@ class _Run:
     position: DataPosition = DataPosition()
     phase_start: int = 0  # global step this phase started at
     tokens_before: int = 0  # tokens trained on before this phase
+    telemetry_run: str | None = None  # checkpoints name it, so evaluation can log next to training
 
     def tokens_at(self, step: int) -> int:
         return self.tokens_before + (step - self.phase_start) * self.config.tokens_per_step
@@ -179,7 +237,7 @@ class _Run:
         return {"data_position": self.position.to_json(), "phase_start_step": self.phase_start,
                 "phase": self.config.phase, "tokens_before_phase": self.tokens_before,
                 "tokens": self.tokens_at(step), "optimizer": self.config.optimizer.name,
-                "config": config_to_dict(self.config)}
+                "config": config_to_dict(self.config), "telemetry_run": self.telemetry_run}
 
 
 def _resume(run: _Run, folder: Path, logger: MetricsLogger) -> None:
@@ -231,8 +289,9 @@ def _start(run: _Run, ckpt_root: Path, out_dir: Path, logger: MetricsLogger, res
 class _Emitter:
     """Writes each step's metrics row one step late, so the host never waits on the device."""
 
-    def __init__(self, run: _Run, logger: MetricsLogger, log_fn: Callable[[dict], None] | None):
-        self.run, self.logger, self.log_fn = run, logger, log_fn
+    def __init__(self, run: _Run, logger: MetricsLogger, log_fn: Callable[[dict], None] | None,
+                 telemetry: TelemetryWriter):
+        self.run, self.logger, self.log_fn, self.telemetry = run, logger, log_fn, telemetry
         self.pending: tuple[int, dict] | None = None
         self.last_row: dict | None = None
 
@@ -250,8 +309,23 @@ class _Emitter:
         if not meshlib.is_writer():  # metrics are replicated: process 0 speaks for all
             return
         self.logger.write(row)
+        self.telemetry.log(step, telemetry_fields(row), phase=row["phase"])
+        if self.last_row is None:
+            self.telemetry.flush()  # the first step at once: the phase controller sees the phase is live
         if self.log_fn is not None:
             self.log_fn(row)
+
+    def sync(self) -> None:
+        """Everything so far on disk and in the store (before a checkpoint names the step)."""
+        self.flush()
+        self.logger.flush()
+        self.telemetry.flush()
+
+    def close(self) -> None:
+        try:
+            self.logger.close()
+        finally:
+            self.telemetry.close()
 
 
 def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
@@ -265,7 +339,7 @@ def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
 
 
 def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter: _Emitter,
-               stop_at_step: int | None) -> None:
+               stop_at_step: int | None, stop: _StopSignals | None = None) -> None:
     """Steps from the state's step to the phase end, checkpointing on the step/time cadence."""
     config = run.config
     end_step = run.phase_start + config.num_steps
@@ -285,13 +359,17 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
         emitter.push(step, metrics)  # writes the previous step's row while this one computes
         if stop_at_step is not None and step >= stop_at_step:
             raise _Stop()
-        permanent = step % config.checkpoint_every_steps == 0 or step == end_step
-        # process 0's clock decides for all: a save is a collective (every process gathers)
+        # process 0 decides for all (a save is a collective: every process gathers the state):
+        # its signal and its clock
+        stopping = meshlib.agree(stop is not None and stop.received is not None)
+        permanent = step % config.checkpoint_every_steps == 0 or step == end_step or stopping
         if permanent or meshlib.agree(time.monotonic() - last_save >= config.checkpoint_every_seconds):
-            emitter.flush()
-            emitter.logger.flush()
+            emitter.sync()
             _save(run, ckpt_root, step, "permanent" if permanent else "temporary")
             last_save = time.monotonic()
+        if stopping:
+            log.warning("stopped at step %d by %s (checkpointed)", step, stop.received)
+            break
     emitter.flush()
 
 
@@ -334,7 +412,8 @@ def _phase_skips(rows: list[dict], run: _Run) -> tuple[int, int]:
 def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path, out_dir: str | Path,
           resume: bool = True, warm_start: str | Path | None = None, log_fn: Callable[[dict], None] | None = None,
           model: Model | None = None, stop_at_step: int | None = None, model_fns=None,
-          mesh=None, checkpoint_dir: str | Path | None = None) -> TrainResult:
+          mesh=None, checkpoint_dir: str | Path | None = None,
+          telemetry_root: str | None = None, telemetry_run: str | None = None) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
     cache_dirs: {source name: cache} (a single path is named "train"); a cache is one Levanter
@@ -352,6 +431,11 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
       device. With several processes every one calls ``train`` with the same arguments.
     checkpoint_dir: where checkpoints go and resume reads from (default ``out_dir/checkpoints``);
       any fsspec URL, e.g. ``gs://bucket/run/checkpoints``.
+    telemetry_root / telemetry_run: every step's metrics are appended to this telemetry store
+      (default ``$MARIN_PREFIX/telemetry``) under this run name (default
+      ``default_telemetry_run``), flushed every few seconds and at each checkpoint.
+    SIGTERM/SIGINT during the steps checkpoint the current step and end the phase early:
+      the result says ``stopped_by`` (a warm start from it begins at that step + 1).
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
     work, and TooManySkippedSteps after a phase that skipped most of its steps.
     """
@@ -367,49 +451,71 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
                          vocab_size=config.model.vocab_size)
 
     ckpt_root = out_dir / "checkpoints" if checkpoint_dir is None else checkpoint_dir
+    telemetry_run = telemetry_run or default_telemetry_run(out_dir, config.phase)
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+
     def init() -> TrainState:  # traced: the state is created in its mesh layout
         return init_state(config, opt, model)
 
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root)
+    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, telemetry_run=telemetry_run)
+    telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run,
+                                flush_seconds=TELEMETRY_FLUSH_SECONDS)  # a bad run name fails here, before compute
     logger = MetricsLogger(out_dir, use_wandb=config.wandb and meshlib.is_writer(),
                            run_name=f"{out_dir.name}-{config.phase}", config=config_to_dict(config))
     _start(run, ckpt_root, out_dir, logger, resume, warm_start)
     start = int(run.state.step)
-    emitter = _Emitter(run, logger, log_fn)
-    try:
-        _run_steps(run, make_train_step(config, opt, model, mesh, state_sh), loader, ckpt_root, emitter,
-                   stop_at_step)
-    except _Stop:
-        pass
-    finally:
-        logger.close()
-    return _finish(run, model, loader, validation_dirs, out_dir, emitter, start, stopped=stop_at_step is not None)
+    emitter = _Emitter(run, logger, log_fn, telemetry)
+    # The handlers stay on through _finish: a stop request racing the last step (the phase
+    # controller read slightly stale telemetry) must not kill a phase that has just completed.
+    with _StopSignals() as stop:
+        try:
+            _run_steps(run, make_train_step(config, opt, model, mesh, state_sh), loader, ckpt_root, emitter,
+                       stop_at_step, stop)
+        except _Stop:
+            pass
+        finally:
+            emitter.close()  # also on an exception: the steps logged so far reach the store
+        ended_early = int(run.state.step) < run.phase_start + config.num_steps
+        stopped_by = stop.received if ended_early else None
+        result = _finish(run, model, loader, validation_dirs, out_dir, emitter, start,
+                         stopped=stop_at_step is not None, stopped_by=stopped_by)
+        if stop.received is not None and stopped_by is None:
+            log.warning("%s arrived after the last step (%d): the phase is complete, nothing to stop",
+                        stop.received, result.final_step)
+    return result
 
 
 def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: Path,
-            emitter: _Emitter, start: int, stopped: bool) -> TrainResult:
-    """Loss curve, held-out loss, train_result.json; raise if the phase mostly skipped."""
+            emitter: _Emitter, start: int, stopped: bool, stopped_by: str | None = None) -> TrainResult:
+    """Loss curve (from the telemetry store), held-out loss, train_result.json; raise if the
+    phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end.
+    Process 0 writes; the others read its metrics file after the barrier."""
     meshlib.barrier("train-finish")  # process 0's metrics file is complete before anyone reads it
     writer = meshlib.is_writer()
     rows = read_metrics(emitter.logger.path)
-    png = plot_loss_curve(rows, out_dir / "loss_curve.png", title=f"{out_dir.name}") if rows and writer else None
     counts = rows[-1].get("counts", {}) if rows else {k: 0 for k in COUNTERS}
     final_step = int(jax.device_get(run.state.step)) if not stopped else (int(rows[-1]["step"]) if rows else start)
+    # This phase's steps (a run name may hold earlier phases, or a longer rolled-back attempt).
+    curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True,
+                                                         steps=(run.phase_start + 1, max(final_step, run.phase_start + 1)))
+                           ) if writer else []
+    png = plot_loss_curve(curve, out_dir / "loss_curve.png", title=f"{out_dir.name}") if curve else None
     held_out = None if stopped or not validation_dirs else validation_loss(run.config, model, run.state,
                                                                              validation_dirs, run.mesh)
     last_loss = emitter.last_row["loss"] if emitter.last_row else None
     if writer:
         (out_dir / "train_result.json").write_text(json.dumps(
             {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
-             "validation_loss": held_out}, indent=1))
+             "validation_loss": held_out, "stopped_by": stopped_by, "telemetry_run": emitter.telemetry.run},
+            indent=1))
     result = TrainResult(final_step=final_step, tokens=run.tokens_at(final_step), metrics_path=emitter.logger.path,
                          checkpoint_dir=ckpt.latest_valid(run.ckpt_root), loss_curve_png=png,
                          counts=counts, data_position=run.position.to_json(),
                          tokens_left=loader.tokens_left(run.position), phase_start_step=run.phase_start,
-                         last_loss=last_loss, validation_loss=held_out)
+                         last_loss=last_loss, validation_loss=held_out, stopped_by=stopped_by,
+                         telemetry_run=emitter.telemetry.run)
     skipped, steps = _phase_skips(rows, run)
     limit = run.config.guards.max_skipped_fraction
     if not stopped and steps and skipped > limit * steps:

@@ -1,4 +1,8 @@
-"""Per-step metrics: an append-only metrics.jsonl, optional offline wandb, a loss-curve PNG."""
+"""Per-step metrics: an append-only metrics.jsonl, optional offline wandb, a loss-curve PNG.
+
+The same rows go to the telemetry store (``telemetry_fields`` flattens one: numbers only,
+``counts.<k>`` for the guard counters); ``telemetry_rows`` turns a store query back into
+rows, which is what the loss curve is drawn from."""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Iterable
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -78,7 +81,37 @@ class MetricsLogger:
             self._wandb = None
 
 
-def plot_loss_curve(rows: Iterable[dict], png_path: str | Path, title: str = "training loss") -> Path:
+def telemetry_fields(row: dict) -> dict[str, float]:
+    """A metrics row as telemetry metrics: numeric fields (bools as 0/1), counts as counts.<k>;
+    step and phase travel as the store's own columns."""
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        if key in ("step", "phase"):
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, (bool, int, float))})
+        elif isinstance(value, (bool, int, float)):
+            out[key] = value
+    return out
+
+
+def telemetry_rows(frame) -> list[dict]:
+    """Rows {step, phase, <metric>: value} from a long-format telemetry query, by step
+    (pass a ``latest=True`` query: one value per metric and step)."""
+    rows: dict[int, dict] = {}
+    for metric, step, value, phase in frame.select("metric", "step", "value", "phase").iter_rows():
+        row = rows.setdefault(step, {"step": step, "phase": phase})
+        row[metric] = math.nan if value is None else value
+    for row in rows.values():
+        if "skipped" in row:
+            row["skipped"] = row["skipped"] == 1
+    return [rows[s] for s in sorted(rows)]
+
+
+def plot_loss_curve(rows, png_path: str | Path, title: str = "training loss") -> Path:
+    """Rows (dicts with step/loss/skipped/phase) or a telemetry query (a polars frame)."""
+    if not isinstance(rows, (list, tuple)) and hasattr(rows, "iter_rows"):
+        rows = telemetry_rows(rows)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -119,8 +119,8 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     # Nothing of run 1 is left: its datasets' directories and attribute files are gone.
     assert sorted(os.listdir(tmp_path / "P" / "normalized")) == ["b"]
     assert sorted(os.listdir(tmp_path / "P" / "quality")) == ["b"]
-    assert sorted(os.listdir(tmp_path / "P" / "dedup_exact" / "_map" / "bucket-00000")) == sorted(
-        os.listdir(tmp_path / "F" / "dedup_exact" / "_map" / "bucket-00000"))  # fmt: skip
+    assert sorted(os.listdir(tmp_path / "P" / "dedup_exact" / "_map" / "docs")) == sorted(
+        os.listdir(tmp_path / "F" / "dedup_exact" / "_map" / "docs"))  # fmt: skip
     # The same input twice into one prefix gives the same output again.
     code, again, _ = _run(["--input", str(tmp_path / "b.jsonl"), "--prefix", str(tmp_path / "P"), *common], capsys)
     assert code == 0 and _pathless(again) == _pathless(fresh) and _outputs(tmp_path / "P") == _outputs(tmp_path / "F")

@@ -213,3 +213,38 @@ def test_arbitrary_json_values_never_raise_and_every_record_is_counted(values, c
         _check_invariants(path, "json")
         docs, bad, stats = read_all(path, SMALL)
         assert stats.records == len(values)  # one record per line, every line accounted for
+
+
+def _check_text_reference(text, config):
+    """The text rules as they were written before the single-encode rewrite (the spec)."""
+    if not isinstance(text, str):
+        return "missing_text"
+    if "\x00" in text:
+        return "nul_bytes"
+    if not text.strip():
+        return "empty_text"
+    if len(text.encode("utf-8", errors="surrogatepass")) > config.max_doc_bytes:
+        return "too_large"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "invalid_utf8"
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.one_of(st.none(), st.integers(), st.text(alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\n", "\u3000", "\x00", "\ud800", "\udfff"]), max_size=12)),
+    limit=st.integers(min_value=1, max_value=20),
+)
+def test_check_text_keeps_the_rules_and_their_order(text, limit):
+    from marin_assets.datakit.quarantine import QuarantineRecord
+    from marin_assets.datakit.readers import ReaderConfig, _check_text
+
+    config = ReaderConfig(max_doc_bytes=limit)
+    got = _check_text(text, "f.jsonl", 3, config)
+    expected = _check_text_reference(text, config)
+    if expected is None:
+        assert got == text.encode("utf-8")  # the bytes normalize hashes, encoded once
+    else:
+        assert isinstance(got, QuarantineRecord) and got.reason == expected and got.line == 3

@@ -8,9 +8,11 @@ import dagster as dg
 import numpy as np
 import pytest
 
+from assets.datakit import mixture
 from assets.partitions import demo_phases as phases
 from assets.training import train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.phases.plan import PhaseSpec
 
 BASE = {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
@@ -48,6 +50,18 @@ def _phase(name, warm_from, budget_steps, cooldown=False):
                      token_budget=budget_steps * TOKENS_PER_STEP, peak_lr=3e-3, is_cooldown=cooldown)
 
 
+MIXTURE_CONFIG = {"ops": {"mixture": {"config": {"schedule": [{"step": 0, "weights": {"sotu": 1.0, "shakespeare": 1.0}}]}}}}
+
+
+def _resources(tmp_path):
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    return {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store), "training_backend": LocalTrainingBackend()}
+
+
+def _upstream(instance, resources):
+    assert dg.materialize([byte_caches, mixture], instance=instance, resources=resources, run_config=MIXTURE_CONFIG).success
+
+
 def _run(assets, instance, resources, spec, warm_version=""):
     config = {"phase": dataclasses.asdict(spec), "base": BASE, "warm_start_version": warm_version}
     result = dg.materialize(assets, selection=[train_phase], partition_key=spec.name, instance=instance, resources=resources,
@@ -58,15 +72,15 @@ def _run(assets, instance, resources, spec, warm_version=""):
 
 @pytest.mark.slow
 def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
-    store = ArtifactStoreResource(prefix=str(tmp_path))
-    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
-    assets = [byte_caches, train_phase]
+    resources = _resources(tmp_path)
+    assets = [byte_caches, mixture, train_phase]
     instance = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([byte_caches], instance=instance, resources=resources).success
+    _upstream(instance, resources)
     instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
 
     first = _run(assets, instance, resources, _phase("kestrel", None, 8))
     assert first["count/final_step"].value == 8 and first["count/tokens_trained"].value == 8 * TOKENS_PER_STEP
+    assert first["count/backend"].value == "local" and first["count/steps_reported"].value == 8
     losses = first["count/recent_losses"].value
     assert len(losses) == 8 and all(np.isfinite(losses))
     assert "loss_curve" in first  # PNG attached
@@ -86,10 +100,9 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
 
 
 def test_a_missing_warm_start_is_a_clear_error(tmp_path):
-    store = ArtifactStoreResource(prefix=str(tmp_path))
-    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    resources = _resources(tmp_path)
     instance = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([byte_caches], instance=instance, resources=resources).success
+    _upstream(instance, resources)
     instance.add_dynamic_partitions(phases.name, ["jellyfish"])
     with pytest.raises(Exception, match="warm start 'kestrel'"):
-        _run([byte_caches, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64)
+        _run([byte_caches, mixture, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64)

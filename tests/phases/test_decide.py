@@ -214,3 +214,50 @@ def test_phase_mix_is_the_trainers_mixture():
     config = phase_train_config(TrainConfig(), spec)
     assert config.mixture == spec.data_mixture == Mixture.constant({"code": 0.25, "web": 0.75})
     assert normalise({"web": 3, "code": 1, "math": 0}) == {"code": 0.25, "web": 0.75}
+
+
+# ---- mid-phase: end_phase_now on live signals ------------------------------------------------
+
+def test_end_phase_now_on_a_cut_below_what_the_phase_needs():
+    from marin_assets.phases import end_phase_now
+
+    live = dataclasses.replace(state(phase_tokens=40 * M, trained=40 * M), step=400)
+    # the phase needs 60M more; 60M left is enough, 59M is a cut
+    assert end_phase_now(PLAN, live, signals(budget=100 * M)) is None
+    reason = end_phase_now(PLAN, live, signals(budget=99 * M))
+    assert reason == "budget cut at step 400 to 99,000,000 tokens: 59,000,000 left but kestrel needs 60,000,000 more"
+    # a finished phase is left to end by itself
+    done = dataclasses.replace(live, phase_tokens=100 * M, tokens_trained=100 * M)
+    assert end_phase_now(PLAN, done, signals(budget=50 * M)) is None
+
+
+def test_end_phase_now_on_a_spike_and_decide_rolls_back_the_ended_phase():
+    from marin_assets.phases import end_phase_now
+
+    live = dataclasses.replace(state(), step=120)
+    assert end_phase_now(PLAN, live, signals(losses=FLAT + (2.02,))) is None
+    reason = end_phase_now(PLAN, live, signals(losses=FLAT + (9.0,)))
+    assert reason.startswith("loss spike at step 120: loss 9")
+    # the phase stopped two steps later, when the losses had calmed: still a roll-back
+    ended = dataclasses.replace(live, step=122, ended_early=reason)
+    d = decide(PLAN, ended, signals(losses=FLAT))
+    assert d.action == "roll_back" and d.reason.startswith("loss spike: loss spike at step 120")
+    assert decide(PLAN, dataclasses.replace(live, step=122), signals(losses=FLAT)).action == "continue"
+
+
+def test_a_phase_ended_by_a_cut_cools_down_and_the_reason_names_the_step():
+    ended = dataclasses.replace(state(phase_tokens=40 * M, trained=40 * M), step=402,
+                                ended_early="budget cut at step 400 to 50,000,000 tokens")
+    d = decide(PLAN, ended, signals(budget=50 * M))
+    assert d.action == "cool_down" and d.next_phase.token_budget == 10 * M
+    assert d.reason.startswith("budget cut: kestrel ended at step 402 by the controller (budget cut at step 400")
+    plain = decide(PLAN, dataclasses.replace(ended, ended_early=None), signals(budget=50 * M))
+    assert plain.reason.startswith("budget cut: 10,000,000 tokens left but kestrel needs 60,000,000 more")
+
+
+def test_phase_telemetry_run_names_are_validated():
+    from marin_assets.phases import phase_telemetry_run
+
+    assert phase_telemetry_run("demo", "phoenix") == "demo-phoenix"
+    with pytest.raises(ValueError, match="telemetry run"):
+        phase_telemetry_run("demo", "../x")

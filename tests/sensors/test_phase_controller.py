@@ -91,7 +91,8 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     run = instance.get_runs(dg.RunsFilter(tags={"marin/phase": "starling"}))[0]
     starling = PhaseSpec(**run.run_config["ops"]["train__demo"]["config"]["phase"])
     assert starling.is_cooldown and starling.z_loss == DEMO_PLAN.late_cooldown_z_loss
-    assert starling.token_budget == 8 * 512  # what demo_cut leaves
+    # The stand-in ends before a mid-phase cut can land; cut after it, the 16 steps left are the planned cooldown.
+    assert starling.token_budget == DEMO_PLAN.cooldown_tokens == 16 * 512
 
 
 def test_replayed_tick_requests_the_same_run_and_waits(defs, tmp_path):

@@ -1,0 +1,375 @@
+"""Dedup as partitioned reduces (issue 12, library level): per-shard map outputs, reduces per
+hash bucket / LSH band and key range, per-shard removal lists with content digests.
+
+The helper `_sharded_dedup` lays files out the way per-partition assets will: every shard's
+map output in its own directory, every reduce's output in its own directory, and each step
+given only the directories it reads.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.fuzzy_dedup import (
+    FuzzyDedupConfig,
+    band_reduce_ranges,
+    fuzzy_band_reduce,
+    fuzzy_dedup,
+    fuzzy_map,
+    fuzzy_resolve,
+    fuzzy_verify,
+)
+from marin_assets.datakit.memory import peak_heap_bytes
+from marin_assets.datakit.normalize import NormalizeConfig, normalize
+from marin_assets.datakit.pipeline import Filter, apply_filters
+from marin_assets.datakit.removals import (
+    Removal,
+    apply_removals,
+    read_removal_list,
+    removal_digest,
+    removal_list_digest,
+    removal_list_path,
+    write_removal_list,
+)
+from marin_assets.datakit.shards import basename, check_shard_key, list_shards, read_table, write_table
+
+EXACT = ExactDedupConfig(num_buckets=4)
+FUZZY = FuzzyDedupConfig()
+
+
+def _near(text: str, seed: int) -> str:
+    """`text` with two of its words replaced: Jaccard of 5-gram sets stays well above 0.8."""
+    words = text.split()
+    rng = random.Random(seed)
+    for i in rng.sample(range(len(words)), 2):
+        words[i] = "zq" + words[i]
+    return " ".join(words)
+
+
+def _normalize(tmp_path, name: str, records: list[dict], shard_docs: int) -> dict[str, str]:
+    """{shard key: path} of `records` normalized as source `name`."""
+    src = tmp_path / f"{name}.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "norm" / f"{name}-{shard_docs}"
+    normalize(str(src), str(out), NormalizeConfig(source=name, shard_docs=shard_docs))
+    return {f"{name}--{basename(p)}": p for p in list_shards(str(out))}
+
+
+def _sharded_dedup(shards: dict[str, str], work: str, ranges: int | None = None) -> dict:
+    """Exact then fuzzy dedup, every step on its own partition's inputs and outputs."""
+    keys = sorted(shards)
+    exact_maps = {k: f"{work}/exact_map/{k}" for k in keys}
+    for k in keys:
+        exact_map(k, shards[k], exact_maps[k], EXACT)
+    buckets = [f"{work}/exact_reduce/{b}" for b in range(EXACT.num_buckets)]
+    for b, out in enumerate(buckets):
+        exact_reduce(b, list(exact_maps.values()), out, EXACT)
+    exact_lists, exact_digests, filtered = {}, {}, {}
+    for k in keys:
+        exact_lists[k] = f"{work}/exact_removals/{k}.jsonl"
+        exact_digests[k] = exact_removals(k, buckets, exact_lists[k])["digest"]
+        filtered[k] = f"{work}/exact_filtered/{k}.parquet"
+        apply_removals(shards[k], [exact_lists[k]], filtered[k])
+
+    fuzzy_maps = {k: f"{work}/fuzzy_map/{k}" for k in keys}
+    docs = sum(fuzzy_map(k, filtered[k], fuzzy_maps[k], FUZZY)["docs"] for k in keys)
+    ranges = ranges or band_reduce_ranges(docs, 40)
+    cand_roots = []
+    for band in range(FUZZY.bands):
+        for r in range(ranges):
+            cand_roots.append(f"{work}/fuzzy_cand/{band}-{r}")
+            fuzzy_band_reduce(band, (r, ranges), list(fuzzy_maps.values()), cand_roots[-1], FUZZY)
+    edges = {k: f"{work}/fuzzy_edges/{k}.parquet" for k in keys}
+    for k in keys:
+        fuzzy_verify(k, cand_roots, filtered, edges[k], FUZZY)
+    resolved = fuzzy_resolve(edges, f"{work}/fuzzy_removals")
+    final = []
+    for k in keys:
+        out = f"{work}/final/{k}.parquet"
+        apply_removals(filtered[k], [removal_list_path(f"{work}/fuzzy_removals", k)], out)
+        final.extend(read_table(out, columns=["id", "source", "source_id", "text"]).to_pylist())
+    return {
+        "exact": exact_digests,
+        "fuzzy": {k: v["digest"] for k, v in resolved["lists"].items()},
+        "exact_lists": {k: read_removal_list(p) for k, p in exact_lists.items()},
+        "fuzzy_lists": {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys},
+        "final": sorted(final, key=lambda d: (d["id"], d["source"], d["source_id"])),
+        "ranges": ranges,
+    }
+
+
+def _unsharded(shards: list[str], work: str) -> list[dict]:
+    """The single-process pipeline's dedup stages (the functions `marin datakit run` calls)."""
+    datasets = {"s": shards}
+    exact_dedup(datasets, f"{work}/exact", EXACT)
+    apply_filters(datasets, [Filter("exact_duplicate", lambda n: f"{work}/exact/{n}", "is_duplicate")], f"{work}/f1", 10_000)
+    stage1 = list_shards(f"{work}/f1")
+    fuzzy_dedup(stage1, f"{work}/fuzzy", FUZZY)
+    apply_filters({"": stage1}, [Filter("fuzzy_duplicate", lambda n: f"{work}/fuzzy", "is_duplicate")], f"{work}/f2", 10_000)
+    docs = [d for s in list_shards(f"{work}/f2") for d in read_table(s, columns=["id", "source", "source_id", "text"]).to_pylist()]
+    return sorted(docs, key=lambda d: (d["id"], d["source"], d["source_id"]))
+
+
+def _corpus(prose, n: int = 60) -> list[dict]:
+    """n unique docs, exact copies of every 7th, near copies of every 5th, a near copy of an
+    exact-copied doc, all shuffled so that copies land in other shards than their originals."""
+    docs = [{"text": prose(i, 60), "id": f"u{i:03d}"} for i in range(n)]
+    docs += [{"text": prose(i, 60), "id": f"x{i:03d}"} for i in range(0, n, 7)]
+    docs += [{"text": _near(prose(i, 60), i), "id": f"n{i:03d}"} for i in range(1, n, 5)]
+    docs += [{"text": _near(prose(14, 60), 99), "id": "n-of-copied"}]
+    random.Random(3).shuffle(docs)
+    return docs
+
+
+def test_cross_shard_exact_and_near_duplicates_are_removed_once(tmp_path, prose):
+    a, b = prose(1, 60), prose(2, 60)
+    near_b = _near(b, 7)
+    # shard 0: a, b; shard 1: filler; shard 2: a copy of a; shard 3: a near copy of b.
+    records = [{"text": a, "id": "1"}, {"text": b, "id": "2"}, {"text": prose(3, 60), "id": "3"},
+               {"text": prose(4, 60), "id": "4"}, {"text": a, "id": "5"}, {"text": prose(5, 60), "id": "6"},
+               {"text": near_b, "id": "7"}, {"text": prose(6, 60), "id": "8"}]  # fmt: skip
+    shards = _normalize(tmp_path, "s", records, shard_docs=2)
+    assert len(shards) == 4
+    out = _sharded_dedup(shards, str(tmp_path / "work"), ranges=3)
+    keys = sorted(shards)
+    exact = {k: v for k, v in out["exact_lists"].items() if v}
+    fuzzy = {k: v for k, v in out["fuzzy_lists"].items() if v}
+    # The copy with the higher source_id ("5", in shard 2) goes; it points at shard 0's "1".
+    [(shard, [removal])] = exact.items()
+    assert shard == keys[2] and removal.reason == "exact_duplicate"
+    assert (removal.kept_shard, removal.kept_id) == (keys[0], removal.id)
+    assert read_table(shards[keys[0]]).to_pylist()[removal.kept_row]["source_id"] == "1"
+    # The near pair across shards 0 and 3: the one with the higher id goes, exactly once.
+    [(shard, [removal])] = fuzzy.items()
+    low, high = sorted([(_id(b), keys[0]), (_id(near_b), keys[3])])
+    assert (removal.id, shard, removal.kept_id, removal.kept_shard) == (high[0], high[1], low[0], low[1])
+    assert len(out["final"]) == 8 - 2
+
+
+def _id(text: str) -> str:
+    from marin_assets.datakit.normalize import doc_id
+
+    return doc_id(text)
+
+
+def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose):
+    records = _corpus(prose)
+    one = _normalize(tmp_path, "s", records, shard_docs=10_000)
+    many = _normalize(tmp_path, "s", records, shard_docs=5)
+    assert len(one) == 1 and len(many) == 17
+    expected = _unsharded(list(one.values()), str(tmp_path / "single"))
+    sharded = _sharded_dedup(many, str(tmp_path / "sharded"))
+    assert sharded["ranges"] > 1  # the band reduces really were cut into key ranges
+    # 60 unique texts; the 9 exact copies and 12 near copies go (the near copy of doc 14 too).
+    assert len(expected) == 60 and sharded["final"] == expected
+    assert sum(len(v) for v in sharded["exact_lists"].values()) == 9
+    assert sum(len(v) for v in sharded["fuzzy_lists"].values()) == 13
+
+
+def test_adding_a_shard_changes_only_the_removal_lists_it_must(tmp_path, prose):
+    base = [{"text": prose(i, 60), "id": f"u{i:03d}"} for i in range(48)]
+    base += [{"text": _near(prose(i, 60), i), "id": f"n{i:03d}"} for i in (3, 30)]  # fuzzy dups inside the base
+    shards = _normalize(tmp_path, "a", base, shard_docs=5)
+    before = _sharded_dedup(shards, str(tmp_path / "before"))
+    # The new shard (source "A" sorts before "a", so its exact copy is the canonical one):
+    # an exact copy of doc 10 and a near copy of doc 20, plus two new documents.
+    copied, near_target = prose(10, 60), prose(20, 60)
+    near = _near(near_target, 1234)
+    new = _normalize(tmp_path, "A", [{"text": copied}, {"text": near}, {"text": prose(500, 60)}, {"text": prose(501, 60)}], 10)
+    after = _sharded_dedup({**shards, **new}, str(tmp_path / "after"))
+    [new_key] = new
+
+    def shard_of(text):
+        [k] = [k for k, p in shards.items() if text in read_table(p, columns=["text"]).column("text").to_pylist()]
+        return k
+
+    expect_exact = {shard_of(copied)}  # it now loses its copy of doc 10 to the new shard's
+    expect_fuzzy = {shard_of(near_target)} if _id(near) < _id(near_target) else set()
+    # The shard that lost doc 10 has new rows after the exact filter; its fuzzy list changes
+    # only if it lists fuzzy removals at all.
+    expect_fuzzy |= {k for k in expect_exact if before["fuzzy_lists"][k] or after["fuzzy_lists"][k]}
+    changed_exact = {k for k in shards if before["exact"][k] != after["exact"][k]}
+    changed_fuzzy = {k for k in shards if before["fuzzy"][k] != after["fuzzy"][k]}
+    # With these texts the new near copy has the lower id: it survives and the target's shard
+    # must change (so both kinds of list are exercised, not only the no-change case).
+    assert _id(near) < _id(near_target) and len(expect_fuzzy) == 1
+    assert changed_exact == expect_exact and changed_fuzzy == expect_fuzzy
+    assert len(shards) == 10 and len(set(shards) - changed_exact - changed_fuzzy) >= 8
+    assert [r.reason for r in after["exact_lists"][shard_of(copied)]] == ["exact_duplicate"]
+    assert after["exact_lists"][new_key] == []
+    # The new shard's near copy goes iff its id is the higher one.
+    assert len(after["fuzzy_lists"][new_key]) == (1 if _id(near) > _id(near_target) else 0)
+
+
+def test_removal_digest_follows_the_effect_not_the_provenance(tmp_path):
+    a = [Removal("id1", 3, "fuzzy_duplicate", "id0", "s0", 1), Removal("id2", 5, "fuzzy_duplicate", "id0", "s0", 1)]
+    moved = [Removal("id1", 3, "fuzzy_duplicate", "idX", "s9", 0), Removal("id2", 5, "fuzzy_duplicate", "idX", "s9", 0)]
+    d1 = write_removal_list(reversed(a), str(tmp_path / "a.jsonl"))
+    d2 = write_removal_list(a, str(tmp_path / "b.jsonl"))
+    assert d1 == d2 and (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert removal_digest(moved) == d1  # a new survivor elsewhere: same rows removed, same digest
+    assert removal_digest(a[:1]) != d1 and removal_digest([]) != d1
+    assert removal_digest([Removal("id1", 3, "exact_duplicate", "id1", "s0", 1), a[1]]) != d1
+    assert removal_list_digest(str(tmp_path / "a.jsonl")) == d1
+    assert [json.loads(line)["row"] for line in (tmp_path / "a.jsonl").read_text().splitlines()] == [3, 5]
+
+
+def test_removal_lists_reject_bad_entries_and_stale_shards(tmp_path):
+    with pytest.raises(ValueError, match="unknown removal reason"):
+        Removal("x", 0, "typo", "x", "s", 0)
+    with pytest.raises(ValueError, match="row must be a non-negative int"):
+        Removal("x", -1, "exact_duplicate", "x", "s", 0)
+    with pytest.raises(ValueError, match="row 2 is listed twice"):
+        write_removal_list([Removal("x", 2, "exact_duplicate", "x", "s", 0), Removal("y", 2, "fuzzy_duplicate", "z", "s", 1)],
+                           str(tmp_path / "dup.jsonl"))  # fmt: skip
+    import pyarrow as pa
+
+    shard = str(tmp_path / "shard.parquet")
+    write_table(pa.table({"id": ["a", "b", "c"], "text": ["1", "2", "3"]}), shard)
+    stale = str(tmp_path / "stale.jsonl")
+    write_removal_list([Removal("zzz", 1, "exact_duplicate", "zzz", "s", 0)], stale)
+    with pytest.raises(ValueError, match=r"stale.jsonl: row 1 of .*shard.parquet should hold zzz, found b"):
+        apply_removals(shard, [stale], str(tmp_path / "out.parquet"))
+    beyond = str(tmp_path / "beyond.jsonl")
+    write_removal_list([Removal("a", 7, "exact_duplicate", "a", "s", 0)], beyond)
+    with pytest.raises(ValueError, match="no such row"):
+        apply_removals(shard, [beyond], str(tmp_path / "out.parquet"))
+    good1, good2 = str(tmp_path / "g1.jsonl"), str(tmp_path / "g2.jsonl")
+    write_removal_list([Removal("b", 1, "exact_duplicate", "b", "s", 0)], good1)
+    write_removal_list([Removal("b", 1, "fuzzy_duplicate", "a", "s", 0), Removal("c", 2, "fuzzy_duplicate", "a", "s", 0)], good2)
+    counts = apply_removals(shard, [good1, good2], str(tmp_path / "out.parquet"))
+    assert counts == {"docs_in": 3, "docs_out": 1, "removed": {"exact_duplicate": 1, "fuzzy_duplicate": 1}}
+    assert read_table(str(tmp_path / "out.parquet")).column("id").to_pylist() == ["a"]
+    (tmp_path / "broken.jsonl").write_text('{"id": "a", "row": 0}\n')
+    with pytest.raises(ValueError, match="broken.jsonl line 1"):
+        read_removal_list(str(tmp_path / "broken.jsonl"))
+
+
+@pytest.mark.parametrize("key", ["a/b", "", ".hidden", "x\n", "a" * 201, "..", "sp ace"])
+def test_shard_keys_are_validated_before_they_become_paths(key):
+    with pytest.raises(ValueError, match="invalid shard key"):
+        check_shard_key(key)
+
+
+def test_fuzzy_resolve_names_an_unknown_shard(tmp_path):
+    import pyarrow as pa
+
+    edges = pa.table({"row_a": [0], "id_a": ["a"], "shard_b": ["ghost"], "row_b": [1], "id_b": ["b"], "jaccard": [1.0]})
+    write_table(edges, str(tmp_path / "e.parquet"))
+    with pytest.raises(ValueError, match="'ghost', which has no edges file"):
+        fuzzy_resolve({"s0": str(tmp_path / "e.parquet")}, str(tmp_path / "out"))
+
+
+# Peak heap of one band reduce (numpy + Arrow), measured below at 16 and 64 shards of 200
+# documents, with key ranges sized for DOCS_PER_REDUCE keys: about 70 bytes per key held
+# (~225 KB at 3,200 keys). The stated bound: 100 bytes per key of the target, plus 15% for
+# uneven ranges, plus 64 KiB of fixed cost.
+DOCS_PER_REDUCE = 3200
+BAND_REDUCE_BOUND = int(100 * DOCS_PER_REDUCE * 1.15) + 65536
+
+
+def _band_reduce_peaks(tmp_path, shards: int, docs_per_shard: int = 200) -> tuple[list[int], int]:
+    config = FuzzyDedupConfig(num_perm=16, bands=4, rows=4)
+    rng = random.Random(shards)
+    vocab = [f"w{i}" for i in range(5000)]
+    roots = []
+    for s in range(shards):
+        import pyarrow as pa
+
+        from marin_assets.datakit.normalize import doc_id
+
+        texts = [" ".join(rng.choice(vocab) for _ in range(12)) for _ in range(docs_per_shard)]
+        path = str(tmp_path / f"{shards}" / "in" / f"s{s:03d}.parquet")
+        write_table(pa.table({"id": [doc_id(t) for t in texts], "text": texts}), path)
+        roots.append(str(tmp_path / f"{shards}" / "map" / f"s{s:03d}"))
+        fuzzy_map(f"s{s:03d}", path, roots[-1], config)
+    ranges = band_reduce_ranges(shards * docs_per_shard, DOCS_PER_REDUCE)
+    peaks = []
+    for r in range(ranges):
+        counts, peak = peak_heap_bytes(lambda: fuzzy_band_reduce(0, (r, ranges), roots, str(tmp_path / "cand"), config))
+        assert counts["shards"] == shards and counts["keys"] > 0
+        peaks.append(peak)
+    _, unsliced = peak_heap_bytes(lambda: fuzzy_band_reduce(0, (0, 1), roots, str(tmp_path / "cand1"), config))
+    return peaks, unsliced
+
+
+def test_band_reduce_memory_does_not_grow_with_the_number_of_shards(tmp_path):
+    peaks16, unsliced16 = _band_reduce_peaks(tmp_path, 16)
+    peaks64, unsliced64 = _band_reduce_peaks(tmp_path, 64)
+    print(f"band reduce peak bytes: 16 shards {peaks16}, 64 shards {peaks64}, 64 shards in one range {unsliced64}")
+    assert len(peaks16) == 1 and len(peaks64) == 4
+    assert max(peaks16) < BAND_REDUCE_BOUND and max(peaks64) < BAND_REDUCE_BOUND
+    assert max(peaks64) < 1.3 * max(peaks16)
+    # The other side of the line: the same 64 shards in one unsliced reduce hold 4x the keys
+    # and break the bound, so the bound is held by the slicing, not by a loose number.
+    assert unsliced64 > BAND_REDUCE_BOUND and unsliced64 > 2.5 * unsliced16
+
+
+def test_sharded_fuzzy_steps_equal_the_in_memory_algorithm(tmp_path, prose):
+    # Exact copies, empty texts and a templated family bigger than max_bucket_size (its
+    # buckets get the capped chain/skip/star pairs) across 5 shards and 7 key ranges: the
+    # survivors must be those of dedup_texts over the concatenated documents.
+    import pyarrow as pa
+
+    from marin_assets.datakit.fuzzy_dedup import dedup_texts
+    from marin_assets.datakit.normalize import doc_id
+
+    config = FuzzyDedupConfig(max_bucket_size=8)
+    texts = [prose(i, 40) for i in range(60)] + [_near(prose(i, 40), i) for i in range(0, 60, 4)]
+    texts += [prose(i, 40) for i in range(0, 60, 9)] + ["", "!!!", "...", "ok"]
+    texts += ["boilerplate header line " * 6 + f"item {i}" for i in range(30)]
+    random.Random(5).shuffle(texts)
+    paths, ordered = [], []
+    for s in range(5):
+        part = sorted(texts[s::5], key=doc_id)
+        paths.append(str(tmp_path / "in" / f"part-{s:05d}-of-00005.parquet"))
+        write_table(pa.table({"id": [doc_id(t) for t in part], "text": part}), paths[-1])
+        ordered.extend(part)
+    counts = fuzzy_dedup(paths, str(tmp_path / "out"), config, docs_per_reduce=20)
+    ids = [doc_id(t) for t in ordered]
+    expected = dedup_texts(ids, ordered, config)
+    got = [c for p in paths for c in read_table(str(tmp_path / "out" / basename(p))).column("cluster_id").to_pylist()]
+    assert got == [ids[s] for s in expected.survivor]
+    assert counts == {**expected.counts(), "shards": 5}
+    assert counts["duplicates"] > 30 and counts["clusters"] >= 16
+
+
+def test_a_band_reduce_reads_only_the_row_groups_of_its_key_range(tmp_path, prose, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit import fuzzy_dedup as fd
+    from marin_assets.datakit.normalize import doc_id
+
+    monkeypatch.setattr(fd, "MAP_ROW_GROUP", 16)  # small row groups so that range pruning shows
+    config = FuzzyDedupConfig(num_perm=16, bands=4, rows=4)
+    texts = [prose(i, 30) for i in range(200)]
+    shard = str(tmp_path / "s.parquet")
+    write_table(pa.table({"id": [doc_id(t) for t in texts], "text": texts}), shard)
+    fuzzy_map("s", shard, str(tmp_path / "map"), config)
+    band_file = str(tmp_path / "map" / "band-001" / "s.parquet")
+    total_groups = pq.ParquetFile(band_file).metadata.num_row_groups
+    keys = pq.read_table(band_file).column("key").to_numpy()
+    assert total_groups == 13 and (keys[1:] >= keys[:-1]).all()  # 200 rows in groups of 16, sorted
+    seen = 0
+    for r in range(4):
+        lo, hi = fd.key_range_bounds(r, 4)
+        counts = fuzzy_band_reduce(1, (r, 4), [str(tmp_path / "map")], str(tmp_path / "cand"), config)
+        inside = (keys >= lo) & (keys < hi) if r < 3 else keys >= lo
+        assert counts["keys"] == int(inside.sum()) > 20
+        assert counts["row_groups_read"] <= total_groups // 4 + 2  # its quarter, plus boundary groups
+        seen += counts["keys"]
+    assert seen == 200
+
+
+def test_reduce_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"key range index must be in \[0, 3\], got 4"):
+        fuzzy_band_reduce(0, (4, 4), [], "memory://x", FUZZY)
+    with pytest.raises(ValueError, match=r"band must be in \[0, 25\], got 26"):
+        fuzzy_band_reduce(26, (0, 1), [], "memory://x", FUZZY)
+    with pytest.raises(ValueError, match=r"bucket must be in \[0, 3\], got 4"):
+        exact_reduce(4, [], "memory://x", EXACT)

@@ -1,0 +1,51 @@
+"""versioned_asset's resources and versioned_ins options, and StageContext.dagster_context."""
+
+import dagster as dg
+import pytest
+
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+
+
+class Greeting(dg.ConfigurableResource):
+    word: str = "hello"
+
+
+@versioned_asset(key="upstream", code_version="1")
+def upstream(ctx: StageContext):
+    return {"n": 1}
+
+
+def _asset(versioned_ins):
+    @versioned_asset(key="downstream", code_version="1", ins={"up": "upstream"}, resources={"greeting": Greeting},
+                     versioned_ins=versioned_ins)
+    def downstream(ctx: StageContext, up, greeting: Greeting):
+        return {"word": greeting.word, "run_tag": ctx.dagster_context.run.tags.get("who", "")}
+
+    return downstream
+
+
+def _materialize(tmp_path, asset, **kw):
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store), "greeting": Greeting(word="hi")}
+    return dg.materialize([upstream, asset], resources=resources, **kw)
+
+
+def _meta(result, key="downstream"):
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == key]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def test_resources_and_the_dagster_context_reach_the_body(tmp_path):
+    meta = _meta(_materialize(tmp_path, _asset(None), tags={"who": "me"}))
+    assert meta["count/word"] == "hi" and meta["count/run_tag"] == "me"
+
+
+def test_versioned_ins_choose_which_upstream_versions_count(tmp_path):
+    with_up = _meta(_materialize(tmp_path / "a", _asset(None)))["version"]
+    without_up = _meta(_materialize(tmp_path / "b", _asset(lambda config: ())))["version"]
+    assert with_up != without_up  # the same asset and config: only the upstream version differs
+
+
+def test_versioned_ins_must_name_inputs(tmp_path):
+    with pytest.raises(Exception, match=r"versioned_ins names \['upp'\], not inputs of the asset"):
+        _materialize(tmp_path, _asset(lambda config: {"upp"}))
