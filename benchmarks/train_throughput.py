@@ -46,9 +46,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import jax
-    import jax.numpy as jnp
 
     from marin_assets.train.config import load_config, replace
+    from marin_assets.train import mesh as meshlib
     from marin_assets.train.loop import default_model, init_state, make_train_step, train
     from marin_assets.train.optimizers import make_optimizer
 
@@ -64,10 +64,14 @@ def main() -> None:
 
     model = default_model()
     opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    state = jax.tree.map(lambda x: jnp.array(x, copy=True), init_state(config, opt, model))
-    step = make_train_step(config, opt, model)
-    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, (config.batch_size, config.seq_len)), jnp.int32)
-    ok, start = np.bool_(True), jnp.int32(0)
+    mesh = meshlib.make_mesh(config.model)  # the same mesh train() builds
+    init = lambda: init_state(config, opt, model)  # noqa: E731
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
+    state = meshlib.init_sharded(init, mesh)
+    step = make_train_step(config, opt, model, mesh, state_sh)
+    rows = np.random.default_rng(0).integers(0, 256, (config.batch_size, config.seq_len)).astype(np.int32)
+    tokens = meshlib.shard_batch(mesh, rows, config.batch_size)
+    ok, start = np.bool_(True), np.int32(0)
     state, m = step(state, tokens, ok, start)
     jax.block_until_ready(m)
     t0 = time.perf_counter()

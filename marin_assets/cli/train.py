@@ -1,4 +1,10 @@
-"""``marin train --cache DIR --config FILE --out DIR [--resume]``.
+"""``marin train --cache DIR --config FILE --out DIR [--resume] [--processes P --devices-per-process D]``.
+
+``--processes P`` runs the ``processes`` training backend: P worker processes
+(``python -m marin_assets.train.worker``) forming one ``jax.distributed`` job on this host,
+the batch split over all P x D devices of the ("data", "expert") mesh; process 0 writes
+OUT. ``--devices-per-process D`` gives each process D devices (on CPU: forced host devices).
+Worker logs go to OUT/workers/process-<i>.log.
 
 ``--cache`` takes one Levanter split or the cache folder ``marin datakit run`` reports
 (``<prefix>/cache``: its ``train/`` split is trained on, ``validation/`` gives the held-out
@@ -26,7 +32,17 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
     parser.add_argument("--warm-start", default=None, help="start this phase from another run's checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="override num_steps")
+    parser.add_argument("--processes", type=_positive, default=None, metavar="P",
+                        help="run P worker processes as one jax.distributed job (the processes backend)")
+    parser.add_argument("--devices-per-process", type=_positive, default=None, metavar="D",
+                        help="devices per process (CPU: forced host devices); with --processes")
     parser.set_defaults(handler=run)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
 
 
 def _caches(specs: list[str]) -> dict[str, str]:
@@ -125,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         if note:
             print(note, file=sys.stderr)
+        if args.processes is not None or args.devices_per_process is not None:
+            return _run_processes(args, config, caches, out)
         result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)
@@ -134,4 +152,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"marin train: {e}", file=sys.stderr)
         return 1
     print(json.dumps(_summary(result), allow_nan=False))
+    return 0
+
+
+def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out) -> int:
+    """The processes backend from the command line: the same launcher and worker as the
+    ``processes`` resource, without Dagster (process 0's Pipes reports go nowhere); the
+    summary is read back from what process 0 wrote."""
+    import json
+    import sys
+    import types
+
+    from marin_assets.orchestration.training_backends import TrainingFailed, TrainSpec, launch_workers
+    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.loop import split_caches
+    from marin_assets.train.metrics import read_metrics
+
+    processes, per_process = args.processes or 1, args.devices_per_process
+    devices = processes * (per_process or 1)
+    # What the workers would reject after starting, said now (the expert axis divides anything
+    # the batch shards do: it is chosen inside one process).
+    meshlib.check_fits(types.SimpleNamespace(shape={"data": devices, "expert": 1}), config.model,
+                       config.batch_size, config.seq_len)
+    split_caches(caches)  # a missing cache fails here, not in P processes
+    spec = TrainSpec(config, caches, str(out), resume=args.resume, warm_start=args.warm_start)
+    logs = out / "workers"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "spec.json").write_text(json.dumps(spec.to_json_dict()))
+    argv = [sys.executable, "-m", "marin_assets.train.worker", "--spec", str(logs / "spec.json")]
+    try:
+        launch_workers(argv, processes, per_process, logs, log=lambda line: print(line, file=sys.stderr))
+    except TrainingFailed as e:
+        print(f"marin train: {e}", file=sys.stderr)
+        return 1
+    result = json.loads((out / "train_result.json").read_text())
+    rows = read_metrics(out / "metrics.jsonl")
+    png = out / "loss_curve.png"
+    print(json.dumps(_json_safe({
+        "final_step": result["final_step"], "tokens": rows[-1]["tokens"] if rows else 0,
+        "last_loss": rows[-1]["loss"] if rows else None, "validation_loss": result["validation_loss"],
+        "counts": result["counts"], "checkpoint": str(ckpt.latest_valid(out / "checkpoints")),
+        "metrics": str(out / "metrics.jsonl"), "loss_curve": str(png) if png.exists() else None,
+        "processes": processes, "devices": devices}), allow_nan=False))
     return 0

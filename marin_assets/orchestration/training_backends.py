@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,58 @@ def _stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
             p.wait()
 
 
+def worker_env(index: int, processes: int, coordinator: str, devices_per_process: int | None = None) -> dict[str, str]:
+    """What a manifest sets for worker ``index`` of a ``processes``-process job (see train/mesh.py)."""
+    env = {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": str(processes),
+           "JOB_COMPLETION_INDEX": str(index), "MARIN_PROCESS_OFFSET": "0"}
+    if devices_per_process is not None:
+        env["MARIN_DEVICES_PER_PROCESS"] = str(devices_per_process)
+    return env
+
+
+def launch_workers(argv: list[str], processes: int, devices_per_process: int | None, logs: Path, *,
+                   env: Mapping[str, str] | None = None, log: Callable[[str], None] | None = None,
+                   timeout_s: float | None = None, kill_grace_s: float = 10.0, log_tail_lines: int = 40,
+                   poll_interval_s: float = 0.2) -> None:
+    """Run ``processes`` copies of ``argv`` as one ``jax.distributed`` job on this host and wait.
+
+    Each gets ``worker_env`` (coordinator on a free local port) on top of this process's
+    environment and ``env``; its output goes to ``logs/process-<i>.log``. The first to fail
+    stops the rest and raises TrainingFailed with its last log lines (the ``processes``
+    backend and ``marin train --processes`` both launch through here).
+    """
+    coordinator = f"127.0.0.1:{_free_port()}"
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(processes):
+            proc_env = {**os.environ, **(env or {}), **worker_env(i, processes, coordinator, devices_per_process)}
+            with open(logs / f"process-{i}.log", "wb") as out:
+                procs.append(subprocess.Popen(argv, env=proc_env, stdout=out, stderr=subprocess.STDOUT))
+        if log is not None:
+            log(f"started {processes} worker processes (coordinator {coordinator})")
+        _watch(procs, logs, timeout_s, kill_grace_s, log_tail_lines, poll_interval_s)
+    finally:
+        _stop_all(procs, kill_grace_s)
+
+
+def _watch(procs: list[subprocess.Popen], logs: Path, timeout_s: float | None, kill_grace_s: float,
+           log_tail_lines: int, poll_interval_s: float) -> None:
+    started = time.monotonic()
+    while True:
+        codes = [p.poll() for p in procs]
+        for i, code in enumerate(codes):
+            if code not in (None, 0):
+                # One dead process would leave the others blocked in a collective: stop them now.
+                _stop_all(procs, kill_grace_s)
+                raise TrainingFailed(f"worker process {i} exited with code {code}; its last lines:\n"
+                                     f"{_tail(logs / f'process-{i}.log', log_tail_lines)}")
+        if all(code == 0 for code in codes):
+            return
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            raise TrainingFailed(f"worker processes still running after {timeout_s:.0f}s; stopped them")
+        time.sleep(poll_interval_s)
+
+
 class ProcessesTrainingBackend(TrainingBackend):
     """N local worker processes forming one ``jax.distributed`` job (gloo on CPU)."""
 
@@ -254,11 +306,7 @@ class ProcessesTrainingBackend(TrainingBackend):
             raise ValueError("worker_command must be a non-empty list of strings (never a shell string)")
 
     def process_env(self, index: int, coordinator: str) -> dict[str, str]:
-        env = {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": str(self.processes),
-               "JOB_COMPLETION_INDEX": str(index), "MARIN_PROCESS_OFFSET": "0"}
-        if self.devices_per_process is not None:
-            env["MARIN_DEVICES_PER_PROCESS"] = str(self.devices_per_process)
-        return env
+        return worker_env(index, self.processes, coordinator, self.devices_per_process)
 
     def run(self, context, spec: TrainSpec) -> TrainOutcome:
         self._check()
@@ -271,33 +319,9 @@ class ProcessesTrainingBackend(TrainingBackend):
             return _outcome_from_session(f"processes({self.processes})", session)
 
     def _run_processes(self, context, argv: list[str], pipes_env: Mapping[str, str], logs: Path) -> None:
-        coordinator = f"127.0.0.1:{_free_port()}"
-        procs: list[subprocess.Popen] = []
-        try:
-            for i in range(self.processes):
-                env = {**os.environ, **pipes_env, **self.process_env(i, coordinator)}
-                with open(logs / f"process-{i}.log", "wb") as out:
-                    procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
-            context.log.info(f"started {self.processes} worker processes (coordinator {coordinator})")
-            self._watch(procs, logs)
-        finally:
-            _stop_all(procs, self.kill_grace_s)
-
-    def _watch(self, procs: list[subprocess.Popen], logs: Path) -> None:
-        started = time.monotonic()
-        while True:
-            codes = [p.poll() for p in procs]
-            for i, code in enumerate(codes):
-                if code not in (None, 0):
-                    # One dead process would leave the others blocked in a collective: stop them now.
-                    _stop_all(procs, self.kill_grace_s)
-                    raise TrainingFailed(f"worker process {i} exited with code {code}; its last lines:\n"
-                                         f"{_tail(logs / f'process-{i}.log', self.log_tail_lines)}")
-            if all(code == 0 for code in codes):
-                return
-            if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
-                raise TrainingFailed(f"worker processes still running after {self.timeout_s:.0f}s; stopped them")
-            time.sleep(self.poll_interval_s)
+        launch_workers(argv, self.processes, self.devices_per_process, logs, env=pipes_env, log=context.log.info,
+                       timeout_s=self.timeout_s, kill_grace_s=self.kill_grace_s,
+                       log_tail_lines=self.log_tail_lines, poll_interval_s=self.poll_interval_s)
 
 
 # ---- Kubernetes ------------------------------------------------------------------------------

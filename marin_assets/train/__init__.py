@@ -3,7 +3,9 @@
 Public API
 ----------
 train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, model=None,
-      stop_at_step=None) -> TrainResult                                     (loop.py)
+      stop_at_step=None, mesh=None, checkpoint_dir=None) -> TrainResult     (loop.py)
+      on a ("data", "expert") device mesh (mesh.py; default every global device),
+      checkpoints on any fsspec filesystem (checkpoint.py)
 TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                  (loop.py)
 resolve_checkpoint(path) -> checkpoint folder (a folder, an out dir, or checkpoints/)
 TrainState(params, opt_state, guard, router_bias, step, rng): a registered pytree (state.py)

@@ -1,4 +1,5 @@
-"""Atomic checkpoints of the whole train state as one .npz per checkpoint.
+"""Atomic checkpoints of the whole train state as one .npz per checkpoint, on any fsspec
+filesystem: a local dir, ``gs://bucket/run/checkpoints``, ``memory://`` in tests.
 
 Layout under ``<out>/checkpoints/``::
 
@@ -9,20 +10,26 @@ Layout under ``<out>/checkpoints/``::
                        leaf keys/dtypes/shapes, and anything else the caller adds
         COMMITTED      sha256 of state.npz and meta.json, written last
 
-A checkpoint is written into a ``.staging-*`` folder and renamed into place, then the
-COMMITTED marker is the last file: a process killed at any point leaves either no
-``step-*`` folder, or one without a valid marker, which ``latest_valid`` skips with a
-warning. Temporary checkpoints (time-based) are pruned when a newer one commits;
-permanent ones (every N steps) are kept.
+The COMMITTED marker is the last file written and names the digests of the other two:
+a process killed at any point leaves either no ``step-*`` folder or one without a valid
+marker, which ``latest_valid`` skips with a warning. On a local disk the folder is also
+written as ``.staging-*`` and renamed into place (a rename is atomic there); object stores
+have no atomic rename and no real folders, so there the files go straight into place and
+the marker alone is the commit. Temporary checkpoints (time-based) are pruned when a newer
+one commits; permanent ones (every N steps) are kept.
+
+Folders come back as ``Path`` for a local root and as URL strings (``memory://...``,
+``gs://...``) otherwise; every function takes either.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
 import re
-import shutil
 import uuid
 from pathlib import Path
 
@@ -30,17 +37,40 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from marin_assets.store.fsutil import sha256_file
+from marin_assets.store.fsutil import filesystem, is_local, join
 
 log = logging.getLogger(__name__)
 MARKER = "COMMITTED"
 
 
-def _write_fsync(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _fs(where: str | os.PathLike):
+    return filesystem(os.fspath(where))
+
+
+def _under(root: str | os.PathLike, name: str) -> Path | str:
+    """``root/name``: a Path under a local root, else the URL as the caller spelled it."""
+    fs, base = _fs(root)
+    return Path(base) / name if is_local(fs) else f"{os.fspath(root).rstrip('/')}/{name}"
+
+
+def _write(fs, path: str, data: bytes) -> None:
+    """One file, durable before the next is written (fsync locally; one PUT on object stores)."""
+    if is_local(fs):
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        with fs.open(path, "wb") as f:
+            f.write(data)
+
+
+def _sha256(fs, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def flatten(state) -> tuple[list[str], list[np.ndarray]]:
@@ -53,47 +83,53 @@ def _to_storable(x: np.ndarray) -> np.ndarray:
     return x.view(np.uint16) if x.dtype == ml_dtypes.bfloat16 else x
 
 
-def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "permanent") -> Path:
+def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "permanent") -> Path | str:
     """Write a checkpoint for ``step`` atomically; returns its folder."""
     if kind not in ("temporary", "permanent"):
         raise ValueError(f"checkpoint kind must be temporary or permanent, got {kind!r}")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:09d}"
-    if final.exists() and is_valid(final):
-        return final  # the same step is already safely on disk
+    fs, base = _fs(root)
+    fs.makedirs(base, exist_ok=True)
+    name = f"step-{step:09d}"
+    final = join(base, name)
+    if fs.exists(final) and marker_problem(_under(root, name)) is None:
+        return _under(root, name)  # the same step is already safely stored
     keys, leaves = flatten(jax.device_get(state))
-    staging = root / f".staging-{step:09d}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    arrays = {f"a{i}": _to_storable(x) for i, x in enumerate(leaves)}
-    with open(staging / "state.npz", "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
+    buf = io.BytesIO()
+    np.savez(buf, **{f"a{i}": _to_storable(x) for i, x in enumerate(leaves)})
     full_meta = dict(meta, step=int(step), kind=kind, keys=keys,
                      dtypes=[str(x.dtype) for x in leaves], shapes=[list(x.shape) for x in leaves])
-    _write_fsync(staging / "meta.json", json.dumps(full_meta, indent=1, sort_keys=True).encode())
-    if final.exists():
-        shutil.rmtree(final)  # an invalid leftover from a crash
-    os.rename(staging, final)
-    marker = {"state.npz": sha256_file(final / "state.npz"), "meta.json": sha256_file(final / "meta.json")}
-    _write_fsync(final / MARKER, json.dumps(marker).encode())
-    _prune_temporary(root, keep=final)
-    return final
+    files = {"state.npz": buf.getvalue(), "meta.json": json.dumps(full_meta, indent=1, sort_keys=True).encode()}
+    if fs.exists(final):
+        fs.rm(final, recursive=True)  # an invalid leftover from a crash
+    if is_local(fs):
+        staging = join(base, f".staging-{step:09d}-{uuid.uuid4().hex[:8]}")
+        fs.makedirs(staging)
+        for file, data in files.items():
+            _write(fs, join(staging, file), data)
+        os.rename(staging, final)
+    else:
+        for file, data in files.items():
+            _write(fs, join(final, file), data)
+    marker = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
+    _write(fs, join(final, MARKER), json.dumps(marker).encode())
+    _prune_temporary(root, keep=name)
+    return _under(root, name)
 
 
 FILES = ("meta.json", "state.npz")  # what a COMMITTED marker must list, exactly
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def marker_problem(folder: Path) -> str | None:
+def marker_problem(folder: str | os.PathLike) -> str | None:
     """Why ``folder`` is not a valid checkpoint, or None when it is.
 
     The marker must be a JSON object naming exactly ``FILES``, each with a sha256 hex digest
-    that matches the file on disk: an empty object, a list or a partial list is not a commit.
+    that matches the stored file: an empty object, a list or a partial list is not a commit.
     """
+    fs, path = _fs(folder)
     try:
-        expected = json.loads((folder / MARKER).read_text())
+        with fs.open(join(path, MARKER), "rb") as f:
+            expected = json.loads(f.read())
     except (OSError, ValueError) as e:
         return f"unreadable {MARKER} ({e.__class__.__name__})"
     if not isinstance(expected, dict) or sorted(expected) != sorted(FILES):
@@ -103,26 +139,27 @@ def marker_problem(folder: Path) -> str | None:
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             return f"{MARKER}: {name} has no sha256 digest"
         try:
-            if sha256_file(folder / name) != digest:
+            if _sha256(fs, join(path, name)) != digest:
                 return f"{name} does not match its checksum"
         except OSError as e:
             return f"{name} unreadable ({e.__class__.__name__})"
     return None
 
 
-def is_valid(folder: Path) -> bool:
-    return marker_problem(Path(folder)) is None
+def is_valid(folder: str | os.PathLike) -> bool:
+    return marker_problem(folder) is None
 
 
-def list_checkpoints(root: str | os.PathLike) -> list[Path]:
-    root = Path(root)
-    if not root.is_dir():
+def list_checkpoints(root: str | os.PathLike) -> list[Path | str]:
+    fs, base = _fs(root)
+    if not fs.isdir(base):
         return []
-    return sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")),
-                  key=lambda p: int(p.name.split("-")[1]))
+    found = [e["name"].rstrip("/") for e in fs.ls(base, detail=True) if e["type"] == "directory"]
+    steps = [name for name in (p.rsplit("/", 1)[-1] for p in found) if re.fullmatch(r"step-[0-9]+", name)]
+    return [_under(root, name) for name in sorted(steps, key=lambda name: int(name.split("-")[1]))]
 
 
-def latest_valid(root: str | os.PathLike) -> Path | None:
+def latest_valid(root: str | os.PathLike) -> Path | str | None:
     """Newest checkpoint whose marker and checksums verify; corrupt ones are skipped with a warning."""
     for folder in reversed(list_checkpoints(root)):
         problem = marker_problem(folder)
@@ -132,28 +169,32 @@ def latest_valid(root: str | os.PathLike) -> Path | None:
     return None
 
 
-def _prune_temporary(root: Path, keep: Path) -> None:
+def _prune_temporary(root: str | os.PathLike, keep: str) -> None:
+    fs, base = _fs(root)
     for folder in list_checkpoints(root):
-        if folder == keep:
+        path = _fs(folder)[1]
+        if path.rsplit("/", 1)[-1] == keep:
             continue
         try:
-            kind = json.loads((folder / "meta.json").read_text()).get("kind")
+            with fs.open(join(path, "meta.json"), "rb") as f:
+                kind = json.loads(f.read()).get("kind")
         except (OSError, ValueError):
             continue  # leave unreadable ones for latest_valid to report
         if kind == "temporary":
-            shutil.rmtree(folder, ignore_errors=True)
-    for stale in root.glob(".staging-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+            fs.rm(path, recursive=True)
+    for stale in fs.glob(join(base, ".staging-*")):
+        fs.rm(stale, recursive=True)
 
 
 def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     """(key -> array, meta) of a checkpoint; raises if it does not verify."""
-    folder = Path(folder)
     problem = marker_problem(folder)
     if problem is not None:
         raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
-    meta = json.loads((folder / "meta.json").read_text())
-    with np.load(folder / "state.npz") as z:
+    fs, path = _fs(folder)
+    with fs.open(join(path, "meta.json"), "rb") as f:
+        meta = json.loads(f.read())
+    with fs.open(join(path, "state.npz"), "rb") as f, np.load(f) as z:
         arrays = {}
         for i, (key, dtype) in enumerate(zip(meta["keys"], meta["dtypes"])):
             x = z[f"a{i}"]

@@ -158,10 +158,11 @@ class MixedLoader:
         """Tokens of each source not yet seen in its first epoch (0 once it repeats)."""
         return {name: max(0, n - position.get(name)) * self.seq_len for name, n in self.windows.items()}
 
-    def _window_starts(self, name: str, first: int, count: int) -> np.ndarray:
+    def _window_starts(self, name: str, ordinals: np.ndarray) -> np.ndarray:
+        """Token offsets of the source's windows number ``ordinals`` (counted across epochs)."""
         n = self.windows[name]
-        ordinals = np.arange(first, first + count, dtype=np.int64)
-        out = np.empty(count, np.int64)
+        ordinals = np.asarray(ordinals, np.int64)
+        out = np.empty(ordinals.shape[0], np.int64)
         for epoch in np.unique(ordinals // n):
             sel = ordinals // n == epoch
             key = (name, int(epoch))
@@ -171,33 +172,45 @@ class MixedLoader:
             out[sel] = self._perms[key](ordinals[sel] % n)
         return out * self.seq_len
 
-    def next_batch(self, position: DataPosition) -> tuple[np.ndarray, bool, DataPosition]:
-        """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position."""
+    def next_batch(self, position: DataPosition, rows: slice | None = None
+                   ) -> tuple[np.ndarray, bool, DataPosition]:
+        """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position.
+
+        rows: read only these rows of the global batch (a process's share, ``mesh.process_rows``):
+        tokens is then [rows, S] and batch_ok speaks for those rows only; the position after
+        the batch is the same as for the whole batch, so every process stays in step.
+        """
+        lo, hi, _ = (rows or slice(0, self.batch_size)).indices(self.batch_size)
         weights = {n: w for n, w in self.mixture.weights_at(position.batches).items() if w > 0}
         names = sorted(weights)
         p = np.array([weights[n] for n in names], np.float64)
         rng = np.random.default_rng([self.seed, position.batches])
         choice = rng.choice(len(names), size=self.batch_size, p=p / p.sum())
         consumed = dict(position.consumed)
-        rows = np.empty((self.batch_size, self.seq_len), np.int64)
+        out = np.empty((hi - lo, self.seq_len), np.int64)
         for i, name in enumerate(names):
             where = np.flatnonzero(choice == i)
             if where.size == 0:
                 continue
             first = consumed.get(name, 0)
-            rows[where] = self.sources[name].read(self._window_starts(name, first, where.size), self.seq_len)
+            mine = (where >= lo) & (where < hi)  # window ordinal of row where[j] is first + j
+            if mine.any():
+                starts = self._window_starts(name, first + np.flatnonzero(mine))
+                out[where[mine] - lo] = self.sources[name].read(starts, self.seq_len)
             consumed[name] = first + int(where.size)
         ok = True
-        if self.vocab_size is not None and (rows.min() < 0 or rows.max() >= self.vocab_size):
+        if out.size and self.vocab_size is not None and (out.min() < 0 or out.max() >= self.vocab_size):
             log.warning("batch %d has token ids outside [0, %d): flagged corrupt, step will be skipped",
                         position.batches, self.vocab_size)
             ok = False
-            rows = np.clip(rows, 0, self.vocab_size - 1)
+            out = np.clip(out, 0, self.vocab_size - 1)
         new = DataPosition(position.batches + 1, tuple(sorted(consumed.items())))
-        return rows.astype(np.int32), ok, new
+        return out.astype(np.int32), ok, new
 
-    def iterate(self, position: DataPosition, prefetch: int = 2) -> Iterator[tuple[np.ndarray, bool, DataPosition]]:
-        """Batches from ``position`` on, read ahead on a background thread."""
+    def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
+                ) -> Iterator[tuple[np.ndarray, bool, DataPosition]]:
+        """Batches from ``position`` on (only ``rows`` of each, see ``next_batch``), read ahead
+        on a background thread."""
         q: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
         stop = threading.Event()
 
@@ -205,7 +218,7 @@ class MixedLoader:
             pos = position
             try:
                 while not stop.is_set():
-                    item = self.next_batch(pos)
+                    item = self.next_batch(pos, rows)
                     pos = item[2]
                     while not stop.is_set():
                         try:

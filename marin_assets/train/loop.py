@@ -8,6 +8,13 @@ step, RNG) so a checkpoint is a single flatten and a resume a single unflatten. 
 happen inside it. The host loop only feeds batches (read ahead on a thread), writes the
 previous step's metrics while the current step runs, and checkpoints on its cadence.
 
+Mesh (``train/mesh.py``): the step runs on a ``("data", "expert")`` mesh of every global
+device, one process or many (one device is the 1 x 1 mesh of the same code). The state is
+laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
+replicated), the routed experts run through the mesh's EP transport, and each process reads
+only its rows of every batch. Checkpoints gather the state on every process and are written
+by process 0 alone; metrics, the loss curve and train_result.json too.
+
 A cache is one Levanter split, or a DataKit cache folder (``train/`` + ``validation/``):
 the train split is trained on and the validation split gives the held-out loss at the end.
 Before step 1 the model's vocabulary is checked against the cache's tokenizer; after the
@@ -25,13 +32,14 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition, MixedLoader, cache_vocab_size, held_out_batches, resolve_cache
 from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
@@ -50,7 +58,7 @@ class TrainResult:
     final_step: int
     tokens: int  # tokens trained on across all phases so far (global step * tokens/step of each)
     metrics_path: Path
-    checkpoint_dir: Path | None  # the newest valid checkpoint after this call
+    checkpoint_dir: Path | str | None  # the newest valid checkpoint after this call (a URL off local disk)
     loss_curve_png: Path | None
     counts: dict  # guard events: skipped_nonfinite, skipped_spike, skipped_bad_batch, update_clipped, grad_clipped
     data_position: dict
@@ -131,15 +139,17 @@ def default_model() -> Model:
     return moe_model()
 
 
-def make_train_step(config: TrainConfig, opt: Optimizer, model: Model):
-    """step(state, tokens[B,S] int32, batch_ok bool, phase_start int32) -> (state, metrics)."""
+def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
+    """step(state, tokens[B,S] int32, batch_ok bool, phase_start int32) -> (state, metrics),
+    jitted on ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``)."""
     model_cfg, guard_cfg, sched_cfg = config.model, config.guards, config.schedule
+    ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
 
     def step(state: TrainState, tokens, batch_ok, phase_start):
         params = state.params
         lr = learning_rate(state.step - phase_start, sched_cfg)
         (loss, aux), grads = jax.value_and_grad(
-            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias), has_aux=True)(params)
+            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, None, ep), has_aux=True)(params)
         grad_norm = global_norm(grads)
         decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
         skip = decision["skip"]
@@ -155,17 +165,12 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model):
         new_state = TrainState(params=new_params, opt_state=new_opt, guard=guard, router_bias=new_bias,
                                step=state.step + 1, rng=rng)
         metrics = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "update_norm": update_norm,
-                   "skipped": skip, "counts": guard["counts"]}
+                   "skipped": skip, "counts": guard["counts"],
+                   # routed-expert assignments lost to EP capacity, summed over layers
+                   "dropped": jnp.sum(aux["dropped"]) if isinstance(aux, dict) and "dropped" in aux else 0}
         return new_state, metrics
 
-    return jax.jit(step, donate_argnums=(0,))
-
-
-def check_fits(config: TrainConfig) -> None:
-    """Errors a run would otherwise hit mid-compute."""
-    n = jax.device_count()
-    if config.batch_size % n:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n} available devices")
+    return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
 
 
 def check_vocab(config: TrainConfig, caches: Mapping[str, Path]) -> None:
@@ -191,16 +196,24 @@ def split_caches(cache_dirs: Mapping[str, str | Path] | str | Path) -> tuple[dic
     return train_dirs, validation_dirs
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant."""
-    path = Path(path)
-    if (path / ckpt.MARKER).exists() or (path / "meta.json").exists():
+def resolve_checkpoint(path: str | Path) -> Path | str:
+    """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant
+    (a local path or an fsspec URL)."""
+    from marin_assets.store.fsutil import filesystem, join
+
+    fs, where = filesystem(str(path))
+    if fs.exists(join(where, ckpt.MARKER)) or fs.exists(join(where, "meta.json")):
         return path
-    for root in (path / "checkpoints", path):
+    for root in (_child(path, "checkpoints"), path):
         found = ckpt.latest_valid(root)
         if found is not None:
             return found
     raise FileNotFoundError(f"no valid checkpoint in {path}")
+
+
+def _child(path: str | Path, name: str) -> Path | str:
+    """``path / name`` for a local path or a URL (``gs://...``, ``memory://...``)."""
+    return f"{str(path).rstrip('/')}/{name}" if "://" in str(path) else Path(path) / name
 
 
 @dataclasses.dataclass
@@ -209,6 +222,9 @@ class _Run:
 
     config: TrainConfig
     state: TrainState
+    mesh: Any
+    state_sh: Any  # a NamedSharding per state leaf
+    ckpt_root: Path | str  # a local dir or an fsspec URL
     position: DataPosition = DataPosition()
     phase_start: int = 0  # global step this phase started at
     tokens_before: int = 0  # tokens trained on before this phase
@@ -226,10 +242,13 @@ class _Run:
 
 def _resume(run: _Run, folder: Path, logger: MetricsLogger) -> None:
     arrays, meta = ckpt.load(folder)
-    run.state = TrainState.from_dict(ckpt.restore_like(run.state.to_dict(), arrays, where=str(folder)))
+    host = meshlib.host_state(run.state)  # every process loads the same arrays
+    host = TrainState.from_dict(ckpt.restore_like(host.to_dict(), arrays, where=str(folder)))
+    run.state = meshlib.place_state(host, run.state_sh)
     run.position = DataPosition.from_json(meta["data_position"])
     run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
-    logger.truncate_after(int(meta["step"]))
+    if meshlib.is_writer():
+        logger.truncate_after(int(meta["step"]))
     log.info("resumed from %s at step %d", folder, meta["step"])
 
 
@@ -237,17 +256,17 @@ def _warm_start(run: _Run, source: Path) -> None:
     """Params, router bias, RNG, global step and data position from ``source``; the optimizer
     state too when the optimizer is the same; the schedule restarts at this phase's step 0."""
     arrays, meta = ckpt.load(source)
-    state, where = run.state, str(source)
+    state, where = meshlib.host_state(run.state), str(source)
     state = state.replace(params=ckpt.restore_like(state.params, arrays, "['params']", where),
                           router_bias=ckpt.restore_like(state.router_bias, arrays, "['router_bias']", where),
                           rng=ckpt.restore_like(state.rng, arrays, "['rng']", where),
-                          step=jnp.int32(int(meta["step"])))
+                          step=np.int32(int(meta["step"])))
     if meta.get("optimizer") == run.config.optimizer.name:
         try:
             state = state.replace(opt_state=ckpt.restore_like(state.opt_state, arrays, "['opt_state']", where))
         except ValueError as e:
             log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
-    run.state = state
+    run.state = meshlib.place_state(state, run.state_sh)
     run.position = DataPosition.from_json(meta["data_position"])
     run.phase_start, run.tokens_before = int(meta["step"]), int(meta["tokens"])
     log.info("warm start from %s at step %d (data position kept: %s)", source, run.phase_start,
@@ -261,7 +280,7 @@ def _start(run: _Run, ckpt_root: Path, out_dir: Path, logger: MetricsLogger, res
     if latest is not None:
         _resume(run, latest, logger)
         return
-    if (out_dir / "metrics.jsonl").exists():
+    if meshlib.is_writer() and (out_dir / "metrics.jsonl").exists():
         logger.truncate_after(-1)  # a fresh start owns the file
     if warm_start is not None:
         _warm_start(run, resolve_checkpoint(warm_start))
@@ -286,11 +305,13 @@ class _Emitter:
         step, metrics = self.pending
         self.pending = None
         row = _host_metrics(step, metrics, self.run.config, self.run.tokens_at(step))
+        self.last_row = row
+        if not meshlib.is_writer():  # metrics are replicated: process 0 speaks for all
+            return
         self.logger.write(row)
         self.telemetry.log(step, telemetry_fields(row), phase=row["phase"])
         if self.last_row is None:
             self.telemetry.flush()  # the first step at once: the phase controller sees the phase is live
-        self.last_row = row
         if self.log_fn is not None:
             self.log_fn(row)
 
@@ -313,6 +334,7 @@ def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
            "update_norm": float(m["update_norm"]), "skipped": bool(m["skipped"]), "tokens": tokens,
            "phase": config.phase}
     row["counts"] = {k: int(v) for k, v in m["counts"].items()}
+    row["dropped"] = int(m["dropped"])
     return row
 
 
@@ -324,21 +346,26 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
     start = int(run.state.step)
     if start >= end_step:
         return
-    phase_start = jnp.int32(run.phase_start)
+    phase_start = np.int32(run.phase_start)
     last_save = time.monotonic()
-    batches = loader.iterate(run.position, prefetch=config.prefetch)
+    batches = loader.iterate(run.position, prefetch=config.prefetch,
+                             rows=meshlib.process_rows(run.mesh, config.batch_size))
     for step in range(start + 1, end_step + 1):
-        tokens, ok, next_position = next(batches)
+        local, ok, next_position = next(batches)  # this process's rows of the global batch
+        tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
+        ok = meshlib.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
         run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), phase_start)
         run.position = next_position
         emitter.push(step, metrics)  # writes the previous step's row while this one computes
         if stop_at_step is not None and step >= stop_at_step:
             raise _Stop()
-        stopping = stop is not None and stop.received is not None
+        # process 0 decides for all (a save is a collective: every process gathers the state):
+        # its signal and its clock
+        stopping = meshlib.agree(stop is not None and stop.received is not None)
         permanent = step % config.checkpoint_every_steps == 0 or step == end_step or stopping
-        if permanent or time.monotonic() - last_save >= config.checkpoint_every_seconds:
+        if permanent or meshlib.agree(time.monotonic() - last_save >= config.checkpoint_every_seconds):
             emitter.sync()
-            ckpt.save(ckpt_root, step, run.state.to_dict(), run.meta(step), "permanent" if permanent else "temporary")
+            _save(run, ckpt_root, step, "permanent" if permanent else "temporary")
             last_save = time.monotonic()
         if stopping:
             log.warning("stopped at step %d by %s (checkpointed)", step, stop.received)
@@ -346,8 +373,16 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
     emitter.flush()
 
 
+def _save(run: _Run, ckpt_root: Path, step: int, kind: str) -> None:
+    """Every process gathers the state (a collective); process 0 writes it; all wait for the commit."""
+    host = meshlib.host_state(run.state.to_dict())
+    if meshlib.is_writer():
+        ckpt.save(ckpt_root, step, host, run.meta(step), kind)
+    meshlib.barrier(f"ckpt-{step}")
+
+
 def validation_loss(config: TrainConfig, model: Model, state: TrainState,
-                    caches: Mapping[str, Path]) -> float | None:
+                    caches: Mapping[str, Path], mesh=None) -> float | None:
     """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
     each weighted by its rows); None when the validation splits hold less than one window."""
     batches = held_out_batches(caches, config.seq_len, config.batch_size)
@@ -359,8 +394,12 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState,
         loss, aux = model.loss_fn(p, tokens, config.model, bias)
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 
+    # No EP layer here: a short held-out batch need not divide into the batch shards, so the
+    # tokens are replicated and XLA partitions the local expert computation itself.
+    mesh = mesh or meshlib.make_mesh(config.model)
     loss = jax.jit(cross_entropy)
-    losses = [float(loss(state.params, state.router_bias, b)) for b in batches]
+    losses = [float(loss(state.params, state.router_bias, meshlib.place_state(b, meshlib.replicated(mesh))))
+              for b in batches]
     return float(np.average(losses, weights=[len(b) for b in batches]))
 
 
@@ -373,6 +412,7 @@ def _phase_skips(rows: list[dict], run: _Run) -> tuple[int, int]:
 def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path, out_dir: str | Path,
           resume: bool = True, warm_start: str | Path | None = None, log_fn: Callable[[dict], None] | None = None,
           model: Model | None = None, stop_at_step: int | None = None, model_fns=None,
+          mesh=None, checkpoint_dir: str | Path | None = None,
           telemetry_root: str | None = None, telemetry_run: str | None = None) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
@@ -387,6 +427,10 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     model: the model functions (``state.Model``); default the MoE. ``model_fns``, the old
       4-tuple (init_params, loss_fn, init_router_bias, next_router_bias), is still accepted.
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
+    mesh: the ``("data", "expert")`` device mesh (``mesh.make_mesh``); default every global
+      device. With several processes every one calls ``train`` with the same arguments.
+    checkpoint_dir: where checkpoints go and resume reads from (default ``out_dir/checkpoints``);
+      any fsspec URL, e.g. ``gs://bucket/run/checkpoints``.
     telemetry_root / telemetry_run: every step's metrics are appended to this telemetry store
       (default ``$MARIN_PREFIX/telemetry``) under this run name (default
       ``default_telemetry_run``), flushed every few seconds and at each checkpoint.
@@ -396,34 +440,39 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     work, and TooManySkippedSteps after a phase that skipped most of its steps.
     """
     model = model or (Model(*model_fns) if model_fns is not None else moe_model())
+    mesh = mesh or meshlib.make_mesh(config.model)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     # Everything that can be wrong with the config or data fails here, before compute.
-    check_fits(config)
+    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len)
+    out_dir.mkdir(parents=True, exist_ok=True)
     train_dirs, validation_dirs = split_caches(cache_dirs)
     check_vocab(config, train_dirs)
     loader = MixedLoader(train_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
                          vocab_size=config.model.vocab_size)
 
-    ckpt_root = out_dir / "checkpoints"
+    ckpt_root = out_dir / "checkpoints" if checkpoint_dir is None else checkpoint_dir
     telemetry_run = telemetry_run or default_telemetry_run(out_dir, config.phase)
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    run = _Run(config, init_state(config, opt, model), telemetry_run=telemetry_run)
+
+    def init() -> TrainState:  # traced: the state is created in its mesh layout
+        return init_state(config, opt, model)
+
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
+    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, telemetry_run=telemetry_run)
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run,
                                 flush_seconds=TELEMETRY_FLUSH_SECONDS)  # a bad run name fails here, before compute
-    logger = MetricsLogger(out_dir, use_wandb=config.wandb, run_name=f"{out_dir.name}-{config.phase}",
-                           config=config_to_dict(config))
+    logger = MetricsLogger(out_dir, use_wandb=config.wandb and meshlib.is_writer(),
+                           run_name=f"{out_dir.name}-{config.phase}", config=config_to_dict(config))
     _start(run, ckpt_root, out_dir, logger, resume, warm_start)
-    # Fresh, distinct buffers: the step donates its input state, and init may share arrays.
-    run.state = jax.tree.map(lambda x: jnp.array(x, copy=True), run.state)
     start = int(run.state.step)
     emitter = _Emitter(run, logger, log_fn, telemetry)
     # The handlers stay on through _finish: a stop request racing the last step (the phase
     # controller read slightly stale telemetry) must not kill a phase that has just completed.
     with _StopSignals() as stop:
         try:
-            _run_steps(run, make_train_step(config, opt, model), loader, ckpt_root, emitter, stop_at_step, stop)
+            _run_steps(run, make_train_step(config, opt, model, mesh, state_sh), loader, ckpt_root, emitter,
+                       stop_at_step, stop)
         except _Stop:
             pass
         finally:
@@ -441,22 +490,28 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
 def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: Path,
             emitter: _Emitter, start: int, stopped: bool, stopped_by: str | None = None) -> TrainResult:
     """Loss curve (from the telemetry store), held-out loss, train_result.json; raise if the
-    phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end."""
+    phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end.
+    Process 0 writes; the others read its metrics file after the barrier."""
+    meshlib.barrier("train-finish")  # process 0's metrics file is complete before anyone reads it
+    writer = meshlib.is_writer()
     rows = read_metrics(emitter.logger.path)
     counts = rows[-1].get("counts", {}) if rows else {k: 0 for k in COUNTERS}
     final_step = int(jax.device_get(run.state.step)) if not stopped else (int(rows[-1]["step"]) if rows else start)
     # This phase's steps (a run name may hold earlier phases, or a longer rolled-back attempt).
     curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True,
-                                                         steps=(run.phase_start + 1, max(final_step, run.phase_start + 1))))
+                                                         steps=(run.phase_start + 1, max(final_step, run.phase_start + 1)))
+                           ) if writer else []
     png = plot_loss_curve(curve, out_dir / "loss_curve.png", title=f"{out_dir.name}") if curve else None
     held_out = None if stopped or not validation_dirs else validation_loss(run.config, model, run.state,
-                                                                             validation_dirs)
+                                                                             validation_dirs, run.mesh)
     last_loss = emitter.last_row["loss"] if emitter.last_row else None
-    (out_dir / "train_result.json").write_text(json.dumps(
-        {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
-         "validation_loss": held_out, "stopped_by": stopped_by, "telemetry_run": emitter.telemetry.run}, indent=1))
+    if writer:
+        (out_dir / "train_result.json").write_text(json.dumps(
+            {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
+             "validation_loss": held_out, "stopped_by": stopped_by, "telemetry_run": emitter.telemetry.run},
+            indent=1))
     result = TrainResult(final_step=final_step, tokens=run.tokens_at(final_step), metrics_path=emitter.logger.path,
-                         checkpoint_dir=ckpt.latest_valid(out_dir / "checkpoints"), loss_curve_png=png,
+                         checkpoint_dir=ckpt.latest_valid(run.ckpt_root), loss_curve_png=png,
                          counts=counts, data_position=run.position.to_json(),
                          tokens_left=loader.tokens_left(run.position), phase_start_step=run.phase_start,
                          last_loss=last_loss, validation_loss=held_out, stopped_by=stopped_by,

@@ -50,13 +50,16 @@ class Model:
     """The model functions the train loop calls (all pure; ``config`` is static).
 
     init_params(config, key) -> params
-    loss_fn(params, tokens[B, S] int32, config, router_bias) -> (scalar loss, aux dict)
+    loss_fn(params, tokens[B, S] int32, config, router_bias, loss_mask=None, ep=None)
+        -> (scalar loss, aux dict); the loop passes ``ep``, the mesh's routed-expert layer
+        (``train.mesh.expert_parallel``: a ``kernels.expert_parallel.ExpertParallel``, None
+        for a dense model), which a MoE must use for its routed experts
     init_router_bias(config) -> router_bias
     next_router_bias(router_bias, aux, config) -> router_bias  (not differentiated)
     """
 
     init_params: Callable[[ModelConfig, jax.Array], Any]
-    loss_fn: Callable[[Any, jax.Array, ModelConfig, jax.Array], tuple[jax.Array, dict]]
+    loss_fn: Callable[..., tuple[jax.Array, dict]]
     init_router_bias: Callable[[ModelConfig], jax.Array]
     next_router_bias: Callable[[jax.Array, dict, ModelConfig], jax.Array]
 

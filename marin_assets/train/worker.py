@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import logging
 import sys
@@ -123,18 +122,6 @@ def result_metadata(result, mesh) -> dict:
     return typed
 
 
-def _mesh_kwargs(train_fn, mesh) -> dict:
-    """Pass the mesh if the loop takes one. Until loop.train is wired to mesh.py (issue 13),
-    only the one-device mesh can run: refuse rather than train N unsharded copies that
-    would all write the same out_dir."""
-    if "mesh" in inspect.signature(train_fn).parameters:
-        return {"mesh": mesh}
-    if mesh.size > 1:
-        raise RuntimeError(f"marin_assets.train.loop.train does not take a mesh yet; a {dict(mesh.shape)} "
-                           f"mesh ({mesh.size} devices) cannot run until it does")
-    return {}
-
-
 def run(spec: WorkerSpec, pipes=None) -> int:
     """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None."""
     from marin_assets.train import mesh as meshlib
@@ -150,7 +137,7 @@ def run(spec: WorkerSpec, pipes=None) -> int:
     if pipes is not None:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
     result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                   log_fn=report, **_mesh_kwargs(train, mesh))
+                   log_fn=report, mesh=mesh)
     if pipes is not None:
         pipes.log.info(f"done at step {result.final_step}, last loss {result.last_loss}")
         pipes.report_asset_materialization(metadata=result_metadata(result, mesh))

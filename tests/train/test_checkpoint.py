@@ -85,3 +85,32 @@ def test_marker_with_the_real_digests_is_valid(tmp_path):
     good = json.loads((folder / "COMMITTED").read_text())
     (folder / "COMMITTED").write_text(json.dumps(dict(reversed(list(good.items())))))  # order does not matter
     assert ckpt.latest_valid(tmp_path) == folder
+
+
+def test_checkpoints_on_an_fsspec_filesystem(caplog):
+    """The same code on fsspec's memory filesystem (as on gs://): save, the COMMITTED marker
+    last, latest_valid skipping a torn one, temporary pruning, load."""
+    import fsspec
+
+    root = "memory://ckpt-test/run/checkpoints"
+    fs = fsspec.filesystem("memory")
+    first = ckpt.save(root, 2, state(2), {"data_position": {"batches": 2}})
+    assert first == "memory://ckpt-test/run/checkpoints/step-000000002"
+    marker = json.loads(fs.cat(f"{first}/COMMITTED"))
+    assert sorted(marker) == ["meta.json", "state.npz"]
+    import hashlib
+
+    assert marker["state.npz"] == hashlib.sha256(fs.cat(f"{first}/state.npz")).hexdigest()
+    ckpt.save(root, 3, state(3), {}, kind="temporary")
+    newest = ckpt.save(root, 4, state(4), {}, kind="temporary")
+    assert ckpt.list_checkpoints(root) == [first, newest]  # step 3 (temporary) pruned by step 4
+    fs.pipe(f"{newest}/state.npz", b"torn write")
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.latest_valid(root) == first
+    assert "step-000000004: not a valid checkpoint (state.npz does not match its checksum)" in caplog.text
+    arrays, meta = ckpt.load(first)
+    assert meta["step"] == 2 and meta["data_position"] == {"batches": 2}
+    back = ckpt.restore_like(state(0.0), arrays)
+    assert all(np.array_equal(a, b) for a, b in zip(ckpt.flatten(state(2))[1], ckpt.flatten(back)[1]))
+    fs.rm("/ckpt-test", recursive=True)
+    assert ckpt.latest_valid(root) is None and ckpt.list_checkpoints(root) == []

@@ -111,13 +111,3 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
     assert set(meta["counts"]) >= {"skipped_nonfinite", "skipped_spike"}
     assert (tmp_path / "out" / "train_result.json").exists()
-
-
-@pytest.mark.slow
-def test_worker_refuses_a_multi_device_mesh_until_the_loop_takes_one(caches, tmp_path):
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(good_spec(caches, tmp_path / "out")))
-    proc = _worker(spec_path, {"MARIN_DEVICES_PER_PROCESS": "2"}, timeout=200)
-    assert proc.returncode == 1
-    assert "does not take a mesh yet" in proc.stderr
-    assert not (tmp_path / "out").exists()  # nothing was written

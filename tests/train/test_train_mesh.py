@@ -1,0 +1,152 @@
+"""``loop.train`` on the ("data", "expert") mesh, for real across processes:
+1 x 1, 1 x 4 and 2 processes x 2 devices give the same losses; the worker runs 2 processes
+and reports through Pipes; a worker killed with SIGKILL fails its peer within 60 s, and a
+resumed rerun ends bit-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dagster_pipes import encode_param
+
+from conftest import TINY
+from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import mesh as meshlib
+from marin_assets.train.metrics import read_metrics
+from test_mesh import PROC_TIMEOUT_S, base_env, finish, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = ROOT / "tests/train/train_check.py"
+STEPS = 20
+TRANSPORTS = ("ragged", "pooled")
+
+
+def launch(n_processes: int, devices: int, argv: list[str], **env_extra) -> list[subprocess.Popen]:
+    """``n_processes`` copies of ``argv`` with the manifests' environment, on this host."""
+    port = free_port()
+    procs = []
+    for pid in range(n_processes):
+        env = base_env(**env_extra)
+        if n_processes > 1:
+            env.update(meshlib.local_env(pid, n_processes, port, devices))
+        else:
+            env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
+        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    return procs
+
+
+@pytest.fixture(scope="module")
+def layouts(caches, tmp_path_factory):
+    """{layout: {transport: metrics rows}} from train() on 1x1, 1x4 and 2x2."""
+    root = tmp_path_factory.mktemp("train_mesh")
+    caches_json = root / "caches.json"
+    caches_json.write_text(json.dumps({k: str(v) for k, v in caches.items()}))
+    out = {}
+    for name, (n_proc, devices, expert) in {"1x1": (1, 1, 1), "1x4": (1, 4, 4), "2x2": (2, 2, 2)}.items():
+        argv = [sys.executable, str(CHECK), "--caches", str(caches_json), "--out", str(root / name),
+                "--steps", str(STEPS), "--expert", str(expert)]
+        finish(launch(n_proc, devices, argv), PROC_TIMEOUT_S)
+        out[name] = {t: read_metrics(root / name / t / "metrics.jsonl") for t in TRANSPORTS}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_train_on_every_mesh_gives_the_same_losses(layouts, transport):
+    ref = np.array([r["loss"] for r in layouts["1x1"][transport]])
+    assert len(ref) == STEPS and np.all(np.isfinite(ref)) and ref[-1] < ref[0]
+    report = {}
+    for name in ("1x4", "2x2"):
+        rows = layouts[name][transport]
+        assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # one writer: no duplicate rows
+        assert [r["dropped"] for r in rows] == [0] * STEPS  # capacity large enough that nothing drops
+        diff = np.abs(np.array([r["loss"] for r in rows]) - ref)
+        report[name] = [float(f"{d:.2e}") for d in diff]
+        assert diff[0] <= 1e-6, (name, diff[0])
+        assert np.max(diff[1:]) <= 1e-4, (name, diff.tolist())
+    print(json.dumps({"transport": transport, "abs_loss_diff_vs_1x1_per_step": report}))
+
+
+def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
+    config = dict(TINY, num_steps=400, checkpoint_every_steps=20, batch_size=8)
+    return {"config": config, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
+            "resume": resume, "warm_start": None}
+
+
+def run_workers(spec: dict, path: Path, **env) -> list[subprocess.Popen]:
+    path.write_text(json.dumps(spec))
+    return launch(2, 2, [sys.executable, "-m", "marin_assets.train.worker", "--spec", str(path)], **env)
+
+
+def final_arrays(out_dir: Path) -> dict:
+    return ckpt.load(ckpt.latest_valid(out_dir / "checkpoints"))[0]
+
+
+@pytest.fixture(scope="module")
+def straight(caches, tmp_path_factory):
+    """An uninterrupted 2-process x 2-device worker run; process 0 reports through Pipes."""
+    root = tmp_path_factory.mktemp("straight")
+    messages = root / "messages.jsonl"
+    context = {"asset_keys": ["train/tiny"], "code_version_by_asset_key": None, "provenance_by_asset_key": None,
+               "partition_key": None, "partition_key_range": None, "partition_time_window": None,
+               "run_id": "r1", "job_name": "j", "retry_number": 0, "extras": {}}
+    finish(run_workers(worker_spec(caches, root / "out", resume=False), root / "spec.json",
+                       DAGSTER_PIPES_CONTEXT=encode_param({"data": context}),
+                       DAGSTER_PIPES_MESSAGES=encode_param({"path": str(messages)})), PROC_TIMEOUT_S)
+    return root
+
+
+@pytest.mark.slow
+def test_two_worker_processes_train_one_run_and_process_0_reports(straight):
+    sent = [json.loads(line) for line in (straight / "messages.jsonl").read_text().splitlines()]
+    rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
+    assert [r["step"] for r in rows] == list(range(1, 401))
+    (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
+    meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
+    assert meta["mesh"] == {"data": 2, "expert": 2} and meta["devices"] == 4
+    assert meta["final_step"] == 400 and meta["tokens"] == 400 * 8 * TINY["seq_len"]
+    assert [r["step"] for r in read_metrics(straight / "out" / "metrics.jsonl")] == list(range(1, 401))
+    assert rows[-1]["loss"] < rows[0]["loss"]
+
+
+@pytest.mark.slow
+def test_killed_worker_fails_its_peer_and_the_resumed_run_is_bit_identical(caches, straight, tmp_path):
+    out = tmp_path / "out"
+    procs = run_workers(worker_spec(caches, out, resume=False), tmp_path / "spec.json", MARIN_HEARTBEAT_TIMEOUT_S="10")
+    try:
+        deadline = time.monotonic() + PROC_TIMEOUT_S
+        while ckpt.latest_valid(out / "checkpoints") is None:  # mid-run: a checkpoint is committed
+            assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()[-3000:]
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        try:
+            procs[0].wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pass
+        elapsed = time.monotonic() - killed_at
+        rc = procs[0].poll()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    print(json.dumps({"survivor_rc": rc, "seconds_to_fail": round(elapsed, 1),
+                      "resumes_from": ckpt.latest_valid(out / "checkpoints").name}))
+    assert rc not in (None, 0), f"survivor still running {elapsed:.0f} s after the kill"
+    assert elapsed < 60
+    resumed_from = int(ckpt.latest_valid(out / "checkpoints").name.split("-")[1])
+    assert 0 < resumed_from < 400  # the kill landed mid-run
+    finish(run_workers(worker_spec(caches, out, resume=True), tmp_path / "spec.json"), PROC_TIMEOUT_S)
+    a, b = final_arrays(straight / "out"), final_arrays(out)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    losses = [(r["step"], r["loss"]) for r in read_metrics(out / "metrics.jsonl")]
+    assert losses == [(r["step"], r["loss"]) for r in read_metrics(straight / "out" / "metrics.jsonl")]
