@@ -22,7 +22,7 @@ from marin_assets.datakit.shards import join, list_shards, read_table
 from marin_assets.datakit.tokenize import is_validation
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
-from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_train_config
+from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.store import ArtifactRef
 from marin_assets.store.fsutil import filesystem, is_local, read_json
 
@@ -180,7 +180,10 @@ def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef, mix
         if warm_ref is None:
             raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised")
         warm = warm_ref.data_path
-    outcome = training_backend.run(ctx.dagster_context, TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm))
+    # Live metrics go under the run name the phase controller watches while the phase runs.
+    job = TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
+                    telemetry_run=phase_telemetry_run(RUN, spec.name))
+    outcome = training_backend.run(ctx.dagster_context, job)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
     ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
             f"last loss {outcome.last_loss}")
@@ -192,6 +195,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef, mix
         "tokens_consumed": {s: cache_tokens[s]["train"] - outcome.tokens_left.get(s, cache_tokens[s]["train"]) for s in cache_dirs},
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
+        "stopped_by": outcome.stopped_by or "",
     }
 
 

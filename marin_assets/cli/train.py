@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"marin train: {e}", file=sys.stderr)
         return 1
     print(json.dumps(_summary(result), allow_nan=False))
+    if result.stopped_by:  # a clean, resumable stop (SIGTERM/SIGINT) at a checkpoint, not a failure
+        print(f"marin train: {result.stop_message}; --resume continues from there", file=sys.stderr)
     return 0
 
 

@@ -82,6 +82,8 @@ class TrainSpec:
     out_dir: str
     resume: bool = True
     warm_start: str | None = None
+    telemetry_run: str | None = None  # the run name live metrics go under (the phase controller reads it)
+    telemetry_root: str | None = None  # default: $MARIN_PREFIX/telemetry
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, str) or not self.out_dir:
@@ -95,7 +97,8 @@ class TrainSpec:
         from marin_assets.train.config import config_to_dict
 
         return {"config": config_to_dict(self.config), "caches": self.caches, "out_dir": self.out_dir,
-                "resume": bool(self.resume), "warm_start": None if self.warm_start is None else str(self.warm_start)}
+                "resume": bool(self.resume), "warm_start": None if self.warm_start is None else str(self.warm_start),
+                "telemetry_run": self.telemetry_run, "telemetry_root": self.telemetry_root}
 
     def paths(self) -> list[str]:
         caches = [self.caches] if isinstance(self.caches, str) else list(self.caches.values())
@@ -114,6 +117,7 @@ class TrainOutcome:
     tokens_left: dict[str, int]
     counts: dict[str, int]
     metrics: tuple[dict, ...] = field(default=(), repr=False)  # per-step rows, in step order
+    stopped_by: str | None = None  # e.g. "SIGTERM": the phase was ended early at a checkpoint
 
     def __post_init__(self) -> None:
         for name in ("final_step", "tokens", "phase_start_step"):
@@ -135,7 +139,7 @@ class TrainOutcome:
         return {"backend": self.backend, "final_step": self.final_step, "tokens_trained": self.tokens,
                 "phase_start_step": self.phase_start_step, "last_loss": self.last_loss,
                 "tokens_left": dict(self.tokens_left), "guard_events": dict(self.counts),
-                "steps_reported": len(self.metrics)}
+                "steps_reported": len(self.metrics), "stopped_by": self.stopped_by or ""}
 
 
 def _plain(value: Any) -> Any:
@@ -161,7 +165,7 @@ def outcome_from_report(backend: str, metadata: Mapping[str, Any], metrics: Sequ
         rows.append(dict(row))
     return TrainOutcome(backend, values["final_step"], values["tokens"], values["phase_start_step"], last_loss,
                         dict(values["tokens_left"]), dict(values["counts"]),
-                        tuple(sorted(rows, key=lambda r: r["step"])))
+                        tuple(sorted(rows, key=lambda r: r["step"])), values.get("stopped_by") or None)
 
 
 def _outcome_from_session(backend: str, session) -> TrainOutcome:
@@ -199,11 +203,13 @@ class LocalTrainingBackend(TrainingBackend):
                 context.log.info(f"step {row['step']}: loss {row['loss']:.4f}")
 
         result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                       log_fn=log_row)
+                       log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root)
+        if result.stopped_by:
+            context.log.info(result.stop_message)
         return TrainOutcome("local", result.final_step, result.tokens, result.phase_start_step,
                             None if result.last_loss is None else float(result.last_loss),
                             {k: int(v) for k, v in result.tokens_left.items()},
-                            {k: int(v) for k, v in result.counts.items()}, tuple(rows))
+                            {k: int(v) for k, v in result.counts.items()}, tuple(rows), result.stopped_by)
 
 
 def _tail(path: Path, lines: int) -> str:

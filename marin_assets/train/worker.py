@@ -35,7 +35,8 @@ from typing import Any, Mapping
 
 log = logging.getLogger("marin_assets.train.worker")
 
-SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start")
+SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root")
+OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root")
 EXIT_BAD_SPEC = 2
 
 
@@ -46,6 +47,8 @@ class WorkerSpec:
     out_dir: str
     resume: bool
     warm_start: str | None = None
+    telemetry_run: str | None = None
+    telemetry_root: str | None = None
 
     def __post_init__(self) -> None:
         from marin_assets.train.config import TrainConfig
@@ -64,8 +67,10 @@ class WorkerSpec:
             raise ValueError(f"spec.out_dir must be a non-empty string, got {self.out_dir!r}")
         if not isinstance(self.resume, bool):
             raise ValueError(f"spec.resume must be true or false, got {self.resume!r}")
-        if self.warm_start is not None and (not isinstance(self.warm_start, str) or not self.warm_start):
-            raise ValueError(f"spec.warm_start must be a path string or null, got {self.warm_start!r}")
+        for name in OPTIONAL_KEYS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"spec.{name} must be a non-empty string or null, got {value!r}")
 
 
 def spec_from_dict(data: Any, where: str = "spec") -> WorkerSpec:
@@ -74,7 +79,7 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkerSpec:
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
     unknown = sorted(set(data) - set(SPEC_KEYS))
-    missing = [k for k in SPEC_KEYS if k not in data and k != "warm_start"]
+    missing = [k for k in SPEC_KEYS if k not in data and k not in OPTIONAL_KEYS]
     if unknown or missing:
         raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; keys are {list(SPEC_KEYS)}")
     if not isinstance(data["config"], Mapping):
@@ -84,14 +89,14 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkerSpec:
     except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
         raise ValueError(f"{where}.config: {e}") from None
     return WorkerSpec(config=config, caches=data["caches"], out_dir=data["out_dir"], resume=data["resume"],
-                      warm_start=data.get("warm_start"))
+                      **{k: data.get(k) for k in OPTIONAL_KEYS})
 
 
 def spec_to_dict(spec: WorkerSpec) -> dict:
     from marin_assets.train.config import config_to_dict
 
     return {"config": config_to_dict(spec.config), "caches": spec.caches, "out_dir": spec.out_dir,
-            "resume": spec.resume, "warm_start": spec.warm_start}
+            "resume": spec.resume, **{k: getattr(spec, k) for k in OPTIONAL_KEYS}}
 
 
 def load_spec(path: str | Path) -> WorkerSpec:
@@ -114,7 +119,8 @@ def result_metadata(result, mesh) -> dict:
             "data_position": result.data_position, "tokens_left": dict(result.tokens_left),
             "phase_start_step": result.phase_start_step, "metrics_path": str(result.metrics_path),
             "checkpoint_dir": str(result.checkpoint_dir) if result.checkpoint_dir else "",
-            "mesh": {k: int(v) for k, v in mesh.shape.items()}, "devices": int(mesh.size)}
+            "mesh": {k: int(v) for k, v in mesh.shape.items()}, "devices": int(mesh.size),
+            "stopped_by": result.stopped_by or ""}
     # Pipes infers scalars and strings; mappings (and a missing loss) must say what they are.
     typed = {k: {"raw_value": v, "type": "json"} if isinstance(v, Mapping) else v for k, v in meta.items()}
     typed["last_loss"] = ({"raw_value": None, "type": "null"} if result.last_loss is None
@@ -137,9 +143,10 @@ def run(spec: WorkerSpec, pipes=None) -> int:
     if pipes is not None:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
     result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                   log_fn=report, mesh=mesh)
+                   log_fn=report, mesh=mesh, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root)
     if pipes is not None:
-        pipes.log.info(f"done at step {result.final_step}, last loss {result.last_loss}")
+        pipes.log.info(result.stop_message if result.stopped_by else
+                       f"done at step {result.final_step}, last loss {result.last_loss}")
         pipes.report_asset_materialization(metadata=result_metadata(result, mesh))
     return 0
 

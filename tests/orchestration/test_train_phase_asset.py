@@ -83,6 +83,7 @@ def test_a_phase_without_a_mix_trains_on_the_mixture_asset(setup):
     assert spec.config.mixture.weights_at(5) == {"shakespeare": 1.0, "sotu": 0.0}
     assert sorted(spec.caches) == ["shakespeare", "sotu"] and spec.caches["sotu"].endswith("/sotu/train")
     assert spec.out_dir.endswith("/.work") and spec.resume is True and spec.warm_start is None
+    assert spec.telemetry_run == "demo-kestrel"  # the name the phase controller watches live
     assert tags["marin/accelerator"] == "cpu"  # the run's tags reach the backend
     # The metadata the phase controller reads, from the outcome.
     assert meta["count/backend"] == "recording" and meta["count/final_step"] == 8
@@ -91,6 +92,7 @@ def test_a_phase_without_a_mix_trains_on_the_mixture_asset(setup):
     assert meta["count/tokens_available"] == {"sotu": 4000, "shakespeare": 6500}
     assert meta["count/recent_losses"] == [6.0 - 0.25 * s for s in range(1, 9)]  # no metrics.jsonl: the reported rows
     assert meta["count/guard_events"] == {"grad_clipped": 1} and meta["count/steps_reported"] == 8
+    assert meta["count/stopped_by"] == ""  # ran to the end of its budget
 
 
 def test_the_phase_own_mix_wins_and_keeps_its_version(setup):

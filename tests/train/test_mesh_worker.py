@@ -35,7 +35,7 @@ def test_spec_round_trips_and_names_bad_fields(tmp_path):
         "spec.caches is empty": dict(good_spec({}, tmp_path)),
         "spec.config: unknown field(s) ['batch_sise']": dict(good_spec({"w": "/c"}, tmp_path),
                                                               config=dict(TINY, batch_sise=3)),
-        "spec.warm_start must be a path string or null": dict(good_spec({"w": "/c"}, tmp_path), warm_start=3),
+        "spec.warm_start must be a non-empty string or null": dict(good_spec({"w": "/c"}, tmp_path), warm_start=3),
     }
     for message, data in cases.items():
         with pytest.raises(ValueError) as err:
@@ -111,3 +111,16 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
     assert set(meta["counts"]) >= {"skipped_nonfinite", "skipped_spike"}
     assert (tmp_path / "out" / "train_result.json").exists()
+
+
+def test_spec_carries_the_telemetry_run_and_checks_it():
+    from marin_assets.train.config import TrainConfig, config_to_dict
+    from marin_assets.train.worker import spec_from_dict, spec_to_dict
+
+    data = {"config": config_to_dict(TrainConfig()), "caches": "c", "out_dir": "o", "resume": True,
+            "telemetry_run": "demo-phoenix"}
+    spec = spec_from_dict(data)
+    assert (spec.telemetry_run, spec.telemetry_root, spec.warm_start) == ("demo-phoenix", None, None)
+    assert spec_from_dict(spec_to_dict(spec)) == spec
+    with pytest.raises(ValueError, match="spec.telemetry_run must be a non-empty string or null"):
+        spec_from_dict({**data, "telemetry_run": 5})
