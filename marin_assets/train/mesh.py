@@ -42,7 +42,9 @@ Environment (what the manifests in marin_assets/cluster/manifests.py set):
 
 from __future__ import annotations
 
+
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -346,13 +348,21 @@ def all_processes(flag: bool) -> bool:
     return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag)))))
 
 
-def barrier(name: str) -> None:
-    """Every process reaches ``name`` before any goes on (e.g. after a checkpoint is written)."""
+BARRIER_TIMEOUT_S = 600.0
+
+
+def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+    """Every process reaches ``name`` before any goes on (e.g. after a checkpoint is written).
+
+    A host-side barrier of the coordination service, not a device collective: a collective's
+    first use builds a gloo context whose key-value wait is fixed at 30 s, which a peer that
+    is still compiling on a loaded host can miss. A dead peer still fails it (heartbeats).
+    """
     import jax
-    from jax.experimental import multihost_utils
+    from jax._src import distributed
 
     if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
+        distributed.global_state.client.wait_at_barrier(name, int(timeout_s * 1000))
 
 
 # -- the step -------------------------------------------------------------------------------
@@ -366,8 +376,30 @@ def jit_step(step: Callable, mesh, state_sh, n_scalars: int = 2, donate: bool = 
     import jax
 
     rep = replicated(mesh)
-    return jax.jit(step, in_shardings=(state_sh, batch_sharding(mesh)) + (rep,) * n_scalars,
-                   out_shardings=(state_sh, rep), donate_argnums=(0,) if donate else ())
+    jitted = jax.jit(step, in_shardings=(state_sh, batch_sharding(mesh)) + (rep,) * n_scalars,
+                     out_shardings=(state_sh, rep), donate_argnums=(0,) if donate else ())
+    if jax.process_count() == 1:
+        return jitted
+    return _compile_then_meet(jitted)
+
+
+_COMPILED_STEPS = itertools.count()
+
+
+def _compile_then_meet(jitted: Callable) -> Callable:
+    """Compile on the first call, then wait for every process before running: peers compile
+    at different speeds, and the step's first collective must not wait on a slow compile."""
+    compiled = None
+    name = f"step-compiled-{next(_COMPILED_STEPS)}"  # the same sequence on every process
+
+    def run(*args):
+        nonlocal compiled
+        if compiled is None:
+            compiled = jitted.lower(*args).compile()
+            barrier(name)
+        return compiled(*args)
+
+    return run
 
 
 def init_sharded(init: Callable[[], Any], mesh) -> Any:

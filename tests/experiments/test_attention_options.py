@@ -92,12 +92,12 @@ def test_partial_rope_trains_through_the_model():
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.1, 1.5])
 def test_bad_rope_fraction_is_refused(value):
-    with pytest.raises(ValueError, match="rope_fraction must be in"):
+    with pytest.raises(ValueError, match="rope_fraction must be (in|finite)"):
         dataclasses.replace(CFG, rope_fraction=value)
 
 
 def test_qk_norm_must_be_a_bool():
-    with pytest.raises(ValueError, match="qk_norm must be true or false"):
+    with pytest.raises(ValueError, match="qk_norm must be bool"):
         dataclasses.replace(CFG, qk_norm="no")
 
 

@@ -37,6 +37,9 @@ def test_kill9_during_ingest_loses_at_most_the_segment_being_written(tmp_path, a
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    # On a loaded host the kill can land after further flushes: their acks are still in the pipe.
+    printed = [int(line) for line in proc.stdout.read().split()]
+    last_ack = max([acked, *printed])
 
     store = TelemetryStore(root)
     problems = store.verify()
@@ -50,7 +53,7 @@ def test_kill9_during_ingest_loses_at_most_the_segment_being_written(tmp_path, a
     steps = sorted(set(frame["step"].to_list()))
     last = steps[-1]
     assert steps == list(range(last + 1))  # complete segments only: no gap, no torn tail
-    assert acked <= last <= acked + STEPS_PER_FLUSH  # at most the segment in flight beyond the ack
+    assert acked <= last <= last_ack + STEPS_PER_FLUSH  # at most the segment in flight beyond the last ack
     assert (last + 1) % STEPS_PER_FLUSH == 0  # whole flushes only
     assert frame.height == 2 * (last + 1)  # both metrics of every step, each once
     a = frame.filter(metric="a")
