@@ -37,7 +37,8 @@ def base_env(**extra) -> dict:
     return env
 
 
-def launch(n_processes: int, devices: int, args: list[str], **env_extra) -> list[subprocess.Popen]:
+def launch_argv(n_processes: int, devices: int, argv: list[str], **env_extra) -> list[subprocess.Popen]:
+    """``n_processes`` copies of ``argv`` with the manifests' environment, on this host."""
     port = free_port()
     procs = []
     for pid in range(n_processes):
@@ -46,9 +47,14 @@ def launch(n_processes: int, devices: int, args: list[str], **env_extra) -> list
             env.update(meshlib.local_env(pid, n_processes, port, devices))
         else:
             env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
-        procs.append(subprocess.Popen([sys.executable, str(CHECK), *args], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
     return procs
+
+
+def launch(n_processes: int, devices: int, args: list[str], **env_extra) -> list[subprocess.Popen]:
+    """The step-level harness (mesh_check.py) on ``n_processes`` x ``devices``."""
+    return launch_argv(n_processes, devices, [sys.executable, str(CHECK), *args], **env_extra)
 
 
 def finish(procs: list[subprocess.Popen], timeout: float) -> None:

@@ -18,29 +18,14 @@ from dagster_pipes import encode_param
 
 from conftest import TINY
 from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import mesh as meshlib
 from marin_assets.train.metrics import read_metrics
-from test_mesh import PROC_TIMEOUT_S, base_env, finish, free_port
+from test_mesh import PROC_TIMEOUT_S, finish
+from test_mesh import launch_argv as launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tests/train/train_check.py"
 STEPS = 20
 TRANSPORTS = ("ragged", "pooled")
-
-
-def launch(n_processes: int, devices: int, argv: list[str], **env_extra) -> list[subprocess.Popen]:
-    """``n_processes`` copies of ``argv`` with the manifests' environment, on this host."""
-    port = free_port()
-    procs = []
-    for pid in range(n_processes):
-        env = base_env(**env_extra)
-        if n_processes > 1:
-            env.update(meshlib.local_env(pid, n_processes, port, devices))
-        else:
-            env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
-        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    return procs
 
 
 @pytest.fixture(scope="module")
