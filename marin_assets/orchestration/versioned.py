@@ -141,6 +141,7 @@ def versioned_asset(
     extra_metadata: Callable[[ArtifactRef], Mapping[str, Any]] | None = None,
     resources: Mapping[str, type] | None = None,
     versioned_ins: Callable[[Any], Collection[str]] | None = None,
+    version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None = None,
 ) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
     """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
 
@@ -148,6 +149,10 @@ def versioned_asset(
     versioned_ins: ``config -> input names`` whose versions enter the version (default: every
       input). For an input the body reads only under some configs: its version must not
       re-version the artifacts of the configs that ignore it.
+    version_inputs: ``(config, partition, inputs) -> {label: version}`` that replaces the
+      upstream versions entering the version. Early cutoff: a shard's filtered artifact names
+      the digest of its own removal list, not the version of the global reduce that wrote it,
+      so a reduce rerun that changes nothing about this shard leaves its artifacts cached.
     """
     asset_path = validate_asset_key(key)
     asset_key = "/".join(asset_path)
@@ -174,7 +179,10 @@ def versioned_asset(
             unknown = used - set(inputs)
             if unknown:
                 raise ValueError(f"{asset_key}: versioned_ins names {sorted(unknown)}, not inputs of the asset")
-            upstream = _upstream_versions({name: value for name, value in inputs.items() if name in used})
+            if version_inputs is not None:
+                upstream = _checked_versions(asset_key, dict(version_inputs(config, partition, inputs)))
+            else:
+                upstream = _upstream_versions({name: value for name, value in inputs.items() if name in used})
             version = compute_version(asset_key, code_version, versioned_config, partition, upstream)
             provenance = {
                 "version_payload": version_payload(asset_key, code_version, versioned_config, partition, upstream),
@@ -234,6 +242,13 @@ def versioned_asset(
         )(compute)
 
     return decorator
+
+
+def _checked_versions(asset_key: str, versions: dict[str, str]) -> dict[str, str]:
+    for label, version in versions.items():
+        if not isinstance(label, str) or not isinstance(version, str) or not label or not version:
+            raise ValueError(f"{asset_key}: version_inputs must map non-empty labels to non-empty version strings, got {label!r}: {version!r}")
+    return versions
 
 
 def _unwrap(value: Any, partition: str | None) -> Any:

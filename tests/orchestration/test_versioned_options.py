@@ -49,3 +49,28 @@ def test_versioned_ins_choose_which_upstream_versions_count(tmp_path):
 def test_versioned_ins_must_name_inputs(tmp_path):
     with pytest.raises(Exception, match=r"versioned_ins names \['upp'\], not inputs of the asset"):
         _materialize(tmp_path, _asset(lambda config: {"upp"}))
+
+
+def _asset_with_version_inputs(version_inputs):
+    @versioned_asset(key="downstream", code_version="1", ins={"up": "upstream"}, version_inputs=version_inputs)
+    def downstream(ctx: StageContext, up):
+        return {"up_version": up.version}
+
+    return downstream
+
+
+def test_version_inputs_replace_the_upstream_versions(tmp_path):
+    """Early cutoff's hook: the version follows what the hook names, not the upstream's version."""
+    default = _meta(_materialize(tmp_path / "a", _asset(None)))
+    run_a = _materialize(tmp_path / "b", _asset_with_version_inputs(lambda c, p, ins: {"list": "digest-a"}))
+    digest_a, upstream_meta = _meta(run_a), _meta(run_a, "upstream")
+    digest_a_again = _meta(_materialize(tmp_path / "c", _asset_with_version_inputs(lambda c, p, ins: {"list": "digest-a"})))
+    digest_b = _meta(_materialize(tmp_path / "d", _asset_with_version_inputs(lambda c, p, ins: {"list": "digest-b"})))
+    assert digest_a["version"] == digest_a_again["version"]
+    assert len({default["version"], digest_a["version"], digest_b["version"]}) == 3
+    assert digest_a["count/up_version"] == upstream_meta["version"]  # the body still gets the input
+
+
+def test_version_inputs_must_be_strings(tmp_path):
+    with pytest.raises(Exception, match=r"version_inputs must map non-empty labels to non-empty version strings"):
+        _materialize(tmp_path, _asset_with_version_inputs(lambda c, p, ins: {"list": ""}))
