@@ -1,0 +1,105 @@
+"""Materialise a graph whose assets have different partitions, one Dagster run per wave.
+
+A Dagster run covers a range of one partitions definition's keys; the sharded DataKit graph
+has four (shards, hash buckets, LSH bands, none), so "materialise everything" is a sequence
+of runs. On a cluster Dagster's asset backfill plans and launches them (its daemon starts a
+wave's runs once their parents are done, one per N partitions under `multi_run`). Locally,
+without a daemon, `materialize_waves` runs the same waves in this process, in order: each
+wave is one `dg.materialize` over every key of one partitions definition, and a wave starts
+only after every earlier wave succeeded. It plans and sequences; the runs themselves,
+their executors and the in-run fan-out over partitions are Dagster's and versioned_asset's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+@dataclass(frozen=True)
+class Wave:
+    """Assets that one run materialises: same partitions definition, parents all earlier."""
+
+    keys: tuple[dg.AssetKey, ...]
+    partitions_def: dg.PartitionsDefinition | None
+
+    def label(self) -> str:
+        names = ", ".join(k.to_user_string() for k in self.keys)
+        return f"[{names}]" + (f" over {_def_name(self.partitions_def)}" if self.partitions_def else "")
+
+
+def _def_name(partitions_def: dg.PartitionsDefinition) -> str:
+    return getattr(partitions_def, "name", None) or type(partitions_def).__name__
+
+
+def plan_waves(assets: Sequence[dg.AssetsDefinition], selection: Collection[dg.AssetKey] | None = None) -> list[Wave]:
+    """The selected assets in runs: topological order, each run as large as it can be.
+
+    A wave starts from the first ready asset (parents done; ties broken by key, so the plan
+    is stable) and grows with every other asset of the same partitions definition whose
+    parents are done or in the wave: same-partition chains share one run.
+    """
+    specs = {spec.key: (spec, a.partitions_def) for a in assets for spec in a.specs}
+    targets = set(specs) if selection is None else set(selection)
+    unknown = targets - set(specs)
+    if unknown:
+        raise ValueError(f"selection names assets that are not in the graph: {sorted(k.to_user_string() for k in unknown)}")
+    parents = {k: {d.asset_key for d in specs[k][0].deps} & targets for k in targets}
+    done: set[dg.AssetKey] = set()
+    waves: list[Wave] = []
+    while len(done) < len(targets):
+        ready = sorted((k for k in targets - done if parents[k] <= done), key=lambda k: k.to_user_string())
+        if not ready:
+            raise ValueError(f"the selection has a dependency cycle among {sorted(k.to_user_string() for k in targets - done)}")
+        partitions_def = specs[ready[0]][1]
+        wave: list[dg.AssetKey] = []
+        grew = True
+        while grew:
+            grew = False
+            for k in sorted(targets - done - set(wave), key=lambda k: k.to_user_string()):
+                if specs[k][1] == partitions_def and parents[k] <= done | set(wave):
+                    wave.append(k)
+                    grew = True
+        waves.append(Wave(tuple(wave), partitions_def))
+        done |= set(wave)
+    return waves
+
+
+def wave_tags(wave: Wave, instance: dg.DagsterInstance) -> dict[str, str]:
+    """Range tags over every key of the wave's partitions (none for an unpartitioned wave)."""
+    if wave.partitions_def is None:
+        return {}
+    keys = wave.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    if not keys:
+        raise ValueError(f"wave {wave.label()} has no partitions yet (nothing registered the keys of {_def_name(wave.partitions_def)})")
+    return {RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]}
+
+
+def materialize_waves(
+    assets: Sequence[dg.AssetsDefinition],
+    instance: dg.DagsterInstance,
+    resources: Mapping[str, Any],
+    selection: Collection[dg.AssetKey] | None = None,
+    tags: Mapping[str, str] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dg.ExecuteInProcessResult]:
+    """Run every wave of `selection` in order; stop at the first failed wave (its result last)."""
+    results = []
+    waves = plan_waves(assets, selection)
+    for i, wave in enumerate(waves, 1):
+        run_tags = {**(tags or {}), **wave_tags(wave, instance)}
+        span = f" ({run_tags[RANGE_START_TAG]} .. {run_tags[RANGE_END_TAG]})" if RANGE_START_TAG in run_tags else ""
+        log(f"wave {i}/{len(waves)}: {wave.label()}{span}")
+        result = dg.materialize(assets, selection=list(wave.keys), instance=instance, resources=resources,
+                                tags=run_tags, raise_on_error=False)
+        results.append(result)
+        if not result.success:
+            log(f"wave {i}/{len(waves)} failed (run {result.run_id}); later waves not started")
+            break
+    return results
