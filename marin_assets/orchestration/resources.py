@@ -37,16 +37,31 @@ class ArtifactStoreResource(dg.ConfigurableResource):
 class ArtifactIOManager(dg.ConfigurableIOManager):
     """Stores/loads ``ArtifactRef`` pointers (``LATEST.json``) next to the versions.
 
-    A partitioned upstream always loads as ``{partition_key: ArtifactRef}``; the
-    versioned-asset wrapper unwraps co-partitioned inputs to a single reference.
+    A partitioned upstream always loads as ``{partition_key: ArtifactRef}`` (just the keys
+    the step needs: one for a single-partition run); the versioned-asset wrapper hands each
+    partition's body its own reference. A range run's output is ``{partition_key: ArtifactRef}``
+    too: one pointer per partition.
     """
 
     artifact_store: ArtifactStoreResource
 
-    def handle_output(self, context: dg.OutputContext, obj: ArtifactRef) -> None:
-        if not isinstance(obj, ArtifactRef):
-            raise TypeError(f"{context.asset_key.to_user_string()} must return an ArtifactRef, got {type(obj).__name__}")
-        self.artifact_store.store.write_pointer(obj)
+    def handle_output(self, context: dg.OutputContext, obj: ArtifactRef | Mapping[str, ArtifactRef]) -> None:
+        store = self.artifact_store.store
+        name = context.asset_key.to_user_string()
+        if isinstance(obj, ArtifactRef):
+            store.write_pointer(obj)
+            return
+        if not isinstance(obj, Mapping):
+            raise TypeError(f"{name} must return an ArtifactRef (or {{partition: ArtifactRef}} for a range), got {type(obj).__name__}")
+        expected = set(context.asset_partition_keys) if context.has_asset_partitions else set()
+        if set(obj) != expected:
+            missing, extra = sorted(expected - set(obj)), sorted(set(obj) - expected)
+            raise ValueError(f"{name}: a range output must hold one ArtifactRef per partition of the run; "
+                             f"missing {missing[:5]}, unexpected {extra[:5]}")
+        for partition, ref in obj.items():
+            if not isinstance(ref, ArtifactRef) or ref.partition != partition:
+                raise TypeError(f"{name} partition {partition!r}: expected its ArtifactRef, got {ref!r:.200}")
+            store.write_pointer(ref)
 
     def load_input(self, context: dg.InputContext) -> ArtifactRef | dict[str, ArtifactRef]:
         store = self.artifact_store.store

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import dagster as dg
 from pydantic import Field
 
-from marin_assets.store import ArtifactRef, ArtifactStore, canonical_json, validate_asset_key
+from marin_assets.store import ArtifactRef, ArtifactStore, Materialization, canonical_json, validate_asset_key
 from marin_assets.orchestration.resources import ArtifactStoreResource
 
 STORE_RESOURCE_KEY = "artifact_store"
@@ -142,6 +142,7 @@ def versioned_asset(
     resources: Mapping[str, type] | None = None,
     versioned_ins: Callable[[Any], Collection[str]] | None = None,
     version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
     """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
 
@@ -153,6 +154,10 @@ def versioned_asset(
       upstream versions entering the version. Early cutoff: a shard's filtered artifact names
       the digest of its own removal list, not the version of the global reduce that wrote it,
       so a reduce rerun that changes nothing about this shard leaves its artifacts cached.
+    backfill_policy: ``BackfillPolicy.single_run()`` lets one run cover a range of partitions;
+      the wrapper then computes each partition of the range (its own version, artifact,
+      cache hit and materialization) on $MARIN_LOCAL_WORKERS local processes (fanout.py).
+      The body stays per-partition (``ctx.partition_key``).
     """
     asset_path = validate_asset_key(key)
     asset_key = "/".join(asset_path)
@@ -160,63 +165,31 @@ def versioned_asset(
         name: (spec if isinstance(spec, dg.AssetIn) else dg.AssetIn(key=dg.AssetKey(validate_asset_key(spec))))
         for name, spec in (ins or {}).items()
     }
+    in_keys = {name: spec.key or dg.AssetKey([*(spec.key_prefix or []), name]) for name, spec in asset_ins.items()}
     effective_code_version = f"{code_version}+cfg.{_config_fingerprint(config_cls)}"
 
     def decorator(body: Callable[..., Mapping[str, Any] | None]) -> dg.AssetsDefinition:
+        stage = _Stage(asset_key, code_version, body, versioned_ins, version_inputs, extra_metadata)
+
         def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.Output:
             config: StageConfig | None = kwargs.pop("config", None)
             store = kwargs.pop(STORE_RESOURCE_KEY).store
             used_resources = {name: kwargs.pop(name) for name in resources or {}}
-            partition = context.partition_key if context.has_partition_key else None
-            inputs = {name: _unwrap(value, partition) for name, value in kwargs.items()}
-            return _materialize(context, store, body, config, partition, inputs, used_resources)
-
-        def _materialize(context, store, body, config, partition, inputs, used_resources) -> dg.Output:
-            from marin_assets.store import compute_version, version_payload
-
-            versioned_config = config.versioned_fields() if config is not None else {}
-            used = set(inputs) if versioned_ins is None else set(versioned_ins(config))
-            unknown = used - set(inputs)
-            if unknown:
-                raise ValueError(f"{asset_key}: versioned_ins names {sorted(unknown)}, not inputs of the asset")
-            if version_inputs is not None:
-                upstream = _checked_versions(asset_key, dict(version_inputs(config, partition, inputs)))
-            else:
-                upstream = _upstream_versions({name: value for name, value in inputs.items() if name in used})
-            version = compute_version(asset_key, code_version, versioned_config, partition, upstream)
-            provenance = {
-                "version_payload": version_payload(asset_key, code_version, versioned_config, partition, upstream),
-                "config": config.model_dump() if config is not None else {},
-            }
-
-            def run_body(out_dir: str) -> Mapping[str, Any] | None:
-                stage = StageContext(out_dir, partition, context.log.info, asset_key, version,
-                                     store.scratch_dir(asset_key, partition, version), store, context)
-                context.log.info(f"computing {asset_key} version {version[:16]}" + (f" partition {partition}" if partition else ""))
-                arguments = {**inputs, **used_resources}
-                return body(stage, config, **arguments) if config is not None else body(stage, **arguments)
-
+            partitions = _step_partitions(context)
+            modes = {name: _input_mode(context, in_keys[name], value) for name, value in kwargs.items()}
+            if len(partitions) > 1:
+                return _materialize_range(context, store, stage, config, partitions, kwargs, modes, used_resources)
+            partition = partitions[0] if partitions else None
+            inputs = {name: _input_for(value, modes[name], partition, context, False) for name, value in kwargs.items()}
+            plan = stage.plan(config, partition, inputs)
             started = time.monotonic()
-            result = store.materialize(asset_key, partition, version, run_body, provenance)
-            ref = result.ref
-            counts = dict(ref.counts)
+            result = stage.materialize(store, plan, config, used_resources, context.log.info, context)
             elapsed = time.monotonic() - started
-            context.log.info(
-                f"{asset_key}: {'cache hit' if result.cache_hit else 'computed'} in {elapsed:.2f}s{_rate(counts, elapsed, result.cache_hit)}; counts {counts}"
-            )
-            metadata = {
-                "path": dg.MetadataValue.path(ref.path),
-                "version": ref.version,
-                "cache_hit": result.cache_hit,
-                "total_bytes": int(ref.manifest.get("total_bytes", 0)),
-                "files": len(ref.manifest.get("files", [])),
-                "duration_s": round(elapsed, 3),
-                **{f"count/{k}": _metadata_value(v) for k, v in counts.items()},
-                **(extra_metadata(ref) if extra_metadata else {}),
-            }
+            context.log.info(stage.summary_line(result, elapsed))
             with warnings.catch_warnings():  # data_version on Output is "beta" but stable in practice
                 warnings.simplefilter("ignore", dg.BetaWarning)
-                return dg.Output(ref, data_version=dg.DataVersion(version), metadata=metadata)
+                return dg.Output(result.ref, data_version=dg.DataVersion(plan.version),
+                                 metadata=stage.metadata(result, elapsed))
 
         params = [inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=dg.AssetExecutionContext)]
         if config_cls is not None:
@@ -238,6 +211,7 @@ def versioned_asset(
             io_manager_key=IO_MANAGER_KEY,
             automation_condition=automation_condition,
             tags=dict(tags or {}),
+            backfill_policy=backfill_policy,
             kinds={"marin"},
         )(compute)
 
@@ -251,8 +225,233 @@ def _checked_versions(asset_key: str, versions: dict[str, str]) -> dict[str, str
     return versions
 
 
-def _unwrap(value: Any, partition: str | None) -> Any:
-    """Co-partitioned inputs arrive as {partition: ref}; hand the body the single ref."""
-    if isinstance(value, Mapping) and partition is not None and set(value) == {partition}:
+# ---- one partition: plan its version, compute or reuse it, describe it -------------------
+
+@dataclass(frozen=True)
+class _Plan:
+    partition: str | None
+    version: str
+    inputs: Mapping[str, Any]  # what the body gets: one ref per co-partitioned input
+    provenance: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """What the decorator knows about one asset; the same for single and range runs, so a
+    partition gets the same version (and cache hit) whichever way it is run."""
+
+    asset_key: str
+    code_version: str
+    body: Callable[..., Mapping[str, Any] | None]
+    versioned_ins: Callable[[Any], Collection[str]] | None
+    version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None
+    extra_metadata: Callable[[ArtifactRef], Mapping[str, Any]] | None
+
+    def plan(self, config: StageConfig | None, partition: str | None, inputs: Mapping[str, Any]) -> _Plan:
+        from marin_assets.store import compute_version, version_payload
+
+        versioned_config = config.versioned_fields() if config is not None else {}
+        used = set(inputs) if self.versioned_ins is None else set(self.versioned_ins(config))
+        unknown = used - set(inputs)
+        if unknown:
+            raise ValueError(f"{self.asset_key}: versioned_ins names {sorted(unknown)}, not inputs of the asset")
+        if self.version_inputs is not None:
+            upstream = _checked_versions(self.asset_key, dict(self.version_inputs(config, partition, inputs)))
+        else:
+            upstream = _upstream_versions({name: value for name, value in inputs.items() if name in used})
+        version = compute_version(self.asset_key, self.code_version, versioned_config, partition, upstream)
+        provenance = {
+            "version_payload": version_payload(self.asset_key, self.code_version, versioned_config, partition, upstream),
+            "config": config.model_dump() if config is not None else {},
+        }
+        return _Plan(partition, version, inputs, provenance)
+
+    def materialize(self, store: ArtifactStore, plan: _Plan, config: StageConfig | None, used_resources: Mapping[str, Any],
+                    log: Callable[[str], None], context: dg.AssetExecutionContext) -> Materialization:
+        def run_body(out_dir: str) -> Mapping[str, Any] | None:
+            stage = StageContext(out_dir, plan.partition, log, self.asset_key, plan.version,
+                                 store.scratch_dir(self.asset_key, plan.partition, plan.version), store, context)
+            log(f"computing {self.asset_key} version {plan.version[:16]}" + (f" partition {plan.partition}" if plan.partition else ""))
+            arguments = {**plan.inputs, **used_resources}
+            return self.body(stage, config, **arguments) if config is not None else self.body(stage, **arguments)
+
+        return store.materialize(self.asset_key, plan.partition, plan.version, run_body, plan.provenance)
+
+    def summary_line(self, result: Materialization, elapsed: float) -> str:
+        counts = dict(result.ref.counts)
+        where = f" partition {result.ref.partition}" if result.ref.partition is not None else ""
+        return (f"{self.asset_key}{where}: {'cache hit' if result.cache_hit else 'computed'} in {elapsed:.2f}s"
+                f"{_rate(counts, elapsed, result.cache_hit)}; counts {counts}")
+
+    def metadata(self, result: Materialization, elapsed: float) -> dict[str, Any]:
+        ref = result.ref
+        return {
+            "path": dg.MetadataValue.path(ref.path),
+            "version": ref.version,
+            "cache_hit": result.cache_hit,
+            "total_bytes": int(ref.manifest.get("total_bytes", 0)),
+            "files": len(ref.manifest.get("files", [])),
+            "duration_s": round(elapsed, 3),
+            **{f"count/{k}": _metadata_value(v) for k, v in ref.counts.items()},
+            **(self.extra_metadata(ref) if self.extra_metadata else {}),
+        }
+
+
+# ---- which partitions a step covers, and what each partition's body gets --------------
+
+_WHOLE, _IDENTITY = "whole", "identity"
+
+
+@dataclass(frozen=True)
+class _Mapped:
+    """An input under another partition mapping (static, time window, ...): each partition
+    gets the upstream keys Dagster maps it to."""
+
+    mapping: dg.PartitionMapping
+    partitions_def: dg.PartitionsDefinition
+    upstream_partitions_def: dg.PartitionsDefinition
+
+
+def _step_partitions(context: dg.AssetExecutionContext) -> list[str]:
+    """[] unpartitioned, [key] for one partition, the range's keys (in order) for a range run."""
+    if context.assets_def.partitions_def is None:
+        return []
+    if context.has_partition_key_range:
+        return list(context.partition_keys)
+    return [context.partition_key] if context.has_partition_key else []
+
+
+def _input_mode(context: dg.AssetExecutionContext, upstream_key: dg.AssetKey, value: Any) -> Any:
+    """How a loaded input is split over the step's partitions, from the asset's partition
+    mapping (never from the keys loaded: an All mapping over the same partitions loads the
+    same keys as a range run's identity input when the range covers every partition)."""
+    if not isinstance(value, Mapping) or context.assets_def.partitions_def is None:
+        return _WHOLE  # an unpartitioned upstream (one ref), or an unpartitioned asset
+    explicit = context.assets_def.get_partition_mapping(upstream_key)
+    if isinstance(explicit, dg.AllPartitionMapping):
+        return _WHOLE
+    upstream_def = context.job_def.asset_layer.get(upstream_key).partitions_def
+    mapping = context.assets_def.infer_partition_mapping(context.assets_def.key, upstream_key, upstream_def)
+    if isinstance(mapping, dg.AllPartitionMapping):
+        return _WHOLE
+    if isinstance(mapping, dg.IdentityPartitionMapping):
+        return _IDENTITY
+    return _Mapped(mapping, context.assets_def.partitions_def, upstream_def)
+
+
+def _input_for(value: Any, mode: Any, partition: str | None, context: dg.AssetExecutionContext, in_range: bool) -> Any:
+    """The input one partition's body sees: the single ref of a co-partitioned input, the
+    whole {key: ref} of an All-mapped one, the mapped keys under another mapping."""
+    if mode == _WHOLE or partition is None:
+        return value
+    if mode == _IDENTITY:
+        if partition not in value:
+            raise KeyError(f"partition {partition!r} of an identity-mapped input was not loaded (got {sorted(value)[:5]})")
         return value[partition]
-    return value
+    if not in_range:
+        return value  # Dagster loaded exactly this partition's mapped keys
+    subset = mode.partitions_def.subset_with_partition_keys([partition])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mapped = mode.mapping.get_upstream_mapped_partitions_result_for_partitions(
+            subset, mode.partitions_def, mode.upstream_partitions_def, dynamic_partitions_store=context.instance)
+    return {key: value[key] for key in mapped.partitions_subset.get_partition_keys()}
+
+
+# ---- a range run: every partition of the range, on local workers ----------------------
+
+def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, stage: _Stage, config: StageConfig | None,
+                       partitions: list[str], loaded: Mapping[str, Any], modes: Mapping[str, Any],
+                       used_resources: Mapping[str, Any]) -> dg.Output:
+    """Plan every partition here, answer cache hits here, compute the rest on the pool; each
+    partition gets its own materialization event and metadata."""
+    from marin_assets.orchestration.fanout import fan_out, local_workers
+
+    started = time.monotonic()
+    plans = {p: stage.plan(config, p, {name: _input_for(value, modes[name], p, context, True) for name, value in loaded.items()})
+             for p in partitions}
+    results: dict[str, tuple[Materialization, float]] = {}
+    for p, plan in plans.items():
+        t0 = time.monotonic()
+        ref = store.load(stage.asset_key, p, plan.version)
+        if ref is not None:
+            results[p] = (Materialization(ref, True, time.monotonic() - t0), time.monotonic() - t0)
+    todo = [p for p in partitions if p not in results]
+    workers = local_workers()
+    progress = _Progress(stage.asset_key, len(partitions), len(results), started, context.log.info)
+    context.log.info(f"{stage.asset_key}: range of {len(partitions)} partitions ({partitions[0]} .. {partitions[-1]}): "
+                     f"{len(results)} cache hits, computing {len(todo)} on {min(workers, max(len(todo), 1))} local worker(s)")
+
+    def task(partition: str, log: Callable[[str], None]) -> tuple[Materialization, float]:
+        t0 = time.monotonic()
+        result = stage.materialize(store, plans[partition], config, used_resources, log, context)
+        return result, time.monotonic() - t0
+
+    def on_done(partition: str, value: tuple[Materialization, float]) -> None:
+        results[partition] = value
+        progress.done(value[0])
+
+    failures = fan_out(task, todo, workers, context.log.info, on_done)
+    for p in partitions:
+        if p in results:
+            context.add_asset_metadata(stage.metadata(*results[p]), partition_key=p)
+    if failures:
+        _record_committed(context, store, stage, {p: results[p] for p in partitions if p in results})
+        raise _range_failure(stage.asset_key, len(partitions), len(results), failures)
+    summary = {"range/partitions": len(partitions), "range/computed": progress.computed,
+               "range/cache_hits": len(partitions) - progress.computed, "range/workers": min(workers, max(len(todo), 1)),
+               "range/duration_s": round(time.monotonic() - started, 3)}
+    versions = {p: results[p][0].ref.version for p in partitions}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        # Dagster takes one data version per output; each partition's own is its `version` metadata.
+        return dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
+                         data_version=dg.DataVersion(hashlib.sha256(canonical_json(versions).encode()).hexdigest()))
+
+
+class _Progress:
+    """'k/n partitions' lines with rates, at most every few seconds (ranges can be long)."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, asset_key: str, total: int, hits: int, started: float, log: Callable[[str], None]):
+        self.asset_key, self.total, self.finished, self.started, self.log = asset_key, total, hits, started, log
+        self.computed = 0
+        self.counts: dict[str, float] = {}
+        self.last_logged = started
+
+    def done(self, result: Materialization) -> None:
+        self.finished += 1
+        if not result.cache_hit:  # another run committed it while we waited: a hit
+            self.computed += 1
+            for key, value in result.ref.counts.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.counts[key] = self.counts.get(key, 0) + value
+        now = time.monotonic()
+        if self.finished == self.total or self.total <= 32 or now - self.last_logged >= self.EVERY_S:
+            self.last_logged = now
+            elapsed = max(now - self.started, 1e-9)
+            self.log(f"{self.asset_key}: {self.finished}/{self.total} partitions done ({self.computed} computed) in "
+                     f"{elapsed:.1f}s, {self.computed / elapsed:.2f} partitions/s{_rate(self.counts, elapsed, False)}")
+
+
+def _record_committed(context: dg.AssetExecutionContext, store: ArtifactStore, stage: _Stage,
+                      committed: Mapping[str, tuple[Materialization, float]]) -> None:
+    """A range that failed part-way: the committed partitions still become current (pointer
+    and a materialization event), so Dagster and downstream runs see what exists."""
+    asset = dg.AssetKey(list(validate_asset_key(stage.asset_key)))
+    for p, (result, elapsed) in committed.items():
+        store.write_pointer(result.ref)
+        context.log_event(dg.AssetMaterialization(asset_key=asset, partition=p, metadata=stage.metadata(result, elapsed)))
+
+
+def _range_failure(asset_key: str, total: int, committed: int, failures: list) -> RuntimeError:
+    names = ", ".join(repr(f.key) for f in failures[:20]) + (" ..." if len(failures) > 20 else "")
+    lines = [f"{asset_key}: {len(failures)} of {total} partitions failed ({names}); {committed} committed "
+             f"(a rerun recomputes only the missing ones)"]
+    lines += [f"  partition {f.key!r}: {f.message}" for f in failures[:20]]
+    if failures[0].detail:
+        lines.append(f"first failure ({failures[0].key!r}):\n{failures[0].detail}")
+    error = RuntimeError("\n".join(lines))
+    error.__cause__ = failures[0].error
+    return error

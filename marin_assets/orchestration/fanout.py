@@ -1,0 +1,210 @@
+"""Run one function over many partition keys on a pool of local worker processes.
+
+A range run of a versioned asset computes each partition of its range here. Stage bodies
+are closures built by factories (not importable by name), so the workers are *forked*:
+each inherits the work from the module-level table ``_WORK`` and receives only partition
+keys over its pipe. Forking is safe for what the bodies do: the run process has no jax
+backend (definitions.py does not import jax; a body that needs it imports it in the
+worker) and the parent holds no store lease while it forks. Workers start once per range
+and take keys one at a time, so a slow partition does not hold up the others.
+
+A worker that dies (SIGKILL, the OOM killer) fails only the partition it was computing,
+named in the error; the others still run, and each one the store committed stays
+committed, so a rerun recomputes only what is missing.
+
+$MARIN_LOCAL_WORKERS: how many processes (default: os.cpu_count()); 1 = in this process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from marin_assets.orchestration.resources import _count
+
+WORKERS_ENV = "MARIN_LOCAL_WORKERS"
+
+Log = Callable[[str], None]
+Task = Callable[[str, Log], Any]  # (partition key, log) -> a picklable result
+
+_WORK: dict[int, Task] = {}  # job id -> task; forked workers inherit it
+_next_job = iter(range(1 << 62))
+
+
+def local_workers(env: Mapping[str, str] | None = None) -> int:
+    """$MARIN_LOCAL_WORKERS, else the number of cores; ValueError naming the variable."""
+    env = os.environ if env is None else env
+    return _count(env, WORKERS_ENV, os.cpu_count() or 1)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Failure:
+    key: str
+    message: str  # one line: what failed
+    detail: str = ""  # the worker's traceback, when there is one
+    error: BaseException | None = None  # the exception itself, for in-process failures
+
+
+def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
+            on_done: Callable[[str, Any], None]) -> list[Failure]:
+    """``task(key, log)`` for every key; ``on_done(key, result)`` in this process as each
+    finishes. Returns the failures (the other keys still ran). Worker logs reach ``log``."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers == 1 or len(keys) <= 1:
+        return _in_process(task, keys, log, on_done)
+    return _Pool(task, min(workers, len(keys)), log, on_done).run(keys)
+
+
+def _in_process(task: Task, keys: Sequence[str], log: Log, on_done) -> list[Failure]:
+    failures = []
+    for key in keys:
+        try:
+            result = task(key, log)
+        except Exception as err:  # interrupts (BaseException) stop the run, as in one step
+            failures.append(Failure(key, f"{type(err).__name__}: {err}", traceback.format_exc(), err))
+            continue
+        on_done(key, result)
+    return failures
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _worker_main(job: int, conn: Connection) -> None:
+    """Forked worker: compute keys from the pipe until told to stop (None) or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent's handlers (Dagster's) are not ours
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    task = _WORK[job]
+    lock = threading.Lock()  # a body may log from its own threads
+
+    def send(message: tuple) -> None:
+        with lock:
+            conn.send(message)
+
+    while True:
+        try:
+            key = conn.recv()
+        except (EOFError, OSError):
+            return
+        if key is None:
+            return
+        try:
+            result = task(key, lambda text, key=key: send(("log", key, str(text))))
+            send(("done", key, result))
+        except BaseException as err:  # report everything, including a result that won't pickle
+            send(("failed", key, f"{type(err).__name__}: {err}", traceback.format_exc()))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker if the run process dies (no orphans computing on)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Worker:
+    def __init__(self, job: int, context) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(job, child), daemon=True)
+        self.process.start()
+        child.close()
+        self.key: str | None = None  # what it is computing now
+
+
+class _Pool:
+    def __init__(self, task: Task, size: int, log: Log, on_done) -> None:
+        self.task, self.size, self.log, self.on_done = task, size, log, on_done
+        self.failures: list[Failure] = []
+
+    def run(self, keys: Sequence[str]) -> list[Failure]:
+        job = next(_next_job)
+        _WORK[job] = self.task
+        context = multiprocessing.get_context("fork")
+        pending = deque(keys)
+        workers: list[_Worker] = []
+        try:
+            workers = [_Worker(job, context) for _ in range(self.size)]
+            for worker in workers:
+                self._assign(worker, pending)
+            while any(w.key is not None for w in workers):
+                busy = [w for w in workers if w.key is not None]
+                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                for worker in busy:
+                    if worker.conn in ready or worker.process.sentinel in ready:
+                        if not self._drain(worker):
+                            workers.remove(worker)
+                            if pending:
+                                workers.append(_Worker(job, context))
+                        for idle in (w for w in workers if w.key is None):
+                            self._assign(idle, pending)
+            for worker in workers:
+                worker.conn.send(None)
+            for worker in workers:
+                worker.process.join(timeout=10)
+        finally:
+            _WORK.pop(job, None)
+            for worker in workers:
+                _stop(worker)
+        return self.failures
+
+    def _assign(self, worker: _Worker, pending: deque) -> None:
+        if pending and worker.key is None:
+            worker.key = pending.popleft()
+            worker.conn.send(worker.key)
+
+    def _drain(self, worker: _Worker) -> bool:
+        """Handle what the worker sent; False when it has died (its key then failed)."""
+        try:
+            while worker.conn.poll():
+                self._handle(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            worker.process.join()  # its end of the pipe closed: it is exiting
+        if worker.process.is_alive():
+            return True
+        worker.process.join()
+        if worker.key is not None:
+            reason = _signal_name(worker.process.exitcode)
+            self.failures.append(Failure(worker.key, f"worker pid {worker.process.pid} {reason} while computing "
+                                                     f"partition {worker.key!r}"))
+            worker.key = None
+        return False
+
+    def _handle(self, worker: _Worker, message: tuple) -> None:
+        kind, key = message[0], message[1]
+        if kind == "log":
+            self.log(message[2])
+            return
+        worker.key = None
+        if kind == "done":
+            self.on_done(key, message[2])
+        else:
+            self.failures.append(Failure(key, message[2], message[3]))
+
+
+def _stop(worker: _Worker) -> None:
+    if worker.process.is_alive():
+        worker.process.terminate()
+        worker.process.join(timeout=5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+    worker.conn.close()
