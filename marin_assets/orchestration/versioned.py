@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import time
 import warnings
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -171,14 +171,15 @@ def versioned_asset(
     def decorator(body: Callable[..., Mapping[str, Any] | None]) -> dg.AssetsDefinition:
         stage = _Stage(asset_key, code_version, body, versioned_ins, version_inputs, extra_metadata)
 
-        def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.Output:
+        def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> Iterator[dg.Output | dg.AssetMaterialization]:
             config: StageConfig | None = kwargs.pop("config", None)
             store = kwargs.pop(STORE_RESOURCE_KEY).store
             used_resources = {name: kwargs.pop(name) for name in resources or {}}
             partitions = _step_partitions(context)
             modes = {name: _input_mode(context, in_keys[name], value) for name, value in kwargs.items()}
-            if len(partitions) > 1:
-                return _materialize_range(context, store, stage, config, partitions, kwargs, modes, used_resources)
+            if len(partitions) > 1:  # a generator: a failed range still yields its committed partitions
+                yield from _materialize_range(context, store, stage, config, partitions, kwargs, modes, used_resources)
+                return
             partition = partitions[0] if partitions else None
             inputs = {name: _input_for(value, modes[name], partition, context, False) for name, value in kwargs.items()}
             plan = stage.plan(config, partition, inputs)
@@ -188,8 +189,8 @@ def versioned_asset(
             context.log.info(stage.summary_line(result, elapsed))
             with warnings.catch_warnings():  # data_version on Output is "beta" but stable in practice
                 warnings.simplefilter("ignore", dg.BetaWarning)
-                return dg.Output(result.ref, data_version=dg.DataVersion(plan.version),
-                                 metadata=stage.metadata(result, elapsed))
+                yield dg.Output(result.ref, data_version=dg.DataVersion(plan.version),
+                                metadata=stage.metadata(result, elapsed))
 
         params = [inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=dg.AssetExecutionContext)]
         if config_cls is not None:
@@ -362,7 +363,7 @@ def _input_for(value: Any, mode: Any, partition: str | None, context: dg.AssetEx
 
 def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, stage: _Stage, config: StageConfig | None,
                        partitions: list[str], loaded: Mapping[str, Any], modes: Mapping[str, Any],
-                       used_resources: Mapping[str, Any]) -> dg.Output:
+                       used_resources: Mapping[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
     """Plan every partition here, answer cache hits here, compute the rest on the pool; each
     partition gets its own materialization event and metadata."""
     from marin_assets.orchestration.fanout import fan_out, local_workers
@@ -396,7 +397,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         if p in results:
             context.add_asset_metadata(stage.metadata(*results[p]), partition_key=p)
     if failures:
-        _record_committed(context, store, stage, {p: results[p] for p in partitions if p in results})
+        yield from _committed_events(store, stage, {p: results[p] for p in partitions if p in results})
         raise _range_failure(stage.asset_key, len(partitions), len(results), failures)
     summary = {"range/partitions": len(partitions), "range/computed": progress.computed,
                "range/cache_hits": len(partitions) - progress.computed, "range/workers": min(workers, max(len(todo), 1)),
@@ -405,7 +406,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
         # Dagster takes one data version per output; each partition's own is its `version` metadata.
-        return dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
+        yield dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
                          data_version=dg.DataVersion(hashlib.sha256(canonical_json(versions).encode()).hexdigest()))
 
 
@@ -435,14 +436,14 @@ class _Progress:
                      f"{elapsed:.1f}s, {self.computed / elapsed:.2f} partitions/s{_rate(self.counts, elapsed, False)}")
 
 
-def _record_committed(context: dg.AssetExecutionContext, store: ArtifactStore, stage: _Stage,
-                      committed: Mapping[str, tuple[Materialization, float]]) -> None:
+def _committed_events(store: ArtifactStore, stage: _Stage,
+                      committed: Mapping[str, tuple[Materialization, float]]) -> Iterator[dg.AssetMaterialization]:
     """A range that failed part-way: the committed partitions still become current (pointer
     and a materialization event), so Dagster and downstream runs see what exists."""
     asset = dg.AssetKey(list(validate_asset_key(stage.asset_key)))
     for p, (result, elapsed) in committed.items():
         store.write_pointer(result.ref)
-        context.log_event(dg.AssetMaterialization(asset_key=asset, partition=p, metadata=stage.metadata(result, elapsed)))
+        yield dg.AssetMaterialization(asset_key=asset, partition=p, metadata=stage.metadata(result, elapsed))
 
 
 def _range_failure(asset_key: str, total: int, committed: int, failures: list) -> RuntimeError:
