@@ -268,11 +268,12 @@ class _Stage:
         return _Plan(partition, version, inputs, provenance)
 
     def materialize(self, store: ArtifactStore, plan: _Plan, config: StageConfig | None, used_resources: Mapping[str, Any],
-                    log: Callable[[str], None], context: dg.AssetExecutionContext) -> Materialization:
+                    log: Callable[[str], None], context: dg.AssetExecutionContext, announce: bool = True) -> Materialization:
         def run_body(out_dir: str) -> Mapping[str, Any] | None:
             stage = StageContext(out_dir, plan.partition, log, self.asset_key, plan.version,
                                  store.scratch_dir(self.asset_key, plan.partition, plan.version), store, context)
-            log(f"computing {self.asset_key} version {plan.version[:16]}" + (f" partition {plan.partition}" if plan.partition else ""))
+            if announce:  # a range logs progress lines instead (each log line is a stored event)
+                log(f"computing {self.asset_key} version {plan.version[:16]}" + (f" partition {plan.partition}" if plan.partition else ""))
             arguments = {**plan.inputs, **used_resources}
             return self.body(stage, config, **arguments) if config is not None else self.body(stage, **arguments)
 
@@ -385,7 +386,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
 
     def task(partition: str, log: Callable[[str], None]) -> tuple[Materialization, float]:
         t0 = time.monotonic()
-        result = stage.materialize(store, plans[partition], config, used_resources, log, context)
+        result = stage.materialize(store, plans[partition], config, used_resources, log, context, announce=False)
         return result, time.monotonic() - t0
 
     def on_done(partition: str, value: tuple[Materialization, float]) -> None:
@@ -393,9 +394,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         progress.done(value[0])
 
     failures = fan_out(task, todo, workers, context.log.info, on_done)
-    for p in partitions:
-        if p in results:
-            context.add_asset_metadata(stage.metadata(*results[p]), partition_key=p)
+    _add_partition_metadata(context, {p: stage.metadata(*results[p]) for p in partitions if p in results})
     if failures:
         yield from _committed_events(store, stage, {p: results[p] for p in partitions if p in results})
         raise _range_failure(stage.asset_key, len(partitions), len(results), failures)
@@ -408,6 +407,28 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         # Dagster takes one data version per output; each partition's own is its `version` metadata.
         yield dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
                          data_version=dg.DataVersion(hashlib.sha256(canonical_json(versions).encode()).hexdigest()))
+
+
+def _add_partition_metadata(context: dg.AssetExecutionContext, metadata: Mapping[str, Mapping[str, Any]]) -> None:
+    """Each partition's own metadata on its materialization event.
+
+    ``context.add_asset_metadata(partition_key=...)`` is the public way, but each call lists
+    the partitions definition's keys (a storage query for dynamic partitions) and copies the
+    accumulated dict: quadratic in the range, minutes at 10,000 partitions. So the entries
+    go into the same accumulator in one update (Dagster 1.13's internals, checked by
+    tests/orchestration/test_partition_ranges.py); the public call is the fallback."""
+    from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
+
+    step = getattr(context.op_execution_context, "_step_execution_context", None)
+    accumulator = getattr(step, "_metadata_accumulator", None)
+    if not isinstance(accumulator, OutputMetadataAccumulator):
+        for partition, values in metadata.items():
+            context.add_asset_metadata(values, partition_key=partition)
+        return
+    key = context.assets_def.key
+    added = {AssetMetadataHandle(asset_key=key, partition_key=p): {**accumulator.get_asset_metadata(key, p), **values}
+             for p, values in metadata.items()}
+    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata={**accumulator.per_output_metadata, **added})
 
 
 class _Progress:

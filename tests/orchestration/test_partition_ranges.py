@@ -245,3 +245,17 @@ def test_fan_out_reports_each_failure_and_keeps_the_rest():
     assert sorted(messages) == ["c", "d"] and messages["c"] == "KeyError: 'no c'"
     assert re.fullmatch(r"worker pid \d+ exit code 3 while computing partition 'd'", messages["d"])
     assert sorted(logs) == [f"start {k}" for k in "abcde"]
+
+
+def test_partition_metadata_does_not_go_through_the_quadratic_public_call(setup, monkeypatch):
+    """add_asset_metadata(partition_key=...) lists the partitions per call; the wrapper fills
+    Dagster's accumulator in one update. If an upgrade moves it, this fails (not slows)."""
+    records, store, resources, instance = setup
+    monkeypatch.setenv(WORKERS_ENV, "1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the per-partition public call was used")
+
+    monkeypatch.setattr(dg.AssetExecutionContext, "add_asset_metadata", refuse)
+    events = _events(_range_run(build(records)[:1], resources, instance))
+    assert [events[("r/src", p)]["count/docs"] for p in KEYS] == [1, 2, 3, 4, 5, 6]
