@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import traceback
 from collections import deque
@@ -61,7 +62,16 @@ def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
         raise ValueError(f"workers must be >= 1, got {workers}")
     if workers == 1 or len(keys) <= 1:
         return _in_process(task, keys, log, on_done)
+    if _jax_backend_started():
+        log("note: this process started a jax backend before forking workers; bodies run on the pool must not use jax "
+            f"(set {WORKERS_ENV}=1 to compute in this process)")
     return _Pool(task, min(workers, len(keys)), log, on_done).run(keys)
+
+
+def _jax_backend_started() -> bool:
+    """A forked child of a process whose XLA runtime has threads and locks must not call it."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
 
 
 def _in_process(task: Task, keys: Sequence[str], log: Log, on_done) -> list[Failure]:

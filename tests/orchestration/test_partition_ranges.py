@@ -259,3 +259,30 @@ def test_partition_metadata_does_not_go_through_the_quadratic_public_call(setup,
     monkeypatch.setattr(dg.AssetExecutionContext, "add_asset_metadata", refuse)
     events = _events(_range_run(build(records)[:1], resources, instance))
     assert [events[("r/src", p)]["count/docs"] for p in KEYS] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_range_over_a_static_mapping_gives_each_partition_its_mapped_keys(tmp_path, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    letters = dg.StaticPartitionsDefinition(["a", "b", "c", "d"])
+    pairs = dg.StaticPartitionsDefinition(["x", "y"])
+    mapping = dg.StaticPartitionMapping({"a": "x", "b": "x", "c": "y", "d": "y"})
+
+    @versioned_asset(key="m/letter", code_version="1", partitions_def=letters, backfill_policy=SINGLE_RUN)
+    def letter(ctx: StageContext):
+        return {"letter": ctx.partition_key}
+
+    @versioned_asset(key="m/pair", code_version="1", partitions_def=pairs, backfill_policy=SINGLE_RUN,
+                     ins={"letters": dg.AssetIn(key=dg.AssetKey(["m", "letter"]), partition_mapping=mapping)})
+    def pair(ctx: StageContext, letters: Mapping[str, ArtifactRef]):
+        return {"letters": ",".join(sorted(letters))}
+
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    instance = dg.DagsterInstance.ephemeral()
+    dg.materialize([letter], resources=resources, instance=instance, tags={RANGE_START_TAG: "a", RANGE_END_TAG: "d"})
+    ranged = _events(dg.materialize([letter, pair], selection=[pair], resources=resources, instance=instance,
+                                    tags={RANGE_START_TAG: "x", RANGE_END_TAG: "y"}))
+    assert ranged[("m/pair", "x")]["count/letters"] == "a,b" and ranged[("m/pair", "y")]["count/letters"] == "c,d"
+    single = _events(dg.materialize([letter, pair], selection=[pair], partition_key="y", resources=resources, instance=instance))
+    assert single[("m/pair", "y")]["cache_hit"] is True
+    assert single[("m/pair", "y")]["version"] == ranged[("m/pair", "y")]["version"]
