@@ -8,6 +8,13 @@ The wrapper computes the version from {asset key, code_version, versioned config
 partition, upstream versions}; on a version that already has SUCCESS the body does not
 run and the same ``DataVersion`` is reported with ``cache_hit=true``. Otherwise the body
 writes into a staging URL that the store commits atomically.
+
+A run over a range of partitions (``backfill_policy=BackfillPolicy.single_run()``) is one
+step that does the same for every partition of the range: each gets the version a
+single-partition run would give it (so the two share cache hits), its own artifact and
+its own materialization event with its own metadata; the partitions that are not cached
+are computed on local worker processes (fanout.py). Inputs are split per partition by the
+asset's partition mappings: identity -> that partition's ref, All -> every ref.
 """
 
 from __future__ import annotations
@@ -64,7 +71,9 @@ class StageContext:
     version: str
     scratch_dir: str  # survives a killed attempt of this version (resumable work)
     store: ArtifactStore  # to resolve artifacts that are not Dagster inputs (e.g. warm starts)
-    dagster_context: dg.AssetExecutionContext | None = None  # run tags, resources, Pipes sessions
+    # Run tags, resources, Pipes sessions. In a range run's worker process it is a forked
+    # copy: read from it, but log through `log` (it reaches the run's event log via the pool).
+    dagster_context: dg.AssetExecutionContext | None = None
 
 
 def _config_fingerprint(config_cls: type[StageConfig] | None) -> str:
@@ -372,17 +381,12 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
     started = time.monotonic()
     plans = {p: stage.plan(config, p, {name: _input_for(value, modes[name], p, context, True) for name, value in loaded.items()})
              for p in partitions}
-    results: dict[str, tuple[Materialization, float]] = {}
-    for p, plan in plans.items():
-        t0 = time.monotonic()
-        ref = store.load(stage.asset_key, p, plan.version)
-        if ref is not None:
-            results[p] = (Materialization(ref, True, time.monotonic() - t0), time.monotonic() - t0)
+    results = _cache_hits(store, stage, plans)  # answered here: no worker for a cached partition
     todo = [p for p in partitions if p not in results]
-    workers = local_workers()
+    workers = min(local_workers(), max(len(todo), 1))
     progress = _Progress(stage.asset_key, len(partitions), len(results), started, context.log.info)
     context.log.info(f"{stage.asset_key}: range of {len(partitions)} partitions ({partitions[0]} .. {partitions[-1]}): "
-                     f"{len(results)} cache hits, computing {len(todo)} on {min(workers, max(len(todo), 1))} local worker(s)")
+                     f"{len(results)} cache hits, computing {len(todo)} on {workers} local worker(s)")
 
     def task(partition: str, log: Callable[[str], None]) -> tuple[Materialization, float]:
         t0 = time.monotonic()
@@ -399,7 +403,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         yield from _committed_events(store, stage, {p: results[p] for p in partitions if p in results})
         raise _range_failure(stage.asset_key, len(partitions), len(results), failures)
     summary = {"range/partitions": len(partitions), "range/computed": progress.computed,
-               "range/cache_hits": len(partitions) - progress.computed, "range/workers": min(workers, max(len(todo), 1)),
+               "range/cache_hits": len(partitions) - progress.computed, "range/workers": workers,
                "range/duration_s": round(time.monotonic() - started, 3)}
     versions = {p: results[p][0].ref.version for p in partitions}
     with warnings.catch_warnings():
@@ -407,6 +411,17 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         # Dagster takes one data version per output; each partition's own is its `version` metadata.
         yield dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
                          data_version=dg.DataVersion(hashlib.sha256(canonical_json(versions).encode()).hexdigest()))
+
+
+def _cache_hits(store: ArtifactStore, stage: _Stage, plans: Mapping[str, _Plan]) -> dict[str, tuple[Materialization, float]]:
+    hits = {}
+    for partition, plan in plans.items():
+        started = time.monotonic()
+        ref = store.load(stage.asset_key, partition, plan.version)
+        if ref is not None:
+            elapsed = time.monotonic() - started
+            hits[partition] = (Materialization(ref, True, elapsed), elapsed)
+    return hits
 
 
 def _add_partition_metadata(context: dg.AssetExecutionContext, metadata: Mapping[str, Mapping[str, Any]]) -> None:
