@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.orchestration.fanout import WORKERS_ENV, fan_out, local_workers
@@ -220,11 +222,23 @@ def test_a_single_partition_run_loads_only_its_partition(setup, monkeypatch):
 
 
 def test_local_workers_reads_the_environment():
-    assert local_workers({}) == (os.cpu_count() or 1)
-    assert local_workers({WORKERS_ENV: "3"}) == 3
-    for bad in ("0", "-1", "two", "3\n", "2000"):
+    assert local_workers({}) == local_workers({WORKERS_ENV: ""}) == (os.cpu_count() or 1)
+    assert local_workers({WORKERS_ENV: "3"}) == 3 and local_workers({WORKERS_ENV: "1024"}) == 1024
+    for bad in ("0", "-1", "two", "3\n", " 3", "03", "1025"):
         with pytest.raises(ValueError, match=f"{WORKERS_ENV}="):
             local_workers({WORKERS_ENV: bad})
+
+
+@given(st.text(max_size=8))
+def test_local_workers_takes_exactly_a_count_in_range(text):
+    valid = re.fullmatch(r"[1-9][0-9]{0,3}", text) is not None and int(text) <= 1024
+    if text == "":
+        assert local_workers({WORKERS_ENV: text}) == (os.cpu_count() or 1)
+    elif valid:
+        assert local_workers({WORKERS_ENV: text}) == int(text)
+    else:
+        with pytest.raises(ValueError, match=f"{WORKERS_ENV}="):
+            local_workers({WORKERS_ENV: text})
 
 
 def test_fan_out_reports_each_failure_and_keeps_the_rest():
