@@ -153,21 +153,16 @@ class _Pool:
         workers: list[_Worker] = []
         try:
             workers = [_Worker(job, context) for _ in range(self.size)]
-            for worker in workers:
-                self._assign(worker, pending)
-            while any(w.key is not None for w in workers):
+            self._refill(workers, pending, job, context)
+            while pending or any(w.key is not None for w in workers):
                 busy = [w for w in workers if w.key is not None]
                 ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
                 for worker in busy:
                     if worker.conn in ready or worker.process.sentinel in ready:
-                        if not self._drain(worker):
-                            workers.remove(worker)
-                            if pending:
-                                workers.append(_Worker(job, context))
-                        for idle in (w for w in workers if w.key is None):
-                            self._assign(idle, pending)
+                        self._drain(worker)
+                self._refill(workers, pending, job, context)
             for worker in workers:
-                worker.conn.send(None)
+                _send(worker, None)
             for worker in workers:
                 worker.process.join(timeout=10)
         finally:
@@ -176,27 +171,38 @@ class _Pool:
                 _stop(worker)
         return self.failures
 
-    def _assign(self, worker: _Worker, pending: deque) -> None:
-        if pending and worker.key is None:
-            worker.key = pending.popleft()
-            worker.conn.send(worker.key)
+    def _refill(self, workers: list[_Worker], pending: deque, job: int, context) -> None:
+        """Give every idle worker the next key; a dead worker is replaced while keys remain."""
+        for i, worker in enumerate(workers):
+            if worker.key is not None:
+                continue
+            if not worker.process.is_alive():  # died (its key, if any, already failed) or idle and killed
+                _stop(worker)
+                if not pending:
+                    continue
+                workers[i] = worker = _Worker(job, context)
+            if pending:
+                worker.key = pending.popleft()
+                if not _send(worker, worker.key):  # died just now: the key waits for the next refill
+                    pending.appendleft(worker.key)
+                    worker.key = None
+        workers[:] = [w for w in workers if w.process.is_alive() or w.key is not None]
 
-    def _drain(self, worker: _Worker) -> bool:
-        """Handle what the worker sent; False when it has died (its key then failed)."""
+    def _drain(self, worker: _Worker) -> None:
+        """Handle what the worker sent; if it has died, the key it was computing failed."""
         try:
             while worker.conn.poll():
                 self._handle(worker, worker.conn.recv())
         except (EOFError, OSError):
             worker.process.join()  # its end of the pipe closed: it is exiting
         if worker.process.is_alive():
-            return True
+            return
         worker.process.join()
         if worker.key is not None:
             reason = _signal_name(worker.process.exitcode)
             self.failures.append(Failure(worker.key, f"worker pid {worker.process.pid} {reason} while computing "
                                                      f"partition {worker.key!r}"))
             worker.key = None
-        return False
 
     def _handle(self, worker: _Worker, message: tuple) -> None:
         kind, key = message[0], message[1]
@@ -208,6 +214,14 @@ class _Pool:
             self.on_done(key, message[2])
         else:
             self.failures.append(Failure(key, message[2], message[3]))
+
+
+def _send(worker: _Worker, message: str | None) -> bool:
+    try:
+        worker.conn.send(message)
+        return True
+    except OSError:  # BrokenPipeError: the worker is gone
+        return False
 
 
 def _stop(worker: _Worker) -> None:

@@ -300,3 +300,33 @@ def test_a_range_over_a_static_mapping_gives_each_partition_its_mapped_keys(tmp_
     single = _events(dg.materialize([letter, pair], selection=[pair], partition_key="y", resources=resources, instance=instance))
     assert single[("m/pair", "y")]["cache_hit"] is True
     assert single[("m/pair", "y")]["version"] == ranged[("m/pair", "y")]["version"]
+
+
+def test_fan_out_replaces_a_worker_killed_while_idle():
+    """A worker that dies between keys loses nothing: it is replaced, every key runs once."""
+    done: dict[str, int] = {}
+
+    def task(key: str, log) -> int:
+        return os.getpid()
+
+    def on_done(key: str, pid: int) -> None:  # runs in this process, while a's worker is idle
+        done[key] = pid
+        if key == "a":
+            os.kill(pid, signal.SIGKILL)
+            _wait_until_dead(pid)
+
+    failures = fan_out(task, list("abcdef"), 2, lambda _: None, on_done)
+    assert failures == [] and sorted(done) == list("abcdef")
+    assert done["a"] not in {done[k] for k in "bcdef"}  # nothing ran on the killed worker after a
+    assert len(set(done.values())) == 3  # two workers and the replacement
+
+
+def _wait_until_dead(pid: int) -> None:
+    import time
+
+    for _ in range(500):
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"worker {pid} did not die")
