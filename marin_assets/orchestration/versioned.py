@@ -379,8 +379,7 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
     from marin_assets.orchestration.fanout import fan_out, local_workers
 
     started = time.monotonic()
-    plans = {p: stage.plan(config, p, {name: _input_for(value, modes[name], p, context, True) for name, value in loaded.items()})
-             for p in partitions}
+    plans = {p: _plan_partition(stage, config, p, loaded, modes, context) for p in partitions}
     results = _cache_hits(store, stage, plans)  # answered here: no worker for a cached partition
     todo = [p for p in partitions if p not in results]
     workers = min(local_workers(), max(len(todo), 1))
@@ -411,6 +410,17 @@ def _materialize_range(context: dg.AssetExecutionContext, store: ArtifactStore, 
         # Dagster takes one data version per output; each partition's own is its `version` metadata.
         yield dg.Output({p: results[p][0].ref for p in partitions}, metadata=summary,
                          data_version=dg.DataVersion(hashlib.sha256(canonical_json(versions).encode()).hexdigest()))
+
+
+def _plan_partition(stage: _Stage, config: StageConfig | None, partition: str, loaded: Mapping[str, Any],
+                    modes: Mapping[str, Any], context: dg.AssetExecutionContext) -> _Plan:
+    """One partition's inputs and version; an error names the partition (the range has many)."""
+    try:
+        inputs = {name: _input_for(value, modes[name], partition, context, True) for name, value in loaded.items()}
+        return stage.plan(config, partition, inputs)
+    except Exception as err:
+        raise ValueError(f"{stage.asset_key} partition {partition!r}: its version could not be planned: "
+                         f"{type(err).__name__}: {err}") from err
 
 
 def _cache_hits(store: ArtifactStore, stage: _Stage, plans: Mapping[str, _Plan]) -> dict[str, tuple[Materialization, float]]:

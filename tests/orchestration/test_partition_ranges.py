@@ -330,3 +330,20 @@ def _wait_until_dead(pid: int) -> None:
                 return
         time.sleep(0.01)
     raise AssertionError(f"worker {pid} did not die")
+
+
+def test_a_version_that_cannot_be_planned_names_its_partition(setup, monkeypatch):
+    records, store, resources, instance = setup
+    monkeypatch.setenv(WORKERS_ENV, "1")
+
+    def shard_digest(config, partition, inputs):
+        return {"raw": {"s0": "d0", "s1": "d1"}[partition]}  # s2 has no digest: an error naming s2
+
+    @versioned_asset(key="r/src", code_version="1", partitions_def=SHARDS, backfill_policy=SINGLE_RUN,
+                     version_inputs=shard_digest)
+    def src(ctx: StageContext):
+        return {"docs": 1}
+
+    result = dg.materialize([src], resources=resources, instance=instance, raise_on_error=False,
+                            tags={RANGE_START_TAG: "s0", RANGE_END_TAG: "s2"})
+    assert "r/src partition 's2': its version could not be planned: KeyError: 's2'" in _failure(result)
