@@ -142,6 +142,7 @@ def versioned_asset(
     resources: Mapping[str, type] | None = None,
     versioned_ins: Callable[[Any], Collection[str]] | None = None,
     version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
     """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
 
@@ -238,6 +239,7 @@ def versioned_asset(
             io_manager_key=IO_MANAGER_KEY,
             automation_condition=automation_condition,
             tags=dict(tags or {}),
+            backfill_policy=backfill_policy,
             kinds={"marin"},
         )(compute)
 
