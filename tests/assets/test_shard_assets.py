@@ -14,35 +14,43 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from assets.partitions import (
     SHARDS_PER_RUN_ENV,
     datakit_shards,
     exact_buckets,
     fuzzy_bands,
+    partition_index,
     shard_backfill_policy,
 )
 from assets.shards import make_shard_assets
 from marin_assets.datakit.decontaminate import EvalNgramIndex
 from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
+from marin_assets.datakit.shard_index import split_source
 from marin_assets.datakit.shards import read_table, write_table
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
-from shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, new_records, prose, spam, unsharded_final
+from shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, near, new_records, prose, spam, unsharded_final
 
 QUALITY_THRESHOLD = 0.5
 SHARD_BYTES = 2500
 
 
 # ---------------------------------------------------------------- stand-ins for the fixed inputs
+def raw_blobs(files: dict[str, list]) -> dict[str, str]:
+    """{file name: JSONL text} of {file name: records or raw lines}."""
+    return {name: "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) for name, records in files.items()}
+
+
 def raw_source(files: dict[str, list]) -> dg.AssetsDefinition:
     """sources/<SOURCE> holding `files` ({name: records or raw lines}), versioned by their bytes."""
-    blobs = {name: "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) for name, records in files.items()}
+    blobs = raw_blobs(files)
     digest = hashlib.sha256(json.dumps(blobs, sort_keys=True).encode()).hexdigest()[:16]
 
     @versioned_asset(key=f"sources/{SOURCE}", code_version=digest)
@@ -133,14 +141,15 @@ def graph(tmp_path_factory):
     store = ArtifactStoreResource(prefix=str(tmp / "prefix"))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
-    base = {"raw-00000.jsonl": base_records()}
-    before = materialize_graph(raw_source(base), instance, resources)
-    shards_before = sorted(instance.get_dynamic_partitions(datakit_shards.name))
-    final_before = final_documents(store.store, shards_before)
-    after = materialize_graph(raw_source({**base, "raw-00001.jsonl": new_records()}), instance, resources)
-    shards_after = sorted(instance.get_dynamic_partitions(datakit_shards.name))
-    return {"store": store.store, "tmp": tmp, "before": before, "after": after, "shards_before": shards_before,
-            "shards_after": shards_after, "final_before": final_before, "base": base}
+    passes = {"before": {"raw-00000.jsonl": base_records()}}
+    passes["after"] = {**passes["before"], "raw-00001.jsonl": new_records()}
+    out = {"store": store.store, "tmp": tmp}
+    for name, files in passes.items():
+        seen = materialize_graph(raw_source(files), instance, resources)
+        shards = sorted(instance.get_dynamic_partitions(datakit_shards.name))
+        out[name] = {"seen": seen, "shards": shards, "files": files, "final": final_documents(store.store, shards),
+                     "digests": {s: (exact_list(store.store, s), fuzzy_list(store.store, s)) for s in shards}}
+    return out
 
 
 def final_documents(store, shards: list[str]) -> list[dict]:
@@ -158,12 +167,193 @@ def shard_of(store, shards: list[str], source_id: str) -> str:
     return hit
 
 
-def removal_list(store, key: str, shard: str, sub: str = "") -> list:
-    ref = store.read_pointer(key, shard if key != "shards/fuzzy_removals" else None)
-    return read_removal_list(f"{ref.data_path}/{sub}{shard}.jsonl")
+def exact_list(store, shard: str) -> list:
+    return read_removal_list(f"{store.read_pointer('shards/exact_removals', shard).data_path}/{shard}.jsonl")
 
 
-def test_probe(graph):
-    print(sorted(graph["shards_before"]), sorted(graph["shards_after"]))
-    for key in sorted({k for k, _ in graph["after"]}):
-        print(key, sorted(map(str, computed(graph["after"], key))))
+def fuzzy_list(store, shard: str) -> list:
+    return read_removal_list(f"{store.read_pointer('shards/fuzzy_removals', None).data_path}/{shard}.jsonl")
+
+
+def texts(docs: list[dict]) -> list[str]:
+    return [d["text"] for d in docs]
+
+
+# ---------------------------------------------------------------- the tests
+def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
+    store, state = graph["store"], graph["before"]
+    shards = state["shards"]
+    assert len(shards) == 4  # 31 lines of ~300 bytes at shard_bytes=2500
+    exact = {s: lists[0] for s, lists in state["digests"].items() if lists[0]}
+    fuzzy = {s: lists[1] for s, lists in state["digests"].items() if lists[1]}
+    original, copy = shard_of(store, shards, f"d{COPIED:03d}"), shard_of(store, shards, "d900")
+    assert original != copy
+    # One exact removal in the whole corpus: the copy with the higher source_id, pointing at the other shard.
+    [(shard, [removal])] = exact.items()
+    assert (shard, removal.reason, removal.kept_shard) == (copy, "exact_duplicate", original)
+    # One fuzzy removal: the member of the near pair with the higher id, in its own shard.
+    near_text = near(prose(NEAR_TARGET), 7)
+    target, near_copy = shard_of(store, shards, f"d{NEAR_TARGET:03d}"), shard_of(store, shards, "d901")
+    assert target != near_copy
+    low, high = sorted([(doc_id(prose(NEAR_TARGET)), target), (doc_id(near_text), near_copy)])
+    [(shard, [removal])] = fuzzy.items()
+    assert (removal.reason, removal.id, shard, removal.kept_id, removal.kept_shard) == ("fuzzy_duplicate", *high, *low)
+    final_texts = texts(state["final"])
+    assert final_texts.count(prose(COPIED)) == 1
+    assert final_texts.count(prose(NEAR_TARGET)) + final_texts.count(near_text) == 1
+
+
+@pytest.mark.parametrize("state", ["before", "after"])
+def test_sharded_final_documents_equal_the_unsharded_pipeline(graph, state):
+    store, run = graph["store"], graph[state]
+    raw_dir = graph["tmp"] / f"raw-{state}"
+    raw_dir.mkdir()
+    for name, blob in raw_blobs(run["files"]).items():
+        (raw_dir / name).write_text(blob)
+    expected = unsharded_final(str(raw_dir), store.read_pointer("quality_model", None).data_path,
+                               store.read_pointer("eval_ngrams", None).data_path, str(graph["tmp"] / f"single-{state}"), QUALITY_THRESHOLD)
+    # 24 good documents survive the base file (3 spam, 1 exact copy, 1 near copy, 1 contaminated
+    # removed; 2 records quarantined); the added file brings 2 new ones and 2 copies.
+    assert len(expected) == {"before": 24, "after": 26}[state]
+    assert run["final"] == expected
+    assert EVAL_TEXT not in "".join(texts(run["final"])) and not any("FREE" in t or "cash" in t for t in texts(run["final"]))
+
+
+PER_SHARD_CACHED_UNLESS_CHANGED = ("shards/normalized", "shards/quality", "shards/exact_map")
+
+
+def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
+    store, before, after = graph["store"], graph["before"], graph["after"]
+    [new] = sorted(set(after["shards"]) - set(before["shards"]))
+    old = before["shards"]
+    assert new == "tiny-00004" and after["shards"] == [*old, new]
+    lost_exact = shard_of(store, old, f"d{NEW_COPIED:03d}")  # its copy of doc 10 loses to the new canonical one
+    lost_fuzzy = shard_of(store, old, f"d{NEW_NEAR_TARGET:03d}")  # its doc 20 loses to the new near copy
+    assert lost_exact != lost_fuzzy
+    changed_exact = {s for s in old if before["digests"][s][0] != after["digests"][s][0]}
+    changed_fuzzy = {s for s in old if before["digests"][s][1] != after["digests"][s][1]}
+    assert changed_exact == {lost_exact} and changed_fuzzy == {lost_fuzzy}
+    seen = after["seen"]
+    expected = {
+        "shards/normalized": {new}, "shards/quality": {new}, "shards/exact_map": {new},
+        "shards/exact_reduce": set(exact_buckets.get_partition_keys()),
+        "shards/exact_removals": set(after["shards"]),  # every list reruns; only lost_exact's digest changed
+        "shards/filtered_exact": {new, lost_exact}, "shards/fuzzy_map": {new, lost_exact}, "shards/decontam": {new, lost_exact},
+        "shards/fuzzy_candidates": set(fuzzy_bands.get_partition_keys()), "shards/fuzzy_edges": set(after["shards"]),
+        "shards/fuzzy_removals": {None}, "shards/index": {None}, f"sources/{SOURCE}": {None},
+        "shards/final": {new, lost_exact, lost_fuzzy}, "shards/tokenized": {new, lost_exact, lost_fuzzy},
+        "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
+    }
+    assert {key: computed(seen, key) for key in expected} == expected
+    # The cached partitions report the very artifact versions of the first pass.
+    for key in ("shards/filtered_exact", "shards/final", "shards/tokenized"):
+        for shard in set(old) - expected[key]:
+            assert seen[(key, shard)]["cache_hit"] and seen[(key, shard)]["version"] == before["seen"][(key, shard)]["version"]
+    # And the first pass computed everything (nothing was cached before it).
+    assert all(not meta["cache_hit"] for (key, _), meta in before["seen"].items())
+
+
+@pytest.mark.parametrize("state", ["before", "after"])
+def test_every_shard_accounts_for_every_record(graph, state):
+    run = graph[state]
+    totals = {"docs_in": 0, "docs_out": 0, "quarantined": 0, "removed": {}}
+    for shard in run["shards"]:
+        meta = run["seen"][("shards/final", shard)]
+        counts = {k: meta[f"count/{k}"] for k in ("docs_in", "docs_out", "quarantined", "removed")}
+        assert counts["docs_in"] == counts["docs_out"] + sum(counts["removed"].values()) + counts["quarantined"], (shard, counts)
+        assert counts["docs_in"] == graph["store"].read_pointer("shards/normalized", shard).counts["docs_in"]
+        for k in ("docs_in", "docs_out", "quarantined"):
+            totals[k] += counts[k]
+        for reason, n in counts["removed"].items():
+            totals["removed"][reason] = totals["removed"].get(reason, 0) + n
+    lines = sum(len(records) for records in run["files"].values())
+    new_copies = {"before": 0, "after": 1}[state]
+    assert totals == {"docs_in": lines, "docs_out": len(run["final"]), "quarantined": 2,
+                      "removed": {"contaminated": 1, "exact_duplicate": 1 + new_copies, "fuzzy_duplicate": 1 + new_copies,
+                                  "low_quality": 3}}
+
+
+
+# ---------------------------------------------------------------- partitions, policies, tags
+def test_shard_backfill_policy_reads_and_checks_the_variable():
+    assert shard_backfill_policy({}) == dg.BackfillPolicy.single_run()
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: ""}) == dg.BackfillPolicy.single_run()
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: "8"}) == dg.BackfillPolicy.multi_run(max_partitions_per_run=8)
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: "1"}).max_partitions_per_run == 1
+    for bad in ("0", "-1", "08", "1.5", "abc", "8\n", " 8", "1e3", "1000000"):
+        with pytest.raises(ValueError, match=f"^{SHARDS_PER_RUN_ENV}="):
+            shard_backfill_policy({SHARDS_PER_RUN_ENV: bad})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12))
+def test_shard_backfill_policy_accepts_exactly_the_positive_integers(text):
+    valid = text.isascii() and text.isdigit() and not text.startswith("0") and len(text) <= 6
+    if valid:
+        assert shard_backfill_policy({SHARDS_PER_RUN_ENV: text}).max_partitions_per_run == int(text)
+    elif text:
+        with pytest.raises(ValueError, match=SHARDS_PER_RUN_ENV):
+            shard_backfill_policy({SHARDS_PER_RUN_ENV: text})
+
+
+def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypatch):
+    from assets.shards import shard_assets
+
+    assert [a.key.to_user_string() for a in shard_assets][:2] == ["shards/index", "shards/normalized"]
+    for asset in shard_assets:
+        tags = asset.tags_by_key[asset.key]
+        assert tags["marin/pool"] == "datakit" and tags["marin/cpu"] == "1" and tags["marin/memory"] in ("2Gi", "4Gi")
+        if asset.partitions_def is not None:
+            assert asset.backfill_policy == dg.BackfillPolicy.single_run(), asset.key
+        if asset.partitions_def == datakit_shards:
+            assert tags["marin/memory"] == "2Gi"
+    partitioned = {a.key.to_user_string() for a in shard_assets if a.partitions_def is not None}
+    assert len(partitioned) == 12 and "shards/fuzzy_removals" not in partitioned
+
+
+def test_partition_index_names_the_bad_key():
+    assert partition_index("bucket-003", "bucket-", 16) == 3
+    for bad in ("bucket-016", "bucket-x", "band-01", "bucket-", "bucket--1"):
+        with pytest.raises(ValueError, match=f"partition key {bad!r}"):
+            partition_index(bad, "bucket-", 16)
+
+
+# ---------------------------------------------------------------- the index's split
+def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_added(tmp_path):
+    import gzip
+
+    lines = ["x" * n + "\n" for n in [10, 50, 5, 3000, 20, 20, 20]]  # what a split sees: lines of bytes
+    with gzip.open(tmp_path / "raw-00000.jsonl.gz", "wt") as f:
+        f.write("".join(lines))
+    one = split_source("src", [str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "a"), shard_bytes=100)
+    # 10+50+5 fit; the 3000-byte line is a shard of its own; the last three share one.
+    assert [e["lines"] for e in one.values()] == [3, 1, 3] and list(one) == ["src-00000", "src-00001", "src-00002"]
+    joined = "".join((tmp_path / "a" / e["file"]).read_text() for e in one.values())
+    assert joined == "".join(lines)
+    for e in one.values():
+        data = (tmp_path / "a" / e["file"]).read_bytes()
+        assert e["sha256"] == hashlib.sha256(data).hexdigest() and e["bytes"] == len(data) and e["source"] == "src"
+        assert e["bytes"] <= 100 or e["lines"] == 1
+    (tmp_path / "raw-00001.jsonl").write_text(lines[0])
+    two = split_source("src", [str(tmp_path / "raw-00001.jsonl"), str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "b"), 100)
+    assert {k: two[k] for k in one} == one and list(two)[3:] == ["src-00003"]
+    (tmp_path / "notes.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"notes.csv: cannot shard a 'csv' file"):
+        split_source("src", [str(tmp_path / "notes.csv")], str(tmp_path / "c"), 100)
+    with pytest.raises(ValueError, match="invalid shard key"):
+        split_source("a/b", [str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "d"), 100)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=30), st.integers(1, 400))
+def test_split_source_loses_and_reorders_nothing(tmp_path_factory, sizes, shard_bytes):
+    tmp = tmp_path_factory.mktemp("split")
+    text = "".join("y" * n + "\n" for n in sizes)
+    (tmp / "raw.jsonl").write_text(text)
+    entries = split_source("s", [str(tmp / "raw.jsonl")], str(tmp / "out"), shard_bytes)
+    assert "".join((tmp / "out" / e["file"]).read_text() for e in entries.values()) == text
+    assert sum(e["lines"] for e in entries.values()) == len(sizes)
+    assert all(e["bytes"] <= shard_bytes or e["lines"] == 1 for e in entries.values())
+    # Greedy: no shard could have taken the next shard's first line.
+    files = [(tmp / "out" / e["file"]).read_text().splitlines(keepends=True) for e in entries.values()]
+    assert all(len("".join(a)) + len(b[0]) > shard_bytes for a, b in zip(files, files[1:]))
