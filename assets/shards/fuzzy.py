@@ -8,7 +8,15 @@ The resolve writes a removal list per shard; shards/final follows each list's di
 
 from __future__ import annotations
 
-from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, band_reduce_ranges, fuzzy_band_reduce, fuzzy_map, fuzzy_resolve, fuzzy_verify
+from marin_assets.datakit.fuzzy_dedup import (
+    FuzzyDedupConfig,
+    band_reduce_ranges,
+    candidate_digest,
+    fuzzy_band_reduce,
+    fuzzy_map,
+    fuzzy_resolve,
+    fuzzy_verify,
+)
 from marin_assets.datakit.removals import removal_list_digest, removal_list_path
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
@@ -30,7 +38,7 @@ def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
 
 
 class CandidatesConfig(StageConfig):
-    docs_per_reduce: int = versioned(2_000_000, description="keys one key range of a band holds in memory")
+    docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
 @versioned_asset(key="shards/fuzzy_candidates", code_version="1", config_cls=CandidatesConfig,
@@ -47,8 +55,20 @@ def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: di
     return {**totals, "ranges": ranges, "shards": len(maps), "docs": docs}
 
 
+def _edges_version(config, partition: str, inputs) -> dict[str, str]:
+    """The pairs this shard owns and the texts they compare: not every band's and shard's version
+    (a new shard reruns every band, but brings pairs to only some owners)."""
+    digest, partners = candidate_digest(partition, roots(inputs["candidates"]))
+    docs = inputs["docs"]
+    missing = sorted({partition, *partners} - set(docs))
+    if missing:
+        raise ValueError(f"shards/fuzzy_edges[{partition}]: candidate pairs name shards with no filtered_exact: {missing}")
+    return {"candidates": digest, **{f"docs[{k}]": docs[k].version for k in sorted({partition, *partners})}}
+
+
 @versioned_asset(key="shards/fuzzy_edges", code_version="1", config_cls=FuzzyConfig,
-                 ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")}, **per_shard())
+                 ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
+                 version_inputs=_edges_version, **per_shard())
 def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
     """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
     verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)

@@ -24,7 +24,7 @@ INDEX_FILE = "index.json"
 
 
 class ShardIndexConfig(StageConfig):
-    shard_bytes: int = versioned(1024 * 1024, description="raw bytes per shard, cut at line boundaries")
+    shard_bytes: int = versioned(1024 * 1024, ge=1, description="raw bytes per shard, cut at line boundaries")
 
 
 def index_entry(index: ArtifactRef, shard: str) -> dict:
