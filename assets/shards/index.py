@@ -38,12 +38,22 @@ def index_entry(index: ArtifactRef, shard: str) -> dict:
     return {**entries[shard], "file": join(index.data_path, entries[shard]["file"])}
 
 
-def register_shards(context: dg.AssetExecutionContext | None, keys: list[str]) -> int:
-    """Add the keys the instance does not have yet as datakit_shards partitions; return how many."""
-    if context is None:
-        return 0
-    instance = context.instance
-    new = [k for k in keys if not instance.has_dynamic_partition(datakit_shards.name, k)]
+def index_keys(index: ArtifactRef) -> list[str]:
+    """Every shard key of an index artifact, sorted."""
+    import fsspec
+
+    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
+        return sorted(json.load(f))
+
+
+def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> int:
+    """Add the keys the instance does not have yet as datakit_shards partitions; return how many.
+
+    The index body calls it when it computes. On a cache hit the body does not run, so a
+    fresh instance over an existing store (an ephemeral `marin datakit run`) calls
+    register_shards(instance, index_keys(ref)) after the index run.
+    """
+    new = [check_shard_key(k) for k in keys if not instance.has_dynamic_partition(datakit_shards.name, k)]
     if new:
         instance.add_dynamic_partitions(datakit_shards.name, new)
     return len(new)
@@ -66,7 +76,7 @@ def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
         if not entries:
             raise ValueError(f"{INDEX_KEY}: the sources {sorted(sources)} hold no raw files")
         write_json(entries, join(ctx.out_dir, INDEX_FILE))
-        added = register_shards(ctx.dagster_context, sorted(entries))
+        added = register_shards(ctx.dagster_context.instance, sorted(entries)) if ctx.dagster_context else 0
         ctx.log(f"{len(entries)} shards, {added} new partitions")
         return {"shards": len(entries), "bytes": sum(e["bytes"] for e in entries.values()),
                 "per_source": {n: sum(e["source"] == n for e in entries.values()) for n in sources}}

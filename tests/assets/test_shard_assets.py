@@ -30,6 +30,7 @@ from assets.partitions import (
     shard_backfill_policy,
 )
 from assets.shards import make_shard_assets
+from assets.shards.index import index_keys, register_shards
 from marin_assets.datakit.decontaminate import EvalNgramIndex
 from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
@@ -275,6 +276,24 @@ def test_every_shard_accounts_for_every_record(graph, state):
                       "removed": {"contaminated": 1, "exact_duplicate": 1 + new_copies, "fuzzy_duplicate": 1 + new_copies,
                                   "low_quality": 3}}
 
+
+
+def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
+    """The index is a cache hit there (its body, which registers keys, does not run)."""
+    store = graph["store"]
+    resources = {"artifact_store": ArtifactStoreResource(prefix=store.prefix)}
+    resources["artifact_io"] = ArtifactIOManager(artifact_store=resources["artifact_store"])
+    instance = dg.DagsterInstance.ephemeral()
+    raw, index = raw_source(graph["after"]["files"]), make_shard_assets({SOURCE: f"sources/{SOURCE}"})[0]
+    result = dg.materialize([raw, index], instance=instance, resources=resources,
+                            run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}})
+    assert all(e.materialization.metadata["cache_hit"].value for e in result.get_asset_materialization_events())
+    ref = store.read_pointer("shards/index", None)
+    assert register_shards(instance, index_keys(ref)) == 5
+    assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == graph["after"]["shards"]
+    assert register_shards(instance, index_keys(ref)) == 0  # idempotent
+    with pytest.raises(ValueError, match="invalid shard key"):
+        register_shards(instance, ["bad/key"])
 
 
 # ---------------------------------------------------------------- partitions, policies, tags
