@@ -48,7 +48,8 @@ def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_byte
             with f, fsspec.open(raw, "rb") as src:
                 data = src.read()
                 f.write(data)
-            entry.update(bytes=len(data), lines=0, sha256=hashlib.sha256(data).hexdigest())
+                digest.update(data)
+            entry.update(bytes=len(data), sha256=digest.hexdigest())
             continue
         if not name.endswith(JSONL_SUFFIXES):
             raise ValueError(f"raw file {raw}: cannot shard a {name.rsplit('.', 1)[-1]!r} file; expected one of "

@@ -359,6 +359,10 @@ def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_adde
     (tmp_path / "raw-00001.jsonl").write_text(lines[0])
     two = split_source("src", [str(tmp_path / "raw-00001.jsonl"), str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "b"), 100)
     assert {k: two[k] for k in one} == one and list(two)[3:] == ["src-00003"]
+    (tmp_path / "poem.txt").write_text("one document\nof two lines\n")
+    three = split_source("src", [str(tmp_path / "poem.txt"), str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "t"), 5)
+    assert [(e["file"], e["lines"]) for e in three.values()] == [("src-00000.txt", 0), ("src-00001.jsonl", 1)]
+    assert (tmp_path / "t" / "src-00000.txt").read_text() == "one document\nof two lines\n"  # whole, though > 5 bytes
     (tmp_path / "notes.csv").write_text("a,b\n")
     with pytest.raises(ValueError, match=r"notes.csv: cannot shard a 'csv' file"):
         split_source("src", [str(tmp_path / "notes.csv")], str(tmp_path / "c"), 100)
