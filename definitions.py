@@ -13,6 +13,7 @@ from assets.datakit import datakit_assets, datakit_checks
 from assets.experiments import experiment_assets
 from assets.normalized import normalized_assets
 from assets.scaling import scaling_assets, scaling_checks
+from assets.shards import shard_assets
 from assets.sources import source_assets
 from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
 from assets.user_data import normalized_user, user_assets
@@ -28,7 +29,7 @@ new_user_files = new_files_sensor(normalized_user)
 
 defs = dg.Definitions(
     assets=[*source_assets, *normalized_assets, *datakit_assets, *user_assets, *training_assets, *scaling_assets,
-            *experiment_assets],
+            *experiment_assets, *shard_assets],
     asset_checks=[*datakit_checks, *scaling_checks],
     jobs=all_jobs,
     sensors=[new_user_files, phase_controller, automation],

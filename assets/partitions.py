@@ -6,6 +6,10 @@ set) lives here, and the asset itself is handed to the sensor factory in definit
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
+
 import dagster as dg
 
 # One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them.
@@ -13,3 +17,42 @@ demo_phases = dg.DynamicPartitionsDefinition(name="demo_phases")
 
 # One partition per user file (normalized/user); the new-files sensor adds them.
 user_files = dg.DynamicPartitionsDefinition(name="user_files")
+
+# One partition per DataKit shard, keys "<source>-<nnnnn>" (SHARD_KEY_RE); shards/index adds them.
+datakit_shards = dg.DynamicPartitionsDefinition(name="datakit_shards")
+
+# The exact-dedup shuffle: one reduce per hash bucket (ExactDedupConfig.num_buckets = their number).
+EXACT_BUCKETS = 16
+exact_buckets = dg.StaticPartitionsDefinition([f"bucket-{i:03d}" for i in range(EXACT_BUCKETS)])
+
+# Fuzzy dedup: one candidate reduce per LSH band (FuzzyDedupConfig.bands); a band partition
+# walks its key ranges one at a time, so its memory is one range's.
+FUZZY_BANDS = 26
+fuzzy_bands = dg.StaticPartitionsDefinition([f"band-{b:02d}" for b in range(FUZZY_BANDS)])
+
+SHARDS_PER_RUN_ENV = "MARIN_SHARDS_PER_RUN"
+_COUNT_RE = re.compile(r"[1-9][0-9]{0,5}")
+
+
+def partition_index(key: str, prefix: str, count: int) -> int:
+    """3 for ("bucket-003", "bucket-", 16): the number a static partition key stands for."""
+    number = key[len(prefix):] if key.startswith(prefix) else ""
+    if not number.isdigit() or not 0 <= int(number) < count:
+        raise ValueError(f"partition key {key!r} is not {prefix}<n> with n in [0, {count - 1}]")
+    return int(number)
+
+
+def shard_backfill_policy(env: Mapping[str, str] | None = None) -> dg.BackfillPolicy:
+    """How a backfill of shard partitions becomes runs.
+
+    Locally one run covers the whole range (its partitions computed by a pool of worker
+    processes); on a cluster $MARIN_SHARDS_PER_RUN=N makes one run (one pod) per N shards.
+    Read when the code location loads, like the training backend.
+    """
+    env = os.environ if env is None else env
+    text = env.get(SHARDS_PER_RUN_ENV)
+    if text is None or text == "":
+        return dg.BackfillPolicy.single_run()
+    if not _COUNT_RE.fullmatch(text):
+        raise ValueError(f"{SHARDS_PER_RUN_ENV}={text[:40]!r} is not a positive integer (at most 999999)")
+    return dg.BackfillPolicy.multi_run(max_partitions_per_run=int(text))

@@ -30,6 +30,13 @@ CODE_VERSIONS = {
     # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
     "experiments/stdlib_bytes": "1", "experiments/screen_tiny_moe/runs": "1",
     "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
+    # The sharded DataKit graph (issue 12, assets/shards/): configs shared with the unsharded
+    # stages hash the same (quality, fuzzy, decontam, tokenized).
+    "shards/index": "1+cfg.b6989763", "shards/normalized": "1+cfg.noconfig", "shards/quality": "1+cfg.a22a59d5",
+    "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "1+cfg.noconfig", "shards/exact_removals": "1+cfg.noconfig",
+    "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "1+cfg.03519655",
+    "shards/fuzzy_edges": "1+cfg.ca048dc8", "shards/fuzzy_removals": "1+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
+    "shards/final": "1+cfg.noconfig", "shards/tokenized": "1+cfg.4fd648cb",
 }
 
 

@@ -327,6 +327,32 @@ def fuzzy_band_reduce(
     return {"shards": len(shard_keys), "keys": held, "pairs": len(pairs), "row_groups_read": groups}
 
 
+def _owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | None:
+    """Every candidate pair (row_a, shard_b, row_b) the band reduces gave shard `key` to verify."""
+    paths = [p for root in dict.fromkeys(candidate_roots) for p in _list_files(join(root, key), "band-")]
+    tables = [read_table(p) for p in paths]
+    return pa.concat_tables(tables) if tables else None
+
+
+def candidate_digest(shard_key: str, candidate_roots: Sequence[str]) -> tuple[str, list[str]]:
+    """(sha256 of the distinct candidate pairs shard `shard_key` owns, the partner shards they name).
+
+    With the texts of this shard and of those partners, this is all its verify reads: a
+    verify whose digest and texts are unchanged would write the same edges (early cutoff
+    when a new shard brings pairs to only some owners).
+    """
+    import hashlib
+
+    cand = _owned_candidates(check_shard_key(shard_key), candidate_roots)
+    h = hashlib.sha256()
+    if cand is None:
+        return h.hexdigest(), []
+    triples = sorted(set(zip(*(cand.column(c).to_pylist() for c in ("row_a", "shard_b", "row_b")))))
+    for row_a, shard_b, row_b in triples:
+        h.update(f"{row_a}\t{shard_b}\t{row_b}\n".encode())
+    return h.hexdigest(), sorted({t[1] for t in triples})
+
+
 def fuzzy_verify(
     shard_key: str,
     candidate_roots: Sequence[str],
@@ -342,12 +368,10 @@ def fuzzy_verify(
     the verified edges to `out_path`; returns {"candidate_pairs", "verified_pairs"}.
     """
     key = check_shard_key(shard_key)
-    paths = [p for root in dict.fromkeys(candidate_roots) for p in _list_files(join(root, key), "band-")]
-    tables = [read_table(p) for p in paths]
+    cand = _owned_candidates(key, candidate_roots)
     edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
     total = 0
-    if tables:
-        cand = pa.concat_tables(tables)
+    if cand is not None:
         partners = cand.column("shard_b").to_numpy(zero_copy_only=False).astype(str)
         names, code = np.unique(partners, return_inverse=True)
         triples = np.unique(

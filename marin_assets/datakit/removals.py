@@ -97,6 +97,23 @@ def removal_list_digest(path: str) -> str:
     return removal_digest(read_removal_list(path))
 
 
+def flag_removals(attr_path: str, column: str, reason: str, shard_key: str, out_path: str) -> dict:
+    """The removal list of the rows whose boolean `column` is True in a co-partitioned
+    attribute file (same rows as the shard): a filter (low quality, contamination) as a list.
+
+    Such a row goes for what it is, not as a copy of another, so `kept_*` name the row
+    itself. Returns {"removed", "digest"}.
+    """
+    from marin_assets.datakit.shards import read_table
+
+    key = check_shard_key(shard_key)
+    table = read_table(attr_path, columns=["id", column])
+    flags = table.column(column).to_pylist()
+    ids = table.column("id").to_pylist()
+    removals = [Removal(doc_id, row, reason, doc_id, key, row) for row, (doc_id, flag) in enumerate(zip(ids, flags)) if flag]
+    return {"removed": len(removals), "digest": write_removal_list(removals, out_path)}
+
+
 def apply_removals(shard_path: str, removal_paths: Sequence[str], out_path: str, columns: Sequence[str] | None = None) -> dict:
     """Write the rows of one shard that no list removes (in order) to `out_path`.
 

@@ -1,0 +1,60 @@
+"""Exact dedup over shards: map per shard, reduce per hash bucket, a removal list per shard,
+and the first filter (low quality + exact duplicates).
+
+shards/filtered_exact follows the DIGEST of its shard's exact removal list, not the version
+of the reduces (early cutoff): a new shard reruns every bucket reduce and every list, but a
+shard whose list removes the same rows keeps its filtered artifact and everything after it.
+"""
+
+from __future__ import annotations
+
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.removals import apply_removals, removal_list_path
+from marin_assets.datakit.shards import join, shard_name
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.store import ArtifactRef
+
+from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
+from assets.shards.common import checked_accounting, every, per_shard, per_slice, roots, shard_file
+from assets.shards.normalized import low_quality_list
+
+EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
+
+
+@versioned_asset(key="shards/exact_map", code_version="1", ins={"docs": "shards/normalized"}, **per_shard())
+def shard_exact_map(ctx: StageContext, docs: ArtifactRef):
+    """(id, source, source_id, row) of one shard, one row group per hash bucket."""
+    return exact_map(ctx.partition_key, shard_file(docs), ctx.out_dir, EXACT)
+
+
+@versioned_asset(key="shards/exact_reduce", code_version="1", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets))
+def shard_exact_reduce(ctx: StageContext, maps: dict[str, ArtifactRef]):
+    """One hash bucket of every shard's map: the copies of an id, the lowest one kept."""
+    bucket = partition_index(ctx.partition_key, "bucket-", EXACT_BUCKETS)
+    return {**exact_reduce(bucket, roots(maps), ctx.out_dir, EXACT), "shards": len(maps)}
+
+
+def exact_list(removals: ArtifactRef) -> str:
+    return removal_list_path(removals.data_path, removals.partition)
+
+
+@versioned_asset(key="shards/exact_removals", code_version="1", ins={"reduces": every("shards/exact_reduce")}, **per_shard())
+def shard_exact_removals(ctx: StageContext, reduces: dict[str, ArtifactRef]):
+    """This shard's exact-duplicate removal list (its row group of every bucket), with its digest."""
+    return exact_removals(ctx.partition_key, roots(reduces), removal_list_path(ctx.out_dir, ctx.partition_key))
+
+
+def _filtered_version(config, partition: str, inputs) -> dict[str, str]:
+    return {"normalized": inputs["docs"].version, "quality": inputs["quality"].version,
+            "exact_list": inputs["exact"].counts["digest"]}
+
+
+@versioned_asset(key="shards/filtered_exact", code_version="1",
+                 ins={"docs": "shards/normalized", "quality": "shards/quality", "exact": "shards/exact_removals"},
+                 version_inputs=_filtered_version, **per_shard())
+def shard_filtered_exact(ctx: StageContext, docs: ArtifactRef, quality: ArtifactRef, exact: ArtifactRef):
+    """The shard minus its low-quality rows and exact duplicates (a row both counts as low_quality)."""
+    counts = apply_removals(shard_file(docs), [low_quality_list(quality), exact_list(exact)], join(ctx.out_dir, shard_name(0, 1)))
+    summary = {"docs_in": docs.counts["docs_in"], "docs_out": counts["docs_out"], "removed": counts["removed"],
+               "quarantined": docs.counts["quarantined"]}
+    return checked_accounting(f"shards/filtered_exact[{ctx.partition_key}]", summary)

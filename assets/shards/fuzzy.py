@@ -1,0 +1,94 @@
+"""Fuzzy dedup over shards: MinHash band keys per shard, LSH candidates per band (its key
+ranges one at a time), exact-Jaccard verification per shard, one resolve over the edges.
+
+No step holds every signature: a band partition holds one key range of one band, a verify
+partition one shard's pairs, and the resolve only the verified edges (one per near pair).
+The resolve writes a removal list per shard; shards/final follows each list's digest.
+"""
+
+from __future__ import annotations
+
+from marin_assets.datakit.fuzzy_dedup import (
+    FuzzyDedupConfig,
+    band_reduce_ranges,
+    candidate_digest,
+    fuzzy_band_reduce,
+    fuzzy_map,
+    fuzzy_resolve,
+    fuzzy_verify,
+)
+from marin_assets.datakit.removals import removal_list_digest, removal_list_path
+from marin_assets.datakit.shards import join
+from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.store import ArtifactRef
+
+from assets.datakit import FuzzyConfig
+from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
+from assets.shards.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, roots, shard_file
+
+MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
+assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"
+EDGES_FILE = "edges.parquet"
+
+
+@versioned_asset(key="shards/fuzzy_map", code_version="1", ins={"docs": "shards/filtered_exact"}, **per_shard())
+def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
+    """MinHash band keys of one shard's documents, one sorted file per band."""
+    return fuzzy_map(ctx.partition_key, shard_file(docs), ctx.out_dir, MINHASH)
+
+
+class CandidatesConfig(StageConfig):
+    docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
+
+
+@versioned_asset(key="shards/fuzzy_candidates", code_version="1", config_cls=CandidatesConfig,
+                 ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
+def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
+    """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
+    band = partition_index(ctx.partition_key, "band-", FUZZY_BANDS)
+    docs = sum(ref.counts["docs"] for ref in maps.values())
+    ranges = band_reduce_ranges(docs, config.docs_per_reduce)
+    totals = {"keys": 0, "pairs": 0, "row_groups_read": 0}
+    for r in range(ranges):
+        counts = fuzzy_band_reduce(band, (r, ranges), roots(maps), ctx.out_dir, MINHASH)
+        totals = {k: totals[k] + counts[k] for k in totals}
+    return {**totals, "ranges": ranges, "shards": len(maps), "docs": docs}
+
+
+def _edges_version(config, partition: str, inputs) -> dict[str, str]:
+    """The pairs this shard owns and the texts they compare: not every band's and shard's version
+    (a new shard reruns every band, but brings pairs to only some owners)."""
+    digest, partners = candidate_digest(partition, roots(inputs["candidates"]))
+    docs = inputs["docs"]
+    missing = sorted({partition, *partners} - set(docs))
+    if missing:
+        raise ValueError(f"shards/fuzzy_edges[{partition}]: candidate pairs name shards with no filtered_exact: {missing}")
+    return {"candidates": digest, **{f"docs[{k}]": docs[k].version for k in sorted({partition, *partners})}}
+
+
+@versioned_asset(key="shards/fuzzy_edges", code_version="1", config_cls=FuzzyConfig,
+                 ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
+                 version_inputs=_edges_version, **per_shard())
+def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
+    """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
+    verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
+    shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
+    return fuzzy_verify(ctx.partition_key, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
+
+
+@versioned_asset(key="shards/fuzzy_removals", code_version="1", ins={"edges": every("shards/fuzzy_edges")},
+                 group_name=GROUP, tags=REDUCE_TAGS)
+def shard_fuzzy_removals(ctx: StageContext, edges: dict[str, ArtifactRef]):
+    """Connected components over every verified edge: one removal list per shard."""
+    resolved = fuzzy_resolve({key: join(ref.data_path, EDGES_FILE) for key, ref in edges.items()}, ctx.out_dir)
+    lists = resolved.pop("lists")
+    return {**resolved, "shards": len(lists), "removed": sum(v["removed"] for v in lists.values())}
+
+
+def fuzzy_list(removals: ArtifactRef, shard: str) -> str:
+    return removal_list_path(removals.data_path, shard)
+
+
+def fuzzy_list_digest(removals: ArtifactRef, shard: str) -> str:
+    """The digest of one shard's list (read from the list: the resolve's counts stay small)."""
+    return removal_list_digest(fuzzy_list(removals, shard))

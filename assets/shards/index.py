@@ -1,0 +1,84 @@
+"""shards/index: every source's raw files split into shard files, one partition per shard.
+
+A factory over the sources it reads ({source name: upstream asset key}), so that a test or
+a user's corpus feeds the same graph as the demo's sources/<name> (which need the npm and
+pip registries). The body registers the shard keys as datakit_shards partitions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import dagster as dg
+
+from assets.partitions import datakit_shards
+from assets.shards.common import GROUP, REDUCE_TAGS
+from marin_assets.datakit.shard_index import split_source
+from marin_assets.datakit.shards import check_shard_key, join, write_json
+from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.store import ArtifactRef
+
+INDEX_KEY = "shards/index"
+INDEX_FILE = "index.json"
+
+
+class ShardIndexConfig(StageConfig):
+    shard_bytes: int = versioned(1024 * 1024, ge=1, description="raw bytes per shard, cut at line boundaries")
+
+
+def index_entry(index: ArtifactRef, shard: str) -> dict:
+    """{file, sha256, source, bytes, lines} of one shard, with `file` an openable path."""
+    import fsspec
+
+    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
+        entries = json.load(f)
+    if shard not in entries:
+        raise KeyError(f"shard {shard!r} is not in {INDEX_KEY} version {index.version[:16]} ({len(entries)} shards)")
+    return {**entries[shard], "file": join(index.data_path, entries[shard]["file"])}
+
+
+def index_keys(index: ArtifactRef) -> list[str]:
+    """Every shard key of an index artifact, sorted."""
+    import fsspec
+
+    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
+        return sorted(json.load(f))
+
+
+def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> int:
+    """Add the keys the instance does not have yet as datakit_shards partitions; return how many.
+
+    The index body calls it when it computes. On a cache hit the body does not run, so a
+    fresh instance over an existing store (an ephemeral `marin datakit run`) calls
+    register_shards(instance, index_keys(ref)) after the index run.
+    """
+    new = [check_shard_key(k) for k in keys if not instance.has_dynamic_partition(datakit_shards.name, k)]
+    if new:
+        instance.add_dynamic_partitions(datakit_shards.name, new)
+    return len(new)
+
+
+def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
+    """shards/index over `sources` ({source name: asset key whose data holds its raw files})."""
+    for name in sources:
+        check_shard_key(name)
+    ins = {f"src_{i}": key for i, key in enumerate(sources.values())}
+    names = dict(zip(ins, sources))
+
+    @versioned_asset(key=INDEX_KEY, code_version="1", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS)
+    def shard_index(ctx: StageContext, config: ShardIndexConfig, **raw: ArtifactRef):
+        """Raw source files split into shards of at most shard_bytes; index.json lists them."""
+        entries: dict[str, dict] = {}
+        for label, ref in raw.items():
+            raw_files = [p for p in ref.files() if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
+            entries.update(split_source(names[label], raw_files, ctx.out_dir, config.shard_bytes))
+        if not entries:
+            raise ValueError(f"{INDEX_KEY}: the sources {sorted(sources)} hold no raw files")
+        write_json(entries, join(ctx.out_dir, INDEX_FILE))
+        added = register_shards(ctx.dagster_context.instance, sorted(entries)) if ctx.dagster_context else 0
+        ctx.log(f"{len(entries)} shards, {added} new partitions")
+        return {"shards": len(entries), "bytes": sum(e["bytes"] for e in entries.values()),
+                "per_source": {n: sum(e["source"] == n for e in entries.values()) for n in sources}}
+
+    return shard_index

@@ -1,0 +1,52 @@
+"""Per-shard normalize and quality attributes.
+
+shards/normalized follows the sha256 of its own raw shard file, not the index's version:
+a new shard re-versions the index but must not re-normalize the others. shards/quality
+scores with the fixed `quality_model` asset (a model trained on every shard would
+re-version every shard whenever one is added).
+"""
+
+from __future__ import annotations
+
+from marin_assets.datakit.normalize import NormalizeConfig as LibNormalizeConfig
+from marin_assets.datakit.normalize import normalize, schema
+from marin_assets.datakit.quality import QualityScoreConfig, score_quality
+from marin_assets.datakit.removals import flag_removals, removal_list_path
+from marin_assets.datakit.shards import join, list_shards, shard_name, write_table
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.store import ArtifactRef
+
+from assets.datakit import QualityConfig
+from assets.shards.common import per_shard, shard_file
+from assets.shards.index import INDEX_KEY, index_entry
+
+# One raw shard becomes one Parquet shard: its size is bounded by the index's shard_bytes.
+ONE_PART = {"shard_docs": 2**31 - 1, "shard_bytes": 2**62}
+
+
+def _raw_version(config, partition: str, inputs) -> dict[str, str]:
+    return {"raw": index_entry(inputs["index"], partition)["sha256"]}
+
+
+@versioned_asset(key="shards/normalized", code_version="1", ins={"index": INDEX_KEY}, version_inputs=_raw_version, **per_shard())
+def shard_normalized(ctx: StageContext, index: ArtifactRef):
+    """normalize() of one raw shard: one Parquet shard sorted by id, plus its quarantine."""
+    entry = index_entry(index, ctx.partition_key)
+    counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], **ONE_PART))
+    if not list_shards(ctx.out_dir):  # every record quarantined: an empty shard keeps the graph uniform
+        write_table(schema().empty_table(), join(ctx.out_dir, shard_name(0, 1)))
+    return counts
+
+
+@versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
+                 ins={"docs": "shards/normalized", "model": "quality_model"}, **per_shard())
+def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, model: ArtifactRef):
+    """Quality attributes of one shard, and the low_quality removal list they imply."""
+    counts = score_quality([shard_file(docs)], model.data_path, ctx.out_dir, QualityScoreConfig(threshold=config.threshold))
+    attrs = join(ctx.out_dir, shard_name(0, 1))
+    low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition_key, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
+    return {**counts, "low_quality_digest": low["digest"]}
+
+
+def low_quality_list(quality: ArtifactRef) -> str:
+    return removal_list_path(join(quality.data_path, "removals"), quality.partition)

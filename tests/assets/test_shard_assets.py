@@ -1,0 +1,385 @@
+"""The sharded DataKit graph (assets/shards/) run partition by partition in real Dagster runs.
+
+One small corpus (two sources' worth of behaviour in one: exact and near duplicates across
+shards, low-quality spam, an eval-contaminated document, quarantined records) is indexed
+into shards and materialised one partition per run on an ephemeral instance, then one raw
+file (one new shard) is added and the graph materialised again. The module fixture does
+both passes once; the tests read what each pass computed and wrote.
+
+Stand-ins with the real keys replace the three fixed inputs of the graph that the demo
+builds from registry downloads: quality_model, eval_ngrams and tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assets.partitions import (
+    SHARDS_PER_RUN_ENV,
+    datakit_shards,
+    exact_buckets,
+    fuzzy_bands,
+    partition_index,
+    shard_backfill_policy,
+)
+from assets.shards import make_shard_assets
+from assets.shards.index import index_keys, register_shards
+from marin_assets.datakit.decontaminate import EvalNgramIndex
+from marin_assets.datakit.normalize import doc_id
+from marin_assets.datakit.removals import read_removal_list
+from marin_assets.datakit.shard_index import split_source
+from marin_assets.datakit.shards import read_table, write_table
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, near, new_records, prose, spam, unsharded_final
+
+QUALITY_THRESHOLD = 0.5
+SHARD_BYTES = 2500
+
+
+# ---------------------------------------------------------------- stand-ins for the fixed inputs
+def raw_blobs(files: dict[str, list]) -> dict[str, str]:
+    """{file name: JSONL text} of {file name: records or raw lines}."""
+    return {name: "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) for name, records in files.items()}
+
+
+def raw_source(files: dict[str, list]) -> dg.AssetsDefinition:
+    """sources/<SOURCE> holding `files` ({name: records or raw lines}), versioned by their bytes."""
+    blobs = raw_blobs(files)
+    digest = hashlib.sha256(json.dumps(blobs, sort_keys=True).encode()).hexdigest()[:16]
+
+    @versioned_asset(key=f"sources/{SOURCE}", code_version=digest)
+    def _raw(ctx: StageContext):
+        for name, blob in blobs.items():
+            Path(ctx.out_dir, name).write_text(blob)
+        return {"files": len(blobs)}
+
+    return _raw
+
+
+def _parquet(out_dir: str, texts: list[str]) -> str:
+    import pyarrow as pa
+
+    path = f"{out_dir}/part-00000-of-00001.parquet"
+    write_table(pa.table({"id": [doc_id(t) for t in texts], "text": texts}), path)
+    return path
+
+
+@versioned_asset(key="quality_model", code_version="test")
+def quality_model(ctx: StageContext):
+    from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
+    high = _parquet(f"{ctx.scratch_dir}/high", [prose(1000 + i, 60) for i in range(40)])
+    low = _parquet(f"{ctx.scratch_dir}/low", [spam(1000 + i) for i in range(40)])
+    return train_quality_model([high], [low], ctx.out_dir, QualityModelConfig(num_features=1 << 12, holdout_fraction=0.0))
+
+
+@versioned_asset(key="eval_ngrams", code_version="test")
+def eval_ngrams(ctx: StageContext):
+    index = EvalNgramIndex.build([("evalset/1", EVAL_TEXT)])
+    index.save(ctx.out_dir)
+    return {"ngrams": int(index.num_ngrams)}
+
+
+@versioned_asset(key="tokenizer", code_version="test")
+def tokenizer(ctx: StageContext):
+    from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
+    train = _parquet(f"{ctx.scratch_dir}/docs", [prose(2000 + i, 60) for i in range(20)])
+    return train_tokenizer([train], ctx.out_dir, TokenizerTrainConfig(vocab_size=300))
+
+
+# ---------------------------------------------------------------- one partition per run
+STAGES = [  # (asset keys, partitions of the run: "shards", a static partitions def, or None)
+    (["shards/normalized", "shards/quality", "shards/exact_map"], "shards"),
+    (["shards/exact_reduce"], exact_buckets),
+    (["shards/exact_removals", "shards/filtered_exact", "shards/fuzzy_map", "shards/decontam"], "shards"),
+    (["shards/fuzzy_candidates"], fuzzy_bands),
+    (["shards/fuzzy_edges"], "shards"),
+    (["shards/fuzzy_removals"], None),
+    (["shards/final", "shards/tokenized"], "shards"),
+]
+
+
+def materialize_graph(raw: dg.AssetsDefinition, instance, resources) -> dict:
+    """Every asset, one partition per run, in dependency order: {(key, partition): metadata}."""
+    assets = [raw, quality_model, eval_ngrams, tokenizer, *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
+    by_key = {a.key.to_user_string(): a for a in assets}
+    config = {"ops": {by_key["shards/quality"].op.name: {"config": {"threshold": QUALITY_THRESHOLD}},
+                      by_key["shards/index"].op.name: {"config": {"shard_bytes": SHARD_BYTES}}}}
+    seen: dict = {}
+
+    def run(keys: list[str], partition: str | None) -> None:
+        selected = [by_key[k] for k in keys]
+        ops = {a.op.name for a in selected}
+        result = dg.materialize(assets, selection=selected, partition_key=partition, instance=instance, resources=resources,
+                                run_config={"ops": {op: c for op, c in config["ops"].items() if op in ops}})
+        assert result.success
+        for event in result.get_asset_materialization_events():
+            metadata = event.materialization.metadata
+            seen[(event.asset_key.to_user_string(), event.partition)] = {k: v.value for k, v in metadata.items()}
+
+    run([f"sources/{SOURCE}", "quality_model", "eval_ngrams", "tokenizer", "shards/index"], None)
+    shards = sorted(instance.get_dynamic_partitions(datakit_shards.name))
+    for keys, partitions in STAGES:
+        for p in shards if partitions == "shards" else partitions.get_partition_keys() if partitions else [None]:
+            run(keys, p)
+    return seen
+
+
+def computed(seen: dict, key: str) -> set:
+    return {p for (k, p), meta in seen.items() if k == key and not meta["cache_hit"]}
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """The graph over the base corpus, then again with one more raw file (one new shard)."""
+    tmp = tmp_path_factory.mktemp("shards")
+    store = ArtifactStoreResource(prefix=str(tmp / "prefix"))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    instance = dg.DagsterInstance.ephemeral()
+    passes = {"before": {"raw-00000.jsonl": base_records()}}
+    passes["after"] = {**passes["before"], "raw-00001.jsonl": new_records()}
+    out = {"store": store.store, "tmp": tmp}
+    for name, files in passes.items():
+        seen = materialize_graph(raw_source(files), instance, resources)
+        shards = sorted(instance.get_dynamic_partitions(datakit_shards.name))
+        out[name] = {"seen": seen, "shards": shards, "files": files, "final": final_documents(store.store, shards),
+                     "digests": {s: (exact_list(store.store, s), fuzzy_list(store.store, s)) for s in shards}}
+    return out
+
+
+def final_documents(store, shards: list[str]) -> list[dict]:
+    docs = []
+    for shard in shards:
+        ref = store.read_pointer("shards/final", shard)
+        docs += read_table(ref.files(".parquet")[0], columns=["id", "text", "source", "source_id"]).to_pylist()
+    return sorted(docs, key=lambda d: (d["id"], d["source"], d["source_id"]))
+
+
+def shard_of(store, shards: list[str], source_id: str) -> str:
+    """The shard whose normalized rows hold `source_id`."""
+    [hit] = [s for s in shards if source_id in read_table(store.read_pointer("shards/normalized", s).files(".parquet")[0],
+                                                          columns=["source_id"]).column("source_id").to_pylist()]
+    return hit
+
+
+def exact_list(store, shard: str) -> list:
+    return read_removal_list(f"{store.read_pointer('shards/exact_removals', shard).data_path}/{shard}.jsonl")
+
+
+def fuzzy_list(store, shard: str) -> list:
+    return read_removal_list(f"{store.read_pointer('shards/fuzzy_removals', None).data_path}/{shard}.jsonl")
+
+
+def texts(docs: list[dict]) -> list[str]:
+    return [d["text"] for d in docs]
+
+
+# ---------------------------------------------------------------- the tests
+def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
+    store, state = graph["store"], graph["before"]
+    shards = state["shards"]
+    assert len(shards) == 4  # 31 lines of ~300 bytes at shard_bytes=2500
+    exact = {s: lists[0] for s, lists in state["digests"].items() if lists[0]}
+    fuzzy = {s: lists[1] for s, lists in state["digests"].items() if lists[1]}
+    original, copy = shard_of(store, shards, f"d{COPIED:03d}"), shard_of(store, shards, "d900")
+    assert original != copy
+    # One exact removal in the whole corpus: the copy with the higher source_id, pointing at the other shard.
+    [(shard, [removal])] = exact.items()
+    assert (shard, removal.reason, removal.kept_shard) == (copy, "exact_duplicate", original)
+    # One fuzzy removal: the member of the near pair with the higher id, in its own shard.
+    near_text = near(prose(NEAR_TARGET), 7)
+    target, near_copy = shard_of(store, shards, f"d{NEAR_TARGET:03d}"), shard_of(store, shards, "d901")
+    assert target != near_copy
+    low, high = sorted([(doc_id(prose(NEAR_TARGET)), target), (doc_id(near_text), near_copy)])
+    [(shard, [removal])] = fuzzy.items()
+    assert (removal.reason, removal.id, shard, removal.kept_id, removal.kept_shard) == ("fuzzy_duplicate", *high, *low)
+    final_texts = texts(state["final"])
+    assert final_texts.count(prose(COPIED)) == 1
+    assert final_texts.count(prose(NEAR_TARGET)) + final_texts.count(near_text) == 1
+
+
+@pytest.mark.parametrize("state", ["before", "after"])
+def test_sharded_final_documents_equal_the_unsharded_pipeline(graph, state):
+    store, run = graph["store"], graph[state]
+    raw_dir = graph["tmp"] / f"raw-{state}"
+    raw_dir.mkdir()
+    for name, blob in raw_blobs(run["files"]).items():
+        (raw_dir / name).write_text(blob)
+    expected = unsharded_final(str(raw_dir), store.read_pointer("quality_model", None).data_path,
+                               store.read_pointer("eval_ngrams", None).data_path, str(graph["tmp"] / f"single-{state}"), QUALITY_THRESHOLD)
+    # 24 good documents survive the base file (3 spam, 1 exact copy, 1 near copy, 1 contaminated
+    # removed; 2 records quarantined); the added file brings 2 new ones and 2 copies.
+    assert len(expected) == {"before": 24, "after": 26}[state]
+    assert run["final"] == expected
+    assert EVAL_TEXT not in "".join(texts(run["final"])) and not any("FREE" in t or "cash" in t for t in texts(run["final"]))
+
+
+PER_SHARD_CACHED_UNLESS_CHANGED = ("shards/normalized", "shards/quality", "shards/exact_map")
+
+
+def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
+    store, before, after = graph["store"], graph["before"], graph["after"]
+    [new] = sorted(set(after["shards"]) - set(before["shards"]))
+    old = before["shards"]
+    assert new == "tiny-00004" and after["shards"] == [*old, new]
+    lost_exact = shard_of(store, old, f"d{NEW_COPIED:03d}")  # its copy of doc 10 loses to the new canonical one
+    lost_fuzzy = shard_of(store, old, f"d{NEW_NEAR_TARGET:03d}")  # its doc 20 loses to the new near copy
+    assert lost_exact != lost_fuzzy
+    changed_exact = {s for s in old if before["digests"][s][0] != after["digests"][s][0]}
+    changed_fuzzy = {s for s in old if before["digests"][s][1] != after["digests"][s][1]}
+    assert changed_exact == {lost_exact} and changed_fuzzy == {lost_fuzzy}
+    seen = after["seen"]
+    expected = {
+        "shards/normalized": {new}, "shards/quality": {new}, "shards/exact_map": {new},
+        "shards/exact_reduce": set(exact_buckets.get_partition_keys()),
+        "shards/exact_removals": set(after["shards"]),  # every list reruns; only lost_exact's digest changed
+        "shards/filtered_exact": {new, lost_exact}, "shards/fuzzy_map": {new, lost_exact}, "shards/decontam": {new, lost_exact},
+        "shards/fuzzy_candidates": set(fuzzy_bands.get_partition_keys()),
+        # The verifies whose pairs or texts changed: lost_exact's rows moved, and the pair of the
+        # new near copy is owned by lost_fuzzy (a cross-shard pair belongs to the shard that sorts first).
+        "shards/fuzzy_edges": {new, lost_exact, lost_fuzzy},
+        "shards/fuzzy_removals": {None}, "shards/index": {None}, f"sources/{SOURCE}": {None},
+        "shards/final": {new, lost_exact, lost_fuzzy}, "shards/tokenized": {new, lost_exact, lost_fuzzy},
+        "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
+    }
+    assert {key: computed(seen, key) for key in expected} == expected
+    # The cached partitions report the very artifact versions of the first pass.
+    for key in ("shards/filtered_exact", "shards/final", "shards/tokenized"):
+        for shard in set(old) - expected[key]:
+            assert seen[(key, shard)]["cache_hit"] and seen[(key, shard)]["version"] == before["seen"][(key, shard)]["version"]
+    # And the first pass computed everything (nothing was cached before it).
+    assert all(not meta["cache_hit"] for (key, _), meta in before["seen"].items())
+
+
+@pytest.mark.parametrize("state", ["before", "after"])
+def test_every_shard_accounts_for_every_record(graph, state):
+    run = graph[state]
+    totals = {"docs_in": 0, "docs_out": 0, "quarantined": 0, "removed": {}}
+    for shard in run["shards"]:
+        meta = run["seen"][("shards/final", shard)]
+        counts = {k: meta[f"count/{k}"] for k in ("docs_in", "docs_out", "quarantined", "removed")}
+        assert counts["docs_in"] == counts["docs_out"] + sum(counts["removed"].values()) + counts["quarantined"], (shard, counts)
+        assert counts["docs_in"] == graph["store"].read_pointer("shards/normalized", shard).counts["docs_in"]
+        for k in ("docs_in", "docs_out", "quarantined"):
+            totals[k] += counts[k]
+        for reason, n in counts["removed"].items():
+            totals["removed"][reason] = totals["removed"].get(reason, 0) + n
+    lines = sum(len(records) for records in run["files"].values())
+    new_copies = {"before": 0, "after": 1}[state]
+    assert totals == {"docs_in": lines, "docs_out": len(run["final"]), "quarantined": 2,
+                      "removed": {"contaminated": 1, "exact_duplicate": 1 + new_copies, "fuzzy_duplicate": 1 + new_copies,
+                                  "low_quality": 3}}
+
+
+
+def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
+    """The index is a cache hit there (its body, which registers keys, does not run)."""
+    store = graph["store"]
+    resources = {"artifact_store": ArtifactStoreResource(prefix=store.prefix)}
+    resources["artifact_io"] = ArtifactIOManager(artifact_store=resources["artifact_store"])
+    instance = dg.DagsterInstance.ephemeral()
+    raw, index = raw_source(graph["after"]["files"]), make_shard_assets({SOURCE: f"sources/{SOURCE}"})[0]
+    result = dg.materialize([raw, index], instance=instance, resources=resources,
+                            run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}})
+    assert all(e.materialization.metadata["cache_hit"].value for e in result.get_asset_materialization_events())
+    ref = store.read_pointer("shards/index", None)
+    assert register_shards(instance, index_keys(ref)) == 5
+    assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == graph["after"]["shards"]
+    assert register_shards(instance, index_keys(ref)) == 0  # idempotent
+    with pytest.raises(ValueError, match="invalid shard key"):
+        register_shards(instance, ["bad/key"])
+
+
+# ---------------------------------------------------------------- partitions, policies, tags
+def test_shard_backfill_policy_reads_and_checks_the_variable():
+    assert shard_backfill_policy({}) == dg.BackfillPolicy.single_run()
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: ""}) == dg.BackfillPolicy.single_run()
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: "8"}) == dg.BackfillPolicy.multi_run(max_partitions_per_run=8)
+    assert shard_backfill_policy({SHARDS_PER_RUN_ENV: "1"}).max_partitions_per_run == 1
+    for bad in ("0", "-1", "08", "1.5", "abc", "8\n", " 8", "1e3", "1000000"):
+        with pytest.raises(ValueError, match=f"^{SHARDS_PER_RUN_ENV}="):
+            shard_backfill_policy({SHARDS_PER_RUN_ENV: bad})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12))
+def test_shard_backfill_policy_accepts_exactly_the_positive_integers(text):
+    valid = text.isascii() and text.isdigit() and not text.startswith("0") and len(text) <= 6
+    if valid:
+        assert shard_backfill_policy({SHARDS_PER_RUN_ENV: text}).max_partitions_per_run == int(text)
+    elif text:
+        with pytest.raises(ValueError, match=SHARDS_PER_RUN_ENV):
+            shard_backfill_policy({SHARDS_PER_RUN_ENV: text})
+
+
+def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypatch):
+    from assets.shards import shard_assets
+
+    assert [a.key.to_user_string() for a in shard_assets][:2] == ["shards/index", "shards/normalized"]
+    for asset in shard_assets:
+        tags = asset.tags_by_key[asset.key]
+        assert tags["marin/pool"] == "datakit" and tags["marin/cpu"] == "1" and tags["marin/memory"] in ("2Gi", "4Gi")
+        if asset.partitions_def is not None:
+            assert asset.backfill_policy == dg.BackfillPolicy.single_run(), asset.key
+        if asset.partitions_def == datakit_shards:
+            assert tags["marin/memory"] == "2Gi"
+    partitioned = {a.key.to_user_string() for a in shard_assets if a.partitions_def is not None}
+    assert len(partitioned) == 12 and "shards/fuzzy_removals" not in partitioned
+
+
+def test_partition_index_names_the_bad_key():
+    assert partition_index("bucket-003", "bucket-", 16) == 3
+    for bad in ("bucket-016", "bucket-x", "band-01", "bucket-", "bucket--1"):
+        with pytest.raises(ValueError, match=f"partition key {bad!r}"):
+            partition_index(bad, "bucket-", 16)
+
+
+# ---------------------------------------------------------------- the index's split
+def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_added(tmp_path):
+    import gzip
+
+    lines = ["x" * n + "\n" for n in [10, 50, 5, 3000, 20, 20, 20]]  # what a split sees: lines of bytes
+    with gzip.open(tmp_path / "raw-00000.jsonl.gz", "wt") as f:
+        f.write("".join(lines))
+    one = split_source("src", [str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "a"), shard_bytes=100)
+    # 10+50+5 fit; the 3000-byte line is a shard of its own; the last three share one.
+    assert [e["lines"] for e in one.values()] == [3, 1, 3] and list(one) == ["src-00000", "src-00001", "src-00002"]
+    joined = "".join((tmp_path / "a" / e["file"]).read_text() for e in one.values())
+    assert joined == "".join(lines)
+    for e in one.values():
+        data = (tmp_path / "a" / e["file"]).read_bytes()
+        assert e["sha256"] == hashlib.sha256(data).hexdigest() and e["bytes"] == len(data) and e["source"] == "src"
+        assert e["bytes"] <= 100 or e["lines"] == 1
+    (tmp_path / "raw-00001.jsonl").write_text(lines[0])
+    two = split_source("src", [str(tmp_path / "raw-00001.jsonl"), str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "b"), 100)
+    assert {k: two[k] for k in one} == one and list(two)[3:] == ["src-00003"]
+    (tmp_path / "poem.txt").write_text("one document\nof two lines\n")
+    three = split_source("src", [str(tmp_path / "poem.txt"), str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "t"), 5)
+    assert [(e["file"], e["lines"]) for e in three.values()] == [("src-00000.txt", 0), ("src-00001.jsonl", 1)]
+    assert (tmp_path / "t" / "src-00000.txt").read_text() == "one document\nof two lines\n"  # whole, though > 5 bytes
+    (tmp_path / "notes.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"notes.csv: cannot shard a 'csv' file"):
+        split_source("src", [str(tmp_path / "notes.csv")], str(tmp_path / "c"), 100)
+    with pytest.raises(ValueError, match="invalid shard key"):
+        split_source("a/b", [str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "d"), 100)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=30), st.integers(1, 400))
+def test_split_source_loses_and_reorders_nothing(tmp_path_factory, sizes, shard_bytes):
+    tmp = tmp_path_factory.mktemp("split")
+    text = "".join("y" * n + "\n" for n in sizes)
+    (tmp / "raw.jsonl").write_text(text)
+    entries = split_source("s", [str(tmp / "raw.jsonl")], str(tmp / "out"), shard_bytes)
+    assert "".join((tmp / "out" / e["file"]).read_text() for e in entries.values()) == text
+    assert sum(e["lines"] for e in entries.values()) == len(sizes)
+    assert all(e["bytes"] <= shard_bytes or e["lines"] == 1 for e in entries.values())
+    # Greedy: no shard could have taken the next shard's first line.
+    files = [(tmp / "out" / e["file"]).read_text().splitlines(keepends=True) for e in entries.values()]
+    assert all(len("".join(a)) + len(b[0]) > shard_bytes for a, b in zip(files, files[1:]))
