@@ -28,6 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line (progress goes to stderr)")
     parser.add_argument("--skip-training", action="store_true", help="skip the phase-controlled training run")
     parser.add_argument("--skip-scaling", action="store_true", help="skip the scaling-law ladder")
+    parser.add_argument("--skip-shards", action="store_true", help="skip the sharded DataKit graph")
     return parser.parse_args(argv)
 
 
@@ -74,6 +75,13 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     with dg.DagsterInstance.get() as instance:
         say(f"{args.job}: {total} assets")
         summary = run_data_job(args.job, instance, Progress(total, out), session)
+        if summary["success"] and not args.skip_shards:
+            from demo.shards import run_shard_graph
+            from jobs import DEMO_TAGS
+
+            say("the sharded DataKit graph: one run per wave, shard partitions fanned out over local processes")
+            summary["shards"] = run_shard_graph(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-shards"}, log=say)
+            summary["success"] = summary["shards"]["success"]
         if summary["success"] and not args.skip_training:
             say("the Tootsie run: the phase controller decides each phase of train/demo")
             phases = run_demo_phases(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), budget_path(), log=say,
@@ -119,6 +127,10 @@ def render(summary: dict) -> str:
              f"{len(summary['assets'])} assets ({hits} cache hits), run {summary['run_id']}"]
     for key, info in sorted(summary["assets"].items()):
         lines.append(f"  {key:40s} {'hit ' if info['cache_hit'] else 'new '} {info['path']}")
+    if "shards" in summary:
+        sh = summary["shards"]
+        lines.append(f"  sharded graph: {sh['shards']} shards, {sh['partitions']} partitions ({sh['cache_hits']} cache hits) "
+                     f"in {sh['waves']} runs, {sh['seconds']}s")
     for d in summary.get("decisions", []):
         lines.append(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
     if "scaling" in summary:
