@@ -91,15 +91,15 @@ class MetricsLogger:
         self._rows, self._dirty = None, False
 
     def write(self, row: dict) -> None:
-        row = {k: _jsonable(v) for k, v in row.items()}
+        stored = {k: _jsonable(v) for k, v in row.items()}
         if self._local:
             if self._file is None:
                 self._file = open(self._where, "a")
-            self._file.write(json.dumps(row) + "\n")
+            self._file.write(json.dumps(stored) + "\n")
         else:
             if self._rows is None:
                 self._rows = read_metrics(self.path)  # what earlier attempts left (already truncated)
-            self._rows.append(row)
+            self._rows.append(stored)
             self._dirty = True
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=int(row["step"]))

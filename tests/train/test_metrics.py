@@ -3,11 +3,13 @@ the same truncation on resume, the same torn-line rule."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
 import fsspec
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics
 
@@ -63,3 +65,24 @@ def test_the_loss_curve_is_a_png_wherever_the_out_dir_is(out_dir):
     with fsspec.open(str(png), "rb") as f:
         data = f.read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"step": st.integers(0, 10**6), "loss": st.floats(allow_nan=False)}),
+                max_size=8), st.data())
+def test_read_metrics_returns_a_prefix_of_the_rows_whatever_the_cut(written, data):
+    """A writer killed mid-line leaves any byte prefix of the file: the reader returns the rows
+    before the cut (the one it cut dropped), never an error or a garbled row."""
+    text = "".join(json.dumps(r) + "\n" for r in written).encode()
+    cut = data.draw(st.integers(0, len(text)))
+    url = f"memory:///metrics-prop-{uuid.uuid4().hex[:8]}/metrics.jsonl"
+    with fsspec.open(url, "wb") as f:
+        f.write(text[:cut])
+    try:
+        got = read_metrics(url)
+    finally:
+        fsspec.filesystem("memory").rm(url.removeprefix("memory://"))
+    complete = text[:cut].count(b"\n")
+    assert got[:complete] == written[:complete] and len(got) in (complete, complete + 1)
+    if len(got) > complete:  # a cut right after a row's closing brace still parses: that row
+        assert got[-1] == written[complete]
