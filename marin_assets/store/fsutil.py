@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -31,12 +32,25 @@ def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path) if not is_local(fs) else path
 
 
+def child(root: str | os.PathLike, *parts: str) -> Path | str:
+    """``root/parts``: a ``Path`` under a local root, else the URL as the caller spelled it
+    (``memory://x/y``, ``gs://b/y``), so results compare equal to what callers build."""
+    fs, base = filesystem(os.fspath(root))
+    if is_local(fs):
+        return Path(join(base, *parts))
+    return join(os.fspath(root), *parts)
+
+
 def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
-    """Write JSON so readers see the old or the new file, never half of one.
+    """Write JSON so readers see the old or the new file, never half of one."""
+    write_bytes_atomic(fs, path, json.dumps(value, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Replace a file so readers see the old or the new one, never half of one.
 
     Locally: temp file + fsync + os.replace. Object stores: a single PUT is atomic.
     """
-    data = json.dumps(value, indent=2, sort_keys=True).encode("utf-8")
     if is_local(fs):
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with open(tmp, "wb") as f:

@@ -5,11 +5,13 @@ Public API
 train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, model=None,
       stop_at_step=None, mesh=None, checkpoint_dir=None) -> TrainResult     (loop.py)
       on a ("data", "expert") device mesh (mesh.py; default every global device),
-      checkpoints on any fsspec filesystem (checkpoint.py)
+      out_dir (checkpoints, metrics.jsonl, loss curve, train_result.json) a local dir
+      or any fsspec URL (checkpoint.py, metrics.py)
 TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                  (loop.py)
 resolve_checkpoint(path) -> checkpoint folder (a folder, an out dir, or checkpoints/)
 TrainState(params, opt_state, guard, router_bias, step, rng): a registered pytree (state.py)
 Model(init_params, loss_fn, init_router_bias, next_router_bias); moe_model()  (state.py)
 TrainConfig, ConfigError, config_from_dict, config_to_dict, load_config, replace (config.py)
+TrainSpec, load_spec: one phase's job as backends send it and workers read it   (spec.py)
 The data mixture type is marin_assets.datakit.mixture.Mixture.
 """

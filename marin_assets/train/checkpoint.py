@@ -37,7 +37,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from marin_assets.store.fsutil import filesystem, is_local, join
+from marin_assets.store.fsutil import child, filesystem, is_local, join
 
 log = logging.getLogger(__name__)
 MARKER = "COMMITTED"
@@ -45,12 +45,6 @@ MARKER = "COMMITTED"
 
 def _fs(where: str | os.PathLike):
     return filesystem(os.fspath(where))
-
-
-def _under(root: str | os.PathLike, name: str) -> Path | str:
-    """``root/name``: a Path under a local root, else the URL as the caller spelled it."""
-    fs, base = _fs(root)
-    return Path(base) / name if is_local(fs) else f"{os.fspath(root).rstrip('/')}/{name}"
 
 
 def _write(fs, path: str, data: bytes) -> None:
@@ -91,8 +85,8 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
     fs.makedirs(base, exist_ok=True)
     name = f"step-{step:09d}"
     final = join(base, name)
-    if fs.exists(final) and marker_problem(_under(root, name)) is None:
-        return _under(root, name)  # the same step is already safely stored
+    if fs.exists(final) and marker_problem(child(root, name)) is None:
+        return child(root, name)  # the same step is already safely stored
     keys, leaves = flatten(jax.device_get(state))
     buf = io.BytesIO()
     np.savez(buf, **{f"a{i}": _to_storable(x) for i, x in enumerate(leaves)})
@@ -113,7 +107,7 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
     marker = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
     _write(fs, join(final, MARKER), json.dumps(marker).encode())
     _prune_temporary(root, keep=name)
-    return _under(root, name)
+    return child(root, name)
 
 
 FILES = ("meta.json", "state.npz")  # what a COMMITTED marker must list, exactly
@@ -156,7 +150,7 @@ def list_checkpoints(root: str | os.PathLike) -> list[Path | str]:
         return []
     found = [e["name"].rstrip("/") for e in fs.ls(base, detail=True) if e["type"] == "directory"]
     steps = [name for name in (p.rsplit("/", 1)[-1] for p in found) if re.fullmatch(r"step-[0-9]+", name)]
-    return [_under(root, name) for name in sorted(steps, key=lambda name: int(name.split("-")[1]))]
+    return [child(root, name) for name in sorted(steps, key=lambda name: int(name.split("-")[1]))]
 
 
 def latest_valid(root: str | os.PathLike) -> Path | str | None:

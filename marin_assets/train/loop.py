@@ -13,7 +13,8 @@ device, one process or many (one device is the 1 x 1 mesh of the same code). The
 laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
 replicated), the routed experts run through the mesh's EP transport, and each process reads
 only its rows of every batch. Checkpoints gather the state on every process and are written
-by process 0 alone; metrics, the loss curve and train_result.json too.
+by process 0 alone; metrics, the loss curve and train_result.json too. The work dir (all
+of those) is a local dir or any fsspec URL (``gs://``; ``memory://`` in tests).
 
 A cache is one Levanter split, or a DataKit cache folder (``train/`` + ``validation/``):
 the train split is trained on and the validation split gives the held-out loss at the end.
@@ -25,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -38,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin_assets.store.fsutil import child, filesystem, is_local, join, write_json_atomic
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig, config_to_dict
@@ -57,9 +59,9 @@ SKIP_COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch")
 class TrainResult:
     final_step: int
     tokens: int  # tokens trained on across all phases so far (global step * tokens/step of each)
-    metrics_path: Path
+    metrics_path: Path | str  # a URL string when out_dir is one (as for every path here)
     checkpoint_dir: Path | str | None  # the newest valid checkpoint after this call (a URL off local disk)
-    loss_curve_png: Path | None
+    loss_curve_png: Path | str | None
     counts: dict  # guard events: skipped_nonfinite, skipped_spike, skipped_bad_batch, update_clipped, grad_clipped
     data_position: dict
     tokens_left: dict  # per source, tokens not yet seen in the first epoch
@@ -99,15 +101,27 @@ def default_telemetry_root() -> str:
     return default_root()
 
 
-def default_telemetry_run(out_dir: Path, phase: str) -> str:
-    """``<out dir name>-<phase>-<hash of the absolute out dir>``: a valid run name (scratch
-    dirs like ``.work`` are not) and a distinct one per out dir (they often share a name);
-    a resume in the same out dir logs under the same run."""
+def default_telemetry_run(out_dir: str | os.PathLike, phase: str) -> str:
+    """``<out dir name>-<phase>-<hash of the absolute out dir or its URL>``: a valid run name
+    (scratch dirs like ``.work`` are not) and a distinct one per out dir (they often share a
+    name); a resume in the same out dir logs under the same run."""
     def safe(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9_.=+-]+|\.{2,}", "-", text).lstrip("._=+-")[:48]
 
-    digest = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:8]
-    return "-".join(part for part in (safe(out_dir.name), safe(phase), digest) if part)
+    where = _absolute(out_dir)
+    digest = hashlib.sha256(where.encode()).hexdigest()[:8]
+    return "-".join(part for part in (safe(_dir_name(where)), safe(phase), digest) if part)
+
+
+def _absolute(out_dir: str | os.PathLike) -> str:
+    """A local dir as its resolved absolute path; a URL as spelled (less a trailing slash)."""
+    fs, path = filesystem(os.fspath(out_dir))
+    return str(Path(path).resolve()) if is_local(fs) else os.fspath(out_dir).rstrip("/")
+
+
+def _dir_name(out_dir: str | os.PathLike) -> str:
+    """The last part of a local path or URL (``gs://b/runs/kestrel`` -> ``kestrel``)."""
+    return os.fspath(out_dir).rstrip("/").rsplit("/", 1)[-1]
 
 
 class _StopSignals:
@@ -199,21 +213,14 @@ def split_caches(cache_dirs: Mapping[str, str | Path] | str | Path) -> tuple[dic
 def resolve_checkpoint(path: str | Path) -> Path | str:
     """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant
     (a local path or an fsspec URL)."""
-    from marin_assets.store.fsutil import filesystem, join
-
     fs, where = filesystem(str(path))
     if fs.exists(join(where, ckpt.MARKER)) or fs.exists(join(where, "meta.json")):
         return path
-    for root in (_child(path, "checkpoints"), path):
+    for root in (child(path, "checkpoints"), path):
         found = ckpt.latest_valid(root)
         if found is not None:
             return found
     raise FileNotFoundError(f"no valid checkpoint in {path}")
-
-
-def _child(path: str | Path, name: str) -> Path | str:
-    """``path / name`` for a local path or a URL (``gs://...``, ``memory://...``)."""
-    return f"{str(path).rstrip('/')}/{name}" if "://" in str(path) else Path(path) / name
 
 
 @dataclasses.dataclass
@@ -273,14 +280,14 @@ def _warm_start(run: _Run, source: Path) -> None:
              run.position.to_json())
 
 
-def _start(run: _Run, ckpt_root: Path, out_dir: Path, logger: MetricsLogger, resume: bool,
+def _start(run: _Run, ckpt_root: Path | str, logger: MetricsLogger, resume: bool,
            warm_start: str | Path | None) -> None:
     """Resume from the newest valid checkpoint, else warm start, else begin fresh."""
     latest = ckpt.latest_valid(ckpt_root) if resume else None
     if latest is not None:
         _resume(run, latest, logger)
         return
-    if meshlib.is_writer() and (out_dir / "metrics.jsonl").exists():
+    if meshlib.is_writer():
         logger.truncate_after(-1)  # a fresh start owns the file
     if warm_start is not None:
         _warm_start(run, resolve_checkpoint(warm_start))
@@ -338,7 +345,7 @@ def _host_metrics(step: int, m: dict, config: TrainConfig, tokens: int) -> dict:
     return row
 
 
-def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter: _Emitter,
+def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path | str, emitter: _Emitter,
                stop_at_step: int | None, stop: _StopSignals | None = None) -> None:
     """Steps from the state's step to the phase end, checkpointing on the step/time cadence."""
     config = run.config
@@ -373,7 +380,7 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path, emitter
     emitter.flush()
 
 
-def _save(run: _Run, ckpt_root: Path, step: int, kind: str) -> None:
+def _save(run: _Run, ckpt_root: Path | str, step: int, kind: str) -> None:
     """Every process gathers the state (a collective); process 0 writes it; all wait for the commit."""
     host = meshlib.host_state(run.state.to_dict())
     if meshlib.is_writer():
@@ -419,6 +426,9 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     cache_dirs: {source name: cache} (a single path is named "train"); a cache is one Levanter
       split, or a DataKit cache folder whose train/ split is trained on and whose
       validation/ split gives ``TrainResult.validation_loss``.
+    out_dir: the resumable work dir (checkpoints/, metrics.jsonl, loss_curve.png,
+      train_result.json): a local dir or any fsspec URL, so a pod writes ``gs://...``
+      exactly as a laptop writes its disk; result paths come back as URLs then.
     resume: continue from the newest valid checkpoint in ``out_dir`` if there is one.
     warm_start: a checkpoint (or another phase's out dir) to start this phase from: its
       params, router bias, global step and data position are kept; the schedule restarts at
@@ -441,16 +451,17 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     """
     model = model or (Model(*model_fns) if model_fns is not None else moe_model())
     mesh = mesh or meshlib.make_mesh(config.model)
-    out_dir = Path(out_dir)
+    out_dir = os.fspath(out_dir)  # the work dir: a local dir or any fsspec URL (gs://...)
     # Everything that can be wrong with the config or data fails here, before compute.
     meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    fs, root = filesystem(out_dir)
+    fs.makedirs(root, exist_ok=True)
     train_dirs, validation_dirs = split_caches(cache_dirs)
     check_vocab(config, train_dirs)
     loader = MixedLoader(train_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
                          vocab_size=config.model.vocab_size)
 
-    ckpt_root = out_dir / "checkpoints" if checkpoint_dir is None else checkpoint_dir
+    ckpt_root = child(out_dir, "checkpoints") if checkpoint_dir is None else checkpoint_dir
     telemetry_run = telemetry_run or default_telemetry_run(out_dir, config.phase)
     opt = make_optimizer(config.optimizer,
                          jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
@@ -463,8 +474,8 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run,
                                 flush_seconds=TELEMETRY_FLUSH_SECONDS)  # a bad run name fails here, before compute
     logger = MetricsLogger(out_dir, use_wandb=config.wandb and meshlib.is_writer(),
-                           run_name=f"{out_dir.name}-{config.phase}", config=config_to_dict(config))
-    _start(run, ckpt_root, out_dir, logger, resume, warm_start)
+                           run_name=f"{_dir_name(out_dir)}-{config.phase}", config=config_to_dict(config))
+    _start(run, ckpt_root, logger, resume, warm_start)
     start = int(run.state.step)
     emitter = _Emitter(run, logger, log_fn, telemetry)
     # The handlers stay on through _finish: a stop request racing the last step (the phase
@@ -487,7 +498,7 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     return result
 
 
-def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: Path,
+def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: str,
             emitter: _Emitter, start: int, stopped: bool, stopped_by: str | None = None) -> TrainResult:
     """Loss curve (from the telemetry store), held-out loss, train_result.json; raise if the
     phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end.
@@ -501,15 +512,16 @@ def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mappi
     curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True,
                                                          steps=(run.phase_start + 1, max(final_step, run.phase_start + 1)))
                            ) if writer else []
-    png = plot_loss_curve(curve, out_dir / "loss_curve.png", title=f"{out_dir.name}") if curve else None
+    png = plot_loss_curve(curve, child(out_dir, "loss_curve.png"), title=_dir_name(out_dir)) if curve else None
     held_out = None if stopped or not validation_dirs else validation_loss(run.config, model, run.state,
                                                                              validation_dirs, run.mesh)
     last_loss = emitter.last_row["loss"] if emitter.last_row else None
     if writer:
-        (out_dir / "train_result.json").write_text(json.dumps(
-            {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
-             "validation_loss": held_out, "stopped_by": stopped_by, "telemetry_run": emitter.telemetry.run},
-            indent=1))
+        fs, root = filesystem(out_dir)
+        write_json_atomic(fs, join(root, "train_result.json"),
+                          {"final_step": final_step, "counts": counts, "data_position": run.position.to_json(),
+                           "validation_loss": held_out, "stopped_by": stopped_by,
+                           "telemetry_run": emitter.telemetry.run})
     result = TrainResult(final_step=final_step, tokens=run.tokens_at(final_step), metrics_path=emitter.logger.path,
                          checkpoint_dir=ckpt.latest_valid(run.ckpt_root), loss_curve_png=png,
                          counts=counts, data_position=run.position.to_json(),

@@ -1,4 +1,5 @@
-"""Per-step metrics: an append-only metrics.jsonl, optional offline wandb, a loss-curve PNG.
+"""Per-step metrics: an append-only metrics.jsonl, optional offline wandb, a loss-curve PNG,
+in a local dir or at any fsspec URL (``gs://``, ``memory://``).
 
 The same rows go to the telemetry store (``telemetry_fields`` flattens one: numbers only,
 ``counts.<k>`` for the guard counters); ``telemetry_rows`` turns a store query back into
@@ -6,18 +7,27 @@ rows, which is what the loss curve is drawn from."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 from pathlib import Path
 
+from marin_assets.store.fsutil import child, filesystem, is_local, write_bytes_atomic
 
-def read_metrics(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The rows of a metrics.jsonl (a local path or an fsspec URL); [] when there is none."""
+    fs, where = filesystem(os.fspath(path))
+    try:
+        with fs.open(where, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -34,48 +44,81 @@ def _jsonable(value):
     return value
 
 
-class MetricsLogger:
-    """Appends one JSON object per step to ``<out>/metrics.jsonl``.
+def _lines(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")
 
+
+class MetricsLogger:
+    """Appends one JSON object per step to ``<out>/metrics.jsonl``; ``out`` is a local dir or
+    any fsspec URL (``gs://...``; ``path`` is then a URL string, else a ``Path``).
+
+    On a local disk rows are appended to the open file. Object stores cannot append: the rows
+    are kept here and the whole file is replaced (one PUT) on ``flush`` (the loop flushes before
+    every checkpoint, so the file always covers the newest checkpoint) and ``close``.
     ``truncate_after(step)`` drops lines for steps the checkpoint being resumed from has not
     seen, so a killed-and-resumed run's file reads exactly like an uninterrupted one."""
 
-    def __init__(self, out_dir: str | Path, use_wandb: bool = False, run_name: str = "train",
+    def __init__(self, out_dir: str | os.PathLike, use_wandb: bool = False, run_name: str = "train",
                  config: dict | None = None):
-        self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.out_dir / "metrics.jsonl"
-        self._file = None
+        self.fs, root = filesystem(os.fspath(out_dir))
+        self.fs.makedirs(root, exist_ok=True)
+        self.path = child(out_dir, METRICS_FILE)
+        self._where = filesystem(os.fspath(self.path))[1]
+        self._local = is_local(self.fs)
+        self._file = None  # local: the append handle
+        self._rows: list[dict] | None = None  # object store: the whole file, rewritten on flush
+        self._dirty = False
         self._wandb = None
         if use_wandb:
             os.environ.setdefault("WANDB_MODE", "offline")
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
 
-            self._wandb = wandb.init(project="marin-assets", name=run_name, dir=str(self.out_dir),
+            # wandb writes to a local dir: the out dir when local, else its default (./wandb)
+            self._wandb = wandb.init(project="marin-assets", name=run_name, dir=root if self._local else None,
                                      config=config or {}, mode=os.environ["WANDB_MODE"], reinit=True)
 
+    def exists(self) -> bool:
+        return self.fs.exists(self._where)
+
     def truncate_after(self, step: int) -> None:
+        """Keep the rows up to ``step`` (a no-op when there is no file yet)."""
+        self._close_file()
+        if not self.exists():
+            return
         rows = [r for r in read_metrics(self.path) if int(r["step"]) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, self.path)
+        write_bytes_atomic(self.fs, self._where, _lines(rows))
+        self._rows, self._dirty = None, False
 
     def write(self, row: dict) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a")
-        self._file.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+        stored = {k: _jsonable(v) for k, v in row.items()}
+        if self._local:
+            if self._file is None:
+                self._file = open(self._where, "a")
+            self._file.write(json.dumps(stored) + "\n")
+        else:
+            if self._rows is None:
+                self._rows = read_metrics(self.path)  # what earlier attempts left (already truncated)
+            self._rows.append(stored)
+            self._dirty = True
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=int(row["step"]))
 
     def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
+        if self._dirty:
+            write_bytes_atomic(self.fs, self._where, _lines(self._rows))
+            self._dirty = False
 
-    def close(self) -> None:
+    def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def close(self) -> None:
+        self.flush()
+        self._close_file()
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
@@ -108,8 +151,9 @@ def telemetry_rows(frame) -> list[dict]:
     return [rows[s] for s in sorted(rows)]
 
 
-def plot_loss_curve(rows, png_path: str | Path, title: str = "training loss") -> Path:
-    """Rows (dicts with step/loss/skipped/phase) or a telemetry query (a polars frame)."""
+def plot_loss_curve(rows, png_path: str | os.PathLike, title: str = "training loss") -> Path | str:
+    """Rows (dicts with step/loss/skipped/phase) or a telemetry query (a polars frame), drawn
+    to ``png_path`` (a local path or an fsspec URL; returned as ``child`` spells it)."""
     if not isinstance(rows, (list, tuple)) and hasattr(rows, "iter_rows"):
         rows = telemetry_rows(rows)
     import matplotlib
@@ -137,7 +181,9 @@ def plot_loss_curve(rows, png_path: str | Path, title: str = "training loss") ->
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    png_path = Path(png_path)
-    fig.savefig(png_path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
-    return png_path
+    fs, where = filesystem(os.fspath(png_path))
+    write_bytes_atomic(fs, where, png.getvalue())
+    return child(png_path)

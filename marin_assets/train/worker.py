@@ -2,12 +2,8 @@
 
     python -m marin_assets.train.worker --spec SPEC.json
 
-SPEC (JSON object, every key required except ``warm_start``):
-  config      TrainConfig as nested dicts (``config_to_dict`` / ``config_from_dict``)
-  caches      {source name: Levanter cache dir} or one dir (named "train")
-  out_dir     the phase's output dir (shared by all processes; only process 0 writes)
-  resume      bool: continue from the newest valid checkpoint in out_dir
-  warm_start  checkpoint or out dir to start from, or null
+SPEC: ``TrainSpec.to_json_dict()`` (``marin_assets/train/spec.py`` names its keys), in a
+local file or at an fsspec URL; the orchestration side builds the same ``TrainSpec``.
 
 Environment: see marin_assets/train/mesh.py (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JOB_COMPLETION_INDEX, MARIN_PROCESS_OFFSET, MARIN_DEVICES_PER_PROCESS,
@@ -18,7 +14,7 @@ Process 0 opens Dagster Pipes (a no-op mock outside Dagster) and reports: log li
 custom message per step ``{"metrics": {...}}`` (the metrics.jsonl row), and at the end one
 asset materialization whose metadata is the run's counts (final_step, tokens,
 phase_start_step, last_loss, tokens_left, counts, data_position, ...): the contract of
-marin_assets/orchestration/training_backends.py. SPEC may be a local path or an fsspec URL. Other processes report
+marin_assets/orchestration/training_backends/. Other processes report
 nothing. Exit codes: 0 done, 2 bad spec, 1 anything else (the traceback is on stderr and,
 on process 0, in the Pipes closed message).
 """
@@ -26,91 +22,15 @@ on process 0, in the Pipes closed message).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import sys
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
+
+from marin_assets.train.spec import TrainSpec, load_spec
 
 log = logging.getLogger("marin_assets.train.worker")
 
-SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root")
-OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root")
 EXIT_BAD_SPEC = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSpec:
-    config: Any  # TrainConfig
-    caches: Mapping[str, str] | str
-    out_dir: str
-    resume: bool
-    warm_start: str | None = None
-    telemetry_run: str | None = None
-    telemetry_root: str | None = None
-
-    def __post_init__(self) -> None:
-        from marin_assets.train.config import TrainConfig
-
-        if not isinstance(self.config, TrainConfig):
-            raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
-        if isinstance(self.caches, Mapping):
-            if not self.caches:
-                raise ValueError("spec.caches is empty")
-            for name, path in self.caches.items():
-                if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
-                    raise ValueError(f"spec.caches[{name!r}] must map a source name to a path string, got {path!r}")
-        elif not isinstance(self.caches, str) or not self.caches:
-            raise ValueError(f"spec.caches must be a mapping or a path string, got {self.caches!r}")
-        if not isinstance(self.out_dir, str) or not self.out_dir:
-            raise ValueError(f"spec.out_dir must be a non-empty string, got {self.out_dir!r}")
-        if not isinstance(self.resume, bool):
-            raise ValueError(f"spec.resume must be true or false, got {self.resume!r}")
-        for name in OPTIONAL_KEYS:
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"spec.{name} must be a non-empty string or null, got {value!r}")
-
-
-def spec_from_dict(data: Any, where: str = "spec") -> WorkerSpec:
-    from marin_assets.train.config import config_from_dict
-
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(SPEC_KEYS))
-    missing = [k for k in SPEC_KEYS if k not in data and k not in OPTIONAL_KEYS]
-    if unknown or missing:
-        raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; keys are {list(SPEC_KEYS)}")
-    if not isinstance(data["config"], Mapping):
-        raise ValueError(f"{where}.config: expected an object of TrainConfig fields, got {type(data['config']).__name__}")
-    try:
-        config = config_from_dict(data["config"], where=f"{where}.config")
-    except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
-        raise ValueError(f"{where}.config: {e}") from None
-    return WorkerSpec(config=config, caches=data["caches"], out_dir=data["out_dir"], resume=data["resume"],
-                      **{k: data.get(k) for k in OPTIONAL_KEYS})
-
-
-def spec_to_dict(spec: WorkerSpec) -> dict:
-    from marin_assets.train.config import config_to_dict
-
-    return {"config": config_to_dict(spec.config), "caches": spec.caches, "out_dir": spec.out_dir,
-            "resume": spec.resume, **{k: getattr(spec, k) for k in OPTIONAL_KEYS}}
-
-
-def load_spec(path: str | Path) -> WorkerSpec:
-    """A spec from a local path or an fsspec URL (e.g. gs://...)."""
-    import fsspec
-
-    try:
-        with fsspec.open(str(path), "r") as f:
-            data = json.loads(f.read())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: spec file not found") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from None
-    return spec_from_dict(data, where=str(path))
 
 
 def result_metadata(result, mesh) -> dict:
@@ -128,7 +48,7 @@ def result_metadata(result, mesh) -> dict:
     return typed
 
 
-def run(spec: WorkerSpec, pipes=None) -> int:
+def run(spec: TrainSpec, pipes=None) -> int:
     """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None."""
     from marin_assets.train import mesh as meshlib
     from marin_assets.train.loop import train

@@ -132,7 +132,7 @@ def test_backend_settings_are_checked():
         ProcessesTrainingBackend(processes=0)._check()
     with pytest.raises(ValueError, match="never a shell string"):
         ProcessesTrainingBackend(worker_command=[])._check()
-    with pytest.raises(ValueError, match="names no cache"):
+    with pytest.raises(ValueError, match="spec.caches is empty: it names no cache"):
         tiny_spec("/tmp/x", caches={})
 
 

@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import types
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -147,19 +148,31 @@ def test_a_phase_that_skips_most_steps_raises_with_counts(caches, tiny_config, t
     assert train(lenient, caches, tmp_path / "lenient", model=nan_loss).counts["skipped_nonfinite"] == 4
 
 
-def test_resume_from_checkpoints_on_an_fsspec_filesystem_is_bit_exact(caches, tiny_config, tmp_path):
-    """Checkpoints on fsspec's memory filesystem (as a pod writes gs://): kill, resume, same run."""
+def test_a_work_dir_on_an_fsspec_filesystem_resumes_bit_exact(caches, tiny_config, tmp_path):
+    """The whole work dir on fsspec's memory filesystem (as a pod writes gs://): checkpoints,
+    metrics.jsonl, the loss curve and train_result.json; kill, resume, same run as on disk."""
     import fsspec
 
-    root = "memory://loop-test/run/checkpoints"
+    from marin_assets.store.fsutil import filesystem, read_json
+
+    out = "memory://loop-test/run"
     straight = train(tiny_config, caches, tmp_path / "straight")
-    train(tiny_config, caches, tmp_path / "remote", stop_at_step=6, checkpoint_dir=root)
-    assert ckpt.latest_valid(root) == f"{root}/step-000000004"
-    resumed = train(tiny_config, caches, tmp_path / "remote", resume=True, checkpoint_dir=root)
-    assert resumed.checkpoint_dir == f"{root}/step-000000012"
-    assert not (tmp_path / "remote" / "checkpoints").exists()  # nothing went to local disk
-    assert losses(resumed.metrics_path) == losses(straight.metrics_path)
+    train(tiny_config, caches, out, stop_at_step=6)
+    assert ckpt.latest_valid(f"{out}/checkpoints") == f"{out}/checkpoints/step-000000004"
+    # what the killed attempt left: the rows it got to (5; 6 was still pending), as on disk
+    assert [r["step"] for r in read_metrics(f"{out}/metrics.jsonl")] == [1, 2, 3, 4, 5]
+    resumed = train(tiny_config, caches, out, resume=True)
+    assert resumed.checkpoint_dir == f"{out}/checkpoints/step-000000012"
+    assert resumed.metrics_path == f"{out}/metrics.jsonl"
+    assert losses(resumed.metrics_path) == losses(straight.metrics_path)  # steps 5-6 dropped, redone
     a, _ = ckpt.load(straight.checkpoint_dir)
     b, _ = ckpt.load(resumed.checkpoint_dir)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    fs, _ = filesystem(out)
+    assert resumed.loss_curve_png == f"{out}/loss_curve.png"
+    assert fs.cat("/loop-test/run/loss_curve.png")[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = read_json(fs, "/loop-test/run/train_result.json")
+    assert summary["final_step"] == 12 and summary["data_position"] == straight.data_position
+    assert summary["telemetry_run"] == resumed.telemetry_run and resumed.telemetry_run.startswith("run-main-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["straight"] and not Path("memory:").exists()  # not on disk
     fsspec.filesystem("memory").rm("/loop-test", recursive=True)

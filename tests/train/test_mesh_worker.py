@@ -14,7 +14,10 @@ from dagster_pipes import encode_param
 from hypothesis import given, settings, strategies as st
 
 from conftest import TINY
-from marin_assets.train.worker import EXIT_BAD_SPEC, spec_from_dict, spec_to_dict
+from marin_assets.train.spec import TrainSpec, load_spec
+from marin_assets.train.worker import EXIT_BAD_SPEC
+
+spec_from_dict = TrainSpec.from_json_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +30,7 @@ def good_spec(caches, out_dir) -> dict:
 def test_spec_round_trips_and_names_bad_fields(tmp_path):
     spec = spec_from_dict(good_spec({"web": "/c"}, tmp_path))
     assert spec.config.num_steps == TINY["num_steps"] and spec.resume is True
-    assert spec_from_dict(spec_to_dict(spec)) == spec
+    assert spec_from_dict(spec.to_json_dict()) == spec
     cases = {
         "missing key(s) ['resume']": {k: v for k, v in good_spec({"w": "/c"}, tmp_path).items() if k != "resume"},
         "unknown key(s) ['resum']": dict(good_spec({"w": "/c"}, tmp_path), resum=True),
@@ -65,8 +68,6 @@ def _worker(spec_path: Path, extra_env: dict, timeout: float = 400) -> subproces
 
 def test_spec_loads_from_an_fsspec_url(tmp_path):
     import fsspec
-
-    from marin_assets.train.worker import load_spec
 
     with fsspec.open("memory://h9/spec.json", "w") as f:
         f.write(json.dumps(good_spec({"w": "/c"}, tmp_path)))
@@ -115,12 +116,37 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
 
 def test_spec_carries_the_telemetry_run_and_checks_it():
     from marin_assets.train.config import TrainConfig, config_to_dict
-    from marin_assets.train.worker import spec_from_dict, spec_to_dict
 
     data = {"config": config_to_dict(TrainConfig()), "caches": "c", "out_dir": "o", "resume": True,
             "telemetry_run": "demo-phoenix"}
     spec = spec_from_dict(data)
     assert (spec.telemetry_run, spec.telemetry_root, spec.warm_start) == ("demo-phoenix", None, None)
-    assert spec_from_dict(spec_to_dict(spec)) == spec
+    assert spec_from_dict(spec.to_json_dict()) == spec
     with pytest.raises(ValueError, match="spec.telemetry_run must be a non-empty string or null"):
         spec_from_dict({**data, "telemetry_run": 5})
+    with pytest.raises(ValueError, match="spec.telemetry_run: invalid run name 'a/b'"):
+        spec_from_dict({**data, "telemetry_run": "a/b"})
+
+
+def test_one_spec_class_for_the_orchestrator_and_the_worker(tmp_path):
+    """What a backend builds (Paths and all) is what the worker reads back from the JSON."""
+    from marin_assets.orchestration import training_backends
+    from marin_assets.train.config import config_from_dict
+
+    assert training_backends.TrainSpec is TrainSpec
+    built = TrainSpec(config_from_dict(TINY), {"web": tmp_path / "web"}, tmp_path / "out",
+                      warm_start=tmp_path / "prev", telemetry_run="demo-kestrel")
+    assert built.caches == {"web": str(tmp_path / "web")} and built.out_dir == str(tmp_path / "out")
+    assert built.warm_start == str(tmp_path / "prev") and built.resume is True
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(built.to_json_dict()))
+    assert load_spec(path) == built
+    assert built.paths() == [str(tmp_path / "out"), str(tmp_path / "web"), str(tmp_path / "prev")]
+    for bad, message in [({"caches": {"web": 3}}, "spec.caches['web'] must be a non-empty path string, got 3"),
+                         ({"caches": ""}, "spec.caches (a mapping or one path) must be a non-empty path string"),
+                         ({"out_dir": None}, "spec.out_dir must be a non-empty path string, got None"),
+                         ({"config": {"num_steps": 3}}, "spec.config must be a TrainConfig, got dict")]:
+        args = {"config": built.config, "caches": "c", "out_dir": "o", **bad}
+        with pytest.raises(ValueError) as err:
+            TrainSpec(**args)
+        assert message in str(err.value), (message, str(err.value))
