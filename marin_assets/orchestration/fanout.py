@@ -60,18 +60,27 @@ def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
     finishes. Returns the failures (the other keys still ran). Worker logs reach ``log``."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    if workers == 1 or len(keys) <= 1:
+    if workers == 1 or not keys:
         return _in_process(task, keys, log, on_done)
-    if _jax_backend_started():
-        log("note: this process started a jax backend before forking workers; bodies run on the pool must not use jax "
-            f"(set {WORKERS_ENV}=1 to compute in this process)")
+    unsafe = fork_unsafe_state()
+    if unsafe:
+        log(f"note: this process has {unsafe}, whose threads do not survive fork(); computing the {len(keys)} "
+            f"partition(s) in this process instead of on {workers} workers")
+        return _in_process(task, keys, log, on_done)
+    # Even one key goes to a worker: the body's imports (levanter, tensorstore) stay out of
+    # this process, so the next range in the same run can still fork.
     return _Pool(task, min(workers, len(keys)), log, on_done).run(keys)
 
 
-def _jax_backend_started() -> bool:
-    """A forked child of a process whose XLA runtime has threads and locks must not call it."""
+def fork_unsafe_state() -> str | None:
+    """Why forking this process is unsafe, or None: a started XLA backend (threads and locks
+    a child must not call) or tensorstore, which aborts a forked child ("fork() use detected")."""
     bridge = sys.modules.get("jax._src.xla_bridge")
-    return bool(getattr(bridge, "_backends", None))
+    if getattr(bridge, "_backends", None):
+        return "a started jax backend"
+    if "tensorstore" in sys.modules:
+        return "tensorstore loaded (levanter's cache writer)"
+    return None
 
 
 def _in_process(task: Task, keys: Sequence[str], log: Log, on_done) -> list[Failure]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -347,3 +348,23 @@ def test_a_version_that_cannot_be_planned_names_its_partition(setup, monkeypatch
     result = dg.materialize([src], resources=resources, instance=instance, raise_on_error=False,
                             tags={RANGE_START_TAG: "s0", RANGE_END_TAG: "s2"})
     assert "r/src partition 's2': its version could not be planned: KeyError: 's2'" in _failure(result)
+
+
+def test_fan_out_keeps_even_one_key_out_of_this_process():
+    """A body's imports (levanter, tensorstore) must not land in the run process: the next range would fork from it."""
+    done: dict[str, int] = {}
+    assert fan_out(lambda key, log: os.getpid(), ["only"], 2, lambda _: None, done.__setitem__) == []
+    assert done["only"] != os.getpid()
+
+
+def test_fan_out_computes_in_process_when_forking_is_unsafe(monkeypatch):
+    """tensorstore aborts a forked child ("fork() use detected"): with it loaded, no fork, and a note says why."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "tensorstore", types.ModuleType("tensorstore"))
+    done: dict[str, int] = {}
+    logs: list[str] = []
+    assert fan_out(lambda key, log: os.getpid(), ["a", "b"], 2, logs.append, done.__setitem__) == []
+    assert done == {"a": os.getpid(), "b": os.getpid()}
+    assert logs == ["note: this process has tensorstore loaded (levanter's cache writer), whose threads do not survive "
+                    "fork(); computing the 2 partition(s) in this process instead of on 2 workers"]
