@@ -49,9 +49,8 @@ def index_keys(index: ArtifactRef) -> list[str]:
 def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> int:
     """Add the keys the instance does not have yet as datakit_shards partitions; return how many.
 
-    The index body calls it when it computes. On a cache hit the body does not run, so a
-    fresh instance over an existing store (an ephemeral `marin datakit run`) calls
-    register_shards(instance, index_keys(ref)) after the index run.
+    The index asset calls it after every run, computed or a cache hit (versioned_asset's
+    on_ref), so a fresh instance over an existing store gets the partitions too.
     """
     new = [check_shard_key(k) for k in keys if not instance.has_dynamic_partition(datakit_shards.name, k)]
     if new:
@@ -66,7 +65,12 @@ def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
     ins = {f"src_{i}": key for i, key in enumerate(sources.values())}
     names = dict(zip(ins, sources))
 
-    @versioned_asset(key=INDEX_KEY, code_version="1", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS)
+    def register(ref: ArtifactRef, context: dg.AssetExecutionContext) -> None:
+        added = register_shards(context.instance, index_keys(ref))
+        context.log.info(f"{INDEX_KEY}: {added} new datakit_shards partitions registered")
+
+    @versioned_asset(key=INDEX_KEY, code_version="1", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,
+                     on_ref=register)
     def shard_index(ctx: StageContext, config: ShardIndexConfig, **raw: ArtifactRef):
         """Raw source files split into shards of at most shard_bytes; index.json lists them."""
         entries: dict[str, dict] = {}
@@ -76,8 +80,7 @@ def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
         if not entries:
             raise ValueError(f"{INDEX_KEY}: the sources {sorted(sources)} hold no raw files")
         write_json(entries, join(ctx.out_dir, INDEX_FILE))
-        added = register_shards(ctx.dagster_context.instance, sorted(entries)) if ctx.dagster_context else 0
-        ctx.log(f"{len(entries)} shards, {added} new partitions")
+        ctx.log(f"{len(entries)} shards")
         return {"shards": len(entries), "bytes": sum(e["bytes"] for e in entries.values()),
                 "per_source": {n: sum(e["source"] == n for e in entries.values()) for n in sources}}
 

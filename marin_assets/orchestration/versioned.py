@@ -152,6 +152,7 @@ def versioned_asset(
     versioned_ins: Callable[[Any], Collection[str]] | None = None,
     version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    on_ref: Callable[[ArtifactRef, dg.AssetExecutionContext], None] | None = None,
 ) -> Callable[[Callable[..., Mapping[str, Any] | None]], dg.AssetsDefinition]:
     """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
 
@@ -167,6 +168,10 @@ def versioned_asset(
       the wrapper then computes each partition of the range (its own version, artifact,
       cache hit and materialization) on $MARIN_LOCAL_WORKERS local processes (fanout.py).
       The body stays per-partition (``ctx.partition_key``).
+    on_ref: ``(ref, context)`` called in the run after every materialisation, computed or a
+      cache hit (unpartitioned assets only). For what the instance must learn from the
+      artifact even when the body does not run: shards/index registers its shard partitions
+      on a fresh instance over an existing store.
     """
     asset_path = validate_asset_key(key)
     asset_key = "/".join(asset_path)
@@ -174,6 +179,8 @@ def versioned_asset(
         name: (spec if isinstance(spec, dg.AssetIn) else dg.AssetIn(key=dg.AssetKey(validate_asset_key(spec))))
         for name, spec in (ins or {}).items()
     }
+    if on_ref is not None and partitions_def is not None:
+        raise ValueError(f"{asset_key}: on_ref is for unpartitioned assets")
     in_keys = {name: spec.key or dg.AssetKey([*(spec.key_prefix or []), name]) for name, spec in asset_ins.items()}
     effective_code_version = f"{code_version}+cfg.{_config_fingerprint(config_cls)}"
 
@@ -194,6 +201,8 @@ def versioned_asset(
             plan = stage.plan(config, partition, inputs)
             started = time.monotonic()
             result = stage.materialize(store, plan, config, used_resources, context.log.info, context)
+            if on_ref is not None:
+                on_ref(result.ref, context)
             elapsed = time.monotonic() - started
             context.log.info(stage.summary_line(result, elapsed))
             with warnings.catch_warnings():  # data_version on Output is "beta" but stable in practice

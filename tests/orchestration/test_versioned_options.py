@@ -74,3 +74,27 @@ def test_version_inputs_replace_the_upstream_versions(tmp_path):
 def test_version_inputs_must_be_strings(tmp_path):
     with pytest.raises(Exception, match=r"version_inputs must map non-empty labels to non-empty version strings"):
         _materialize(tmp_path, _asset_with_version_inputs(lambda c, p, ins: {"list": ""}))
+
+
+def test_on_ref_runs_on_a_computed_artifact_and_on_a_cache_hit(tmp_path):
+    seen: list[tuple[str, str]] = []
+
+    @versioned_asset(key="upstream", code_version="1", on_ref=lambda ref, context: seen.append((ref.version, context.run.run_id)))
+    def hooked(ctx: StageContext):
+        return {"n": 1}
+
+    first = _materialize_one(tmp_path, hooked)
+    second = _materialize_one(tmp_path, hooked)
+    assert [v for v, _ in seen] == [first["version"]] * 2 and second["cache_hit"] and not first["cache_hit"]
+    assert len({run for _, run in seen}) == 2
+
+
+def test_on_ref_is_refused_on_partitioned_assets():
+    with pytest.raises(ValueError, match="on_ref is for unpartitioned assets"):
+        versioned_asset(key="p", code_version="1", partitions_def=dg.StaticPartitionsDefinition(["a"]), on_ref=lambda r, c: None)
+
+
+def _materialize_one(tmp_path, asset):
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    result = dg.materialize([asset], resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+    return _meta(result, "upstream")
