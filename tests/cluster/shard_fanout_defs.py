@@ -2,7 +2,8 @@
 
 Two chains of three per-shard assets over one dynamic shard partition set, tagged like the
 DataKit shard assets (pool, CPU, memory). ``fan1/*`` backfills one shard per run,
-``fan8/*`` eight shards per run (BackfillPolicy.multi_run). The bodies never run here: the
+``fan8/*`` eight shards per run (BackfillPolicy.multi_run); ``mixed/*`` is a tagging mistake.
+The bodies never run here: the
 Kubernetes API is a fake that only records the Jobs.
 """
 
@@ -18,10 +19,14 @@ TAGS = {
 }
 
 
-def chain(prefix: str, shards_per_run: int) -> list[dg.AssetsDefinition]:
+# A mistake: two assets of one run in different pools (the run cannot sit in both queues).
+MIXED_TAGS = {"normalized": {"marin/pool": POOL}, "filtered": {"marin/pool": "other"}}
+
+
+def chain(prefix: str, shards_per_run: int, tags_by_step=TAGS) -> list[dg.AssetsDefinition]:
     policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=shards_per_run)
     assets, upstream = [], None
-    for name, tags in TAGS.items():
+    for name, tags in tags_by_step.items():
         deps = [dg.AssetKey([prefix, upstream])] if upstream else []
 
         @dg.asset(key=[prefix, name], partitions_def=SHARDS, backfill_policy=policy, tags=tags, deps=deps)
@@ -33,4 +38,4 @@ def chain(prefix: str, shards_per_run: int) -> list[dg.AssetsDefinition]:
     return assets
 
 
-defs = dg.Definitions(assets=[*chain("fan1", 1), *chain("fan8", 8)])
+defs = dg.Definitions(assets=[*chain("fan1", 1), *chain("fan8", 8), *chain("mixed", 64, MIXED_TAGS)])

@@ -10,7 +10,10 @@ run on the fake cluster's batch API, which records it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import tempfile
 from pathlib import Path
 
 import kubernetes
@@ -74,11 +77,24 @@ def _fake_client(batch):
                                    sleeper=lambda s: None, timer=lambda: 0.0)
 
 
-@pytest.fixture
-def fanout(tmp_path):
+@pytest.fixture(scope="module")
+def fanout_env(tmp_path_factory):
+    with contextlib.ExitStack() as stack:
+        yield from _fanout_env(stack, tmp_path_factory)
+
+
+def _fanout_env(stack, tmp_path_factory):
+    """One instance and one code server for the module (starting a gRPC server costs seconds)."""
+    tmp_path = tmp_path_factory.mktemp("fanout")
+    # The instance's SQLite files in memory where there is a tmpfs: hundreds of small commits
+    # (run, event, tag writes for 64 runs) cost seconds of fsync on a busy disk.
+    home = stack.enter_context(tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     (tmp_path / "kubeconfig.yaml").write_text(KUBECONFIG)
     (tmp_path / "fleet.yaml").write_text(FLEET)
     fleet = load_fleet(tmp_path / "fleet.yaml")
+    limits = run_concurrency_config(fleet)["runs"]["tag_concurrency_limits"]
+    assert limits == [{"key": "marin/pool", "value": "datakit", "limit": POOL_SLOTS},
+                      {"key": "marin/pool", "value": "other", "limit": 1}]
     cluster = {"name": "datakit-gke", "kubeconfig_file": str(tmp_path / "kubeconfig.yaml"), "namespace": "marin",
                "job_image": "marin:test", "instance_config_map": "dagster-instance", "accelerators": ["cpu"]}
     overrides = {
@@ -86,9 +102,14 @@ def fanout(tmp_path):
                          "config": {"clusters": [cluster], "unmatched": "fail",
                                     "fleet_file": str(tmp_path / "fleet.yaml")}},
         "run_coordinator": {"module": "marin_assets.orchestration.launcher", "class": "MarinQueuedRunCoordinator"},
-        "concurrency": {"runs": {"max_concurrent_runs": -1, **run_concurrency_config(fleet)["runs"]}},
+        "concurrency": {"runs": {"max_concurrent_runs": -1, "tag_concurrency_limits": limits}},
+        # One event log database, as on Postgres in production: the default SQLite log opens
+        # (and migrates) one database file per run, ~1 s per run on this box.
+        "event_log_storage": {"module": "dagster._core.storage.event_log",
+                              "class": "ConsolidatedSqliteEventLogStorage",
+                              "config": {"base_dir": str(Path(home) / "event_log")}},
     }
-    with instance_for_test(overrides=overrides) as instance:
+    with instance_for_test(overrides=overrides, temp_dir=home) as instance:
         batch = RecordingBatchApi()
         instance.run_launcher.clusters["datakit-gke"].k8s_client = _fake_client(batch)
         instance.add_dynamic_partitions("fanout_shards", SHARDS)
@@ -98,10 +119,19 @@ def fanout(tmp_path):
             yield instance, process_context, batch
 
 
-def _backfill(instance, process_context, prefix):
-    """Submit an asset backfill of the 3-asset chain over all 64 shards; run the daemon once."""
+@pytest.fixture
+def fanout(fanout_env):
+    """The module's instance with every earlier run finished and no Job recorded yet."""
+    instance, process_context, batch = fanout_env
+    assert instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING])) == []
+    batch.created.clear()
+    return fanout_env
+
+
+def _backfill(instance, process_context, prefix, steps=("normalized", "filtered", "tokenized")):
+    """Submit an asset backfill of the chain over all 64 shards; run the daemon once."""
     workspace = process_context.create_request_context()
-    keys = [AssetKey([prefix, name]) for name in ("normalized", "filtered", "tokenized")]
+    keys = [AssetKey([prefix, name]) for name in steps]
     backfill = PartitionBackfill.from_asset_partitions(
         backfill_id=f"fanout{prefix}", asset_graph=workspace.asset_graph, partition_names=SHARDS,
         asset_selection=keys, backfill_timestamp=0.0, tags={}, dynamic_partitions_store=instance,
@@ -196,3 +226,19 @@ def test_64_shard_backfill_fans_out_into_pool_limited_run_pods(fanout, prefix, s
     for run in _runs(instance, backfill_id):
         assert run.tags[BACKEND_TAG] == "datakit-gke"
         _check_job(*by_run[run.run_id], run)
+
+
+@pytest.mark.slow
+def test_a_run_whose_assets_name_two_pools_fails_naming_them_and_creates_no_job(fanout):
+    instance, process_context, batch = fanout
+    backfill_id, _ = _backfill(instance, process_context, "mixed", steps=("normalized", "filtered"))
+    [run] = _runs(instance, backfill_id)
+    assert run.status == DagsterRunStatus.QUEUED and "marin/pool" not in run.tags  # queued untagged...
+    _dequeue(process_context)
+    run = instance.get_run_by_id(run.run_id)
+    assert run.status == DagsterRunStatus.FAILURE  # ...and refused at launch: it never holds a pod
+    assert batch.created == []
+    needle = "tag marin/pool: the assets of one run name different pools (mixed/filtered=other, mixed/normalized=datakit)"
+    messages = [e.message or "" for e in instance.all_logs(run.run_id)]
+    assert any(needle in m and m.startswith("[MarinQueuedRunCoordinator] queued without") for m in messages)
+    assert any(needle in m and m.startswith("[RoutingRunLauncher] RoutingRunLauncher refused run") for m in messages)
