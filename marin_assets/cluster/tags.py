@@ -35,7 +35,6 @@ ROUTING_TAGS = (ACCELERATOR_TAG, CHIPS_TAG, REGION_TAG, PRIORITY_TAG, CLUSTER_TA
 POOL_TAG = "marin/pool"  # optional: the fleet pool a run uses; the key of the pool run limits
 CPU_TAG = "marin/cpu"
 MEMORY_TAG = "marin/memory"
-RESOURCE_TAGS = (POOL_TAG, CPU_TAG, MEMORY_TAG)
 
 ACCELERATORS = ("cpu", "tpu-v4", "tpu-v5e", "tpu-v5p", "h100x8", "gb200-nvl72")
 
