@@ -39,13 +39,21 @@ checks go back to the same backend.
             accelerators: [tpu-v4, tpu-v5p]
             regions: [us-central2]             # default []: any region
             env_secrets: [wandb]               # optional, also env_vars, postgres_password_secret
-            run_worker_cpu: "1"                # the run worker pod: CPU and memory only (defaults)
-            run_worker_memory: 4Gi
+            run_worker_cpu: "1"                # the run worker pod: CPU and memory only (defaults;
+            run_worker_memory: 4Gi             #   a run's marin/cpu, marin/memory tags override them)
             run_worker_node_pool: cpu-pool     # optional CPU node pool for run worker pods
 
 The run worker pod never requests a TPU or GPU, whatever the run's tags: training runs in
 pods that ``training_backends.KubernetesTrainingBackend`` creates from inside it, sized from
 the same tags. The launcher hands it MARIN_CLUSTER, MARIN_K8S_NAMESPACE and MARIN_K8S_IMAGE.
+
+Pod size from asset tags: a run pod requests (and is limited to) the ``marin/cpu`` and
+``marin/memory`` of its run's tags, else of its assets' tags (the largest over the run's
+assets, ``tags.asset_run_tags``), else the cluster's run_worker_cpu/memory. Dagster does not
+copy asset tags onto runs (a backfill's runs carry only partition and backfill tags), so
+``MarinQueuedRunCoordinator`` writes the asset-derived ``marin/pool``/``cpu``/``memory`` onto
+each run as it is queued: the run queue's ``marin/pool`` limits then apply to backfill runs,
+and the tags show in the UI. Tags given on the run itself win over its assets' tags.
 
 Pools as capacity: ``run_concurrency_config(fleet)`` generates the instance's
 ``concurrency: runs: tag_concurrency_limits`` (one ``marin/pool`` limit per pool, see
@@ -57,7 +65,6 @@ See dagster.cluster.yaml for a production instance.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import time
 import weakref
@@ -69,6 +76,7 @@ from dagster import Array, Field, Noneable, Shape, StringSource
 from dagster._core.errors import DagsterLaunchFailedError
 from dagster._core.launcher import DefaultRunLauncher, LaunchRunContext, RunLauncher
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from dagster._utils.error import serializable_error_info_from_exc_info
@@ -76,16 +84,22 @@ from dagster._utils.error import serializable_error_info_from_exc_info
 from marin_assets.cluster.routing import check_feasible
 from marin_assets.cluster.tags import (
     ACCELERATORS,
+    POOL_TAG,
     JobRequest,
+    PodResources,
+    asset_run_tags,
     check_accelerator,
+    check_cpu,
+    check_memory,
     check_name,
     check_region,
+    check_resource_tags,
     classify_tags,
+    pod_resources,
 )
 
 BACKEND_TAG = "marin/backend"
 LOCAL = "local"
-POOL_TAG = "marin/pool"  # optional: the fleet pool a run trains on; the key of the pool run limits
 # A run executed in a process of its own choosing (execute_in_process: the demo, tests) names
 # that process, so terminating it can still reach it: SIGTERM, which the trainer turns into a
 # checkpoint and a clean early end.
@@ -116,8 +130,26 @@ def terminate_in_process_run(instance, run: DagsterRun) -> bool:
         return False
     instance.report_engine_event(f"sent SIGTERM to run process {pid} on {host}", run)
     return True
-_CPU_RE = re.compile(r"[1-9][0-9]{0,3}|[1-9][0-9]{0,6}m")
-_MEMORY_RE = re.compile(r"[1-9][0-9]{0,6}(Mi|Gi)")
+
+
+# ---- the tags a run is launched with: its own, plus its assets' ------------------------------
+
+
+def run_asset_tags(run: DagsterRun, workspace) -> dict[str, Mapping[str, str]]:
+    """{asset key: asset tags} for the assets ``run`` materialises, from the workspace's graph.
+
+    Empty when there is no workspace or the run has no asset selection (an op job, or a
+    whole-job launch): such runs are sized by their own tags and the cluster defaults.
+    """
+    if workspace is None or not run.asset_selection:
+        return {}
+    graph = workspace.asset_graph
+    return {key.to_user_string(): graph.get(key).tags for key in run.asset_selection if graph.has(key)}
+
+
+def effective_run_tags(run: DagsterRun, workspace) -> dict[str, str]:
+    """The run's tags over the ``marin/pool``/``cpu``/``memory`` its assets ask for (run tags win)."""
+    return {**asset_run_tags(run_asset_tags(run, workspace)), **run.tags}
 
 
 # ---- backends -------------------------------------------------------------------------------
@@ -138,8 +170,8 @@ class LocalBackend:
     def register_instance(self, instance) -> None:
         self.launcher.register_instance(instance)
 
-    def launch(self, context: LaunchRunContext, request: JobRequest) -> None:
-        self.launcher.launch_run(context)
+    def launch(self, context: LaunchRunContext, request: JobRequest, tags: Mapping[str, str]) -> None:
+        self.launcher.launch_run(context)  # a local process: nothing to size
 
     def terminate(self, run_id: str) -> bool:
         from dagster._core.storage.tags import GRPC_INFO_TAG
@@ -217,16 +249,27 @@ class K8sClusterBackend:
             check_region(r, what=f"cluster {self.name}: regions")
         if not self.accelerators:
             raise ValueError(f"cluster {self.name}: list the accelerators it serves")
-        if not _CPU_RE.fullmatch(str(self.run_worker_cpu)):
-            raise ValueError(f"cluster {self.name}: run_worker_cpu {self.run_worker_cpu!r} is not a CPU quantity like '1' or '500m'")
-        if not _MEMORY_RE.fullmatch(str(self.run_worker_memory)):
-            raise ValueError(f"cluster {self.name}: run_worker_memory {self.run_worker_memory!r} is not a quantity like '4Gi'")
+        try:
+            check_cpu(str(self.run_worker_cpu))
+        except ValueError:
+            raise ValueError(f"cluster {self.name}: run_worker_cpu {self.run_worker_cpu!r} is not a CPU quantity like '1' or '500m'") from None
+        try:
+            check_memory(str(self.run_worker_memory))
+        except ValueError:
+            raise ValueError(f"cluster {self.name}: run_worker_memory {self.run_worker_memory!r} is not a quantity like '4Gi'") from None
         if self.run_worker_node_pool is not None:
             check_name(f"cluster {self.name}: run_worker_node_pool", self.run_worker_node_pool)
 
-    def run_worker_k8s_config(self) -> dict[str, Any]:
-        """Resources and placement of the run worker pod: CPU and memory only, never a chip."""
-        resources = {"cpu": self.run_worker_cpu, "memory": self.run_worker_memory}
+    @property
+    def default_resources(self) -> PodResources:
+        return PodResources(cpu=self.run_worker_cpu, memory=self.run_worker_memory)
+
+    def run_worker_k8s_config(self, resources: PodResources | None = None) -> dict[str, Any]:
+        """Resources and placement of the run worker pod: CPU and memory only, never a chip.
+
+        ``resources`` (from the run's marin/cpu, marin/memory) replaces the cluster's defaults.
+        """
+        resources = (resources or self.default_resources).as_k8s()
         config: dict[str, Any] = {"container_config": {"resources": {"requests": resources, "limits": resources}}}
         if self.run_worker_node_pool is not None:
             config["pod_spec_config"] = {"node_selector": {"cloud.google.com/gke-nodepool": self.run_worker_node_pool}}
@@ -259,8 +302,13 @@ class K8sClusterBackend:
             )
         return self.k8s_client
 
-    def build_job(self, run: DagsterRun, request: JobRequest, instance):
-        """The Kubernetes Job that runs ``dagster api execute_run`` for ``run`` on this cluster."""
+    def build_job(self, run: DagsterRun, request: JobRequest, instance, tags: Mapping[str, str] | None = None):
+        """The Kubernetes Job that runs ``dagster api execute_run`` for ``run`` on this cluster.
+
+        ``tags``: the run's effective tags (``effective_run_tags``), already validated by the
+        launcher; they size the pod (marin/cpu, marin/memory) and label it (marin/pool).
+        """
+        tags = run.tags if tags is None else tags
         from dagster._grpc.types import ExecuteRunArgs
         from dagster_k8s.job import (
             DagsterK8sJobConfig,
@@ -294,6 +342,9 @@ class K8sClusterBackend:
             "marin/chips": str(request.chips),
             "marin/priority": request.priority,
         }
+        if POOL_TAG in tags:
+            labels[POOL_TAG] = check_name(f"tag {POOL_TAG}:", tags[POOL_TAG])
+        resources = pod_resources(tags, self.default_resources)
         job_name = get_job_name_from_run_id(run.run_id)
         # What the training backend inside this pod needs to create its worker pods here.
         env = {"DAGSTER_RUN_JOB_NAME": job_origin.job_name, "MARIN_CLUSTER": self.name,
@@ -304,7 +355,7 @@ class K8sClusterBackend:
             job_name=job_name,
             pod_name=job_name,
             component="run_worker",
-            user_defined_k8s_config=UserDefinedDagsterK8sConfig(**self.run_worker_k8s_config()),
+            user_defined_k8s_config=UserDefinedDagsterK8sConfig(**self.run_worker_k8s_config(resources)),
             labels=labels,
             env_vars=[{"name": k, "value": v} for k, v in env.items()],
         )
@@ -313,13 +364,14 @@ class K8sClusterBackend:
         # A weak reference, like Dagster's own launchers: the instance owns us, not the reverse.
         self._instance_ref = weakref.ref(instance)
 
-    def launch(self, context: LaunchRunContext, request: JobRequest) -> None:
+    def launch(self, context: LaunchRunContext, request: JobRequest, tags: Mapping[str, str]) -> None:
         run = context.dagster_run
         instance = self._instance_ref()
-        job = self.build_job(run, request, instance)
+        job = self.build_job(run, request, instance, tags)
+        limits = job.spec.template.spec.containers[0].resources.limits
         instance.report_engine_event(
             f"Creating Kubernetes run worker job {job.metadata.name} in cluster {self.name}, "
-            f"namespace {self.namespace}", run)
+            f"namespace {self.namespace} (cpu {limits['cpu']}, memory {limits['memory']})", run)
         self.client().create_namespaced_job_with_retries(body=job, namespace=self.namespace)
 
     def terminate(self, run_id: str) -> bool:
@@ -498,8 +550,10 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
         try:
-            request = classify_tags(run.tags)
-            self.check_pool_tag(run.tags, request)
+            tags = effective_run_tags(run, context.workspace)
+            request = classify_tags(tags)
+            self.check_pool_tag(tags, request)
+            check_resource_tags(tags)  # marin/cpu, marin/memory: refused here whichever backend runs it
             backend = self.choose_backend(request)
         except ValueError as err:
             message = f"RoutingRunLauncher refused run {run.run_id}: {err}"
@@ -512,7 +566,7 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
             f"Routing {request.priority} run ({request.chips} x {request.accelerator}"
             f"{', ' + request.region if request.region else ''}) to backend {backend.name}{note}",
             run, cls=self.__class__)
-        backend.launch(context, request)
+        backend.launch(context, request, tags)
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)
@@ -541,6 +595,39 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
     def dispose(self) -> None:
         for backend in self.backends():
             backend.dispose()
+
+
+# ---- the run queue: asset tags onto runs, so per-pool limits see them -------------------------
+
+
+class MarinQueuedRunCoordinator(QueuedRunCoordinator):
+    """Dagster's QueuedRunCoordinator, plus: a run's assets' marin/pool, cpu, memory tags are
+    written onto the run as it is queued (tags already on the run win).
+
+    Dagster copies no asset tags onto runs, so without this a backfill's runs would carry no
+    ``marin/pool`` and the ``concurrency: runs: tag_concurrency_limits`` of
+    ``run_concurrency_config`` would never hold them back. Same config as QueuedRunCoordinator::
+
+        run_coordinator:
+          module: marin_assets.orchestration.launcher
+          class: MarinQueuedRunCoordinator
+    """
+
+    def submit_run(self, context: SubmitRunContext) -> DagsterRun:
+        run = context.dagster_run
+        try:
+            derived = asset_run_tags(run_asset_tags(run, context.workspace))
+        except ValueError as err:
+            # Queued untagged: the launcher derives the same tags, refuses the run with this
+            # message and marks it failed, so it never holds a pod.
+            self._instance.report_engine_event(f"queued without its assets' marin/* tags: {err}", run,
+                                               cls=self.__class__)
+            derived = {}
+        missing = {k: v for k, v in derived.items() if k not in run.tags}
+        if missing:
+            self._instance.add_run_tags(run.run_id, missing)
+            run = self._instance.get_run_by_id(run.run_id)
+        return super().submit_run(context._replace(dagster_run=run))
 
 
 # ---- pools as capacity: run concurrency from the fleet ------------------------------------

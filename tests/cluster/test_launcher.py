@@ -126,6 +126,9 @@ def test_local_backend_really_runs_a_job(env):
         ({"marin/cluster": "west`id`"}, "marin/cluster"),
         ({"marin/pool": "v5p;reboot"}, "marin/pool"),
         ({"marin/pool": "v5p-16"}, "no fleet_file"),
+        ({"marin/cpu": "2; reboot"}, "marin/cpu"),
+        ({"marin/memory": "4GB"}, "marin/memory"),
+        ({"marin/accelerator": "tpu-v5p", "marin/memory": "4Gi\n"}, "marin/memory"),
     ],
 )
 def test_bad_tags_fail_the_run_with_a_clear_message(env, tags, needle):
@@ -267,3 +270,57 @@ def test_pool_tag_is_checked_against_the_fleet(tmp_path):
     launcher.check_pool_tag(tags, classify_tags(tags))  # no pool tag: nothing to check
     with pytest.raises(ValueError, match="pool 'v5e' cannot hold 16 x tpu-v5p"):
         launcher.check_pool_tag({**tags, "marin/pool": "v5e"}, classify_tags(tags))
+
+
+@pytest.mark.slow
+def test_run_pod_size_comes_from_the_run_tags(env):
+    instance, workspace, fakes = env
+    before = len(fakes["west"].created)
+    run = _run(instance, workspace, {"marin/accelerator": "tpu-v5e", "marin/chips": "256",
+                                     "marin/cpu": "8", "marin/memory": "32Gi"})
+    instance.launch_run(run.run_id, workspace)
+    namespace, job = fakes["west"].created[before]
+    container = job.spec.template.spec.containers[0]
+    # CPU and memory from the tags, requests = limits; still no chip on the run worker pod.
+    assert container.resources.requests == container.resources.limits == {"cpu": "8", "memory": "32Gi"}
+    assert "marin/pool" not in job.spec.template.metadata.labels
+    job_dict = kubernetes.client.ApiClient().sanitize_for_serialization(job)
+    assert kubernetes_validate.validate(job_dict, "1.32", strict=True) == "1.32"
+    assert any("(cpu 8, memory 32Gi)" in (e.message or "") for e in instance.all_logs(run.run_id))
+
+
+class _FakeAssetGraph:
+    def __init__(self, tags_by_key):
+        self.tags_by_key = tags_by_key
+
+    def has(self, key):
+        return key in self.tags_by_key
+
+    def get(self, key):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(tags=self.tags_by_key[key])
+
+
+def test_effective_run_tags_take_the_assets_tags_under_the_runs_own():
+    from types import SimpleNamespace
+
+    from dagster import AssetKey
+
+    from marin_assets.orchestration.launcher import effective_run_tags
+
+    a, b = AssetKey(["shards", "normalized"]), AssetKey(["shards", "tokenized"])
+    workspace = SimpleNamespace(asset_graph=_FakeAssetGraph({
+        a: {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
+        b: {"marin/pool": "datakit", "marin/cpu": "2", "marin/memory": "1Gi"}}))
+    run = SimpleNamespace(asset_selection=frozenset({a, b}), tags={"dagster/partition": "web-00001"})
+    assert effective_run_tags(run, workspace) == {"marin/pool": "datakit", "marin/cpu": "2", "marin/memory": "2Gi",
+                                                  "dagster/partition": "web-00001"}
+    override = SimpleNamespace(asset_selection=frozenset({a}), tags={"marin/memory": "8Gi"})
+    assert effective_run_tags(override, workspace) == {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "8Gi"}
+    # No workspace or no asset selection (an op job): the run's own tags only.
+    assert effective_run_tags(run, None) == run.tags
+    assert effective_run_tags(SimpleNamespace(asset_selection=None, tags={"x": "y"}), workspace) == {"x": "y"}
+    workspace.asset_graph.tags_by_key[b] = {"marin/pool": "other"}
+    with pytest.raises(ValueError, match="different pools"):
+        effective_run_tags(run, workspace)

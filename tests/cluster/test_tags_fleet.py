@@ -104,3 +104,75 @@ def test_fleet_names_with_a_trailing_newline_are_refused(field, value, needle):
     pool = {"name": "v5e", "accelerator": "tpu-v5e", "region": "us-central1", "domains": 2, "topology": "16x16"}
     with pytest.raises(ValueError, match=needle):
         fleet_from_dict({"pools": [{**pool, field: value}]}, source="fleet.yaml")
+
+
+# ---- marin/cpu, marin/memory, marin/pool: pod size and pool from asset tags ----------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from marin_assets.cluster.tags import (  # noqa: E402
+    PodResources,
+    asset_run_tags,
+    check_resource_tags,
+    cpu_millicores,
+    memory_bytes,
+    pod_resources,
+)
+
+DEFAULT_POD = PodResources("1", "4Gi")
+
+
+def test_pod_resources_from_tags_else_the_defaults():
+    assert pod_resources({}, DEFAULT_POD) == DEFAULT_POD
+    assert pod_resources({"marin/cpu": "500m"}, DEFAULT_POD) == PodResources("500m", "4Gi")
+    assert pod_resources({"marin/memory": "512Mi"}, DEFAULT_POD) == PodResources("1", "512Mi")
+    both = pod_resources({"marin/cpu": "16", "marin/memory": "64Gi", "marin/chips": "8"}, DEFAULT_POD)
+    assert both.as_k8s() == {"cpu": "16", "memory": "64Gi"}  # CPU and memory only, never a chip
+    assert (cpu_millicores("2"), cpu_millicores("250m")) == (2000, 250)
+    assert (memory_bytes("2Gi"), memory_bytes("512Mi")) == (2 * 2**30, 512 * 2**20)
+
+
+@pytest.mark.parametrize("tag, value", [
+    ("marin/cpu", "0"), ("marin/cpu", "1.5"), ("marin/cpu", "1e3"), ("marin/cpu", "2\n"), ("marin/cpu", "10000"),
+    ("marin/cpu", "2 cores"), ("marin/cpu", "-1"), ("marin/cpu", "0m"), ("marin/cpu", "1m; id"),
+    ("marin/memory", "2GB"), ("marin/memory", "2G"), ("marin/memory", "2Gi\n"), ("marin/memory", "0Gi"),
+    ("marin/memory", "2gi"), ("marin/memory", "2048"), ("marin/memory", "1Ti"), ("marin/memory", ""),
+])
+def test_bad_cpu_and_memory_tags_are_refused_naming_the_tag(tag, value):
+    with pytest.raises(ValueError, match=tag):
+        pod_resources({tag: value}, DEFAULT_POD)
+    with pytest.raises(ValueError, match=tag):
+        check_resource_tags({tag: value})
+
+
+@settings(max_examples=300, deadline=None)
+@given(cpu=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}m?", fullmatch=True)),
+       memory=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}(Mi|Gi|M|G)", fullmatch=True)))
+def test_resource_tags_either_parse_exactly_or_are_refused(cpu, memory):
+    """Whatever the value: a valid k8s quantity that round-trips, or a ValueError naming the tag."""
+    try:
+        resources = pod_resources({"marin/cpu": cpu, "marin/memory": memory}, DEFAULT_POD)
+    except ValueError as err:
+        assert "marin/cpu" in str(err) or "marin/memory" in str(err)
+        return
+    assert resources.as_k8s() == {"cpu": cpu, "memory": memory}
+    millis = cpu_millicores(cpu)
+    assert 1 <= millis <= 9_999_999 and (cpu.endswith("m") or millis % 1000 == 0)
+    assert memory_bytes(memory) >= 2**20 and memory.isascii() and memory[:-2].isdigit()
+
+
+def test_asset_run_tags_take_the_largest_ask_and_one_pool():
+    chain = {"shards/normalized": {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
+             "shards/filtered": {"marin/pool": "datakit", "marin/cpu": "1500m", "marin/memory": "1536Mi"},
+             "shards/tokenized": {"marin/pool": "datakit", "marin/cpu": "500m", "marin/memory": "1Gi", "x": "y"}}
+    assert asset_run_tags(chain) == {"marin/pool": "datakit", "marin/cpu": "1500m", "marin/memory": "2Gi"}
+    assert asset_run_tags({"a": {"marin/memory": "3072Mi"}, "b": {"marin/memory": "2Gi"}}) == {"marin/memory": "3072Mi"}
+    assert asset_run_tags({"a": {}, "b": {"owner": "me"}}) == {}
+    assert asset_run_tags({}) == {}
+    with pytest.raises(ValueError, match=r"different pools \(a=datakit, b=other\)"):
+        asset_run_tags({"a": {"marin/pool": "datakit"}, "b": {"marin/pool": "other"}})
+    with pytest.raises(ValueError, match="asset shards/tokenized: tag marin/memory"):
+        asset_run_tags({**chain, "shards/tokenized": {"marin/memory": "2GB"}})
+    with pytest.raises(ValueError, match="asset b: tag marin/pool"):
+        asset_run_tags({"b": {"marin/pool": "Data Kit"}})
