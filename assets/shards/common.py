@@ -16,8 +16,11 @@ from assets.partitions import datakit_shards, shard_backfill_policy
 from marin_assets.store import ArtifactRef
 
 GROUP = "datakit_shards"
-SHARD_TAGS = {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"}
-REDUCE_TAGS = {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "4Gi"}
+# The fleet's pool of CPU nodes for data work (examples/fleet.yaml): its marin/pool run limit
+# (dagster.cluster.yaml) queues shard runs; the launcher refuses a pool the fleet lacks.
+POOL = "cpu"
+SHARD_TAGS = {"marin/pool": POOL, "marin/cpu": "1", "marin/memory": "2Gi"}
+REDUCE_TAGS = {"marin/pool": POOL, "marin/cpu": "1", "marin/memory": "4Gi"}
 ALL = dg.AllPartitionMapping()
 # backfill_policy on an asset is "beta" in Dagster 1.13 (stable in practice, and what fan-out is).
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)

@@ -363,7 +363,7 @@ def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypat
     assert [a.key.to_user_string() for a in shard_assets][:2] == ["shards/index", "shards/normalized"]
     for asset in shard_assets:
         tags = asset.tags_by_key[asset.key]
-        assert tags["marin/pool"] == "datakit" and tags["marin/cpu"] == "1" and tags["marin/memory"] in ("2Gi", "4Gi")
+        assert tags["marin/pool"] == "cpu" and tags["marin/cpu"] == "1" and tags["marin/memory"] in ("2Gi", "4Gi")
         if asset.partitions_def is not None:
             assert asset.backfill_policy == dg.BackfillPolicy.single_run(), asset.key
         if asset.partitions_def == datakit_shards:
@@ -422,3 +422,13 @@ def test_split_source_loses_and_reorders_nothing(tmp_path_factory, sizes, shard_
     # Greedy: no shard could have taken the next shard's first line.
     files = [(tmp / "out" / e["file"]).read_text().splitlines(keepends=True) for e in entries.values()]
     assert all(len("".join(a)) + len(b[0]) > shard_bytes for a, b in zip(files, files[1:]))
+
+
+def test_the_shard_pool_is_a_cpu_pool_of_the_shipped_fleet():
+    """With fleet_file set (dagster.cluster.yaml) the launcher refuses a marin/pool the fleet lacks."""
+    from assets.shards.common import POOL
+    from marin_assets.cluster.fleet import load_fleet
+
+    root = Path(__file__).resolve().parents[2]
+    pools = {p.name: p for p in load_fleet(str(root / "examples" / "fleet.yaml")).pools}
+    assert POOL in pools and pools[POOL].accelerator == "cpu"
