@@ -260,8 +260,8 @@ def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats, fast: bool = 
 
     def drain():
         nonlocal pending, pending_lines, pending_bytes
-        for pieces, lines, parse_fast in _runs(pending, pending_lines, fast):
-            batch = _jsonl_batch(pieces, lines, file, config) if parse_fast else None
+        for pieces, lines, joined in _runs(pending, pending_lines, fast):
+            batch = _jsonl_batch(pieces, lines, joined, file, config) if joined is not None else None
             if batch is not None:
                 yield batch
             else:
@@ -304,32 +304,56 @@ def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats, fast: bool = 
         yield QuarantineRecord(file, lineno + 1, reason, f"{type(e).__name__}: {e}"[:300])
 
 
-def _runs(pieces: list[bytes], lines: list[int], fast: bool) -> Iterator[tuple[list[bytes], list[int], bool]]:
-    """Split a batch into runs of lines Arrow may parse and lines it must not see, in order.
+def _runs(pieces: list[bytes], lines: list[int], fast: bool) -> Iterator[tuple[list[bytes], list[int], bytes | None]]:
+    """Split a batch into runs of lines Arrow may parse (with the lines joined by newlines)
+    and lines it must not see (joined None), in order.
 
     Arrow's JSON parser recurses per nesting level (200,000 "[" overflow its stack) and
     crashes on a batch that holds no object (a lone `null`), so only lines that look like one
     object with at most FAST_MAX_BRACKETS opening brackets (anywhere, strings included) go
     to it; the others go to the per-line parser, which bounds depth itself.
     """
+    if not pieces:
+        return
     if not fast:
-        if pieces:
-            yield pieces, lines, False
+        yield pieces, lines, None
+        return
+    joined = b"\n".join(pieces)
+    safe = _arrow_safe(joined, pieces)
+    if all(safe):
+        yield pieces, lines, joined
         return
     start = 0
-    for i, piece in enumerate(pieces):
-        body = piece.strip(b" \t\r")  # JSON's whitespace (a line holds no newline)
-        if not (body[:1] == b"{" and body[-1:] == b"}") or body.count(b"[") + body.count(b"{") > FAST_MAX_BRACKETS:
+    for i, ok in enumerate(safe):
+        if not ok:
             if start < i:
-                yield pieces[start:i], lines[start:i], True
-            yield pieces[i : i + 1], lines[i : i + 1], False
+                yield pieces[start:i], lines[start:i], b"\n".join(pieces[start:i])
+            yield pieces[i : i + 1], lines[i : i + 1], None
             start = i + 1
     if start < len(pieces):
-        yield pieces[start:], lines[start:], True
+        yield pieces[start:], lines[start:], b"\n".join(pieces[start:])
 
 
-def _jsonl_batch(pieces: list[bytes], lines: list[int], file: str, config: ReaderConfig) -> DocumentBatch | None:
-    """The lines parsed by Arrow as one DocumentBatch, or None when any line needs the
+def _arrow_safe(joined: bytes, pieces: list[bytes]) -> list[bool]:
+    """Per line: one {...} object (JSON whitespace around it allowed) with at most
+    FAST_MAX_BRACKETS opening brackets. `joined` is the lines joined by newlines: its
+    bracket count bounds every line's, so the common batch costs two counts, not a call
+    per line."""
+    plain = [p[:1] == b"{" and p[-1:] == b"}" for p in pieces]
+    safe = [True] * len(pieces)
+    for i, ok in enumerate(plain):
+        if not ok:  # padded with whitespace, or not an object at all
+            body = pieces[i].strip(b" \t\r")  # JSON's whitespace (a line holds no newline)
+            safe[i] = body[:1] == b"{" and body[-1:] == b"}"
+    # Every safe line holds at least its own "{", so no line has more than this many.
+    most = joined.count(b"[") + joined.count(b"{") - (sum(safe) - 1 if any(safe) else 0)
+    if most > FAST_MAX_BRACKETS:
+        safe = [ok and p.count(b"[") + p.count(b"{") <= FAST_MAX_BRACKETS for ok, p in zip(safe, pieces)]
+    return safe
+
+
+def _jsonl_batch(pieces: list[bytes], lines: list[int], data: bytes, file: str, config: ReaderConfig) -> DocumentBatch | None:
+    """The lines (`data`: joined by newlines) parsed by Arrow as one DocumentBatch, or None when any line needs the
     per-line path (Arrow refuses the batch, or a record fails a rule or has other fields).
 
     Arrow's parser is stricter than json.loads (no NaN, no duplicate keys, no lone
@@ -341,7 +365,6 @@ def _jsonl_batch(pieces: list[bytes], lines: list[int], file: str, config: Reade
 
     if pieces[0].lstrip(b" \t\r").startswith(UTF8_BOM):  # Arrow skips a leading BOM, json.loads refuses it
         return None
-    data = b"\n".join(pieces)
     read_options = pj.ReadOptions(block_size=max(1 << 20, max(map(len, pieces)) + 2))
     table = None
     for id_type in (pa.string(), pa.int64()):  # a batch's ids are strings or integers (or absent)
@@ -377,12 +400,24 @@ def _fast_batch(table, lines: Sequence[int], file: str, config: ReaderConfig) ->
         return None
     if len(text) and pc.max(pc.binary_length(text)).as_py() > config.max_doc_bytes:
         return None
-    if pc.any(pc.match_substring(text, "\x00")).as_py() or not pc.all(pc.match_substring_regex(text, _NOT_WHITESPACE_RE)).as_py():
+    if _has_nul(text) or not pc.all(pc.match_substring_regex(text, _NOT_WHITESPACE_RE)).as_py():
         return None
     source_id = _fast_source_ids(table.column(config.id_field).combine_chunks() if config.id_field in names else None, lines, file)
     if source_id is None:
         return None
     return DocumentBatch(text.cast(pa.large_string()), source_id, lines, file)
+
+
+def _has_nul(text) -> bool:
+    """Whether any string of a (large_)string Array holds a NUL (memchr over its data buffer)."""
+    import numpy as np
+
+    offsets, data = text.buffers()[1:3]
+    if data is None:
+        return False
+    bounds = np.frombuffer(offsets, dtype=np.int64 if text.type == "large_string" else np.int32)
+    lo, hi = int(bounds[text.offset]), int(bounds[text.offset + len(text)])
+    return memoryview(data)[lo:hi].tobytes().find(b"\x00") >= 0
 
 
 def _fast_source_ids(ids, lines: Sequence[int], file: str):
