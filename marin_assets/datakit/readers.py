@@ -45,6 +45,9 @@ _NOT_WHITESPACE_RE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PY_WHITESPACE)
 UTF8_BOM = b"\xef\xbb\xbf"
 # Lines with more opening brackets than this never reach Arrow's (recursive) JSON parser.
 FAST_MAX_BRACKETS = 512
+# Batches whose lines average more bytes than this are parsed line by line: measured here,
+# Arrow reads ~1 KB lines 1.4x faster than json.loads, ~3 KB lines 1.1x, ~6 KB lines no faster.
+FAST_MAX_MEAN_LINE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,10 @@ def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats, fast: bool = 
 
     def drain():
         nonlocal pending, pending_lines, pending_bytes
-        for pieces, lines, joined in _runs(pending, pending_lines, fast):
+        # Long lines gain nothing from Arrow (parsing the text dominates either way) and pay
+        # its checks, so a batch of them goes line by line.
+        batch_fast = fast and pending_bytes <= FAST_MAX_MEAN_LINE_BYTES * len(pending)
+        for pieces, lines, joined in _runs(pending, pending_lines, batch_fast):
             batch = _jsonl_batch(pieces, lines, joined, file, config) if joined is not None else None
             if batch is not None:
                 yield batch

@@ -286,6 +286,11 @@ def test_good_lines_come_as_one_batch_and_one_bad_line_costs_only_itself(tmp_pat
     assert items[0].text.to_pylist() == [r["text"] for r in good] and items[0].source_id.to_pylist() == [r["id"] for r in good]
     assert stats.records == 50
 
+    long_lines = [{"text": "long " * 1000, "id": f"s{i}"} for i in range(3)]  # ~5 KB lines: json.loads is as fast
+    path.write_text("".join(json.dumps(r) + "\n" for r in long_lines))
+    items, _ = _items(path, ReaderConfig(), True, batches=True)
+    assert [type(i).__name__ for i in items] == ["Document"] * 3
+
     lines = [json.dumps(r) for r in good]
     lines[20] = '{"text": "x", "id": "a", "extra": NaN}'  # json.loads takes NaN, Arrow does not: per-line path
     lines[30] = '{"text": "   "}'  # empty_text
