@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
-from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path
+from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path, repeated_string, string_array
 from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
@@ -110,9 +110,9 @@ class _OpenShard:
         import pyarrow as pa
 
         if self.rows:
-            columns = list(zip(*self.rows))
-            self.parts.append(pa.table({name: list(col) for name, col in zip(("id", "text", "source_id", "metadata"), columns)},
-                                       schema=_part_schema()))  # fmt: skip
+            ids, texts, source_ids, metadata = zip(*self.rows)
+            columns = [string_array(ids), string_array(texts, large=True), string_array(source_ids), string_array(metadata)]
+            self.parts.append(pa.Table.from_arrays(columns, schema=_part_schema()))
             self.rows = []
 
     def take_table(self, source: str):
@@ -123,16 +123,9 @@ class _OpenShard:
         table = pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
         self.parts, self.docs, self.bytes = [], 0, 0
         table = table.sort_by([("id", "ascending"), ("source_id", "ascending")])
-        return pa.table(
-            {
-                "id": table.column("id"),
-                "text": table.column("text"),
-                "source": pa.nulls(table.num_rows, pa.string()).fill_null(source),
-                "source_id": table.column("source_id"),
-                "metadata": table.column("metadata"),
-            },
-            schema=schema(),
-        )
+        source_column = repeated_string(source, table.num_rows)
+        columns = [table.column("id"), table.column("text"), source_column, table.column("source_id"), table.column("metadata")]
+        return pa.Table.from_arrays(columns, schema=schema())
 
 
 def _part_schema():
@@ -145,15 +138,8 @@ def _batch_table(batch: DocumentBatch):
     """A DocumentBatch as a part of the open shard: its ids hashed, metadata "{}"."""
     import pyarrow as pa
 
-    return pa.table(
-        {
-            "id": pa.array(doc_ids(batch.text), pa.string()),
-            "text": batch.text,
-            "source_id": batch.source_id,
-            "metadata": pa.nulls(len(batch), pa.string()).fill_null("{}"),
-        },
-        schema=_part_schema(),
-    )
+    columns = [string_array(doc_ids(batch.text)), batch.text, batch.source_id, repeated_string("{}", len(batch))]
+    return pa.Table.from_arrays(columns, schema=_part_schema())
 
 
 def normalize_documents(

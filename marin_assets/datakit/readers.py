@@ -414,6 +414,37 @@ def _fast_batch(table, lines: Sequence[int], file: str, config: ReaderConfig) ->
     return DocumentBatch(text.cast(pa.large_string()), source_id, lines, file)
 
 
+def string_array(values: Sequence[str], large: bool = False):
+    """A pyarrow (large_)string Array of `values`, built from buffers.
+
+    pa.array() on Python values imports pandas when it is installed (~1-2 s per process on
+    a busy machine), which a normalize step never needs; this costs one encode per value.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    if not large and offsets[-1] >= 2**31:
+        raise ValueError(f"{offsets[-1]} bytes do not fit a string array; use large=True")
+    kind = pa.large_string() if large else pa.string()
+    offsets = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def repeated_string(value: str, n: int):
+    """A pyarrow string Array holding `value` n times (pandas-free, see string_array)."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int64) * len(data)
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{n} x {len(data)} bytes do not fit a string array")
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data * n)])
+
+
 def _has_nul(text) -> bool:
     """Whether any string of a (large_)string Array holds a NUL (memchr over its data buffer)."""
     import numpy as np
@@ -434,7 +465,7 @@ def _fast_source_ids(ids, lines: Sequence[int], file: str):
 
     short = _short(file)
     if ids is None or pa.types.is_null(ids.type):
-        return pa.array([f"{short}:{n}" for n in lines], pa.string())
+        return string_array([f"{short}:{n}" for n in lines])
     if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
         try:
             ids.validate(full=True)
@@ -444,7 +475,7 @@ def _fast_source_ids(ids, lines: Sequence[int], file: str):
         return None
     ids = ids.cast(pa.string())
     if ids.null_count:
-        fill = pa.array([f"{short}:{n}" for n in lines], pa.string())
+        fill = string_array([f"{short}:{n}" for n in lines])
         ids = pc.if_else(pc.is_valid(ids), ids, fill)
     return ids
 
