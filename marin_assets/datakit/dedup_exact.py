@@ -114,6 +114,16 @@ def _bucket_name(bucket: int) -> str:
     return f"bucket-{bucket:05d}"
 
 
+def int64_array(values):
+    """A pyarrow int64 Array over a numpy array's buffer: pa.array() on numpy imports pandas
+    (seconds per process), which a map step never needs."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def _split_by_bucket(table, buckets) -> list:
     """[(bucket name, rows of that bucket in table order)] in bucket order (one row group each
     on disk): one stable sort by bucket and a slice per bucket, not a filter pass per bucket."""
@@ -121,7 +131,7 @@ def _split_by_bucket(table, buckets) -> list:
     import pyarrow as pa
 
     order = np.argsort(buckets, kind="stable")
-    grouped = table.take(pa.array(order))
+    grouped = table.take(int64_array(order))
     present, starts = np.unique(buckets[order], return_index=True)
     ends = list(starts[1:]) + [len(order)]
     return [(_bucket_name(int(b)), grouped.slice(int(lo), int(hi) - int(lo))) for b, lo, hi in zip(present, starts, ends)]
@@ -143,13 +153,9 @@ def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedup
     columns = ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
     table = read_table(shard_path, columns=columns)
     buckets = buckets_of(table.column("id").combine_chunks(), config.num_buckets)
-    base = pa.table(
-        {
-            "id": table.column("id"),
-            "source": table.column("source"),
-            "source_id": table.column("source_id"),
-            "row": pa.array(np.arange(table.num_rows, dtype=np.int64)),
-        }
+    base = pa.Table.from_arrays(
+        [table.column("id"), table.column("source"), table.column("source_id"), int64_array(np.arange(table.num_rows))],
+        names=["id", "source", "source_id", "row"],
     )
     if table.num_rows:
         write_row_groups(_split_by_bucket(base, buckets), join(map_root, "docs", f"{key}.parquet"))

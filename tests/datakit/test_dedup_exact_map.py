@@ -49,3 +49,19 @@ def test_exact_map_row_groups_hold_each_bucket_in_row_order(tmp_path):
         assert (part.column("row").to_pylist() if part is not None else []) == expected
         seen += expected
     assert sorted(seen) == list(range(300))
+
+
+def test_an_exact_map_step_does_not_import_pandas(tmp_path):
+    import subprocess
+    import sys
+
+    texts = [f"doc {i % 5}" for i in range(20)]
+    write_table(pa.table({"id": [doc_id(t) for t in texts], "source": ["s"] * 20, "source_id": [str(i) for i in range(20)]}),
+                str(tmp_path / "shard.parquet"))  # fmt: skip
+    code = (
+        "import sys\n"
+        "from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map\n"
+        f"print(exact_map('k', {str(tmp_path / 'shard.parquet')!r}, {str(tmp_path / 'map')!r}, ExactDedupConfig())['docs'],"
+        " 'pandas' in sys.modules)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["20", "False"]
