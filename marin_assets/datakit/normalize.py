@@ -81,17 +81,18 @@ class _OpenShard:
     def __init__(self, config: NormalizeConfig):
         self.config = config
         self.parts: list = []  # pyarrow Tables: id, text, source_id, metadata
-        self.rows: list[tuple[str, str, str, str]] = []
+        self.rows: list[tuple[str, bytes, str, str]] = []
         self.docs = 0
         self.bytes = 0
 
     def full(self) -> bool:
         return self.docs >= self.config.shard_docs or self.bytes >= self.config.shard_bytes
 
-    def add_document(self, doc_hash: str, text: str, source_id: str, metadata: str, size: int) -> None:
-        self.rows.append((doc_hash, text, source_id, metadata))
+    def add_document(self, doc_hash: str, utf8: bytes, source_id: str, metadata: str) -> None:
+        """One document, its text as the UTF-8 bytes the reader checked (not encoded again)."""
+        self.rows.append((doc_hash, utf8, source_id, metadata))
         self.docs += 1
-        self.bytes += size
+        self.bytes += len(utf8)
 
     def add_rows(self, part, sizes) -> int:
         """Take rows of `part` (a Table) from the front until the shard is full; return how many."""
@@ -111,7 +112,7 @@ class _OpenShard:
 
         if self.rows:
             ids, texts, source_ids, metadata = zip(*self.rows)
-            columns = [string_array(ids), string_array(texts, large=True), string_array(source_ids), string_array(metadata)]
+            columns = [string_array(ids), string_array(texts, large=True, utf8=True), string_array(source_ids), string_array(metadata)]
             self.parts.append(pa.Table.from_arrays(columns, schema=_part_schema()))
             self.rows = []
 
@@ -188,7 +189,7 @@ def normalize_documents(
             continue
         data = item.utf8 if item.utf8 is not None else item.text.encode("utf-8")
         metadata = json.dumps(item.metadata, sort_keys=True) if item.metadata else "{}"  # the common case, ~10 us less
-        shard.add_document(xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, metadata, len(data))
+        shard.add_document(xxhash.xxh3_128_hexdigest(data), data, item.source_id, metadata)
         text_bytes += len(data)
         docs_out += 1
         if shard.full():

@@ -414,8 +414,9 @@ def _fast_batch(table, lines: Sequence[int], file: str, config: ReaderConfig) ->
     return DocumentBatch(text.cast(pa.large_string()), source_id, lines, file)
 
 
-def string_array(values: Sequence[str], large: bool = False):
-    """A pyarrow (large_)string Array of `values`, built from buffers.
+def string_array(values: Sequence[str] | Sequence[bytes], large: bool = False, utf8: bool = False):
+    """A pyarrow (large_)string Array of `values` (str, or with `utf8` their valid UTF-8
+    bytes), built from buffers.
 
     pa.array() on Python values imports pandas when it is installed (~1-2 s per process on
     a busy machine), which a normalize step never needs; this costs one encode per value.
@@ -423,7 +424,7 @@ def string_array(values: Sequence[str], large: bool = False):
     import numpy as np
     import pyarrow as pa
 
-    encoded = [v.encode("utf-8") for v in values]
+    encoded = values if utf8 else [v.encode("utf-8") for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
     if not large and offsets[-1] >= 2**31:
