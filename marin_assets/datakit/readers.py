@@ -40,7 +40,10 @@ BATCH_BYTES = 4 << 20
 BATCH_LINES = 16384
 # The characters for which str.isspace() is true (a test checks the list against Python):
 # a text made only of these is empty_text.
-PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+PY_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 _NOT_WHITESPACE_RE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PY_WHITESPACE) + "]"  # RE2 syntax
 UTF8_BOM = b"\xef\xbb\xbf"
 # Lines with more opening brackets than this never reach Arrow's (recursive) JSON parser.
@@ -254,7 +257,9 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
+def _iter_jsonl(
+    file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
     lineno = 0
     first = True
     pending: list[bytes] = []  # non-blank lines not yet parsed, a batch at a time
@@ -708,7 +713,9 @@ def _iter_txt(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Doc
     yield data if isinstance(data, QuarantineRecord) else Document(text, _short(file), {}, file, None, data)
 
 
-def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
+def _iter_parquet(
+    file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
     import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
