@@ -43,17 +43,24 @@ def doc_id(text: str) -> str:
 def doc_ids(texts) -> list[str]:
     """doc_id of every string of a pyarrow (large_)string Array, hashed from Arrow's UTF-8
     buffer in place (no Python string per text)."""
-    import numpy as np
     import xxhash
 
-    offsets_buffer, data_buffer = texts.buffers()[1:3]
-    if offsets_buffer is None:
-        return [xxhash.xxh3_128_hexdigest(b"")] * len(texts)
-    width = np.int64 if texts.type == "large_string" else np.int32
-    bounds = np.frombuffer(offsets_buffer, dtype=width)[texts.offset : texts.offset + len(texts) + 1].tolist()
+    bounds = _offsets(texts).tolist()
+    data_buffer = texts.buffers()[2]
     data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
     digest = xxhash.xxh3_128_hexdigest
     return [digest(data[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+def _offsets(texts):
+    """The len+1 byte offsets of a pyarrow (large_)string Array's strings in its data buffer
+    (read from the buffer: to_numpy() and pa.compute calls that convert would import pandas)."""
+    import numpy as np
+
+    width = np.int64 if texts.type == "large_string" else np.int32
+    if texts.buffers()[1] is None:  # an empty array may have no offsets buffer
+        return np.zeros(len(texts) + 1, dtype=np.int64)
+    return np.frombuffer(texts.buffers()[1], dtype=width)[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
 
 
 def schema():
@@ -177,8 +184,7 @@ def normalize_documents(
             continue
         if isinstance(item, DocumentBatch):
             part = _batch_table(item)
-            offsets = np.frombuffer(item.text.buffers()[1], dtype=np.int64)[item.text.offset : item.text.offset + len(item) + 1]
-            sizes = np.diff(offsets)
+            sizes = np.diff(_offsets(item.text))  # UTF-8 bytes per text
             docs_out += len(item)
             text_bytes += int(sizes.sum())
             while part.num_rows:

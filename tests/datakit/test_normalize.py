@@ -100,3 +100,15 @@ def test_string_arrays_built_from_buffers_equal_pa_array():
     assert string_array([]).equals(pa.array([], pa.string()))
     assert repeated_string("{}", 3).equals(pa.array(["{}"] * 3, pa.string()))
     assert repeated_string("s", 0).equals(pa.array([], pa.string()))
+
+
+def test_doc_ids_of_an_arrow_column_equal_doc_id_of_each_text():
+    import pyarrow as pa
+
+    from marin_assets.datakit.normalize import doc_id, doc_ids
+
+    texts = ["a", "é😀 text", "x" * 5000, "last"]
+    for kind in (pa.string(), pa.large_string()):
+        array = pa.array(["skipped"] + texts, kind).slice(1)  # offsets that do not start at 0
+        assert doc_ids(array) == [doc_id(t) for t in texts]
+    assert doc_ids(pa.array([], pa.string())) == []
