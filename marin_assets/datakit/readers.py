@@ -364,8 +364,9 @@ def _arrow_safe(joined: bytes, pieces: list[bytes]) -> list[bool]:
 
 
 def _jsonl_batch(pieces: list[bytes], lines: list[int], data: bytes, file: str, config: ReaderConfig) -> DocumentBatch | None:
-    """The lines (`data`: joined by newlines) parsed by Arrow as one DocumentBatch, or None when any line needs the
-    per-line path (Arrow refuses the batch, or a record fails a rule or has other fields).
+    """The lines (`data`: them joined by newlines) parsed by Arrow as one DocumentBatch, or
+    None when any line needs the per-line path (Arrow refuses the batch, or a record fails a
+    rule or has other fields).
 
     Arrow's parser is stricter than json.loads (no NaN, no duplicate keys, no lone
     surrogates, no integers past int64), so whatever it accepts json.loads reads the same;
