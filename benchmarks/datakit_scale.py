@@ -8,6 +8,14 @@ One JSON line per figure (ratio > 1: we are better):
 - fuzzy_band_reduce_peak_rss: the same reduces, each in a fresh process: its peak RSS
   (ru_maxrss, imports included: ~100+ MB of numpy/pyarrow/scipy that every step pays, so
   at these sizes it shows the per-process floor more than the reduce itself).
+- stage_throughput/<stage>: MB of input text per CPU-second (MB/s/core) of each DataKit stage
+  run single-process on one generated corpus (--stage-mb of text, with planted exact and
+  near duplicates): normalize (JSONL -> shards), quality (score_quality), exact_dedup
+  (exact_map + exact_reduce + exact_removals), fuzzy_dedup (fuzzy_map + fuzzy_band_reduce +
+  fuzzy_verify + fuzzy_resolve), decontaminate, tokenize. CPU time of the process (all its
+  threads), so a busy shared machine does not bend it; wall MB/s rides along. Setup (models,
+  the tokenizer, the eval index, imports) is not timed. Reference: the issue-12 figures
+  measured single-process on a 22 MB demo corpus (STAGE_REFERENCE_MB_S).
 
 Run niced on this shared machine: `nice -n 10 .venv/bin/python benchmarks/datakit_scale.py`.
 """
@@ -25,6 +33,17 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Issue 12, "today, single process, 22 MB" (MB/s): what stage_throughput compares against.
+STAGE_REFERENCE_MB_S = {"normalize": 66.0, "quality": 34.0, "exact_dedup": 115.0, "fuzzy_dedup": 4.4, "decontaminate": 6.1,
+                        "tokenize": 8.1}  # fmt: skip
+VOCAB = [f"w{i}" for i in range(20000)]
+
+
+def random_text(rng: random.Random, words: int) -> str:
+    """`words` words drawn from VOCAB (the generator every figure here uses)."""
+    return " ".join(rng.choice(VOCAB) for _ in range(words))
+
+
 def make_shards(root: str, shards: int, docs_per_shard: int, config) -> list[str]:
     """Generate shards of short random documents and run fuzzy_map on each; the map roots."""
     import pyarrow as pa
@@ -34,15 +53,141 @@ def make_shards(root: str, shards: int, docs_per_shard: int, config) -> list[str
     from marin_assets.datakit.shards import write_table
 
     rng = random.Random(shards)
-    vocab = [f"w{i}" for i in range(20000)]
     roots = []
     for s in range(shards):
-        texts = [" ".join(rng.choice(vocab) for _ in range(16)) for _ in range(docs_per_shard)]
+        texts = [random_text(rng, 16) for _ in range(docs_per_shard)]
         path = os.path.join(root, "in", f"s{s:04d}.parquet")
         write_table(pa.table({"id": [doc_id(t) for t in texts], "text": texts}), path)
         roots.append(os.path.join(root, "map", f"s{s:04d}"))
         fuzzy_map(f"s{s:04d}", path, roots[-1], config)
     return roots
+
+
+def stage_corpus(path: str, mb: float, seed: int = 0) -> tuple[int, list[str]]:
+    """Write a JSONL corpus of about `mb` MB of text: documents of 20-1500 words, every 20th
+    an exact copy of an earlier one and every 20th an earlier one with a few words changed.
+    Returns (text bytes, a few texts to use as eval items, planted in the corpus)."""
+    rng = random.Random(seed)
+    texts: list[str] = []
+    size = 0
+    with open(path, "w") as f:
+        while size < mb * 1e6:
+            i = len(texts)
+            if i % 20 == 19:
+                text = texts[rng.randrange(i)]
+            elif i % 20 == 9:
+                words = texts[rng.randrange(i)].split()
+                for _ in range(max(1, len(words) // 50)):
+                    words[rng.randrange(len(words))] = rng.choice(VOCAB)
+                text = " ".join(words)
+            else:
+                text = random_text(rng, rng.randint(20, 1500))
+            texts.append(text)
+            size += len(text.encode("utf-8"))
+            f.write(json.dumps({"text": text, "id": f"doc-{i}"}) + "\n")
+    return size, texts[:: max(1, len(texts) // 20)][:20]
+
+
+def _cpu_timed(fn) -> tuple[float, float]:
+    """(CPU seconds of this process, all threads; wall seconds) of fn()."""
+    import time
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def stage_throughput(work: str, mb: float, shard_docs: int) -> None:
+    """One JSON line per DataKit stage: MB of input text per CPU-second, single process.
+
+    A warm-up pass through every stage (half the size) comes first, so the timed pass pays
+    no first-call imports (the issue counts imports apart from throughput) and finds the
+    process's memory pools grown (a cold first normalize measured ~5x slower here).
+    """
+    warm = os.path.join(work, "warm")
+    os.makedirs(warm)
+    _run_stages(warm, os.path.join(warm, "corpus.jsonl"), mb / 2, shard_docs)
+    timed = os.path.join(work, "timed")
+    os.makedirs(timed)
+    text_mb, shards, results = _run_stages(timed, os.path.join(timed, "corpus.jsonl"), mb, shard_docs)
+    for stage, (cpu, wall) in results.items():
+        ours = text_mb / cpu
+        reference = STAGE_REFERENCE_MB_S[stage]
+        print(json.dumps({"name": f"stage_throughput/{stage}", "unit": "MB/s/core", "ours": round(ours, 2), "reference": reference,
+                          "ratio": round(ours / reference, 3), "text_mb": round(text_mb, 2), "shards": shards,
+                          "cpu_s": round(cpu, 3), "wall_mb_s": round(text_mb / wall, 2)}), flush=True)  # fmt: skip
+
+
+def _run_stages(work: str, raw: str, mb: float, shard_docs: int) -> tuple[float, int, dict[str, tuple[float, float]]]:
+    """Every stage once over a fresh corpus of `mb` MB: (text MB, shards, {stage: (cpu s, wall s)})."""
+    from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, decontaminate
+    from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map, exact_reduce, exact_removals
+    from marin_assets.datakit.fuzzy_dedup import (
+        FuzzyDedupConfig,
+        band_reduce_ranges,
+        fuzzy_band_reduce,
+        fuzzy_map,
+        fuzzy_resolve,
+        fuzzy_verify,
+    )
+    from marin_assets.datakit.normalize import NormalizeConfig, normalize
+    from marin_assets.datakit.quality import QualityScoreConfig, score_quality, train_quality_model
+    from marin_assets.datakit.shards import basename, list_shards
+    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerTrainConfig, tokenize, train_tokenizer
+
+    text_bytes, eval_texts = stage_corpus(raw, mb)
+    text_mb = text_bytes / 1e6
+    norm = os.path.join(work, "normalized")
+    results: dict[str, tuple[float, float]] = {}
+    results["normalize"] = _cpu_timed(lambda: normalize(raw, norm, NormalizeConfig(source="bench", shard_docs=shard_docs)))
+    shards = list_shards(norm)
+    by_key = {basename(p): p for p in shards}
+
+    half = max(1, len(shards) // 2)  # a model to score with (its training is setup, not timed)
+    train_quality_model(shards[:half], shards[half:] or shards[:half], os.path.join(work, "quality_model"))
+    results["quality"] = _cpu_timed(
+        lambda: score_quality(shards, os.path.join(work, "quality_model"), os.path.join(work, "quality"), QualityScoreConfig())
+    )
+
+    exact = ExactDedupConfig()
+    ex_map, ex_reduce, ex_lists = (os.path.join(work, "exact", d) for d in ("map", "reduce", "lists"))
+
+    def exact_dedup_steps():
+        for key, path in by_key.items():
+            exact_map(key, path, ex_map, exact)
+        for bucket in range(exact.num_buckets):
+            exact_reduce(bucket, [ex_map], ex_reduce, exact)
+        for key in by_key:
+            exact_removals(key, [ex_reduce], os.path.join(ex_lists, f"{key}.jsonl"))
+
+    results["exact_dedup"] = _cpu_timed(exact_dedup_steps)
+
+    fuzzy = FuzzyDedupConfig()
+    fz = os.path.join(work, "fuzzy")
+
+    def fuzzy_dedup_steps():
+        docs = sum(fuzzy_map(key, path, os.path.join(fz, "map"), fuzzy)["docs"] for key, path in by_key.items())
+        ranges = band_reduce_ranges(docs)
+        for band in range(fuzzy.bands):
+            for r in range(ranges):
+                fuzzy_band_reduce(band, (r, ranges), [os.path.join(fz, "map")], os.path.join(fz, "cand"), fuzzy)
+        edges = {key: os.path.join(fz, "edges", f"{key}.parquet") for key in by_key}
+        for key in by_key:
+            fuzzy_verify(key, [os.path.join(fz, "cand")], by_key, edges[key], fuzzy)
+        fuzzy_resolve(edges, os.path.join(fz, "removals"))
+
+    results["fuzzy_dedup"] = _cpu_timed(fuzzy_dedup_steps)
+
+    index = EvalNgramIndex.build(((f"eval-{i}", t) for i, t in enumerate(eval_texts)), DecontamConfig())
+    results["decontaminate"] = _cpu_timed(lambda: decontaminate(shards, index, os.path.join(work, "decontam")))
+
+    tok_dir = os.path.join(work, "tokenizer")
+    train_tokenizer(shards, tok_dir, TokenizerTrainConfig(vocab_size=4096))
+    results["tokenize"] = _cpu_timed(
+        lambda: tokenize(shards, os.path.join(tok_dir, "tokenizer.json"), os.path.join(work, "tokens"), TokenizeConfig())
+    )
+
+    return text_mb, len(shards), results
 
 
 def rss_child(args) -> None:
@@ -66,6 +211,9 @@ def main(argv=None) -> int:
     parser.add_argument("--docs-per-shard", type=int, default=1000)
     parser.add_argument("--docs-per-reduce", type=int, default=16000)
     parser.add_argument("--sizes", default="16,64", help="shard counts to measure")
+    parser.add_argument("--figures", default="fuzzy_band_reduce,stage_throughput", help="comma list of figure groups to run")
+    parser.add_argument("--stage-mb", type=float, default=8.0, help="MB of text in the stage_throughput corpus")
+    parser.add_argument("--stage-shard-docs", type=int, default=1000, help="normalize's shard_docs for stage_throughput")
     parser.add_argument("--rss-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--roots", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, help=argparse.SUPPRESS)
@@ -76,6 +224,19 @@ def main(argv=None) -> int:
         rss_child(args)
         return 0
 
+    figures = set(args.figures.split(","))
+    unknown = figures - {"fuzzy_band_reduce", "stage_throughput"}
+    if unknown:
+        parser.error(f"unknown figure groups: {sorted(unknown)}")
+    if "stage_throughput" in figures:
+        with tempfile.TemporaryDirectory(prefix="datakit_stages_") as work:
+            stage_throughput(work, args.stage_mb, args.stage_shard_docs)
+    if "fuzzy_band_reduce" in figures:
+        fuzzy_band_reduce_figures(args)
+    return 0
+
+
+def fuzzy_band_reduce_figures(args) -> None:
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, band_reduce_ranges, fuzzy_band_reduce
     from marin_assets.datakit.memory import peak_heap_bytes
 
@@ -98,7 +259,6 @@ def main(argv=None) -> int:
             rss_ref = peak_rss(roots, 0, 1, os.path.join(root, "ru"))
             print(json.dumps({"name": "fuzzy_band_reduce_peak_rss", "unit": "bytes", "ours": rss_ours, "reference": rss_ref,
                               "ratio": round(rss_ref / max(rss_ours, 1), 3), **extra}), flush=True)  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":

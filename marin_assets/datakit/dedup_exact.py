@@ -62,6 +62,40 @@ def bucket_of(doc_id: str, num_buckets: int) -> int:
     return int(doc_id[:8], 16) % num_buckets
 
 
+_HEX_VALUES = None  # byte -> its hex digit's value, 255 for a byte that is not one
+
+
+def buckets_of(ids, num_buckets: int):
+    """bucket_of for every id of a pyarrow string Array, as an int64 numpy array.
+
+    Vectorised over Arrow's buffer when every id starts with 8 hex digits (ids are
+    xxh3-128 hex); any other id set goes through bucket_of one by one (same answers).
+    """
+    import numpy as np
+
+    global _HEX_VALUES
+    if _HEX_VALUES is None:
+        table = np.full(256, 255, dtype=np.uint8)
+        for i, c in enumerate(b"0123456789abcdef"):
+            table[c] = i
+        for i, c in enumerate(b"ABCDEF"):
+            table[c] = 10 + i
+        _HEX_VALUES = table
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets_buffer, data_buffer = ids.buffers()[1:3]
+    width = np.int64 if ids.type == "large_string" else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[ids.offset : ids.offset + n + 1].astype(np.int64)
+    if ids.null_count == 0 and data_buffer is not None and (np.diff(offsets) >= 8).all():
+        data = np.frombuffer(data_buffer, dtype=np.uint8)
+        digits = _HEX_VALUES[data[offsets[:-1, None] + np.arange(8)]]
+        if (digits != 255).all():
+            values = (digits.astype(np.uint64) << (np.arange(7, -1, -1, dtype=np.uint64) * np.uint64(4))).sum(axis=1)
+            return (values % np.uint64(num_buckets)).astype(np.int64)
+    return np.array([bucket_of(i, num_buckets) for i in ids.to_pylist()], dtype=np.int64)
+
+
 def paragraph_spans(text: str, min_chars: int) -> list[tuple[int, int, str]]:
     """(start, end, stripped paragraph) for every paragraph of at least min_chars characters."""
     spans = []
@@ -80,12 +114,27 @@ def _bucket_name(bucket: int) -> str:
     return f"bucket-{bucket:05d}"
 
 
-def _split_by_bucket(table, buckets) -> list:
-    """[(bucket name, rows of that bucket)] in bucket order (one row group each on disk)."""
+def int64_array(values):
+    """A pyarrow int64 Array over a numpy array's buffer: pa.array() on numpy imports pandas
+    (seconds per process), which a map step never needs."""
     import numpy as np
     import pyarrow as pa
 
-    return [(_bucket_name(int(b)), table.filter(pa.array(buckets == b))) for b in np.unique(buckets)]
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _split_by_bucket(table, buckets) -> list:
+    """[(bucket name, rows of that bucket in table order)] in bucket order (one row group each
+    on disk): one stable sort by bucket and a slice per bucket, not a filter pass per bucket."""
+    import numpy as np
+    import pyarrow as pa
+
+    order = np.argsort(buckets, kind="stable")
+    grouped = table.take(int64_array(order))
+    present, starts = np.unique(buckets[order], return_index=True)
+    ends = list(starts[1:]) + [len(order)]
+    return [(_bucket_name(int(b)), grouped.slice(int(lo), int(hi) - int(lo))) for b, lo, hi in zip(present, starts, ends)]
 
 
 def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedupConfig) -> dict:
@@ -103,22 +152,18 @@ def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedup
     key = check_shard_key(shard_key)
     columns = ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
     table = read_table(shard_path, columns=columns)
-    ids = table.column("id").to_pylist()
-    buckets = np.array([bucket_of(i, config.num_buckets) for i in ids], dtype=np.int64)
-    base = pa.table(
-        {
-            "id": table.column("id"),
-            "source": table.column("source"),
-            "source_id": table.column("source_id"),
-            "row": pa.array(np.arange(len(ids), dtype=np.int64)),
-        }
+    buckets = buckets_of(table.column("id").combine_chunks(), config.num_buckets)
+    base = pa.Table.from_arrays(
+        [table.column("id"), table.column("source"), table.column("source_id"), int64_array(np.arange(table.num_rows))],
+        names=["id", "source", "source_id", "row"],
     )
-    if len(ids):
+    if table.num_rows:
         write_row_groups(_split_by_bucket(base, buckets), join(map_root, "docs", f"{key}.parquet"))
     paragraphs = 0
     if config.paragraphs:
         import xxhash
 
+        ids = table.column("id").to_pylist()
         rows = {"phash": [], "id": [], "source": [], "source_id": [], "row": [], "start": [], "end": []}
         sources, source_ids = table.column("source").to_pylist(), table.column("source_id").to_pylist()
         for row, text in enumerate(table.column("text").to_pylist()):
@@ -132,9 +177,9 @@ def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedup
             ptable = pa.table(rows, schema=pa.schema([("phash", pa.string()), ("id", pa.string()), ("source", pa.string()),
                                                       ("source_id", pa.string()), ("row", pa.int64()), ("start", pa.int64()),
                                                       ("end", pa.int64())]))  # fmt: skip
-            pbuckets = np.array([bucket_of(h, config.num_buckets) for h in rows["phash"]], dtype=np.int64)
+            pbuckets = buckets_of(ptable.column("phash").combine_chunks(), config.num_buckets)
             write_row_groups(_split_by_bucket(ptable, pbuckets), join(map_root, "paragraphs", f"{key}.parquet"))
-    return {"docs": len(ids), "paragraphs": paragraphs}
+    return {"docs": table.num_rows, "paragraphs": paragraphs}
 
 
 def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:

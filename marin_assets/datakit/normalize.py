@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
-from marin_assets.datakit.readers import Document, ReaderConfig, ReadStats, iter_path
+from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path, repeated_string, string_array
 from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
@@ -40,6 +40,29 @@ def doc_id(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
+def doc_ids(texts) -> list[str]:
+    """doc_id of every string of a pyarrow (large_)string Array, hashed from Arrow's UTF-8
+    buffer in place (no Python string per text)."""
+    import xxhash
+
+    bounds = _offsets(texts).tolist()
+    data_buffer = texts.buffers()[2]
+    data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+    digest = xxhash.xxh3_128_hexdigest
+    return [digest(data[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+def _offsets(texts):
+    """The len+1 byte offsets of a pyarrow (large_)string Array's strings in its data buffer
+    (read from the buffer: to_numpy() and pa.compute calls that convert would import pandas)."""
+    import numpy as np
+
+    width = np.int64 if texts.type == "large_string" else np.int32
+    if texts.buffers()[1] is None:  # an empty array may have no offsets buffer
+        return np.zeros(len(texts) + 1, dtype=np.int64)
+    return np.frombuffer(texts.buffers()[1], dtype=width)[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
+
+
 def schema():
     import pyarrow as pa
 
@@ -54,24 +77,81 @@ def schema():
     )
 
 
-def _shard_table(rows: list[tuple[str, str, str, str]], source: str):
+class _OpenShard:
+    """The rows of the shard being filled, in arrival order, as Arrow column chunks.
+
+    Single Documents collect in Python lists (one chunk when a batch or the flush comes);
+    DocumentBatches are split at the row where the per-document rule closes the shard
+    (`shard_docs` rows or `shard_bytes` bytes reached), so shards are the same either way.
+    """
+
+    def __init__(self, config: NormalizeConfig):
+        self.config = config
+        self.parts: list = []  # pyarrow Tables: id, text, source_id, metadata
+        self.rows: list[tuple[str, bytes, str, str]] = []
+        self.docs = 0
+        self.bytes = 0
+
+    def full(self) -> bool:
+        return self.docs >= self.config.shard_docs or self.bytes >= self.config.shard_bytes
+
+    def add_document(self, doc_hash: str, utf8: bytes, source_id: str, metadata: str) -> None:
+        """One document, its text as the UTF-8 bytes the reader checked (not encoded again)."""
+        self.rows.append((doc_hash, utf8, source_id, metadata))
+        self.docs += 1
+        self.bytes += len(utf8)
+
+    def add_rows(self, part, sizes) -> int:
+        """Take rows of `part` (a Table) from the front until the shard is full; return how many."""
+        import numpy as np
+
+        cum = np.cumsum(sizes)
+        by_bytes = int(np.searchsorted(cum, self.config.shard_bytes - self.bytes, side="left")) + 1
+        take = min(len(sizes), self.config.shard_docs - self.docs, by_bytes)
+        self._rows_to_part()
+        self.parts.append(part.slice(0, take))
+        self.docs += take
+        self.bytes += int(cum[take - 1])
+        return take
+
+    def _rows_to_part(self) -> None:
+        import pyarrow as pa
+
+        if self.rows:
+            ids, texts, source_ids, metadata = zip(*self.rows)
+            columns = [string_array(ids), string_array(texts, large=True, utf8=True), string_array(source_ids), string_array(metadata)]
+            self.parts.append(pa.Table.from_arrays(columns, schema=_part_schema()))
+            self.rows = []
+
+    def take_table(self, source: str):
+        """The shard's rows sorted by id, then source_id (a stable sort: equal keys keep their order)."""
+        import pyarrow as pa
+
+        self._rows_to_part()
+        table = pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
+        self.parts, self.docs, self.bytes = [], 0, 0
+        table = table.sort_by([("id", "ascending"), ("source_id", "ascending")])
+        source_column = repeated_string(source, table.num_rows)
+        columns = [table.column("id"), table.column("text"), source_column, table.column("source_id"), table.column("metadata")]
+        return pa.Table.from_arrays(columns, schema=schema())
+
+
+def _part_schema():
     import pyarrow as pa
 
-    rows.sort(key=lambda r: (r[0], r[2]))  # by id, then source_id so equal texts are stable
-    return pa.table(
-        {
-            "id": [r[0] for r in rows],
-            "text": [r[1] for r in rows],
-            "source": [source] * len(rows),
-            "source_id": [r[2] for r in rows],
-            "metadata": [r[3] for r in rows],
-        },
-        schema=schema(),
-    )
+    return pa.schema([("id", pa.string()), ("text", pa.large_string()), ("source_id", pa.string()), ("metadata", pa.string())])
+
+
+def _batch_table(batch: DocumentBatch):
+    """A DocumentBatch as a part of the open shard: its ids hashed, metadata "{}"."""
+    import pyarrow as pa
+
+    columns = [string_array(doc_ids(batch.text)), batch.text, batch.source_id, repeated_string("{}", len(batch))]
+    return pa.Table.from_arrays(columns, schema=_part_schema())
 
 
 def normalize_documents(
-    items: Iterable[Document | QuarantineRecord], out_dir: str, config: NormalizeConfig, read_stats: ReadStats | None = None
+    items: Iterable[Document | DocumentBatch | QuarantineRecord], out_dir: str, config: NormalizeConfig, read_stats: ReadStats | None = None
 ) -> dict:
     """Write `items` as normalized shards + _quarantine.jsonl + _counts.json; return the counts.
 
@@ -79,6 +159,7 @@ def normalize_documents(
     the reader met and a record that was neither kept nor quarantined is an error.
     """
     import fsspec
+    import numpy as np
     import xxhash
 
     from marin_assets.datakit.shards import write_table
@@ -87,30 +168,37 @@ def normalize_documents(
     reset_dir(out_dir)
     quarantine = QuarantineWriter(out_dir)
     temp_paths: list[str] = []
-    rows: list[tuple[str, str, str, str]] = []
-    rows_bytes = 0
+    shard = _OpenShard(config)
     docs_out = 0
     text_bytes = 0
 
     def flush():
-        nonlocal rows, rows_bytes
-        if rows:
+        if shard.docs:
             path = join(out_dir, f"tmp-{len(temp_paths):05d}.parquet")
-            write_table(_shard_table(rows, config.source), path)
+            write_table(shard.take_table(config.source), path)
             temp_paths.append(path)
-        rows, rows_bytes = [], 0
 
     for item in items:
         if isinstance(item, QuarantineRecord):
             quarantine.write(item)
             continue
+        if isinstance(item, DocumentBatch):
+            part = _batch_table(item)
+            sizes = np.diff(_offsets(item.text))  # UTF-8 bytes per text
+            docs_out += len(item)
+            text_bytes += int(sizes.sum())
+            while part.num_rows:
+                taken = shard.add_rows(part, sizes)
+                part, sizes = part.slice(taken), sizes[taken:]
+                if shard.full():
+                    flush()
+            continue
         data = item.utf8 if item.utf8 is not None else item.text.encode("utf-8")
         metadata = json.dumps(item.metadata, sort_keys=True) if item.metadata else "{}"  # the common case, ~10 us less
-        rows.append((xxhash.xxh3_128_hexdigest(data), item.text, item.source_id, metadata))
-        rows_bytes += len(data)
+        shard.add_document(xxhash.xxh3_128_hexdigest(data), data, item.source_id, metadata)
         text_bytes += len(data)
         docs_out += 1
-        if len(rows) >= config.shard_docs or rows_bytes >= config.shard_bytes:
+        if shard.full():
             flush()
     flush()
 
@@ -146,7 +234,7 @@ def normalize(input_paths: list[str] | str, out_dir: str, config: NormalizeConfi
 
     def items():
         for path in input_paths:
-            yield from iter_path(path, config.reader, stats)
+            yield from iter_path(path, config.reader, stats, batches=True)
 
     return normalize_documents(items(), out_dir, config, stats)
 

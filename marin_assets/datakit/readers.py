@@ -12,12 +12,18 @@ before the break and quarantines the break itself.
 Memory is bounded by the record limit, not by the input: decompression returns at most one
 chunk per call, and a line longer than `max_line_bytes` is skipped up to its newline
 without being buffered.
+
+Fast path: JSONL lines and Parquet rows are read a batch at a time (Arrow parses and checks
+whole columns) and come out as one DocumentBatch when every record of the batch passes the
+same rules and carries only the text and id fields. Any batch that does not (one bad line, a
+metadata field, an id type Arrow cannot take) goes through the per-record path instead, so
+the result is the same record for record; the fast path only decides how fast it gets there.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from marin_assets.numeric_checks import check_int
@@ -29,6 +35,22 @@ SNIFF_BYTES = 8192
 # Deeper JSON is quarantined: far below Python's recursion limit, so serializing a kept
 # record's metadata later can never overflow the stack.
 MAX_JSON_DEPTH = 100
+# A JSONL batch holds at most this many bytes (plus one line of at most max_line_bytes) or lines.
+BATCH_BYTES = 4 << 20
+BATCH_LINES = 16384
+# The characters for which str.isspace() is true (a test checks the list against Python):
+# a text made only of these is empty_text.
+PY_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_NOT_WHITESPACE_RE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PY_WHITESPACE) + "]"  # RE2 syntax
+UTF8_BOM = b"\xef\xbb\xbf"
+# Lines with more opening brackets than this never reach Arrow's (recursive) JSON parser.
+FAST_MAX_BRACKETS = 512
+# Batches whose lines average more bytes than this are parsed line by line: measured here,
+# Arrow reads ~1 KB lines 1.4x faster than json.loads, ~3 KB lines 1.1x, ~6 KB lines no faster.
+FAST_MAX_MEAN_LINE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,25 @@ class Document:
     utf8: bytes | None = field(default=None, repr=False, compare=False)
 
 
+@dataclass
+class DocumentBatch:
+    """Consecutive records of one file, column-wise, that all passed the per-record rules and
+    have no fields besides text and id: exactly the Documents (empty metadata) the per-record
+    path makes of them, in the same order, without a Python object per record."""
+
+    text: object  # pyarrow large_string Array, valid UTF-8, no nulls
+    source_id: object  # pyarrow string Array, no nulls
+    lines: Sequence[int]  # each record's line (JSONL) or row (Parquet), 1-based
+    file: str
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def documents(self) -> Iterator[Document]:
+        for text, source_id, line in zip(self.text.to_pylist(), self.source_id.to_pylist(), self.lines):
+            yield Document(text, source_id, {}, self.file, line)
+
+
 def list_input_files(path: str) -> list[str]:
     """All files under `path` (a file or a directory, any fsspec URL), sorted, as URLs.
 
@@ -113,27 +154,37 @@ def looks_binary(head: bytes) -> bool:
 
 
 def iter_path(
-    path: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None
-) -> Iterator[Document | QuarantineRecord]:
+    path: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None, batches: bool = False
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
     for file in list_input_files(path):
-        yield from iter_file(file, config, stats)
+        yield from iter_file(file, config, stats, batches)
 
 
 def iter_file(
-    file: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None
-) -> Iterator[Document | QuarantineRecord]:
-    """Every record of `file` as a Document or a QuarantineRecord; nothing per record raises."""
+    file: str, config: ReaderConfig = ReaderConfig(), stats: ReadStats | None = None, batches: bool = False, fast: bool = True
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
+    """Every record of `file` as a Document or a QuarantineRecord; nothing per record raises.
+
+    With `batches`, runs of good records may come as DocumentBatch (what normalize wants);
+    without, they are unpacked into Documents. `fast=False` reads record by record only
+    (the reference the fast path is tested against).
+    """
     stats = stats if stats is not None else ReadStats()
     name = file.lower()
     if name.endswith(".parquet"):
-        yield from _iter_parquet(file, config, stats)
+        items = _iter_parquet(file, config, stats, fast)
     elif name.endswith(".txt"):
-        yield from _iter_txt(file, config, stats)
+        items = _iter_txt(file, config, stats)
     elif name.endswith(JSONL_SUFFIXES):
-        yield from _iter_jsonl(file, config, stats)
+        items = _iter_jsonl(file, config, stats, fast)
     else:
         stats.records += 1
-        yield QuarantineRecord(file, None, "unsupported_file_type", f"expected one of {SUPPORTED_SUFFIXES}")
+        items = iter([QuarantineRecord(file, None, "unsupported_file_type", f"expected one of {SUPPORTED_SUFFIXES}")])
+    for item in items:
+        if isinstance(item, DocumentBatch) and not batches:
+            yield from item.documents()
+        else:
+            yield item
 
 
 def _check_text(text, file: str, line: int | None, config: ReaderConfig) -> QuarantineRecord | bytes:
@@ -206,9 +257,29 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
+def _iter_jsonl(
+    file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
     lineno = 0
     first = True
+    pending: list[bytes] = []  # non-blank lines not yet parsed, a batch at a time
+    pending_lines: list[int] = []
+    pending_bytes = 0
+
+    def drain():
+        nonlocal pending, pending_lines, pending_bytes
+        # Long lines gain nothing from Arrow (parsing the text dominates either way) and pay
+        # its checks, so a batch of them goes line by line.
+        batch_fast = fast and pending_bytes <= FAST_MAX_MEAN_LINE_BYTES * len(pending)
+        for pieces, lines, joined in _runs(pending, pending_lines, batch_fast):
+            batch = _jsonl_batch(pieces, lines, joined, file, config) if joined is not None else None
+            if batch is not None:
+                yield batch
+            else:
+                for piece, n in zip(pieces, lines):
+                    yield _parse_jsonl_line(piece, file, n, config)
+        pending, pending_lines, pending_bytes = [], [], 0
+
     try:
         for piece in _lines(_byte_chunks(file), config.max_line_bytes):
             if first:
@@ -221,20 +292,199 @@ def _iter_jsonl(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[D
             lineno += 1
             if isinstance(piece, int):  # a line over the limit, skipped without being buffered
                 stats.records += 1
+                yield from drain()
                 yield QuarantineRecord(file, lineno, "too_large", f"line of {piece} bytes > {config.max_line_bytes}")
                 continue
             if not piece.strip():
                 stats.blank_lines += 1  # a blank line is not a record
                 continue
             stats.records += 1
-            yield _parse_jsonl_line(piece, file, lineno, config)
+            pending.append(piece)
+            pending_lines.append(lineno)
+            pending_bytes += len(piece)
+            if pending_bytes >= BATCH_BYTES or len(pending) >= BATCH_LINES:
+                yield from drain()
+        yield from drain()
     except Exception as e:  # noqa: BLE001 - gzip: EOFError/BadGzipFile/zlib.error; zstandard: ZstdError
         if not isinstance(e, (EOFError, OSError, ValueError)) and type(e).__name__ != "ZstdError":
             raise
+        yield from drain()  # the lines read before the break are kept
         # Nothing decoded at all means the file is not what its name says; otherwise it broke off.
         reason = "truncated_file" if isinstance(e, EOFError) or lineno > 0 else "unreadable_file"
         stats.records += 1  # the break itself: one record that could not be read
         yield QuarantineRecord(file, lineno + 1, reason, f"{type(e).__name__}: {e}"[:300])
+
+
+def _runs(pieces: list[bytes], lines: list[int], fast: bool) -> Iterator[tuple[list[bytes], list[int], bytes | None]]:
+    """Split a batch into runs of lines Arrow may parse (with the lines joined by newlines)
+    and lines it must not see (joined None), in order.
+
+    Arrow's JSON parser recurses per nesting level (200,000 "[" overflow its stack) and
+    crashes on a batch that holds no object (a lone `null`), so only lines that look like one
+    object with at most FAST_MAX_BRACKETS opening brackets (anywhere, strings included) go
+    to it; the others go to the per-line parser, which bounds depth itself.
+    """
+    if not pieces:
+        return
+    if not fast:
+        yield pieces, lines, None
+        return
+    joined = b"\n".join(pieces)
+    safe = _arrow_safe(joined, pieces)
+    if all(safe):
+        yield pieces, lines, joined
+        return
+    start = 0
+    for i, ok in enumerate(safe):
+        if not ok:
+            if start < i:
+                yield pieces[start:i], lines[start:i], b"\n".join(pieces[start:i])
+            yield pieces[i : i + 1], lines[i : i + 1], None
+            start = i + 1
+    if start < len(pieces):
+        yield pieces[start:], lines[start:], b"\n".join(pieces[start:])
+
+
+def _arrow_safe(joined: bytes, pieces: list[bytes]) -> list[bool]:
+    """Per line: one {...} object (JSON whitespace around it allowed) with at most
+    FAST_MAX_BRACKETS opening brackets. `joined` is the lines joined by newlines: its
+    bracket count bounds every line's, so the common batch costs two counts, not a call
+    per line."""
+    plain = [p[:1] == b"{" and p[-1:] == b"}" for p in pieces]
+    safe = [True] * len(pieces)
+    for i, ok in enumerate(plain):
+        if not ok:  # padded with whitespace, or not an object at all
+            body = pieces[i].strip(b" \t\r")  # JSON's whitespace (a line holds no newline)
+            safe[i] = body[:1] == b"{" and body[-1:] == b"}"
+    # Every safe line holds at least its own "{", so no line has more than this many.
+    most = joined.count(b"[") + joined.count(b"{") - (sum(safe) - 1 if any(safe) else 0)
+    if most > FAST_MAX_BRACKETS:
+        safe = [ok and p.count(b"[") + p.count(b"{") <= FAST_MAX_BRACKETS for ok, p in zip(safe, pieces)]
+    return safe
+
+
+def _jsonl_batch(pieces: list[bytes], lines: list[int], data: bytes, file: str, config: ReaderConfig) -> DocumentBatch | None:
+    """The lines (`data`: them joined by newlines) parsed by Arrow as one DocumentBatch, or
+    None when any line needs the per-line path (Arrow refuses the batch, or a record fails a
+    rule or has other fields).
+
+    Arrow's parser is stricter than json.loads (no NaN, no duplicate keys, no lone
+    surrogates, no integers past int64), so whatever it accepts json.loads reads the same;
+    where the two could differ (a BOM in front, two objects on one line) we fall back.
+    """
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if pieces[0].lstrip(b" \t\r").startswith(UTF8_BOM):  # Arrow skips a leading BOM, json.loads refuses it
+        return None
+    read_options = pj.ReadOptions(block_size=max(1 << 20, max(map(len, pieces)) + 2))
+    table = None
+    for id_type in (pa.string(), pa.int64()):  # a batch's ids are strings or integers (or absent)
+        schema = pa.schema([(config.text_field, pa.string()), (config.id_field, id_type)])
+        parse_options = pj.ParseOptions(explicit_schema=schema, newlines_in_values=False, unexpected_field_behavior="infer")
+        try:
+            table = pj.read_json(pa.BufferReader(data), read_options=read_options, parse_options=parse_options)
+            break
+        except Exception:  # noqa: BLE001 - ArrowInvalid, or a UnicodeDecodeError formatting its message
+            continue
+    if table is None or table.num_rows != len(pieces):  # two objects on one line are one bad line, not two rows
+        return None
+    return _fast_batch(table, lines, file, config)
+
+
+def _fast_batch(table, lines: Sequence[int], file: str, config: ReaderConfig) -> DocumentBatch | None:
+    """`table`'s rows as a DocumentBatch if every row passes _check_text and _source_id and has
+    no other fields (so its metadata is {}); None to leave the rows to the per-record path."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = table.column_names
+    if config.text_field == config.id_field or config.text_field not in names:
+        return None
+    if any(n not in (config.text_field, config.id_field) for n in names):
+        return None
+    text = table.column(config.text_field).combine_chunks()
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)) or text.null_count:
+        return None
+    try:
+        text.validate(full=True)  # UTF-8 (Arrow's check also refuses encoded surrogates)
+    except pa.ArrowInvalid:
+        return None
+    if len(text) and pc.max(pc.binary_length(text)).as_py() > config.max_doc_bytes:
+        return None
+    if _has_nul(text) or not pc.all(pc.match_substring_regex(text, _NOT_WHITESPACE_RE)).as_py():
+        return None
+    source_id = _fast_source_ids(table.column(config.id_field).combine_chunks() if config.id_field in names else None, lines, file)
+    if source_id is None:
+        return None
+    return DocumentBatch(text.cast(pa.large_string()), source_id, lines, file)
+
+
+def string_array(values: Sequence[str] | Sequence[bytes], large: bool = False, utf8: bool = False):
+    """A pyarrow (large_)string Array of `values` (str, or with `utf8` their valid UTF-8
+    bytes), built from buffers.
+
+    pa.array() on Python values imports pandas when it is installed (~1-2 s per process on
+    a busy machine), which a normalize step never needs; this costs one encode per value.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    encoded = values if utf8 else [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    if not large and offsets[-1] >= 2**31:
+        raise ValueError(f"{offsets[-1]} bytes do not fit a string array; use large=True")
+    kind = pa.large_string() if large else pa.string()
+    offsets = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def repeated_string(value: str, n: int):
+    """A pyarrow string Array holding `value` n times (pandas-free, see string_array)."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int64) * len(data)
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"{n} x {len(data)} bytes do not fit a string array")
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data * n)])
+
+
+def _has_nul(text) -> bool:
+    """Whether any string of a (large_)string Array holds a NUL (memchr over its data buffer)."""
+    import numpy as np
+
+    offsets, data = text.buffers()[1:3]
+    if data is None:
+        return False
+    bounds = np.frombuffer(offsets, dtype=np.int64 if text.type == "large_string" else np.int32)
+    lo, hi = int(bounds[text.offset]), int(bounds[text.offset + len(text)])
+    return memoryview(data)[lo:hi].tobytes().find(b"\x00") >= 0
+
+
+def _fast_source_ids(ids, lines: Sequence[int], file: str):
+    """_source_id over a column: strings as they are, integers in decimal, nulls (or no
+    column) "<file>:<line>"; None for any other type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    short = _short(file)
+    if ids is None or pa.types.is_null(ids.type):
+        return string_array([f"{short}:{n}" for n in lines])
+    if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
+        try:
+            ids.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    elif not pa.types.is_integer(ids.type):
+        return None
+    ids = ids.cast(pa.string())
+    if ids.null_count:
+        fill = string_array([f"{short}:{n}" for n in lines])
+        ids = pc.if_else(pc.is_valid(ids), ids, fill)
+    return ids
 
 
 def _lines(chunks: Iterator[bytes], limit: int) -> Iterator[bytes | int]:
@@ -464,7 +714,9 @@ def _iter_txt(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Doc
     yield data if isinstance(data, QuarantineRecord) else Document(text, _short(file), {}, file, None, data)
 
 
-def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
+def _iter_parquet(
+    file: str, config: ReaderConfig, stats: ReadStats, fast: bool = True
+) -> Iterator[Document | DocumentBatch | QuarantineRecord]:
     import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -483,6 +735,13 @@ def _iter_parquet(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator
         row = 0
         try:
             for batch in pf.iter_batches(batch_size=config.parquet_batch_rows):
+                rows = range(row + 1, row + batch.num_rows + 1)
+                fast_batch = _fast_batch(pa.Table.from_batches([batch]), rows, file, config) if fast and batch.num_rows else None
+                if fast_batch is not None:
+                    stats.records += batch.num_rows
+                    row += batch.num_rows
+                    yield fast_batch
+                    continue
                 records = batch.to_pylist()
                 stats.records += len(records)
                 for record in records:

@@ -68,3 +68,47 @@ def test_rerun_into_the_same_dir_replaces_shards(tmp_path, write_jsonl):
     assert [p.rsplit("/", 1)[1] for p in list_shards(str(tmp_path / "out"))] == [
         "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
     ]  # fmt: skip
+
+
+def test_a_normalize_step_does_not_import_pandas(tmp_path):
+    """pa.array() on Python values imports pandas (seconds per process); normalize builds its
+    Arrow columns from buffers, on the fast path and the per-line one."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "fast path", "id": 1}\n{"text": "b"}\n')
+    (tmp_path / "in" / "b.jsonl").write_text('{"text": "per-line path", "lang": "en"}\n{oops\n')
+    code = (
+        "import sys\n"
+        "from marin_assets.datakit.normalize import NormalizeConfig, normalize\n"
+        f"counts = normalize({str(tmp_path / 'in')!r}, {str(tmp_path / 'out')!r}, NormalizeConfig(source='s'))\n"
+        "print(counts['docs_out'], counts['quarantined'], 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["3", "1", "False"]
+
+
+def test_string_arrays_built_from_buffers_equal_pa_array():
+    import pyarrow as pa
+
+    from marin_assets.datakit.readers import repeated_string, string_array
+
+    values = ["", "a", "é😀", "x" * 1000]
+    assert string_array(values).equals(pa.array(values, pa.string()))
+    assert string_array(values, large=True).equals(pa.array(values, pa.large_string()))
+    assert string_array([]).equals(pa.array([], pa.string()))
+    assert repeated_string("{}", 3).equals(pa.array(["{}"] * 3, pa.string()))
+    assert repeated_string("s", 0).equals(pa.array([], pa.string()))
+
+
+def test_doc_ids_of_an_arrow_column_equal_doc_id_of_each_text():
+    import pyarrow as pa
+
+    from marin_assets.datakit.normalize import doc_id, doc_ids
+
+    texts = ["a", "é😀 text", "x" * 5000, "last"]
+    for kind in (pa.string(), pa.large_string()):
+        array = pa.array(["skipped"] + texts, kind).slice(1)  # offsets that do not start at 0
+        assert doc_ids(array) == [doc_id(t) for t in texts]
+    assert doc_ids(pa.array([], pa.string())) == []

@@ -248,3 +248,141 @@ def test_check_text_keeps_the_rules_and_their_order(text, limit):
         assert got == text.encode("utf-8")  # the bytes normalize hashes, encoded once
     else:
         assert isinstance(got, QuarantineRecord) and got.reason == expected and got.line == 3
+
+
+# ---------------------------------------------------------------- the fast (Arrow) path == the per-record path
+
+
+def _items(path, config, fast, batches=False):
+    stats = ReadStats()
+    items = list(iter_file(str(path), config, stats, batches=batches, fast=fast))
+    return items, stats
+
+
+def _same_as_per_record(path, config=SMALL):
+    """iter_file with the fast path yields what the per-record path yields, field by field."""
+    fast, fast_stats = _items(path, config, True)
+    slow, slow_stats = _items(path, config, False)
+    key = lambda i: (type(i).__name__, i.text, i.source_id, i.metadata, i.file, i.line) if isinstance(i, Document) else i  # noqa: E731
+    assert [key(i) for i in fast] == [key(i) for i in slow]
+    assert (fast_stats.records, fast_stats.blank_lines) == (slow_stats.records, slow_stats.blank_lines)
+    return fast
+
+
+def test_python_whitespace_list_is_what_str_isspace_says():
+    from marin_assets.datakit.readers import PY_WHITESPACE
+
+    assert PY_WHITESPACE == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
+def test_good_lines_come_as_one_batch_and_one_bad_line_costs_only_itself(tmp_path):
+    from marin_assets.datakit.readers import DocumentBatch
+
+    good = [{"text": f"doc {i} é😀", "id": f"s{i}"} for i in range(50)]
+    path = tmp_path / "good.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in good))
+    items, stats = _items(path, ReaderConfig(), True, batches=True)
+    assert len(items) == 1 and isinstance(items[0], DocumentBatch) and len(items[0]) == 50  # the fast path ran
+    assert items[0].text.to_pylist() == [r["text"] for r in good] and items[0].source_id.to_pylist() == [r["id"] for r in good]
+    assert stats.records == 50
+
+    long_lines = [{"text": "long " * 1000, "id": f"s{i}"} for i in range(3)]  # ~5 KB lines: json.loads is as fast
+    path.write_text("".join(json.dumps(r) + "\n" for r in long_lines))
+    items, _ = _items(path, ReaderConfig(), True, batches=True)
+    assert [type(i).__name__ for i in items] == ["Document"] * 3
+
+    lines = [json.dumps(r) for r in good]
+    lines[20] = '{"text": "x", "id": "a", "extra": NaN}'  # json.loads takes NaN, Arrow does not: per-line path
+    lines[30] = '{"text": "   "}'  # empty_text
+    path.write_text("\n".join(lines) + "\n")
+    docs, bad, stats = read_all(path)
+    assert len(docs) == 49 and docs[20].metadata["extra"] != docs[20].metadata["extra"]  # NaN kept as metadata
+    assert [(b.line, b.reason) for b in bad] == [(31, "empty_text")] and stats.records == 50
+    _same_as_per_record(path)
+
+
+# Lines the fast path must refuse (or get right) exactly as json.loads + the rules do.
+EDGE_LINES = [
+    b'\xef\xbb\xbf{"text": "bom first"}',  # Arrow skips a leading BOM; json.loads refuses it
+    b'{"text": "a"} {"text": "b"}',  # two objects on one line: one malformed line
+    b"null",  # crashes Arrow's reader when a batch holds no object
+    b'{"text": "dup", "text": "last wins"}',
+    b'{"text": "int id", "id": -0}',
+    b'{"text": "big id", "id": 123456789012345678901234567890}',
+    b'{"text": "float id", "id": 1.0}',
+    b'{"text": "null id", "id": null}',
+    b'{"text": "bad \xed\xa0\x80 surrogate bytes"}',
+    b'{"text": "raw\ttab"}',
+    b'{"text": "\\u2003\\u3000\\u0085"}',  # only Python whitespace: empty_text
+    b'{"text": "\\u200b"}',  # zero-width space is not whitespace to Python
+    b'{"te\\u0078t": "escaped key"}',
+    b'{"text": "' + b"[" * 600 + b'"}',  # many brackets inside a string
+    b' {"text": "padded"}\r',
+]
+
+
+@pytest.mark.parametrize("line", EDGE_LINES, ids=range(len(EDGE_LINES)))
+def test_fast_path_edge_lines_match_the_per_line_path(tmp_path, line):
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(line + b"\n" + b'{"text": "neighbour", "id": 1}\n')
+    _same_as_per_record(path, ReaderConfig())
+
+
+def test_ids_mixing_strings_and_integers_in_one_batch(tmp_path):
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"text": "a", "id": 5}\n{"text": "b"}\n{"text": "c", "id": 7}\n{"text": "d", "id": "x"}\n')
+    docs = _same_as_per_record(path)
+    assert [d.source_id for d in docs] == ["5", "ids.jsonl:2", "7", "x"]
+
+
+simple_records = st.fixed_dictionaries(
+    {"text": st.text(alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\u3000", "\x00", "\ud800", "[", "{", '"']), max_size=40)},
+    optional={"id": st.one_of(st.none(), st.text(max_size=5), st.integers(-(2**70), 2**70), st.booleans())},
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(simple_records, simple_records, records), max_size=10), ascii_only=st.booleans(),
+       blank=st.booleans())  # fmt: skip
+def test_fast_path_matches_the_per_record_path_on_arbitrary_jsonl(values, ascii_only, blank):
+    sep = b"\n\n" if blank else b"\n"
+    body = sep.join(json.dumps(v, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass") for v in values)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "in.jsonl")
+        with open(path, "wb") as f:
+            f.write(body)
+        _same_as_per_record(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.one_of(st.none(), st.text(max_size=30)), max_size=12),
+       ids=st.one_of(st.none(), st.just("str"), st.just("int")), batch_rows=st.integers(1, 5))  # fmt: skip
+def test_fast_path_matches_the_per_record_path_on_parquet(texts, ids, batch_rows):
+    columns = {"text": pa.array([t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if t else t for t in texts], pa.string())}
+    if ids == "str":
+        columns["id"] = pa.array([f"r{i}" if i % 3 else None for i in range(len(texts))], pa.string())
+    elif ids == "int":
+        columns["id"] = pa.array([i * 7 if i % 3 else None for i in range(len(texts))], pa.int32())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "in.parquet")
+        pq.write_table(pa.table(columns), path)
+        _same_as_per_record(path, ReaderConfig(max_doc_bytes=20, parquet_batch_rows=batch_rows))
+
+
+def test_normalize_writes_the_same_shards_with_and_without_the_fast_path(tmp_path):
+    from marin_assets.datakit.normalize import normalize_documents
+    from marin_assets.datakit.shards import list_shards, read_table
+
+    lines = [json.dumps({"text": f"doc {i % 37} " + "w" * (i % 50), "id": f"k{i % 11}"}) for i in range(400)]
+    lines[123] = '{"text": ""}'
+    lines[300] = json.dumps({"text": "with meta", "lang": "en"})
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    config = NormalizeConfig(source="s", shard_docs=64, shard_bytes=3000)  # closes by bytes and by docs
+    fast = normalize(str(path), str(tmp_path / "fast"), config)
+    stats = ReadStats()
+    slow = normalize_documents(iter_file(str(path), config.reader, stats, fast=False), str(tmp_path / "slow"), config, stats)
+    assert fast == slow and fast["shards"] > 3
+    for a, b in zip(list_shards(str(tmp_path / "fast")), list_shards(str(tmp_path / "slow")), strict=True):
+        assert read_table(a).equals(read_table(b))
+    assert read_quarantine(str(tmp_path / "fast")) == read_quarantine(str(tmp_path / "slow"))

@@ -1,0 +1,67 @@
+"""The exact-dedup map side: vectorised bucketing and splitting give the per-row answers."""
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, _split_by_bucket, bucket_of, buckets_of, exact_map
+from marin_assets.datakit.normalize import doc_id
+from marin_assets.datakit.shards import read_row_group, write_table
+
+hexish = st.text(alphabet=st.sampled_from("0123456789abcdefABCDEF"), min_size=8, max_size=40)
+odd = st.sampled_from(["0x12abcdef", "12_34_5678", " 1234567a", "+1234567", "ffffffff", "00000000é", "FFFFFFFF00"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.one_of(hexish, hexish, odd), max_size=30), num_buckets=st.integers(1, 70000), offset=st.integers(0, 3))
+def test_buckets_of_equals_bucket_of_row_by_row(ids, num_buckets, offset):
+    array = pa.array(["00000000"] * offset + ids, pa.string()).slice(offset)  # a sliced array: offsets start mid-buffer
+    assert buckets_of(array, num_buckets).tolist() == [bucket_of(i, num_buckets) for i in ids]
+
+
+def test_buckets_of_large_string_and_real_ids():
+    ids = [doc_id(f"text {i}") for i in range(500)]
+    for kind in (pa.string(), pa.large_string()):
+        assert buckets_of(pa.array(ids, kind), 16).tolist() == [bucket_of(i, 16) for i in ids]
+
+
+def test_split_keeps_table_order_inside_each_bucket():
+    import numpy as np
+
+    table = pa.table({"v": list(range(12))})
+    buckets = np.array([3, 1, 3, 0, 1, 3, 0, 0, 1, 3, 3, 1])
+    parts = _split_by_bucket(table, buckets)
+    assert [name for name, _ in parts] == ["bucket-00000", "bucket-00001", "bucket-00003"]
+    assert [t.column("v").to_pylist() for _, t in parts] == [[3, 6, 7], [1, 4, 8, 11], [0, 2, 5, 9, 10]]
+
+
+def test_exact_map_row_groups_hold_each_bucket_in_row_order(tmp_path):
+    texts = [f"doc {i % 40}" for i in range(300)]
+    table = pa.table({"id": [doc_id(t) for t in texts], "source": ["s"] * 300, "source_id": [str(i) for i in range(300)]})
+    shard = str(tmp_path / "part-00000-of-00001.parquet")
+    write_table(table, shard)
+    counts = exact_map("k", shard, str(tmp_path / "map"), ExactDedupConfig(num_buckets=7))
+    assert counts == {"docs": 300, "paragraphs": 0}
+    seen = []
+    for b in range(7):
+        part = read_row_group(str(tmp_path / "map" / "docs" / "k.parquet"), f"bucket-{b:05d}")
+        expected = [r for r in range(300) if bucket_of(table.column("id")[r].as_py(), 7) == b]
+        assert (part.column("row").to_pylist() if part is not None else []) == expected
+        seen += expected
+    assert sorted(seen) == list(range(300))
+
+
+def test_an_exact_map_step_does_not_import_pandas(tmp_path):
+    import subprocess
+    import sys
+
+    texts = [f"doc {i % 5}" for i in range(20)]
+    write_table(pa.table({"id": [doc_id(t) for t in texts], "source": ["s"] * 20, "source_id": [str(i) for i in range(20)]}),
+                str(tmp_path / "shard.parquet"))  # fmt: skip
+    code = (
+        "import sys\n"
+        "from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map\n"
+        f"print(exact_map('k', {str(tmp_path / 'shard.parquet')!r}, {str(tmp_path / 'map')!r}, ExactDedupConfig())['docs'],"
+        " 'pandas' in sys.modules)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["20", "False"]
