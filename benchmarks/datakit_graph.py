@@ -175,57 +175,78 @@ def raw_source(files: list[Path]):
 
 
 class Graph:
-    """One instance + artifact prefix; the graph over a set of raw files."""
+    """One artifact prefix; each pass is a fresh process with a fresh ephemeral instance over
+    it (what `marin datakit run` is), so no pass inherits another's threads or imports."""
 
     def __init__(self, work: Path, shard_bytes: int):
-        import dagster as dg
-
-        from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
-
-        (work / "dagster").mkdir(parents=True)
-        self.instance = dg.DagsterInstance.local_temp(str(work / "dagster"))
-        self.store = ArtifactStoreResource(prefix=str(work / "prefix"))
-        self.resources = {"artifact_store": self.store, "artifact_io": ArtifactIOManager(artifact_store=self.store)}
+        self.prefix = str(work / "prefix")
         self.shard_bytes = shard_bytes
-        self.fixed = stand_ins()
 
-    def assets(self, files: list[Path]) -> list:
-        from assets.shards import make_shard_assets
+    def store(self):
+        from marin_assets.store import ArtifactStore
 
-        return [raw_source(files), *self.fixed, *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
+        return ArtifactStore(self.prefix)
+
+    def shards(self) -> list[str]:
+        from assets.shards.index import index_keys
+
+        return index_keys(self.store().read_pointer("shards/index", None))
 
     def run(self, files: list[Path], workers: int, label: str) -> dict:
-        """Inputs untimed, then the timed shards/ graph: {seconds, waves, computed, events}."""
-        import dagster as dg
-
-        from marin_assets.orchestration.waves import materialize_waves
-
-        assets = self.assets(files)
-        shard_keys = [a.key for a in assets if a.key.path[0] == "shards"]
-        inputs = [a for a in assets if a.key.path[0] != "shards"]
-        assert dg.materialize(inputs, instance=self.instance, resources=self.resources).success
-        index_op = next(a.op.name for a in assets if a.key.to_user_string() == "shards/index")
-        marks: list[tuple[float, str]] = []
-        os.environ["MARIN_LOCAL_WORKERS"] = str(workers)
+        """{seconds, process_s, waves, computed} of one pass over `files` on `workers`."""
+        job = {"prefix": self.prefix, "files": [str(f) for f in files], "workers": workers, "label": label,
+               "shard_bytes": self.shard_bytes}
         start = time.perf_counter()
-        results = materialize_waves(assets, self.instance, self.resources, selection=shard_keys,
-                                    log=lambda line: marks.append((time.perf_counter(), line)),
-                                    run_config={"ops": {index_op: {"config": {"shard_bytes": self.shard_bytes}}}})
-        seconds = time.perf_counter() - start
-        if not all(r.success for r in results):
-            raise RuntimeError(f"{label}: a wave failed: {[m for _, m in marks]}")
-        ends = [t for t, _ in marks[1:]] + [start + seconds]
-        waves = []
-        for (t0, line), t1, result in zip(marks, ends, results):
-            events = result.get_asset_materialization_events()
-            computed = Counter(e.asset_key.to_user_string() for e in events if not e.materialization.metadata["cache_hit"].value)
-            waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0], "s": round(t1 - t0, 2),
-                          "computed": dict(computed), "partitions": len(events)})
-            print(json.dumps({"pass": label, "workers": workers, **waves[-1]}), flush=True)
-        computed = Counter()
-        for w in waves:
-            computed.update(w["computed"])
-        return {"seconds": seconds, "waves": waves, "computed": dict(computed), "results": results}
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--pass-child", json.dumps(job)], cwd=ROOT,
+                              capture_output=True, text=True, env={**os.environ, "MARIN_LOCAL_WORKERS": str(workers)})
+        process_s = time.perf_counter() - start
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines or "seconds" not in lines[-1]:
+            raise RuntimeError(f"pass {label} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        for line in lines[:-1]:
+            print(json.dumps(line), flush=True)
+        return {**lines[-1], "process_s": process_s}
+
+
+def pass_child(job: dict) -> None:
+    """One pass in this (fresh) process: inputs (untimed), then the shards/ graph, timed:
+    the index wave, its keys registered (a cache-hit index does not run its body), the rest."""
+    import dagster as dg
+
+    from assets.shards import make_shard_assets
+    from assets.shards.index import index_keys, register_shards
+    from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+    from marin_assets.orchestration.waves import materialize_waves
+
+    store = ArtifactStoreResource(prefix=job["prefix"])
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    instance = dg.DagsterInstance.ephemeral()
+    assets = [raw_source([Path(f) for f in job["files"]]), *stand_ins(), *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
+    inputs = [a for a in assets if a.key.path[0] != "shards"]
+    assert dg.materialize(inputs, instance=instance, resources=resources).success
+    index = next(a for a in assets if a.key.to_user_string() == "shards/index")
+    rest = [a.key for a in assets if a.key.path[0] == "shards" and a is not index]
+    config = {"ops": {index.op.name: {"config": {"shard_bytes": job["shard_bytes"]}}}}
+    marks: list[tuple[float, str]] = []
+    log = lambda line: marks.append((time.perf_counter(), line))  # noqa: E731
+    start = time.perf_counter()
+    results = materialize_waves(assets, instance, resources, selection=[index.key], log=log, run_config=config)
+    if all(r.success for r in results):
+        register_shards(instance, index_keys(store.store.read_pointer("shards/index", None)))
+        results += materialize_waves(assets, instance, resources, selection=rest, log=log)
+    seconds = time.perf_counter() - start
+    if not all(r.success for r in results) or len(results) != len(marks):
+        raise RuntimeError(f"{job['label']}: a wave failed: {[m for _, m in marks]}")
+    ends = [t for t, _ in marks[1:]] + [start + seconds]
+    waves, computed = [], Counter()
+    for (t0, line), t1, result in zip(marks, ends, results):
+        events = result.get_asset_materialization_events()
+        done = Counter(e.asset_key.to_user_string() for e in events if not e.materialization.metadata["cache_hit"].value)
+        computed.update(done)
+        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0], "s": round(t1 - t0, 2),
+                      "computed": dict(done), "partitions": len(events)})
+        print(json.dumps({"pass": job["label"], "workers": job["workers"], **waves[-1]}), flush=True)
+    print(json.dumps({"seconds": seconds, "waves": waves, "computed": dict(computed)}), flush=True)
 
 
 # ---------------------------------------------------------------- the reference and overheads
@@ -233,8 +254,8 @@ def reference(inputs: list[Path], evals: Path, graph: Graph, prefix: Path) -> di
     """The single-process run_pipeline on the same raw files (one dataset), in a fresh process
     (as `marin datakit run` is; this one has forked workers, and tokenize starts jax):
     {"s": seconds of the call, "process_s": with the interpreter and imports}."""
-    model = graph.store.store.read_pointer("quality_model", None).data_path
-    tok = graph.store.store.read_pointer("tokenizer", None).data_path + "/tokenizer.json"
+    model = graph.store().read_pointer("quality_model", None).data_path
+    tok = graph.store().read_pointer("tokenizer", None).data_path + "/tokenizer.json"
     code = f"""
 import json, sys, time
 sys.path.insert(0, {ROOT!r})
@@ -256,7 +277,8 @@ IMPORTS = {  # what a fresh step process imports before its body runs (a pod per
     "definitions_shards": "import assets.shards",
     "normalize": "import marin_assets.datakit.normalize",
     "fuzzy": "import marin_assets.datakit.fuzzy_dedup",
-    "tokenize": "import marin_assets.datakit.tokenize",
+    "tokenize": "import marin_assets.datakit.tokenize, tensorstore, tokenizers",
+    "levanter_cache": "import levanter.store.cache",  # what tokenize imported before CacheWriter
 }
 
 
@@ -278,14 +300,14 @@ from assets.shards.fuzzy import CandidatesConfig, MINHASH, roots
 from assets.partitions import FUZZY_BANDS, partition_index
 from marin_assets.datakit.fuzzy_dedup import band_reduce_ranges, fuzzy_band_reduce
 from marin_assets.store import ArtifactStore
-store = ArtifactStore({graph.store.prefix!r})
-keys = store_keys = {sorted(graph.instance.get_dynamic_partitions('datakit_shards'))!r}
+store = ArtifactStore({graph.prefix!r})
+keys = {graph.shards()!r}
 maps = {{k: store.read_pointer('shards/fuzzy_map', k) for k in keys}}
 docs = sum(r.counts['docs'] for r in maps.values())
 ranges = band_reduce_ranges(docs, CandidatesConfig().docs_per_reduce)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for r in range(ranges):
-    fuzzy_band_reduce(partition_index({band!r}, 'band-', FUZZY_BANDS), (r, ranges), roots(maps), {str(Path(graph.store.prefix).parent / 'rss')!r}, MINHASH)
+    fuzzy_band_reduce(partition_index({band!r}, 'band-', FUZZY_BANDS), (r, ranges), roots(maps), {str(Path(graph.prefix).parent / 'rss')!r}, MINHASH)
 print(before * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
@@ -302,7 +324,11 @@ def main(argv=None) -> int:
     parser.add_argument("--figures", default="fanout,shard_increment,end_to_end,step_overhead,fuzzy_candidates_peak_rss")
     parser.add_argument("--rss-files", type=int, default=1, help="raw files of the smaller graph for the RSS figure")
     parser.add_argument("--keep", help="keep the work directory here (for profiling)")
+    parser.add_argument("--pass-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pass_child:
+        pass_child(json.loads(args.pass_child))
+        return 0
     figures = set(args.figures.split(","))
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="datakit_graph_"))
@@ -313,7 +339,7 @@ def main(argv=None) -> int:
         mb = text_bytes(base) / 1e6
         ours = Graph(work / "ours", args.shard_bytes)
         full = ours.run(base, args.workers, "full")
-        shards = len(ours.instance.get_dynamic_partitions("datakit_shards"))
+        shards = len(ours.shards())
         common = {"shards": shards, "text_mb": round(mb, 3), "workers": args.workers}
         if "fanout" in figures:
             one = Graph(work / "one", args.shard_bytes).run(base, 1, "full-1-worker")
@@ -330,16 +356,17 @@ def main(argv=None) -> int:
         if "shard_increment" in figures:
             inc = ours.run(added, args.workers, "increment")
             emit("shard_increment", "s", inc["seconds"], full["seconds"], higher_is_better=False, **common,
-                 new_shards=len(ours.instance.get_dynamic_partitions("datakit_shards")) - shards, recomputed=inc["computed"])
+                 new_shards=len(ours.shards()) - shards, recomputed=inc["computed"])
         if "end_to_end" in figures:
             ref = reference(base, corpus["evals"], ours, work / "reference")
             emit("end_to_end", "MB/s", mb / full["seconds"], mb / ref["s"], higher_is_better=True, **common,
-                 ours_s=round(full["seconds"], 2), reference_s=round(ref["s"], 2), reference_process_s=round(ref["process_s"], 2))
+                 ours_s=round(full["seconds"], 2), reference_s=round(ref["s"], 2),
+                 ours_process_s=round(full["process_s"], 2), reference_process_s=round(ref["process_s"], 2))
         if "fuzzy_candidates_peak_rss" in figures:
             small = Graph(work / "small", args.shard_bytes)
             small.run(base[: args.rss_files], args.workers, "rss-small")
-            big_shards = len(ours.instance.get_dynamic_partitions("datakit_shards"))
-            small_shards = len(small.instance.get_dynamic_partitions("datakit_shards"))
+            big_shards = len(ours.shards())
+            small_shards = len(small.shards())
             rss = {n: max(band_rss(g, f"band-{b:02d}") for b in (0, 13)) for n, g in ((big_shards, ours), (small_shards, small))}
             emit("fuzzy_candidates_peak_rss", "bytes", rss[big_shards], rss[small_shards], higher_is_better=False,
                  shards_ours=big_shards, shards_reference=small_shards, docs_per_reduce_default=2_000_000)
