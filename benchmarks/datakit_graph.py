@@ -196,16 +196,24 @@ class Graph:
         """{seconds, process_s, waves, computed} of one pass over `files` on `workers`."""
         job = {"prefix": self.prefix, "files": [str(f) for f in files], "workers": workers, "label": label,
                "shard_bytes": self.shard_bytes}
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _children_cpu()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--pass-child", json.dumps(job)], cwd=ROOT,
                               capture_output=True, text=True, env={**os.environ, "MARIN_LOCAL_WORKERS": str(workers)})
-        process_s = time.perf_counter() - start
+        process_s, cpu_s = time.perf_counter() - start, _children_cpu() - cpu
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines or "seconds" not in lines[-1]:
             raise RuntimeError(f"pass {label} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
         for line in lines[:-1]:
             print(json.dumps(line), flush=True)
-        return {**lines[-1], "process_s": process_s}
+        return {**lines[-1], "process_s": process_s, "cpu_s": cpu_s}
+
+
+def _children_cpu() -> float:
+    """user + sys seconds of every waited-for descendant (a pass and its forked workers)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def pass_child(job: dict) -> None:
@@ -241,9 +249,12 @@ def pass_child(job: dict) -> None:
     waves, computed = [], Counter()
     for (t0, line), t1, result in zip(marks, ends, results):
         events = result.get_asset_materialization_events()
-        done = Counter(e.asset_key.to_user_string() for e in events if not e.materialization.metadata["cache_hit"].value)
+        fresh = [e for e in events if not e.materialization.metadata["cache_hit"].value]
+        done = Counter(e.asset_key.to_user_string() for e in fresh)
         computed.update(done)
-        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0], "s": round(t1 - t0, 2),
+        # busy_s: the partitions' own durations summed; busy_s / s is the wave's achieved parallelism
+        busy = sum(e.materialization.metadata["duration_s"].value for e in fresh)
+        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0], "s": round(t1 - t0, 2), "busy_s": round(busy, 2),
                       "computed": dict(done), "partitions": len(events)})
         print(json.dumps({"pass": job["label"], "workers": job["workers"], **waves[-1]}), flush=True)
     print(json.dumps({"seconds": seconds, "waves": waves, "computed": dict(computed)}), flush=True)
@@ -319,7 +330,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=4, help="raw files in the base corpus")
     parser.add_argument("--shards-per-file", type=int, default=16)
-    parser.add_argument("--shard-bytes", type=int, default=48 * 1024)
+    parser.add_argument("--shard-bytes", type=int, default=192 * 1024)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--figures", default="fanout,shard_increment,end_to_end,step_overhead,fuzzy_candidates_peak_rss")
     parser.add_argument("--rss-files", type=int, default=1, help="raw files of the smaller graph for the RSS figure")
@@ -344,7 +355,10 @@ def main(argv=None) -> int:
         if "fanout" in figures:
             one = Graph(work / "one", args.shard_bytes).run(base, 1, "full-1-worker")
             emit("fanout", "s", full["seconds"], one["seconds"], higher_is_better=False, **common,
-                 waves_1=[w["s"] for w in one["waves"]], waves_n=[w["s"] for w in full["waves"]])
+                 waves_1=[w["s"] for w in one["waves"]], waves_n=[w["s"] for w in full["waves"]],
+                 busy_1=[w["busy_s"] for w in one["waves"]], busy_n=[w["busy_s"] for w in full["waves"]],
+                 process_cpu_s_1=round(one["cpu_s"], 1), process_cpu_s_n=round(full["cpu_s"], 1),
+                 process_s_1=round(one["process_s"], 1), process_s_n=round(full["process_s"], 1))
         if "step_overhead" in figures:
             again = ours.run(base, args.workers, "all-cache-hits")
             assert not again["computed"], f"a rerun of an unchanged graph computed {again['computed']}"
