@@ -330,7 +330,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=4, help="raw files in the base corpus")
     parser.add_argument("--shards-per-file", type=int, default=16)
-    parser.add_argument("--shard-bytes", type=int, default=192 * 1024)
+    parser.add_argument("--shard-bytes", type=int, default=512 * 1024)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--figures", default="fanout,shard_increment,end_to_end,step_overhead,fuzzy_candidates_peak_rss")
     parser.add_argument("--rss-files", type=int, default=1, help="raw files of the smaller graph for the RSS figure")
