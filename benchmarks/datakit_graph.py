@@ -301,9 +301,9 @@ def import_seconds(code: str) -> float:
     return min(runs)
 
 
-def band_rss(graph: Graph, band: str) -> int:
-    """Peak RSS of one shards/fuzzy_candidates band partition computed in a fresh process
-    (same code the range worker runs, minus Dagster: the body on the committed map refs)."""
+def band_rss(graph: Graph, band: str) -> tuple[int, int]:
+    """(peak RSS, its growth over the imports) of one shards/fuzzy_candidates band partition
+    computed in a fresh process (the body's reduces on the committed map refs, minus Dagster)."""
     code = f"""
 import resource, sys
 sys.path.insert(0, {ROOT!r})
@@ -322,7 +322,7 @@ for r in range(ranges):
 print(before * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
-    return int(out[-1])
+    return int(out[-1]), int(out[-1]) - int(out[-2])
 
 
 # ---------------------------------------------------------------- the figures
@@ -382,8 +382,9 @@ def main(argv=None) -> int:
             big_shards = len(ours.shards())
             small_shards = len(small.shards())
             rss = {n: max(band_rss(g, f"band-{b:02d}") for b in (0, 13)) for n, g in ((big_shards, ours), (small_shards, small))}
-            emit("fuzzy_candidates_peak_rss", "bytes", rss[big_shards], rss[small_shards], higher_is_better=False,
-                 shards_ours=big_shards, shards_reference=small_shards, docs_per_reduce_default=2_000_000)
+            emit("fuzzy_candidates_peak_rss", "bytes", rss[big_shards][0], rss[small_shards][0], higher_is_better=False,
+                 shards_ours=big_shards, shards_reference=small_shards, docs_per_reduce_default=2_000_000,
+                 growth_over_imports_ours=rss[big_shards][1], growth_over_imports_reference=rss[small_shards][1])
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
