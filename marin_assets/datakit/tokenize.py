@@ -2,8 +2,11 @@
 
 `train_tokenizer` fits a byte-level BPE with HF `tokenizers` and saves tokenizer.json.
 `tokenize` encodes documents with `encode_batch_fast` in large batches (the Rust side
-runs them in parallel) and appends them to a Levanter TreeStore through
-`levanter.store.SerialCacheWriter`, so Levanter's own `TreeCache.load` opens the result:
+runs them in parallel) and appends them to a Levanter cache: on a local path through
+`CacheWriter` (the same zarr3 arrays and ledger as `levanter.store.SerialCacheWriter`,
+written with tensorstore directly: importing levanter costs 10-20 s per process, and a
+per-shard tokenize step pays that per worker), elsewhere through SerialCacheWriter itself.
+Either way Levanter's own `TreeCache.load` opens the result:
 out_dir/train and out_dir/validation, each a cache of {"input_ids": int32[n]} rows (one
 per document, EOS appended), plus out_dir/stats.json with tokens, bytes, bytes/token.
 
@@ -137,6 +140,74 @@ def exemplar():
     return {"input_ids": np.zeros((0,), dtype=np.int32)}
 
 
+# Levanter's jagged-array layout (levanter/store/jagged_array.py _get_spec): 2**54 rows,
+# 128M-element shards of 256K-element blosc chunks. offsets[0] is the row count,
+# offsets[i + 1] the end of row i in data.
+_CHUNK, _WRITE_CHUNK = 256 * 1024, 256 * 1024 * 512
+LEDGER_FILE = "shard_ledger.json"
+
+
+def _zarr3_array(path: str, dtype: str):
+    import tensorstore as ts
+
+    metadata = {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [_WRITE_CHUNK]}},
+                "codecs": [{"name": "sharding_indexed", "configuration": {
+                    "chunk_shape": [_CHUNK], "codecs": [{"name": "blosc", "configuration": {"clevel": 5}}]}}]}
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path}, "metadata": metadata}
+    return ts.open(spec, dtype=dtype, shape=[2**54], create=True, delete_existing=True).result()
+
+
+class CacheWriter:
+    """A one-field ({"input_ids": int32 rows}) Levanter cache on a local path, written with
+    tensorstore: what SerialCacheWriter writes, without importing levanter (and jax, ray,
+    datasets). The ledger (is_finished) is written only on a clean exit."""
+
+    def __init__(self, cache_dir: str):
+        import os
+
+        self.cache_dir = os.path.abspath(cache_dir)
+        base = os.path.join(self.cache_dir, "input_ids")
+        os.makedirs(base, exist_ok=True)
+        self._offsets = _zarr3_array(os.path.join(base, "offsets"), "int64")
+        self._data = _zarr3_array(os.path.join(base, "data"), "int32")
+        self.rows = self.tokens = 0
+
+    def write_batch(self, batch: dict) -> None:
+        import numpy as np
+
+        arrays = [np.asarray(a, dtype=np.int32) for a in batch["input_ids"]]
+        if not arrays:
+            return
+        ends = self.tokens + np.cumsum([a.size for a in arrays], dtype=np.int64)
+        data = np.concatenate(arrays)
+        self._data[self.tokens:self.tokens + data.size].write(data).result()
+        self._offsets[self.rows + 1:self.rows + 1 + len(arrays)].write(ends).result()
+        self.rows, self.tokens = self.rows + len(arrays), int(ends[-1])
+        self._offsets[0].write(self.rows).result()  # after the rows: a reader never sees a partial batch
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import json
+        import os
+
+        if exc_type is None:
+            ledger = {"total_num_rows": self.rows, "shard_rows": {"": self.rows}, "is_finished": True,
+                      "finished_shards": [""], "field_counts": {}, "metadata": {"preprocessor_metadata": None}}
+            with open(os.path.join(self.cache_dir, LEDGER_FILE), "w") as f:
+                f.write(json.dumps(ledger))
+
+
+def cache_writer(cache_dir: str):
+    """CacheWriter on a local path; Levanter's SerialCacheWriter on any other filesystem."""
+    import fsspec
+
+    protocol = fsspec.core.split_protocol(cache_dir)[0]
+    if protocol in (None, "file", "local"):
+        return CacheWriter(fsspec.core.strip_protocol(cache_dir) if protocol else cache_dir)
+    from levanter.store.cache import SerialCacheWriter
+
+    return SerialCacheWriter(cache_dir, exemplar())
+
+
 def tokenize(
     shard_paths: Sequence[str], tokenizer_path: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(), progress=None
 ) -> dict:
@@ -147,7 +218,6 @@ def tokenize(
     import numpy as np
     import pyarrow.parquet as pq
     import fsspec
-    from levanter.store.cache import SerialCacheWriter
 
     tok = load_tokenizer(tokenizer_path)
     eos_id = tok.token_to_id(config.eos_token) if config.append_eos else None
@@ -161,7 +231,7 @@ def tokenize(
     if fs.exists(root):
         fs.rm(root)
     top_up = _validation_top_up(shard_paths, config)
-    writers = {s: SerialCacheWriter(join(out_dir, s), exemplar()) for s in SPLITS}
+    writers = {s: cache_writer(join(out_dir, s)) for s in SPLITS}
     failure: BaseException | None = None
     try:
         for path in shard_paths:

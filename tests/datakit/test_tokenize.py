@@ -153,3 +153,40 @@ def test_min_validation_docs_never_empties_train(corpus, n_docs, wanted, split_d
 def test_min_validation_docs_is_checked():
     with pytest.raises(ValueError, match="min_validation_docs"):
         TokenizeConfig(min_validation_docs=-1)
+
+
+def test_cache_writer_writes_the_bytes_levanter_writes(tmp_path):
+    """CacheWriter (no levanter import) and Levanter's SerialCacheWriter, same rows in the
+    same batches: every file of the two caches is byte-identical."""
+    from levanter.store.cache import SerialCacheWriter
+
+    from marin_assets.datakit.tokenize import CacheWriter, exemplar
+
+    rng = np.random.default_rng(0)
+    batches = [[rng.integers(0, 300, size=int(n), dtype=np.int32) for n in rng.integers(1, 50, size=k)] for k in (7, 1, 30)]
+    ours, theirs = CacheWriter(str(tmp_path / "ours")), SerialCacheWriter(str(tmp_path / "theirs"), exemplar())
+    for batch in batches:
+        ours.write_batch({"input_ids": batch})
+        theirs.write_batch({"input_ids": batch})
+    ours.__exit__(None, None, None)
+    theirs.__exit__(None, None, None)
+    files = sorted(p.relative_to(tmp_path / "theirs") for p in (tmp_path / "theirs").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "ours") for p in (tmp_path / "ours").rglob("*") if p.is_file())
+    assert "shard_ledger.json" in map(str, files) and len(files) == 5
+    for f in files:
+        assert (tmp_path / "ours" / f).read_bytes() == (tmp_path / "theirs" / f).read_bytes(), f
+    rows = open_cache(str(tmp_path / "ours")).get_batch_sync(list(range(38)))
+    assert [r["input_ids"].tolist() for r in rows] == [a.tolist() for b in batches for a in b]
+
+
+def test_tokenize_on_a_local_path_does_not_import_levanter(corpus):
+    import subprocess
+    import sys
+
+    tmp, shards = corpus
+    code = ("import sys; from marin_assets.datakit.tokenize import tokenize; "
+            f"tokenize({[str(s) for s in shards]!r}, {str(tmp / 'tokenizer' / 'tokenizer.json')!r}, {str(tmp / 'noimport')!r}); "
+            "print(sorted(m for m in ('levanter', 'jax', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert len(open_cache(str(tmp / "noimport" / "train"))) > 0
