@@ -67,7 +67,7 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
 
 def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
     """Every wave of the run's graph (shards/tokenized excepted); returns the run ids."""
-    assets, _ = user_graph(spec)
+    assets = user_graph(spec)
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     config = run_config(spec, assets)
     instance = dg.DagsterInstance.ephemeral()
@@ -89,8 +89,8 @@ def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
 
 def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
     """Write final_documents, tokenizer and the cache; return the summary (also in summary.json)."""
-    from marin_assets.datakit.tokenize import tokenize
     from marin_assets.datakit.pipeline import dataset_names
+    from marin_assets.datakit.tokenize import tokenize
 
     prefix, config = spec.prefix, spec.config
     keys = index_keys(store.read_pointer(INDEX_KEY, None))

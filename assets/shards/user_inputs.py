@@ -148,13 +148,13 @@ def tokenizer_asset(spec: RunSpec) -> dg.AssetsDefinition:
     return _trained
 
 
-def user_graph(spec: RunSpec) -> tuple[list[dg.AssetsDefinition], dict[str, str]]:
-    """(every asset of the run's graph, {source name: --input path})."""
+def user_graph(spec: RunSpec) -> list[dg.AssetsDefinition]:
+    """Every asset of the run's graph: one source per --input, the fixed inputs, the sharded graph."""
     names = dataset_names(spec.inputs)
     sources = [source_asset(name, path, spec.config.max_doc_bytes) for name, path in zip(names, spec.inputs)]
     fixed = [quality_model_asset(spec), eval_ngrams_asset(spec), tokenizer_asset(spec)]
     graph = make_shard_assets({name: f"sources/{name}" for name in names})
-    return [*sources, *fixed, *graph], dict(zip(names, spec.inputs))
+    return [*sources, *fixed, *graph]
 
 
 def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
