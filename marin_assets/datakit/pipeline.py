@@ -42,11 +42,11 @@ from marin_assets.datakit.shards import (
 
 REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STAGES = ("normalize", "quality", "exact_dedup", "fuzzy_dedup", "decontaminate", "tokenizer", "tokenize")
-# What a run writes under its prefix. A run empties all of it first, so a reused prefix ends
-# up exactly like a fresh one (nothing of an earlier run's inputs can join this run's stages).
 # The sharded run's artifact store: kept across runs (content-versioned, so a reused prefix
 # gives a fresh prefix's result and recomputes only what changed), never read as input.
 STORE_ENTRY = "store"
+# What a run writes under its prefix. A run empties all of it first, so a reused prefix ends
+# up exactly like a fresh one (nothing of an earlier run's inputs can join this run's stages).
 PREFIX_ENTRIES = (
     "normalized", "quality", "quality_model", "quality_sources", "dedup_exact", "filtered", "dedup_fuzzy",
     "eval_ngrams", "decontaminate", "final_documents", "tokenizer", "cache", "summary.json",
