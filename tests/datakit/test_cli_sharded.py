@@ -112,3 +112,18 @@ def test_a_rerun_into_the_same_prefix_is_served_from_the_store(runs, sharded, ca
     # No artifact version was added: every partition of every asset was a cache hit.
     assert sorted(str(p.relative_to(store)) for p in store.rglob("STATUS.json")) == before
     assert any(p.startswith("shards/final/") for p in before) and len(before) > 50
+
+
+def test_a_failed_wave_is_reported_with_the_users_error():
+    """The driver's message names the step and the body's exception, not Dagster's wrapper."""
+    import dagster as dg
+
+    from assets.shards.run import failure
+
+    @dg.asset
+    def broken() -> None:
+        raise ValueError("raw file x.csv: cannot shard a 'csv' file")
+
+    result = dg.materialize([broken], raise_on_error=False)
+    assert not result.success
+    assert failure(result) == "broken failed: ValueError: raw file x.csv: cannot shard a 'csv' file"
