@@ -65,9 +65,20 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
     return "; ".join(lines) or f"run {result.run_id} failed"
 
 
+def warm_imports() -> None:
+    """Import what the step bodies import lazily, once, before the range runs fork their
+    workers: a forked worker then starts with them loaded instead of paying each import
+    once per step (about 2 s a step on 2 cores, more than the steps' own work on small shards)."""
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from marin_assets.datakit import decontaminate, dedup_exact, fuzzy_dedup, normalize, quality, readers, removals  # noqa: F401
+
+
 def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
     """Every wave of the run's graph (shards/tokenized excepted); returns the run ids."""
     assets = user_graph(spec)
+    warm_imports()
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     config = run_config(spec, assets)
     instance = dg.DagsterInstance.ephemeral()
