@@ -1,10 +1,19 @@
-"""`marin datakit run`: the whole DataKit graph, in-process, on your own files."""
+"""`marin datakit run`: the sharded DataKit asset graph materialised on your own files.
+
+The flags and paths are checked here, before any work; then the graph driver, which lives
+in the definition layer (assets/shards/run.py, which the library never imports), runs as
+``python -m assets.shards.run --spec JSON`` (an argv list), on an ephemeral Dagster instance
+with its artifact store under --prefix. Its stderr (progress) and stdout (the summary line)
+are passed through; its exit status is the command's.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import codecs
+import subprocess
 import sys
+import threading
 
 
 def register(subparsers) -> None:
@@ -12,7 +21,7 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="datakit_command", metavar="COMMAND")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
 
-    run = sub.add_parser("run", help="run every stage on --input paths and print one JSON summary line")
+    run = sub.add_parser("run", help="materialise the sharded DataKit graph on --input paths and print one JSON summary line")
     run.add_argument("--input", action="append", required=True, metavar="PATH",
                      help="file or directory (any fsspec URL) of .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt; repeatable")
     run.add_argument("--eval", action="append", default=[], metavar="PATH",
@@ -29,11 +38,15 @@ def register(subparsers) -> None:
     run.add_argument("--max-doc-bytes", type=int, default=16 * 1024 * 1024,
                      help="documents larger than this are quarantined")
     run.add_argument("--cache-dir", default=None, help="download cache for demo-source artifacts")
-    run.add_argument("--json", action="store_true", help="print only the JSON line (no progress bar)")
+    run.add_argument("--shard-bytes", type=int, default=1024 * 1024,
+                     help="raw input bytes per shard partition (the unit of parallel work)")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="local processes that compute shard partitions (default: $MARIN_LOCAL_WORKERS, else the core count)")
+    run.add_argument("--json", action="store_true", help="print only the JSON line (no progress lines)")
     run.set_defaults(handler=run_handler)
 
 
-# PipelineConfig field -> the flag that sets it, so a bad value is reported as the user typed it.
+# PipelineConfig / RunSpec field -> the flag that sets it, so a bad value is reported as the user typed it.
 FLAGS = {
     "quality_threshold": "--quality-threshold",
     "quality_model": "--quality-model",
@@ -43,18 +56,20 @@ FLAGS = {
     "validation_fraction": "--validation-fraction",
     "shard_docs": "--shard-docs",
     "max_doc_bytes": "--max-doc-bytes",
+    "workers": "--workers",
+    "shard_bytes": "--shard-bytes",
 }
+DRIVER = "assets.shards.run"
 
 
 def run_handler(args: argparse.Namespace) -> int:
     """Exit 0 with the summary; 2 for a bad flag, 1 for a failed run or one that kept nothing.
 
-    Every flag and path is checked before any stage runs (PipelineConfig on construction,
-    check_run_inputs at the start of run_pipeline).
+    Every flag and path is checked before any work starts (PipelineConfig and RunSpec on
+    construction, check_run_inputs, every eval item read).
     """
-    from tqdm import tqdm
-
-    from marin_assets.datakit.pipeline import STAGES, ConfigFieldError, PipelineConfig, run_pipeline
+    from marin_assets.datakit.pipeline import ConfigFieldError, PipelineConfig, RunSpec, check_eval_sets, check_run_inputs
+    from marin_assets.orchestration.fanout import local_workers
 
     try:
         config = PipelineConfig(
@@ -67,28 +82,37 @@ def run_handler(args: argparse.Namespace) -> int:
             shard_docs=args.shard_docs,
             max_doc_bytes=args.max_doc_bytes,
         )
+        workers = args.workers if args.workers is not None else local_workers()
+        spec = RunSpec(tuple(args.input), tuple(args.eval), args.prefix, config, workers=workers,
+                       shard_bytes=args.shard_bytes, quiet=args.json)
     except ConfigFieldError as e:
         print(f"marin datakit run: {FLAGS.get(e.field, e.field)}: {e.reason}", file=sys.stderr)
         return 2
-    bar = tqdm(total=len(STAGES), desc="datakit", unit="stage", file=sys.stderr, disable=args.json)
-
-    def on_stage(stage: str, counts: dict) -> None:
-        bar.set_postfix_str(stage)
-        bar.update(1)
-
+    except ValueError as e:  # $MARIN_LOCAL_WORKERS
+        print(f"marin datakit run: {e}", file=sys.stderr)
+        return 2
     try:
-        summary = run_pipeline(args.input, args.eval, args.prefix, config, on_stage=on_stage)
+        check_run_inputs(spec.inputs, spec.evals, spec.prefix, config)
+        check_eval_sets(spec.evals)
     except (FileNotFoundError, ValueError) as e:
-        bar.close()
         print(f"marin datakit run: {e}", file=sys.stderr)
         return 1
-    bar.close()
-    print(json.dumps(summary, sort_keys=True))
-    if summary["docs_out"] == 0:
-        print(
-            f"marin datakit run: no documents left ({summary['docs_in']} read, {summary['quarantined']} quarantined, "
-            f"removed {summary['removed']}); the cache is empty",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run_driver([sys.executable, "-m", DRIVER, "--spec", spec.to_json()])
+
+
+def run_driver(argv: list[str]) -> int:
+    """Run the driver; relay its stderr as it comes and its stdout (the summary) to ours."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def relay(stream, out) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end inside a character
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            out.write(decoder.decode(chunk))
+            out.flush()
+        out.write(decoder.decode(b"", final=True))
+
+    errors = threading.Thread(target=relay, args=(proc.stderr, sys.stderr), daemon=True)
+    errors.start()
+    relay(proc.stdout, sys.stdout)
+    errors.join()
+    return proc.wait()

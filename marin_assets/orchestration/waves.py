@@ -92,20 +92,22 @@ def materialize_waves(
 ) -> list[dg.ExecuteInProcessResult]:
     """Run every wave of `selection` in order; stop at the first failed wave (its result last).
 
-    `run_config` {"ops": {op name: config}} covers the whole graph; each wave gets its ops' entries.
+    run_config: one for the whole graph; each wave's run gets its "ops" entries for the
+    assets of that wave (Dagster rejects config for ops a run does not execute).
     """
     results = []
     waves = plan_waves(assets, selection)
-    op_configs = dict((run_config or {}).get("ops", {}))
     op_names = {spec.key: a.op.name for a in assets for spec in a.specs}
     for i, wave in enumerate(waves, 1):
         run_tags = {**(tags or {}), **wave_tags(wave, instance)}
         span = f" ({run_tags[RANGE_START_TAG]} .. {run_tags[RANGE_END_TAG]})" if RANGE_START_TAG in run_tags else ""
         log(f"wave {i}/{len(waves)}: {wave.label()}{span}")
-        ops = {op_names[k] for k in wave.keys}
-        wave_config = {"ops": {op: c for op, c in op_configs.items() if op in ops}}
+        config = dict(run_config or {})
+        if "ops" in config:
+            wave_ops = {op_names[k] for k in wave.keys}
+            config["ops"] = {op: c for op, c in config["ops"].items() if op in wave_ops}
         result = dg.materialize(assets, selection=list(wave.keys), instance=instance, resources=resources,
-                                tags=run_tags, run_config=wave_config, raise_on_error=False)
+                                tags=run_tags, raise_on_error=False, run_config=config or None)
         results.append(result)
         if not result.success:
             log(f"wave {i}/{len(waves)} failed (run {result.run_id}); later waves not started")

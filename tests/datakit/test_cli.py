@@ -116,11 +116,10 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert reused["docs_in"] == 13 and reused["removed"]["exact_duplicate"] == 1 and reused["docs_out"] == 12
     assert _pathless(reused) == _pathless(fresh)
     assert _outputs(tmp_path / "P") == _outputs(tmp_path / "F")
-    # Nothing of run 1 is left: its datasets' directories and attribute files are gone.
-    assert sorted(os.listdir(tmp_path / "P" / "normalized")) == ["b"]
-    assert sorted(os.listdir(tmp_path / "P" / "quality")) == ["b"]
-    assert sorted(os.listdir(tmp_path / "P" / "dedup_exact" / "_map" / "docs")) == sorted(
-        os.listdir(tmp_path / "F" / "dedup_exact" / "_map" / "docs"))  # fmt: skip
+    # Nothing of run 1's output is left: the reused prefix holds what the fresh one does (run 1's
+    # artifacts stay in P/store under their own versions, which run 2's graph never reads).
+    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [
+        "cache", "final_documents", "store", "summary.json", "tokenizer"]  # fmt: skip
     # The same input twice into one prefix gives the same output again.
     code, again, _ = _run(["--input", str(tmp_path / "b.jsonl"), "--prefix", str(tmp_path / "P"), *common], capsys)
     assert code == 0 and _pathless(again) == _pathless(fresh) and _outputs(tmp_path / "P") == _outputs(tmp_path / "F")
@@ -136,6 +135,8 @@ def test_paths_inside_what_a_run_empties_are_refused(tmp_path, capsys, prose):
                          "--tokenizer", str(tmp_path / "P" / "tokenizer" / "tokenizer.json")], capsys)  # fmt: skip
     assert code == 1 and "tokenizer" in err and "lies inside" in err
     code, _, err = _run(["--input", str(tmp_path / "P" / "final_documents"), "--prefix", str(tmp_path / "P")], capsys)
+    assert code == 1 and "input" in err and "lies inside" in err
+    code, _, err = _run(["--input", str(tmp_path / "P" / "store"), "--prefix", str(tmp_path / "P")], capsys)
     assert code == 1 and "input" in err and "lies inside" in err
     code, _, err = _run(["--input", str(tmp_path), "--prefix", str(tmp_path / "P")], capsys)
     assert code == 1 and "is inside input" in err
@@ -154,6 +155,8 @@ BAD_FLAGS = [
     (["--shard-docs", "0"], "--shard-docs", "[1,"),
     (["--max-doc-bytes", "0"], "--max-doc-bytes", "[1,"),
     (["--max-doc-bytes", "-5"], "--max-doc-bytes", "[1,"),
+    (["--workers", "0"], "--workers", "[1,"),
+    (["--shard-bytes", "0"], "--shard-bytes", "[1,"),
 ]
 
 
@@ -164,6 +167,13 @@ def test_every_flag_is_checked_before_any_work(tmp_path, capsys, flag_args, flag
     assert code == 2 and summary is None
     assert err.startswith(f"marin datakit run: {flag}: ") and expected in err
     assert not (tmp_path / "P").exists()  # not a single stage ran
+
+
+def test_a_bad_worker_count_in_the_environment_is_reported_before_any_work(tmp_path, capsys, monkeypatch):
+    _write(tmp_path / "in.jsonl", [{"text": "a real document"}])
+    monkeypatch.setenv("MARIN_LOCAL_WORKERS", "two")
+    code, summary, err = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P")], capsys)
+    assert code == 2 and summary is None and "MARIN_LOCAL_WORKERS" in err and not (tmp_path / "P").exists()
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -186,7 +196,7 @@ def test_a_bad_eval_file_stops_the_run_before_normalization(tmp_path, capsys):
     code, _, err = _run(["--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
                          "--prefix", str(tmp_path / "P")], capsys)  # fmt: skip
     assert code == 1 and "line 2" in err
-    assert not (tmp_path / "P" / "normalized").exists()
+    assert not (tmp_path / "P").exists()  # checked before the graph driver started
 
 
 def test_hostile_lines_cost_one_line_each_through_the_cli(tmp_path, capsys, prose):

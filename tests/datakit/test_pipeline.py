@@ -1,9 +1,11 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
-from marin_assets.datakit.pipeline import PipelineConfig, dataset_names, run_pipeline
+from marin_assets.datakit.pipeline import ConfigFieldError, PipelineConfig, RunSpec, dataset_names, run_pipeline
 from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
 from marin_assets.datakit.shards import list_shards, read_table
 from marin_assets.datakit.tokenize import open_cache
@@ -108,3 +110,19 @@ def test_apply_filters_rejects_misaligned_attributes(tmp_path):
     counts = apply_filters({"s": [shard]}, [_Filter("x", lambda n: str(tmp_path / "attrs"), "flag")], str(tmp_path / "o"), 10)
     assert counts == {"docs_in": 2, "docs_out": 1, "removed": {"x": 1}}
     assert read_table(list_shards(str(tmp_path / "o"))[0]).column("id").to_pylist() == [ids[1]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(inputs=st.lists(st.text(min_size=1, max_size=20), min_size=1, max_size=3), evals=st.lists(st.text(max_size=10), max_size=2),
+       workers=st.integers(-3, 64), shard_bytes=st.integers(-3, 1 << 40), quiet=st.booleans(),
+       threshold=st.floats(0, 1), tokenizer=st.none() | st.just("tok/tokenizer.json"))
+def test_run_spec_round_trips_through_json_and_checks_its_counts(inputs, evals, workers, shard_bytes, quiet, threshold, tokenizer):
+    """What the CLI hands the graph driver (one argv item) is what the driver runs."""
+    config = PipelineConfig(quality_threshold=threshold, tokenizer=tokenizer)
+    if workers < 1 or shard_bytes < 1:
+        with pytest.raises(ConfigFieldError) as err:
+            RunSpec(tuple(inputs), tuple(evals), "P", config, workers=workers, shard_bytes=shard_bytes)
+        assert err.value.field == ("workers" if workers < 1 else "shard_bytes") and "[1," in err.value.reason
+        return
+    spec = RunSpec(tuple(inputs), tuple(evals), "P", config, workers=workers, shard_bytes=shard_bytes, quiet=quiet)
+    assert RunSpec.from_json(spec.to_json()) == spec

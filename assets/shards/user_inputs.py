@@ -1,0 +1,175 @@
+"""The sharded DataKit graph over a user's files: what `marin datakit run` materialises.
+
+make_shard_assets over one `sources/<name>` asset per --input, plus the three fixed inputs
+of the graph built from the run's flags, under their real keys:
+- quality_model: the user's --quality-model dir; or, with a threshold above 0 and no dir,
+  one trained on the demo sources; or no model (threshold 0: nothing is filtered);
+- eval_ngrams: the n-gram index of the --eval sets (empty without any: nothing matches);
+- tokenizer: the user's --tokenizer; or a BPE trained on every shards/final partition.
+Each is content-versioned by what it reads (file bytes, not paths or times), so a rerun into
+the same --prefix recomputes only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import dagster as dg
+
+from assets.shards import make_shard_assets
+from assets.shards.common import GROUP, every, shard_file
+from marin_assets.datakit.pipeline import RunSpec, dataset_names
+from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, list_input_files
+from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
+from marin_assets.datakit.shards import basename, join
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.store import ArtifactRef
+
+SHARDABLE = JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES
+assert set(SHARDABLE) == set(SUPPORTED_SUFFIXES), "the index must shard every format the readers read"
+
+
+def files_digest(files: Sequence[tuple[str, str]]) -> str:
+    """sha256 over (name, bytes) of every file: a version that follows content, not paths or times."""
+    import fsspec
+
+    digest = hashlib.sha256()
+    for name, path in files:
+        digest.update(f"{len(name)}:{name}".encode())
+        with fsspec.open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\x00end")
+    return digest.hexdigest()[:32]
+
+
+def copy_file(path: str, dest: str) -> None:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(dest)
+    fs.makedirs(root.rsplit("/", 1)[0], exist_ok=True)
+    with fsspec.open(path, "rb") as src, fsspec.open(dest, "wb") as out:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            out.write(chunk)
+
+
+def source_asset(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinition:
+    """sources/<name>: the files of one --input, copied (numbered, so names never collide).
+
+    A file of a format the index cannot shard is not copied: it is read by the readers here,
+    which quarantine it (unsupported_file_type), and counted, as the single-process run does.
+    """
+    files = list_input_files(path)
+    named = [(f"{i:05d}-{basename(f)}", f) for i, f in enumerate(files)]
+
+    @versioned_asset(key=f"sources/{name}", code_version=f"files.{files_digest(named)}", group_name=GROUP)
+    def _source(ctx: StageContext):
+        reasons: dict[str, int] = {}
+        for copy_name, file in named:
+            if basename(file).lower().endswith(SHARDABLE):
+                copy_file(file, join(ctx.out_dir, copy_name))
+                continue
+            for record in iter_file(file, ReaderConfig(max_doc_bytes=max_doc_bytes)):
+                reason = record.reason  # iter_file yields one QuarantineRecord for such a file
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons}
+
+    return _source
+
+
+def quality_model_asset(spec: RunSpec) -> dg.AssetsDefinition:
+    model_dir, threshold = spec.config.quality_model, spec.config.quality_threshold
+    if model_dir is not None:
+        files = [(f[len(model_dir.rstrip("/")) + 1:], f) for f in list_input_files(model_dir)]
+        version, what = f"dir.{files_digest(files)}", "the given model"
+    elif threshold > 0:
+        version, what = "demo.1", "trained on the demo sources"
+    else:
+        version, what = "none", "no model (threshold 0)"
+
+    @versioned_asset(key="quality_model", code_version=version, group_name=GROUP, description=f"quality model: {what}")
+    def _quality_model(ctx: StageContext):
+        from marin_assets.datakit.pipeline import train_demo_quality_model
+
+        if model_dir is not None:
+            for rel, f in files:
+                copy_file(f, join(ctx.out_dir, rel))
+            return {"model": "given", "files": len(files)}
+        if threshold > 0:
+            return train_demo_quality_model(ctx.out_dir, spec.config.source_cache_dir, ctx.scratch_dir)
+        return {"model": "none"}
+
+    return _quality_model
+
+
+def eval_ngrams_asset(spec: RunSpec) -> dg.AssetsDefinition:
+    from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS
+
+    named = [(f"{i}:{e}", e) for i, e in enumerate(spec.evals) if e not in PACKAGED_EVAL_SETS]
+    packaged = [e for e in spec.evals if e in PACKAGED_EVAL_SETS]
+    version = f"evals.{files_digest(named)}.{'+'.join(packaged)}"
+
+    @versioned_asset(key="eval_ngrams", code_version=version, group_name=GROUP)
+    def _eval_ngrams(ctx: StageContext):
+        from marin_assets.datakit.decontaminate import EvalNgramIndex
+        from marin_assets.datakit.eval_sets import iter_eval_items
+
+        index = EvalNgramIndex.build(iter_eval_items(spec.evals), spec.config.decontam())
+        index.save(ctx.out_dir)
+        return {"eval_sets": len(spec.evals), "items": len(index.eval_ids), "ngrams": index.num_ngrams}
+
+    return _eval_ngrams
+
+
+def tokenizer_asset(spec: RunSpec) -> dg.AssetsDefinition:
+    from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
+
+    given = spec.config.tokenizer
+    if given is not None:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(given)
+        path = join(given, "tokenizer.json") if fs.isdir(root) else given
+
+        @versioned_asset(key="tokenizer", code_version=f"file.{files_digest([('tokenizer.json', path)])}", group_name=GROUP)
+        def _given(ctx: StageContext):
+            copy_file(path, join(ctx.out_dir, "tokenizer.json"))
+            return {"tokenizer": "given"}
+
+        return _given
+    vocab_size = spec.config.vocab_size
+
+    @versioned_asset(key="tokenizer", code_version=f"bpe.1.v{vocab_size}", ins={"docs": every("shards/final")}, group_name=GROUP)
+    def _trained(ctx: StageContext, docs: dict[str, ArtifactRef]):
+        """A byte-level BPE trained on every final shard (what the single cache is tokenized with)."""
+        return train_tokenizer([shard_file(docs[k]) for k in sorted(docs)], ctx.out_dir, TokenizerTrainConfig(vocab_size=vocab_size))
+
+    return _trained
+
+
+def user_graph(spec: RunSpec) -> list[dg.AssetsDefinition]:
+    """Every asset of the run's graph: one source per --input, the fixed inputs, the sharded graph."""
+    names = dataset_names(spec.inputs)
+    sources = [source_asset(name, path, spec.config.max_doc_bytes) for name, path in zip(names, spec.inputs)]
+    fixed = [quality_model_asset(spec), eval_ngrams_asset(spec), tokenizer_asset(spec)]
+    graph = make_shard_assets({name: f"sources/{name}" for name in names})
+    return [*sources, *fixed, *graph]
+
+
+def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
+    """The flags that configure the graph's assets, by asset key."""
+    by_key = {a.key.to_user_string(): a.op.name for a in assets}
+    ops = {
+        "shards/index": {"shard_bytes": spec.shard_bytes},
+        "shards/normalized": {"max_doc_bytes": spec.config.max_doc_bytes},
+        "shards/quality": {"threshold": spec.config.quality_threshold},
+        "shards/fuzzy_edges": {"jaccard_threshold": spec.config.fuzzy_jaccard_threshold},
+        "shards/decontam": {"threshold": spec.config.decontam_threshold},
+    }
+    level = "WARNING" if spec.quiet else "INFO"
+    return {"ops": {by_key[k]: {"config": c} for k, c in ops.items()},
+            "loggers": {"console": {"config": {"log_level": level}}}}
+
+
+__all__ = ["files_digest", "run_config", "user_graph"]

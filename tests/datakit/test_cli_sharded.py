@@ -1,0 +1,129 @@
+"""`marin datakit run` materialises the sharded asset graph: same result as the single-process
+reference (`run_pipeline`) on a multi-shard corpus, shard partitions fanned out over --workers,
+and a rerun into the same prefix served from the store.
+
+One module fixture: a corpus whose duplicates, near duplicates and contamination cross shard
+boundaries (two inputs, a few hundred bytes per shard), a small quality model, one eval set;
+the CLI run (2 workers) and `run_pipeline` on the same inputs and flags.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from marin_assets.cli import main
+from marin_assets.datakit.normalize import NormalizeConfig, normalize
+from marin_assets.datakit.pipeline import PipelineConfig, run_pipeline
+from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
+from marin_assets.datakit.shards import list_shards, read_table
+
+SHARD_BYTES = 1500
+
+
+def prose(seed: int, words: int = 60) -> str:
+    rng = random.Random(seed)
+    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
+    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
+
+
+def spam(seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(["FREE", "$$$", "CLICK", "NOW", "winner", "cheap", "!!!", "http://x.biz", "offer"]) for _ in range(40))
+
+
+def _write(path, records) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sharded_cli")
+    for name, texts in (("high", [prose(1000 + i) for i in range(40)]), ("low", [spam(1000 + i) for i in range(40)])):
+        normalize(_write(tmp / f"{name}.jsonl", [{"text": t} for t in texts]), str(tmp / "qn" / name), NormalizeConfig(source=name))
+    train_quality_model(list_shards(str(tmp / "qn" / "high")), list_shards(str(tmp / "qn" / "low")), str(tmp / "qmodel"),
+                        QualityModelConfig(num_features=1 << 12, holdout_fraction=0.0))
+    eval_text = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."
+    near = prose(5).split()
+    near[3], near[40] = "zqa", "zqb"
+    a = [{"text": prose(i)} for i in range(20)] + [{"text": spam(i)} for i in range(3)]
+    a += [{"text": prose(900) + "\n" + eval_text}, {"text": ""}, "{broken"]
+    a += [{"text": prose(2)}, {"text": " ".join(near)}]  # an exact and a near copy, shards after their originals
+    b = [{"text": prose(100 + i)} for i in range(8)] + [{"text": prose(7)}]  # a copy across inputs
+    inputs = [_write(tmp / "a.jsonl", a), _write(tmp / "b.jsonl", b)]
+    evals = [_write(tmp / "eval.jsonl", [{"id": "e1", "text": eval_text}])]
+    flags = {"quality_threshold": 0.5, "quality_model": str(tmp / "qmodel"), "vocab_size": 300, "validation_fraction": 0.2}
+    reference = run_pipeline(inputs, evals, str(tmp / "ref"), PipelineConfig(**flags))
+    argv = ["datakit", "run", *(x for p in inputs for x in ("--input", p)), "--eval", evals[0], "--prefix", str(tmp / "P"),
+            "--quality-threshold", "0.5", "--quality-model", str(tmp / "qmodel"), "--vocab-size", "300",
+            "--validation-fraction", "0.2", "--shard-bytes", str(SHARD_BYTES), "--workers", "2"]
+    return {"tmp": tmp, "argv": argv, "reference": reference}
+
+
+@pytest.fixture(scope="module")
+def sharded(runs):
+    """The CLI run, with its progress lines (no --json), captured once for the module."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(runs["argv"])
+    return {"code": code, "summary": json.loads(out.getvalue()), "err": err.getvalue()}
+
+
+def _final_ids(directory: str) -> list[str]:
+    return sorted(i for s in list_shards(directory) for i in read_table(s, columns=["id"]).column("id").to_pylist())
+
+
+def test_the_sharded_run_equals_the_single_process_reference(runs, sharded):
+    summary, reference = sharded["summary"], runs["reference"]
+    assert sharded["code"] == 0
+    counts = ("docs_in", "docs_out", "removed", "quarantined", "quarantine_reasons")
+    assert {k: summary[k] for k in counts} == {k: reference[k] for k in counts}
+    # The corpus exercises every reason, so equal counts are not equal zeros.
+    assert summary["removed"] == {"contaminated": 1, "exact_duplicate": 2, "fuzzy_duplicate": 1, "low_quality": 3}
+    assert summary["quarantined"] == 2 and summary["docs_in"] == 28 + 9
+    assert _final_ids(summary["final_documents"]) == _final_ids(reference["final_documents"])
+    assert len(_final_ids(summary["final_documents"])) == summary["docs_out"]
+    # Same documents, same tokenizer training data: the same tokens.
+    assert summary["tokens"] == reference["tokens"] and summary["tokens"]["validation"] > 0
+
+
+def test_the_run_covers_several_shards_on_the_requested_workers(runs, sharded):
+    record = json.loads((runs["tmp"] / "P" / "summary.json").read_text())
+    shards = record["shards"]
+    assert len(shards) >= 4 and {k.split("-")[0] for k in shards} == {"a", "b"}
+    assert sum(c["docs_in"] for c in shards.values()) == sharded["summary"]["docs_in"]
+    assert "computing" in sharded["err"] and "on 2 local worker(s)" in sharded["err"]  # progress on stderr
+    assert record["store"] == str(runs["tmp"] / "P" / "store")
+
+
+def test_a_rerun_into_the_same_prefix_is_served_from_the_store(runs, sharded, capsys):
+    store = runs["tmp"] / "P" / "store"
+    before = sorted(str(p.relative_to(store)) for p in store.rglob("STATUS.json"))
+    code = main([*runs["argv"], "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out) == sharded["summary"]
+    assert err == ""  # --json: no progress lines
+    # No artifact version was added: every partition of every asset was a cache hit.
+    assert sorted(str(p.relative_to(store)) for p in store.rglob("STATUS.json")) == before
+    assert any(p.startswith("shards/final/") for p in before) and len(before) > 50
+
+
+def test_a_failed_wave_is_reported_with_the_users_error():
+    """The driver's message names the step and the body's exception, not Dagster's wrapper."""
+    import dagster as dg
+
+    from assets.shards.run import failure
+
+    @dg.asset
+    def broken() -> None:
+        raise ValueError("raw file x.csv: cannot shard a 'csv' file")
+
+    result = dg.materialize([broken], raise_on_error=False)
+    assert not result.success
+    assert failure(result) == "broken failed: ValueError: raw file x.csv: cannot shard a 'csv' file"
