@@ -39,3 +39,32 @@ def _artifacts_in_a_temporary_prefix(tmp_path_factory):
         os.environ.pop("MARIN_PREFIX", None)
     else:
         os.environ["MARIN_PREFIX"] = before
+
+
+FRESH_PROCESS_ENV = "MARIN_TEST_IN_FRESH_PROCESS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked ``forks`` needs range runs to really fork their workers. fan_out refuses
+    to fork a process that has loaded tensorstore (the child would abort), which any earlier
+    test that tokenized in the same pytest worker does; such a test then runs again in a
+    fresh interpreter, and its outcome is this test's."""
+    if pyfuncitem.get_closest_marker("forks") is None:
+        return None
+    from marin_assets.orchestration.fanout import fork_unsafe_state
+
+    unsafe = fork_unsafe_state()
+    if unsafe is None:
+        return None
+    if os.environ.get(FRESH_PROCESS_ENV) == "1":
+        pytest.fail(f"a fresh interpreter already has {unsafe}: an import at collection time loads it")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", pyfuncitem.nodeid],
+                            cwd=pyfuncitem.config.rootpath, env={**os.environ, FRESH_PROCESS_ENV: "1"},
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        pytest.fail(f"in a fresh interpreter (this one has {unsafe}):\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
+    return True

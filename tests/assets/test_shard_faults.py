@@ -59,6 +59,7 @@ def _events(results) -> dict[tuple[str, str | None], bool]:
             for r in results for e in r.get_asset_materialization_events()}
 
 
+@pytest.mark.forks
 def test_a_killed_shard_worker_fails_only_its_shard_and_a_rerun_computes_only_it(tmp_path, monkeypatch):
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}

@@ -26,6 +26,10 @@ KEYS = [f"s{i}" for i in range(6)]
 RANGE = {RANGE_START_TAG: KEYS[0], RANGE_END_TAG: KEYS[-1]}
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
+# Range runs here must really fork their workers (tests/conftest.py reruns them in a fresh
+# interpreter when an earlier test loaded tensorstore into this one).
+pytestmark = pytest.mark.forks
+
 
 def _note(record_dir: Path, asset: str, partition: str) -> None:
     """Which body ran, for which partition, in which process."""
