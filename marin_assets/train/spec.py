@@ -23,9 +23,10 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
+if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
+    from marin_assets.train.config import TrainConfig
 
 SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root")
 OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root")
@@ -54,6 +55,8 @@ class TrainSpec:
     telemetry_root: str | None = None
 
     def __post_init__(self) -> None:
+        from marin_assets.train.config import TrainConfig
+
         if not isinstance(self.config, TrainConfig):
             raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
         object.__setattr__(self, "caches", self._checked_caches(self.caches))
@@ -88,6 +91,8 @@ class TrainSpec:
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
+        from marin_assets.train.config import config_to_dict
+
         return {"config": config_to_dict(self.config), "caches": self.caches, "out_dir": self.out_dir,
                 "resume": self.resume, **{k: getattr(self, k) for k in OPTIONAL_KEYS}}
 
@@ -104,6 +109,8 @@ class TrainSpec:
             raise ValueError(f"{where}.config: expected an object of TrainConfig fields, "
                              f"got {type(data['config']).__name__}")
         try:
+            from marin_assets.train.config import config_from_dict
+
             config = config_from_dict(data["config"], where=f"{where}.config")
         except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
             raise ValueError(f"{where}.config: {e}") from None
