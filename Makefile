@@ -16,9 +16,11 @@ $(STAMP): requirements.lock requirements-nodeps.lock requirements-bootstrap.lock
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	# Every archive is checked against its sha256 pin before anything builds or unpacks it.
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-bootstrap.lock
-	$(VENV)/bin/uv pip sync --quiet --require-hashes --python $(VENV)/bin/python requirements.lock
+	# --compile-bytecode: ~40 s once here; every process then imports dagster in ~3 s instead of ~7 s
+	# (with PYTHONDONTWRITEBYTECODE set, nothing would ever write the .pyc files).
+	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --require-hashes --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
-	$(VENV)/bin/uv pip install --quiet --require-hashes --python $(VENV)/bin/python --no-deps -r requirements-nodeps.lock
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --require-hashes --python $(VENV)/bin/python --no-deps -r requirements-nodeps.lock
 	touch $(STAMP)
 
 demo: $(STAMP)
