@@ -134,7 +134,7 @@ def test_a_line_without_newline_is_skipped_without_buffering_it(tmp_path, suffix
 
 
 def test_gzip_chunks_are_bounded_per_call():
-    from marin_assets.datakit.readers import _gzip_chunks
+    from marin_assets.datakit.byte_streams import _gzip_chunks
 
     import io
 
@@ -146,7 +146,7 @@ def test_gzip_chunks_are_bounded_per_call():
 def test_zstd_walker_bounds_blocks_and_detects_cuts():
     import io
 
-    from marin_assets.datakit.readers import ZSTD_BLOCK_MAX, _zstd_chunks
+    from marin_assets.datakit.byte_streams import ZSTD_BLOCK_MAX, _zstd_chunks
 
     payload = b"y" * (4 << 20) + b"".join(b"%d\n" % i for i in range(50_000))
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(payload)
