@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import random
 
+from text_corpus import prose  # noqa: F401 (re-exported: the shard tests import it from here)
+
 SOURCE = "tiny"
 EVAL_TEXT = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."
 BASE_DOCS = 24
 COPIED, NEAR_TARGET = 2, 5  # in the base file: an exact and a near copy of these, in later shards
 NEW_COPIED, NEW_NEAR_TARGET = 10, 20  # the added file copies these (exactly / nearly)
-
-
-def prose(seed: int, words: int = 60) -> str:
-    """Deterministic pseudo-English, distinct per seed (as tests/datakit/conftest.py's `prose`)."""
-    rng = random.Random(seed)
-    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
-    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
 
 
 def spam(seed: int) -> str:

@@ -79,11 +79,9 @@ def _write_jsonl(path, records) -> str:
 
 def _prose(seed: int, words: int = 120) -> str:
     """Deterministic pseudo-English, distinct per seed (near-zero shingle overlap across seeds)."""
-    import random
+    from text_corpus import prose
 
-    rng = random.Random(seed)
-    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
-    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
+    return prose(seed, words)
 
 
 @pytest.fixture

@@ -20,13 +20,9 @@ from marin_assets.datakit.pipeline import PipelineConfig, run_pipeline
 from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
 from marin_assets.datakit.shards import list_shards, read_table
 
+from text_corpus import prose
+
 SHARD_BYTES = 1500
-
-
-def prose(seed: int, words: int = 60) -> str:
-    rng = random.Random(seed)
-    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
-    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
 
 
 def spam(seed: int) -> str:

@@ -16,11 +16,9 @@ def spammy(i):
 
 
 def _prose(seed, words=120):
-    import random
+    from text_corpus import prose
 
-    rng = random.Random(seed)
-    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
-    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
+    return prose(seed, words)
 
 
 @pytest.fixture(scope="module")
