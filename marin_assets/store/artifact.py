@@ -170,7 +170,8 @@ class ArtifactStore:
 
     def _compute_and_commit(self, asset_key, partition, version, vdir, compute, provenance, lease) -> ArtifactRef:
         self._clean_leftovers(vdir)
-        write_json_atomic(self.fs, join(vdir, "STATUS.json"), {"status": RUNNING, "version": version})
+        # advisory (no fsync): lost in a machine crash, the directory just has no SUCCESS
+        write_json_atomic(self.fs, join(vdir, "STATUS.json"), {"status": RUNNING, "version": version}, durable=False)
         staging = join(vdir, f".staging-{uuid.uuid4().hex[:12]}")
         self.fs.makedirs(staging, exist_ok=True)
         started = time.monotonic()
@@ -220,7 +221,8 @@ class ArtifactStore:
         if not lease.held():
             return
         write_json_atomic(
-            self.fs, join(vdir, "STATUS.json"), {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]}
+            self.fs, join(vdir, "STATUS.json"), {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]},
+            durable=False,
         )
 
     def _clean_leftovers(self, vdir: str) -> None:

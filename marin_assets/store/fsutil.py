@@ -41,22 +41,26 @@ def child(root: str | os.PathLike, *parts: str) -> Path | str:
     return join(os.fspath(root), *parts)
 
 
-def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
+def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any, durable: bool = True) -> None:
     """Write JSON so readers see the old or the new file, never half of one."""
-    write_bytes_atomic(fs, path, json.dumps(value, indent=2, sort_keys=True).encode("utf-8"))
+    write_bytes_atomic(fs, path, json.dumps(value, indent=2, sort_keys=True).encode("utf-8"), durable)
 
 
-def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, durable: bool = True) -> None:
     """Replace a file so readers see the old or the new one, never half of one.
 
-    Locally: temp file + fsync + os.replace. Object stores: a single PUT is atomic.
+    Locally: temp file (+ fsync when ``durable``) + os.replace. The rename alone is what
+    protects against a killed process; the fsync only matters if the machine itself goes
+    down, so advisory records (RUNNING, lease records) skip it: about 0.5 ms each, twice
+    per committed partition. Object stores: a single PUT is atomic and durable.
     """
     if is_local(fs):
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     else:
         with fs.open(path, "wb") as f:

@@ -152,7 +152,7 @@ class Lease:
         started = self.clock.monotonic()
         self._beat += 1
         try:
-            write_json_atomic(self.fs, self._record_path(), self._record())
+            write_json_atomic(self.fs, self._record_path(), self._record(), durable=False)
         except Exception as err:  # noqa: BLE001 - any storage error; the next beat retries
             log.warning("lease heartbeat on %s failed (%s: %s); retrying, last renewal %.1fs ago "
                         "(stale after %ss)", self.directory, type(err).__name__, err,
@@ -224,7 +224,7 @@ class Lease:
             raise
         self._fd = fd
         try:  # the record only tells people who holds the lock; the flock is the lock
-            write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record())
+            write_json_atomic(self.fs, join(self.directory, ".lease.json"), self._record(), durable=False)
         except OSError as err:
             log.warning("could not write the lease record in %s (%s); the lock is held anyway", self.directory, err)
         return True

@@ -1,4 +1,5 @@
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -187,10 +188,10 @@ def test_commit_fails_between_steps_leaves_no_success_and_reruns(step, prefix_ki
     else:
         real_write = artifact_module.write_json_atomic
 
-        def write(fs, path, value):
+        def write(fs, path, value, durable=True):
             if path.endswith("/" + step):
                 fail_here(step)
-            real_write(fs, path, value)
+            real_write(fs, path, value, durable)
 
         monkeypatch.setattr(artifact_module, "write_json_atomic", write)
     with pytest.raises(OSError, match=f"injected failure at {step}"):
@@ -222,3 +223,24 @@ def test_process_dying_at_the_data_rename_leaves_no_success(tmp_path):
     assert store.status("c/die", None, version) == "RUNNING"
     assert store.load("c/die", None, version) is None
     assert not list(prefix.rglob("manifest.json"))
+
+
+def test_a_commit_fsyncs_what_success_vouches_for_and_not_the_advisory_records(tmp_path, monkeypatch):
+    """manifest, provenance, SUCCESS and the pointer survive a machine crash; RUNNING and the
+    lease record are advisory (a lost one just means "not complete"), so they skip the fsync."""
+    from marin_assets.store import fsutil
+
+    synced = []
+    real_fsync = fsutil.os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1].split(".tmp-")[0])
+        real_fsync(fd)
+
+    monkeypatch.setattr(fsutil.os, "fsync", fsync)
+    store = ArtifactStore(str(tmp_path))
+    version = compute_version("c/durable", "1", {})
+    ref = store.materialize("c/durable", None, version, _writer("x"), {}).ref
+    store.write_pointer(ref)
+    assert synced == ["manifest.json", "provenance.json", "STATUS.json", "LATEST.json"]
+    assert store.status("c/durable", None, version) == SUCCESS

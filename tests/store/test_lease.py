@@ -78,11 +78,11 @@ def test_a_failed_heartbeat_write_is_logged_and_retried(monkeypatch, caplog):
     real_write = lease_module.write_json_atomic
     failures = {"left": 2}
 
-    def flaky(fs, path, value):
+    def flaky(fs, path, value, durable=True):
         if failures["left"]:
             failures["left"] -= 1
             raise OSError("503 Service Unavailable")
-        real_write(fs, path, value)
+        real_write(fs, path, value, durable)
 
     monkeypatch.setattr(lease_module, "write_json_atomic", flaky)
     holder.clock.advance(10)
@@ -102,7 +102,7 @@ def test_a_holder_that_cannot_renew_before_staleness_stops_and_says_so(monkeypat
     holder, _ = _pair(_dir("cannot"))
     assert holder.acquire()
 
-    def down(fs, path, value):
+    def down(fs, path, value, durable=True):
         raise OSError("bucket unreachable")
 
     monkeypatch.setattr(lease_module, "write_json_atomic", down)
@@ -125,11 +125,11 @@ def test_heartbeat_thread_survives_failed_writes(monkeypatch):
     real_write = lease_module.write_json_atomic
     failures = {"left": 3}
 
-    def flaky(fs_, path, value):
+    def flaky(fs_, path, value, durable=True):
         if failures["left"]:
             failures["left"] -= 1
             raise OSError("transient")
-        real_write(fs_, path, value)
+        real_write(fs_, path, value, durable)
 
     monkeypatch.setattr(lease_module, "write_json_atomic", flaky)
     assert lease.acquire()
