@@ -36,7 +36,6 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
-    local_path,
     read_row_group,
     read_table,
     reset_dir,
@@ -389,13 +388,14 @@ def _write_attributes(ids, source_ids, is_dup, spans: list[tuple[int, int, int]]
     return {"docs": len(is_dup), "duplicates": int(is_dup.sum()), "duplicate_paragraph_chars": dup_chars}
 
 
-# Up to this many documents (all shards together) the in-process run shuffles in memory:
-# about 100 bytes a document (id, source, source_id, row, key), ~0.5 GB here.
-IN_MEMORY_DOCS = 5_000_000
+# Up to this many map rows (documents, plus paragraphs in paragraph mode; all shards
+# together) the in-process run shuffles in memory: ~100-150 bytes a row (ids, source,
+# source_id, row, key, span), under 1 GB.
+IN_MEMORY_ROWS = 5_000_000
 
 
 def exact_dedup(
-    datasets: Mapping[str, Sequence[str]] | Sequence[str], out_dir: str, config: ExactDedupConfig, in_memory_docs: int = IN_MEMORY_DOCS
+    datasets: Mapping[str, Sequence[str]] | Sequence[str], out_dir: str, config: ExactDedupConfig, in_memory_rows: int = IN_MEMORY_ROWS
 ) -> dict:
     """Run map, reduce and collect over all shards of all datasets (global dedup).
 
@@ -403,20 +403,19 @@ def exact_dedup(
     out_dir/<name>/<shard basename>. A plain list of paths is one unnamed dataset whose
     attributes land directly in out_dir.
 
-    Up to `in_memory_docs` documents the shuffle stays in memory (one global sort; the
+    Up to `in_memory_rows` map rows the shuffle stays in memory (one global sort; the
     buckets only bound what one reduce holds, and every copy of an id shares a bucket, so
-    the marks are the same); beyond, map and reduce go through out_dir/_map and
-    out_dir/_reduce as the sharded graph does. Attribute files and counts are the same.
+    the marks are the same); a corpus found larger while mapping is mapped again through
+    out_dir/_map and out_dir/_reduce, as the sharded graph does. Attribute files and counts
+    are the same either way.
     """
     if not isinstance(datasets, Mapping):
         datasets = {"": list(datasets)}
     # The reduce reads whole bucket directories: map files of an earlier run would join it.
     reset_dir(out_dir)
     shards = [(name, path) for name, paths in datasets.items() for path in paths]
-    if _total_rows(path for _, path in shards) <= in_memory_docs:
-        docs, reduce_counts, collected = _dedup_in_memory(shards, out_dir, config)
-    else:
-        docs, reduce_counts, collected = _dedup_through_files(shards, out_dir, config)
+    result = _dedup_in_memory(shards, out_dir, config, in_memory_rows)
+    docs, reduce_counts, collected = result if result is not None else _dedup_through_files(shards, out_dir, config)
     per_dataset = {name: {"docs": 0, "duplicates": 0} for name in datasets}
     for (name, _), c in zip(shards, collected):
         per_dataset[name]["docs"] += c["docs"]
@@ -433,22 +432,6 @@ def exact_dedup(
     return counts
 
 
-def _total_rows(paths) -> int:
-    """Rows of every Parquet file in `paths`, from their footers."""
-    import fsspec
-    import pyarrow.parquet as pq
-
-    total = 0
-    for path in paths:
-        native = local_path(path)
-        if native is not None:
-            total += pq.ParquetFile(native).metadata.num_rows
-        else:
-            with fsspec.open(path, "rb") as f:
-                total += pq.ParquetFile(f).metadata.num_rows
-    return total
-
-
 def _dedup_through_files(shards: list[tuple[str, str]], out_dir: str, config: ExactDedupConfig):
     """(docs, reduce counts, per-shard collect counts) of map -> file shuffle -> reduce -> collect."""
     docs = sum(exact_dedup_map(name, path, out_dir, config)["docs"] for name, path in shards)
@@ -457,8 +440,9 @@ def _dedup_through_files(shards: list[tuple[str, str]], out_dir: str, config: Ex
     return docs, totals, [exact_dedup_collect(name, path, out_dir, config) for name, path in shards]
 
 
-def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactDedupConfig):
-    """_dedup_through_files with the map output kept in memory and reduced in one sort.
+def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactDedupConfig, max_rows: int):
+    """_dedup_through_files with the map output kept in memory and reduced in one sort;
+    None (nothing written) as soon as the map rows exceed `max_rows`.
 
     Each shard's key enters the sort as its rank among all keys (the same order as the key
     strings, without a string per row); each shard file is read once.
@@ -472,7 +456,7 @@ def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactD
         twice = sorted(k for k in set(keys) if keys.count(k) > 1)
         raise ValueError(f"exact dedup: shards share the key {twice[0]!r} (same dataset, same file name)")
     rank = {k: i for i, k in enumerate(sorted(keys))}
-    doc_parts, para_parts, columns = [], [], []
+    doc_parts, para_parts, columns, rows = [], [], [], 0
     for (name, path), key in zip(shards, keys):
         table = read_table(path, columns=_map_columns(config))
         base, ptable = _map_rows(table, config)
@@ -480,6 +464,9 @@ def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactD
         if ptable is not None:
             para_parts.append(ptable.append_column("key", int64_array(np.full(ptable.num_rows, rank[key]))))
         columns.append((table.column("id"), table.column("source_id")))
+        rows += base.num_rows + (ptable.num_rows if ptable is not None else 0)
+        if rows > max_rows:
+            return None
     is_dup = np.zeros(0, dtype=bool)
     if doc_parts:
         order, first = _sorted_firsts(pa.concat_tables(doc_parts), DOC_ORDER)

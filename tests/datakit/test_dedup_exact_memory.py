@@ -62,7 +62,7 @@ def test_in_memory_shuffle_writes_what_the_file_shuffle_writes(tmp_path_factory,
     paths = _write_corpus(root / "in", datasets)
     config = ExactDedupConfig(num_buckets=num_buckets, paragraphs=paragraphs, min_paragraph_chars=5)
     in_memory = exact_dedup(paths, str(root / "memory"), config)
-    through_files = exact_dedup(paths, str(root / "files"), config, in_memory_docs=0)
+    through_files = exact_dedup(paths, str(root / "files"), config, in_memory_rows=0)
     assert in_memory == through_files
     has_rows = any(rows for shards in datasets.values() for rows in shards)
     assert (root / "files" / "_map").is_dir() == has_rows and not (root / "memory" / "_map").exists()
@@ -86,3 +86,18 @@ def test_two_shards_with_one_key_are_refused_in_memory(tmp_path):
     copy.write_bytes(open(paths[0], "rb").read())
     with pytest.raises(ValueError, match=r"shards share the key 'a--part-00000-of-00001.parquet'"):
         exact_dedup({"a": [paths[0], str(copy)]}, str(tmp_path / "dedup"), ExactDedupConfig())
+
+
+@pytest.mark.parametrize("paragraphs", [False, True])
+def test_the_shuffle_leaves_memory_past_in_memory_rows(tmp_path, paragraphs):
+    rows = [("alpha beta gamma", "s", "1"), ("kappa\n\nlambda mu nu xi omicron pi rho sigma", "s", "2")]
+    paths = _write_corpus(tmp_path / "in", {"a": [rows, rows[:1]]})
+    config = ExactDedupConfig(paragraphs=paragraphs, min_paragraph_chars=5)
+    map_rows = 3 + (4 if paragraphs else 0)  # 3 documents; paragraphs: "alpha.." twice, "kappa", "lambda.."
+    results = {}
+    for limit in (map_rows, map_rows - 1):
+        results[limit] = exact_dedup(paths, str(tmp_path / str(limit)), config, in_memory_rows=limit)
+        assert (tmp_path / str(limit) / "_map").exists() == (limit < map_rows)
+    assert results[map_rows] == results[map_rows - 1] and results[map_rows]["duplicates"] == 1
+    assert results[map_rows]["duplicate_paragraphs"] == (1 if paragraphs else 0)
+    assert _files(tmp_path / str(map_rows)) == _files(tmp_path / str(map_rows - 1))
