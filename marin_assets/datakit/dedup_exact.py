@@ -146,40 +146,51 @@ def exact_map(shard_key: str, shard_path: str, map_root: str, config: ExactDedup
     `map_root` may be this shard's own artifact directory or one shared by all shards: the
     reduce reads the row group of its bucket from every map file under the roots it gets.
     """
+    key = check_shard_key(shard_key)
+    table = read_table(shard_path, columns=_map_columns(config))
+    base, ptable = _map_rows(table, config)
+    if base.num_rows:
+        buckets = buckets_of(base.column("id").combine_chunks(), config.num_buckets)
+        write_row_groups(_split_by_bucket(base, buckets), join(map_root, "docs", f"{key}.parquet"))
+    paragraphs = ptable.num_rows if ptable is not None else 0
+    if paragraphs:
+        pbuckets = buckets_of(ptable.column("phash").combine_chunks(), config.num_buckets)
+        write_row_groups(_split_by_bucket(ptable, pbuckets), join(map_root, "paragraphs", f"{key}.parquet"))
+    return {"docs": table.num_rows, "paragraphs": paragraphs}
+
+
+def _map_columns(config: ExactDedupConfig) -> list[str]:
+    return ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
+
+
+def _map_rows(table, config: ExactDedupConfig):
+    """(docs, paragraphs) of one shard's `table` (columns _map_columns): docs holds id, source,
+    source_id, row; paragraphs (None without config.paragraphs) phash, id, source, source_id,
+    row, start, end of every paragraph of at least min_paragraph_chars characters."""
     import numpy as np
     import pyarrow as pa
 
-    key = check_shard_key(shard_key)
-    columns = ["id", "source", "source_id"] + (["text"] if config.paragraphs else [])
-    table = read_table(shard_path, columns=columns)
-    buckets = buckets_of(table.column("id").combine_chunks(), config.num_buckets)
     base = pa.Table.from_arrays(
         [table.column("id"), table.column("source"), table.column("source_id"), int64_array(np.arange(table.num_rows))],
         names=["id", "source", "source_id", "row"],
     )
-    if table.num_rows:
-        write_row_groups(_split_by_bucket(base, buckets), join(map_root, "docs", f"{key}.parquet"))
-    paragraphs = 0
-    if config.paragraphs:
-        import xxhash
+    if not config.paragraphs:
+        return base, None
+    import xxhash
 
-        ids = table.column("id").to_pylist()
-        rows = {"phash": [], "id": [], "source": [], "source_id": [], "row": [], "start": [], "end": []}
-        sources, source_ids = table.column("source").to_pylist(), table.column("source_id").to_pylist()
-        for row, text in enumerate(table.column("text").to_pylist()):
-            for start, end, para in paragraph_spans(text, config.min_paragraph_chars):
-                rows["phash"].append(xxhash.xxh3_128_hexdigest(para.encode("utf-8")))
-                for name, value in (("id", ids[row]), ("source", sources[row]), ("source_id", source_ids[row]),
-                                    ("row", row), ("start", start), ("end", end)):  # fmt: skip
-                    rows[name].append(value)
-        paragraphs = len(rows["phash"])
-        if paragraphs:
-            ptable = pa.table(rows, schema=pa.schema([("phash", pa.string()), ("id", pa.string()), ("source", pa.string()),
-                                                      ("source_id", pa.string()), ("row", pa.int64()), ("start", pa.int64()),
-                                                      ("end", pa.int64())]))  # fmt: skip
-            pbuckets = buckets_of(ptable.column("phash").combine_chunks(), config.num_buckets)
-            write_row_groups(_split_by_bucket(ptable, pbuckets), join(map_root, "paragraphs", f"{key}.parquet"))
-    return {"docs": table.num_rows, "paragraphs": paragraphs}
+    ids = table.column("id").to_pylist()
+    rows = {"phash": [], "id": [], "source": [], "source_id": [], "row": [], "start": [], "end": []}
+    sources, source_ids = table.column("source").to_pylist(), table.column("source_id").to_pylist()
+    for row, text in enumerate(table.column("text").to_pylist()):
+        for start, end, para in paragraph_spans(text, config.min_paragraph_chars):
+            rows["phash"].append(xxhash.xxh3_128_hexdigest(para.encode("utf-8")))
+            for name, value in (("id", ids[row]), ("source", sources[row]), ("source_id", source_ids[row]),
+                                ("row", row), ("start", start), ("end", end)):  # fmt: skip
+                rows[name].append(value)
+    ptable = pa.table(rows, schema=pa.schema([("phash", pa.string()), ("id", pa.string()), ("source", pa.string()),
+                                              ("source_id", pa.string()), ("row", pa.int64()), ("start", pa.int64()),
+                                              ("end", pa.int64())]))  # fmt: skip
+    return base, ptable
 
 
 def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
@@ -214,9 +225,37 @@ def _gather(roots: Sequence[str], kind: str, part: str, with_key: bool = False):
     return pa.concat_tables(tables) if tables else None
 
 
-def _first_flags(sorted_keys: list) -> list[bool]:
-    """True where a row starts a new group of equal keys (the canonical copy)."""
-    return [i == 0 or k != sorted_keys[i - 1] for i, k in enumerate(sorted_keys)]
+DOC_ORDER = ("id", "source", "source_id", "key", "row")  # the first row of an id is its canonical copy
+PARAGRAPH_ORDER = ("phash", "id", "source", "source_id", "key", "row", "start")
+
+
+def _first_flags(sorted_values):
+    """True where a row starts a new group of equal values (the canonical copy), as a numpy
+    bool array: one vectorised comparison of each value with the one before it (a null equals
+    a null and nothing else)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = sorted_values.combine_chunks() if isinstance(sorted_values, pa.ChunkedArray) else sorted_values
+    n = len(values)
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        later, earlier = values.slice(1), values.slice(0, n - 1)
+        same = pc.equal(later, earlier)
+        if values.null_count:
+            same = pc.if_else(pc.is_null(same), pc.and_(pc.is_null(later), pc.is_null(earlier)), same)
+        first[1:] = ~same.to_numpy(zero_copy_only=False)
+    return first
+
+
+def _sorted_firsts(table, order_columns):
+    """(order, first): the indices sorting `table` by order_columns, and in that order True
+    where a row is the first of its order_columns[0] value."""
+    import pyarrow.compute as pc
+
+    order = pc.sort_indices(table, [(c, "ascending") for c in order_columns])
+    return order, _first_flags(table.column(order_columns[0]).take(order))
 
 
 def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig) -> dict:
@@ -236,19 +275,18 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
     name = _bucket_name(check_int("bucket", bucket, 0, config.num_buckets - 1))
     table = _gather(map_roots, "docs", name, with_key=True)
     if table is not None:
-        order = pc.sort_indices(table, [(c, "ascending") for c in ("id", "source", "source_id", "key", "row")])
+        order, keep = _sorted_firsts(table, DOC_ORDER)
         table = table.take(order)
-        keep = np.array(_first_flags(table.column("id").to_pylist()), dtype=bool)
         # Each row's canonical copy is the last group start at or before it.
-        canon = np.maximum.accumulate(np.where(keep, np.arange(len(keep)), 0))
+        canon = int64_array(np.maximum.accumulate(np.where(keep, np.arange(len(keep)), 0)))
         marks = pa.table(
             {
                 "key": table.column("key"),
                 "row": table.column("row"),
                 "is_duplicate": pa.array(~keep),
                 "id": table.column("id"),
-                "kept_key": table.column("key").take(pa.array(canon)),
-                "kept_row": table.column("row").take(pa.array(canon)),
+                "kept_key": table.column("key").take(canon),
+                "kept_row": table.column("row").take(canon),
             }
         )
         _write_by_key(marks, join(reduce_root, "docs", f"{name}.parquet"))
@@ -256,10 +294,8 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
         counts["duplicates"] = int((~keep).sum())
     ptable = _gather(map_roots, "paragraphs", name, with_key=True) if config.paragraphs else None
     if ptable is not None:
-        cols = ("phash", "id", "source", "source_id", "key", "row", "start")
-        ptable = ptable.take(pc.sort_indices(ptable, [(c, "ascending") for c in cols]))
-        first = pa.array(_first_flags(ptable.column("phash").to_pylist()))
-        dup = ptable.filter(pc.invert(first)).select(["key", "row", "start", "end"])
+        order, first = _sorted_firsts(ptable, PARAGRAPH_ORDER)
+        dup = ptable.take(order).filter(pc.invert(pa.array(first))).select(["key", "row", "start", "end"])
         if dup.num_rows:
             _write_by_key(dup, join(reduce_root, "paragraphs", f"{name}.parquet"))
         counts["paragraphs"] = ptable.num_rows
@@ -274,14 +310,15 @@ def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> d
 
 def _write_by_key(table, path: str) -> None:
     """`table` sorted by (key, row), one row group per shard key, without the key column."""
+    import numpy as np
     import pyarrow.compute as pc
 
     table = table.take(pc.sort_indices(table, [("key", "ascending"), ("row", "ascending")]))
-    keys = table.column("key").to_pylist()
-    starts = [i for i, _ in enumerate(keys) if i == 0 or keys[i] != keys[i - 1]]
-    bounds = list(zip(starts, starts[1:] + [len(keys)]))
+    starts = np.flatnonzero(_first_flags(table.column("key")))
+    names = table.column("key").take(int64_array(starts)).to_pylist()
+    ends = list(starts[1:]) + [table.num_rows]
     body = table.drop_columns(["key"])
-    write_row_groups([(keys[lo], body.slice(lo, hi - lo)) for lo, hi in bounds], path)
+    write_row_groups([(k, body.slice(int(lo), int(hi) - int(lo))) for k, lo, hi in zip(names, starts, ends)], path)
 
 
 def exact_removals(shard_key: str, reduce_roots: Sequence[str], out_path: str) -> dict:
@@ -304,9 +341,9 @@ def exact_removals(shard_key: str, reduce_roots: Sequence[str], out_path: str) -
 
 
 def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: ExactDedupConfig) -> dict:
-    """Write the co-partitioned attribute file for one input shard; return its counts."""
+    """Write the co-partitioned attribute file for one input shard from the reduce files of
+    the in-process run (out_dir/_reduce); return its counts."""
     import numpy as np
-    import pyarrow as pa
 
     key = _key(dataset, shard_path)
     shard = read_table(shard_path, columns=["id", "source_id"])
@@ -320,54 +357,136 @@ def exact_dedup_collect(dataset: str, shard_path: str, out_dir: str, config: Exa
         seen[rows] = True
     if not seen.all():
         raise RuntimeError(f"exact dedup: {int((~seen).sum())} rows of {shard_path} missing from reduce output")
-    columns = {"id": shard.column("id"), "source_id": shard.column("source_id"), "is_duplicate": pa.array(is_dup)}
-    dup_chars = 0
+    spans = None
     if config.paragraphs:
-        spans: list[list[dict]] = [[] for _ in range(n)]
         pmarks = _gather([join(out_dir, "_reduce")], "paragraphs", key)
-        if pmarks is not None:
-            for row, start, end in zip(*(pmarks.column(c).to_pylist() for c in ("row", "start", "end"))):
-                spans[row].append({"start": start, "end": end})
-                dup_chars += end - start
-        for s in spans:
+        spans = list(zip(*(pmarks.column(c).to_pylist() for c in ("row", "start", "end")))) if pmarks is not None else []
+    return _write_attributes(shard.column("id"), shard.column("source_id"), is_dup, spans, _attribute_path(dataset, shard_path, out_dir))
+
+
+def _attribute_path(dataset: str, shard_path: str, out_dir: str) -> str:
+    return join(out_dir, dataset, basename(shard_path)) if dataset else join(out_dir, basename(shard_path))
+
+
+def _write_attributes(ids, source_ids, is_dup, spans: list[tuple[int, int, int]] | None, out_path: str) -> dict:
+    """The attribute file of one shard: id, source_id, is_duplicate and, when `spans` (the
+    shard's duplicate paragraphs as (row, start, end)) is given, duplicate_spans per row."""
+    import pyarrow as pa
+
+    columns = {"id": ids, "source_id": source_ids, "is_duplicate": pa.array(is_dup)}
+    dup_chars = 0
+    if spans is not None:
+        per_row: list[list[dict]] = [[] for _ in range(len(is_dup))]
+        for row, start, end in spans:
+            per_row[row].append({"start": start, "end": end})
+            dup_chars += end - start
+        for s in per_row:
             s.sort(key=lambda d: d["start"])
         span_type = pa.list_(pa.struct([("start", pa.int64()), ("end", pa.int64())]))
-        columns["duplicate_spans"] = pa.array(spans, span_type)
-    out_path = join(out_dir, dataset, basename(shard_path)) if dataset else join(out_dir, basename(shard_path))
+        columns["duplicate_spans"] = pa.array(per_row, span_type)
     write_table(pa.table(columns), out_path)
-    return {"docs": n, "duplicates": int(is_dup.sum()), "duplicate_paragraph_chars": dup_chars}
+    return {"docs": len(is_dup), "duplicates": int(is_dup.sum()), "duplicate_paragraph_chars": dup_chars}
 
 
-def exact_dedup(datasets: Mapping[str, Sequence[str]] | Sequence[str], out_dir: str, config: ExactDedupConfig) -> dict:
+# Up to this many map rows (documents, plus paragraphs in paragraph mode; all shards
+# together) the in-process run shuffles in memory: ~100-150 bytes a row (ids, source,
+# source_id, row, key, span), under 1 GB.
+IN_MEMORY_ROWS = 5_000_000
+
+
+def exact_dedup(
+    datasets: Mapping[str, Sequence[str]] | Sequence[str], out_dir: str, config: ExactDedupConfig, in_memory_rows: int = IN_MEMORY_ROWS
+) -> dict:
     """Run map, reduce and collect over all shards of all datasets (global dedup).
 
     `datasets` maps a dataset name to its normalized shard paths; attribute files land in
     out_dir/<name>/<shard basename>. A plain list of paths is one unnamed dataset whose
     attributes land directly in out_dir.
+
+    Up to `in_memory_rows` map rows the shuffle stays in memory (one global sort; the
+    buckets only bound what one reduce holds, and every copy of an id shares a bucket, so
+    the marks are the same); a corpus found larger while mapping is mapped again through
+    out_dir/_map and out_dir/_reduce, as the sharded graph does. Attribute files and counts
+    are the same either way.
     """
     if not isinstance(datasets, Mapping):
         datasets = {"": list(datasets)}
     # The reduce reads whole bucket directories: map files of an earlier run would join it.
     reset_dir(out_dir)
-    docs = 0
-    for name, paths in datasets.items():
-        for path in paths:
-            docs += exact_dedup_map(name, path, out_dir, config)["docs"]
-    reduce_counts = [exact_dedup_reduce(b, out_dir, config) for b in range(config.num_buckets)]
-    per_dataset = {}
-    for name, paths in datasets.items():
-        collected = [exact_dedup_collect(name, p, out_dir, config) for p in paths]
-        per_dataset[name] = {
-            "docs": sum(c["docs"] for c in collected),
-            "duplicates": sum(c["duplicates"] for c in collected),
-        }
+    shards = [(name, path) for name, paths in datasets.items() for path in paths]
+    result = _dedup_in_memory(shards, out_dir, config, in_memory_rows)
+    docs, reduce_counts, collected = result if result is not None else _dedup_through_files(shards, out_dir, config)
+    per_dataset = {name: {"docs": 0, "duplicates": 0} for name in datasets}
+    for (name, _), c in zip(shards, collected):
+        per_dataset[name]["docs"] += c["docs"]
+        per_dataset[name]["duplicates"] += c["duplicates"]
     counts = {
         "docs": docs,
-        "duplicates": sum(c["duplicates"] for c in reduce_counts),
-        "unique": docs - sum(c["duplicates"] for c in reduce_counts),
-        "duplicate_paragraphs": sum(c["duplicate_paragraphs"] for c in reduce_counts),
+        "duplicates": reduce_counts["duplicates"],
+        "unique": docs - reduce_counts["duplicates"],
+        "duplicate_paragraphs": reduce_counts["duplicate_paragraphs"],
         "per_dataset": per_dataset,
     }
     assert sum(d["duplicates"] for d in per_dataset.values()) == counts["duplicates"]
     write_json(counts, join(out_dir, "_counts.json"))
     return counts
+
+
+def _dedup_through_files(shards: list[tuple[str, str]], out_dir: str, config: ExactDedupConfig):
+    """(docs, reduce counts, per-shard collect counts) of map -> file shuffle -> reduce -> collect."""
+    docs = sum(exact_dedup_map(name, path, out_dir, config)["docs"] for name, path in shards)
+    reduces = [exact_dedup_reduce(b, out_dir, config) for b in range(config.num_buckets)]
+    totals = {k: sum(c[k] for c in reduces) for k in ("duplicates", "duplicate_paragraphs")}
+    return docs, totals, [exact_dedup_collect(name, path, out_dir, config) for name, path in shards]
+
+
+def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactDedupConfig, max_rows: int):
+    """_dedup_through_files with the map output kept in memory and reduced in one sort;
+    None (nothing written) as soon as the map rows exceed `max_rows`.
+
+    Each shard's key enters the sort as its rank among all keys (the same order as the key
+    strings, without a string per row); each shard file is read once.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = [_key(name, path) for name, path in shards]
+    if len(set(keys)) != len(keys):
+        twice = sorted(k for k in set(keys) if keys.count(k) > 1)
+        raise ValueError(f"exact dedup: shards share the key {twice[0]!r} (same dataset, same file name)")
+    rank = {k: i for i, k in enumerate(sorted(keys))}
+    doc_parts, para_parts, columns, rows = [], [], [], 0
+    for (name, path), key in zip(shards, keys):
+        table = read_table(path, columns=_map_columns(config))
+        base, ptable = _map_rows(table, config)
+        doc_parts.append(base.append_column("key", int64_array(np.full(base.num_rows, rank[key]))))
+        if ptable is not None:
+            para_parts.append(ptable.append_column("key", int64_array(np.full(ptable.num_rows, rank[key]))))
+        columns.append((table.column("id"), table.column("source_id")))
+        rows += base.num_rows + (ptable.num_rows if ptable is not None else 0)
+        if rows > max_rows:
+            return None
+    is_dup = np.zeros(0, dtype=bool)
+    if doc_parts:
+        order, first = _sorted_firsts(pa.concat_tables(doc_parts), DOC_ORDER)
+        is_dup = np.zeros(len(first), dtype=bool)
+        is_dup[order.to_numpy()] = ~first
+    spans: list[list[tuple[int, int, int]]] = [[] for _ in shards]
+    dup_paragraphs = 0
+    if para_parts:
+        ptable = pa.concat_tables(para_parts)
+        order, first = _sorted_firsts(ptable, PARAGRAPH_ORDER)
+        dup = ptable.take(order).filter(pc.invert(pa.array(first)))
+        shard_of_rank = {rank[k]: i for i, k in enumerate(keys)}
+        for r, row, start, end in zip(*(dup.column(c).to_pylist() for c in ("key", "row", "start", "end"))):
+            spans[shard_of_rank[r]].append((row, start, end))
+        dup_paragraphs = dup.num_rows
+    collected, offset = [], 0
+    for (name, path), (ids, source_ids), shard_spans in zip(shards, columns, spans):
+        n = len(ids)
+        out_path = _attribute_path(name, path, out_dir)
+        collected.append(_write_attributes(ids, source_ids, is_dup[offset : offset + n], shard_spans if config.paragraphs else None, out_path))
+        offset += n
+    totals = {"duplicates": int(is_dup.sum()), "duplicate_paragraphs": dup_paragraphs}
+    return len(is_dup), totals, collected

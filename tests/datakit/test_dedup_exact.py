@@ -68,13 +68,15 @@ def test_config_validation():
         ExactDedupConfig(num_buckets=0)
 
 
-def test_rerun_into_the_same_dir_ignores_the_earlier_runs_map_files(tmp_path, prose):
+@pytest.mark.parametrize("in_memory_rows, leftovers", [(10_000, []), (0, ["_map", "_reduce"])])
+def test_rerun_into_the_same_dir_ignores_the_earlier_runs_map_files(tmp_path, prose, in_memory_rows, leftovers):
     # Run 1's map files sit in the bucket directories the reduce reads whole; before the
     # reset they made run 2's documents "duplicates" of documents run 2 never saw.
     first = {"a": _dataset(tmp_path, "a", [{"text": prose(i)} for i in range(8)])}
-    exact_dedup(first, str(tmp_path / "dedup"), ExactDedupConfig(num_buckets=2))
+    exact_dedup(first, str(tmp_path / "dedup"), ExactDedupConfig(num_buckets=2), in_memory_rows=0)
     second = {"b": _dataset(tmp_path, "b", [{"text": prose(i)} for i in range(4, 12)])}
-    reused = exact_dedup(second, str(tmp_path / "dedup"), ExactDedupConfig(num_buckets=2))
-    fresh = exact_dedup(second, str(tmp_path / "fresh"), ExactDedupConfig(num_buckets=2))
+    reused = exact_dedup(second, str(tmp_path / "dedup"), ExactDedupConfig(num_buckets=2), in_memory_rows=in_memory_rows)
+    fresh = exact_dedup(second, str(tmp_path / "fresh"), ExactDedupConfig(num_buckets=2), in_memory_rows=in_memory_rows)
     assert reused == fresh and reused["duplicates"] == 0 and reused["docs"] == 8
-    assert sorted(p.name for p in (tmp_path / "dedup").iterdir()) == ["_counts.json", "_map", "_reduce", "b"]
+    # the in-memory shuffle leaves no _map/_reduce (run 1's are gone), the file shuffle its own
+    assert sorted(p.name for p in (tmp_path / "dedup").iterdir()) == ["_counts.json", *leftovers, "b"]
