@@ -104,12 +104,18 @@ def watched_source_asset(name: str = "user", watch_env: str = WATCH_ENV) -> dg.A
             raise NotADirectoryError(f"sources/{name}: {directory} (${watch_env} or config directory) is not a directory")
         return os.path.realpath(directory) if directory else None
 
+    def changed(directory: str | None, digest: str, expected: str | None, whose: str) -> ValueError:
+        return ValueError(f"sources/{name}: the files of {directory} changed: their digest is {digest}, {whose} "
+                          f"{expected}; the next sensor tick requests the new content")
+
     def _version(config: WatchedSourceConfig, partition: str | None, inputs: Mapping) -> dict[str, str]:
         directory = directory_of(config)
-        usable = scan(directory)[0] if directory else {}
+        digest = directory_digest(scan(directory)[0] if directory else {})
+        if config.expected and config.expected != digest:  # checked here: a cache hit runs no body
+            raise changed(directory, digest, config.expected, "the sensor saw")
         if directory:
-            planned[directory] = directory_digest(usable)
-        return {"files": directory_digest(usable)}
+            planned[directory] = digest
+        return {"files": digest}
 
     @versioned_asset(key=f"sources/{name}", code_version="1", config_cls=WatchedSourceConfig, group_name=GROUP,
                      version_inputs=_version)
@@ -120,10 +126,8 @@ def watched_source_asset(name: str = "user", watch_env: str = WATCH_ENV) -> dg.A
             return {"files": 0, "skipped": 0, "files_digest": directory_digest({})}
         usable, skipped = scan(directory)
         digest = directory_digest(usable)
-        for expected, whose in ((config.expected or digest, "the sensor saw"), (planned.get(directory), "this run planned")):
-            if expected != digest:
-                raise ValueError(f"sources/{name}: the files of {directory} changed: their digest is {digest}, {whose} "
-                                 f"{expected}; the next sensor tick requests the new content")
+        if planned.get(directory) != digest:
+            raise changed(directory, digest, planned.get(directory), "this run planned")
         for file, sha in usable.items():
             dest = join(ctx.out_dir, file)
             copy_file(real_path_inside(directory, file), dest)
