@@ -22,7 +22,7 @@ from marin_assets.store.fsutil import sha256_file
 from sensors.new_files import WATCH_ENV, directory_digest
 from sensors.user_shards import DIGEST_TAG, user_shards_sensor
 from shard_corpus import base_records, prose
-from test_shard_assets import eval_ngrams, quality_model, raw_blobs, tokenizer
+from test_shard_assets import eval_ngrams, quality_model, raw_blobs, raw_source, tokenizer
 
 SOURCE, INDEX = dg.AssetKey(["sources", "user"]), dg.AssetKey(["shards", "index"])
 
@@ -211,3 +211,17 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
     assert _computed(second, "shards/fuzzy_removals") == {""}
     final = graph.store.read_pointer("shards/final", "user-00001").counts
     assert (final["docs_in"], final["docs_out"]) == (2, 2)
+
+
+def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypatch):
+    """What `make demo` runs with $MARIN_USER_DATA_DIR unset: sources/user is empty, and the
+    index over it and another source holds that source's shards only."""
+    monkeypatch.delenv(WATCH_ENV, raising=False)
+    source = watched_source_asset("user")
+    index = make_shard_assets({"tiny": "sources/tiny", "user": "sources/user"})[0]
+    graph = Graph(tmp_path)
+    result = dg.materialize([raw_source({"raw.jsonl": base_records()}), source, index], instance=graph.instance,
+                            resources=graph.resources)
+    assert result.success
+    counts = graph.store.read_pointer("shards/index", None).counts
+    assert counts["per_source"] == {"tiny": 1, "user": 0} and graph.shards() == ["tiny-00000"]
