@@ -20,7 +20,7 @@ from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.waves import materialize_waves
 from marin_assets.store.fsutil import sha256_file
 from sensors.new_files import WATCH_ENV, directory_digest
-from sensors.user_shards import DIGEST_TAG, user_shards_sensor
+from sensors.user_shards import DIGEST_TAG, REQUEST_TAG, user_shards_sensor
 from shard_corpus import base_records, prose
 from test_shard_assets import eval_ngrams, quality_model, raw_blobs, raw_source, tokenizer
 
@@ -76,14 +76,14 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     (request,) = first.run_requests
     assert request.run_key == f"user-files-1@{digest[:16]}"
     assert set(request.asset_selection) == {SOURCE, INDEX}
-    assert request.tags[DIGEST_TAG] == digest
+    assert (request.tags[DIGEST_TAG], request.tags[REQUEST_TAG], request.tags["dagster/sensor_name"]) == (digest, request.run_key, "new_user_shards")
     assert request.run_config == {"ops": {graph.source.op.name: {"config": {"directory": str(watched), "expected": digest}}}}
     assert json.loads(first.cursor)["files"] == files
     # A replayed tick (same cursor) asks for the same run_key, which Dagster runs once ...
     assert [r.run_key for r in graph.tick(None).run_requests] == [request.run_key]
     # ... and the next tick waits for that run instead of backfilling an index about to change.
     waiting = graph.tick(first.cursor)
-    assert waiting.run_requests == [] and "waiting for the shards/index run" in waiting.skip_message
+    assert waiting.run_requests == [] and waiting.skip_message == f"waiting for sources/user + shards/index of {request.run_key}"
 
     assert graph.shards() == []
     assert graph.run(request).success
@@ -97,7 +97,7 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     assert partitions["shards/normalized"] == partitions["shards/tokenized"] == {"user-00000"}
     assert len(partitions["shards/exact_reduce"]) == EXACT_BUCKETS and len(partitions["shards/fuzzy_candidates"]) == FUZZY_BANDS
     assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"])}
-    assert backfill.tags[DIGEST_TAG] == digest
+    assert backfill.tags[DIGEST_TAG] == digest and backfill.tags[REQUEST_TAG] == request.run_key
 
     third = graph.tick(second.cursor)  # replayed after the backfill: nothing twice
     assert third.run_requests == [] and "no new files" in third.skip_message
