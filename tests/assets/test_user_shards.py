@@ -98,6 +98,14 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     assert len(partitions["shards/exact_reduce"]) == EXACT_BUCKETS and len(partitions["shards/fuzzy_candidates"]) == FUZZY_BANDS
     assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"])}
     assert backfill.tags[DIGEST_TAG] == digest and backfill.tags[REQUEST_TAG] == request.run_key
+    # What the sensor daemon does with it (dagster/_daemon/sensor.py): one stored asset backfill.
+    from dagster._core.execution.backfill import PartitionBackfill
+
+    graph.instance.add_backfill(PartitionBackfill.from_asset_graph_subset(
+        backfill_id="b1", backfill_timestamp=0.0, tags=backfill.tags, dynamic_partitions_store=graph.instance,
+        asset_graph_subset=subset, title=None, description=None, run_config=None))
+    (stored,) = graph.instance.get_backfills()
+    assert stored.asset_backfill_data.target_subset == subset and set(stored.asset_selection) == subset.asset_keys
 
     third = graph.tick(second.cursor)  # replayed after the backfill: nothing twice
     assert third.run_requests == [] and "no new files" in third.skip_message
