@@ -8,6 +8,9 @@ of the graph built from the run's flags, under their real keys:
 - tokenizer: the user's --tokenizer; or a BPE trained on every shards/final partition.
 Each is content-versioned by what it reads (file bytes, not paths or times), so a rerun into
 the same --prefix recomputes only what changed.
+
+Also `watched_source_asset`: sources/user of the code location's sharded graph, the files of
+$MARIN_USER_DATA_DIR, which the new_user_shards sensor (sensors/user_shards.py) feeds.
 """
 
 from __future__ import annotations
