@@ -11,6 +11,7 @@ the one for normalized/user.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -43,6 +44,12 @@ def scan(directory: str) -> tuple[dict[str, str], dict[str, str]]:
         else:
             usable[name] = sha256_file(real)
     return usable, skipped
+
+
+def directory_digest(files: dict[str, str]) -> str:
+    """The content version of a scanned directory: sha256 over its {file name: sha256}
+    (names and bytes; not paths, times or the order of the listing)."""
+    return hashlib.sha256(json.dumps(dict(sorted(files.items())), sort_keys=True).encode()).hexdigest()[:32]
 
 
 def new_files_sensor(asset: dg.AssetsDefinition, *, name: str = "new_user_files", watch_env: str = WATCH_ENV,

@@ -37,6 +37,9 @@ CODE_VERSIONS = {
     "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "1+cfg.03519655",
     "shards/fuzzy_edges": "1+cfg.ca048dc8", "shards/fuzzy_removals": "1+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
     "shards/final": "1+cfg.noconfig", "shards/tokenized": "1+cfg.4fd648cb",
+    # The watched directory's files (assets/shards/user_inputs.py): no versioned config field;
+    # the version follows the files' content (version_inputs).
+    "sources/user": "1+cfg.44136fa3",
 }
 
 
@@ -63,7 +66,7 @@ def test_every_job_resolves_to_existing_assets(graph):
 def test_every_sensor_and_schedule_resolves(graph):
     keys = graph.get_all_asset_keys()
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"new_user_files", "phase_controller", "marin_automation"}
+    assert set(sensors) == {"new_user_files", "new_user_shards", "phase_controller", "marin_automation"}
     for name in sensors:
         sensor = defs.resolve_sensor_def(name)
         if sensor.asset_selection is not None:
@@ -103,6 +106,26 @@ def test_the_new_files_sensor_requests_an_op_of_the_graph(graph, tmp_path, monke
     (request,) = result.run_requests
     (op,) = request.run_config["ops"]
     assert _op_names(graph)[op] == dg.AssetKey(["normalized", "user"])
+
+
+def test_the_new_user_shards_sensor_requests_the_user_source_and_the_index(graph, tmp_path, monkeypatch):
+    from sensors.new_files import WATCH_ENV
+
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    monkeypatch.setenv(WATCH_ENV, str(tmp_path))
+    sensor = defs.resolve_sensor_def("new_user_shards")
+    result = sensor.evaluate_tick(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), definitions=defs))
+    (request,) = result.run_requests
+    assert set(request.asset_selection) == {dg.AssetKey(["sources", "user"]), dg.AssetKey(["shards", "index"])}
+    (op,) = request.run_config["ops"]
+    assert _op_names(graph)[op] == dg.AssetKey(["sources", "user"])
+    # The index reads every source: the demo's and the user's.
+    index_deps = {d.asset_key.to_user_string() for d in graph.get(dg.AssetKey(["shards", "index"])).assets_def.specs_by_key[
+        dg.AssetKey(["shards", "index"])].deps}
+    assert index_deps == {"sources/shakespeare", "sources/sotu", "sources/spam_assassin", "sources/user"}
+    # Its selection (which a backfill it requests must stay inside) is the user source and the sharded graph.
+    assert {k.to_user_string() for k in sensor.asset_selection.resolve(graph)} == {
+        "sources/user", *(k for k in CODE_VERSIONS if k.startswith("shards/"))}
 
 
 def test_asset_code_versions_are_unchanged(graph):

@@ -31,6 +31,8 @@ def make_shard_assets(sources: Mapping[str, str]) -> list[dg.AssetsDefinition]:
     return [make_index(sources), *shard_steps]
 
 
-shard_assets = make_shard_assets({name: f"sources/{name}" for name in SOURCES})
+# The demo's sources and sources/user: the files of $MARIN_USER_DATA_DIR (empty when unset;
+# assets/shards/user_inputs.watched_source_asset), which the new_user_shards sensor feeds.
+shard_assets = make_shard_assets({**{name: f"sources/{name}" for name in SOURCES}, "user": "sources/user"})
 
 __all__ = ["make_shard_assets", "shard_assets", "shard_steps"]

@@ -8,12 +8,16 @@ of the graph built from the run's flags, under their real keys:
 - tokenizer: the user's --tokenizer; or a BPE trained on every shards/final partition.
 Each is content-versioned by what it reads (file bytes, not paths or times), so a rerun into
 the same --prefix recomputes only what changed.
+
+Also `watched_source_asset`: sources/user of the code location's sharded graph, the files of
+$MARIN_USER_DATA_DIR, which the new_user_shards sensor (sensors/user_shards.py) feeds.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
@@ -23,8 +27,10 @@ from marin_assets.datakit.pipeline import RunSpec, dataset_names
 from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, list_input_files
 from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
 from marin_assets.datakit.shards import basename, join
-from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.orchestration import StageConfig, StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
+from marin_assets.store.fsutil import real_path_inside, sha256_file
+from sensors.new_files import WATCH_ENV, directory_digest, scan
 
 SHARDABLE = JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES
 assert set(SHARDABLE) == set(SUPPORTED_SUFFIXES), "the index must shard every format the readers read"
@@ -76,6 +82,65 @@ def source_asset(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
         return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons}
 
     return _source
+
+
+class WatchedSourceConfig(StageConfig):
+    # Not versioned: a machine path. The version is the content of what the scan finds there.
+    directory: str = ""  # "" = the directory named by the watch variable
+    expected: str = ""  # the directory_digest the sensor saw ("" = none): a run that finds other content fails
+
+
+def watched_source_asset(name: str = "user", watch_env: str = WATCH_ENV) -> dg.AssetsDefinition:
+    """sources/<name>: the usable files of the watched directory ($MARIN_USER_DATA_DIR), copied.
+
+    Versioned by directory_digest of what the scan finds when the run plans (the same scan,
+    symlink and extension checks as the new-files sensors), so a run from the sensor and
+    one from `make demo` over the same files share a version. With the variable unset the
+    source is empty (the demo's sources still shard); a file that changes under the run is
+    an error, not an artifact whose version names other bytes.
+    """
+    planned: dict[str, str] = {}  # real directory -> digest the version was planned with
+
+    def directory_of(config: WatchedSourceConfig) -> str | None:
+        directory = config.directory or os.environ.get(watch_env, "")
+        if directory and not os.path.isdir(directory):
+            raise NotADirectoryError(f"sources/{name}: {directory} (${watch_env} or config directory) is not a directory")
+        return os.path.realpath(directory) if directory else None
+
+    def changed(directory: str | None, digest: str, expected: str | None, whose: str) -> ValueError:
+        return ValueError(f"sources/{name}: the files of {directory} changed: their digest is {digest}, {whose} "
+                          f"{expected}; the next sensor tick requests the new content")
+
+    def _version(config: WatchedSourceConfig, partition: str | None, inputs: Mapping) -> dict[str, str]:
+        directory = directory_of(config)
+        digest = directory_digest(scan(directory)[0] if directory else {})
+        if config.expected and config.expected != digest:  # checked here: a cache hit runs no body
+            raise changed(directory, digest, config.expected, "the sensor saw")
+        if directory:
+            planned[directory] = digest
+        return {"files": digest}
+
+    @versioned_asset(key=f"sources/{name}", code_version="1", config_cls=WatchedSourceConfig, group_name=GROUP,
+                     version_inputs=_version)
+    def _watched(ctx: StageContext, config: WatchedSourceConfig):
+        directory = directory_of(config)
+        if directory is None:
+            ctx.log(f"${watch_env} is not set: sources/{name} is empty")
+            return {"files": 0, "skipped": 0, "files_digest": directory_digest({})}
+        usable, skipped = scan(directory)
+        digest = directory_digest(usable)
+        if planned.get(directory) != digest:
+            raise changed(directory, digest, planned.get(directory), "this run planned")
+        for file, sha in usable.items():
+            dest = join(ctx.out_dir, file)
+            copy_file(real_path_inside(directory, file), dest)
+            if sha256_file(dest) != sha:
+                raise ValueError(f"sources/{name}: {file} changed while it was copied (sha256 {sha[:12]} planned)")
+        for file, why in skipped.items():
+            ctx.log(f"not ingesting {file}: {why}")
+        return {"files": len(usable), "skipped": len(skipped), "skip_reasons": skipped, "files_digest": digest}
+
+    return _watched
 
 
 def quality_model_asset(spec: RunSpec) -> dg.AssetsDefinition:
@@ -172,4 +237,4 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
             "loggers": {"console": {"config": {"log_level": level}}}}
 
 
-__all__ = ["files_digest", "run_config", "user_graph"]
+__all__ = ["files_digest", "run_config", "user_graph", "watched_source_asset"]
