@@ -7,8 +7,14 @@ templated text over-merges (one cluster held 44% of a source) because LSH candid
 merged unverified; here every candidate pair is checked with the exact Jaccard similarity of
 the two shingle sets and only pairs at or above ``jaccard_threshold`` become edges.
 
-The survivor of a component is the document with the lowest id, so the choice does not
-depend on shard order. Rows that repeat an id are exact copies and join its component.
+The survivor of a component is its earliest document in corpus order: the lowest position
+in the in-memory path, the lowest (shard key, row) over shards (shard keys are numbered in
+raw-file order, so the two agree when the documents are laid out like the shards). A shard
+appended later therefore never displaces an existing survivor: its near copies of older
+documents are removed from the new shard itself, and an old shard's removals change only
+when a new document bridges two old components. (The rule used to be "lowest id", which let
+a new near copy with a smaller content hash take over and change an old shard's list.)
+Rows that repeat an id are exact copies and join its component.
 
 Over shards the same algorithm runs as partitioned steps (see the layout comment above
 `fuzzy_map`): a map per shard writes band keys, a reduce per (band, key range) pairs the
@@ -122,7 +128,7 @@ def _resolve(
     shingles_for: Callable[[np.ndarray], dict[int, np.ndarray]],
     config: FuzzyDedupConfig,
 ) -> DedupResult:
-    """Candidates -> verified edges -> components -> lowest-id survivor per component.
+    """Candidates -> verified edges -> components -> earliest (lowest position) survivor.
 
     ``shingles_for(positions)`` returns {position: shingle hash set} for the documents that
     appear in candidate pairs (so shard-backed callers can load only those).
@@ -137,11 +143,8 @@ def _resolve(
         dtype=bool,
     )
     edges = pairs[keep] if len(pairs) else pairs
-    # Rank documents by (id, position); the survivor is the lowest rank in its component.
-    order = np.lexsort((np.arange(docs), np.array(ids, dtype=object).astype(str)))
-    rank = np.empty(docs, dtype=np.int64)
-    rank[order] = np.arange(docs)
-    survivor, _ = component_survivors(docs, edges, rank)
+    # The survivor is the component's earliest document (corpus order = position).
+    survivor, _ = component_survivors(docs, edges, np.arange(docs, dtype=np.int64))
     return DedupResult(survivor=survivor, candidate_pairs=len(pairs), verified_pairs=int(keep.sum()))
 
 
@@ -160,7 +163,8 @@ def find_duplicates(
 ) -> dict[str, str]:
     """{id of a duplicate: id of its survivor} for every document that should be dropped.
 
-    Ids are content hashes, so a repeated id is the same text: it maps to nothing here (it
+    The survivor is the earliest member of its component in the order of ``ids``. Ids are
+    content hashes, so a repeated id is the same text: it maps to nothing here (it
     is its own survivor) and exact dedup is where such copies are counted.
     """
     result = dedup_texts(ids, texts, config)
@@ -178,13 +182,17 @@ def find_duplicates(
 #   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
 #                                              groups of MAP_ROW_GROUP rows (range reads)
 #   cand_root/<owner>/band-BBB-range-RRRRR.parquet   row_a, shard_b, row_b: candidate pairs
-#                                              whose lower node (shard, row) is in <owner>
+#                                              whose higher (later) node (shard, row) is in
+#                                              <owner>, row_a its row there; shard_b/row_b the
+#                                              earlier node (same or an earlier shard)
 #   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
 #   removals_root/<shard>.jsonl                see removals.py
 #
 # Nodes are ordered by (shard key, row); with the in-process run's keys (shard basenames,
 # sorted like the shards) that is the document order of the single-process algorithm, so
-# both give the same pairs, edges and survivors.
+# both give the same pairs, edges and survivors. Owning a pair by its later node means a
+# shard appended last owns every pair it brings: the old owners' candidates, hence their
+# verify partitions, stay as they were.
 # ---------------------------------------------------------------------------------------
 
 MAP_ROW_GROUP = 8192
@@ -291,7 +299,7 @@ def fuzzy_band_reduce(
     `key_range` is (index, count): this reduce reads only the keys in slice `index` of
     `count` (whole row groups outside it are skipped), so its memory is the slice, not the
     band. Pairs go to out_root/<owner shard>/band-BBB-range-RRRRR.parquet, grouped by the
-    shard of their lower node, which is where verification happens.
+    shard of their higher (later) node, which is where verification happens.
     """
     check_int("band", band, 0, config.bands - 1)
     index, count = key_range
@@ -312,15 +320,15 @@ def fuzzy_band_reduce(
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
     name = f"{_band_name(band)}-range-{index:05d}.parquet"
-    owners = pairs[:, 0] >> 32
+    owners = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
     for owner in np.unique(owners):
         mine = pairs[owners == owner]
-        shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 1] >> 32]
+        shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 0] >> 32]
         table = pa.table(
             {
-                "row_a": pa.array((mine[:, 0] & 0xFFFFFFFF).astype(np.uint32)),
+                "row_a": pa.array((mine[:, 1] & 0xFFFFFFFF).astype(np.uint32)),
                 "shard_b": pa.array(shard_b.tolist(), pa.string()),
-                "row_b": pa.array((mine[:, 1] & 0xFFFFFFFF).astype(np.uint32)),
+                "row_b": pa.array((mine[:, 0] & 0xFFFFFFFF).astype(np.uint32)),
             }
         )
         shard_write_table(table, join(out_root, shard_keys[int(owner)], name))
@@ -416,7 +424,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     `edge_paths` maps every shard key to its fuzzy_verify output (so a shard with no
     duplicates still gets its empty list). The verified edges are the only global state
     (one entry per near-duplicate pair, far smaller than the signatures). The survivor of a
-    component is its lowest (id, shard key, row); every other member is removed with reason
+    component is its earliest member, lowest (shard key, row); every other member is removed with reason
     "fuzzy_duplicate". Returns {"duplicates", "clusters", "verified_pairs", "lists":
     {key: {"removed", "digest"}}}.
     """
@@ -424,7 +432,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
 
     keys = [check_shard_key(k) for k in sorted(edge_paths)]
     node_of: dict[tuple[str, int], int] = {}
-    info: list[tuple[str, str, int]] = []  # (id, shard, row) per node: the survivor order
+    info: list[tuple[str, str, int]] = []  # (id, shard, row) per node
     ends: list[tuple[int, int]] = []
 
     def node(shard: str, row: int, doc_id: str) -> int:
@@ -444,7 +452,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     n = len(info)
     edges = np.array(ends, dtype=np.int64).reshape(-1, 2)
     rank = np.empty(n, dtype=np.int64)
-    rank[sorted(range(n), key=info.__getitem__)] = np.arange(n)
+    rank[sorted(range(n), key=lambda i: info[i][1:])] = np.arange(n)  # corpus order: (shard key, row)
     survivor, labels = component_survivors(n, edges, rank) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     per_shard: dict[str, list] = {k: [] for k in keys}
     for i, s in enumerate(survivor.tolist()):
