@@ -37,12 +37,12 @@ from scipy.sparse.csgraph import connected_components
 from marin_assets.datakit.attribute_files import (
     attribute_path,
     check_unique_basenames,
-    read_id_text,
     write_table,
 )
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
-from marin_assets.datakit.shards import basename, check_shard_key, join, read_table, reset_dir
+from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.shards import basename, check_shard_key, join, local_path, read_table, reset_dir
 from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import (
     MinHashParams,
@@ -199,6 +199,26 @@ MAP_ROW_GROUP = 8192
 KEY_SPACE = 1 << 64
 
 
+def _to_numpy(column, dtype) -> np.ndarray:
+    """A primitive Arrow column (no nulls) of type `dtype` as numpy, read from its buffer.
+
+    to_numpy() and pa.array() import pandas (about a second of every step process that never
+    needs it); these two helpers keep the map, reduce and verify steps pandas-free.
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.type != pa.from_numpy_dtype(np.dtype(dtype)) or arr.null_count:
+        raise ValueError(f"expected a {np.dtype(dtype)} column without nulls, got {arr.type} with {arr.null_count} nulls")
+    if len(arr) == 0:
+        return np.zeros(0, dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+
+
+def _from_numpy(values, dtype) -> pa.Array:
+    """A pyarrow Array over a numpy array's buffer (pandas-free, see `_to_numpy`)."""
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
 def _band_name(band: int) -> str:
     return f"band-{band:03d}"
 
@@ -228,16 +248,29 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
     path. Returns {"docs", "empty"}.
     """
     key = check_shard_key(shard_key)
-    _, texts = read_id_text(shard_path)
+    texts = _read_texts(shard_path)
     shingle_sets = [shingle_hashes(t, config) for t in texts]
     nonempty = np.flatnonzero([s.size > 0 for s in shingle_sets]).astype(np.uint32)
     signatures = signatures_from_shingles([shingle_sets[i] for i in nonempty], config)
     keys = band_keys(signatures, config.bands, config.rows)
     for band in range(config.bands):
         order = np.lexsort((nonempty, keys[band]))
-        table = pa.table({"key": pa.array(keys[band][order]), "row": pa.array(nonempty[order])})
+        table = pa.table({"key": _from_numpy(keys[band][order], np.uint64), "row": _from_numpy(nonempty[order], np.uint32)})
         shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
+
+
+def _read_texts(path: str) -> list[str]:
+    """The `text` column of one shard (read_id_text's checks without pq.read_table, whose
+    dataset layer imports pandas)."""
+    try:
+        column = read_table(path, columns=["text"]).column("text")
+    except KeyError:
+        raise ValueError(f"shard {path} lacks column(s) ['text']") from None
+    if column.null_count:
+        row = column.to_pylist().index(None)
+        raise ValueError(f"shard {path} row {row}: null id or text")
+    return column.to_pylist()
 
 
 def _list_files(directory: str, prefix: str = "") -> list[str]:
@@ -251,10 +284,13 @@ def _list_files(directory: str, prefix: str = "") -> list[str]:
 
 def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(keys, rows, row groups read) of one band file restricted to [lo, hi) (or [lo, max])."""
+    import contextlib
+
     import fsspec
     import pyarrow.parquet as pq
 
-    with fsspec.open(path, "rb") as f:
+    native = local_path(path)  # a local file is opened by Arrow itself (no Python file object)
+    with (fsspec.open(path, "rb") if native is None else contextlib.nullcontext(native)) as f:
         pf = pq.ParquetFile(f)
         groups = []
         for g in range(pf.metadata.num_row_groups):
@@ -264,8 +300,8 @@ def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray
         table = pf.read_row_groups(groups, columns=["key", "row"]) if groups else None
     if table is None or table.num_rows == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint32), len(groups)
-    keys = table.column("key").to_numpy()
-    rows = table.column("row").to_numpy()
+    keys = _to_numpy(table.column("key"), np.uint64)
+    rows = _to_numpy(table.column("row"), np.uint32)
     inside = keys >= np.uint64(lo)
     if not last:
         inside &= keys < np.uint64(hi)
@@ -326,9 +362,9 @@ def fuzzy_band_reduce(
         shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 0] >> 32]
         table = pa.table(
             {
-                "row_a": pa.array((mine[:, 1] & 0xFFFFFFFF).astype(np.uint32)),
-                "shard_b": pa.array(shard_b.tolist(), pa.string()),
-                "row_b": pa.array((mine[:, 0] & 0xFFFFFFFF).astype(np.uint32)),
+                "row_a": _from_numpy(mine[:, 1] & 0xFFFFFFFF, np.uint32),
+                "shard_b": string_array(shard_b.tolist()),
+                "row_b": _from_numpy(mine[:, 0] & 0xFFFFFFFF, np.uint32),
             }
         )
         shard_write_table(table, join(out_root, shard_keys[int(owner)], name))
@@ -372,33 +408,33 @@ def fuzzy_verify(
 
     Reads candidate_root/<shard_key>/band-* of every band reduce, drops repeats (a pair
     matches in many bands), then loads the shingles of only the rows in pairs: this
-    shard's, and each partner shard's in turn (one partner shard's text at a time). Writes
-    the verified edges to `out_path`; returns {"candidate_pairs", "verified_pairs"}.
+    shard's, and each partner shard's in turn (one partner shard at a time, and of it only
+    the rows its pairs name). Writes the verified edges to `out_path`; returns
+    {"candidate_pairs", "verified_pairs"}.
     """
     key = check_shard_key(shard_key)
     cand = _owned_candidates(key, candidate_roots)
     edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
     total = 0
     if cand is not None:
-        partners = cand.column("shard_b").to_numpy(zero_copy_only=False).astype(str)
+        partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
         names, code = np.unique(partners, return_inverse=True)
-        triples = np.unique(
-            np.stack([cand.column("row_a").to_numpy().astype(np.int64), code, cand.column("row_b").to_numpy().astype(np.int64)], 1),
-            axis=0,
-        )
+        row_a = _to_numpy(cand.column("row_a"), np.uint32).astype(np.int64)
+        row_b = _to_numpy(cand.column("row_b"), np.uint32).astype(np.int64)
+        triples = np.unique(np.stack([row_a, code, row_b], 1), axis=0)
         total = len(triples)
-        own_ids, own_texts = _shard_docs(key, shard_paths)
         same = np.flatnonzero(names == key)
         own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
-        own = {int(r): shingle_hashes(own_texts[r], config) for r in own_rows}
+        own_ids, own_texts = _shard_docs(key, shard_paths, own_rows)
+        own = {r: shingle_hashes(t, config) for r, t in own_texts.items()}
         del own_texts
         for c, partner in enumerate(names):
             mine = triples[triples[:, 1] == c]
             if partner == key:
                 p_ids, other = own_ids, own
             else:
-                p_ids, p_texts = _shard_docs(partner, shard_paths)
-                other = {int(r): shingle_hashes(p_texts[r], config) for r in np.unique(mine[:, 2])}
+                p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique(mine[:, 2]))
+                other = {r: shingle_hashes(t, config) for r, t in p_texts.items()}
                 del p_texts
             for row_a, _, row_b in mine.tolist():
                 j = jaccard(own[row_a], other[row_b])
@@ -406,16 +442,30 @@ def fuzzy_verify(
                     for name, value in (("row_a", row_a), ("id_a", own_ids[row_a]), ("shard_b", str(partner)),
                                         ("row_b", row_b), ("id_b", p_ids[row_b]), ("jaccard", j)):  # fmt: skip
                         edges[name].append(value)
-    schema = pa.schema([("row_a", pa.int64()), ("id_a", pa.string()), ("shard_b", pa.string()),
-                        ("row_b", pa.int64()), ("id_b", pa.string()), ("jaccard", pa.float64())])  # fmt: skip
-    shard_write_table(pa.table(edges, schema=schema), out_path)
+    table = pa.table({
+        "row_a": _from_numpy(edges["row_a"], np.int64), "id_a": string_array(edges["id_a"]),
+        "shard_b": string_array(edges["shard_b"]), "row_b": _from_numpy(edges["row_b"], np.int64),
+        "id_b": string_array(edges["id_b"]), "jaccard": _from_numpy(edges["jaccard"], np.float64),
+    })  # fmt: skip
+    shard_write_table(table, out_path)
     return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
 
 
-def _shard_docs(key: str, shard_paths: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> tuple[dict[int, str], dict[int, str]]:
+    """({row: id}, {row: text}) of the given rows of shard `key` (only those become Python strings)."""
     if key not in shard_paths:
         raise ValueError(f"candidate pairs name shard {key!r}, which is not in shard_paths ({len(shard_paths)} shards)")
-    return read_id_text(shard_paths[key])
+    path = shard_paths[key]
+    table = read_table(path, columns=["id", "text"])
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= table.num_rows):
+        raise ValueError(f"candidate pairs name row {int(rows.max())} of shard {key!r} ({path}), which has {table.num_rows} rows")
+    picked = table.take(_from_numpy(rows, np.int64))
+    ids, texts = picked.column("id").to_pylist(), picked.column("text").to_pylist()
+    for row, doc_id, text in zip(rows.tolist(), ids, texts):
+        if doc_id is None or text is None:
+            raise ValueError(f"shard {path} row {row}: null id or text")
+    return dict(zip(rows.tolist(), ids)), dict(zip(rows.tolist(), texts))
 
 
 def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:

@@ -404,3 +404,39 @@ def test_reduce_arguments_are_checked():
         fuzzy_band_reduce(26, (0, 1), [], "memory://x", FUZZY)
     with pytest.raises(ValueError, match=r"bucket must be in \[0, 3\], got 4"):
         exact_reduce(4, [], "memory://x", EXACT)
+
+
+PANDAS_FREE_STEPS = """
+import sys
+import pyarrow as pa
+from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_band_reduce, fuzzy_map, fuzzy_resolve, fuzzy_verify
+from marin_assets.datakit.normalize import doc_id
+from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.shards import write_table
+work, texts = sys.argv[1], sys.argv[2:]
+shards = {}
+for s, part in enumerate((texts[:2], texts[2:])):
+    shards[f"s-{s:05d}"] = f"{work}/in/s-{s:05d}.parquet"
+    write_table(pa.table({"id": string_array([doc_id(t) for t in part]), "text": string_array(part)}), shards[f"s-{s:05d}"])
+assert "pandas" not in sys.modules
+for key, path in shards.items():
+    fuzzy_map(key, path, f"{work}/map")
+for band in range(FuzzyDedupConfig().bands):
+    fuzzy_band_reduce(band, (0, 1), [f"{work}/map"], f"{work}/cand")
+edges = {k: f"{work}/edges/{k}.parquet" for k in shards}
+verified = sum(fuzzy_verify(k, [f"{work}/cand"], shards, edges[k])["verified_pairs"] for k in shards)
+resolved = fuzzy_resolve(edges, f"{work}/removals")
+print(verified, resolved["duplicates"], "pandas" in sys.modules)
+"""
+
+
+def test_the_fuzzy_steps_do_not_import_pandas(tmp_path, prose):
+    # A step process pays every import it triggers: to_numpy() and pa.array() on numpy or
+    # Python values pull in pandas (about a second), which none of these steps needs.
+    import subprocess
+    import sys
+
+    texts = [prose(1, 60), prose(2, 60), _near(prose(1, 60), 3), prose(4, 60)]
+    out = subprocess.run([sys.executable, "-c", PANDAS_FREE_STEPS, str(tmp_path), *texts], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1", "False"]
