@@ -269,7 +269,7 @@ def _read_texts(path: str) -> list[str]:
         raise ValueError(f"shard {path} lacks column(s) ['text']") from None
     if column.null_count:
         row = column.to_pylist().index(None)
-        raise ValueError(f"shard {path} row {row}: null id or text")
+        raise ValueError(f"shard {path} row {row}: null text")
     return column.to_pylist()
 
 
