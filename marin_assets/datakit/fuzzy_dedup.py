@@ -7,8 +7,14 @@ templated text over-merges (one cluster held 44% of a source) because LSH candid
 merged unverified; here every candidate pair is checked with the exact Jaccard similarity of
 the two shingle sets and only pairs at or above ``jaccard_threshold`` become edges.
 
-The survivor of a component is the document with the lowest id, so the choice does not
-depend on shard order. Rows that repeat an id are exact copies and join its component.
+The survivor of a component is its earliest document in corpus order: the lowest position
+in the in-memory path, the lowest (shard key, row) over shards (shard keys are numbered in
+raw-file order, so the two agree when the documents are laid out like the shards). A shard
+appended later therefore never displaces an existing survivor: its near copies of older
+documents are removed from the new shard itself, and an old shard's removals change only
+when a new document bridges two old components. (The rule used to be "lowest id", which let
+a new near copy with a smaller content hash take over and change an old shard's list.)
+Rows that repeat an id are exact copies and join its component.
 
 Over shards the same algorithm runs as partitioned steps (see the layout comment above
 `fuzzy_map`): a map per shard writes band keys, a reduce per (band, key range) pairs the
@@ -31,12 +37,12 @@ from scipy.sparse.csgraph import connected_components
 from marin_assets.datakit.attribute_files import (
     attribute_path,
     check_unique_basenames,
-    read_id_text,
     write_table,
 )
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
-from marin_assets.datakit.shards import basename, check_shard_key, join, read_table, reset_dir
+from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.shards import basename, check_shard_key, join, local_path, read_table, reset_dir
 from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import (
     MinHashParams,
@@ -122,7 +128,7 @@ def _resolve(
     shingles_for: Callable[[np.ndarray], dict[int, np.ndarray]],
     config: FuzzyDedupConfig,
 ) -> DedupResult:
-    """Candidates -> verified edges -> components -> lowest-id survivor per component.
+    """Candidates -> verified edges -> components -> earliest (lowest position) survivor.
 
     ``shingles_for(positions)`` returns {position: shingle hash set} for the documents that
     appear in candidate pairs (so shard-backed callers can load only those).
@@ -137,11 +143,8 @@ def _resolve(
         dtype=bool,
     )
     edges = pairs[keep] if len(pairs) else pairs
-    # Rank documents by (id, position); the survivor is the lowest rank in its component.
-    order = np.lexsort((np.arange(docs), np.array(ids, dtype=object).astype(str)))
-    rank = np.empty(docs, dtype=np.int64)
-    rank[order] = np.arange(docs)
-    survivor, _ = component_survivors(docs, edges, rank)
+    # The survivor is the component's earliest document (corpus order = position).
+    survivor, _ = component_survivors(docs, edges, np.arange(docs, dtype=np.int64))
     return DedupResult(survivor=survivor, candidate_pairs=len(pairs), verified_pairs=int(keep.sum()))
 
 
@@ -160,7 +163,8 @@ def find_duplicates(
 ) -> dict[str, str]:
     """{id of a duplicate: id of its survivor} for every document that should be dropped.
 
-    Ids are content hashes, so a repeated id is the same text: it maps to nothing here (it
+    The survivor is the earliest member of its component in the order of ``ids``. Ids are
+    content hashes, so a repeated id is the same text: it maps to nothing here (it
     is its own survivor) and exact dedup is where such copies are counted.
     """
     result = dedup_texts(ids, texts, config)
@@ -178,17 +182,41 @@ def find_duplicates(
 #   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
 #                                              groups of MAP_ROW_GROUP rows (range reads)
 #   cand_root/<owner>/band-BBB-range-RRRRR.parquet   row_a, shard_b, row_b: candidate pairs
-#                                              whose lower node (shard, row) is in <owner>
+#                                              whose higher (later) node (shard, row) is in
+#                                              <owner>, row_a its row there; shard_b/row_b the
+#                                              earlier node (same or an earlier shard)
 #   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
 #   removals_root/<shard>.jsonl                see removals.py
 #
 # Nodes are ordered by (shard key, row); with the in-process run's keys (shard basenames,
 # sorted like the shards) that is the document order of the single-process algorithm, so
-# both give the same pairs, edges and survivors.
+# both give the same pairs, edges and survivors. Owning a pair by its later node means a
+# shard appended last owns every pair it brings: the old owners' candidates, hence their
+# verify partitions, stay as they were.
 # ---------------------------------------------------------------------------------------
 
 MAP_ROW_GROUP = 8192
 KEY_SPACE = 1 << 64
+
+
+def _to_numpy(column, dtype) -> np.ndarray:
+    """A primitive Arrow column (no nulls) of type `dtype` as numpy, read from its buffer.
+
+    to_numpy() and pa.array() import pandas (about a second of every step process that never
+    needs it); these two helpers keep the map, reduce and verify steps pandas-free.
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.type != pa.from_numpy_dtype(np.dtype(dtype)) or arr.null_count:
+        raise ValueError(f"expected a {np.dtype(dtype)} column without nulls, got {arr.type} with {arr.null_count} nulls")
+    if len(arr) == 0:
+        return np.zeros(0, dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+
+
+def _from_numpy(values, dtype) -> pa.Array:
+    """A pyarrow Array over a numpy array's buffer (pandas-free, see `_to_numpy`)."""
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def _band_name(band: int) -> str:
@@ -220,16 +248,29 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
     path. Returns {"docs", "empty"}.
     """
     key = check_shard_key(shard_key)
-    _, texts = read_id_text(shard_path)
+    texts = _read_texts(shard_path)
     shingle_sets = [shingle_hashes(t, config) for t in texts]
     nonempty = np.flatnonzero([s.size > 0 for s in shingle_sets]).astype(np.uint32)
     signatures = signatures_from_shingles([shingle_sets[i] for i in nonempty], config)
     keys = band_keys(signatures, config.bands, config.rows)
     for band in range(config.bands):
         order = np.lexsort((nonempty, keys[band]))
-        table = pa.table({"key": pa.array(keys[band][order]), "row": pa.array(nonempty[order])})
+        table = pa.table({"key": _from_numpy(keys[band][order], np.uint64), "row": _from_numpy(nonempty[order], np.uint32)})
         shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
+
+
+def _read_texts(path: str) -> list[str]:
+    """The `text` column of one shard (read_id_text's checks without pq.read_table, whose
+    dataset layer imports pandas)."""
+    try:
+        column = read_table(path, columns=["text"]).column("text")
+    except KeyError:
+        raise ValueError(f"shard {path} lacks column(s) ['text']") from None
+    if column.null_count:
+        row = column.to_pylist().index(None)
+        raise ValueError(f"shard {path} row {row}: null text")
+    return column.to_pylist()
 
 
 def _list_files(directory: str, prefix: str = "") -> list[str]:
@@ -243,10 +284,13 @@ def _list_files(directory: str, prefix: str = "") -> list[str]:
 
 def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(keys, rows, row groups read) of one band file restricted to [lo, hi) (or [lo, max])."""
+    import contextlib
+
     import fsspec
     import pyarrow.parquet as pq
 
-    with fsspec.open(path, "rb") as f:
+    native = local_path(path)  # a local file is opened by Arrow itself (no Python file object)
+    with (fsspec.open(path, "rb") if native is None else contextlib.nullcontext(native)) as f:
         pf = pq.ParquetFile(f)
         groups = []
         for g in range(pf.metadata.num_row_groups):
@@ -256,8 +300,8 @@ def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray
         table = pf.read_row_groups(groups, columns=["key", "row"]) if groups else None
     if table is None or table.num_rows == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint32), len(groups)
-    keys = table.column("key").to_numpy()
-    rows = table.column("row").to_numpy()
+    keys = _to_numpy(table.column("key"), np.uint64)
+    rows = _to_numpy(table.column("row"), np.uint32)
     inside = keys >= np.uint64(lo)
     if not last:
         inside &= keys < np.uint64(hi)
@@ -291,7 +335,7 @@ def fuzzy_band_reduce(
     `key_range` is (index, count): this reduce reads only the keys in slice `index` of
     `count` (whole row groups outside it are skipped), so its memory is the slice, not the
     band. Pairs go to out_root/<owner shard>/band-BBB-range-RRRRR.parquet, grouped by the
-    shard of their lower node, which is where verification happens.
+    shard of their higher (later) node, which is where verification happens.
     """
     check_int("band", band, 0, config.bands - 1)
     index, count = key_range
@@ -312,15 +356,15 @@ def fuzzy_band_reduce(
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
     name = f"{_band_name(band)}-range-{index:05d}.parquet"
-    owners = pairs[:, 0] >> 32
+    owners = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
     for owner in np.unique(owners):
         mine = pairs[owners == owner]
-        shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 1] >> 32]
+        shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 0] >> 32]
         table = pa.table(
             {
-                "row_a": pa.array((mine[:, 0] & 0xFFFFFFFF).astype(np.uint32)),
-                "shard_b": pa.array(shard_b.tolist(), pa.string()),
-                "row_b": pa.array((mine[:, 1] & 0xFFFFFFFF).astype(np.uint32)),
+                "row_a": _from_numpy(mine[:, 1] & 0xFFFFFFFF, np.uint32),
+                "shard_b": string_array(shard_b.tolist()),
+                "row_b": _from_numpy(mine[:, 0] & 0xFFFFFFFF, np.uint32),
             }
         )
         shard_write_table(table, join(out_root, shard_keys[int(owner)], name))
@@ -364,33 +408,33 @@ def fuzzy_verify(
 
     Reads candidate_root/<shard_key>/band-* of every band reduce, drops repeats (a pair
     matches in many bands), then loads the shingles of only the rows in pairs: this
-    shard's, and each partner shard's in turn (one partner shard's text at a time). Writes
-    the verified edges to `out_path`; returns {"candidate_pairs", "verified_pairs"}.
+    shard's, and each partner shard's in turn (one partner shard at a time, and of it only
+    the rows its pairs name). Writes the verified edges to `out_path`; returns
+    {"candidate_pairs", "verified_pairs"}.
     """
     key = check_shard_key(shard_key)
     cand = _owned_candidates(key, candidate_roots)
     edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
     total = 0
     if cand is not None:
-        partners = cand.column("shard_b").to_numpy(zero_copy_only=False).astype(str)
+        partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
         names, code = np.unique(partners, return_inverse=True)
-        triples = np.unique(
-            np.stack([cand.column("row_a").to_numpy().astype(np.int64), code, cand.column("row_b").to_numpy().astype(np.int64)], 1),
-            axis=0,
-        )
+        row_a = _to_numpy(cand.column("row_a"), np.uint32).astype(np.int64)
+        row_b = _to_numpy(cand.column("row_b"), np.uint32).astype(np.int64)
+        triples = np.unique(np.stack([row_a, code, row_b], 1), axis=0)
         total = len(triples)
-        own_ids, own_texts = _shard_docs(key, shard_paths)
         same = np.flatnonzero(names == key)
         own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
-        own = {int(r): shingle_hashes(own_texts[r], config) for r in own_rows}
+        own_ids, own_texts = _shard_docs(key, shard_paths, own_rows)
+        own = {r: shingle_hashes(t, config) for r, t in own_texts.items()}
         del own_texts
         for c, partner in enumerate(names):
             mine = triples[triples[:, 1] == c]
             if partner == key:
                 p_ids, other = own_ids, own
             else:
-                p_ids, p_texts = _shard_docs(partner, shard_paths)
-                other = {int(r): shingle_hashes(p_texts[r], config) for r in np.unique(mine[:, 2])}
+                p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique(mine[:, 2]))
+                other = {r: shingle_hashes(t, config) for r, t in p_texts.items()}
                 del p_texts
             for row_a, _, row_b in mine.tolist():
                 j = jaccard(own[row_a], other[row_b])
@@ -398,16 +442,30 @@ def fuzzy_verify(
                     for name, value in (("row_a", row_a), ("id_a", own_ids[row_a]), ("shard_b", str(partner)),
                                         ("row_b", row_b), ("id_b", p_ids[row_b]), ("jaccard", j)):  # fmt: skip
                         edges[name].append(value)
-    schema = pa.schema([("row_a", pa.int64()), ("id_a", pa.string()), ("shard_b", pa.string()),
-                        ("row_b", pa.int64()), ("id_b", pa.string()), ("jaccard", pa.float64())])  # fmt: skip
-    shard_write_table(pa.table(edges, schema=schema), out_path)
+    table = pa.table({
+        "row_a": _from_numpy(edges["row_a"], np.int64), "id_a": string_array(edges["id_a"]),
+        "shard_b": string_array(edges["shard_b"]), "row_b": _from_numpy(edges["row_b"], np.int64),
+        "id_b": string_array(edges["id_b"]), "jaccard": _from_numpy(edges["jaccard"], np.float64),
+    })  # fmt: skip
+    shard_write_table(table, out_path)
     return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
 
 
-def _shard_docs(key: str, shard_paths: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> tuple[dict[int, str], dict[int, str]]:
+    """({row: id}, {row: text}) of the given rows of shard `key` (only those become Python strings)."""
     if key not in shard_paths:
         raise ValueError(f"candidate pairs name shard {key!r}, which is not in shard_paths ({len(shard_paths)} shards)")
-    return read_id_text(shard_paths[key])
+    path = shard_paths[key]
+    table = read_table(path, columns=["id", "text"])
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= table.num_rows):
+        raise ValueError(f"candidate pairs name row {int(rows.max())} of shard {key!r} ({path}), which has {table.num_rows} rows")
+    picked = table.take(_from_numpy(rows, np.int64))
+    ids, texts = picked.column("id").to_pylist(), picked.column("text").to_pylist()
+    for row, doc_id, text in zip(rows.tolist(), ids, texts):
+        if doc_id is None or text is None:
+            raise ValueError(f"shard {path} row {row}: null id or text")
+    return dict(zip(rows.tolist(), ids)), dict(zip(rows.tolist(), texts))
 
 
 def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
@@ -416,7 +474,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     `edge_paths` maps every shard key to its fuzzy_verify output (so a shard with no
     duplicates still gets its empty list). The verified edges are the only global state
     (one entry per near-duplicate pair, far smaller than the signatures). The survivor of a
-    component is its lowest (id, shard key, row); every other member is removed with reason
+    component is its earliest member, lowest (shard key, row); every other member is removed with reason
     "fuzzy_duplicate". Returns {"duplicates", "clusters", "verified_pairs", "lists":
     {key: {"removed", "digest"}}}.
     """
@@ -424,7 +482,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
 
     keys = [check_shard_key(k) for k in sorted(edge_paths)]
     node_of: dict[tuple[str, int], int] = {}
-    info: list[tuple[str, str, int]] = []  # (id, shard, row) per node: the survivor order
+    info: list[tuple[str, str, int]] = []  # (id, shard, row) per node
     ends: list[tuple[int, int]] = []
 
     def node(shard: str, row: int, doc_id: str) -> int:
@@ -444,7 +502,7 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     n = len(info)
     edges = np.array(ends, dtype=np.int64).reshape(-1, 2)
     rank = np.empty(n, dtype=np.int64)
-    rank[sorted(range(n), key=info.__getitem__)] = np.arange(n)
+    rank[sorted(range(n), key=lambda i: info[i][1:])] = np.arange(n)  # corpus order: (shard key, row)
     survivor, labels = component_survivors(n, edges, rank) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     per_shard: dict[str, list] = {k: [] for k in keys}
     for i, s in enumerate(survivor.tolist()):

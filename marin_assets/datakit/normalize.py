@@ -1,7 +1,10 @@
 """Normalize: raw documents from any reader -> Parquet shards with the DataKit contract.
 
 Columns: id (xxh3-128 hex of the UTF-8 text), text, source, source_id, metadata (JSON).
-Rows are sorted by id inside each shard; files are part-00000-of-000NN.parquet. A shard
+Rows keep the order of the input (files in sorted order, records in file order), so a
+document's place in the corpus is its (shard, row) here and its (shard key, row) in the
+sharded graph alike (fuzzy dedup keeps the earliest copy); files are
+part-00000-of-000NN.parquet. A shard
 closes when it reaches `shard_docs` documents or `shard_bytes` bytes of text, whichever
 comes first, so memory stays bounded by one shard.
 """
@@ -124,13 +127,12 @@ class _OpenShard:
             self.rows = []
 
     def take_table(self, source: str):
-        """The shard's rows sorted by id, then source_id (a stable sort: equal keys keep their order)."""
+        """The shard's rows in arrival order (corpus order: see the module docstring)."""
         import pyarrow as pa
 
         self._rows_to_part()
         table = pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
         self.parts, self.docs, self.bytes = [], 0, 0
-        table = table.sort_by([("id", "ascending"), ("source_id", "ascending")])
         source_column = repeated_string(source, table.num_rows)
         columns = [table.column("id"), table.column("text"), source_column, table.column("source_id"), table.column("metadata")]
         return pa.Table.from_arrays(columns, schema=schema())

@@ -204,7 +204,9 @@ Filter = _Filter  # the public name, for the assets that apply filters (assets/d
 def apply_filters(
     datasets: dict[str, list[str]], filters: list[_Filter], out_dir: str, shard_docs: int, columns: Sequence[str] | None = None
 ) -> dict:
-    """Write the documents no filter removes into out_dir/part-*-of-*.parquet (sorted by id).
+    """Write the documents no filter removes into out_dir/part-*-of-*.parquet, in corpus order
+    (datasets by name, then their shards and rows in order: the order of the sharded graph's
+    shard keys, which fuzzy dedup's earliest-copy survivor rule follows).
 
     Returns {"docs_in", "docs_out", "removed": {reason: n}}; a document removed by several
     filters counts once, for the first filter in `filters`.
@@ -225,13 +227,12 @@ def apply_filters(
         nonlocal buffer, buffered
         if buffered:
             table = pa.concat_tables(buffer)
-            table = table.take(pa.compute.sort_indices(table, [("id", "ascending")]))
             path = join(out_dir, f"tmp-{len(temp):05d}.parquet")
             write_table(table, path)
             temp.append(path)
         buffer, buffered = [], 0
 
-    for name, paths in datasets.items():
+    for name, paths in sorted(datasets.items()):
         for path in paths:
             table = read_table(path, columns=list(columns) if columns else None)
             drop = np.zeros(table.num_rows, dtype=bool)

@@ -13,8 +13,8 @@ the row in the shard the list belongs to, `id` that row's document id (checked w
 list is applied), `kept_*` the canonical copy that made it a duplicate (provenance).
 
 The digest covers only the effect, the sorted (row, id, reason) triples: the provenance can
-change (a new shard brings a lower-id copy that becomes the survivor) without changing
-which rows this shard loses, and then nothing downstream of this shard should rerun.
+change (a new document bridges two components and another copy becomes the survivor) without
+changing which rows this shard loses, and then nothing downstream of this shard should rerun.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ def base_records() -> list:
 
 
 def new_near_seed() -> int:
-    """A seed whose near copy of NEW_NEAR_TARGET has the lower id: the old shard's copy goes."""
+    """A seed whose near copy of NEW_NEAR_TARGET has the lower id (under a lowest-id rule the old
+    shard's copy would go; the earliest copy survives, so the new shard's copy goes)."""
     from marin_assets.datakit.normalize import doc_id
 
     return next(s for s in range(100) if doc_id(near(prose(NEW_NEAR_TARGET), s)) < doc_id(prose(NEW_NEAR_TARGET)))
@@ -51,7 +52,7 @@ def new_near_seed() -> int:
 def new_records() -> list:
     """The added raw file: an exact copy of doc 10 with a lower source_id (so the new copy is
     the canonical one and doc 10's shard loses its row), a near copy of doc 20 with the
-    lower id (doc 20's shard loses it to fuzzy dedup), and two new documents."""
+    lower id (removed from the new shard: doc 20 came first), and two new documents."""
     return [{"text": prose(NEW_COPIED), "id": "a000"}, {"text": near(prose(NEW_NEAR_TARGET), new_near_seed()), "id": "a001"},
             {"text": prose(500), "id": "a002"}, {"text": prose(501), "id": "a003"}]
 

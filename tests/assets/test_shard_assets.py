@@ -199,13 +199,13 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
     # One exact removal in the whole corpus: the copy with the higher source_id, pointing at the other shard.
     [(shard, [removal])] = exact.items()
     assert (shard, removal.reason, removal.kept_shard) == (copy, "exact_duplicate", original)
-    # One fuzzy removal: the member of the near pair with the higher id, in its own shard.
+    # One fuzzy removal: the later member of the near pair (the copy, in its later shard).
     near_text = near(prose(NEAR_TARGET), 7)
     target, near_copy = shard_of(store, shards, f"d{NEAR_TARGET:03d}"), shard_of(store, shards, "d901")
-    assert target != near_copy
-    low, high = sorted([(doc_id(prose(NEAR_TARGET)), target), (doc_id(near_text), near_copy)])
+    assert target < near_copy
     [(shard, [removal])] = fuzzy.items()
-    assert (removal.reason, removal.id, shard, removal.kept_id, removal.kept_shard) == ("fuzzy_duplicate", *high, *low)
+    assert (removal.reason, removal.id, shard, removal.kept_id, removal.kept_shard) == (
+        "fuzzy_duplicate", doc_id(near_text), near_copy, doc_id(prose(NEAR_TARGET)), target)
     final_texts = texts(state["final"])
     assert final_texts.count(prose(COPIED)) == 1
     assert final_texts.count(prose(NEAR_TARGET)) + final_texts.count(near_text) == 1
@@ -236,11 +236,15 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     old = before["shards"]
     assert new == "tiny-00004" and after["shards"] == [*old, new]
     lost_exact = shard_of(store, old, f"d{NEW_COPIED:03d}")  # its copy of doc 10 loses to the new canonical one
-    lost_fuzzy = shard_of(store, old, f"d{NEW_NEAR_TARGET:03d}")  # its doc 20 loses to the new near copy
-    assert lost_exact != lost_fuzzy
+    near_target = shard_of(store, old, f"d{NEW_NEAR_TARGET:03d}")  # keeps doc 20: the new near copy goes
+    assert lost_exact != near_target
     changed_exact = {s for s in old if before["digests"][s][0] != after["digests"][s][0]}
     changed_fuzzy = {s for s in old if before["digests"][s][1] != after["digests"][s][1]}
-    assert changed_exact == {lost_exact} and changed_fuzzy == {lost_fuzzy}
+    # The new near copy has the lower id, yet the earliest copy survives: no old fuzzy list changes.
+    assert changed_exact == {lost_exact} and changed_fuzzy == set()
+    [removal] = after["digests"][new][1]
+    assert (removal.id, removal.kept_id, removal.kept_shard) == (doc_id(new_records()[1]["text"]), doc_id(prose(NEW_NEAR_TARGET)), near_target)
+    assert removal.id < removal.kept_id
     seen = after["seen"]
     expected = {
         "shards/normalized": {new}, "shards/quality": {new}, "shards/exact_map": {new},
@@ -248,11 +252,12 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
         "shards/exact_removals": set(after["shards"]),  # every list reruns; only lost_exact's digest changed
         "shards/filtered_exact": {new, lost_exact}, "shards/fuzzy_map": {new, lost_exact}, "shards/decontam": {new, lost_exact},
         "shards/fuzzy_candidates": set(fuzzy_bands.get_partition_keys()),
-        # The verifies whose pairs or texts changed: lost_exact's rows moved, and the pair of the
-        # new near copy is owned by lost_fuzzy (a cross-shard pair belongs to the shard that sorts first).
-        "shards/fuzzy_edges": {new, lost_exact, lost_fuzzy},
+        # The verifies whose pairs or texts changed: lost_exact's rows moved, and the new shard
+        # owns every pair it brings (a pair belongs to the shard of its later document), so
+        # near_target's verify keeps its inputs.
+        "shards/fuzzy_edges": {new, lost_exact},
         "shards/fuzzy_removals": {None}, "shards/index": {None}, f"sources/{SOURCE}": {None},
-        "shards/final": {new, lost_exact, lost_fuzzy}, "shards/tokenized": {new, lost_exact, lost_fuzzy},
+        "shards/final": {new, lost_exact}, "shards/tokenized": {new, lost_exact},
         "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
     }
     assert {key: computed(seen, key) for key in expected} == expected

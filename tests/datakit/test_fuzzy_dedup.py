@@ -123,12 +123,14 @@ def test_planted_near_duplicates_are_removed_and_uniques_survive():
     group_of = {m: g for g, members in groups.items() for m in members}
 
     # Nothing outside a planted group is removed, and a removed document points inside its
-    # own group at a member with a lower id; every group keeps its lowest id.
+    # own group at an earlier member; every group keeps its earliest, the original.
+    position = {doc: pos for pos, doc in enumerate(ids)}
     for removed, survivor in dups.items():
-        assert group_of[removed] == group_of[survivor] and survivor < removed
+        assert group_of[removed] == group_of[survivor] and position[survivor] < position[removed]
         assert len(groups[group_of[removed]]) > 1
-    for members in groups.values():
-        assert min(members) not in dups
+    for g in groups:
+        assert ids[g] not in dups
+    assert sum(ids[pos] < ids[orig] for pos, (orig, _) in enumerate(near, start=150) if ids[pos] in dups) > 5
 
     def rep(x: str) -> str:
         return dups.get(x, x)
@@ -144,6 +146,18 @@ def test_planted_near_duplicates_are_removed_and_uniques_survive():
     assert len(eligible) >= 50
     merged = sum(rep(ids[pos]) == rep(ids[orig]) for orig, pos in eligible)
     assert merged / len(eligible) >= 0.95
+
+
+def test_the_earliest_copy_survives_whatever_the_ids():
+    # The same near pair in both orders: the first one stays, the other one goes, so which
+    # copy survives follows the corpus order and not the content hashes.
+    rng = np.random.default_rng(5)
+    a = random_doc(rng)
+    b = edit_words(a, rng, fraction=0.02)
+    for texts in ([a, b], [b, a]):
+        ids = [doc_id(t) for t in texts]
+        assert find_duplicates(ids, texts) == {ids[1]: ids[0]}
+        assert dedup_texts(ids, texts).survivor.tolist() == [0, 0]
 
 
 def test_templated_but_different_documents_survive_verification():
@@ -206,11 +220,11 @@ def test_fuzzy_dedup_over_shards_writes_co_partitioned_attributes(base, tmp_path
         assert table.column("id").to_pylist() == ids  # same rows, same order
         for r in table.to_pylist():
             rows[r["id"]] = r
-    for orig, copy in [(a[0], b[-2]), (a[1], b[-1])]:
-        low, high = sorted([doc_id(orig), doc_id(copy)])
-        assert rows[high]["is_duplicate"] and rows[high]["duplicate_of"] == low
-        assert not rows[low]["is_duplicate"] and rows[low]["duplicate_of"] is None
-        assert rows[high]["cluster_id"] == rows[low]["cluster_id"] == low
+    # The originals come first (shard a): they survive, whichever id is lower.
+    for orig, copy in [(doc_id(a[0]), doc_id(b[-2])), (doc_id(a[1]), doc_id(b[-1]))]:
+        assert rows[copy]["is_duplicate"] and rows[copy]["duplicate_of"] == orig
+        assert not rows[orig]["is_duplicate"] and rows[orig]["duplicate_of"] is None
+        assert rows[copy]["cluster_id"] == rows[orig]["cluster_id"] == orig
     assert sum(r["is_duplicate"] for r in rows.values()) == 2
 
 

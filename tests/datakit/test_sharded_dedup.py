@@ -17,6 +17,7 @@ from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup, exac
 from marin_assets.datakit.fuzzy_dedup import (
     FuzzyDedupConfig,
     band_reduce_ranges,
+    candidate_digest,
     fuzzy_band_reduce,
     fuzzy_dedup,
     fuzzy_map,
@@ -95,6 +96,7 @@ def _sharded_dedup(shards: dict[str, str], work: str, ranges: int | None = None)
     return {
         "exact": exact_digests,
         "fuzzy": {k: v["digest"] for k, v in resolved["lists"].items()},
+        "candidates": {k: candidate_digest(k, cand_roots) for k in keys},
         "exact_lists": {k: read_removal_list(p) for k, p in exact_lists.items()},
         "fuzzy_lists": {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys},
         "final": sorted(final, key=lambda d: (d["id"], d["source"], d["source_id"])),
@@ -143,10 +145,9 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(tmp_path, prose)
     assert shard == keys[2] and removal.reason == "exact_duplicate"
     assert (removal.kept_shard, removal.kept_id) == (keys[0], removal.id)
     assert read_table(shards[keys[0]]).to_pylist()[removal.kept_row]["source_id"] == "1"
-    # The near pair across shards 0 and 3: the one with the higher id goes, exactly once.
+    # The near pair across shards 0 and 3: the later one (shard 3) goes, exactly once.
     [(shard, [removal])] = fuzzy.items()
-    low, high = sorted([(_id(b), keys[0]), (_id(near_b), keys[3])])
-    assert (removal.id, shard, removal.kept_id, removal.kept_shard) == (high[0], high[1], low[0], low[1])
+    assert (removal.id, shard, removal.kept_id, removal.kept_shard) == (_id(near_b), keys[3], _id(b), keys[0])
     assert len(out["final"]) == 8 - 2
 
 
@@ -188,21 +189,51 @@ def test_adding_a_shard_changes_only_the_removal_lists_it_must(tmp_path, prose):
         return k
 
     expect_exact = {shard_of(copied)}  # it now loses its copy of doc 10 to the new shard's
-    expect_fuzzy = {shard_of(near_target)} if _id(near) < _id(near_target) else set()
+    expect_fuzzy = {shard_of(near_target)}  # the new shard comes first: its near copy is the earliest
     # The shard that lost doc 10 has new rows after the exact filter; its fuzzy list changes
     # only if it lists fuzzy removals at all.
     expect_fuzzy |= {k for k in expect_exact if before["fuzzy_lists"][k] or after["fuzzy_lists"][k]}
     changed_exact = {k for k in shards if before["exact"][k] != after["exact"][k]}
     changed_fuzzy = {k for k in shards if before["fuzzy"][k] != after["fuzzy"][k]}
-    # With these texts the new near copy has the lower id: it survives and the target's shard
-    # must change (so both kinds of list are exercised, not only the no-change case).
-    assert _id(near) < _id(near_target) and len(expect_fuzzy) == 1
     assert changed_exact == expect_exact and changed_fuzzy == expect_fuzzy
     assert len(shards) == 10 and len(set(shards) - changed_exact - changed_fuzzy) >= 8
     assert [r.reason for r in after["exact_lists"][shard_of(copied)]] == ["exact_duplicate"]
     assert after["exact_lists"][new_key] == []
-    # The new shard's near copy goes iff its id is the higher one.
-    assert len(after["fuzzy_lists"][new_key]) == (1 if _id(near) > _id(near_target) else 0)
+    # The new shard sorts first, so its near copy survives (whatever its id) and doc 20 goes.
+    assert after["fuzzy_lists"][new_key] == []
+    [lost] = after["fuzzy_lists"][shard_of(near_target)]
+    assert (lost.id, lost.kept_id, lost.kept_shard) == (_id(near_target), _id(near), new_key)
+
+
+def _near_seed(target: str, lower: bool) -> int:
+    """A seed whose near copy of `target` has a lower (or higher) id than `target`."""
+    return next(s for s in range(100) if (_id(_near(target, s)) < _id(target)) == lower)
+
+
+@pytest.mark.parametrize("near_id", ["lower", "higher"])
+def test_a_new_last_shard_changes_no_old_removal_list_or_candidates(tmp_path, prose, near_id):
+    # A raw file added later gets the last shard key: its exact and near copies of old
+    # documents are removed from the new shard itself, whatever their ids, and it owns every
+    # candidate pair it brings, so no old shard's removal lists or verify inputs change.
+    base = [{"text": prose(i, 60), "id": f"u{i:03d}"} for i in range(48)]
+    base += [{"text": _near(prose(i, 60), i), "id": f"n{i:03d}"} for i in (3, 30)]
+    shards = _normalize(tmp_path, "a", base, shard_docs=5)
+    before = _sharded_dedup(shards, str(tmp_path / "before"))
+    target = prose(20, 60)
+    near = _near(target, _near_seed(target, near_id == "lower"))
+    assert (_id(near) < _id(target)) == (near_id == "lower")
+    new = _normalize(tmp_path, "b", [{"text": prose(10, 60)}, {"text": near}, {"text": prose(500, 60)}], 10)
+    after = _sharded_dedup({**shards, **new}, str(tmp_path / "after"))
+    [new_key] = new
+    assert new_key == max(after["fuzzy"])
+    for kind in ("exact", "fuzzy", "candidates"):
+        assert {k: after[kind][k] for k in shards} == before[kind], kind
+    assert [r.id for r in after["exact_lists"][new_key]] == [_id(prose(10, 60))]
+    [removal] = after["fuzzy_lists"][new_key]
+    [target_shard] = [k for k, p in shards.items() if target in read_table(p, columns=["text"]).column("text").to_pylist()]
+    assert (removal.id, removal.kept_id, removal.kept_shard) == (_id(near), _id(target), target_shard)
+    # The new shard owns the pair (its candidates name the target's shard as a partner).
+    assert target_shard in after["candidates"][new_key][1]
 
 
 def test_removal_digest_follows_the_effect_not_the_provenance(tmp_path):
@@ -373,3 +404,39 @@ def test_reduce_arguments_are_checked():
         fuzzy_band_reduce(26, (0, 1), [], "memory://x", FUZZY)
     with pytest.raises(ValueError, match=r"bucket must be in \[0, 3\], got 4"):
         exact_reduce(4, [], "memory://x", EXACT)
+
+
+PANDAS_FREE_STEPS = """
+import sys
+import pyarrow as pa
+from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_band_reduce, fuzzy_map, fuzzy_resolve, fuzzy_verify
+from marin_assets.datakit.normalize import doc_id
+from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.shards import write_table
+work, texts = sys.argv[1], sys.argv[2:]
+shards = {}
+for s, part in enumerate((texts[:2], texts[2:])):
+    shards[f"s-{s:05d}"] = f"{work}/in/s-{s:05d}.parquet"
+    write_table(pa.table({"id": string_array([doc_id(t) for t in part]), "text": string_array(part)}), shards[f"s-{s:05d}"])
+assert "pandas" not in sys.modules
+for key, path in shards.items():
+    fuzzy_map(key, path, f"{work}/map")
+for band in range(FuzzyDedupConfig().bands):
+    fuzzy_band_reduce(band, (0, 1), [f"{work}/map"], f"{work}/cand")
+edges = {k: f"{work}/edges/{k}.parquet" for k in shards}
+verified = sum(fuzzy_verify(k, [f"{work}/cand"], shards, edges[k])["verified_pairs"] for k in shards)
+resolved = fuzzy_resolve(edges, f"{work}/removals")
+print(verified, resolved["duplicates"], "pandas" in sys.modules)
+"""
+
+
+def test_the_fuzzy_steps_do_not_import_pandas(tmp_path, prose):
+    # A step process pays every import it triggers: to_numpy() and pa.array() on numpy or
+    # Python values pull in pandas (about a second), which none of these steps needs.
+    import subprocess
+    import sys
+
+    texts = [prose(1, 60), prose(2, 60), _near(prose(1, 60), 3), prose(4, 60)]
+    out = subprocess.run([sys.executable, "-c", PANDAS_FREE_STEPS, str(tmp_path), *texts], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1", "False"]
