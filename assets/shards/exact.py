@@ -1,14 +1,16 @@
 """Exact dedup over shards: map per shard, reduce per hash bucket, a removal list per shard,
 and the first filter (low quality + exact duplicates).
 
-shards/filtered_exact follows the DIGEST of its shard's exact removal list, not the version
-of the reduces (early cutoff): a new shard reruns every bucket reduce and every list, but a
-shard whose list removes the same rows keeps its filtered artifact and everything after it.
+Early cutoff twice: shards/exact_removals follows the digest of its shard's duplicate rows
+in every bucket (each reduce writes one per shard), not the buckets' versions, and
+shards/filtered_exact follows the DIGEST of its shard's removal list. A new shard reruns
+every bucket reduce, but only the shards it shares documents with get a new list, and only
+those whose removed rows changed recompute anything after it.
 """
 
 from __future__ import annotations
 
-from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, duplicates_digest, exact_map, exact_reduce, exact_removals
 from marin_assets.datakit.removals import apply_removals, removal_list_path
 from marin_assets.datakit.shards import join, shard_name
 from marin_assets.orchestration import StageContext, versioned_asset
@@ -27,7 +29,7 @@ def shard_exact_map(ctx: StageContext, docs: ArtifactRef):
     return exact_map(ctx.partition_key, shard_file(docs), ctx.out_dir, EXACT)
 
 
-@versioned_asset(key="shards/exact_reduce", code_version="1", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets))
+@versioned_asset(key="shards/exact_reduce", code_version="2", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets))
 def shard_exact_reduce(ctx: StageContext, maps: dict[str, ArtifactRef]):
     """One hash bucket of every shard's map: the copies of an id, the lowest one kept."""
     bucket = partition_index(ctx.partition_key, "bucket-", EXACT_BUCKETS)
@@ -38,7 +40,14 @@ def exact_list(removals: ArtifactRef) -> str:
     return removal_list_path(removals.data_path, removals.partition)
 
 
-@versioned_asset(key="shards/exact_removals", code_version="1", ins={"reduces": every("shards/exact_reduce")}, **per_shard())
+def _removals_version(config, partition: str, inputs) -> dict[str, str]:
+    """This shard's duplicate rows in every bucket, not every bucket's version: a new shard
+    reruns every bucket, but only the shards whose documents it copies get a new list."""
+    return {"duplicates": duplicates_digest(partition, roots(inputs["reduces"]))}
+
+
+@versioned_asset(key="shards/exact_removals", code_version="2", ins={"reduces": every("shards/exact_reduce")},
+                 version_inputs=_removals_version, **per_shard())
 def shard_exact_removals(ctx: StageContext, reduces: dict[str, ArtifactRef]):
     """This shard's exact-duplicate removal list (its row group of every bucket), with its digest."""
     return exact_removals(ctx.partition_key, roots(reduces), removal_list_path(ctx.out_dir, ctx.partition_key))

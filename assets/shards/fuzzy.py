@@ -41,7 +41,7 @@ class CandidatesConfig(StageConfig):
     docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
-@versioned_asset(key="shards/fuzzy_candidates", code_version="2", config_cls=CandidatesConfig,
+@versioned_asset(key="shards/fuzzy_candidates", code_version="3", config_cls=CandidatesConfig,
                  ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
 def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
     """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""

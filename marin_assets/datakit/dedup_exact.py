@@ -36,6 +36,7 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
+    read_committed_json,
     read_row_group,
     read_table,
     reset_dir,
@@ -290,6 +291,7 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
             }
         )
         _write_by_key(marks, join(reduce_root, "docs", f"{name}.parquet"))
+        write_json(_duplicate_digests(marks.filter(marks.column("is_duplicate"))), join(reduce_root, "marks", f"{name}.json"))
         counts["docs"] = table.num_rows
         counts["duplicates"] = int((~keep).sum())
     ptable = _gather(map_roots, "paragraphs", name, with_key=True) if config.paragraphs else None
@@ -301,6 +303,41 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
         counts["paragraphs"] = ptable.num_rows
         counts["duplicate_paragraphs"] = dup.num_rows
     return counts
+
+
+def _duplicate_digests(dups) -> dict[str, str]:
+    """{shard key: sha256 of its duplicate rows (row, id, kept_key, kept_row)} for the shards
+    with a duplicate in this bucket: all that shard's removal list takes from the bucket."""
+    import hashlib
+
+    per_key: dict[str, list] = {}
+    for key, row, doc_id, kept_key, kept_row in zip(*(dups.column(c).to_pylist() for c in ("key", "row", "id", "kept_key", "kept_row"))):
+        per_key.setdefault(key, []).append((row, doc_id, kept_key, kept_row))
+    return {key: hashlib.sha256("".join(f"{r}\t{i}\t{k}\t{kr}\n" for r, i, k, kr in sorted(rows)).encode()).hexdigest()
+            for key, rows in per_key.items()}
+
+
+def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:
+    """What the removal list of `shard_key` depends on, over every bucket reduce: the version
+    of its exact_removals partition (early cutoff: a new shard that brings no copy of this
+    shard's documents leaves its list, and the list's partition, as they were)."""
+    import hashlib
+
+    check_shard_key(shard_key)
+    h = hashlib.sha256()
+    for root in sorted(dict.fromkeys(reduce_roots)):
+        for path in _list_json(join(root, "marks")):
+            h.update(f"{basename(path)}={read_committed_json(path).get(shard_key, '-')}\n".encode())
+    return h.hexdigest()
+
+
+def _list_json(directory: str) -> list[str]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(directory)
+    if not fs.exists(root):
+        return []
+    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(".json")]
 
 
 def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:

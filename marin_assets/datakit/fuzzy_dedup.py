@@ -42,7 +42,7 @@ from marin_assets.datakit.attribute_files import (
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
 from marin_assets.datakit.readers import string_array
-from marin_assets.datakit.shards import basename, check_shard_key, join, local_path, read_table, reset_dir
+from marin_assets.datakit.shards import basename, check_shard_key, join, local_path, read_committed_json, read_table, reset_dir, write_json
 from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import (
     MinHashParams,
@@ -355,8 +355,9 @@ def fuzzy_band_reduce(
     held = int(keys.size)
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
-    name = f"{_band_name(band)}-range-{index:05d}.parquet"
+    name = f"{_band_name(band)}-range-{index:05d}"
     owners = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
+    summary = {}
     for owner in np.unique(owners):
         mine = pairs[owners == owner]
         shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 0] >> 32]
@@ -367,8 +368,22 @@ def fuzzy_band_reduce(
                 "row_b": _from_numpy(mine[:, 0] & 0xFFFFFFFF, np.uint32),
             }
         )
-        shard_write_table(table, join(out_root, shard_keys[int(owner)], name))
+        shard_write_table(table, join(out_root, shard_keys[int(owner)], f"{name}.parquet"))
+        summary[shard_keys[int(owner)]] = _owned_summary(table)
+    write_json(summary, join(out_root, OWNERS_DIR, f"{name}.json"))
     return {"shards": len(shard_keys), "keys": held, "pairs": len(pairs), "row_groups_read": groups}
+
+
+OWNERS_DIR = "@owners"  # not a valid shard key, so never an owner's directory
+
+
+def _owned_summary(table: pa.Table) -> dict:
+    """{"digest", "partners"} of one owner's pairs in one band range file."""
+    import hashlib
+
+    triples = sorted(zip(*(table.column(c).to_pylist() for c in ("row_a", "shard_b", "row_b"))))
+    digest = hashlib.sha256("".join(f"{a}\t{s}\t{b}\n" for a, s, b in triples).encode()).hexdigest()
+    return {"digest": digest, "partners": sorted({s for _, s, _ in triples})}
 
 
 def _owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | None:
@@ -379,22 +394,24 @@ def _owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | No
 
 
 def candidate_digest(shard_key: str, candidate_roots: Sequence[str]) -> tuple[str, list[str]]:
-    """(sha256 of the distinct candidate pairs shard `shard_key` owns, the partner shards they name).
+    """(sha256 over the candidate pairs shard `shard_key` owns, the partner shards they name).
 
     With the texts of this shard and of those partners, this is all its verify reads: a
     verify whose digest and texts are unchanged would write the same edges (early cutoff
-    when a new shard brings pairs to only some owners).
+    when a new shard brings pairs to only some owners). Read from each band range's owner
+    summary, which the planning process reads once for all the shards that ask.
     """
     import hashlib
 
-    cand = _owned_candidates(check_shard_key(shard_key), candidate_roots)
-    h = hashlib.sha256()
-    if cand is None:
-        return h.hexdigest(), []
-    triples = sorted(set(zip(*(cand.column(c).to_pylist() for c in ("row_a", "shard_b", "row_b")))))
-    for row_a, shard_b, row_b in triples:
-        h.update(f"{row_a}\t{shard_b}\t{row_b}\n".encode())
-    return h.hexdigest(), sorted({t[1] for t in triples})
+    check_shard_key(shard_key)
+    h, partners = hashlib.sha256(), set()
+    for root in sorted(dict.fromkeys(candidate_roots)):
+        for path in _list_files(join(root, OWNERS_DIR), "band-"):
+            owned = read_committed_json(path).get(shard_key)
+            if owned is not None:
+                h.update(f"{basename(path)}={owned['digest']}\n".encode())
+                partners.update(owned["partners"])
+    return h.hexdigest(), sorted(partners)
 
 
 def fuzzy_verify(

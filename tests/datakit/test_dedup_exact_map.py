@@ -65,3 +65,34 @@ def test_an_exact_map_step_does_not_import_pandas(tmp_path):
         " 'pandas' in sys.modules)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["20", "False"]
+
+
+def _reduce_all(tmp_path, shards: dict[str, list[tuple[str, str]]], label: str) -> list[str]:
+    """exact_map every shard ({key: [(text, source_id)]}) and exact_reduce every bucket; the reduce roots."""
+    from marin_assets.datakit.dedup_exact import exact_reduce
+
+    config = ExactDedupConfig(num_buckets=4)
+    map_root = str(tmp_path / label / "map")
+    for key, docs in shards.items():
+        path = str(tmp_path / label / f"{key}.parquet")
+        write_table(pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs), "source_id": [i for _, i in docs]}), path)
+        exact_map(key, path, map_root, config)
+    roots = [str(tmp_path / label / f"reduce-{b}") for b in range(4)]
+    for b, root in enumerate(roots):
+        exact_reduce(b, [map_root], root, config)
+    return roots
+
+
+def test_duplicates_digest_changes_only_for_the_shards_whose_duplicate_rows_change(tmp_path):
+    from marin_assets.datakit.dedup_exact import duplicates_digest
+
+    base = {"s-00000": [("alpha", "a1"), ("beta", "a2")], "s-00001": [("gamma", "b1"), ("alpha", "b2")]}
+    before = _reduce_all(tmp_path, base, "before")
+    # s-00002 copies beta (a later source_id: it is the duplicate) and brings gamma with an
+    # EARLIER source_id than s-00001's copy, which becomes the duplicate.
+    after = _reduce_all(tmp_path, {**base, "s-00002": [("beta", "c1"), ("gamma", "a0")]}, "after")
+    digest = {label: {k: duplicates_digest(k, roots) for k in ("s-00000", "s-00001", "s-00002")}
+              for label, roots in (("before", before), ("after", after))}
+    assert digest["before"]["s-00000"] == digest["after"]["s-00000"]  # its rows and their fate unchanged
+    assert digest["before"]["s-00001"] != digest["after"]["s-00001"]  # its gamma is now a duplicate
+    assert digest["before"]["s-00002"] == digest["before"]["s-00000"] != digest["after"]["s-00002"]  # no rows vs one duplicate
