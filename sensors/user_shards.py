@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 
-from sensors.new_files import WATCH_ENV, directory_digest, scan
+from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 
 DIGEST_TAG = "marin/user_files_digest"  # the directory_digest a run or backfill is for
 REQUEST_TAG = "marin/user_files_request"  # the run_key of the source + index run it follows

@@ -27,10 +27,10 @@ from marin_assets.datakit.pipeline import RunSpec, dataset_names
 from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, list_input_files
 from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
 from marin_assets.datakit.shards import basename, join
+from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 from marin_assets.orchestration import StageConfig, StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 from marin_assets.store.fsutil import real_path_inside, sha256_file
-from sensors.new_files import WATCH_ENV, directory_digest, scan
 
 SHARDABLE = JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES
 assert set(SHARDABLE) == set(SUPPORTED_SUFFIXES), "the index must shard every format the readers read"
