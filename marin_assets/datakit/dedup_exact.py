@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.shards import (
+    arrow_int64,
     basename,
     check_shard_key,
     join,
@@ -115,16 +116,6 @@ def _bucket_name(bucket: int) -> str:
     return f"bucket-{bucket:05d}"
 
 
-def int64_array(values):
-    """A pyarrow int64 Array over a numpy array's buffer: pa.array() on numpy imports pandas
-    (seconds per process), which a map step never needs."""
-    import numpy as np
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-
-
 def _split_by_bucket(table, buckets) -> list:
     """[(bucket name, rows of that bucket in table order)] in bucket order (one row group each
     on disk): one stable sort by bucket and a slice per bucket, not a filter pass per bucket."""
@@ -132,7 +123,7 @@ def _split_by_bucket(table, buckets) -> list:
     import pyarrow as pa
 
     order = np.argsort(buckets, kind="stable")
-    grouped = table.take(int64_array(order))
+    grouped = table.take(arrow_int64(order))
     present, starts = np.unique(buckets[order], return_index=True)
     ends = list(starts[1:]) + [len(order)]
     return [(_bucket_name(int(b)), grouped.slice(int(lo), int(hi) - int(lo))) for b, lo, hi in zip(present, starts, ends)]
@@ -172,7 +163,7 @@ def _map_rows(table, config: ExactDedupConfig):
     import pyarrow as pa
 
     base = pa.Table.from_arrays(
-        [table.column("id"), table.column("source"), table.column("source_id"), int64_array(np.arange(table.num_rows))],
+        [table.column("id"), table.column("source"), table.column("source_id"), arrow_int64(np.arange(table.num_rows))],
         names=["id", "source", "source_id", "row"],
     )
     if not config.paragraphs:
@@ -279,7 +270,7 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
         order, keep = _sorted_firsts(table, DOC_ORDER)
         table = table.take(order)
         # Each row's canonical copy is the last group start at or before it.
-        canon = int64_array(np.maximum.accumulate(np.where(keep, np.arange(len(keep)), 0)))
+        canon = arrow_int64(np.maximum.accumulate(np.where(keep, np.arange(len(keep)), 0)))
         marks = pa.table(
             {
                 "key": table.column("key"),
@@ -352,7 +343,7 @@ def _write_by_key(table, path: str) -> None:
 
     table = table.take(pc.sort_indices(table, [("key", "ascending"), ("row", "ascending")]))
     starts = np.flatnonzero(_first_flags(table.column("key")))
-    names = table.column("key").take(int64_array(starts)).to_pylist()
+    names = table.column("key").take(arrow_int64(starts)).to_pylist()
     ends = list(starts[1:]) + [table.num_rows]
     body = table.drop_columns(["key"])
     write_row_groups([(k, body.slice(int(lo), int(hi) - int(lo))) for k, lo, hi in zip(names, starts, ends)], path)
@@ -497,9 +488,9 @@ def _dedup_in_memory(shards: list[tuple[str, str]], out_dir: str, config: ExactD
     for (name, path), key in zip(shards, keys):
         table = read_table(path, columns=_map_columns(config))
         base, ptable = _map_rows(table, config)
-        doc_parts.append(base.append_column("key", int64_array(np.full(base.num_rows, rank[key]))))
+        doc_parts.append(base.append_column("key", arrow_int64(np.full(base.num_rows, rank[key]))))
         if ptable is not None:
-            para_parts.append(ptable.append_column("key", int64_array(np.full(ptable.num_rows, rank[key]))))
+            para_parts.append(ptable.append_column("key", arrow_int64(np.full(ptable.num_rows, rank[key]))))
         columns.append((table.column("id"), table.column("source_id")))
         rows += base.num_rows + (ptable.num_rows if ptable is not None else 0)
         if rows > max_rows:

@@ -42,7 +42,18 @@ from marin_assets.datakit.attribute_files import (
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
 from marin_assets.datakit.readers import string_array
-from marin_assets.datakit.shards import basename, check_shard_key, join, local_path, read_committed_json, read_table, reset_dir, write_json
+from marin_assets.datakit.shards import (
+    arrow_array,
+    basename,
+    check_shard_key,
+    join,
+    local_path,
+    numpy_view,
+    read_committed_json,
+    read_table,
+    reset_dir,
+    write_json,
+)
 from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import (
     MinHashParams,
@@ -199,26 +210,6 @@ MAP_ROW_GROUP = 8192
 KEY_SPACE = 1 << 64
 
 
-def _to_numpy(column, dtype) -> np.ndarray:
-    """A primitive Arrow column (no nulls) of type `dtype` as numpy, read from its buffer.
-
-    to_numpy() and pa.array() import pandas (about a second of every step process that never
-    needs it); these two helpers keep the map, reduce and verify steps pandas-free.
-    """
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if arr.type != pa.from_numpy_dtype(np.dtype(dtype)) or arr.null_count:
-        raise ValueError(f"expected a {np.dtype(dtype)} column without nulls, got {arr.type} with {arr.null_count} nulls")
-    if len(arr) == 0:
-        return np.zeros(0, dtype)
-    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
-
-
-def _from_numpy(values, dtype) -> pa.Array:
-    """A pyarrow Array over a numpy array's buffer (pandas-free, see `_to_numpy`)."""
-    values = np.ascontiguousarray(values, dtype=dtype)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
 def _band_name(band: int) -> str:
     return f"band-{band:03d}"
 
@@ -255,7 +246,7 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
     keys = band_keys(signatures, config.bands, config.rows)
     for band in range(config.bands):
         order = np.lexsort((nonempty, keys[band]))
-        table = pa.table({"key": _from_numpy(keys[band][order], np.uint64), "row": _from_numpy(nonempty[order], np.uint32)})
+        table = pa.table({"key": arrow_array(keys[band][order], np.uint64), "row": arrow_array(nonempty[order], np.uint32)})
         shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
 
@@ -300,8 +291,8 @@ def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray
         table = pf.read_row_groups(groups, columns=["key", "row"]) if groups else None
     if table is None or table.num_rows == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint32), len(groups)
-    keys = _to_numpy(table.column("key"), np.uint64)
-    rows = _to_numpy(table.column("row"), np.uint32)
+    keys = numpy_view(table.column("key"), np.uint64)
+    rows = numpy_view(table.column("row"), np.uint32)
     inside = keys >= np.uint64(lo)
     if not last:
         inside &= keys < np.uint64(hi)
@@ -363,9 +354,9 @@ def fuzzy_band_reduce(
         shard_b = np.asarray(shard_keys, dtype=object)[mine[:, 0] >> 32]
         table = pa.table(
             {
-                "row_a": _from_numpy(mine[:, 1] & 0xFFFFFFFF, np.uint32),
+                "row_a": arrow_array(mine[:, 1] & 0xFFFFFFFF, np.uint32),
                 "shard_b": string_array(shard_b.tolist()),
-                "row_b": _from_numpy(mine[:, 0] & 0xFFFFFFFF, np.uint32),
+                "row_b": arrow_array(mine[:, 0] & 0xFFFFFFFF, np.uint32),
             }
         )
         shard_write_table(table, join(out_root, shard_keys[int(owner)], f"{name}.parquet"))
@@ -436,8 +427,8 @@ def fuzzy_verify(
     if cand is not None:
         partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
         names, code = np.unique(partners, return_inverse=True)
-        row_a = _to_numpy(cand.column("row_a"), np.uint32).astype(np.int64)
-        row_b = _to_numpy(cand.column("row_b"), np.uint32).astype(np.int64)
+        row_a = numpy_view(cand.column("row_a"), np.uint32).astype(np.int64)
+        row_b = numpy_view(cand.column("row_b"), np.uint32).astype(np.int64)
         triples = np.unique(np.stack([row_a, code, row_b], 1), axis=0)
         total = len(triples)
         same = np.flatnonzero(names == key)
@@ -460,9 +451,9 @@ def fuzzy_verify(
                                         ("row_b", row_b), ("id_b", p_ids[row_b]), ("jaccard", j)):  # fmt: skip
                         edges[name].append(value)
     table = pa.table({
-        "row_a": _from_numpy(edges["row_a"], np.int64), "id_a": string_array(edges["id_a"]),
-        "shard_b": string_array(edges["shard_b"]), "row_b": _from_numpy(edges["row_b"], np.int64),
-        "id_b": string_array(edges["id_b"]), "jaccard": _from_numpy(edges["jaccard"], np.float64),
+        "row_a": arrow_array(edges["row_a"], np.int64), "id_a": string_array(edges["id_a"]),
+        "shard_b": string_array(edges["shard_b"]), "row_b": arrow_array(edges["row_b"], np.int64),
+        "id_b": string_array(edges["id_b"]), "jaccard": arrow_array(edges["jaccard"], np.float64),
     })  # fmt: skip
     shard_write_table(table, out_path)
     return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
@@ -477,7 +468,7 @@ def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> t
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size and (rows.min() < 0 or rows.max() >= table.num_rows):
         raise ValueError(f"candidate pairs name row {int(rows.max())} of shard {key!r} ({path}), which has {table.num_rows} rows")
-    picked = table.take(_from_numpy(rows, np.int64))
+    picked = table.take(arrow_array(rows, np.int64))
     ids, texts = picked.column("id").to_pylist(), picked.column("text").to_pylist()
     for row, doc_id, text in zip(rows.tolist(), ids, texts):
         if doc_id is None or text is None:

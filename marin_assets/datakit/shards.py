@@ -154,6 +154,34 @@ def write_json(obj, path: str) -> None:
         json.dump(obj, f, indent=2, sort_keys=True)
 
 
+# pa.array() on numpy and Array.to_numpy() import pandas (about a second of every step
+# process that never needs it); these keep the map, reduce and verify steps pandas-free.
+def numpy_view(column, dtype):
+    """A primitive Arrow column (no nulls) of type `dtype` as numpy, read from its buffer."""
+    import numpy as np
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.type != pa.from_numpy_dtype(np.dtype(dtype)) or arr.null_count:
+        raise ValueError(f"expected a {np.dtype(dtype)} column without nulls, got {arr.type} with {arr.null_count} nulls")
+    if len(arr) == 0:
+        return np.zeros(0, dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+
+
+def arrow_array(values, dtype):
+    """A pyarrow Array over a numpy array's buffer (pandas-free)."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_int64(values):
+    return arrow_array(values, "int64")
+
+
 def read_committed_json(path: str):
     """The JSON of a file inside a committed artifact, read once per process.
 
