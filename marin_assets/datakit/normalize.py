@@ -3,10 +3,9 @@
 Columns: id (xxh3-128 hex of the UTF-8 text), text, source, source_id, metadata (JSON).
 Rows keep the order of the input (files in sorted order, records in file order), so a
 document's place in the corpus is its (shard, row) here and its (shard key, row) in the
-sharded graph alike (fuzzy dedup keeps the earliest copy); files are
-part-00000-of-000NN.parquet. A shard
-closes when it reaches `shard_docs` documents or `shard_bytes` bytes of text, whichever
-comes first, so memory stays bounded by one shard.
+sharded graph alike (fuzzy dedup keeps the earliest copy). Files are
+part-00000-of-000NN.parquet; a shard closes when it reaches `shard_docs` documents or
+`shard_bytes` bytes of text, whichever comes first, so memory stays bounded by one shard.
 """
 
 from __future__ import annotations
