@@ -15,12 +15,15 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from marin_assets.datakit.shards import read_table
+
 
 def read_columns(path: str, columns: list[str]) -> pa.Table:
     """Read only ``columns`` of one shard (column projection: never the whole file)."""
     try:
-        with fsspec.open(path, "rb") as f:
-            table = pq.read_table(f, columns=columns)
+        # shards.read_table, not pq.read_table: its dataset layer imports pandas (about a
+        # second of every step process that reads a shard and never needs pandas)
+        table = read_table(path, columns=columns)
     except FileNotFoundError:
         raise FileNotFoundError(f"shard not found: {path}") from None
     except (pa.ArrowInvalid, OSError) as e:

@@ -190,13 +190,13 @@ def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDe
     return exact_map(_key(dataset, shard_path), shard_path, join(out_dir, "_map"), config)
 
 
-def _list_files(directory: str) -> list[str]:
+def _list_files(directory: str, suffix: str = ".parquet") -> list[str]:
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(directory)
     if not fs.exists(root):
         return []
-    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(".parquet")]
+    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(suffix)]
 
 
 def _gather(roots: Sequence[str], kind: str, part: str, with_key: bool = False):
@@ -317,18 +317,9 @@ def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:
     check_shard_key(shard_key)
     h = hashlib.sha256()
     for root in sorted(dict.fromkeys(reduce_roots)):
-        for path in _list_json(join(root, "marks")):
+        for path in _list_files(join(root, "marks"), ".json"):
             h.update(f"{basename(path)}={read_committed_json(path).get(shard_key, '-')}\n".encode())
     return h.hexdigest()
-
-
-def _list_json(directory: str) -> list[str]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(directory)
-    if not fs.exists(root):
-        return []
-    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(".json")]
 
 
 def exact_dedup_reduce(bucket: int, out_dir: str, config: ExactDedupConfig) -> dict:

@@ -37,6 +37,7 @@ from scipy.sparse.csgraph import connected_components
 from marin_assets.datakit.attribute_files import (
     attribute_path,
     check_unique_basenames,
+    read_id_text,
     write_table,
 )
 from marin_assets.numeric_checks import check_float, check_int
@@ -239,7 +240,7 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
     path. Returns {"docs", "empty"}.
     """
     key = check_shard_key(shard_key)
-    texts = _read_texts(shard_path)
+    _, texts = read_id_text(shard_path)
     shingle_sets = [shingle_hashes(t, config) for t in texts]
     nonempty = np.flatnonzero([s.size > 0 for s in shingle_sets]).astype(np.uint32)
     signatures = signatures_from_shingles([shingle_sets[i] for i in nonempty], config)
@@ -249,19 +250,6 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
         table = pa.table({"key": arrow_array(keys[band][order], np.uint64), "row": arrow_array(nonempty[order], np.uint32)})
         shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
-
-
-def _read_texts(path: str) -> list[str]:
-    """The `text` column of one shard (read_id_text's checks without pq.read_table, whose
-    dataset layer imports pandas)."""
-    try:
-        column = read_table(path, columns=["text"]).column("text")
-    except KeyError:
-        raise ValueError(f"shard {path} lacks column(s) ['text']") from None
-    if column.null_count:
-        row = column.to_pylist().index(None)
-        raise ValueError(f"shard {path} row {row}: null text")
-    return column.to_pylist()
 
 
 def _list_files(directory: str, prefix: str = "") -> list[str]:
