@@ -16,7 +16,8 @@ One JSON line per figure (ratio > 1: we are better):
                    threshold 0, same tokenizer, same eval set)
   step_overhead    seconds of a pass where every partition is a cache hit, per wave
                    (run start, planning, cache checks, events), and the fresh-process
-                   import cost of a step's modules (extra fields)
+                   import cost of a step's modules (extra fields); up_to_date_pass_s: the
+                   same pass when waves skip up-to-date partitions (the default)
   fuzzy_candidates_peak_rss  peak RSS of one band partition of shards/fuzzy_candidates in
                    a fresh process at two shard counts (ours: the larger, reference: the
                    smaller; ratio ~1 = memory does not grow with the shard count)
@@ -192,10 +193,11 @@ class Graph:
 
         return index_keys(self.store().read_pointer("shards/index", None))
 
-    def run(self, files: list[Path], workers: int, label: str) -> dict:
-        """{seconds, process_s, waves, computed} of one pass over `files` on `workers`."""
+    def run(self, files: list[Path], workers: int, label: str, skip_up_to_date: bool = True) -> dict:
+        """{seconds, process_s, waves, computed} of one pass over `files` on `workers`;
+        skip_up_to_date=False runs every partition (the up-to-date ones as cache hits)."""
         job = {"prefix": self.prefix, "files": [str(f) for f in files], "workers": workers, "label": label,
-               "shard_bytes": self.shard_bytes}
+               "shard_bytes": self.shard_bytes, "skip_up_to_date": skip_up_to_date}
         start, cpu = time.perf_counter(), _children_cpu()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--pass-child", json.dumps(job)], cwd=ROOT,
                               capture_output=True, text=True, env={**os.environ, "MARIN_LOCAL_WORKERS": str(workers)})
@@ -231,6 +233,8 @@ def pass_child(job: dict) -> None:
     instance = dg.DagsterInstance.ephemeral()
     assets = [raw_source([Path(f) for f in job["files"]]), *stand_ins(), *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
     inputs = [a for a in assets if a.key.path[0] != "shards"]
+    from assets.shards.run import warm_imports
+    warm_imports()
     assert dg.materialize(inputs, instance=instance, resources=resources).success
     index = next(a for a in assets if a.key.to_user_string() == "shards/index")
     rest = [a.key for a in assets if a.key.path[0] == "shards" and a is not index]
@@ -241,23 +245,31 @@ def pass_child(job: dict) -> None:
     results = materialize_waves(assets, instance, resources, selection=[index.key], log=log, run_config=config)
     if all(r.success for r in results):
         register_shards(instance, index_keys(store.store.read_pointer("shards/index", None)))
-        results += materialize_waves(assets, instance, resources, selection=rest, log=log)
+        results += materialize_waves(assets, instance, resources, selection=rest, log=log,
+                                     skip_up_to_date=job["skip_up_to_date"])
     seconds = time.perf_counter() - start
-    if not all(r.success for r in results) or len(results) != len(marks):
+    if not all(r.success for r in results):
         raise RuntimeError(f"{job['label']}: a wave failed: {[m for _, m in marks]}")
     ends = [t for t, _ in marks[1:]] + [start + seconds]
+    ran = [(t0, line, t1) for (t0, line), t1 in zip(marks, ends) if not line.endswith("no run")]
+    skipped = [line.split(":", 1)[1].strip().split(":")[0] for _, line in marks if line.endswith("no run")]
+    if len(ran) != len(results):
+        raise RuntimeError(f"{job['label']}: {len(results)} runs for {len(ran)} wave lines: {[m for _, m in marks]}")
     waves, computed = [], Counter()
-    for (t0, line), t1, result in zip(marks, ends, results):
+    for (t0, line, t1), result in zip(ran, results):
         events = result.get_asset_materialization_events()
         fresh = [e for e in events if not e.materialization.metadata["cache_hit"].value]
         done = Counter(e.asset_key.to_user_string() for e in fresh)
         computed.update(done)
         # busy_s: the partitions' own durations summed; busy_s / s is the wave's achieved parallelism
-        busy = sum(e.materialization.metadata["duration_s"].value for e in fresh)
-        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0], "s": round(t1 - t0, 2), "busy_s": round(busy, 2),
+        busy = Counter()
+        for e in fresh:
+            busy[e.asset_key.to_user_string()] += e.materialization.metadata["duration_s"].value
+        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0].split(": ")[0], "s": round(t1 - t0, 2),
+                      "busy_s": round(sum(busy.values()), 2), "busy_by_asset": {k: round(v, 2) for k, v in busy.items()},
                       "computed": dict(done), "partitions": len(events)})
         print(json.dumps({"pass": job["label"], "workers": job["workers"], **waves[-1]}), flush=True)
-    print(json.dumps({"seconds": seconds, "waves": waves, "computed": dict(computed)}), flush=True)
+    print(json.dumps({"seconds": seconds, "waves": waves, "computed": dict(computed), "up_to_date_waves": skipped}), flush=True)
 
 
 # ---------------------------------------------------------------- the reference and overheads
@@ -360,13 +372,16 @@ def main(argv=None) -> int:
                  process_cpu_s_1=round(one["cpu_s"], 1), process_cpu_s_n=round(full["cpu_s"], 1),
                  process_s_1=round(one["process_s"], 1), process_s_n=round(full["process_s"], 1))
         if "step_overhead" in figures:
-            again = ours.run(base, args.workers, "all-cache-hits")
+            again = ours.run(base, args.workers, "all-cache-hits", skip_up_to_date=False)
             assert not again["computed"], f"a rerun of an unchanged graph computed {again['computed']}"
             per_wave = again["seconds"] / len(again["waves"])
+            planned = ours.run(base, args.workers, "up-to-date")
+            assert not planned["computed"], f"a rerun of an unchanged graph computed {planned['computed']}"
             imports = {name: round(import_seconds(code), 2) for name, code in IMPORTS.items()}
             # reference: the same pass's share of the full run (what the fixed cost is out of)
             emit("step_overhead", "s/wave", per_wave, full["seconds"] / len(full["waves"]), higher_is_better=False, **common,
-                 cached_pass_s=round(again["seconds"], 2), waves=len(again["waves"]), fresh_process_import_s=imports)
+                 cached_pass_s=round(again["seconds"], 2), waves=len(again["waves"]), fresh_process_import_s=imports,
+                 up_to_date_pass_s=round(planned["seconds"], 2), up_to_date_runs=len(planned["waves"]))
         if "shard_increment" in figures:
             inc = ours.run(added, args.workers, "increment")
             emit("shard_increment", "s", inc["seconds"], full["seconds"], higher_is_better=False, **common,

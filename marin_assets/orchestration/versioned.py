@@ -219,6 +219,7 @@ def versioned_asset(
         compute.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         compute.__name__ = asset_path[-1].replace("-", "_").replace(".", "_")
         compute.__doc__ = body.__doc__
+        compute.marin_planner = Planner(stage, config_cls, in_keys, on_ref is None)  # type: ignore[attr-defined]
 
         return dg.asset(
             key=dg.AssetKey(list(asset_path)),
@@ -317,6 +318,21 @@ class _Stage:
         }
 
 
+@dataclass(frozen=True)
+class Planner:
+    """What planning a versioned asset's partitions outside a run needs (uptodate.py)."""
+
+    stage: _Stage
+    config_cls: type[StageConfig] | None
+    in_keys: Mapping[str, dg.AssetKey]  # input name -> upstream asset
+    skippable: bool  # False with on_ref: the run must call it even when nothing is computed
+
+
+def planner_of(assets_def: dg.AssetsDefinition) -> Planner | None:
+    """The Planner of a versioned_asset, None for any other asset."""
+    return getattr(getattr(assets_def.op.compute_fn, "decorated_fn", None), "marin_planner", None)
+
+
 # ---- which partitions a step covers, and what each partition's body gets --------------
 
 _WHOLE, _IDENTITY = "whole", "identity"
@@ -345,18 +361,36 @@ def _input_mode(context: dg.AssetExecutionContext, upstream_key: dg.AssetKey, va
     """How a loaded input is split over the step's partitions, from the asset's partition
     mapping (never from the keys loaded: an All mapping over the same partitions loads the
     same keys as a range run's identity input when the range covers every partition)."""
-    if not isinstance(value, Mapping) or context.assets_def.partitions_def is None:
-        return _WHOLE  # an unpartitioned upstream (one ref), or an unpartitioned asset
-    explicit = context.assets_def.get_partition_mapping(upstream_key)
+    if not isinstance(value, Mapping):
+        return _WHOLE  # an unpartitioned upstream (one ref)
+    return input_mode(context.assets_def, upstream_key, context.job_def.asset_layer.get(upstream_key).partitions_def)
+
+
+def input_mode(assets_def: dg.AssetsDefinition, upstream_key: dg.AssetKey,
+               upstream_def: dg.PartitionsDefinition | None) -> Any:
+    """_WHOLE, _IDENTITY or _Mapped: how `assets_def` maps the partitions of `upstream_key`
+    (also what uptodate.py plans with, outside a run)."""
+    if assets_def.partitions_def is None or upstream_def is None:
+        return _WHOLE  # an unpartitioned asset, or an unpartitioned upstream
+    explicit = assets_def.get_partition_mapping(upstream_key)
     if isinstance(explicit, dg.AllPartitionMapping):
         return _WHOLE
-    upstream_def = context.job_def.asset_layer.get(upstream_key).partitions_def
-    mapping = context.assets_def.infer_partition_mapping(context.assets_def.key, upstream_key, upstream_def)
+    mapping = assets_def.infer_partition_mapping(assets_def.key, upstream_key, upstream_def)
     if isinstance(mapping, dg.AllPartitionMapping):
         return _WHOLE
     if isinstance(mapping, dg.IdentityPartitionMapping):
         return _IDENTITY
-    return _Mapped(mapping, context.assets_def.partitions_def, upstream_def)
+    return _Mapped(mapping, assets_def.partitions_def, upstream_def)
+
+
+def mapped_keys(mode: _Mapped, partition: str, instance: dg.DagsterInstance) -> list[str]:
+    """The upstream keys Dagster maps `partition` to under `mode`'s mapping."""
+    subset = mode.partitions_def.subset_with_partition_keys([partition])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mapped = mode.mapping.get_upstream_mapped_partitions_result_for_partitions(
+            subset, mode.partitions_def, mode.upstream_partitions_def, dynamic_partitions_store=instance)
+    return list(mapped.partitions_subset.get_partition_keys())
 
 
 def _input_for(value: Any, mode: Any, partition: str | None, context: dg.AssetExecutionContext, in_range: bool) -> Any:
@@ -370,12 +404,7 @@ def _input_for(value: Any, mode: Any, partition: str | None, context: dg.AssetEx
         return value[partition]
     if not in_range:
         return value  # Dagster loaded exactly this partition's mapped keys
-    subset = mode.partitions_def.subset_with_partition_keys([partition])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mapped = mode.mapping.get_upstream_mapped_partitions_result_for_partitions(
-            subset, mode.partitions_def, mode.upstream_partitions_def, dynamic_partitions_store=context.instance)
-    return {key: value[key] for key in mapped.partitions_subset.get_partition_keys()}
+    return {key: value[key] for key in mapped_keys(mode, partition, context.instance)}
 
 
 # ---- a range run: every partition of the range, on local workers ----------------------

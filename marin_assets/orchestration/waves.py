@@ -5,8 +5,10 @@ has four (shards, hash buckets, LSH bands, none), so "materialise everything" is
 of runs. On a cluster Dagster's asset backfill plans and launches them (its daemon starts a
 wave's runs once their parents are done, one per N partitions under `multi_run`). Locally,
 without a daemon, `materialize_waves` runs the same waves in this process, in order: each
-wave is one `dg.materialize` over every key of one partitions definition, and a wave starts
-only after every earlier wave succeeded. It plans and sequences; the runs themselves,
+wave is `dg.materialize` over the keys of one partitions definition, and a wave starts
+only after every earlier wave succeeded. A wave runs only the partitions that are not up
+to date in the artifact store (uptodate.py), so an increment starts runs over what changed
+instead of logging a cache hit for every partition. It plans and sequences; the runs themselves,
 their executors and the in-run fan-out over partitions are Dagster's and versioned_asset's.
 """
 
@@ -20,6 +22,7 @@ import dagster as dg
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+MAX_GAP = 32
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,30 @@ def plan_waves(assets: Sequence[dg.AssetsDefinition], selection: Collection[dg.A
     return waves
 
 
-def wave_tags(wave: Wave, instance: dg.DagsterInstance) -> dict[str, str]:
-    """Range tags over every key of the wave's partitions (none for an unpartitioned wave)."""
+def wave_partitions(wave: Wave, instance: dg.DagsterInstance) -> list[str | None]:
+    """Every key of the wave's partitions, in Dagster's order ([None] for an unpartitioned wave)."""
     if wave.partitions_def is None:
-        return {}
+        return [None]
     keys = wave.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     if not keys:
         raise ValueError(f"wave {wave.label()} has no partitions yet (nothing registered the keys of {_def_name(wave.partitions_def)})")
-    return {RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]}
+    return list(keys)
+
+
+def spans(keys: Sequence[str | None], todo: Collection[str | None], max_gap: int = MAX_GAP) -> list[tuple[str, str] | None]:
+    """The (first, last) ranges of `keys` that cover `todo`, in order; [None] for an
+    unpartitioned wave. Ranges closer than max_gap up-to-date keys merge into one run:
+    a run costs about what the events of ~30 up-to-date partitions cost."""
+    if keys == [None]:
+        return [None] if todo else []
+    index = [i for i, k in enumerate(keys) if k in todo]
+    groups: list[list[int]] = []
+    for i in index:
+        if groups and i - groups[-1][1] - 1 <= max_gap:
+            groups[-1][1] = i
+        else:
+            groups.append([i, i])
+    return [(keys[lo], keys[hi]) for lo, hi in groups]
 
 
 def materialize_waves(
@@ -89,27 +108,41 @@ def materialize_waves(
     tags: Mapping[str, str] | None = None,
     log: Callable[[str], None] = print,
     run_config: Mapping[str, Any] | None = None,
+    skip_up_to_date: bool = True,
 ) -> list[dg.ExecuteInProcessResult]:
-    """Run every wave of `selection` in order; stop at the first failed wave (its result last).
+    """Run every wave of `selection` in order; stop at the first failed run (its result last).
 
+    Each wave runs over the partitions that are not up to date in the artifact store
+    (uptodate.py; every partition with skip_up_to_date=False or without an artifact_store
+    resource), one run per range of them; a wave with none starts no run.
     run_config: one for the whole graph; each wave's run gets its "ops" entries for the
     assets of that wave (Dagster rejects config for ops a run does not execute).
     """
+    from marin_assets.orchestration.uptodate import stale_partitions
+
+    store_resource = resources.get("artifact_store") if skip_up_to_date else None
     results = []
     waves = plan_waves(assets, selection)
     op_names = {spec.key: a.op.name for a in assets for spec in a.specs}
     for i, wave in enumerate(waves, 1):
-        run_tags = {**(tags or {}), **wave_tags(wave, instance)}
-        span = f" ({run_tags[RANGE_START_TAG]} .. {run_tags[RANGE_END_TAG]})" if RANGE_START_TAG in run_tags else ""
-        log(f"wave {i}/{len(waves)}: {wave.label()}{span}")
+        keys = wave_partitions(wave, instance)
         config = dict(run_config or {})
         if "ops" in config:
             wave_ops = {op_names[k] for k in wave.keys}
             config["ops"] = {op: c for op, c in config["ops"].items() if op in wave_ops}
-        result = dg.materialize(assets, selection=list(wave.keys), instance=instance, resources=resources,
-                                tags=run_tags, raise_on_error=False, run_config=config or None)
-        results.append(result)
-        if not result.success:
-            log(f"wave {i}/{len(waves)} failed (run {result.run_id}); later waves not started")
-            break
+        todo = None if store_resource is None else stale_partitions(assets, wave.keys, keys, instance, store_resource.store, config)
+        todo = keys if todo is None else todo
+        if not todo:
+            log(f"wave {i}/{len(waves)}: {wave.label()}: all {len(keys)} partition(s) up to date, no run")
+            continue
+        for span in spans(keys, set(todo)):
+            run_tags = {**(tags or {}), **({RANGE_START_TAG: span[0], RANGE_END_TAG: span[1]} if span else {})}
+            where = f" ({span[0]} .. {span[1]})" if span else ""
+            log(f"wave {i}/{len(waves)}: {wave.label()}{where}: {len(todo)} of {len(keys)} partition(s) to run")
+            result = dg.materialize(assets, selection=list(wave.keys), instance=instance, resources=resources,
+                                    tags=run_tags, raise_on_error=False, run_config=config or None)
+            results.append(result)
+            if not result.success:
+                log(f"wave {i}/{len(waves)} failed (run {result.run_id}); later waves not started")
+                return results
     return results
