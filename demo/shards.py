@@ -24,15 +24,23 @@ def shard_graph_keys(defs: dg.Definitions) -> list[dg.AssetKey]:
 
 def run_shard_graph(defs: dg.Definitions, instance: dg.DagsterInstance, *, tags: Mapping[str, str],
                     log: Callable[[str], None] = print) -> dict:
-    """Materialise every wave of the sharded graph; {"success", "shards", "waves", "partitions", "cache_hits", "seconds"}."""
+    """Materialise every wave of the sharded graph (the partitions that are not up to date);
+    {"success", "shards", "runs", "up_to_date_waves", "partitions", "cache_hits", "seconds"}."""
     started = time.monotonic()
     assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
-    results = materialize_waves(assets, instance, defs.resources, selection=shard_graph_keys(defs), tags=tags, log=log)
+    lines: list[str] = []
+
+    def note(line: str) -> None:
+        lines.append(line)
+        log(line)
+
+    results = materialize_waves(assets, instance, defs.resources, selection=shard_graph_keys(defs), tags=tags, log=note)
     materializations = [e.materialization for r in results for e in r.get_asset_materialization_events()]
     hits = sum(1 for m in materializations if m.metadata.get("cache_hit") and m.metadata["cache_hit"].value)
     shards = instance.get_dynamic_partitions("datakit_shards")
-    summary = {"success": bool(results) and all(r.success for r in results), "shards": len(shards), "waves": len(results),
+    summary = {"success": all(r.success for r in results), "shards": len(shards), "runs": len(results),
+               "up_to_date_waves": sum(line.endswith("no run") for line in lines),
                "partitions": len(materializations), "cache_hits": hits, "seconds": round(time.monotonic() - started, 1)}
     log(f"sharded graph: {summary['shards']} shards, {summary['partitions']} partitions materialised "
-        f"({hits} cache hits) in {summary['waves']} runs, {summary['seconds']}s")
+        f"({hits} cache hits) in {summary['runs']} runs, {summary['up_to_date_waves']} waves up to date, {summary['seconds']}s")
     return summary

@@ -91,7 +91,7 @@ def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
     for selection in (first, rest):
         results = materialize_waves(assets, instance, resources, selection=selection, log=log, run_config=config)
         run_ids += [r.run_id for r in results]
-        if not results[-1].success:
+        if results and not results[-1].success:
             raise RunFailed(failure(results[-1]))
         if selection is first:  # on a cache hit the index body (which registers keys) did not run
             register_shards(instance, index_keys(store.store.read_pointer(INDEX_KEY, None)))
