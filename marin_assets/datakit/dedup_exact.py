@@ -38,6 +38,7 @@ from marin_assets.datakit.shards import (
     check_shard_key,
     join,
     read_committed_json,
+    read_parts,
     read_row_group,
     read_table,
     reset_dir,
@@ -250,14 +251,20 @@ def _sorted_firsts(table, order_columns):
     return order, _first_flags(table.column(order_columns[0]).take(order))
 
 
-def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig) -> dict:
+def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig,
+                 reuse: str | None = None) -> dict:
     """Reduce one hash bucket: read its row group of every map file, mark duplicates.
 
     Every copy of an id lands in the same bucket; the copy with the lowest (source,
     source_id, shard key, row) is canonical. Writes reduce_root/docs/bucket-BBBBB.parquet
-    (row, is_duplicate, id, kept_key, kept_row), one row group per shard key, and with
-    paragraphs reduce_root/paragraphs/bucket-BBBBB.parquet (row, start, end of each later
-    copy of a paragraph), also one row group per shard key.
+    (row, is_duplicate, id, kept_key, kept_row, source, source_id), one row group per shard
+    key, and with paragraphs reduce_root/paragraphs/bucket-BBBBB.parquet (row, start, end
+    of each later copy of a paragraph), also one row group per shard key.
+
+    reuse: the reduce_root of an earlier reduce of this bucket over other shards whose map
+    output is unchanged. Its marks hold every row of those shards, so they stand in for
+    those shards' map files: after one new shard a reduce reads two files, not one per
+    shard, and writes the same bytes as reading every map file. Documents only.
     """
     import numpy as np
     import pyarrow as pa
@@ -266,6 +273,10 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
     counts = {"docs": 0, "duplicates": 0, "paragraphs": 0, "duplicate_paragraphs": 0}
     name = _bucket_name(check_int("bucket", bucket, 0, config.num_buckets - 1))
     table = _gather(map_roots, "docs", name, with_key=True)
+    if reuse is not None:
+        if config.paragraphs:
+            raise ValueError("exact_reduce: reuse covers documents only (its marks keep no paragraph rows)")
+        table = _with_earlier_marks(table, join(reuse, "docs", f"{name}.parquet"))
     if table is not None:
         order, keep = _sorted_firsts(table, DOC_ORDER)
         table = table.take(order)
@@ -279,6 +290,8 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
                 "id": table.column("id"),
                 "kept_key": table.column("key").take(canon),
                 "kept_row": table.column("row").take(canon),
+                "source": table.column("source"),
+                "source_id": table.column("source_id"),
             }
         )
         _write_by_key(marks, join(reduce_root, "docs", f"{name}.parquet"))
@@ -294,6 +307,21 @@ def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config
         counts["paragraphs"] = ptable.num_rows
         counts["duplicate_paragraphs"] = dup.num_rows
     return counts
+
+
+MAP_COLUMNS = ["id", "source", "source_id", "row", "key"]  # a gathered map row group, with its shard key
+
+
+def _with_earlier_marks(table, marks_path: str):
+    """`table` (gathered map rows, or None) plus the rows an earlier reduce marked."""
+    import fsspec
+    import pyarrow as pa
+
+    fs, path = fsspec.core.url_to_fs(marks_path)
+    if not fs.exists(path):
+        return table  # that bucket had no documents
+    earlier = read_parts(marks_path, "key", columns=MAP_COLUMNS[:-1])
+    return earlier if table is None else pa.concat_tables([earlier, table.select(MAP_COLUMNS)])
 
 
 def _duplicate_digests(dups) -> dict[str, str]:

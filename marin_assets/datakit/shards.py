@@ -136,6 +136,27 @@ def read_row_group(path: str, name: str, columns: list[str] | None = None):
     return table.replace_schema_metadata(None)
 
 
+def read_parts(path: str, name_column: str, columns: list[str] | None = None):
+    """Every part of a file written by write_row_groups, with each row's part name in `name_column`."""
+    import contextlib
+    import json
+
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    native = local_path(path)
+    with (contextlib.nullcontext(native) if native is not None else fsspec.open(path, "rb")) as f:
+        pf = pq.ParquetFile(f)
+        names = json.loads((pf.schema_arrow.metadata or {}).get(ROW_GROUPS_KEY, b"null"))
+        if names is None:
+            raise ValueError(f"{path} was not written by write_row_groups (no {ROW_GROUPS_KEY.decode()} metadata)")
+        table = pf.read(columns=columns).replace_schema_metadata(None)
+        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+    labels = pa.array([name for name, n in zip(names, sizes) for _ in range(n)], pa.string())
+    return table.append_column(name_column, labels)
+
+
 def makedirs(path: str) -> None:
     import fsspec
 

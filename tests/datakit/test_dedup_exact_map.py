@@ -96,3 +96,38 @@ def test_duplicates_digest_changes_only_for_the_shards_whose_duplicate_rows_chan
     assert digest["before"]["s-00000"] == digest["after"]["s-00000"]  # its rows and their fate unchanged
     assert digest["before"]["s-00001"] != digest["after"]["s-00001"]  # its gamma is now a duplicate
     assert digest["before"]["s-00002"] == digest["before"]["s-00000"] != digest["after"]["s-00002"]  # no rows vs one duplicate
+
+
+def _bucket_files(root) -> dict[str, bytes]:
+    from pathlib import Path
+
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@settings(max_examples=25, deadline=None)
+@given(shards=st.lists(st.lists(st.tuples(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]),
+                                          st.sampled_from(["a0", "a1", "b0", "b1", "c0"])), min_size=1, max_size=6),
+                       min_size=2, max_size=5),
+       earlier=st.sets(st.integers(0, 4), min_size=1))
+def test_a_reduce_that_reuses_earlier_marks_writes_what_a_full_reduce_writes(shards, earlier):
+    """New shards may sort anywhere and their copies may displace an earlier canonical copy."""
+    import tempfile
+
+    from marin_assets.datakit.dedup_exact import exact_reduce
+
+    config = ExactDedupConfig(num_buckets=3)
+    keys = [f"s-{i:05d}" for i in range(len(shards))]
+    old = [k for i, k in enumerate(keys) if i in earlier and i < len(keys) - 1] or keys[:1]
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {}
+        for key, docs in zip(keys, shards):
+            path = f"{tmp}/{key}.parquet"
+            write_table(pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs),
+                                  "source_id": [i for _, i in docs]}), path)
+            exact_map(key, path, f"{tmp}/map-{key}", config)
+            roots[key] = f"{tmp}/map-{key}"
+        for b in range(3):
+            exact_reduce(b, [roots[k] for k in keys], f"{tmp}/full-{b}", config)
+            exact_reduce(b, [roots[k] for k in old], f"{tmp}/old-{b}", config)
+            exact_reduce(b, [roots[k] for k in keys if k not in old], f"{tmp}/reused-{b}", config, reuse=f"{tmp}/old-{b}")
+            assert _bucket_files(f"{tmp}/reused-{b}") == _bucket_files(f"{tmp}/full-{b}")
