@@ -108,6 +108,8 @@ def test_a_rerun_into_the_same_prefix_is_served_from_the_store(runs, sharded, ca
     # No artifact version was added: every partition of every asset was a cache hit.
     assert sorted(str(p.relative_to(store)) for p in store.rglob("STATUS.json")) == before
     assert any(p.startswith("shards/final/") for p in before) and len(before) > 50
+    # ... and no shard wave started a run: the one run is the index's (it registers the keys)
+    assert len(json.loads((runs["tmp"] / "P" / "summary.json").read_text())["runs"]) == 1
 
 
 def test_a_failed_wave_is_reported_with_the_users_error():
