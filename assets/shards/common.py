@@ -13,6 +13,8 @@ from collections.abc import Mapping
 import dagster as dg
 
 from assets.partitions import datakit_shards, shard_backfill_policy
+from marin_assets.datakit.shards import join, read_committed_json, write_json
+from marin_assets.orchestration import StageContext
 from marin_assets.store import ArtifactRef
 
 GROUP = "datakit_shards"
@@ -69,3 +71,30 @@ def checked_accounting(where: str, counts: dict) -> dict:
     if counts["docs_in"] != counts["docs_out"] + sum(counts["removed"].values()) + counts["quarantined"]:
         raise AssertionError(f"{where}: document accounting broken: {counts}")
     return counts
+
+
+REDUCE_READ = "maps.json"  # {**how, "maps": {shard: version}}: what one reduce partition read
+
+
+def reusable_reduce(ctx: StageContext, maps: Mapping[str, ArtifactRef], how: Mapping) -> tuple[str | None, set[str]]:
+    """(data path, shards) of this reduce partition's current artifact when it was written
+    the same way (`how`: output format, key ranges) and every shard it read is still here
+    with the same map version (shards were only added), so its output can stand in for
+    those shards' map files; else (None, empty). See exact_reduce / fuzzy_band_reduce `reuse`."""
+    earlier = ctx.store.read_pointer(ctx.asset_key, ctx.partition_key)
+    if earlier is None:
+        return None, set()
+    try:
+        read = read_committed_json(join(earlier.data_path, REDUCE_READ))
+    except FileNotFoundError:
+        return None, set()
+    if {k: v for k, v in read.items() if k != "maps"} != dict(how):
+        return None, set()
+    if any(k not in maps or maps[k].version != v for k, v in read["maps"].items()):
+        return None, set()
+    return earlier.data_path, set(read["maps"])
+
+
+def record_reduce(ctx: StageContext, maps: Mapping[str, ArtifactRef], how: Mapping) -> None:
+    """What reusable_reduce checks the next time: how this partition was written, from which maps."""
+    write_json({**how, "maps": {k: ref.version for k, ref in sorted(maps.items())}}, join(ctx.out_dir, REDUCE_READ))

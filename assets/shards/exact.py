@@ -10,16 +10,14 @@ those whose removed rows changed recompute anything after it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from marin_assets.datakit.dedup_exact import ExactDedupConfig, duplicates_digest, exact_map, exact_reduce, exact_removals
 from marin_assets.datakit.removals import apply_removals, removal_list_path
-from marin_assets.datakit.shards import join, read_committed_json, shard_name, write_json
+from marin_assets.datakit.shards import join, shard_name
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 
 from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
-from assets.shards.common import checked_accounting, every, per_shard, per_slice, roots, shard_file
+from assets.shards.common import checked_accounting, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
 from assets.shards.normalized import low_quality_list
 
 EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
@@ -31,24 +29,7 @@ def shard_exact_map(ctx: StageContext, docs: ArtifactRef):
     return exact_map(ctx.partition_key, shard_file(docs), ctx.out_dir, EXACT)
 
 
-MAPS_READ = "maps.json"  # {"format", "maps": {shard: exact_map version}} of one reduce
 MARKS_FORMAT = 1  # bump when exact_reduce's marks change shape: older ones are then not reused
-
-
-def _reusable(ctx: StageContext, maps: Mapping[str, ArtifactRef]) -> tuple[str | None, set[str]]:
-    """(data path, shards) of this bucket's current artifact when every shard it reduced is
-    still here with the same map version (a shard was added, none changed or left), so its
-    marks stand in for their map files; else (None, empty)."""
-    earlier = ctx.store.read_pointer(ctx.asset_key, ctx.partition_key)
-    if earlier is None:
-        return None, set()
-    try:
-        read = read_committed_json(join(earlier.data_path, MAPS_READ))
-    except FileNotFoundError:
-        return None, set()
-    if read.get("format") != MARKS_FORMAT or any(k not in maps or maps[k].version != v for k, v in read["maps"].items()):
-        return None, set()
-    return earlier.data_path, set(read["maps"])
 
 
 @versioned_asset(key="shards/exact_reduce", code_version="3", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets))
@@ -56,10 +37,10 @@ def shard_exact_reduce(ctx: StageContext, maps: dict[str, ArtifactRef]):
     """One hash bucket of every shard's map: the copies of an id, the lowest one kept. After
     new shards it reads this bucket's earlier marks plus the new shards' maps only."""
     bucket = partition_index(ctx.partition_key, "bucket-", EXACT_BUCKETS)
-    reuse, reused = _reusable(ctx, maps)
+    reuse, reused = reusable_reduce(ctx, maps, {"format": MARKS_FORMAT})
     new = roots({k: ref for k, ref in maps.items() if k not in reused})
     counts = exact_reduce(bucket, new, ctx.out_dir, EXACT, reuse=reuse)
-    write_json({"format": MARKS_FORMAT, "maps": {k: ref.version for k, ref in sorted(maps.items())}}, join(ctx.out_dir, MAPS_READ))
+    record_reduce(ctx, maps, {"format": MARKS_FORMAT})
     return {**counts, "shards": len(maps), "shards_reused": len(reused)}
 
 

@@ -24,7 +24,7 @@ from marin_assets.store import ArtifactRef
 
 from assets.datakit import FuzzyConfig
 from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
-from assets.shards.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, roots, shard_file
+from assets.shards.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
 
 MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
 assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"
@@ -41,18 +41,25 @@ class CandidatesConfig(StageConfig):
     docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
-@versioned_asset(key="shards/fuzzy_candidates", code_version="3", config_cls=CandidatesConfig,
+KEYS_FORMAT = 1  # bump when fuzzy_band_reduce's @keys files change shape
+
+
+@versioned_asset(key="shards/fuzzy_candidates", code_version="4", config_cls=CandidatesConfig,
                  ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
 def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
     """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
     band = partition_index(ctx.partition_key, "band-", FUZZY_BANDS)
     docs = sum(ref.counts["docs"] for ref in maps.values())
     ranges = band_reduce_ranges(docs, config.docs_per_reduce)
+    how = {"format": KEYS_FORMAT, "ranges": ranges}
+    reuse, reused = reusable_reduce(ctx, maps, how)  # shards only added: their keys are in our @keys files
+    new = roots({k: ref for k, ref in maps.items() if k not in reused})
     totals = {"keys": 0, "pairs": 0, "row_groups_read": 0}
     for r in range(ranges):
-        counts = fuzzy_band_reduce(band, (r, ranges), roots(maps), ctx.out_dir, MINHASH)
+        counts = fuzzy_band_reduce(band, (r, ranges), new, ctx.out_dir, MINHASH, reuse=reuse)
         totals = {k: totals[k] + counts[k] for k in totals}
-    return {**totals, "ranges": ranges, "shards": len(maps), "docs": docs}
+    record_reduce(ctx, maps, how)
+    return {**totals, "ranges": ranges, "shards": len(maps), "shards_reused": len(reused), "docs": docs}
 
 
 def _edges_version(config, partition: str, inputs) -> dict[str, str]:

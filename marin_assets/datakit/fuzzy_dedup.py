@@ -34,12 +34,7 @@ import pyarrow as pa
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from marin_assets.datakit.attribute_files import (
-    attribute_path,
-    check_unique_basenames,
-    read_id_text,
-    write_table,
-)
+from marin_assets.datakit.attribute_files import attribute_path, check_unique_basenames, read_id_text, write_table
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
 from marin_assets.datakit.readers import string_array
@@ -56,12 +51,7 @@ from marin_assets.datakit.shards import (
     write_json,
 )
 from marin_assets.datakit.shards import write_table as shard_write_table
-from marin_assets.datakit.minhash import (
-    MinHashParams,
-    jaccard,
-    shingle_hashes,
-    signatures_from_shingles,
-)
+from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_hashes, signatures_from_shingles
 from marin_assets.datakit.minhash import minhash_signatures as _minhash_signatures
 
 
@@ -308,33 +298,50 @@ def fuzzy_band_reduce(
     map_roots: Sequence[str],
     out_root: str,
     config: FuzzyDedupConfig = FuzzyDedupConfig(),
+    reuse: str | None = None,
 ) -> dict:
     """Candidate pairs of one LSH band within one key range, across every shard.
 
     `key_range` is (index, count): this reduce reads only the keys in slice `index` of
     `count` (whole row groups outside it are skipped), so its memory is the slice, not the
     band. Pairs go to out_root/<owner shard>/band-BBB-range-RRRRR.parquet, grouped by the
-    shard of their higher (later) node, which is where verification happens.
+    shard of their higher (later) node, which is where verification happens. The keys it
+    held go to out_root/@keys/ (with every shard's key in the metadata).
+
+    reuse: the out_root of an earlier reduce of this band and range over other shards whose
+    map output is unchanged: its @keys file stands in for their band files (two reads
+    after one new shard, not one per shard; the same pairs, since pairs depend only on the
+    shards' order).
     """
     check_int("band", band, 0, config.bands - 1)
     index, count = key_range
     lo, hi = key_range_bounds(index, count)
+    name = f"{_band_name(band)}-range-{index:05d}"
     files = _shard_files(map_roots, _band_name(band))
-    shard_keys = list(files)
-    key_parts, node_parts, groups = [], [], 0
-    for s, shard in enumerate(shard_keys):
+    earlier = _earlier_keys(join(reuse, KEYS_DIR, f"{name}.parquet")) if reuse is not None else None
+    both = set(files) & set(earlier[0]) if earlier else set()
+    if both:
+        raise ValueError(f"fuzzy_band_reduce: shards {sorted(both)[:5]} are both new and in the reused reduce {reuse}")
+    shard_keys = sorted([*files, *(earlier[0] if earlier else [])])
+    position = {k: s for s, k in enumerate(shard_keys)}
+    key_parts, node_parts, shard_parts, groups = [], [], [], 0
+    if earlier:
+        key_parts.append(numpy_view(earlier[1].column("key"), np.uint64))
+        shard_of = np.array([position[k] for k in earlier[0]], np.int64)[numpy_view(earlier[1].column("shard"), np.uint32)]
+        node_parts.append((shard_of << np.int64(32)) | numpy_view(earlier[1].column("row"), np.uint32).astype(np.int64))
+    for shard in files:
         keys, rows, g = _read_key_range(files[shard], lo, hi, index == count - 1)
         groups += g
         key_parts.append(keys)
-        node_parts.append((np.int64(s) << np.int64(32)) | rows.astype(np.int64))
+        node_parts.append((np.int64(position[shard]) << np.int64(32)) | rows.astype(np.int64))
         del keys, rows
     keys = np.concatenate(key_parts) if key_parts else np.zeros(0, np.uint64)
     nodes = np.concatenate(node_parts) if node_parts else np.zeros(0, np.int64)
     del key_parts, node_parts
     held = int(keys.size)
+    _write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"))
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
-    name = f"{_band_name(band)}-range-{index:05d}"
     owners = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
     summary = {}
     for owner in np.unique(owners):
@@ -354,6 +361,27 @@ def fuzzy_band_reduce(
 
 
 OWNERS_DIR = "@owners"  # not a valid shard key, so never an owner's directory
+KEYS_DIR = "@keys"
+
+
+def _write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str) -> None:
+    """(key, shard: index into the `shards` metadata, row) of every key a band range held,
+    sorted (so a reduce that reused earlier keys writes the same bytes as one that did not)."""
+    import json
+
+    order = np.lexsort((nodes, keys))
+    keys, nodes = keys[order], nodes[order]
+    table = pa.table({"key": arrow_array(keys, np.uint64), "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
+                      "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32)})
+    shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path)
+
+
+def _earlier_keys(path: str) -> tuple[list[str], pa.Table]:
+    """(shard keys, table) of a reused reduce's @keys file (every reduce writes one)."""
+    import json
+
+    table = read_table(path)
+    return json.loads(table.schema.metadata[b"shards"]), table
 
 
 def _owned_summary(table: pa.Table) -> dict:

@@ -262,6 +262,11 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
         "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
     }
     assert {key: computed(seen, key) for key in expected} == expected
+    # The bucket reduces read their earlier marks plus the new shard's map (no old map
+    # changed); the band reduces could not reuse theirs: lost_exact's band keys changed.
+    reused = {key: {store.read_pointer(key, p).counts["shards_reused"] for p in defn.get_partition_keys()}
+              for key, defn in (("shards/exact_reduce", exact_buckets), ("shards/fuzzy_candidates", fuzzy_bands))}
+    assert reused == {"shards/exact_reduce": {len(old)}, "shards/fuzzy_candidates": {0}}
     # The cached partitions report the very artifact versions of the first pass.
     for key in ("shards/filtered_exact", "shards/final", "shards/tokenized"):
         for shard in set(old) - expected[key]:

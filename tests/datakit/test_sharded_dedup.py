@@ -440,3 +440,32 @@ def test_the_fuzzy_steps_do_not_import_pandas(tmp_path, prose):
     out = subprocess.run([sys.executable, "-c", PANDAS_FREE_STEPS, str(tmp_path), *texts], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "1", "False"]
+
+
+def _tree(root) -> dict[str, bytes]:
+    from pathlib import Path
+
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("ranges", [1, 3])
+def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes(tmp_path, prose, ranges):
+    """The new shards sort between the earlier ones: node numbers shift, pairs must not."""
+    shards = _normalize(tmp_path, "c", _corpus(prose), 12)
+    keys = sorted(shards)
+    maps = {k: str(tmp_path / "map" / k) for k in keys}
+    for k in keys:
+        fuzzy_map(k, shards[k], maps[k], FUZZY)
+    earlier = [k for i, k in enumerate(keys) if i % 2 == 0]
+    pairs = 0
+    for band in (0, 7, 25):
+        for r in range(ranges):
+            out = {label: str(tmp_path / f"{label}-{band}-{r}") for label in ("full", "earlier", "reused")}
+            pairs += fuzzy_band_reduce(band, (r, ranges), list(maps.values()), out["full"], FUZZY)["pairs"]
+            fuzzy_band_reduce(band, (r, ranges), [maps[k] for k in earlier], out["earlier"], FUZZY)
+            counts = fuzzy_band_reduce(band, (r, ranges), [maps[k] for k in keys if k not in earlier], out["reused"], FUZZY,
+                                       reuse=out["earlier"])
+            assert _tree(out["reused"]) == _tree(out["full"]) and counts["shards"] == len(keys)
+    assert pairs > 0  # the corpus plants near copies across shards
+    with pytest.raises(ValueError, match="both new and in the reused reduce"):
+        fuzzy_band_reduce(0, (0, 1), [maps[earlier[0]]], str(tmp_path / "twice"), FUZZY, reuse=str(tmp_path / "earlier-0-0"))
