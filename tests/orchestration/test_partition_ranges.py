@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -307,11 +308,18 @@ def test_a_range_over_a_static_mapping_gives_each_partition_its_mapped_keys(tmp_
     assert single[("m/pair", "y")]["version"] == ranged[("m/pair", "y")]["version"]
 
 
-def test_fan_out_replaces_a_worker_killed_while_idle():
+def test_fan_out_replaces_a_worker_killed_while_idle(tmp_path):
     """A worker that dies between keys loses nothing: it is replaced, every key runs once."""
     done: dict[str, int] = {}
+    killed = tmp_path / "killed"
 
     def task(key: str, log) -> int:
+        # The other worker holds "b" until a's worker is dead, so it cannot take every
+        # remaining key before the pool sees the death (a loaded machine did that).
+        for _ in range(3000):
+            if key == "a" or killed.exists():
+                break
+            time.sleep(0.01)
         return os.getpid()
 
     def on_done(key: str, pid: int) -> None:  # runs in this process, while a's worker is idle
@@ -319,6 +327,7 @@ def test_fan_out_replaces_a_worker_killed_while_idle():
         if key == "a":
             os.kill(pid, signal.SIGKILL)
             _wait_until_dead(pid)
+            killed.touch()
 
     failures = fan_out(task, list("abcdef"), 2, lambda _: None, on_done)
     assert failures == [] and sorted(done) == list("abcdef")
