@@ -373,7 +373,7 @@ def _write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path
     keys, nodes = keys[order], nodes[order]
     table = pa.table({"key": arrow_array(keys, np.uint64), "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
                       "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32)})
-    shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path)
+    shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path, compression="none")  # hashes
 
 
 def _earlier_keys(path: str) -> tuple[list[str], pa.Table]:

@@ -55,18 +55,31 @@ def local_path(path: str) -> str | None:
     return path[len("file://") :] if path.startswith("file://") else None
 
 
-def write_table(table, path: str, row_group_size: int | None = None) -> None:
+COMPRESS_MIN_BYTES = 256 * 1024
+
+
+def codec(nbytes: int) -> str:
+    """zstd for tables worth compressing. Below COMPRESS_MIN_BYTES it is left off: zstd's
+    per-column setup (~0.35 ms a file) is most of the cost of writing the thousands of tiny
+    files a shuffle makes (band keys, candidate pairs) and saves a few hundred bytes each."""
+    return "zstd" if nbytes >= COMPRESS_MIN_BYTES else "none"
+
+
+def write_table(table, path: str, row_group_size: int | None = None, compression: str | None = None) -> None:
+    """`table` as one Parquet file at `path` (compression: codec() of its size unless given)."""
     import fsspec
     import pyarrow.parquet as pq
+
+    compression = compression or codec(table.nbytes)
 
     fs, p = fsspec.core.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     native = local_path(path)
     if native is not None:
-        pq.write_table(table, native, compression="zstd", row_group_size=row_group_size)
+        pq.write_table(table, native, compression=compression, row_group_size=row_group_size)
         return
     with fs.open(p, "wb") as f:
-        pq.write_table(table, f, compression="zstd", row_group_size=row_group_size)
+        pq.write_table(table, f, compression=compression, row_group_size=row_group_size)
 
 
 def read_table(path: str, columns: list[str] | None = None):
@@ -109,7 +122,7 @@ def write_row_groups(parts, path: str) -> None:
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     native = local_path(path)
     with (fs.open(p, "wb") if native is None else contextlib.nullcontext(native)) as f, pq.ParquetWriter(
-        f, schema, compression="zstd"
+        f, schema, compression=codec(sum(t.nbytes for _, t in parts))
     ) as writer:
         for _, t in parts:
             writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=t.num_rows)
