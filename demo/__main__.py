@@ -130,7 +130,7 @@ def render(summary: dict) -> str:
     if "shards" in summary:
         sh = summary["shards"]
         lines.append(f"  sharded graph: {sh['shards']} shards, {sh['partitions']} partitions ({sh['cache_hits']} cache hits) "
-                     f"in {sh['runs']} runs ({sh['up_to_date_waves']} waves up to date), {sh['seconds']}s")
+                     f"in {sh['runs']} run(s) ({sh['up_to_date_waves']} wave(s) up to date), {sh['seconds']}s")
     for d in summary.get("decisions", []):
         lines.append(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
     if "scaling" in summary:

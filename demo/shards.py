@@ -42,5 +42,5 @@ def run_shard_graph(defs: dg.Definitions, instance: dg.DagsterInstance, *, tags:
                "up_to_date_waves": sum(line.endswith("no run") for line in lines),
                "partitions": len(materializations), "cache_hits": hits, "seconds": round(time.monotonic() - started, 1)}
     log(f"sharded graph: {summary['shards']} shards, {summary['partitions']} partitions materialised "
-        f"({hits} cache hits) in {summary['runs']} runs, {summary['up_to_date_waves']} waves up to date, {summary['seconds']}s")
+        f"({hits} cache hits) in {summary['runs']} run(s), {summary['up_to_date_waves']} wave(s) up to date, {summary['seconds']}s")
     return summary
