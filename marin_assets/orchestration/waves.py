@@ -84,12 +84,13 @@ def wave_partitions(wave: Wave, instance: dg.DagsterInstance) -> list[str | None
     return list(keys)
 
 
-def spans(keys: Sequence[str | None], todo: Collection[str | None], max_gap: int = MAX_GAP) -> list[tuple[str, str] | None]:
+def spans(keys: Sequence[str | None], todo: Collection[str | None], max_gap: int | None = None) -> list[tuple[str, str] | None]:
     """The (first, last) ranges of `keys` that cover `todo`, in order; [None] for an
     unpartitioned wave. Ranges closer than max_gap up-to-date keys merge into one run:
     a run costs about what the events of ~30 up-to-date partitions cost."""
     if keys == [None]:
         return [None] if todo else []
+    max_gap = MAX_GAP if max_gap is None else max_gap
     index = [i for i, k in enumerate(keys) if k in todo]
     groups: list[list[int]] = []
     for i in index:

@@ -145,6 +145,19 @@ def test_changed_content_config_or_pointer_makes_exactly_those_partitions_stale(
     assert _hits(results[:1]) == {("u/raw", "s2"): True, ("u/scaled", "s2"): True} and lab["ran"] == []
 
 
+def test_stale_partitions_far_apart_get_one_run_each(lab, monkeypatch):
+    from marin_assets.orchestration import waves
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(SHARDS.name, ["s0", "s1", "s2"])
+    _pass(lab, instance)
+    lab["content"].update(s0="changed", s2="changed too")
+    monkeypatch.setattr(waves, "MAX_GAP", 0)  # s1 between them is up to date: no merge
+    results, _ = _pass(lab, instance)
+    assert _runs(results)[:2] == [(("u/raw", "u/scaled"), "s0", "s0"), (("u/raw", "u/scaled"), "s2", "s2")]
+    assert ("raw", "s1") not in lab["ran"] and {("raw", "s0"), ("raw", "s2")} <= set(lab["ran"])
+
+
 def test_a_persistent_instance_records_every_partition_before_skipping_it(lab, tmp_path):
     """The store is full, the instance is new: the UI must not show those partitions as
     missing, so the first pass runs them (cache hits), the second starts no run."""
