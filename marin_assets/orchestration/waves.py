@@ -120,8 +120,9 @@ def materialize_waves(
     assets of that wave (Dagster rejects config for ops a run does not execute).
     """
     from marin_assets.orchestration.uptodate import stale_partitions
+    from marin_assets.orchestration.versioned import STORE_RESOURCE_KEY
 
-    store_resource = resources.get("artifact_store") if skip_up_to_date else None
+    store_resource = resources.get(STORE_RESOURCE_KEY) if skip_up_to_date else None
     results = []
     waves = plan_waves(assets, selection)
     op_names = {spec.key: a.op.name for a in assets for spec in a.specs}
