@@ -78,6 +78,20 @@ def test_library_does_not_import_the_definition_layer(path):
     assert library_violations(path.read_text()) == [], f"{path.relative_to(ROOT)} reaches into the definition layer"
 
 
+def dagster_imports(source: str) -> list[str]:
+    """Imports of dagster or any dagster_* package (dagster_pipes, dagster_k8s, ...)."""
+    return [f"line {line}: {m}" for line, m in imported_modules(source)
+            if m.split(".")[0] == "dagster" or m.split(".")[0].startswith("dagster_")]
+
+
+def test_only_the_orchestration_package_imports_dagster():
+    assert dagster_imports("from dagster_pipes import open_dagster_pipes\n") and dagster_imports("import dagster as dg\n")
+    assert not dagster_imports("import dagstered\nfrom marin_assets.store import ArtifactRef\n")
+    outside = [p for p in _files(*LIBRARY) if "orchestration" not in p.relative_to(ROOT).parts]
+    bad = {str(p.relative_to(ROOT)): v for p in outside if (v := dagster_imports(p.read_text()))}
+    assert bad == {}, "only marin_assets/orchestration/ may import dagster"
+
+
 def test_sensors_do_not_import_asset_modules():
     bad = {str(p.relative_to(ROOT)): v for p in _files("sensors") if (v := sensor_violations(p.read_text()))}
     assert bad == {}

@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out) -> int:
     """The processes backend from the command line: the same launcher and worker as the
-    ``processes`` resource, without Dagster (process 0's Pipes reports go nowhere); the
+    ``processes`` resource, without Dagster (the plain worker: no Pipes reports); the
     summary is read back from what process 0 wrote."""
     import json
     import sys

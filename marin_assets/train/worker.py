@@ -10,7 +10,11 @@ JOB_COMPLETION_INDEX, MARIN_PROCESS_OFFSET, MARIN_DEVICES_PER_PROCESS,
 MARIN_EXPERT_PARALLEL, MARIN_HEARTBEAT_TIMEOUT_S, MARIN_INIT_TIMEOUT_S) and Dagster
 Pipes' (DAGSTER_PIPES_CONTEXT, DAGSTER_PIPES_MESSAGES).
 
-Process 0 opens Dagster Pipes (a no-op mock outside Dagster) and reports: log lines, one
+This module imports nothing of Dagster: the backends launch it through
+``marin_assets.orchestration.training_backends.pipes_worker``, which hands ``main`` the
+Pipes context. Run directly (``marin train --processes``), it trains without reports.
+
+With Pipes, process 0 reports: log lines, one
 custom message per step ``{"metrics": {...}}`` (the metrics.jsonl row), and at the end one
 asset materialization whose metadata is the run's counts (final_step, tokens,
 phase_start_step, last_loss, tokens_left, counts, data_position, ...): the contract of
@@ -24,7 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Mapping
+from typing import Callable, ContextManager, Mapping
 
 from marin_assets.train.spec import TrainSpec, load_spec
 
@@ -71,8 +75,12 @@ def run(spec: TrainSpec, pipes=None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m marin_assets.train.worker", description=__doc__,
+def main(argv: list[str] | None = None, open_reporter: Callable[[], ContextManager] | None = None,
+         prog: str = "python -m marin_assets.train.worker") -> int:
+    """open_reporter: opens process 0's reporter (the Pipes context, given by the entry point
+    the backends launch: marin_assets/orchestration/training_backends/pipes_worker.py); None
+    trains without reports (`marin train --processes`)."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", required=True, help="the worker spec JSON file")
     args = ap.parse_args(argv)
@@ -86,11 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     from marin_assets.train import mesh as meshlib
 
     setup = meshlib.init_distributed()  # before anything starts a JAX backend
-    if setup.process_id != 0:
+    if setup.process_id != 0 or open_reporter is None:
         return run(spec)
-    from dagster_pipes import open_dagster_pipes
-
-    with open_dagster_pipes() as pipes:  # reports an exception raised inside to Dagster
+    with open_reporter() as pipes:  # reports an exception raised inside (to Dagster)
         return run(spec, pipes)
 
 

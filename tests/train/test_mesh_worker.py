@@ -1,4 +1,4 @@
-"""The training worker (python -m marin_assets.train.worker): spec parsing, and a real run
+"""The training worker as the backends launch it (WORKER_MODULE: train.worker + Pipes): spec parsing, and a real run
 that reports through Dagster Pipes (file-based context and messages, as a launcher would)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import TINY
 from marin_assets.train.spec import TrainSpec, load_spec
+from marin_assets.orchestration.training_backends import WORKER_MODULE
 from marin_assets.train.worker import EXIT_BAD_SPEC
 
 spec_from_dict = TrainSpec.from_json_dict
@@ -62,7 +63,7 @@ def test_spec_parser_never_crashes_on_junk(data):
 def _worker(spec_path: Path, extra_env: dict, timeout: float = 400) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COORDINATOR", "DAGSTER_PIPES", "MARIN_"))}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), **extra_env)
-    return subprocess.run([sys.executable, "-m", "marin_assets.train.worker", "--spec", str(spec_path)],
+    return subprocess.run([sys.executable, "-m", WORKER_MODULE, "--spec", str(spec_path)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

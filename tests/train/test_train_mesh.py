@@ -17,6 +17,7 @@ import pytest
 from dagster_pipes import encode_param
 
 from conftest import TINY
+from marin_assets.orchestration.training_backends import WORKER_MODULE
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
 from test_mesh import PROC_TIMEOUT_S, finish
@@ -68,7 +69,7 @@ def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
 
 def run_workers(spec: dict, path: Path, **env) -> list[subprocess.Popen]:
     path.write_text(json.dumps(spec))
-    return launch(2, 2, [sys.executable, "-m", "marin_assets.train.worker", "--spec", str(path)], **env)
+    return launch(2, 2, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], **env)
 
 
 def final_arrays(out_dir: Path) -> dict:

@@ -10,9 +10,10 @@
 
 All three return a ``TrainOutcome``; the asset turns it into materialisation metadata.
 
-The worker contract (``marin_assets.train.worker`` implements it)::
+The worker contract (``marin_assets.train.worker`` implements it; the backends launch it
+through ``pipes_worker``, which adds the Pipes context)::
 
-    python -m marin_assets.train.worker --spec SPEC
+    python -m marin_assets.orchestration.training_backends.pipes_worker --spec SPEC
 
 SPEC is a JSON file or fsspec URL holding ``TrainSpec.to_json_dict()`` (one class for both
 sides, ``marin_assets.train.spec``, which names its keys). Each process gets

@@ -11,7 +11,7 @@ import dagster as dg
 
 from marin_assets.train.spec import TrainSpec
 
-WORKER_MODULE = "marin_assets.train.worker"
+WORKER_MODULE = "marin_assets.orchestration.training_backends.pipes_worker"  # train.worker + Pipes
 OUTCOME_FIELDS = ("final_step", "tokens", "phase_start_step", "last_loss", "tokens_left", "counts")
 
 

@@ -53,7 +53,7 @@ class KubernetesTrainingBackend(TrainingBackend):
     image: str | None = None  # default: $MARIN_K8S_IMAGE (the run worker's own image)
     kubeconfig_file: str | None = None  # None: in-cluster service account
     kube_context: str | None = None
-    worker_command: list[str] | None = None  # default: [python, -m, marin_assets.train.worker]
+    worker_command: list[str] | None = None  # default: [python, -m, WORKER_MODULE]
     poll_interval_s: float = 10.0
     timeout_s: float | None = None
     log_tail_lines: int = 40

@@ -26,7 +26,7 @@ class ProcessesTrainingBackend(TrainingBackend):
 
     processes: int = 2
     devices_per_process: int | None = None  # sets MARIN_DEVICES_PER_PROCESS (CPU: fake devices)
-    worker_command: list[str] | None = None  # default: [python, -m, marin_assets.train.worker]
+    worker_command: list[str] | None = None  # default: [python, -m, WORKER_MODULE]
     timeout_s: float | None = None
     kill_grace_s: float = 10.0
     log_tail_lines: int = 40

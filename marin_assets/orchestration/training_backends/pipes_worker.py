@@ -1,0 +1,27 @@
+"""The training worker as the backends launch it: ``marin_assets.train.worker`` with process 0
+reporting through Dagster Pipes.
+
+    python -m marin_assets.orchestration.training_backends.pipes_worker --spec SPEC
+
+The worker itself (the library side) knows nothing of Dagster; this entry point hands it
+``open_dagster_pipes`` (a no-op mock when no Pipes bootstrap variables are set), which
+reports an exception raised inside to Dagster as well.
+"""
+
+from __future__ import annotations
+
+from marin_assets.train import worker
+
+
+def open_pipes():
+    from dagster_pipes import open_dagster_pipes
+
+    return open_dagster_pipes()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker.main(argv, open_reporter=open_pipes, prog=f"python -m {__name__}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
