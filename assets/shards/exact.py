@@ -37,10 +37,11 @@ def shard_exact_reduce(ctx: StageContext, maps: dict[str, ArtifactRef]):
     """One hash bucket of every shard's map: the copies of an id, the lowest one kept. After
     new shards it reads this bucket's earlier marks plus the new shards' maps only."""
     bucket = partition_index(ctx.partition_key, "bucket-", EXACT_BUCKETS)
-    reuse, reused = reusable_reduce(ctx, maps, {"format": MARKS_FORMAT})
+    how = {"format": MARKS_FORMAT}
+    reuse, reused = reusable_reduce(ctx, maps, how)
     new = roots({k: ref for k, ref in maps.items() if k not in reused})
     counts = exact_reduce(bucket, new, ctx.out_dir, EXACT, reuse=reuse)
-    record_reduce(ctx, maps, {"format": MARKS_FORMAT})
+    record_reduce(ctx, maps, how)
     return {**counts, "shards": len(maps), "shards_reused": len(reused)}
 
 

@@ -324,7 +324,7 @@ def fuzzy_band_reduce(
         raise ValueError(f"fuzzy_band_reduce: shards {sorted(both)[:5]} are both new and in the reused reduce {reuse}")
     shard_keys = sorted([*files, *(earlier[0] if earlier else [])])
     position = {k: s for s, k in enumerate(shard_keys)}
-    key_parts, node_parts, shard_parts, groups = [], [], [], 0
+    key_parts, node_parts, groups = [], [], 0
     if earlier:
         key_parts.append(numpy_view(earlier[1].column("key"), np.uint64))
         shard_of = np.array([position[k] for k in earlier[0]], np.int64)[numpy_view(earlier[1].column("shard"), np.uint32)]

@@ -63,13 +63,15 @@ def stale_partitions(assets: Sequence[dg.AssetsDefinition], wave_keys: Sequence[
             return None
         recorded = _recorded(instance, key, assets_def.partitions_def is not None)
         modes = {name: input_mode(assets_def, up, defs.get(up)) for name, up in planner.in_keys.items()}
+        every_key = {name: list(defs[up].get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
+                     for name, up in planner.in_keys.items() if defs.get(up) is not None and modes[name] == _WHOLE}
         for partition in partitions:
             if partition in stale:
                 continue  # the run covers it for every asset of the wave anyway
             if recorded is not None and partition not in recorded:
                 stale.add(partition)
                 continue
-            inputs = _inputs(planner, modes, defs, partition, pointers, instance)
+            inputs = _inputs(planner, modes, every_key, defs, partition, pointers, instance)
             if inputs is None or not _current(planner, config, partition, inputs, pointers(key, partition)):
                 stale.add(partition)
     return [p for p in partitions if p in stale]
@@ -97,8 +99,8 @@ def _recorded(instance: dg.DagsterInstance, key: dg.AssetKey, partitioned: bool)
     return {None} if instance.get_latest_materialization_event(key) is not None else set()
 
 
-def _inputs(planner: Planner, modes: Mapping[str, Any], defs: Mapping[dg.AssetKey, Any], partition: str | None,
-            pointers: _Pointers, instance: dg.DagsterInstance) -> dict[str, Any] | None:
+def _inputs(planner: Planner, modes: Mapping[str, Any], every_key: Mapping[str, list[str]], defs: Mapping[dg.AssetKey, Any],
+            partition: str | None, pointers: _Pointers, instance: dg.DagsterInstance) -> dict[str, Any] | None:
     """What the body of `partition` would get, from the store pointers; None if one is missing."""
     inputs: dict[str, Any] = {}
     for name, up in planner.in_keys.items():
@@ -107,8 +109,8 @@ def _inputs(planner: Planner, modes: Mapping[str, Any], defs: Mapping[dg.AssetKe
             keys: list[str | None] = [None]
         elif mode == _IDENTITY:
             keys = [partition]
-        elif mode == _WHOLE or partition is None:
-            keys = list(upstream_def.get_partition_keys(dynamic_partitions_store=instance))
+        elif mode == _WHOLE:
+            keys = every_key[name]
         else:
             keys = mapped_keys(mode, partition, instance)
         refs = {k: pointers(up, k) for k in keys}
