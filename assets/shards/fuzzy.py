@@ -41,10 +41,10 @@ class CandidatesConfig(StageConfig):
     docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
-KEYS_FORMAT = 1  # bump when fuzzy_band_reduce's @keys files change shape
+KEYS_FORMAT = 2  # bump when fuzzy_band_reduce's keys files change shape or place
 
 
-@versioned_asset(key="shards/fuzzy_candidates", code_version="4", config_cls=CandidatesConfig,
+@versioned_asset(key="shards/fuzzy_candidates", code_version="5", config_cls=CandidatesConfig,
                  ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
 def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
     """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
@@ -52,7 +52,7 @@ def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: di
     docs = sum(ref.counts["docs"] for ref in maps.values())
     ranges = band_reduce_ranges(docs, config.docs_per_reduce)
     how = {"format": KEYS_FORMAT, "ranges": ranges}
-    reuse, reused = reusable_reduce(ctx, maps, how)  # shards only added: their keys are in our @keys files
+    reuse, reused = reusable_reduce(ctx, maps, how)  # shards only added: their keys are in our keys files
     new = roots({k: ref for k, ref in maps.items() if k not in reused})
     totals = {"keys": 0, "pairs": 0, "row_groups_read": 0}
     for r in range(ranges):

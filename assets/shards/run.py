@@ -68,7 +68,10 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
 def warm_imports() -> None:
     """Import what the step bodies import lazily, once, before the range runs fork their
     workers: a forked worker then starts with them loaded instead of paying each import
-    once per step (about 2 s a step on 2 cores, more than the steps' own work on small shards)."""
+    once per step (about 2 s a step on 2 cores, more than the steps' own work on small shards).
+    pandas too: pa.array() on numpy or Python values imports it (~0.35 s), and the quality,
+    exact, decontamination and filter steps call that; imported here, no worker pays it."""
+    import pandas  # noqa: F401
     import pyarrow.compute  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 

@@ -8,9 +8,11 @@ given only the directories it reads.
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 
+import pyarrow.parquet as pq
 import pytest
 
 from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup, exact_map, exact_reduce, exact_removals
@@ -157,7 +159,11 @@ def _id(text: str) -> str:
     return doc_id(text)
 
 
-def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose):
+@pytest.mark.parametrize("pairs_row_group", [8192, 2])
+def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group):
+    # Row groups of 2 pairs: a verify reads its owner's pairs by row-group statistics out of
+    # files that hold every owner's, and must find all of them and no others.
+    monkeypatch.setattr(importlib.import_module("marin_assets.datakit.fuzzy_dedup"), "PAIRS_ROW_GROUP", pairs_row_group)
     records = _corpus(prose)
     one = _normalize(tmp_path, "s", records, shard_docs=10_000)
     many = _normalize(tmp_path, "s", records, shard_docs=5)
@@ -169,6 +175,8 @@ def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose):
     assert len(expected) == 60 and sharded["final"] == expected
     assert sum(len(v) for v in sharded["exact_lists"].values()) == 9
     assert sum(len(v) for v in sharded["fuzzy_lists"].values()) == 13
+    groups = [pq.ParquetFile(p).num_row_groups for p in (tmp_path / "sharded" / "fuzzy_cand").glob("*/pairs/*.parquet")]
+    assert (max(groups) > 1) == (pairs_row_group == 2)  # small groups: files of several, each owner's pairs spread
 
 
 def test_adding_a_shard_changes_only_the_removal_lists_it_must(tmp_path, prose):
