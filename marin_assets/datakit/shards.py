@@ -118,11 +118,15 @@ def write_row_groups(parts, path: str) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"write_row_groups({path}): repeated part names")
     schema = parts[0][1].schema.with_metadata({ROW_GROUPS_KEY: json.dumps(names).encode()})
+    # zstd's setup is per column chunk, so a file of many small row groups (a bucket's rows of
+    # each shard) pays it per part: judge the codec by the average part (on a bucket of 65
+    # parts of ~50 rows, writing took 19 ms with zstd and 8.6 ms without; reading 8.7 vs 3.1).
+    compression = codec(sum(t.nbytes for _, t in parts) // len(parts))
     fs, p = fsspec.core.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     native = local_path(path)
     with (fs.open(p, "wb") if native is None else contextlib.nullcontext(native)) as f, pq.ParquetWriter(
-        f, schema, compression=codec(sum(t.nbytes for _, t in parts))
+        f, schema, compression=compression
     ) as writer:
         for _, t in parts:
             writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=t.num_rows)

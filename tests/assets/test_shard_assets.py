@@ -13,6 +13,7 @@ builds from registry downloads: quality_model, eval_ngrams and tokenizer.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -433,6 +434,29 @@ def test_split_source_loses_and_reorders_nothing(tmp_path_factory, sizes, shard_
     # Greedy: no shard could have taken the next shard's first line.
     files = [(tmp / "out" / e["file"]).read_text().splitlines(keepends=True) for e in entries.values()]
     assert all(len("".join(a)) + len(b[0]) > shard_bytes for a, b in zip(files, files[1:]))
+
+
+def _line_by_line(data: bytes, shard_bytes: int) -> list[bytes]:
+    """The split as a loop over lines (what line_shards does in blocks)."""
+    shards: list[bytes] = []
+    for line in io.BytesIO(data):
+        if shards and len(shards[-1]) + len(line) <= shard_bytes:
+            shards[-1] += line
+        else:
+            shards.append(line)
+    return shards
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=40), st.booleans(), st.integers(1, 60), st.integers(1, 50))
+def test_line_shards_in_blocks_equal_the_line_by_line_split(sizes, last_newline, shard_bytes, read_bytes):
+    from unittest import mock
+
+    from marin_assets.datakit import shard_index
+
+    data = b"\n".join(b"z" * n for n in sizes) + (b"\n" if last_newline and sizes else b"")
+    with mock.patch.object(shard_index, "READ_BYTES", read_bytes):  # small blocks: every refill path runs
+        assert list(shard_index.line_shards(io.BytesIO(data), shard_bytes)) == _line_by_line(data, shard_bytes)
 
 
 def test_the_shard_pool_is_a_cpu_pool_of_the_shipped_fleet():

@@ -131,3 +131,25 @@ def test_a_reduce_that_reuses_earlier_marks_writes_what_a_full_reduce_writes(sha
             exact_reduce(b, [roots[k] for k in old], f"{tmp}/old-{b}", config)
             exact_reduce(b, [roots[k] for k in keys if k not in old], f"{tmp}/reused-{b}", config, reuse=f"{tmp}/old-{b}")
             assert _bucket_files(f"{tmp}/reused-{b}") == _bucket_files(f"{tmp}/full-{b}")
+
+
+def test_row_group_files_are_compressed_by_their_average_part(tmp_path):
+    # Many small parts: zstd's per-column-chunk setup would cost more than it saves, so they
+    # go uncompressed even when the file as a whole is big; big parts are compressed.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit.shards import COMPRESS_MIN_BYTES, write_row_groups
+
+    def part(i: int, rows: int):
+        return f"p{i}", pa.table({"text": pa.array([f"{i}-{r}-" + "x" * 200 for r in range(rows)])})
+
+    small = [part(i, 20) for i in range(200)]  # ~4 KB each, ~900 KB in all
+    big = [part(i, 2000) for i in range(2)]  # ~420 KB each
+    assert sum(t.nbytes for _, t in small) > COMPRESS_MIN_BYTES
+    for name, parts, codec in (("small", small, "UNCOMPRESSED"), ("big", big, "ZSTD")):
+        write_row_groups(parts, str(tmp_path / f"{name}.parquet"))
+        meta = pq.ParquetFile(tmp_path / f"{name}.parquet").metadata
+        assert meta.num_row_groups == len(parts)
+        assert {meta.row_group(g).column(0).compression for g in range(meta.num_row_groups)} == {codec}
+        assert read_row_group(str(tmp_path / f"{name}.parquet"), "p1") == parts[1][1]
