@@ -11,12 +11,12 @@ from __future__ import annotations
 from marin_assets.datakit.fuzzy_dedup import (
     FuzzyDedupConfig,
     band_reduce_ranges,
-    candidate_digest,
     fuzzy_band_reduce,
     fuzzy_map,
     fuzzy_resolve,
     fuzzy_verify,
 )
+from marin_assets.datakit.fuzzy_candidates import candidate_digest
 from marin_assets.datakit.removals import removal_list_digest, removal_list_path
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset

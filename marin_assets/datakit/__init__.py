@@ -23,6 +23,7 @@ digest versions what follows, see removals.py):
     fuzzy_dedup.fuzzy_map(key, shard, map_root)      per shard (band keys)
     fuzzy_dedup.fuzzy_band_reduce(band, (r, R), map_roots, out_root) per band x key range
     fuzzy_dedup.fuzzy_verify(key, cand_roots, shard_paths, out_path) per shard (exact Jaccard)
+      (the files between the band reduces and the verifies: fuzzy_candidates.py)
     fuzzy_dedup.fuzzy_resolve(edge_paths, removals_root)             once -> a list per shard
     removals.apply_removals(shard, lists, out_path)                  per shard (the filter)
 

@@ -37,6 +37,7 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
+    list_dir,
     read_committed_json,
     read_parts,
     read_row_group,
@@ -121,7 +122,6 @@ def _split_by_bucket(table, buckets) -> list:
     """[(bucket name, rows of that bucket in table order)] in bucket order (one row group each
     on disk): one stable sort by bucket and a slice per bucket, not a filter pass per bucket."""
     import numpy as np
-    import pyarrow as pa
 
     order = np.argsort(buckets, kind="stable")
     grouped = table.take(arrow_int64(order))
@@ -191,15 +191,6 @@ def exact_dedup_map(dataset: str, shard_path: str, out_dir: str, config: ExactDe
     return exact_map(_key(dataset, shard_path), shard_path, join(out_dir, "_map"), config)
 
 
-def _list_files(directory: str, suffix: str = ".parquet") -> list[str]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(directory)
-    if not fs.exists(root):
-        return []
-    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if p.endswith(suffix)]
-
-
 def _gather(roots: Sequence[str], kind: str, part: str, with_key: bool = False):
     """Row group `part` of every roots/<kind>/*.parquet, concatenated (None if there is none).
 
@@ -209,7 +200,7 @@ def _gather(roots: Sequence[str], kind: str, part: str, with_key: bool = False):
 
     tables = []
     for root in dict.fromkeys(roots):
-        for path in _list_files(join(root, kind)):
+        for path in list_dir(join(root, kind), suffix=".parquet"):
             t = read_row_group(path, part)
             if t is not None:
                 if with_key:
@@ -345,7 +336,7 @@ def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:
     check_shard_key(shard_key)
     h = hashlib.sha256()
     for root in sorted(dict.fromkeys(reduce_roots)):
-        for path in _list_files(join(root, "marks"), ".json"):
+        for path in list_dir(join(root, "marks"), suffix=".json"):
             h.update(f"{basename(path)}={read_committed_json(path).get(shard_key, '-')}\n".encode())
     return h.hexdigest()
 

@@ -34,6 +34,15 @@ import pyarrow as pa
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from marin_assets.datakit.fuzzy_candidates import (
+    KEYS_DIR,
+    OWNERS_DIR,
+    PAIRS_DIR,
+    owned_candidates,
+    read_earlier_keys,
+    write_keys,
+    write_pairs,
+)
 from marin_assets.datakit.attribute_files import attribute_path, check_unique_basenames, read_id_text, write_table
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
@@ -43,12 +52,11 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
+    list_dir,
     local_path,
     numpy_view,
-    read_committed_json,
     read_table,
     reset_dir,
-    write_json,
 )
 from marin_assets.datakit.shards import write_table as shard_write_table
 from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_hashes, signatures_from_shingles
@@ -183,10 +191,7 @@ def find_duplicates(
 #
 #   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
 #                                              groups of MAP_ROW_GROUP rows (range reads)
-#   cand_root/<owner>/band-BBB-range-RRRRR.parquet   row_a, shard_b, row_b: candidate pairs
-#                                              whose higher (later) node (shard, row) is in
-#                                              <owner>, row_a its row there; shard_b/row_b the
-#                                              earlier node (same or an earlier shard)
+#   cand_root/pairs, owners, keys              see fuzzy_candidates.py
 #   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
 #   removals_root/<shard>.jsonl                see removals.py
 #
@@ -242,15 +247,6 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
 
 
-def _list_files(directory: str, prefix: str = "") -> list[str]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(directory)
-    if not fs.exists(root):
-        return []
-    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if basename(p).startswith(prefix)]
-
-
 def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(keys, rows, row groups read) of one band file restricted to [lo, hi) (or [lo, max])."""
     import contextlib
@@ -281,7 +277,7 @@ def _shard_files(roots: Sequence[str], subdir: str) -> dict[str, str]:
     """{shard key: file} for the <key>.parquet files of `subdir` under every root."""
     found: dict[str, str] = {}
     for root in dict.fromkeys(roots):
-        for path in _list_files(join(root, subdir)):
+        for path in list_dir(join(root, subdir)):
             name = basename(path)
             if not name.endswith(".parquet"):
                 continue
@@ -319,7 +315,7 @@ def fuzzy_band_reduce(
     lo, hi = key_range_bounds(index, count)
     name = f"{_band_name(band)}-range-{index:05d}"
     files = _shard_files(map_roots, _band_name(band))
-    earlier = _earlier_keys(join(reuse, KEYS_DIR, f"{name}.parquet")) if reuse is not None else None
+    earlier = read_earlier_keys(join(reuse, KEYS_DIR, f"{name}.parquet")) if reuse is not None else None
     both = set(files) & set(earlier[0]) if earlier else set()
     if both:
         raise ValueError(f"fuzzy_band_reduce: shards {sorted(both)[:5]} are both new and in the reused reduce {reuse}")
@@ -340,125 +336,11 @@ def fuzzy_band_reduce(
     nodes = np.concatenate(node_parts) if node_parts else np.zeros(0, np.int64)
     del key_parts, node_parts
     held = int(keys.size)
-    _write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"))
+    write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"), earlier[1].num_rows if earlier else 0)
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
-    _write_pairs(pairs, shard_keys, join(out_root, PAIRS_DIR, f"{name}.parquet"), join(out_root, OWNERS_DIR, f"{name}.json"))
+    write_pairs(pairs, shard_keys, join(out_root, PAIRS_DIR, f"{name}.parquet"), join(out_root, OWNERS_DIR, f"{name}.json"))
     return {"shards": len(shard_keys), "keys": held, "pairs": len(pairs), "row_groups_read": groups}
-
-
-PAIRS_DIR = "pairs"
-OWNERS_DIR = "owners"
-KEYS_DIR = "keys"
-PAIRS_ROW_GROUP = 8192
-
-
-def _write_pairs(pairs: np.ndarray, shard_keys: list[str], path: str, owners_path: str) -> None:
-    """One band range's pairs as one file sorted by owner (the shard of the later node, which
-    verifies the pair), with {owner: {"digest", "partners"}} beside it.
-
-    One file, not one per owner: the file count of a band reduce stays one whatever the
-    number of shards (writing an owner's file cost ~0.4 ms, most of a reduce after one new
-    shard), and a verify reads its slice by the owner column's row-group statistics."""
-    owner = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
-    order = np.lexsort((pairs[:, 0], pairs[:, 1], owner))
-    pairs, owner = pairs[order], owner[order]
-    names = np.asarray(shard_keys, dtype=object)
-    table = pa.table({
-        "owner": string_array(names[owner].tolist()),
-        "row_a": arrow_array(pairs[:, 1] & 0xFFFFFFFF, np.uint32),
-        "shard_b": string_array(names[pairs[:, 0] >> 32].tolist()),
-        "row_b": arrow_array(pairs[:, 0] & 0xFFFFFFFF, np.uint32),
-    })  # fmt: skip
-    shard_write_table(table, path, row_group_size=PAIRS_ROW_GROUP)
-    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if owner.size else np.zeros(0, np.int64)
-    ends = np.r_[starts[1:], owner.size].astype(np.int64)
-    summary = {names[owner[s]]: _owned_summary(table.slice(s, e - s)) for s, e in zip(starts.tolist(), ends.tolist())}
-    write_json(summary, owners_path)
-
-
-def _write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str) -> None:
-    """(key, shard: index into the `shards` metadata, row) of every key a band range held,
-    sorted (so a reduce that reused earlier keys writes the same bytes as one that did not)."""
-    import json
-
-    order = np.lexsort((nodes, keys))
-    keys, nodes = keys[order], nodes[order]
-    table = pa.table({"key": arrow_array(keys, np.uint64), "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
-                      "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32)})
-    shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path, compression="none")  # hashes
-
-
-def _earlier_keys(path: str) -> tuple[list[str], pa.Table]:
-    """(shard keys, table) of a reused reduce's keys file (every reduce writes one)."""
-    import json
-
-    table = read_table(path)
-    return json.loads(table.schema.metadata[b"shards"]), table
-
-
-def _owned_summary(table: pa.Table) -> dict:
-    """{"digest", "partners"} of one owner's pairs in one band range file."""
-    import hashlib
-
-    triples = sorted(zip(*(table.column(c).to_pylist() for c in ("row_a", "shard_b", "row_b"))))
-    digest = hashlib.sha256("".join(f"{a}\t{s}\t{b}\n" for a, s, b in triples).encode()).hexdigest()
-    return {"digest": digest, "partners": sorted({s for _, s, _ in triples})}
-
-
-def _owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | None:
-    """Every candidate pair (row_a, shard_b, row_b) the band reduces gave shard `key` to verify."""
-    import pyarrow.compute as pc
-
-    paths = [p for root in dict.fromkeys(candidate_roots) for p in _list_files(join(root, PAIRS_DIR), "band-")]
-    owner = string_array([key])[0]  # pc.equal on a Python str would import pandas
-    tables = [t.filter(pc.equal(t.column("owner"), owner)).select(["row_a", "shard_b", "row_b"])
-              for t in (_read_owner(p, key) for p in paths) if t is not None]
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else None
-
-
-def _read_owner(path: str, key: str) -> pa.Table | None:
-    """The row groups of a pairs file whose owner range holds `key` (the file is sorted by
-    owner), or None if none can."""
-    import contextlib
-
-    import fsspec
-    import pyarrow.parquet as pq
-
-    native = local_path(path)
-    with (fsspec.open(path, "rb") if native is None else contextlib.nullcontext(native)) as f:
-        pf = pq.ParquetFile(f)
-        column = pf.schema_arrow.get_field_index("owner")
-        groups = [g for g in range(pf.num_row_groups) if _may_hold(pf.metadata.row_group(g).column(column).statistics, key)]
-        return pf.read_row_groups(groups) if groups else None
-
-
-def _may_hold(stats, key: str) -> bool:
-    if stats is None or not stats.has_min_max:
-        return True
-    return stats.min <= key <= stats.max
-
-
-def candidate_digest(shard_key: str, candidate_roots: Sequence[str]) -> tuple[str, list[str]]:
-    """(sha256 over the candidate pairs shard `shard_key` owns, the partner shards they name).
-
-    With the texts of this shard and of those partners, this is all its verify reads: a
-    verify whose digest and texts are unchanged would write the same edges (early cutoff
-    when a new shard brings pairs to only some owners). Read from each band range's owner
-    summary, which the planning process reads once for all the shards that ask.
-    """
-    import hashlib
-
-    check_shard_key(shard_key)
-    h, partners = hashlib.sha256(), set()
-    for root in sorted(dict.fromkeys(candidate_roots)):
-        for path in _list_files(join(root, OWNERS_DIR), "band-"):
-            owned = read_committed_json(path).get(shard_key)
-            if owned is not None:
-                h.update(f"{basename(path)}={owned['digest']}\n".encode())
-                partners.update(owned["partners"])
-    return h.hexdigest(), sorted(partners)
 
 
 def fuzzy_verify(
@@ -477,7 +359,7 @@ def fuzzy_verify(
     {"candidate_pairs", "verified_pairs"}.
     """
     key = check_shard_key(shard_key)
-    cand = _owned_candidates(key, candidate_roots)
+    cand = owned_candidates(key, candidate_roots)
     edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
     total = 0
     if cand is not None:

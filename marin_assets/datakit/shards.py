@@ -65,6 +65,18 @@ def codec(nbytes: int) -> str:
     return "zstd" if nbytes >= COMPRESS_MIN_BYTES else "none"
 
 
+def list_dir(directory: str, prefix: str = "", suffix: str = "") -> list[str]:
+    """The entries of `directory` whose names start with `prefix` and end with `suffix`,
+    sorted, as openable paths; [] if it does not exist."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(directory)
+    if not fs.exists(root):
+        return []
+    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False))
+            if basename(p).startswith(prefix) and p.endswith(suffix)]
+
+
 def write_table(table, path: str, row_group_size: int | None = None, compression: str | None = None) -> None:
     """`table` as one Parquet file at `path` (compression: codec() of its size unless given)."""
     import fsspec
@@ -188,8 +200,9 @@ def write_json(obj, path: str) -> None:
 
     fs, p = fsspec.core.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+    text = json.dumps(obj, indent=2, sort_keys=True)  # one write: json.dump writes every token
     with fs.open(p, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write(text)
 
 
 # pa.array() on numpy and Array.to_numpy() import pandas (about a second of every step

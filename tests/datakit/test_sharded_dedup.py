@@ -14,18 +14,20 @@ import random
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup, exact_map, exact_reduce, exact_removals
 from marin_assets.datakit.fuzzy_dedup import (
     FuzzyDedupConfig,
     band_reduce_ranges,
-    candidate_digest,
     fuzzy_band_reduce,
     fuzzy_dedup,
     fuzzy_map,
     fuzzy_resolve,
     fuzzy_verify,
 )
+from marin_assets.datakit.fuzzy_candidates import candidate_digest
 from marin_assets.datakit.memory import peak_heap_bytes
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.pipeline import Filter, apply_filters
@@ -163,7 +165,7 @@ def _id(text: str) -> str:
 def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group):
     # Row groups of 2 pairs: a verify reads its owner's pairs by row-group statistics out of
     # files that hold every owner's, and must find all of them and no others.
-    monkeypatch.setattr(importlib.import_module("marin_assets.datakit.fuzzy_dedup"), "PAIRS_ROW_GROUP", pairs_row_group)
+    monkeypatch.setattr(importlib.import_module("marin_assets.datakit.fuzzy_candidates"), "PAIRS_ROW_GROUP", pairs_row_group)
     records = _corpus(prose)
     one = _normalize(tmp_path, "s", records, shard_docs=10_000)
     many = _normalize(tmp_path, "s", records, shard_docs=5)
@@ -456,15 +458,16 @@ def _tree(root) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("ranges", [1, 3])
-def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes(tmp_path, prose, ranges):
-    """The new shards sort between the earlier ones: node numbers shift, pairs must not."""
+@pytest.mark.parametrize("ranges, appended", [(1, False), (3, False), (3, True)])
+def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes(tmp_path, prose, ranges, appended):
+    """The new shards sort between the earlier ones (node numbers shift, pairs must not), or
+    after them (the keys file is merged with the new keys instead of sorted again)."""
     shards = _normalize(tmp_path, "c", _corpus(prose), 12)
     keys = sorted(shards)
     maps = {k: str(tmp_path / "map" / k) for k in keys}
     for k in keys:
         fuzzy_map(k, shards[k], maps[k], FUZZY)
-    earlier = [k for i, k in enumerate(keys) if i % 2 == 0]
+    earlier = keys[: len(keys) // 2] if appended else [k for i, k in enumerate(keys) if i % 2 == 0]
     pairs = 0
     for band in (0, 7, 25):
         for r in range(ranges):
@@ -477,3 +480,23 @@ def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes
     assert pairs > 0  # the corpus plants near copies across shards
     with pytest.raises(ValueError, match="both new and in the reused reduce"):
         fuzzy_band_reduce(0, (0, 1), [maps[earlier[0]]], str(tmp_path / "twice"), FUZZY, reuse=str(tmp_path / "earlier-0-0"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 9)), max_size=40), st.integers(0, 40),
+       st.booleans())
+def test_key_order_equals_a_full_lexsort(rows, split, appended):
+    """Whatever the prefix and the rest hold, the merge shortcut gives the (key, node) order
+    (appended: the rest's shards sort after the prefix's, the case the shortcut takes)."""
+    import numpy as np
+
+    from marin_assets.datakit.fuzzy_candidates import _key_order
+
+    split = min(split, len(rows))
+    keys = np.array([k for k, _, _ in rows], np.uint64)
+    nodes = np.array([((s + 4 * (appended and i >= split)) << 32) | r for i, (_, s, r) in enumerate(rows)], np.int64)
+    head = np.lexsort((nodes[:split], keys[:split]))  # an earlier reduce's keys are sorted
+    keys[:split], nodes[:split] = keys[:split][head], nodes[:split][head]
+    order = _key_order(keys, nodes, split)
+    expected = np.lexsort((nodes, keys))
+    assert keys[order].tolist() == keys[expected].tolist() and nodes[order].tolist() == nodes[expected].tolist()
