@@ -52,7 +52,8 @@ def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> int:
     The index asset calls it after every run, computed or a cache hit (versioned_asset's
     on_ref), so a fresh instance over an existing store gets the partitions too.
     """
-    new = [check_shard_key(k) for k in keys if not instance.has_dynamic_partition(datakit_shards.name, k)]
+    have = set(instance.get_dynamic_partitions(datakit_shards.name))  # one query, not one per key
+    new = [check_shard_key(k) for k in keys if k not in have]
     if new:
         instance.add_dynamic_partitions(datakit_shards.name, new)
     return len(new)

@@ -37,6 +37,7 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
+    list_committed_dir,
     list_dir,
     read_committed_json,
     read_parts,
@@ -336,7 +337,7 @@ def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:
     check_shard_key(shard_key)
     h = hashlib.sha256()
     for root in sorted(dict.fromkeys(reduce_roots)):
-        for path in list_dir(join(root, "marks"), suffix=".json"):
+        for path in list_committed_dir(join(root, "marks"), suffix=".json"):
             h.update(f"{basename(path)}={read_committed_json(path).get(shard_key, '-')}\n".encode())
     return h.hexdigest()
 

@@ -28,6 +28,7 @@ from marin_assets.datakit.shards import (
     basename,
     check_shard_key,
     join,
+    list_committed_dir,
     list_dir,
     local_path,
     read_committed_json,
@@ -155,7 +156,7 @@ def candidate_digest(shard_key: str, candidate_roots: Sequence[str]) -> tuple[st
     check_shard_key(shard_key)
     h, partners = hashlib.sha256(), set()
     for root in sorted(dict.fromkeys(candidate_roots)):
-        for path in list_dir(join(root, OWNERS_DIR), "band-"):
+        for path in list_committed_dir(join(root, OWNERS_DIR), "band-"):
             owned = read_committed_json(path).get(shard_key)
             if owned is not None:
                 h.update(f"{basename(path)}={owned['digest']}\n".encode())

@@ -495,7 +495,8 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, metadata: Mapping
 
 
 class _Progress:
-    """'k/n partitions' lines with rates, at most every few seconds (ranges can be long)."""
+    """'k/n partitions' lines with rates, at most every few seconds (ranges can be long), and
+    the last; not one per partition (a log line is an event-log row, like a materialization)."""
 
     EVERY_S = 5.0
 
@@ -513,7 +514,7 @@ class _Progress:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.counts[key] = self.counts.get(key, 0) + value
         now = time.monotonic()
-        if self.finished == self.total or self.total <= 32 or now - self.last_logged >= self.EVERY_S:
+        if self.finished == self.total or now - self.last_logged >= self.EVERY_S:  # each partition has its event
             self.last_logged = now
             elapsed = max(now - self.started, 1e-9)
             self.log(f"{self.asset_key}: {self.finished}/{self.total} partitions done ({self.computed} computed) in "
