@@ -67,17 +67,21 @@ def write_pairs(pairs: np.ndarray, shard_keys: list[str], path: str, owners_path
     write_json(summary, owners_path)
 
 
-def write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str, in_order: int = 0) -> None:
+def write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str,
+               in_order: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(key, shard: index into the `shards` metadata, row) of every key a band range held,
     sorted (so a reduce that reused earlier keys writes the same bytes as one that did not).
-    The first `in_order` rows are already sorted (an earlier reduce's keys)."""
+    The first `in_order` rows are already sorted (an earlier reduce's keys). Returns the
+    sorted keys and nodes (pairing sorted keys costs a quarter of pairing unsorted ones)."""
     import json
 
     order = _key_order(keys, nodes, in_order)
     keys, nodes = keys[order], nodes[order]
+    del order
     table = pa.table({"key": arrow_array(keys, np.uint64), "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
                       "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32)})
     shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path, compression="none")  # hashes
+    return keys, nodes
 
 
 def _key_order(keys: np.ndarray, nodes: np.ndarray, in_order: int) -> np.ndarray:

@@ -336,7 +336,7 @@ def fuzzy_band_reduce(
     nodes = np.concatenate(node_parts) if node_parts else np.zeros(0, np.int64)
     del key_parts, node_parts
     held = int(keys.size)
-    write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"), earlier[1].num_rows if earlier else 0)
+    keys, nodes = write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"), earlier[1].num_rows if earlier else 0)
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
     write_pairs(pairs, shard_keys, join(out_root, PAIRS_DIR, f"{name}.parquet"), join(out_root, OWNERS_DIR, f"{name}.json"))
