@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import dagster as dg
 import pytest
@@ -89,3 +90,22 @@ def test_a_partitioned_wave_with_no_keys_is_refused(tmp_path):
 def test_selection_must_name_assets_of_the_graph(tmp_path):
     with pytest.raises(ValueError, match=r"not in the graph: \['nope'\]"):
         plan_waves(_graph(tmp_path), [dg.AssetKey("nope")])
+
+
+def _planned(instance: dg.DagsterInstance, key: str) -> list:
+    records = instance.get_event_records(dg.EventRecordsFilter(dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, asset_key=dg.AssetKey(key)))
+    return [r.event_log_entry.dagster_event.event_specific_data.partition for r in records]
+
+
+@pytest.mark.parametrize("ephemeral", [True, False])
+def test_an_ephemeral_instance_gets_one_planned_event_per_asset_and_run(tmp_path, ephemeral, monkeypatch):
+    from marin_assets.orchestration.waves import PLANNED_SUBSET_ENV
+
+    monkeypatch.delenv(PLANNED_SUBSET_ENV, raising=False)
+    with (dg.DagsterInstance.ephemeral() if ephemeral else dg.instance_for_test()) as instance:
+        results = materialize_waves(_graph(tmp_path, fail_bucket="b1"), instance, {}, log=lambda _: None)
+        # One run per wave; mapped (3 partitions) is planned once on an ephemeral instance,
+        # once per partition on a persistent one (its UI marks failed partitions from them).
+        assert sorted(_planned(instance, "mapped"), key=str) == ([None] if ephemeral else ["s0", "s1", "s2"])
+        assert [r.success for r in results] == [True, True, False]  # the failure is still reported
+    assert PLANNED_SUBSET_ENV not in os.environ  # set only around the runs
