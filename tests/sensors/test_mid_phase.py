@@ -46,8 +46,28 @@ def _started_run(instance, tags):
     return run
 
 
+SLEEPER = """
+import signal, time
+# A child inherits its parent thread's blocked signals and ignored ones across exec; this test
+# is about who gets the SIGTERM, so the stand-in run process takes it the default way.
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _signal_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return " ".join(line.strip() for line in f if line.startswith(("State", "SigBlk", "SigIgn", "SigPnd", "ShdPnd")))
+    except OSError as err:
+        return str(err)
+
+
 def test_local_terminate_sends_sigterm_to_the_tagged_process_on_this_host_only():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
     try:
         with dg.instance_for_test(overrides={"run_launcher": {
                 "module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
@@ -60,9 +80,14 @@ def test_local_terminate_sends_sigterm_to_the_tagged_process_on_this_host_only()
             assert child.poll() is None
             here = _started_run(instance, {PID_TAG: str(child.pid), HOST_TAG: socket.gethostname()})
             assert instance.run_coordinator.cancel_run(here.run_id) is True
-            assert child.wait(timeout=10) == -15  # SIGTERM
+            try:
+                assert child.wait(timeout=10) == -15  # SIGTERM
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the run process outlived SIGTERM: {_signal_state(child.pid)}")
             assert instance.get_run_by_id(here.run_id).status == DagsterRunStatus.CANCELING
             assert instance.get_run_by_id(elsewhere.run_id).status == DagsterRunStatus.STARTED
     finally:
         if child.poll() is None:
             child.kill()
+            child.wait()
+        child.stdout.close()
