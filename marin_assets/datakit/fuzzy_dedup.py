@@ -55,6 +55,7 @@ from marin_assets.datakit.shards import (
     list_dir,
     local_path,
     numpy_view,
+    read_rows,
     read_table,
     reset_dir,
 )
@@ -402,11 +403,11 @@ def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> t
     if key not in shard_paths:
         raise ValueError(f"candidate pairs name shard {key!r}, which is not in shard_paths ({len(shard_paths)} shards)")
     path = shard_paths[key]
-    table = read_table(path, columns=["id", "text"])
     rows = np.asarray(rows, dtype=np.int64)
-    if rows.size and (rows.min() < 0 or rows.max() >= table.num_rows):
-        raise ValueError(f"candidate pairs name row {int(rows.max())} of shard {key!r} ({path}), which has {table.num_rows} rows")
-    picked = table.take(arrow_array(rows, np.int64))
+    try:
+        picked = read_rows(path, rows, columns=["id", "text"])
+    except ValueError as err:
+        raise ValueError(f"candidate pairs name a row of shard {key!r} that it lacks: {err}") from None
     ids, texts = picked.column("id").to_pylist(), picked.column("text").to_pylist()
     for row, doc_id, text in zip(rows.tolist(), ids, texts):
         if doc_id is None or text is None:

@@ -125,7 +125,7 @@ def apply_removals(shard_path: str, removal_paths: Sequence[str], out_path: str,
     import numpy as np
     import pyarrow as pa
 
-    from marin_assets.datakit.shards import read_table, write_table
+    from marin_assets.datakit.shards import DOC_ROW_GROUP, read_table, write_table
 
     table = read_table(shard_path, columns=list(columns) if columns else None)
     ids = (table if "id" in table.column_names else read_table(shard_path, columns=["id"])).column("id").to_pylist()
@@ -140,7 +140,7 @@ def apply_removals(shard_path: str, removal_paths: Sequence[str], out_path: str,
                 drop[r.row] = True
                 removed[r.reason] = removed.get(r.reason, 0) + 1
     kept = table.filter(pa.array(~drop))
-    write_table(kept, out_path)
+    write_table(kept, out_path, row_group_size=DOC_ROW_GROUP)  # a verify reads partner rows by group
     counts = {"docs_in": table.num_rows, "docs_out": kept.num_rows, "removed": dict(sorted(removed.items()))}
     assert counts["docs_in"] == counts["docs_out"] + sum(removed.values()), counts
     return counts

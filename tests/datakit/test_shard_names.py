@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from marin_assets.datakit.shards import list_shards
 
 
@@ -38,3 +42,22 @@ def test_committed_listings_and_json_are_read_once_and_reread_when_a_local_file_
     os.utime(tmp_path / "owners" / "band-000.json", ns=(later, later))
     assert shards.read_committed_json(first[0]) == {"a": 10}
     assert shards.list_committed_dir(str(tmp_path / "missing")) == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 30), st.integers(0, 60), st.lists(st.integers(0, 59), max_size=25))
+def test_read_rows_reads_any_rows_in_order_from_any_row_groups(tmp_path_factory, group_rows, num_rows, wanted):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_assets.datakit.readers import string_array
+    from marin_assets.datakit.shards import read_rows, write_table
+
+    path = str(tmp_path_factory.mktemp("rows") / "t.parquet")
+    write_table(pa.table({"id": string_array([f"d{i}" for i in range(num_rows)])}), path, row_group_size=group_rows)
+    assert num_rows == 0 or pq.ParquetFile(path).num_row_groups == -(-num_rows // group_rows)
+    if any(r >= num_rows for r in wanted):
+        with pytest.raises(ValueError, match=f"which has {num_rows} rows"):
+            read_rows(path, wanted)
+        return
+    assert read_rows(path, wanted, ["id"]).column("id").to_pylist() == [f"d{r}" for r in wanted]

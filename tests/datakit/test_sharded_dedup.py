@@ -161,11 +161,13 @@ def _id(text: str) -> str:
     return doc_id(text)
 
 
-@pytest.mark.parametrize("pairs_row_group", [8192, 2])
-def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group):
+@pytest.mark.parametrize("pairs_row_group, doc_row_group", [(8192, 8192), (2, 2)])
+def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group, doc_row_group):
     # Row groups of 2 pairs: a verify reads its owner's pairs by row-group statistics out of
-    # files that hold every owner's, and must find all of them and no others.
+    # files that hold every owner's, and must find all of them and no others. Row groups of
+    # 2 documents: it reads its partners' documents by the row groups that hold them.
     monkeypatch.setattr(importlib.import_module("marin_assets.datakit.fuzzy_candidates"), "PAIRS_ROW_GROUP", pairs_row_group)
+    monkeypatch.setattr(importlib.import_module("marin_assets.datakit.shards"), "DOC_ROW_GROUP", doc_row_group)
     records = _corpus(prose)
     one = _normalize(tmp_path, "s", records, shard_docs=10_000)
     many = _normalize(tmp_path, "s", records, shard_docs=5)
@@ -179,6 +181,8 @@ def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, 
     assert sum(len(v) for v in sharded["fuzzy_lists"].values()) == 13
     groups = [pq.ParquetFile(p).num_row_groups for p in (tmp_path / "sharded" / "fuzzy_cand").glob("*/pairs/*.parquet")]
     assert (max(groups) > 1) == (pairs_row_group == 2)  # small groups: files of several, each owner's pairs spread
+    doc_groups = {pq.ParquetFile(p).num_row_groups for p in (tmp_path / "sharded" / "exact_filtered").glob("*.parquet")}
+    assert (max(doc_groups) > 1) == (doc_row_group == 2)  # shards of up to 5 documents
 
 
 def test_adding_a_shard_changes_only_the_removal_lists_it_must(tmp_path, prose):
