@@ -30,7 +30,7 @@ from marin_assets.datakit.shards import (
     join,
     list_committed_dir,
     list_dir,
-    local_path,
+    parquet_file,
     read_committed_json,
     read_table,
     write_json,
@@ -51,7 +51,7 @@ def write_pairs(pairs: np.ndarray, shard_keys: list[str], path: str, owners_path
     number of shards (writing an owner's file cost ~0.4 ms, most of a reduce after one new
     shard), and a verify reads its slice by the owner column's row-group statistics."""
     owner = pairs[:, 1] >> 32  # pairs are (lower, higher): the later node owns the pair
-    order = np.lexsort((pairs[:, 0], pairs[:, 1], owner))
+    order = np.lexsort((pairs[:, 0], pairs[:, 1]))  # by the higher node, hence by owner too
     pairs, owner = pairs[order], owner[order]
     names = np.asarray(shard_keys, dtype=object)
     table = pa.table({
@@ -128,14 +128,7 @@ def owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | Non
 def _read_owner(path: str, key: str) -> pa.Table | None:
     """The row groups of a pairs file whose owner range holds `key` (the file is sorted by
     owner), or None if none can."""
-    import contextlib
-
-    import fsspec
-    import pyarrow.parquet as pq
-
-    native = local_path(path)
-    with (fsspec.open(path, "rb") if native is None else contextlib.nullcontext(native)) as f:
-        pf = pq.ParquetFile(f)
+    with parquet_file(path) as pf:
         column = pf.schema_arrow.get_field_index("owner")
         groups = [g for g in range(pf.num_row_groups) if _may_hold(pf.metadata.row_group(g).column(column).statistics, key)]
         return pf.read_row_groups(groups) if groups else None

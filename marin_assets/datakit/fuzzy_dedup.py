@@ -53,8 +53,8 @@ from marin_assets.datakit.shards import (
     check_shard_key,
     join,
     list_dir,
-    local_path,
     numpy_view,
+    parquet_file,
     read_rows,
     read_table,
     reset_dir,
@@ -250,14 +250,7 @@ def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedup
 
 def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(keys, rows, row groups read) of one band file restricted to [lo, hi) (or [lo, max])."""
-    import contextlib
-
-    import fsspec
-    import pyarrow.parquet as pq
-
-    native = local_path(path)  # a local file is opened by Arrow itself (no Python file object)
-    with (fsspec.open(path, "rb") if native is None else contextlib.nullcontext(native)) as f:
-        pf = pq.ParquetFile(f)
+    with parquet_file(path) as pf:
         groups = []
         for g in range(pf.metadata.num_row_groups):
             stats = pf.metadata.row_group(g).column(0).statistics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import re
@@ -94,17 +95,26 @@ def write_table(table, path: str, row_group_size: int | None = None, compression
         pq.write_table(table, f, compression=compression, row_group_size=row_group_size)
 
 
-def read_table(path: str, columns: list[str] | None = None):
+@contextlib.contextmanager
+def parquet_file(path: str):
+    """A pyarrow ParquetFile over `path`: a local file opened by Arrow itself (no Python file
+    object in the reads), anything else through fsspec."""
     import fsspec
     import pyarrow.parquet as pq
 
-    # ParquetFile.read skips pq.read_table's dataset discovery, which dominates on the many
-    # small bucket files of a shuffle.
     native = local_path(path)
     if native is not None:
-        return pq.ParquetFile(native).read(columns=columns)
+        yield pq.ParquetFile(native)
+        return
     with fsspec.open(path, "rb") as f:
-        return pq.ParquetFile(f).read(columns=columns)
+        yield pq.ParquetFile(f)
+
+
+def read_table(path: str, columns: list[str] | None = None):
+    # ParquetFile.read skips pq.read_table's dataset discovery, which dominates on the many
+    # small bucket files of a shuffle.
+    with parquet_file(path) as pf:
+        return pf.read(columns=columns)
 
 
 ROW_GROUPS_KEY = b"datakit.row_groups"
@@ -151,16 +161,10 @@ def read_rows(path: str, rows, columns: list[str] | None = None):
     """Rows `rows` (ints, any order) of a Parquet file, in that order, reading only the row
     groups that hold them: a verify needs a few documents of each partner shard, not the
     whole shard (at 1 GiB shards, a GiB per partner). ValueError names a row out of range."""
-    import contextlib
-
-    import fsspec
     import numpy as np
-    import pyarrow.parquet as pq
 
     rows = np.asarray(rows, dtype=np.int64)
-    native = local_path(path)
-    with (contextlib.nullcontext(native) if native is not None else fsspec.open(path, "rb")) as f:
-        pf = pq.ParquetFile(f)
+    with parquet_file(path) as pf:
         starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
         if rows.size and (rows.min() < 0 or rows.max() >= starts[-1]):
             bad = int(rows.min()) if rows.min() < 0 else int(rows.max())
@@ -169,22 +173,17 @@ def read_rows(path: str, rows, columns: list[str] | None = None):
         groups = np.unique(group_of)
         table = pf.read_row_groups(groups.tolist(), columns=columns)
     # where each wanted row sits in the concatenation of the groups read
+    sizes = starts[groups + 1] - starts[groups]
     offset = np.zeros(len(starts), np.int64)
-    offset[groups] = np.cumsum(starts[groups + 1] - starts[groups]) - (starts[groups + 1] - starts[groups])
+    offset[groups] = np.cumsum(sizes) - sizes
     return table.take(arrow_array(rows - starts[group_of] + offset[group_of], np.int64))
 
 
 def read_row_group(path: str, name: str, columns: list[str] | None = None):
     """The part `name` of a file written by write_row_groups, or None if it has no such part."""
-    import contextlib
     import json
 
-    import fsspec
-    import pyarrow.parquet as pq
-
-    native = local_path(path)
-    with (contextlib.nullcontext(native) if native is not None else fsspec.open(path, "rb")) as f:
-        pf = pq.ParquetFile(f)
+    with parquet_file(path) as pf:
         meta = pf.schema_arrow.metadata or {}
         if ROW_GROUPS_KEY not in meta:
             raise ValueError(f"{path} was not written by write_row_groups (no {ROW_GROUPS_KEY.decode()} metadata)")
@@ -197,16 +196,11 @@ def read_row_group(path: str, name: str, columns: list[str] | None = None):
 
 def read_parts(path: str, name_column: str, columns: list[str] | None = None):
     """Every part of a file written by write_row_groups, with each row's part name in `name_column`."""
-    import contextlib
     import json
 
-    import fsspec
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    native = local_path(path)
-    with (contextlib.nullcontext(native) if native is not None else fsspec.open(path, "rb")) as f:
-        pf = pq.ParquetFile(f)
+    with parquet_file(path) as pf:
         names = json.loads((pf.schema_arrow.metadata or {}).get(ROW_GROUPS_KEY, b"null"))
         if names is None:
             raise ValueError(f"{path} was not written by write_row_groups (no {ROW_GROUPS_KEY.decode()} metadata)")
@@ -270,17 +264,25 @@ def read_committed_json(path: str):
     partitions that each consult the same 16 (or 26) reduce files reads each file once. A
     local file is also keyed by its mtime and size, so a library caller that rewrites a
     scratch directory in place is not served the old content. Do not mutate the result."""
+    info = _local_stat(path)
+    return _read_json_once(path, None if info is None else (info.st_mtime_ns, info.st_size))
+
+
+def _local_stat(path: str):
+    """os.stat of a local path (None if it does not exist), or None for a remote one: what
+    keys the per-process caches of committed files, so a local rewrite is seen."""
     import os
 
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
     fs, p = fsspec.core.url_to_fs(path)
-    stamp = None
-    if isinstance(fs, LocalFileSystem):
-        info = os.stat(p)
-        stamp = (info.st_mtime_ns, info.st_size)
-    return _read_json_once(path, stamp)
+    if not isinstance(fs, LocalFileSystem):
+        return None
+    try:
+        return os.stat(p)
+    except FileNotFoundError:
+        return None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -297,16 +299,8 @@ def list_committed_dir(directory: str, prefix: str = "", suffix: str = "") -> tu
     """list_dir of a directory inside a committed artifact, listed once per process (and,
     locally, again only if its mtime changes): planning 10,000 shard partitions that each
     consult the same 26 band-range directories lists each once, not once per partition."""
-    import os
-
-    import fsspec
-    from fsspec.implementations.local import LocalFileSystem
-
-    fs, p = fsspec.core.url_to_fs(directory)
-    stamp = None
-    if isinstance(fs, LocalFileSystem):
-        stamp = os.stat(p).st_mtime_ns if os.path.isdir(p) else -1
-    return _list_once(directory, prefix, suffix, stamp)
+    info = _local_stat(directory)
+    return _list_once(directory, prefix, suffix, None if info is None else info.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1 << 16)
