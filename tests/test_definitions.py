@@ -35,7 +35,7 @@ CODE_VERSIONS = {
     "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
     # The sharded DataKit graph (issue 12, assets/shards/): configs shared with the unsharded
     # stages hash the same (quality, fuzzy, decontam, tokenized).
-    "shards/index": "1+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
+    "shards/index": "2+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
     "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "3+cfg.noconfig", "shards/exact_removals": "2+cfg.noconfig",
     "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "5+cfg.03519655",
     "shards/fuzzy_edges": "2+cfg.ca048dc8", "shards/fuzzy_removals": "2+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",

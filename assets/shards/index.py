@@ -70,14 +70,14 @@ def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
         added = register_shards(context.instance, index_keys(ref))
         context.log.info(f"{INDEX_KEY}: {added} new datakit_shards partitions registered")
 
-    @versioned_asset(key=INDEX_KEY, code_version="1", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,
+    @versioned_asset(key=INDEX_KEY, code_version="2", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,
                      on_ref=register)
     def shard_index(ctx: StageContext, config: ShardIndexConfig, **raw: ArtifactRef):
         """Raw source files split into shards of at most shard_bytes; index.json lists them."""
         entries: dict[str, dict] = {}
         for label, ref in raw.items():
             raw_files = [p for p in ref.files() if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
-            entries.update(split_source(names[label], raw_files, ctx.out_dir, config.shard_bytes))
+            entries.update(split_source(names[label], raw_files, ctx.out_dir, config.shard_bytes, root=ref.data_path))
         if not entries:
             raise ValueError(f"{INDEX_KEY}: the sources {sorted(sources)} hold no raw files")
         write_json(entries, join(ctx.out_dir, INDEX_FILE))

@@ -60,14 +60,26 @@ def copy_file(path: str, dest: str) -> None:
             out.write(chunk)
 
 
+def input_names(path: str, files: Sequence[str]) -> list[tuple[str, str]]:
+    """(name under the input, file) of every listed file: its path inside the --input
+    directory, or its basename when the input is one file. Not numbered: a shard key follows
+    its file's name (shard_index.file_labels), so a file added to the input renames none."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.isdir(root):
+        return [(basename(f), f) for f in files]
+    prefix = root.rstrip("/") + "/"
+    return [(fsspec.core.url_to_fs(f)[1][len(prefix):], f) for f in files]
+
+
 def source_asset(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinition:
-    """sources/<name>: the files of one --input, copied (numbered, so names never collide).
+    """sources/<name>: the files of one --input, copied under their names inside it.
 
     A file of a format the index cannot shard is not copied: it is read by the readers here,
     which quarantine it (unsupported_file_type), and counted, as the single-process run does.
     """
-    files = list_input_files(path)
-    named = [(f"{i:05d}-{basename(f)}", f) for i, f in enumerate(files)]
+    named = input_names(path, list_input_files(path))
 
     @versioned_asset(key=f"sources/{name}", code_version=f"files.{files_digest(named)}", group_name=GROUP)
     def _source(ctx: StageContext):

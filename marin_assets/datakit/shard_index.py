@@ -2,15 +2,21 @@
 
 A shard is at most `shard_bytes` bytes of raw lines, cut at line boundaries (a single line
 longer than that is a shard of its own), written uncompressed so that its sha256 depends on
-its lines only (a gzip header would carry a timestamp). Keys are "<source>-<nnnnn>",
-numbered in the order of the sorted raw files, so a raw file added after the others adds
-shards without renaming any. A .txt or .parquet file is one document / one table and is
-copied whole as one shard.
+its lines only (a gzip header would carry a timestamp). A .txt or .parquet file is one
+document / one table and is copied whole as one shard.
+
+Keys are "<source>-<file label>-<nnnnn>": the raw file's name, then the shard's number
+within that file. A key depends on its own file only, so adding a raw file (wherever its
+name sorts) adds shards without renaming any, and lines appended to a file change only its
+last shard. (Keys numbered across the sorted files renamed every shard after a new file:
+a file that sorted first recomputed the whole corpus.)
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
@@ -21,8 +27,38 @@ from marin_assets.numeric_checks import check_int
 WHOLE_FILE_SUFFIXES = (".txt", ".parquet")
 
 
-def shard_key(source: str, index: int) -> str:
-    return check_shard_key(f"{source}-{index:05d}")
+def shard_key(source: str, label: str, index: int) -> str:
+    return check_shard_key(f"{source}-{label}-{index:05d}")
+
+
+LABEL_CHARS = 48
+_NOT_KEY_CHAR = re.compile(r"[^A-Za-z0-9._=-]")
+
+
+def file_label(name: str) -> str:
+    """The part of a shard key that names a raw file: its name without the suffix we read
+    it by. A name that has to change to fit a key (other characters, too long, empty) gets 8
+    hex digits of its sha256, so it cannot take the label of a name that fits as it is."""
+    suffix = next((s for s in JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES if name.lower().endswith(s)), "")
+    stem = name[: len(name) - len(suffix)]
+    label = _NOT_KEY_CHAR.sub("_", stem)
+    if label != stem or not label or len(label) > LABEL_CHARS:
+        label = f"{label[: LABEL_CHARS - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return label
+
+
+def file_labels(raw_files: Sequence[str], root: str | None = None) -> dict[str, str]:
+    """{raw file: label}, unique within the list. Names that share a label ("a.jsonl" and
+    "a.txt", or one name in two folders) each get the hash of their path under `root` (the
+    source's folder, so the label does not change with the artifact's version) instead."""
+    labels = {raw: file_label(basename(raw)) for raw in raw_files}
+    shared = {label for label, n in Counter(labels.values()).items() if n > 1}
+    prefix = root.rstrip("/") + "/" if root else ""
+    for raw, label in labels.items():
+        if label in shared:
+            where = raw[len(prefix):] if prefix and raw.startswith(prefix) else raw
+            labels[raw] = f"{label[: LABEL_CHARS - 9]}_{hashlib.sha256(where.encode()).hexdigest()[:8]}"
+    return labels
 
 
 READ_BYTES = 1 << 22
@@ -67,17 +103,19 @@ def _writer(out_dir: str, key: str, suffix: str, source: str, entries: dict):
     return fsspec.open(join(out_dir, file), "wb").open(), entry, hashlib.sha256()
 
 
-def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_bytes: int) -> dict[str, dict]:
-    """Write the shards of one source into `out_dir`; return {key: {file, sha256, source, bytes, lines}}."""
+def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_bytes: int, root: str | None = None) -> dict[str, dict]:
+    """Write the shards of one source into `out_dir`; return {key: {file, sha256, source, bytes, lines}}.
+    `root`: the folder the raw files are listed from (file_labels)."""
     import fsspec
 
     check_int("shard_bytes", shard_bytes, 1)
     entries: dict[str, dict] = {}
-    for raw in sorted(raw_files):
+    labels = file_labels(sorted(raw_files), root)
+    for raw, label in labels.items():
         name = basename(raw).lower()
         if name.endswith(WHOLE_FILE_SUFFIXES):
             suffix = next(s for s in WHOLE_FILE_SUFFIXES if name.endswith(s))
-            f, entry, digest = _writer(out_dir, shard_key(source, len(entries)), suffix, source, entries)
+            f, entry, digest = _writer(out_dir, shard_key(source, label, 0), suffix, source, entries)
             with f, fsspec.open(raw, "rb") as src:
                 data = src.read()
                 f.write(data)
@@ -88,8 +126,8 @@ def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_byte
             raise ValueError(f"raw file {raw}: cannot shard a {name.rsplit('.', 1)[-1]!r} file; expected one of "
                              f"{JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES}")
         with fsspec.open(raw, "rb", compression="infer") as src:
-            for data in line_shards(src, shard_bytes):
-                f, entry, digest = _writer(out_dir, shard_key(source, len(entries)), ".jsonl", source, entries)
+            for i, data in enumerate(line_shards(src, shard_bytes)):
+                f, entry, digest = _writer(out_dir, shard_key(source, label, i), ".jsonl", source, entries)
                 with f:
                     f.write(data)
                 digest.update(data)

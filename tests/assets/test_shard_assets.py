@@ -35,8 +35,8 @@ from assets.shards.index import index_keys, register_shards
 from marin_assets.datakit.decontaminate import EvalNgramIndex
 from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
-from marin_assets.datakit.shard_index import split_source
-from marin_assets.datakit.shards import read_table, write_table
+from marin_assets.datakit.shard_index import LABEL_CHARS, file_labels, split_source
+from marin_assets.datakit.shards import SHARD_KEY_RE, read_table, write_table
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, near, new_records, prose, spam, unsharded_final
 
@@ -235,7 +235,7 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     store, before, after = graph["store"], graph["before"], graph["after"]
     [new] = sorted(set(after["shards"]) - set(before["shards"]))
     old = before["shards"]
-    assert new == "tiny-00004" and after["shards"] == [*old, new]
+    assert new == "tiny-raw-00001-00000" and after["shards"] == [*old, new]
     lost_exact = shard_of(store, old, f"d{NEW_COPIED:03d}")  # its copy of doc 10 loses to the new canonical one
     near_target = shard_of(store, old, f"d{NEW_NEAR_TARGET:03d}")  # keeps doc 20: the new near copy goes
     assert lost_exact != near_target
@@ -400,25 +400,52 @@ def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_adde
         f.write("".join(lines))
     one = split_source("src", [str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "a"), shard_bytes=100)
     # 10+50+5 fit; the 3000-byte line is a shard of its own; the last three share one.
-    assert [e["lines"] for e in one.values()] == [3, 1, 3] and list(one) == ["src-00000", "src-00001", "src-00002"]
+    assert [e["lines"] for e in one.values()] == [3, 1, 3]
+    assert list(one) == ["src-raw-00000-00000", "src-raw-00000-00001", "src-raw-00000-00002"]
     joined = "".join((tmp_path / "a" / e["file"]).read_text() for e in one.values())
     assert joined == "".join(lines)
     for e in one.values():
         data = (tmp_path / "a" / e["file"]).read_bytes()
         assert e["sha256"] == hashlib.sha256(data).hexdigest() and e["bytes"] == len(data) and e["source"] == "src"
         assert e["bytes"] <= 100 or e["lines"] == 1
-    (tmp_path / "raw-00001.jsonl").write_text(lines[0])
-    two = split_source("src", [str(tmp_path / "raw-00001.jsonl"), str(tmp_path / "raw-00000.jsonl.gz")], str(tmp_path / "b"), 100)
-    assert {k: two[k] for k in one} == one and list(two)[3:] == ["src-00003"]
+    # A file whose name sorts first, or after, adds its own shards and renames none.
+    (tmp_path / "aaa.jsonl").write_text(lines[0])
+    (tmp_path / "raw-00001.jsonl").write_text(lines[1])
+    files = [str(tmp_path / n) for n in ("raw-00001.jsonl", "raw-00000.jsonl.gz", "aaa.jsonl")]
+    two = split_source("src", files, str(tmp_path / "b"), 100)
+    assert {k: two[k] for k in one} == one and set(two) - set(one) == {"src-aaa-00000", "src-raw-00001-00000"}
     (tmp_path / "poem.txt").write_text("one document\nof two lines\n")
     three = split_source("src", [str(tmp_path / "poem.txt"), str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "t"), 5)
-    assert [(e["file"], e["lines"]) for e in three.values()] == [("src-00000.txt", 0), ("src-00001.jsonl", 1)]
-    assert (tmp_path / "t" / "src-00000.txt").read_text() == "one document\nof two lines\n"  # whole, though > 5 bytes
+    assert [(k, e["file"], e["lines"]) for k, e in three.items()] == [
+        ("src-poem-00000", "src-poem-00000.txt", 0), ("src-raw-00001-00000", "src-raw-00001-00000.jsonl", 1)]
+    assert (tmp_path / "t" / "src-poem-00000.txt").read_text() == "one document\nof two lines\n"  # whole, though > 5 bytes
     (tmp_path / "notes.csv").write_text("a,b\n")
     with pytest.raises(ValueError, match=r"notes.csv: cannot shard a 'csv' file"):
         split_source("src", [str(tmp_path / "notes.csv")], str(tmp_path / "c"), 100)
     with pytest.raises(ValueError, match="invalid shard key"):
         split_source("a/b", [str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "d"), 100)
+
+
+def test_file_labels_fit_a_key_and_never_share_one():
+    long = "n" * 60 + ".jsonl"
+    labels = file_labels(["/r/v1/a b.jsonl", "/r/v1/a_b.jsonl", "/r/v1/x/data.jsonl", "/r/v1/y/data.jsonl",
+                          "/r/v1/doc.txt", "/r/v1/doc.JSONL.gz", f"/r/v1/{long}", "/r/v1/.jsonl"], root="/r/v1")
+    assert len(set(labels.values())) == len(labels)
+    assert labels["/r/v1/a_b.jsonl"] == "a_b" and labels["/r/v1/a b.jsonl"].startswith("a_b_")  # changed: hashed
+    assert all(len(v) <= LABEL_CHARS and SHARD_KEY_RE.fullmatch(f"src-{v}-00000") for v in labels.values())
+    # One name in two folders, or one stem with two suffixes: hashed by the path under the root,
+    # so a new version of the source (another root) keeps the labels.
+    moved = file_labels(["/r/v2/x/data.jsonl", "/r/v2/y/data.jsonl", "/r/v2/doc.txt", "/r/v2/doc.JSONL.gz"], root="/r/v2")
+    for name in ("x/data.jsonl", "y/data.jsonl", "doc.txt", "doc.JSONL.gz"):
+        assert moved[f"/r/v2/{name}"] == labels[f"/r/v1/{name}"] != "data"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=80).filter(lambda n: "/" not in n), min_size=1, max_size=6, unique=True))
+def test_any_file_names_get_distinct_valid_labels(names):
+    labels = file_labels([f"/root/{n}" for n in names], root="/root")
+    assert len(set(labels.values())) == len(names)
+    assert all(SHARD_KEY_RE.fullmatch(f"s-{v}-00000") for v in labels.values())
 
 
 @settings(max_examples=50, deadline=None)

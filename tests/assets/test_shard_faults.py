@@ -25,7 +25,7 @@ from shard_corpus import SOURCE, base_records
 from test_shard_assets import SHARD_BYTES, eval_ngrams, quality_model, raw_source, tokenizer
 
 SELECTION = [dg.AssetKey(["shards", name]) for name in ("index", "normalized", "quality", "exact_map")]
-VICTIM = f"{SOURCE}-00002"
+VICTIM = f"{SOURCE}-raw-00000-00002"
 
 
 def _killing_normalize(victim_file: str, parent_pid: int):

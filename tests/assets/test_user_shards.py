@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 import dagster as dg
 import pytest
@@ -87,14 +88,14 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
 
     assert graph.shards() == []
     assert graph.run(request).success
-    assert graph.shards() == ["user-00000"]  # registered by the index's on_ref
+    assert graph.shards() == ["user-a-00000"]  # registered by the index's on_ref
 
     second = graph.tick(first.cursor)
     (backfill,) = second.run_requests
     subset = backfill.asset_graph_subset
     assert subset.asset_keys == {a.key for a in graph.steps}
     partitions = {k.to_user_string(): set(s.get_partition_keys()) for k, s in subset.partitions_subsets_by_asset_key.items()}
-    assert partitions["shards/normalized"] == partitions["shards/tokenized"] == {"user-00000"}
+    assert partitions["shards/normalized"] == partitions["shards/tokenized"] == {"user-a-00000"}
     assert len(partitions["shards/exact_reduce"]) == EXACT_BUCKETS and len(partitions["shards/fuzzy_candidates"]) == FUZZY_BANDS
     assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"])}
     assert backfill.tags[DIGEST_TAG] == digest and backfill.tags[REQUEST_TAG] == request.run_key
@@ -139,7 +140,7 @@ def test_empty_unset_and_escaping_entries_skip_with_the_reason(tmp_path, watched
     ref = graph.store.read_pointer("sources/user", None)
     assert [os.path.basename(f) for f in ref.files()] == ["mine.jsonl"]
     assert ref.counts["files"] == 1 and ref.counts["skipped"] == 1 and "outside the directory" in ref.counts["skip_reasons"]["leak.jsonl"]
-    assert graph.shards() == ["user-00000"]
+    assert graph.shards() == ["user-mine-00000"]
 
     monkeypatch.delenv(WATCH_ENV)
     unset = graph.tick(None)
@@ -192,7 +193,8 @@ def _computed(results: list[dg.ExecuteInProcessResult], key: str) -> set[str]:
 def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_path, watched):
     """Both sensor steps, each requested run materialised (the backfill's waves as a local
     run plans them); the second file brings new documents only, so the first shard's
-    removal lists keep their digests and everything after them stays cached."""
+    removal lists keep their digests and everything after them stays cached. Its name sorts
+    before the first's: shard keys follow their own file, so no shard is renamed."""
     graph = Graph(tmp_path)
     graph.run(dg.RunRequest(asset_selection=[dg.AssetKey("quality_model"), dg.AssetKey("eval_ngrams"), dg.AssetKey("tokenizer")]))
 
@@ -207,17 +209,17 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
         assert results and all(r.success for r in results)
         return shards.cursor, results
 
-    write(watched, "a.jsonl", base_records())
-    cursor, first = sync(None, ["user-00000"])
-    assert _computed(first, "shards/tokenized") == {"user-00000"}
+    write(watched, "m.jsonl", base_records())
+    cursor, first = sync(None, ["user-m-00000"])
+    assert _computed(first, "shards/tokenized") == {"user-m-00000"}
 
     write(watched, "b.jsonl", [{"text": prose(500), "id": "b0"}, {"text": prose(501), "id": "b1"}])
-    cursor, second = sync(cursor, ["user-00000", "user-00001"])
+    cursor, second = sync(cursor, ["user-m-00000", "user-b-00000"])  # registration order: the new key last
     for key in ("shards/normalized", "shards/exact_map", "shards/filtered_exact", "shards/fuzzy_map", "shards/final", "shards/tokenized"):
-        assert _computed(second, key) == {"user-00001"}, key
+        assert _computed(second, key) == {"user-b-00000"}, key
     assert len(_computed(second, "shards/exact_reduce")) == EXACT_BUCKETS
     assert _computed(second, "shards/fuzzy_removals") == {""}
-    final = graph.store.read_pointer("shards/final", "user-00001").counts
+    final = graph.store.read_pointer("shards/final", "user-b-00000").counts
     assert (final["docs_in"], final["docs_out"]) == (2, 2)
 
 
@@ -232,4 +234,47 @@ def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypa
                             resources=graph.resources)
     assert result.success
     counts = graph.store.read_pointer("shards/index", None).counts
-    assert counts["per_source"] == {"tiny": 1, "user": 0} and graph.shards() == ["tiny-00000"]
+    assert counts["per_source"] == {"tiny": 1, "user": 0} and graph.shards() == ["tiny-raw-00000"]
+
+
+def test_input_files_are_named_by_their_path_inside_the_input(tmp_path):
+    from assets.shards.user_inputs import input_names
+    from marin_assets.datakit.readers import list_input_files
+
+    (tmp_path / "in" / "x").mkdir(parents=True)
+    for name in ("m.jsonl", "x/m.jsonl", "_counts.json"):
+        (tmp_path / "in" / name).write_text('{"text": "a"}\n')
+    names = input_names(str(tmp_path / "in"), list_input_files(str(tmp_path / "in")))
+    assert [n for n, _ in names] == ["m.jsonl", "x/m.jsonl"]  # sidecars are not listed
+    assert input_names(str(tmp_path / "in" / "m.jsonl"), [str(tmp_path / "in" / "m.jsonl")]) == [("m.jsonl", str(tmp_path / "in" / "m.jsonl"))]
+
+
+def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
+    """`marin datakit run --input DIR` (sources/<name> of user_inputs): the shards of the
+    files already there keep their keys and bytes when a file whose name sorts first comes."""
+    from assets.shards.index import index_keys
+    from assets.shards.user_inputs import source_asset
+
+    directory = tmp_path / "in"
+    (directory / "x").mkdir(parents=True)
+    write(directory, "m.jsonl", base_records())
+    write(directory / "x", "m.jsonl", [{"text": prose(600), "id": "x0"}])  # same name, another folder
+    graph = Graph(tmp_path)
+    index = make_shard_assets({"docs": "sources/docs"})[0]
+
+    def shards() -> dict[str, str]:
+        result = dg.materialize([source_asset("docs", str(directory), 1 << 20), index], instance=graph.instance,
+                                resources=graph.resources, run_config={"ops": {index.op.name: {"config": {"shard_bytes": 2500}}}})
+        assert result.success
+        ref = graph.store.read_pointer("shards/index", None)
+        entries = json.loads((tmp_path / "prefix" / ref.data_path.split("/prefix/", 1)[1] / "index.json").read_text())
+        assert sorted(entries) == index_keys(ref)
+        return {k: e["sha256"] for k, e in entries.items()}
+
+    before = shards()
+    # Two files named m.jsonl: each label is "m_" + the hash of its path inside the input.
+    assert len(before) == 5 and sorted(Counter(k.rsplit("-", 1)[0] for k in before).values()) == [1, 4]
+    assert all(k.startswith("docs-m_") for k in before)
+    write(directory, "a.jsonl", [{"text": prose(601), "id": "a0"}])
+    after = shards()
+    assert {k: after[k] for k in before} == before and set(after) - set(before) == {"docs-a-00000"}
