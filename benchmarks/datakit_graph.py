@@ -11,6 +11,9 @@ One JSON line per figure (ratio > 1: we are better):
   fanout           seconds for the whole graph, 1 worker (reference) vs --workers (ours)
   shard_increment  seconds: the full pass (reference) vs the pass after one new raw file,
                    i.e. one new shard (ours); extra: which partitions recomputed per asset
+  shard_increment_sorts_first  the same with the new file named to sort before every other
+                   (shard keys follow their own file, so no shard is renamed; its near copies
+                   now come first and survive, so the shards of their originals recompute)
   end_to_end       MB of input text per second: the sharded graph on --workers vs the
                    single-process run_pipeline on the same corpus (same quality model with
                    threshold 0, same tokenizer, same eval set)
@@ -104,9 +107,12 @@ def make_corpus(root: Path, files: int, shards_per_file: int, shard_bytes: int) 
     extra = root / "extra"
     extra.mkdir()
     write_jsonl(extra / f"raw-{files:05d}.jsonl", make_docs(rng, int(shard_bytes * 0.9), f"f{files}", earlier))
+    first = root / "first"
+    first.mkdir()
+    shutil.copyfile(extra / f"raw-{files:05d}.jsonl", first / "0-extra.jsonl")  # sorts before raw-*
     evals = root / "evals.jsonl"
     write_jsonl(evals, [{"id": "evalset/1", "text": EVAL_TEXT}])
-    return {"base": base, "extra": extra, "evals": evals}
+    return {"base": base, "extra": extra, "first": first, "evals": evals}
 
 
 def text_bytes(paths: list[Path]) -> int:
@@ -344,7 +350,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shards-per-file", type=int, default=16)
     parser.add_argument("--shard-bytes", type=int, default=512 * 1024)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--figures", default="fanout,shard_increment,end_to_end,step_overhead,fuzzy_candidates_peak_rss")
+    parser.add_argument("--figures", default="fanout,shard_increment,shard_increment_sorts_first,end_to_end,step_overhead,"
+                                             "fuzzy_candidates_peak_rss")
     parser.add_argument("--rss-files", type=int, default=1, help="raw files of the smaller graph for the RSS figure")
     parser.add_argument("--keep", help="keep the work directory here (for profiling)")
     parser.add_argument("--pass-child", help=argparse.SUPPRESS)
@@ -386,6 +393,12 @@ def main(argv=None) -> int:
             inc = ours.run(added, args.workers, "increment")
             emit("shard_increment", "s", inc["seconds"], full["seconds"], higher_is_better=False, **common,
                  new_shards=len(ours.shards()) - shards, recomputed=inc["computed"])
+        if "shard_increment_sorts_first" in figures:
+            other = Graph(work / "first", args.shard_bytes)
+            other_full = other.run(base, args.workers, "full-for-first")
+            inc = other.run(sorted(corpus["first"].glob("*.jsonl")) + base, args.workers, "increment-sorts-first")
+            emit("shard_increment_sorts_first", "s", inc["seconds"], other_full["seconds"], higher_is_better=False, **common,
+                 new_shards=len(other.shards()) - shards, recomputed=inc["computed"])
         if "end_to_end" in figures:
             ref = reference(base, corpus["evals"], ours, work / "reference")
             emit("end_to_end", "MB/s", mb / full["seconds"], mb / ref["s"], higher_is_better=True, **common,
