@@ -46,17 +46,25 @@ def index_keys(index: ArtifactRef) -> list[str]:
         return sorted(json.load(f))
 
 
-def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> int:
-    """Add the keys the instance does not have yet as datakit_shards partitions; return how many.
+def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> tuple[int, int]:
+    """Make the datakit_shards partitions exactly `keys` (the index is their one authority):
+    add the new ones, delete those the index no longer lists; return (added, deleted).
 
-    The index asset calls it after every run, computed or a cache hit (versioned_asset's
-    on_ref), so a fresh instance over an existing store gets the partitions too.
+    A removed raw file (or one that shrank by a shard) otherwise stays a partition: a
+    backfill over every partition fails on it (the index has no such shard), and the reduces,
+    which read every partition, would still dedup against its old map output. The index asset
+    calls it after every run, computed or a cache hit (versioned_asset's on_ref), so a fresh
+    instance over an existing store gets the partitions too.
     """
-    have = set(instance.get_dynamic_partitions(datakit_shards.name))  # one query, not one per key
-    new = [check_shard_key(k) for k in keys if k not in have]
+    have = instance.get_dynamic_partitions(datakit_shards.name)  # one query, not one per key
+    wanted = {check_shard_key(k) for k in keys}
+    new = [k for k in keys if k not in set(have)]
+    stale = [k for k in have if k not in wanted]
     if new:
         instance.add_dynamic_partitions(datakit_shards.name, new)
-    return len(new)
+    for key in stale:
+        instance.delete_dynamic_partition(datakit_shards.name, key)
+    return len(new), len(stale)
 
 
 def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
@@ -67,8 +75,9 @@ def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
     names = dict(zip(ins, sources))
 
     def register(ref: ArtifactRef, context: dg.AssetExecutionContext) -> None:
-        added = register_shards(context.instance, index_keys(ref))
-        context.log.info(f"{INDEX_KEY}: {added} new datakit_shards partitions registered")
+        added, deleted = register_shards(context.instance, index_keys(ref))
+        context.log.info(f"{INDEX_KEY}: {added} new datakit_shards partitions registered"
+                         + (f", {deleted} no longer in the index deleted" if deleted else ""))
 
     @versioned_asset(key=INDEX_KEY, code_version="2", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,
                      on_ref=register)

@@ -222,6 +222,21 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
     final = graph.store.read_pointer("shards/final", "user-b-00000").counts
     assert (final["docs_in"], final["docs_out"]) == (2, 2)
 
+    # A removed file: its partitions go with it (the index deletes them), so the backfill over
+    # every partition succeeds and the reduces read only the files that are there.
+    (watched / "m.jsonl").unlink()
+    cursor, third = sync(cursor, ["user-b-00000"])
+    assert graph.store.read_pointer("shards/fuzzy_removals", None).counts["shards"] == 1
+    assert {tuple(read["maps"]) for read in _reduce_reads(graph, "shards/exact_reduce")} == {("user-b-00000",)}
+
+
+def _reduce_reads(graph: Graph, key: str) -> list[dict]:
+    from assets.shards.common import REDUCE_READ
+    from marin_assets.datakit.shards import read_committed_json
+
+    defn = next(a for a in graph.steps if a.key.to_user_string() == key).partitions_def
+    return [read_committed_json(f"{graph.store.read_pointer(key, p).data_path}/{REDUCE_READ}") for p in defn.get_partition_keys()]
+
 
 def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypatch):
     """What `make demo` runs with $MARIN_USER_DATA_DIR unset: sources/user is empty, and the
