@@ -35,30 +35,29 @@ LABEL_CHARS = 48
 _NOT_KEY_CHAR = re.compile(r"[^A-Za-z0-9._=-]")
 
 
-def file_label(name: str) -> str:
-    """The part of a shard key that names a raw file: its name without the suffix we read
-    it by. A name that has to change to fit a key (other characters, too long, empty) gets 8
-    hex digits of its sha256, so it cannot take the label of a name that fits as it is."""
+def file_label(name: str, hashed: bool = False) -> str:
+    """The part of a shard key that names a raw file (`name`: its path under the source):
+    the name without the suffix we read it by. A name that has to change to fit a key (a
+    folder's "/", other characters, too long, empty), or `hashed`, gets 8 hex digits of the
+    name's sha256, so it cannot take the label of a name that fits as it is."""
     suffix = next((s for s in JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES if name.lower().endswith(s)), "")
     stem = name[: len(name) - len(suffix)]
     label = _NOT_KEY_CHAR.sub("_", stem)
-    if label != stem or not label or len(label) > LABEL_CHARS:
+    if hashed or label != stem or not label or len(label) > LABEL_CHARS:
         label = f"{label[: LABEL_CHARS - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return label
 
 
 def file_labels(raw_files: Sequence[str], root: str | None = None) -> dict[str, str]:
-    """{raw file: label}, unique within the list. Names that share a label ("a.jsonl" and
-    "a.txt", or one name in two folders) each get the hash of their path under `root` (the
-    source's folder, so the label does not change with the artifact's version) instead."""
-    labels = {raw: file_label(basename(raw)) for raw in raw_files}
-    shared = {label for label, n in Counter(labels.values()).items() if n > 1}
+    """{raw file: label}, unique within the list; a label depends on the file's path under
+    `root` (the source's folder; its basename without one), not on the other files or on
+    the artifact's version. The one exception: names that differ only in the suffix we strip
+    ("a.jsonl" and "a.txt") are all hashed while they are side by side."""
     prefix = root.rstrip("/") + "/" if root else ""
-    for raw, label in labels.items():
-        if label in shared:
-            where = raw[len(prefix):] if prefix and raw.startswith(prefix) else raw
-            labels[raw] = f"{label[: LABEL_CHARS - 9]}_{hashlib.sha256(where.encode()).hexdigest()[:8]}"
-    return labels
+    names = {raw: raw[len(prefix):] if prefix and raw.startswith(prefix) else basename(raw) for raw in raw_files}
+    labels = {raw: file_label(name) for raw, name in names.items()}
+    shared = {label for label, n in Counter(labels.values()).items() if n > 1}
+    return {raw: file_label(names[raw], hashed=True) if label in shared else label for raw, label in labels.items()}
 
 
 READ_BYTES = 1 << 22

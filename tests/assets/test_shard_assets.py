@@ -433,16 +433,17 @@ def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_adde
 
 def test_file_labels_fit_a_key_and_never_share_one():
     long = "n" * 60 + ".jsonl"
-    labels = file_labels(["/r/v1/a b.jsonl", "/r/v1/a_b.jsonl", "/r/v1/x/data.jsonl", "/r/v1/y/data.jsonl",
-                          "/r/v1/doc.txt", "/r/v1/doc.JSONL.gz", f"/r/v1/{long}", "/r/v1/.jsonl"], root="/r/v1")
+    names = ["a b.jsonl", "a_b.jsonl", "x/data.jsonl", "y/data.jsonl", "data.jsonl", "doc.txt", "doc.JSONL.gz", long, ".jsonl"]
+    labels = file_labels([f"/r/v1/{n}" for n in names], root="/r/v1")
     assert len(set(labels.values())) == len(labels)
-    assert labels["/r/v1/a_b.jsonl"] == "a_b" and labels["/r/v1/a b.jsonl"].startswith("a_b_")  # changed: hashed
+    assert labels["/r/v1/a_b.jsonl"] == "a_b" and labels["/r/v1/data.jsonl"] == "data"  # fit as they are
+    assert labels["/r/v1/a b.jsonl"].startswith("a_b_") and labels["/r/v1/x/data.jsonl"].startswith("x_data_")  # changed: hashed
+    assert labels["/r/v1/doc.txt"].startswith("doc_") and labels["/r/v1/doc.JSONL.gz"].startswith("doc_")  # side by side
     assert all(len(v) <= LABEL_CHARS and SHARD_KEY_RE.fullmatch(f"src-{v}-00000") for v in labels.values())
-    # One name in two folders, or one stem with two suffixes: hashed by the path under the root,
-    # so a new version of the source (another root) keeps the labels.
-    moved = file_labels(["/r/v2/x/data.jsonl", "/r/v2/y/data.jsonl", "/r/v2/doc.txt", "/r/v2/doc.JSONL.gz"], root="/r/v2")
-    for name in ("x/data.jsonl", "y/data.jsonl", "doc.txt", "doc.JSONL.gz"):
-        assert moved[f"/r/v2/{name}"] == labels[f"/r/v1/{name}"] != "data"
+    # A label follows the path under the root, not the root (the source artifact's version)
+    # and not the other files.
+    alone = file_labels([f"/r/v2/{n}" for n in ("y/data.jsonl", long)], root="/r/v2")
+    assert alone == {"/r/v2/y/data.jsonl": labels["/r/v1/y/data.jsonl"], f"/r/v2/{long}": labels[f"/r/v1/{long}"]}
 
 
 @settings(max_examples=200, deadline=None)
