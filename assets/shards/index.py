@@ -57,8 +57,8 @@ def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> tuple[int,
     instance over an existing store gets the partitions too.
     """
     have = instance.get_dynamic_partitions(datakit_shards.name)  # one query, not one per key
-    wanted = {check_shard_key(k) for k in keys}
-    new = [k for k in keys if k not in set(have)]
+    wanted, registered = {check_shard_key(k) for k in keys}, set(have)
+    new = [k for k in keys if k not in registered]
     stale = [k for k in have if k not in wanted]
     if new:
         instance.add_dynamic_partitions(datakit_shards.name, new)
