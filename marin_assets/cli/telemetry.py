@@ -1,12 +1,16 @@
 """`marin telemetry ...`: the telemetry store (marin_assets/telemetry) from the shell.
 
 query    rows of one or more runs/metrics in a step range, as CSV (default) or JSON
-ingest   load a training metrics.jsonl into a run
+ingest   load a training metrics.jsonl into a run: only the rows the run does not hold yet, so
+         the same file twice (or two ingests at once) adds it once and a grown file its new lines
 compact  merge small segments (answers do not change)
-repair   rebuild the index from the segment files
+repair   rebuild the index from the segment files; move damaged ones to _quarantine/, naming them
+         and the rows lost
 
 The default root is $MARIN_PREFIX/telemetry (./artifacts/telemetry without it). Exit codes:
-0 done, 1 nothing matched / nothing imported, 2 bad input.
+0 done (also: an ingest that found every row already in the run), 1 nothing matched / the file
+had no metric values, 2 bad input (or a busy lease), 3 the store has a damaged segment (the
+message names it; run `marin telemetry repair`).
 """
 
 from __future__ import annotations
@@ -71,8 +75,11 @@ def register(subparsers) -> None:
 
 
 def _fail(command: str, err: Exception) -> int:
+    """One line on stderr; exit 3 for a damaged store, else 2."""
+    from marin_assets.telemetry.store import DamagedSegmentError
+
     print(f"marin telemetry {command}: {err}", file=sys.stderr)
-    return 2
+    return 3 if isinstance(err, DamagedSegmentError) else 2
 
 
 def _store(args):
@@ -85,7 +92,7 @@ def _query(args: argparse.Namespace) -> int:
     try:
         steps = parse_steps(args.steps) if args.steps else None
         frame = _store(args).query(run=args.run, metric=args.metric, steps=steps, latest=args.latest)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
         return _fail("query", err)
     if args.format == "csv":
         sys.stdout.write(frame.write_csv())
@@ -102,11 +109,20 @@ def _ingest(args: argparse.Namespace) -> int:
 
     try:
         report = import_metrics_jsonl(_store(args), args.run, args.file, append=args.append)
-    except (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:
         return _fail("ingest", err)
     print(json.dumps(report.to_json()))
+    say = f"marin telemetry ingest: {args.file}:"
+    if report.quarantined:
+        print(f"{say} {report.quarantined} line(s) quarantined, first {report.quarantine[0]}", file=sys.stderr)
+    for note in report.deferred:
+        print(f"{say} {note}", file=sys.stderr)
+    if report.values == 0 and report.already_ingested_bytes:
+        print(f"{say} nothing new: run {args.run} already holds the rows of {report.already_ingested_bytes} "
+              "bytes of it, and the rest gave no metric value", file=sys.stderr)
+        return 0
     if report.values == 0:
-        print(f"marin telemetry ingest: {args.file}: no metric values imported", file=sys.stderr)
+        print(f"{say} no metric values imported", file=sys.stderr)
         return 1
     return 0
 
@@ -114,7 +130,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     try:
         report = _store(args).compact(target_rows=args.target_rows, grace_s=args.grace_seconds)
-    except (ValueError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:
         return _fail("compact", err)
     print(json.dumps(report.__dict__))
     return 0
@@ -123,7 +139,13 @@ def _compact(args: argparse.Namespace) -> int:
 def _repair(args: argparse.Namespace) -> int:
     try:
         report = _store(args).repair()
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         return _fail("repair", err)
     print(json.dumps(report.__dict__))
+    for bad in report.damaged:
+        print(f"marin telemetry repair: damaged segment {bad['path']} ({bad['reason']}) moved to "
+              f"{bad['moved_to']}", file=sys.stderr)
+    if report.damaged:
+        lost = "unknown (the index did not know every damaged segment)" if report.rows_lost is None else report.rows_lost
+        print(f"marin telemetry repair: rows lost: {lost}", file=sys.stderr)
     return 0

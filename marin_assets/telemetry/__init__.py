@@ -12,7 +12,7 @@ import os
 
 from marin_assets.telemetry.ingest import IngestReport, import_metrics_jsonl
 from marin_assets.telemetry.segments import SCHEMA, SegmentInfo
-from marin_assets.telemetry.store import CompactionReport, RepairReport, TelemetryStore
+from marin_assets.telemetry.store import CompactionReport, DamagedSegmentError, RepairReport, TelemetryStore
 from marin_assets.telemetry.writer import NO_TIME, TelemetryWriter
 
 
@@ -26,6 +26,7 @@ def default_root() -> str:
 
 __all__ = [
     "CompactionReport",
+    "DamagedSegmentError",
     "IngestReport",
     "NO_TIME",
     "RepairReport",

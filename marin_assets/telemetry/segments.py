@@ -3,6 +3,11 @@
 A segment carries its own summary (run, metric set, step and time ranges, row count, and the
 segments it replaces) in the Parquet footer, so the store's index can always be rebuilt from
 the segments alone: the index is a cache that lets queries skip files, never the truth.
+
+A segment written by the metrics.jsonl ingester also names its ``sources``: the byte ranges
+``(start, end, sha256 of those bytes)`` of the file whose rows it holds. That is how a second
+ingest of the same (or a grown) file knows which rows the run already has (ingest.py), and it
+survives compaction (a merged segment carries the union) and ``repair`` (it is in the footer).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -37,6 +43,12 @@ SCHEMA = pa.schema([
 POLARS_SCHEMA = {"run": pl.String, "metric": pl.String, "step": pl.Int64, "value": pl.Float64,
                  "time": pl.Float64, "phase": pl.String}
 SORT_KEYS = [("metric", "ascending"), ("step", "ascending"), ("time", "ascending")]
+INT64_MAX = 2**63 - 1
+SourceRange = tuple[int, int, str]  # (start, end, sha256 hex of bytes[start:end]) of an ingested file
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# What reading a damaged (truncated, corrupt, foreign) segment raises: OSError and ValueError
+# cover pyarrow's ArrowIOError/ArrowInvalid and bad footer JSON; polars raises ComputeError.
+READ_ERRORS = (OSError, ValueError, KeyError, TypeError, pl.exceptions.ComputeError)
 
 
 def _optional_finite(value, what: str) -> float | None:
@@ -64,6 +76,7 @@ class SegmentInfo:
     bytes: int | None = None
     sha256: str | None = None
     created: float = 0.0
+    sources: tuple[SourceRange, ...] = ()  # ingested byte ranges whose rows this segment holds
 
     def __post_init__(self) -> None:
         validate_segment(self.run, "run")
@@ -79,11 +92,15 @@ class SegmentInfo:
         tmax = _optional_finite(self.time_max, f"segment {self.path} time_max")
         if (tmin is None) != (tmax is None) or (tmin is not None and tmin > tmax):
             raise ValueError(f"segment {self.path}: time range {tmin}..{tmax} is invalid")
+        for start, end, digest in self.sources:
+            if not (0 <= start < end and _SHA256_HEX.fullmatch(digest)):
+                raise ValueError(f"segment {self.path}: source range {(start, end, digest)!r} is invalid")
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["metrics"] = list(self.metrics)
         out["replaces"] = list(self.replaces)
+        out["sources"] = [list(r) for r in self.sources]
         return out
 
     @classmethod
@@ -91,7 +108,8 @@ class SegmentInfo:
         return cls(path=obj["path"], run=obj["run"], metrics=tuple(obj["metrics"]), step_min=int(obj["step_min"]),
                    step_max=int(obj["step_max"]), time_min=obj.get("time_min"), time_max=obj.get("time_max"),
                    rows=int(obj["rows"]), replaces=tuple(obj.get("replaces", ())), bytes=obj.get("bytes"),
-                   sha256=obj.get("sha256"), created=float(obj.get("created", 0.0)))
+                   sha256=obj.get("sha256"), created=float(obj.get("created", 0.0)),
+                   sources=tuple((int(a), int(b), str(h)) for a, b, h in obj.get("sources", ())))
 
     def overlaps(self, runs: frozenset[str] | None, metrics: frozenset[str] | None,
                  steps: tuple[int | None, int | None], times: tuple[float | None, float | None]) -> bool:
@@ -124,7 +142,8 @@ def normalise(table: pa.Table) -> pa.Table:
     return table.sort_by(SORT_KEYS)
 
 
-def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), created: float = 0.0) -> SegmentInfo:
+def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), created: float = 0.0,
+              sources: tuple[SourceRange, ...] = ()) -> SegmentInfo:
     """The footer/index summary of a normalised, non-empty table that holds one run."""
     runs = pc.unique(table.column("run")).to_pylist()
     if len(runs) != 1:
@@ -134,7 +153,7 @@ def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), create
     metrics = tuple(sorted(pc.unique(table.column("metric")).to_pylist()))
     return SegmentInfo(path=path, run=runs[0], metrics=metrics, step_min=steps["min"], step_max=steps["max"],
                        time_min=times["min"], time_max=times["max"], rows=table.num_rows,
-                       replaces=tuple(replaces), created=created)
+                       replaces=tuple(replaces), created=created, sources=tuple(sorted(set(sources))))
 
 
 def encode(table: pa.Table, info: SegmentInfo) -> tuple[bytes, SegmentInfo]:

@@ -7,6 +7,8 @@ Layout under ``root`` (a local path or any fsspec URL)::
     segments/<run>/<YYYYMMDDTHH>/c-<ns>-<id>.parquet   a compacted segment (footer lists what it replaces)
     _staging/                                   local only: segments being written (then renamed)
     _compact/                                   the compaction lease
+    _ingest/<run>/                              the lease one metrics.jsonl ingest into <run> holds
+    _quarantine/segments/...                    damaged segments that ``repair`` moved out of the store
 
 Truth is the set of segment files; the index only saves footer reads. A reader lists
 ``segments/``, takes summaries from the index (or from the footer of a file the index does
@@ -21,6 +23,12 @@ Why that order makes the rules hold:
   every reader drops the replaced files: rows are never counted twice, and never missed;
 - replaced files are deleted only ``grace_s`` after the swap, so a query planned just
   before a compaction still finds its files (``query`` also re-plans once if one vanished).
+
+A damaged segment (truncated by a crash or a full disk, corrupt, not a segment at all) is never
+skipped quietly: a query that would read it raises ``DamagedSegmentError`` naming each such
+file (the CLI exits 3), since an answer without its rows would look complete. ``repair``
+decodes every file, moves the damaged ones to ``_quarantine/`` and reports the rows lost (a
+damaged merged segment whose inputs are still on disk loses none: they count again).
 """
 
 from __future__ import annotations
@@ -45,8 +53,10 @@ from marin_assets.store.fsutil import filesystem, is_local, join, read_json, wri
 from marin_assets.store.lease import Lease
 from marin_assets.store.names import validate_segment
 from marin_assets.telemetry.segments import (
+    READ_ERRORS,
     SCHEMA,
     SegmentInfo,
+    SourceRange,
     empty_frame,
     encode,
     normalise,
@@ -56,6 +66,17 @@ from marin_assets.telemetry.segments import (
 
 INDEX_FORMAT = 1
 STAGING_MAX_AGE_S = 3600.0  # a staging file this old belongs to a dead writer
+QUARANTINE = "_quarantine"
+
+
+class DamagedSegmentError(RuntimeError):
+    """Segment files that cannot be read; ``problems`` maps each path to the reason."""
+
+    def __init__(self, url: str, problems: dict[str, str]):
+        self.problems = dict(sorted(problems.items()))
+        named = "; ".join(f"{path} ({why})" for path, why in self.problems.items())
+        super().__init__(f"{url}: {len(problems)} damaged segment(s): {named}; "
+                         "`marin telemetry repair` quarantines them")
 
 
 @dataclass
@@ -74,6 +95,10 @@ class RepairReport:
     unindexed: list[str] = field(default_factory=list)  # found on disk, added to the index
     missing: list[str] = field(default_factory=list)  # in the index, gone from disk, dropped
     stale_staging: list[str] = field(default_factory=list)  # dead writers' partial files, removed
+    # unreadable segments moved to _quarantine/: {"path", "reason", "rows" (the index's count, or None)}
+    damaged: list[dict] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)  # inputs of a damaged merged segment, live again
+    rows_lost: int | None = 0  # damaged rows not restored; None when the index did not know a count
 
 
 def _names(value: str | Iterable[str] | None, what: str) -> frozenset[str] | None:
@@ -135,14 +160,31 @@ class TelemetryStore:
         return sorted(p[len(prefix):] if p.startswith(prefix) else p for p in found if p.endswith(".parquet"))
 
     # ---- writing ----------------------------------------------------------------------
-    def append(self, table: pa.Table) -> SegmentInfo:
-        """Write ``table`` (SCHEMA columns, one run, >= 1 row) as one new segment."""
+    def append(self, table: pa.Table, sources: Iterable[SourceRange] = ()) -> SegmentInfo:
+        """Write ``table`` (SCHEMA columns, one run, >= 1 row) as one new segment; ``sources``
+        are the ingested byte ranges whose rows it holds (see segments.py)."""
         table = normalise(table)
         if table.num_rows == 0:
             raise ValueError("refusing to write an empty segment")
         run = validate_segment(str(table.column("run")[0]), "run")
-        info = summarise(table, self._new_path(run, "s"), created=time.time())
+        info = summarise(table, self._new_path(run, "s"), created=time.time(), sources=tuple(sources))
         return self._publish(table, info)
+
+    @contextlib.contextmanager
+    def ingest_lease(self, run: str, timeout_s: float = 600.0):
+        """Hold ``run``'s ingest lease (waiting up to ``timeout_s``), so that two ingests into one
+        run never both decide that a file's rows are new. Yields the Lease (``check()`` it)."""
+        lease = Lease(self.fs, self._abs(f"_ingest/{validate_segment(run, 'run')}"))
+        deadline = time.monotonic() + timeout_s
+        while not lease.acquire():
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{self.url}: another ingest into run {run!r} held its lease for "
+                                   f"{timeout_s:.0f}s; try again later")
+            time.sleep(0.05)
+        try:
+            yield lease
+        finally:
+            lease.release()
 
     def _publish(self, table: pa.Table, info: SegmentInfo) -> SegmentInfo:
         data, info = encode(table, info)
@@ -223,13 +265,15 @@ class TelemetryStore:
         with self.fs.open(self._abs(rel), "rb") as f:
             return read_footer(f, rel)
 
-    def _snapshot(self) -> tuple[list[SegmentInfo], dict[str, SegmentInfo], list[str]]:
-        """(live segments, every summarised listed segment by path, listed paths)."""
+    def _snapshot(self) -> tuple[list[SegmentInfo], dict[str, SegmentInfo], list[str], dict[str, str]]:
+        """(live segments, every summarised listed segment by path, listed paths, unindexed
+        files whose footer cannot be read -> reason)."""
         index = self.read_index()
         known = {e["path"]: SegmentInfo.from_json(e) for e in index["segments"]}
         retired = {r["path"] for r in index["retired"]}
         listed = self._list_segment_files()
         entries: dict[str, SegmentInfo] = {}
+        damaged: dict[str, str] = {}
         for path in listed:
             if path in known:
                 entries[path] = known[path]
@@ -238,13 +282,20 @@ class TelemetryStore:
                     entries[path] = self._footer(path)
                 except FileNotFoundError:
                     continue  # deleted between listing and reading: a compaction retired it
+                except READ_ERRORS as err:
+                    damaged[path] = _reason(err)
         superseded = {r for info in entries.values() for r in info.replaces}
         live = [info for path, info in entries.items() if path not in superseded]
-        return live, entries, listed
+        return live, entries, listed, damaged
 
     def segments(self) -> list[SegmentInfo]:
-        """The live segments (what a query over everything reads), sorted by path."""
-        return self._snapshot()[0]
+        """The live segments (what a query over everything reads), sorted by path. Raises
+        DamagedSegmentError for an unindexed file without a readable footer: it could hold
+        rows of any run, so no answer is complete without it."""
+        live, _, _, damaged = self._snapshot()
+        if damaged:
+            raise DamagedSegmentError(self.url, damaged)
+        return live
 
     # ---- queries ----------------------------------------------------------------------
     def scan(self, run: str | Iterable[str] | None = None, metric: str | Iterable[str] | None = None,
@@ -253,7 +304,7 @@ class TelemetryStore:
         """A lazy frame of the matching rows; only segments whose summary overlaps are scanned."""
         runs, metrics = _names(run, "run"), _names(metric, "metric name")
         steps, times = check_steps(steps), check_times(times)
-        selected = [s for s in self.segments() if s.overlaps(runs, metrics, steps, times)]
+        selected = self._select(runs, metrics, steps, times)
         if not selected:
             return empty_frame()
         frame = self._scan_files([s.path for s in selected])
@@ -271,6 +322,10 @@ class TelemetryStore:
         if times[1] is not None:
             predicates.append(pl.col("time") <= times[1])
         return frame.filter(*predicates) if predicates else frame
+
+    def _select(self, runs: frozenset[str] | None, metrics: frozenset[str] | None,
+                steps: tuple[int | None, int | None], times: tuple[float | None, float | None]) -> list[SegmentInfo]:
+        return [s for s in self.segments() if s.overlaps(runs, metrics, steps, times)]
 
     def _scan_files(self, rels: list[str]) -> pl.LazyFrame:
         paths = [self._abs(r) for r in rels]
@@ -291,18 +346,48 @@ class TelemetryStore:
         without a time count as oldest). A run resumed from a checkpoint logs the steps after
         it again; this shows the resumed values only. Rows are still all kept in the store.
         """
+        runs, metrics = _names(run, "run"), _names(metric, "metric name")
+        steps, times = check_steps(steps), check_times(times)
         for attempt in (1, 2):
             try:
-                frame = self.scan(run, metric, steps, times).collect()
+                frame = self.scan(runs, metrics, steps, times).collect()
                 break
-            except (FileNotFoundError, pl.exceptions.ComputeError) as err:
+            except READ_ERRORS as err:
                 # A compaction past its grace period deleted a planned file: plan again.
-                if attempt == 2 or not _is_missing_file(err):
-                    raise
+                if attempt == 1 and _is_missing_file(err):
+                    continue
+                self._raise_if_damaged(self._select(runs, metrics, steps, times))
+                raise
         frame = frame.sort(["run", "metric", "step", "time", "value", "phase"], nulls_last=False)
         if latest:
             frame = frame.unique(subset=["run", "metric", "step"], keep="last", maintain_order=True)
         return frame
+
+    def _raise_if_damaged(self, infos: Iterable[SegmentInfo]) -> None:
+        """Decode each segment in full; raise DamagedSegmentError naming those that fail."""
+        damaged = {}
+        for info in infos:
+            try:
+                checked = self._read_checked(info.path)
+            except FileNotFoundError:
+                continue  # retired and deleted meanwhile: not damage
+            except READ_ERRORS as err:
+                damaged[info.path] = _reason(err)
+                continue
+            if info.sha256 not in (None, checked.sha256):
+                damaged[info.path] = "size or sha256 differs from the index"
+        if damaged:
+            raise DamagedSegmentError(self.url, damaged)
+
+    def _read_checked(self, rel: str) -> SegmentInfo:
+        """The footer summary of a segment, with its size and sha256, once every row decodes and
+        the row count matches the footer. Raises one of READ_ERRORS for a damaged file."""
+        data = self.fs.cat_file(self._abs(rel))
+        info = read_footer(io.BytesIO(data), rel)
+        rows = pq.read_table(io.BytesIO(data)).num_rows
+        if rows != info.rows:
+            raise ValueError(f"holds {rows} rows, its footer says {info.rows}")
+        return replace(info, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
     def runs(self) -> list[str]:
         return sorted({s.run for s in self.segments()})
@@ -324,7 +409,9 @@ class TelemetryStore:
             raise RuntimeError(f"{self.url}: another compaction holds the lease; try again later")
         try:
             report = CompactionReport()
-            live, entries, listed = self._snapshot()
+            live, entries, listed, damaged = self._snapshot()
+            if damaged:
+                raise DamagedSegmentError(self.url, damaged)
             self._heal_index(live, entries)
             listed_set = set(listed)
             for pack in _packs(live, target_rows):
@@ -348,15 +435,22 @@ class TelemetryStore:
         # input later can never bring one of its own predecessors back to life.
         replaces = sorted({s.path for s in pack} | {r for s in pack for r in s.replaces if r in listed})
         window = pack[0].path.split("/")[2]
-        info = summarise(table, self._new_path(pack[0].run, "c", window), tuple(replaces), created=time.time())
+        sources = tuple(r for s in pack for r in s.sources)  # the merged rows came from the same bytes
+        info = summarise(table, self._new_path(pack[0].run, "c", window), tuple(replaces), created=time.time(),
+                         sources=sources)
         data, info = encode(table, info)
         self._put(info.path, data)  # from here on readers see the merged rows and not the inputs
         self._update_index(add=[info], remove=replaces, retire=replaces)
         return info
 
     def _read_table(self, rel: str) -> pa.Table:
-        with self.fs.open(self._abs(rel), "rb") as f:
-            return pq.read_table(f)
+        try:
+            with self.fs.open(self._abs(rel), "rb") as f:
+                return pq.read_table(f)
+        except FileNotFoundError:
+            raise
+        except READ_ERRORS as err:
+            raise DamagedSegmentError(self.url, {rel: _reason(err)}) from err
 
     def _heal_index(self, live: list[SegmentInfo], entries: dict[str, SegmentInfo]) -> None:
         index = self.read_index()
@@ -381,29 +475,60 @@ class TelemetryStore:
 
     # ---- repair and verification ------------------------------------------------------
     def repair(self) -> RepairReport:
-        """Rebuild the index from the segment files (footers and checksums); drop dead staging."""
+        """Rebuild the index from the segment files, each decoded in full; move damaged files to
+        ``_quarantine/`` (reporting the rows lost); drop dead staging files."""
         report = RepairReport()
         with self._index_lock():
-            old = {e["path"] for e in self.read_index()["segments"]}
-            listed = self._list_segment_files()
-            entries = {}
-            for path in listed:
-                data = self.fs.cat_file(self._abs(path))
-                info = read_footer(io.BytesIO(data), path)
-                entries[path] = replace(info, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            index = self.read_index()
+            old = {e["path"]: SegmentInfo.from_json(e) for e in index["segments"]}
+            entries, damaged = {}, {}
+            for path in self._list_segment_files():
+                try:
+                    entries[path] = self._read_checked(path)
+                except FileNotFoundError:
+                    continue  # retired and deleted meanwhile
+                except READ_ERRORS as err:
+                    damaged[path] = _reason(err)
+            for path in damaged:
+                self._quarantine(path)
             superseded = {r for info in entries.values() for r in info.replaces}
             live = [e for p, e in entries.items() if p not in superseded]
             now = time.time()
-            index = {"format": INDEX_FORMAT, "segments": [e.to_json() for e in live],
-                     "retired": [{"path": p, "since": now} for p in listed if p in superseded]}
+            new_index = {"format": INDEX_FORMAT, "segments": [e.to_json() for e in live],
+                         "retired": [{"path": p, "since": now} for p in entries if p in superseded]}
             self.fs.makedirs(self.root, exist_ok=True)
-            write_json_atomic(self.fs, self._abs("index.json"), index)
+            write_json_atomic(self.fs, self._abs("index.json"), new_index)
         report.live_segments = len(live)
         report.rows = sum(e.rows for e in live)
         report.unindexed = sorted(e.path for e in live if e.path not in old)
-        report.missing = sorted(p for p in old if p not in entries)
+        report.missing = sorted(p for p in old if p not in entries and p not in damaged)
+        self._account_damage(report, damaged, old, live, superseded)
         report.stale_staging = self._remove_stale_staging()
         return report
+
+    def _quarantine(self, rel: str) -> None:
+        """Move a damaged segment out of ``segments/`` (kept, not deleted, for a post-mortem)."""
+        dest = self._abs(f"{QUARANTINE}/{rel}")
+        self.fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.mv(self._abs(rel), dest)
+
+    @staticmethod
+    def _account_damage(report: RepairReport, damaged: dict[str, str], old: dict[str, SegmentInfo],
+                        live: list[SegmentInfo], superseded: set[str]) -> None:
+        """Rows lost: what the index said each damaged live segment held, less the rows of the
+        merged inputs that count again now that the segment replacing them is gone."""
+        lost: int | None = 0
+        inputs = {r for p in damaged if p in old for r in old[p].replaces}
+        for path, why in damaged.items():
+            rows = old[path].rows if path in old else None
+            report.damaged.append({"path": path, "reason": why, "rows": rows,
+                                   "moved_to": f"{QUARANTINE}/{path}"})
+            if path in superseded:
+                continue  # a readable merged segment holds its rows
+            lost = None if rows is None or lost is None else lost + rows
+        restored = [e for e in live if e.path in inputs]
+        report.restored = sorted(e.path for e in restored)
+        report.rows_lost = None if lost is None else lost - sum(e.rows for e in restored)
 
     def _remove_stale_staging(self) -> list[str]:
         staging = self._abs("_staging")
@@ -420,8 +545,8 @@ class TelemetryStore:
     def verify(self) -> list[str]:
         """Problems found (empty when healthy): each live segment must read, match its index
         entry's size and checksum, and hold the rows and ranges its summary claims."""
-        problems = []
-        live, entries, listed = self._snapshot()
+        live, entries, listed, damaged = self._snapshot()
+        problems = [f"{path}: unreadable ({why})" for path, why in damaged.items()]
         indexed = {e["path"]: e for e in self.read_index()["segments"]}
         for path in indexed:
             if path not in entries:
@@ -469,6 +594,12 @@ def _packs(live: list[SegmentInfo], target_rows: int) -> list[list[SegmentInfo]]
 def _one_of(column: str, names: frozenset[str]) -> pl.Expr:
     """``==`` for one name: polars prunes row groups with it more cheaply than with is_in."""
     return pl.col(column) == next(iter(names)) if len(names) == 1 else pl.col(column).is_in(sorted(names))
+
+
+def _reason(err: Exception) -> str:
+    """One line: the exception's type and first line (pyarrow/polars messages run long)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}"[:300]
 
 
 def _is_missing_file(err: Exception) -> bool:

@@ -8,6 +8,8 @@ process therefore loses at most what it logged since its last flush.
 Non-finite values (NaN, +-inf) are stored as null, not rejected: a diverging run is exactly
 when its telemetry matters, so the row (run, metric, step, time) is kept and says "this step
 had no finite value", while means and minima over the column are not poisoned by NaN.
+Steps are refused at ``log`` when negative or beyond int64 (the step column's type), so one
+bad step can never make every later flush of the buffer fail.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.store.names import validate_segment
-from marin_assets.telemetry.segments import SCHEMA, SegmentInfo, finite_or_null
+from marin_assets.telemetry.segments import INT64_MAX, SCHEMA, SegmentInfo, SourceRange, finite_or_null
 from marin_assets.telemetry.store import TelemetryStore
 
 _PLAIN_NUMBERS = (float, int)
@@ -62,7 +64,7 @@ class TelemetryWriter:
         """Buffer one step's metrics. ``time`` defaults to now (unix seconds)."""
         # Plain int/float/str take the fast paths (this runs once per training step); the
         # rest goes through the full checks, which name the run, step and field they refuse.
-        if type(step) is not int or step < 0:
+        if type(step) is not int or not 0 <= step <= INT64_MAX:
             step = self._checked_step(step)
         if time is None:
             time = _time.time()
@@ -88,8 +90,8 @@ class TelemetryWriter:
             self.flush()
 
     def _checked_step(self, step) -> int:
-        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-            raise ValueError(f"run {self.run}: step must be a non-negative integer, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or not 0 <= step <= INT64_MAX:
+            raise ValueError(f"run {self.run}: step must be a non-negative integer below 2**63, got {step!r}")
         return int(step)
 
     def _checked_time(self, step: int, time) -> float:
@@ -99,13 +101,19 @@ class TelemetryWriter:
             raise ValueError(f"run {self.run} step {step}: time must be a finite number, got {time!r}")
         return float(time)
 
-    def flush(self) -> SegmentInfo | None:
-        """Write what is buffered as one segment (None when nothing is buffered)."""
+    @property
+    def buffered(self) -> int:
+        """Metric values logged and not yet flushed."""
+        return self._buffered
+
+    def flush(self, sources: tuple[SourceRange, ...] = ()) -> SegmentInfo | None:
+        """Write what is buffered as one segment (None when nothing is buffered); ``sources``:
+        the ingested byte ranges the buffered rows came from (segments.py)."""
         if not self._buffered:
             self._last_flush = _time.monotonic()
             return None
         table = self._table()
-        info = self.store.append(table)
+        info = self.store.append(table, sources=sources)
         self.nonfinite += table.column("value").null_count
         self._reset()  # only once written: a failed write keeps the rows for the next try
         self.segments.append(info)

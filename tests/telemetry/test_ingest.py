@@ -63,15 +63,19 @@ def test_bad_lines_are_quarantined_with_reasons(tmp_path):
     assert frame.select("step", "metric", "value", "time").rows() == [(1, "loss", 2.0, 5.5), (3, "loss", None, None)]
 
 
-def test_second_import_of_a_run_is_refused_unless_appending(tmp_path):
-    path = tmp_path / "m.jsonl"
+def test_same_file_again_adds_nothing_and_another_file_needs_append(tmp_path):
+    path, other = tmp_path / "m.jsonl", tmp_path / "other.jsonl"
     path.write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    other.write_text(json.dumps({"step": 2, "loss": 1.5}) + "\n")
     root = str(tmp_path / "tel")
-    import_metrics_jsonl(root, "r1", path)
-    with pytest.raises(ValueError, match="already has 1 rows"):
-        import_metrics_jsonl(root, "r1", path)
-    assert import_metrics_jsonl(root, "r1", path, append=True).values == 1
-    assert TelemetryStore(root).query().height == 2
+    assert import_metrics_jsonl(root, "r1", path).values == 1
+    for append in (False, True):  # --append does not make the same rows count twice either
+        again = import_metrics_jsonl(root, "r1", path, append=append)
+        assert (again.values, again.lines, again.segments, again.already_ingested_bytes) == (0, 0, 0, path.stat().st_size)
+    with pytest.raises(ValueError, match=r"already has 1 rows .*none from"):
+        import_metrics_jsonl(root, "r1", other)
+    assert import_metrics_jsonl(root, "r1", other, append=True).values == 1
+    assert TelemetryStore(root).query().select("step", "value").rows() == [(1, 2.0), (2, 1.5)]
     with pytest.raises(ValueError, match="invalid run"):
         import_metrics_jsonl(root, "r 1", path)
 
@@ -93,7 +97,7 @@ def test_any_file_is_accounted_for_line_by_line(tmp_path_factory, records):
     (tmp / "m.jsonl").write_text("".join(line + "\n" for line in lines))
     report = import_metrics_jsonl(str(tmp / "tel"), "r1", tmp / "m.jsonl")
     assert report.lines == len(lines)
-    assert report.steps + report.empty + report.quarantined == report.lines
+    assert report.steps + report.empty + report.quarantined + len(report.deferred) == report.lines
     frame = TelemetryStore(str(tmp / "tel")).query()
     assert frame.height == report.values
     assert frame["value"].null_count() == report.nonfinite

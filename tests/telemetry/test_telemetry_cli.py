@@ -87,9 +87,13 @@ def test_ingest_then_compact_then_repair(tmp_path, capsys):
     assert main(["telemetry", "ingest", "--root", root, "--run", "r1", str(path)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["values"], report["quarantined"], report["quarantine"]) == (50, 1, ["line 51: not JSON (Expecting value)"])
-    assert main(["telemetry", "ingest", "--root", root, "--run", "r1", str(path)]) == 2
+    assert main(["telemetry", "ingest", "--root", root, "--run", "r1", str(path)]) == 0  # the same file: no new rows
+    assert json.loads(capsys.readouterr().out)["values"] == 0
+    later = tmp_path / "later.jsonl"
+    later.write_text("".join(json.dumps({"step": s, "loss": 1.0 / (s + 1), "phase": "b"}) + "\n" for s in range(50, 100)))
+    assert main(["telemetry", "ingest", "--root", root, "--run", "r1", str(later)]) == 2
     assert "already has 50 rows" in capsys.readouterr().err
-    assert main(["telemetry", "ingest", "--root", root, "--run", "r1", "--append", str(path)]) == 0
+    assert main(["telemetry", "ingest", "--root", root, "--run", "r1", "--append", str(later)]) == 0
     capsys.readouterr()
     before = TelemetryStore(root).query()
     assert main(["telemetry", "compact", "--root", root, "--grace-seconds", "0"]) == 0
