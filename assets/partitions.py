@@ -15,10 +15,7 @@ import dagster as dg
 # One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them.
 demo_phases = dg.DynamicPartitionsDefinition(name="demo_phases")
 
-# One partition per user file (normalized/user); the new-files sensor adds them.
-user_files = dg.DynamicPartitionsDefinition(name="user_files")
-
-# One partition per DataKit shard, keys "<source>-<nnnnn>" (SHARD_KEY_RE); shards/index adds them.
+# One partition per DataKit shard, keys "<source>-<file label>-<nnnnn>"; shards/index registers them.
 datakit_shards = dg.DynamicPartitionsDefinition(name="datakit_shards")
 
 # The exact-dedup shuffle: one reduce per hash bucket (ExactDedupConfig.num_buckets = their number).

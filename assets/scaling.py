@@ -1,7 +1,6 @@
 """Scaling laws as assets: an IsoFLOP ladder of tiny runs, the fit, the prediction, its check.
 
-    final_documents -> scaling/tokenizer    (a capped document sample + a small-vocab BPE)
-                    -> scaling/tokenized    (per-source caches of that sample)
+    mixture (the DataKit's datasets: shard caches read in place)
     -> sweep[C<budget>-d<width>]            (one training run per partition)
               -> scaling_fit                (IsoFLOP fit on the smaller budgets only)
               -> prediction                 (optimal config and loss at the largest budget)
@@ -17,9 +16,10 @@ own widths, as in Marin's IsoFLOP sweeps, where the window of sizes moves up wit
 before the largest budget's runs exist; the check reads those runs from the store once
 they are there.
 
-The ladder trains on its own small-vocabulary data: with the demo's 4096-token BPE the LM
-head is most of a tiny model's FLOPs, so the narrowest model won every CPU-sized budget and
-no budget had an interior optimum.
+The ladder trains on the datasets the main run trains on (uniformly over the mixture's
+sources) and scores on their held-out splits. The code location's DataKit tokenizes bytes: a
+tokenizer with a large vocabulary makes the LM head most of a tiny model's FLOPs (with a
+4096-token BPE the narrowest model won every CPU-sized budget: no interior optimum).
 
 The ladder's shape and the fit/prediction logic live in ``marin_assets.scaling.ladder``;
 ``build_scaling_assets(ladder)`` wraps them as assets, and the module-level
@@ -33,11 +33,12 @@ from typing import Mapping
 
 import dagster as dg
 
+from assets.datakit.datasets import dataset_versions, weighted_sources
+from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, png_markdown, versioned, versioned_asset
-from marin_assets.scaling.ladder import (Ladder, caches_of, check_prediction, fit_ladder, predict_at,
-                                         predicted_vs_actual_png, read_bytes, read_json, select_budgets,
-                                         tokenizer_vocab_size, write_file)
-from marin_assets.scaling.sweep import parse_partition_key, run_sweep_point, sample_documents
+from marin_assets.scaling.ladder import (Ladder, check_prediction, fit_ladder, predict_at, predicted_vs_actual_png,
+                                         read_bytes, read_json, select_budgets, write_file)
+from marin_assets.scaling.sweep import held_out_streams, parse_partition_key, run_sweep_point
 from marin_assets.store import ArtifactRef
 
 SCALING_GROUP = "scaling"
@@ -85,45 +86,19 @@ class PredictionConfig(StageConfig):
     max_width: int = versioned(512)
 
 
-class ScalingDataConfig(StageConfig):
-    vocab_size: int = versioned(384, description="BPE vocabulary of the ladder's own tokenizer: small, so the LM head "
-                                                 "does not dominate the FLOPs of these tiny models")
-    max_chars_per_source: int = versioned(2_000_000, description="document cap: whole documents per source up to this many characters")
+def ladder_data(mixture: ArtifactRef) -> tuple[dict[str, str], int]:
+    """({source: dataset index} of the sources the mixture gives weight, the tokenizer's vocabulary)."""
+    _, datasets = read_mixture_file(mixture.data_path)
+    return {s: datasets[s]["index"] for s in weighted_sources(mixture)}, int(mixture.counts["vocab_size"])
 
 
-class ScalingTokenizedConfig(StageConfig):
-    validation_fraction: float = versioned(0.05, description="held-out share of documents (by id hash)")
+def _sweep_version(config, partition: str | None, inputs) -> dict[str, str]:
+    """A sweep run reads the datasets the mixture weights (uniformly): their versions, not the
+    schedule's weights or the other datasets', version it."""
+    return dataset_versions(inputs["mixture"], weighted_sources(inputs["mixture"]))
 
 
-@versioned_asset(key="scaling/tokenizer", code_version="1", config_cls=ScalingDataConfig,
-                 ins={"docs": "final_documents"}, group_name=SCALING_GROUP)
-def scaling_tokenizer(ctx: StageContext, config: ScalingDataConfig, docs: ArtifactRef):
-    """The ladder's data: a capped sample of the final documents (docs/<source>/) and a
-    small-vocabulary BPE trained on it (tokenizer.json)."""
-    from marin_assets.datakit.shards import join, list_shards
-    from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
-
-    sample = sample_documents(list_shards(docs.data_path), join(ctx.out_dir, "docs"), config.max_chars_per_source)
-    shards = [p for source in sample for p in list_shards(join(ctx.out_dir, "docs", source))]
-    tok = train_tokenizer(shards, ctx.out_dir, TokenizerTrainConfig(vocab_size=config.vocab_size))
-    ctx.log(f"scaling/tokenizer: vocab {tok['vocab_size']} on {sample}")
-    return {**tok, "documents": {s: v["documents"] for s, v in sample.items()},
-            "chars": {s: v["chars"] for s, v in sample.items()}}
-
-
-@versioned_asset(key="scaling/tokenized", code_version="1", config_cls=ScalingTokenizedConfig,
-                 ins={"tok": "scaling/tokenizer"}, group_name=SCALING_GROUP)
-def scaling_tokenized(ctx: StageContext, config: ScalingTokenizedConfig, tok: ArtifactRef):
-    """One Levanter cache per source of the ladder's sample: <source>/{train,validation}."""
-    from marin_assets.datakit.shards import join
-    from marin_assets.datakit.split import tokenize_by_source
-
-    stats = tokenize_by_source(join(tok.data_path, "docs"), sorted(tok.counts["documents"]),
-                               join(tok.data_path, "tokenizer.json"), ctx.out_dir, config.validation_fraction, log=ctx.log)
-    return {**stats, "vocab_size": tok.counts["vocab_size"]}
-
-
-def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "scaling/tokenized",
+def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, data_key: str = "mixture",
                          automation_condition: dg.AutomationCondition | None = None, run_fn=None):
     """(assets, checks) for one ladder: sweep, scaling_fit, prediction and prediction_error.
 
@@ -133,16 +108,16 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "
     run_fn = run_fn or run_sweep_point
     common = dict(group_name=SCALING_GROUP, automation_condition=automation_condition)
 
-    @versioned_asset(key="sweep", code_version="1", config_cls=SweepConfig, ins={"tokenized": tokenized_key},
+    @versioned_asset(key="sweep", code_version="2", config_cls=SweepConfig, ins={"mixture": data_key}, version_inputs=_sweep_version,
                      partitions_def=dg.StaticPartitionsDefinition(ladder.keys()), **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
-    def sweep(ctx: StageContext, config: SweepConfig, tokenized: ArtifactRef):
+    def sweep(ctx: StageContext, config: SweepConfig, mixture: ArtifactRef):
         """One IsoFLOP run: the planned model for (budget, width) trained to its budget, validation loss."""
         budget, width = parse_partition_key(ctx.partition_key)
+        datasets, vocab_size = ladder_data(mixture)
         if not config.vocab_size:
-            config = config.model_copy(update={"vocab_size": tokenizer_vocab_size(tokenized)})
-        return run_fn(budget, width, config, caches_of(tokenized, "train"), caches_of(tokenized, "validation"),
-                      ctx.out_dir, log=ctx.log)
+            config = config.model_copy(update={"vocab_size": vocab_size})
+        return run_fn(budget, width, config, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log)
 
     def fit_metadata(ref: ArtifactRef) -> dict:
         return {"isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
@@ -196,4 +171,4 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, tokenized_key: str = "
 
 
 _ladder_assets, scaling_checks = build_scaling_assets(DEMO_LADDER)
-scaling_assets = [scaling_tokenizer, scaling_tokenized, *_ladder_assets]
+scaling_assets = list(_ladder_assets)

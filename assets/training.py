@@ -16,15 +16,15 @@ from typing import Optional
 
 import dagster as dg
 
+from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import demo_phases
 from marin_assets.datakit.mixture import Mixture
-from marin_assets.datakit.shards import join, list_shards, read_table
-from marin_assets.datakit.tokenize import is_validation
+from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.store import ArtifactRef
-from marin_assets.store.fsutil import filesystem, is_local, read_json
+from marin_assets.store.fsutil import filesystem, is_local
 
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"
@@ -78,7 +78,7 @@ class PhaseSpecConfig(dg.Config):
 
 # A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64).
 class ModelShapeConfig(dg.Config):
-    vocab_size: int = 4096
+    vocab_size: int = 0  # 0: the tokenizer's, from the mixture's datasets
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -137,43 +137,48 @@ def _train_metadata(ref: ArtifactRef) -> dict:
     return {"loss_curve": png_markdown("Loss curve", fs.cat_file(png))} if fs.exists(png) else {}
 
 
-def _uses_mixture_asset(config: PhaseConfig) -> bool:
-    return config.phase.mixture is None
+def _own_sources(config: PhaseConfig) -> list[str] | None:
+    """The sources a phase's own mix trains on, or None when it trains on the mixture asset's schedule."""
+    if config.phase.mixture is None:
+        return None
+    return sorted(name for name, weight in config.phase.mixture.items() if weight > 0)
 
 
-def _versioned_ins(config: PhaseConfig) -> set[str]:
-    """The mixture asset's version enters a phase's version only when the phase trains on it:
-    editing the schedule must not retrain the phases that name their own mix."""
-    return {"caches", "mixture"} if _uses_mixture_asset(config) else {"caches"}
+def _version_inputs(config: PhaseConfig, partition: str | None, inputs) -> dict[str, str]:
+    """What a phase's data is: the mixture (its schedule and datasets) when the phase trains on
+    its schedule; with a mix of its own, only the datasets that mix names, so editing the
+    schedule or adding files to another source does not retrain it."""
+    own = _own_sources(config)
+    if own is None:
+        return {MIXTURE_KEY: inputs["mixture"].version}
+    return dataset_versions(inputs["mixture"], own)
 
 
-def _data_mixture(config: PhaseConfig, mixture: ArtifactRef) -> Mixture:
+def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
     """The phase's own mix wins (plan.py); without one, the ``mixture`` asset's schedule."""
-    if not _uses_mixture_asset(config):
-        return Mixture.constant(config.phase.mixture)
-    fs, data = filesystem(mixture.data_path)
-    written = read_json(fs, join(data, "mixture.json"))
-    if not isinstance(written, dict) or "schedule" not in written:
-        raise ValueError(f"mixture {mixture.version[:16]}: {mixture.data_path}/mixture.json has no 'schedule'")
-    return Mixture.from_dict(written["schedule"])
+    return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="1", config_cls=PhaseConfig, ins={"caches": "tokenized", "mixture": "mixture"},
+@versioned_asset(key=TRAIN_KEY, code_version="2", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
-                 resources={"training_backend": TrainingBackend}, versioned_ins=_versioned_ins)
-def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef, mixture: ArtifactRef, training_backend: TrainingBackend):
+                 resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
+def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
     """One phase of the run on the ``training_backend`` resource: warm-started from its predecessor, data position kept."""
     from marin_assets.train.config import config_from_dict
 
-    data_mixture = _data_mixture(config, mixture)
+    schedule, datasets = read_mixture(mixture)
+    data_mixture = _data_mixture(config, schedule)
     spec = config.phase.to_spec(data_mixture)
     if spec.name != ctx.partition_key:
         raise ValueError(f"phase config names {spec.name!r} but the partition is {ctx.partition_key!r}")
-    cache_tokens = caches.counts["tokens"]
-    data_mixture.check_sources(list(cache_tokens), where=f"phase {spec.name}'s mixture")
-    train_config = phase_train_config(config_from_dict(config.base.model_dump(), "base"), spec)
+    data_mixture.check_sources([s for s, d in datasets.items() if d["train_tokens"] > 0], where=f"phase {spec.name}'s mixture")
+    base = config.base.model_dump()
+    if not base["model"]["vocab_size"]:
+        base["model"]["vocab_size"] = mixture.counts["vocab_size"]
+    train_config = phase_train_config(config_from_dict(base, "base"), spec)
     train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, mixture=data_mixture)
-    cache_dirs = {s: join(caches.data_path, s, "train") for s in data_mixture.sources if s in cache_tokens}
+    used = {name for _, weights in data_mixture.stages for name, w in weights if w > 0}
+    cache_dirs = {s: datasets[s]["index"] for s in sorted(used)}
     warm = None
     if spec.warm_start_from:
         warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
@@ -192,7 +197,8 @@ def train_phase(ctx: StageContext, config: PhaseConfig, caches: ArtifactRef, mix
         "phase_start_step": outcome.phase_start_step,
         "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
         "last_loss": outcome.last_loss, "recent_losses": _recent_losses(ctx.out_dir, spec.name, outcome),
-        "tokens_consumed": {s: cache_tokens[s]["train"] - outcome.tokens_left.get(s, cache_tokens[s]["train"]) for s in cache_dirs},
+        "tokens_consumed": {s: datasets[s]["train_tokens"] - outcome.tokens_left.get(s, datasets[s]["train_tokens"])
+                            for s in cache_dirs},
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
         "stopped_by": outcome.stopped_by or "",
@@ -234,34 +240,25 @@ class EvalConfig(StageConfig):
     docs_per_source: int = versioned(8, description="held-out documents per source for bits-per-byte")
 
 
-@versioned_asset(key=EVAL_KEY, code_version="1", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "docs": "final_documents", "caches": "tokenized"},
+@versioned_asset(key=EVAL_KEY, code_version="2", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training")
-def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, docs: ArtifactRef, caches: ArtifactRef):
+def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """Bits-per-byte per held-out source (micro/macro) and multiple-choice accuracy."""
-    from marin_assets.datakit.tokenize import load_tokenizer
+    from marin_assets.datakit.datasets import held_out_texts, read_dataset
+    from marin_assets.datakit.tokenize import load_encoder
     from marin_assets.evaluation.run import evaluate
 
-    tokenizer = load_tokenizer(join(tok.data_path, "tokenizer.json"))
-    held_out = _held_out_texts(docs, caches.counts["validation_fraction"], config.docs_per_source)
-    result = evaluate(ckpt.data_path, bpb_sets=held_out, tasks=config.tasks, limit=config.limit,
-                      encode=lambda text: tokenizer.encode(text, add_special_tokens=False).ids,
-                      bos_id=tokenizer.token_to_id("<|endoftext|>") or 0, out_path=join(ctx.out_dir, "eval.json"))
+    encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
+    _, datasets = read_mixture(mixture)
+    held_out = {s: held_out_texts(read_dataset(d["index"]), config.docs_per_source) for s, d in datasets.items()
+                if d["validation_tokens"] > 0}
+    result = evaluate(ckpt.data_path, bpb_sets={s: texts for s, texts in held_out.items() if texts}, tasks=config.tasks,
+                      limit=config.limit, encode=encoder.encode, bos_id=encoder.eos_id, out_path=join(ctx.out_dir, "eval.json"))
     bpb = result["bpb"]
     return {"micro_bpb": bpb["micro_bpb"], "macro_bpb": bpb["macro_bpb"],
             **{f"bpb/{s}": v["bpb"] for s, v in bpb["sets"].items()},
             **{f"acc/{t}": v["acc"] for t, v in result["multiple_choice"].items()},
             **{f"acc_norm/{t}": v["acc_norm"] for t, v in result["multiple_choice"].items()}}
-
-
-def _held_out_texts(docs: ArtifactRef, fraction: float, per_source: int) -> dict[str, list[str]]:
-    """The validation split's documents (same id rule as tokenize), a few per source."""
-    sets: dict[str, list[str]] = {}
-    for path in list_shards(docs.data_path):
-        table = read_table(path, columns=["id", "text", "source"])
-        for doc_id, text, source in zip(*(table.column(c).to_pylist() for c in ("id", "text", "source"))):
-            if is_validation(doc_id, fraction) and len(sets.setdefault(source, [])) < per_source:
-                sets[source].append(text[:4000])
-    return sets
 
 
 training_assets = [train_phase, eval_phase]

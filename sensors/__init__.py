@@ -1,7 +1,7 @@
 """Sensors and schedules of the code location.
 
 The sensors that drive an asset are factories (``phase_controller_sensor``,
-``new_files_sensor``, ``user_shards_sensor``) that take the asset definition; definitions.py builds them, so no
+``user_shards_sensor``) that take the asset definitions; definitions.py builds them, so no
 sensor module imports an asset module.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sensors.new_files import new_files_sensor
 from sensors.phase_controller import phase_controller_sensor
 from sensors.schedules import nightly_evals
 from sensors.user_shards import user_shards_sensor
@@ -22,4 +21,4 @@ automation = dg.AutomationConditionSensorDefinition(
 
 all_schedules = [nightly_evals]
 
-__all__ = ["all_schedules", "automation", "new_files_sensor", "phase_controller_sensor", "user_shards_sensor"]
+__all__ = ["all_schedules", "automation", "phase_controller_sensor", "user_shards_sensor"]

@@ -1,10 +1,12 @@
-"""`marin datakit run`: the sharded DataKit asset graph materialised on your own files.
+"""`marin datakit run`: the DataKit asset graph materialised on your own files.
 
-The flags and paths are checked here, before any work; then the graph driver, which lives
-in the definition layer (assets/shards/run.py, which the library never imports), runs as
-``python -m assets.shards.run --spec JSON`` (an argv list), on an ephemeral Dagster instance
+The flags (generated from the library's knobs: marin_assets/knobs.py) and paths are checked
+here, before any work; then the graph driver, which lives in the definition layer
+(assets/datakit/run.py, which the library never imports), runs as
+``python -m assets.datakit.run --spec JSON`` (an argv list), on an ephemeral Dagster instance
 with its artifact store under --prefix. Its stderr (progress) and stdout (the summary line)
-are passed through; its exit status is the command's.
+are passed through; its exit status is the command's. The result is a dataset index,
+``PREFIX/cache``, over per-shard Levanter caches: ``marin train --cache PREFIX/cache`` reads it.
 """
 
 from __future__ import annotations
@@ -17,82 +19,78 @@ import threading
 
 
 def register(subparsers) -> None:
+    from marin_assets.datakit.decontaminate import DecontamConfig
+    from marin_assets.datakit.quality import QualityScoreConfig
+    from marin_assets.datakit.readers import ReaderConfig
+    from marin_assets.datakit.shard_index import ShardingConfig
+    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
+    from marin_assets.knobs import add_flags
+
     parser = subparsers.add_parser("datakit", help="data pipeline: normalize, filter, dedup, decontaminate, tokenize")
     sub = parser.add_subparsers(dest="datakit_command", metavar="COMMAND")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
 
-    run = sub.add_parser("run", help="materialise the sharded DataKit graph on --input paths and print one JSON summary line")
+    run = sub.add_parser("run", help="materialise the DataKit graph on --input paths and print one JSON summary line",
+                         description=__doc__.split("\n\n")[0])
     run.add_argument("--input", action="append", required=True, metavar="PATH",
                      help="file or directory (any fsspec URL) of .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt; repeatable")
     run.add_argument("--eval", action="append", default=[], metavar="PATH",
                      help="eval set: a jsonl file with a 'text' field or a packaged set name; repeatable")
-    run.add_argument("--prefix", required=True, metavar="DIR", help="where every stage writes its output")
-    run.add_argument("--quality-threshold", type=float, default=0.0,
-                     help="drop documents whose quality score is below this (0 keeps everything)")
+    run.add_argument("--prefix", required=True, metavar="DIR",
+                     help="where the run keeps its store, cache/ and summary.json (nothing else there is touched)")
+    add_flags(run, TokenizerChoice, ["tokenizer"])
+    add_flags(run, QualityScoreConfig, {"threshold": "quality-threshold"})
     run.add_argument("--quality-model", default=None, metavar="DIR",
                      help="a trained quality model dir (default: train one on the demo sources when threshold > 0)")
-    run.add_argument("--tokenizer", default=None, metavar="PATH", help="tokenizer.json to use (default: train a BPE)")
-    run.add_argument("--vocab-size", type=int, default=4096, help="vocabulary of the trained BPE")
-    run.add_argument("--validation-fraction", type=float, default=0.01)
-    run.add_argument("--shard-docs", type=int, default=10_000, help="documents per Parquet shard")
-    run.add_argument("--max-doc-bytes", type=int, default=16 * 1024 * 1024,
-                     help="documents larger than this are quarantined")
-    run.add_argument("--cache-dir", default=None, help="download cache for demo-source artifacts")
-    run.add_argument("--shard-bytes", type=int, default=1024 * 1024,
-                     help="raw input bytes per shard partition (the unit of parallel work)")
+    add_flags(run, DecontamConfig, {"threshold": "decontam-threshold"})
+    add_flags(run, TokenizeConfig, ["validation_fraction", "min_validation_docs"])
+    add_flags(run, ReaderConfig, ["max_doc_bytes"])
+    add_flags(run, ShardingConfig, ["shard_bytes"])
+    run.add_argument("--cache-dir", default=None, help="download cache for the demo sources' artifacts")
     run.add_argument("--workers", type=int, default=None, metavar="N",
                      help="local processes that compute shard partitions (default: $MARIN_LOCAL_WORKERS, else the core count)")
     run.add_argument("--json", action="store_true", help="print only the JSON line (no progress lines)")
     run.set_defaults(handler=run_handler)
 
 
-# PipelineConfig / RunSpec field -> the flag that sets it, so a bad value is reported as the user typed it.
-FLAGS = {
-    "quality_threshold": "--quality-threshold",
-    "quality_model": "--quality-model",
-    "source_cache_dir": "--cache-dir",
-    "tokenizer": "--tokenizer",
-    "vocab_size": "--vocab-size",
-    "validation_fraction": "--validation-fraction",
-    "shard_docs": "--shard-docs",
-    "max_doc_bytes": "--max-doc-bytes",
-    "workers": "--workers",
-    "shard_bytes": "--shard-bytes",
-}
-DRIVER = "assets.shards.run"
+DRIVER = "assets.datakit.run"
 
 
 def run_handler(args: argparse.Namespace) -> int:
     """Exit 0 with the summary; 2 for a bad flag, 1 for a failed run or one that kept nothing.
 
-    Every flag and path is checked before any work starts (PipelineConfig and RunSpec on
+    Every flag and path is checked before any work starts (the knobs' configs on
     construction, check_run_inputs, every eval item read).
     """
-    from marin_assets.datakit.pipeline import ConfigFieldError, PipelineConfig, RunSpec, check_eval_sets, check_run_inputs
+    from marin_assets.datakit.decontaminate import DecontamConfig
+    from marin_assets.datakit.quality import QualityScoreConfig
+    from marin_assets.datakit.readers import ReaderConfig
+    from marin_assets.datakit.run_spec import RunSpec, check_eval_sets, check_run_inputs
+    from marin_assets.datakit.shard_index import ShardingConfig
+    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
+    from marin_assets.knobs import from_flags
     from marin_assets.orchestration.fanout import local_workers
 
+    configs = {"tokenizer": (TokenizerChoice, "--tokenizer"), "quality": (QualityScoreConfig, "--quality-threshold"),
+               "decontam": (DecontamConfig, "--decontam-threshold"), "tokenize": (TokenizeConfig, None),
+               "reader": (ReaderConfig, "--max-doc-bytes"), "sharding": (ShardingConfig, "--shard-bytes")}
+    built = {}
+    for field, (cls, flag) in configs.items():
+        try:
+            built[field] = from_flags(args, cls)
+        except ValueError as e:  # "TokenizeConfig.validation_fraction must be ..." -> named as the flag
+            name = str(e).split(" ", 1)[0].rsplit(".", 1)[-1]
+            print(f"marin datakit run: {flag or '--' + name.replace('_', '-')}: {e}", file=sys.stderr)
+            return 2
     try:
-        config = PipelineConfig(
-            quality_threshold=args.quality_threshold,
-            quality_model=args.quality_model,
-            source_cache_dir=args.cache_dir,
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
-            validation_fraction=args.validation_fraction,
-            shard_docs=args.shard_docs,
-            max_doc_bytes=args.max_doc_bytes,
-        )
         workers = args.workers if args.workers is not None else local_workers()
-        spec = RunSpec(tuple(args.input), tuple(args.eval), args.prefix, config, workers=workers,
-                       shard_bytes=args.shard_bytes, quiet=args.json)
-    except ConfigFieldError as e:
-        print(f"marin datakit run: {FLAGS.get(e.field, e.field)}: {e.reason}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # $MARIN_LOCAL_WORKERS
+        spec = RunSpec(tuple(args.input), tuple(args.eval), args.prefix, **built, quality_model=args.quality_model,
+                       source_cache_dir=args.cache_dir, workers=workers, quiet=args.json)
+    except ValueError as e:  # --workers, $MARIN_LOCAL_WORKERS, a path
         print(f"marin datakit run: {e}", file=sys.stderr)
         return 2
     try:
-        check_run_inputs(spec.inputs, spec.evals, spec.prefix, config)
+        check_run_inputs(spec)
         check_eval_sets(spec.evals)
     except (FileNotFoundError, ValueError) as e:
         print(f"marin datakit run: {e}", file=sys.stderr)

@@ -6,10 +6,13 @@ the batch split over all P x D devices of the ("data", "expert") mesh; process 0
 OUT. ``--devices-per-process D`` gives each process D devices (on CPU: forced host devices).
 Worker logs go to OUT/workers/process-<i>.log.
 
-``--cache`` takes one Levanter split or the cache folder ``marin datakit run`` reports
-(``<prefix>/cache``: its ``train/`` split is trained on, ``validation/`` gives the held-out
-loss). When the config leaves ``model.vocab_size`` unset it is taken from the cache's
-tokenizer. Exit codes: 0 trained, 1 the run skipped most of its steps, 2 bad config/input.
+``--cache`` takes the dataset index ``marin datakit run`` reports (``<prefix>/cache``: the
+shard caches it lists are read in place, their train splits trained on, their validation
+splits giving the held-out loss), a DataKit cache folder (``train/`` + ``validation/``) or one
+Levanter split. When the config leaves ``model.vocab_size`` unset it is taken from the cache's
+tokenizer. A resume (or warm start) onto tokens of another tokenizer than the checkpoint's is
+refused unless ``--allow-tokenizer-change``. Exit codes: 0 trained, 1 the run skipped most of
+its steps, 2 bad config/input.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ def register(subparsers) -> None:
         description="Train on Levanter-format token cache(s) with a YAML TrainConfig; checkpoints into OUT and "
                     "appends one JSON line per step to OUT/metrics.jsonl.")
     parser.add_argument("--cache", action="append", required=True, metavar="[NAME=]DIR",
-                        help="a Levanter cache dir, or the DataKit cache folder (train/ + validation/); "
-                             "repeat for a mixture (NAME=DIR names the source)")
+                        help="what marin datakit run reports as cache (a dataset index), a DataKit cache folder "
+                             "(train/ + validation/) or one Levanter split; repeat for a mixture (NAME=DIR names the source)")
     parser.add_argument("--config", required=True, help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
     parser.add_argument("--out", required=True, help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
     parser.add_argument("--warm-start", default=None, help="start this phase from another run's checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="override num_steps")
+    parser.add_argument("--allow-tokenizer-change", action="store_true",
+                        help="resume or warm start even though the cache's tokenizer differs from the checkpoint's")
     parser.add_argument("--processes", type=_positive, default=None, metavar="P",
                         help="run P worker processes as one jax.distributed job (the processes backend)")
     parser.add_argument("--devices-per-process", type=_positive, default=None, metavar="D",
@@ -58,26 +63,21 @@ def _caches(specs: list[str]) -> dict[str, str]:
     return out
 
 
-def _vocab_of(caches: dict[str, str]) -> int | None:
+def _vocab_of(sources: dict) -> int | None:
     """The largest tokenizer vocabulary the caches declare (None when none does)."""
-    from marin_assets.train.data import cache_vocab_size, resolve_cache
-
-    sizes = [cache_vocab_size(resolve_cache(path)[0]) for path in caches.values()]
-    sizes = [v for v in sizes if v is not None]
+    sizes = [s.vocab_size for s in sources.values() if s.vocab_size is not None]
     return max(sizes) if sizes else None
 
 
-def held_out_note(caches: dict[str, str]) -> str | None:
+def held_out_note(sources: dict) -> str | None:
     """One line saying why there will be no held-out loss when no --cache has a validation
     split (a single Levanter split was given); None when one has. Said before training
     starts, so a missing number is never a surprise at the end."""
-    from marin_assets.train.data import resolve_cache
-
-    if any(resolve_cache(path)[1] is not None for path in caches.values()):
+    if any(s.validation is not None for s in sources.values()):
         return None
-    given = ", ".join(caches.values())
-    return (f"marin train: no held-out loss: no validation split in {given} (pass the DataKit cache "
-            f"folder, <prefix>/cache, for train/ + validation/)")
+    given = ", ".join(s.where for s in sources.values())
+    return (f"marin train: no held-out loss: no validation split in {given} (pass what marin datakit run "
+            f"reports as cache, <prefix>/cache, for train and validation splits)")
 
 
 class _StderrLines(logging.Handler):
@@ -126,16 +126,17 @@ def run(args: argparse.Namespace) -> int:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
     from marin_assets.train.config import load_config, replace
-    from marin_assets.train.loop import TooManySkippedSteps, train
+    from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
 
     show_library_log()
     try:
         caches = _caches(args.cache)
-        config = load_config(args.config, vocab_size=_vocab_of(caches))
+        sources = open_sources(caches)  # a missing or unfinished cache fails here
+        config = load_config(args.config, vocab_size=_vocab_of(sources))
         if args.steps is not None:
             config = replace(config, num_steps=args.steps)
         out = Path(args.out)
-        note = held_out_note(caches)
+        note = held_out_note(sources)
         if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
             print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
             return 2
@@ -143,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
         if args.processes is not None or args.devices_per_process is not None:
             return _run_processes(args, config, caches, out)
-        result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start)
+        result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start,
+                       allow_tokenizer_change=args.allow_tokenizer_change)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)
         return 2
@@ -168,7 +170,6 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     from marin_assets.orchestration.training_backends import TrainingFailed, TrainSpec, launch_workers
     from marin_assets.train import checkpoint as ckpt
     from marin_assets.train import mesh as meshlib
-    from marin_assets.train.loop import split_caches
     from marin_assets.train.metrics import read_metrics
 
     processes, per_process = args.processes or 1, args.devices_per_process
@@ -177,8 +178,8 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     # the batch shards do: it is chosen inside one process).
     meshlib.check_fits(types.SimpleNamespace(shape={"data": devices, "expert": 1}), config.model,
                        config.batch_size, config.seq_len)
-    split_caches(caches)  # a missing cache fails here, not in P processes
-    spec = TrainSpec(config, caches, str(out), resume=args.resume, warm_start=args.warm_start)
+    spec = TrainSpec(config, caches, str(out), resume=args.resume, warm_start=args.warm_start,
+                     allow_tokenizer_change=args.allow_tokenizer_change)
     logs = out / "workers"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / "spec.json").write_text(json.dumps(spec.to_json_dict()))

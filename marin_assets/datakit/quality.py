@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.knobs import knob
 from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -33,7 +34,7 @@ class QualityModelConfig:
     max_chars: int = 20_000  # score the first max_chars characters: enough signal, bounded cost
     l2: float = 1e-4
     max_iter: int = 300
-    holdout_fraction: float = 0.2
+    holdout_fraction: float = knob(0.2, help="share of the labelled documents held out to measure the model")
 
     def __post_init__(self):
         check_int("QualityModelConfig.num_features", self.num_features, 16)
@@ -184,9 +185,29 @@ def train_quality_model(
     return counts
 
 
+def train_on_labelled_sources(raw: Mapping[str, tuple[str, str]], out_dir: str, scratch_dir: str,
+                              config: QualityModelConfig = QualityModelConfig()) -> dict:
+    """Train on raw sources labelled "high" or "low" ({name: (raw files dir, label)}): each is
+    normalized into ``scratch_dir`` by the same ``normalize`` the shards run, then fitted."""
+    from marin_assets.datakit.normalize import NormalizeConfig, normalize
+    from marin_assets.datakit.shards import list_shards
+
+    shards: dict[str, list[str]] = {"high": [], "low": []}
+    for name, (raw_dir, label) in sorted(raw.items()):
+        if label not in shards:
+            raise ValueError(f"source {name!r}: quality label must be 'high' or 'low', got {label!r}")
+        normalized = join(scratch_dir, "normalized", name)
+        normalize([raw_dir], normalized, NormalizeConfig(source=name))
+        shards[label].extend(list_shards(normalized))
+    if not shards["high"] or not shards["low"]:
+        raise ValueError(f"a quality model needs high- and low-quality sources, got {sorted(raw)} labelled "
+                         f"{sorted({label for _, label in raw.values()})}")
+    return train_quality_model(shards["high"], shards["low"], out_dir, config)
+
+
 @dataclass(frozen=True)
 class QualityScoreConfig:
-    threshold: float = 0.0  # documents with quality < threshold are flagged low_quality; 0 keeps all
+    threshold: float = knob(0.0, help="documents whose quality score is below this are removed as low_quality (0 keeps all)")
     batch_docs: int = 1024
 
     def __post_init__(self):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.byte_streams import byte_chunks, split_lines
 from marin_assets.datakit.quarantine import QuarantineRecord
+from marin_assets.knobs import knob
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 SUPPORTED_SUFFIXES = JSONL_SUFFIXES + (".parquet", ".txt")
@@ -59,9 +60,8 @@ class ReaderConfig:
     text_field: str = "text"
     # When a record carries this field its value becomes source_id; otherwise "<file>:<line>".
     id_field: str = "id"
-    # Documents above this many UTF-8 bytes are quarantined as too_large (Marin shards are
-    # ~256 MiB; one document should never be a sizeable fraction of a shard).
-    max_doc_bytes: int = 16 * 1024 * 1024
+    # Marin shards are ~256 MiB; one document should never be a sizeable fraction of a shard.
+    max_doc_bytes: int = knob(16 * 1024 * 1024, help="documents larger than this many UTF-8 bytes are quarantined as too_large")
     parquet_batch_rows: int = 4096
 
     def __post_init__(self):

@@ -18,13 +18,23 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from marin_assets.datakit.readers import JSONL_SUFFIXES
 from marin_assets.datakit.shards import basename, check_shard_key, join
+from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_int
 
 WHOLE_FILE_SUFFIXES = (".txt", ".parquet")
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    shard_bytes: int = knob(1024 * 1024, help="raw bytes per shard partition (the unit of parallel work and of caching)")
+
+    def __post_init__(self) -> None:
+        check_int("ShardingConfig.shard_bytes", self.shard_bytes, 1)
 
 
 def shard_key(source: str, label: str, index: int) -> str:

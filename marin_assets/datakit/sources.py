@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from marin_assets.datakit.shards import join, reset_dir, write_json
+from marin_assets.knobs import knob
 from marin_assets.store.fsutil import sha256_file
 
 
@@ -53,6 +54,16 @@ class SourceSpec:
             raise ValueError(f"SourceSpec {self.name}: bad version {self.version!r}")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", self.filename):
             raise ValueError(f"SourceSpec {self.name}: bad artifact file name {self.filename!r}")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    docs_per_shard: int = knob(1000, help="documents per raw JSONL file a pinned source is unpacked into")
+
+    def __post_init__(self) -> None:
+        from marin_assets.numeric_checks import check_int
+
+        check_int("SourceConfig.docs_per_shard", self.docs_per_shard, 1)
 
 
 # Hashes measured on 2025-11-29 from the public registries.

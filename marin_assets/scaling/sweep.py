@@ -74,14 +74,15 @@ def plan_run(budget: float, width: int, config):
 def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: int, max_windows: int,
                     batch_size: int = 32) -> dict[str, float]:
     """Mean next-token cross-entropy (nats) over the first ``max_windows`` non-overlapping
-    ``seq_len`` windows of each validation cache, plus the unweighted mean over sources
-    (the training mixture is uniform over sources, so each source counts the same)."""
+    ``seq_len`` windows of each source's held-out tokens (``caches``: {source: a TokenStream or
+    one validation split's path}; ``held_out_streams`` opens a mixture's), plus the unweighted
+    mean over sources (the training mixture is uniform over sources, so each source counts the same)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from marin_assets.model import init_router_bias, loss_fn
-    from marin_assets.train.data import TokenCache
+    from marin_assets.train.data import as_stream
 
     bias = init_router_bias(model_config)
 
@@ -91,10 +92,10 @@ def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: in
 
     out = {}
     for name, path in sorted(caches.items()):
-        cache = TokenCache(path)
+        cache = as_stream(path)
         n = min(cache.num_tokens // seq_len, max_windows)
         if n < 1:
-            raise ValueError(f"validation cache {path} of source {name!r} has {cache.num_tokens} tokens, "
+            raise ValueError(f"held-out data {cache.path} of source {name!r} has {cache.num_tokens} tokens, "
                              f"fewer than one window of {seq_len}")
         total = 0.0
         for lo in range(0, n, batch_size):
@@ -102,6 +103,20 @@ def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: in
             total += float(ce(params, jnp.asarray(cache.read(starts, seq_len), jnp.int32))) * len(starts)
         out[name] = total / n
     out["mean"] = sum(out.values()) / len(out)
+    return out
+
+
+def held_out_streams(datasets: Mapping[str, str]) -> dict:
+    """{source: its held-out TokenStream} of {source: dataset index path}; a source without
+    held-out tokens is an error naming it (its loss could not be measured)."""
+    from marin_assets.train.data import open_source
+
+    out = {}
+    for name, path in sorted(datasets.items()):
+        source = open_source(path)
+        if source.validation is None:
+            raise ValueError(f"source {name!r} ({path}) has no held-out tokens: raise TokenizeConfig.validation_fraction")
+        out[name] = source.validation
     return out
 
 

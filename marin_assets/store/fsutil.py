@@ -105,3 +105,18 @@ def real_path_inside(directory: str, name: str) -> str:
     if real == root or os.path.commonpath([root, real]) != root:
         raise ValueError(f"{name} resolves to {real}, outside the directory {root}")
     return real
+
+
+def kvstore_spec(url: str) -> dict:
+    """A tensorstore kvstore spec for a local path or ``gs://bucket/path`` (the two stores
+    Levanter caches live on here). tensorstore reaches a GCS emulator through
+    ``TENSORSTORE_GCS_HTTP_URL``; the real service needs nothing else."""
+    protocol, _, rest = url.partition("://") if "://" in url else ("file", "", url)
+    if protocol in ("file", "local"):
+        return {"driver": "file", "path": os.path.abspath(rest)}
+    if protocol in ("gs", "gcs"):
+        bucket, _, path = rest.partition("/")
+        if not bucket:
+            raise ValueError(f"{url}: no bucket name")
+        return {"driver": "gcs", "bucket": bucket, "path": path.strip("/") + "/"}
+    raise ValueError(f"{url}: token caches live on a local disk or on gs:// (tensorstore), not on {protocol}://")

@@ -1,11 +1,13 @@
 """Training batches from Levanter-format token caches: packed, Feistel-shuffled, mixed.
 
-A Levanter cache (what ``marin datakit run`` and levanter's ``SerialCacheWriter`` write)
-stores each document's ``input_ids`` as one jagged array: ``input_ids/data`` is the flat
-token stream and ``input_ids/offsets`` the document ends (``offsets[0]`` is the row
-count), both zarr3 arrays in tensorstore. Like Levanter's causal-LM dataset we pack by
-cutting the flat stream into consecutive ``seq_len`` windows (documents end with EOS, so a
-window may span a boundary). Window ``i`` of a source is read with one slice.
+A Levanter cache (what DataKit's ``shards/tokenized`` and levanter's ``SerialCacheWriter``
+write) stores each document's ``input_ids`` as one jagged array: ``input_ids/data`` is the
+flat token stream and ``input_ids/offsets`` the document ends (``offsets[0]`` is the row
+count), both zarr3 arrays in tensorstore, on a local disk or gs://. A source is a
+``TokenStream``: one cache, or a dataset's shard caches read in place as one concatenated
+stream (``datakit.datasets``: the index's token counts are the offsets). Like Levanter's
+causal-LM dataset we pack by cutting the stream into consecutive ``seq_len`` windows
+(documents end with EOS, so a window may span a document or a shard boundary).
 
 We open the two arrays with tensorstore directly rather than through
 ``levanter.store.JaggedArrayStore``: the bytes are identical (a test checks against
@@ -27,7 +29,6 @@ import logging
 import os
 import queue
 import threading
-from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -45,34 +46,81 @@ def permutation(n: int, key: int):
 
 
 class TokenCache:
-    """Read-only view of one Levanter cache's flat ``input_ids`` stream."""
+    """Read-only view of one Levanter cache's flat ``input_ids`` stream (a local path or gs://).
 
-    def __init__(self, cache_dir: str | os.PathLike, field: str = "input_ids"):
+    ``num_tokens`` known from a dataset index lets the arrays open lazily, on the first read:
+    a source of 10,000 shards costs no I/O until its windows are read."""
+
+    def __init__(self, cache_dir: str | os.PathLike, num_tokens: int | None = None, field: str = "input_ids"):
+        self.path = os.fspath(cache_dir)
+        self.field = field
+        self._data = None
+        if num_tokens is None:
+            if not is_token_cache(self.path, field):
+                raise FileNotFoundError(
+                    f"{self.path}: not a Levanter token cache (expected {field}/data and {field}/offsets)")
+            offsets = self._open("offsets")
+            num_docs = int(offsets[0].read().result())
+            num_tokens = int(offsets[num_docs].read().result()) if num_docs else 0
+        self.num_tokens = num_tokens
+
+    def _open(self, sub: str):
         import tensorstore as ts
 
-        self.path = Path(cache_dir)
-        base = self.path / field
-        if not (base / "data").exists() or not (base / "offsets").exists():
-            raise FileNotFoundError(
-                f"{cache_dir}: not a Levanter token cache (expected {field}/data and {field}/offsets)")
+        from marin_assets.store.fsutil import kvstore_spec
 
-        def open_array(sub: str):
-            spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((base / sub).resolve())}}
-            return ts.open(spec, open=True, read=True).result()
+        spec = {"driver": "zarr3", "kvstore": kvstore_spec(f"{self.path.rstrip('/')}/{self.field}/{sub}")}
+        return ts.open(spec, open=True, read=True).result()
 
-        self._data = open_array("data")
-        offsets = open_array("offsets")
-        self.num_docs = int(offsets[0].read().result())
-        self.num_tokens = int(offsets[self.num_docs].read().result()) if self.num_docs else 0
-        self.dtype = np.dtype(self._data.dtype.numpy_dtype)
+    @property
+    def data(self):
+        if self._data is None:
+            self._data = self._open("data")
+        return self._data
 
     def read(self, starts: Sequence[int], length: int) -> np.ndarray:
         """[len(starts), length] windows of the token stream, read in one batch."""
+        return TokenStream([self]).read(starts, length)
+
+
+class TokenStream:
+    """One source's tokens: the concatenation of its caches (a dataset's shards, in order),
+    read in place. A window that crosses a shard boundary is read from both shards."""
+
+    def __init__(self, caches: Sequence[TokenCache]):
+        self.caches = list(caches)
+        self.ends = np.cumsum([c.num_tokens for c in self.caches], dtype=np.int64)
+        self.num_tokens = int(self.ends[-1]) if self.caches else 0
+
+    @property
+    def path(self) -> str:
+        return self.caches[0].path if len(self.caches) == 1 else f"{len(self.caches)} caches from {self.caches[0].path}"
+
+    def read(self, starts: Sequence[int], length: int) -> np.ndarray:
+        """[len(starts), length] windows at global token offsets ``starts``, in one batch of reads."""
         import tensorstore as ts
 
+        out = np.empty((len(starts), length), np.int32)
+        if not len(starts):
+            return out
+        starts = np.asarray(starts, np.int64)
+        if starts.min() < 0 or starts.max() + length > self.num_tokens:
+            raise IndexError(f"window outside the {self.num_tokens} tokens of {self.path}")
+        pieces = []  # (row, column, future)
         with ts.Batch() as batch:
-            futures = [self._data[int(s):int(s) + length].read(batch=batch) for s in starts]
-        return np.stack([f.result() for f in futures]) if futures else np.zeros((0, length), self.dtype)
+            for row, start in enumerate(starts):
+                pos, end = int(start), int(start) + length
+                shard = int(np.searchsorted(self.ends, pos, side="right"))
+                while pos < end:
+                    first = int(self.ends[shard - 1]) if shard else 0
+                    stop = min(end, int(self.ends[shard]))
+                    data = self.caches[shard].data
+                    pieces.append((row, pos - int(start), data[pos - first:stop - first].read(batch=batch)))
+                    pos, shard = stop, shard + 1
+        for row, column, future in pieces:
+            values = future.result()
+            out[row, column:column + values.shape[0]] = values
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,56 +139,107 @@ class DataPosition:
         return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())))
 
 
-SPLITS = ("train", "validation")  # what `marin datakit run` writes under <prefix>/cache
+SPLITS = ("train", "validation")  # a DataKit cache folder's splits
 
 
 def is_token_cache(path: str | os.PathLike, field: str = "input_ids") -> bool:
-    base = Path(path) / field
-    return (base / "data").exists() and (base / "offsets").exists()
+    import fsspec
+
+    base = f"{os.fspath(path).rstrip('/')}/{field}"
+    fs, root = fsspec.core.url_to_fs(base)
+    return fs.exists(f"{root}/data") and fs.exists(f"{root}/offsets")
 
 
-def resolve_cache(path: str | os.PathLike) -> tuple[Path, Path | None]:
-    """(train split, validation split or None) of a cache path.
+@dataclasses.dataclass(frozen=True)
+class SourceData:
+    """What the trainer reads of one source: its train stream, its held-out stream (None
+    when it has none) and the tokenizer it was written with (when the cache says)."""
 
-    ``path`` is either one Levanter cache (a single split: trained on, no held-out split) or
-    a DataKit cache folder holding ``train/`` and ``validation/`` caches (what ``marin
-    datakit run`` reports as ``cache``).
-    """
-    path = Path(path)
-    if is_token_cache(path):
-        return path, None
-    if is_token_cache(path / "train"):
-        validation = path / "validation"
-        return path / "train", validation if is_token_cache(validation) else None
-    raise FileNotFoundError(
-        f"{path}: not a Levanter token cache (expected input_ids/data and input_ids/offsets) "
-        f"nor a DataKit cache folder (expected train/ and validation/ caches)")
+    where: str
+    train: TokenStream
+    validation: TokenStream | None
+    vocab_size: int | None = None
+    tokenizer_sha256: str | None = None
 
 
-def cache_vocab_size(path: str | os.PathLike) -> int | None:
-    """The tokenizer vocabulary a DataKit cache was written with (its ``stats.json``, in the
-    folder or, for one split, its parent); None when the cache does not say."""
+def _finished(split: str) -> TokenCache:
+    """A single cache, refused unless its ledger says every row was written: a write that
+    failed or was killed (no ledger) holds a prefix of the documents."""
+    from marin_assets.datakit.tokenize import is_finished_cache
+
+    cache = TokenCache(split)
+    if not is_finished_cache(split):
+        raise ValueError(f"{split}: unfinished token cache (its shard_ledger.json does not say is_finished: the "
+                         f"write failed or was killed); rerun the step that writes it")
+    return cache
+
+
+def _stats(folder: str) -> dict:
     import json
 
-    path = Path(path)
-    for stats in (path / "stats.json", path.parent / "stats.json"):
-        try:
-            value = json.loads(stats.read_text()).get("vocab_size")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    import fsspec
+
+    try:
+        with fsspec.open(f"{folder.rstrip('/')}/stats.json", "r") as f:
+            stats = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return {}
+    return stats if isinstance(stats, dict) else {}
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def open_source(path: str | os.PathLike) -> SourceData:
+    """The data at ``path``: a dataset index (``dataset.json`` or its folder: many shard
+    caches, read in place), a DataKit cache folder (``train/`` + ``validation/`` + stats.json)
+    or one Levanter split (trained on, no held-out split)."""
+    from marin_assets.datakit.datasets import index_path, read_dataset
+
+    where = os.fspath(path)
+    if index_path(where) is not None:
+        dataset = read_dataset(where)
+        if not dataset.shards:
+            raise ValueError(f"{where}: dataset {dataset.name!r} has no shards")
+        train = TokenStream([TokenCache(s.split("train"), s.train_tokens) for s in dataset.shards])
+        held = [TokenCache(s.split("validation"), s.validation_tokens) for s in dataset.shards if s.validation_tokens]
+        return SourceData(where, train, TokenStream(held) if held else None, _positive_int(dataset.vocab_size),
+                          dataset.tokenizer.get("sha256"))
+    if is_token_cache(where):
+        stats = _stats(where.rstrip("/").rsplit("/", 1)[0])
+        return SourceData(where, TokenStream([_finished(where)]), None, _positive_int(stats.get("vocab_size")),
+                          (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
+    train, validation = f"{where.rstrip('/')}/train", f"{where.rstrip('/')}/validation"
+    if is_token_cache(train):
+        stats = _stats(where)
+        held = TokenStream([_finished(validation)]) if is_token_cache(validation) else None
+        return SourceData(where, TokenStream([_finished(train)]), held, _positive_int(stats.get("vocab_size")),
+                          (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
+    raise FileNotFoundError(
+        f"{where}: not a dataset index (dataset.json), a Levanter token cache (input_ids/data and "
+        f"input_ids/offsets) nor a DataKit cache folder (train/ and validation/ caches)")
+
+
+def as_stream(value) -> TokenStream:
+    """A TokenStream from what callers hand the loader: a stream, a cache, SourceData or a path."""
+    if isinstance(value, TokenStream):
+        return value
+    if isinstance(value, TokenCache):
+        return TokenStream([value])
+    if isinstance(value, SourceData):
+        return value.train
+    return TokenStream([TokenCache(value)])
 
 
 class MixedLoader:
     """Batches of ``[batch_size, seq_len]`` token windows from several caches."""
 
-    def __init__(self, caches: Mapping[str, str | os.PathLike], seq_len: int, batch_size: int,
-                 mixture: Mixture | Mapping | None = None, seed: int = 0, vocab_size: int | None = None):
+    def __init__(self, caches: Mapping[str, TokenStream | TokenCache | SourceData | str | os.PathLike], seq_len: int,
+                 batch_size: int, mixture: Mixture | Mapping | None = None, seed: int = 0, vocab_size: int | None = None):
         if not caches:
             raise ValueError("MixedLoader: no caches given")
-        self.sources = {name: TokenCache(path) for name, path in sorted(caches.items())}
+        self.sources = {name: as_stream(value) for name, value in sorted(caches.items())}
         self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
         self.mixture = Mixture.from_dict(mixture) if mixture else Mixture.constant({n: 1.0 for n in self.sources})
         self.mixture.check_sources(list(self.sources), where="mixture")
@@ -241,7 +340,7 @@ class MixedLoader:
             stop.set()
 
 
-def held_out_batches(caches: Mapping[str, str | os.PathLike], seq_len: int, batch_size: int,
+def held_out_batches(caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int,
                      max_batches: int = 8) -> list[np.ndarray]:
     """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
     validation cache, in source order, in full batches only (at most ``max_batches``).
@@ -251,7 +350,7 @@ def held_out_batches(caches: Mapping[str, str | os.PathLike], seq_len: int, batc
     """
     windows = []
     for name, path in sorted(caches.items()):
-        cache = TokenCache(path)
+        cache = as_stream(path)
         n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
         if n > 0:
             windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))

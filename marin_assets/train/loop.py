@@ -43,7 +43,7 @@ from marin_assets.store.fsutil import child, filesystem, is_local, join, write_j
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig, config_to_dict
-from marin_assets.train.data import DataPosition, MixedLoader, cache_vocab_size, held_out_batches, resolve_cache
+from marin_assets.train.data import DataPosition, MixedLoader, SourceData, held_out_batches, open_source
 from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.telemetry import TelemetryWriter
 from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics, telemetry_fields, telemetry_rows
@@ -187,27 +187,28 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
 
 
-def check_vocab(config: TrainConfig, caches: Mapping[str, Path]) -> None:
+def check_vocab(config: TrainConfig, sources: Mapping[str, SourceData]) -> None:
     """A model smaller than the cache's tokenizer would see every batch as corrupt."""
-    for name, path in sorted(caches.items()):
-        vocab = cache_vocab_size(path)
+    for name, source in sorted(sources.items()):
+        vocab = source.vocab_size
         if vocab is not None and vocab > config.model.vocab_size:
             raise ValueError(
-                f"model.vocab_size is {config.model.vocab_size} but cache {name!r} ({path}) was tokenized with a "
+                f"model.vocab_size is {config.model.vocab_size} but cache {name!r} ({source.where}) was tokenized with a "
                 f"vocabulary of {vocab}: every batch would hold ids the model cannot embed; set model.vocab_size "
                 f">= {vocab} (or leave it unset to take it from the cache)")
 
 
-def split_caches(cache_dirs: Mapping[str, str | Path] | str | Path) -> tuple[dict[str, Path], dict[str, Path]]:
-    """({source: train split}, {source: validation split}) from single splits or DataKit folders."""
+def open_sources(cache_dirs: Mapping[str, str | os.PathLike] | str | os.PathLike) -> dict[str, SourceData]:
+    """{source: SourceData} from dataset indexes, DataKit cache folders or single splits (a
+    single path is named "train"); a missing or unfinished cache fails here, before compute."""
     if not isinstance(cache_dirs, Mapping):
         cache_dirs = {"train": cache_dirs}
-    train_dirs, validation_dirs = {}, {}
-    for name, path in cache_dirs.items():
-        train_dirs[name], validation = resolve_cache(path)
-        if validation is not None:
-            validation_dirs[name] = validation
-    return train_dirs, validation_dirs
+    return {name: open_source(path) for name, path in cache_dirs.items()}
+
+
+def data_identity(sources: Mapping[str, SourceData]) -> dict[str, str]:
+    """{source: sha256 of the tokenizer its tokens came from}, for the sources that say."""
+    return {name: s.tokenizer_sha256 for name, s in sorted(sources.items()) if s.tokenizer_sha256}
 
 
 def resolve_checkpoint(path: str | Path) -> Path | str:
@@ -236,6 +237,8 @@ class _Run:
     phase_start: int = 0  # global step this phase started at
     tokens_before: int = 0  # tokens trained on before this phase
     telemetry_run: str | None = None  # checkpoints name it, so evaluation can log next to training
+    data_tokenizers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> tokenizer sha256
+    allow_tokenizer_change: bool = False
 
     def tokens_at(self, step: int) -> int:
         return self.tokens_before + (step - self.phase_start) * self.config.tokens_per_step
@@ -244,11 +247,25 @@ class _Run:
         return {"data_position": self.position.to_json(), "phase_start_step": self.phase_start,
                 "phase": self.config.phase, "tokens_before_phase": self.tokens_before,
                 "tokens": self.tokens_at(step), "optimizer": self.config.optimizer.name,
-                "config": config_to_dict(self.config), "telemetry_run": self.telemetry_run}
+                "config": config_to_dict(self.config), "telemetry_run": self.telemetry_run,
+                "data_tokenizers": dict(self.data_tokenizers)}
+
+    def check_tokenizers(self, meta: Mapping[str, Any], where: str) -> None:
+        """Continue only on tokens of the checkpoint's tokenizers (see ``check_same_tokenizer``)."""
+        before = meta.get("data_tokenizers") or {}
+        changed = sorted(k for k in set(before) & set(self.data_tokenizers) if before[k] != self.data_tokenizers[k])
+        if not changed or self.allow_tokenizer_change:
+            return
+        name = changed[0]
+        raise ValueError(f"{where} was trained on {name!r} tokenized by tokenizer {before[name][:12]}, but the data given "
+                         f"now was tokenized by {self.data_tokenizers[name][:12]}: the ids mean other text. Use data "
+                         f"tokenized by the checkpoint's tokenizer, or allow the change (marin train "
+                         f"--allow-tokenizer-change) to continue anyway")
 
 
 def _resume(run: _Run, folder: Path, logger: MetricsLogger) -> None:
     arrays, meta = ckpt.load(folder)
+    run.check_tokenizers(meta, f"checkpoint {folder}")
     host = meshlib.host_state(run.state)  # every process loads the same arrays
     host = TrainState.from_dict(ckpt.restore_like(host.to_dict(), arrays, where=str(folder)))
     run.state = meshlib.place_state(host, run.state_sh)
@@ -263,6 +280,7 @@ def _warm_start(run: _Run, source: Path) -> None:
     """Params, router bias, RNG, global step and data position from ``source``; the optimizer
     state too when the optimizer is the same; the schedule restarts at this phase's step 0."""
     arrays, meta = ckpt.load(source)
+    run.check_tokenizers(meta, f"warm start {source}")
     state, where = meshlib.host_state(run.state), str(source)
     state = state.replace(params=ckpt.restore_like(state.params, arrays, "['params']", where),
                           router_bias=ckpt.restore_like(state.router_bias, arrays, "['router_bias']", where),
@@ -312,12 +330,13 @@ class _Emitter:
         step, metrics = self.pending
         self.pending = None
         row = _host_metrics(step, metrics, self.run.config, self.run.tokens_at(step))
+        first = self.last_row is None
         self.last_row = row
         if not meshlib.is_writer():  # metrics are replicated: process 0 speaks for all
             return
         self.logger.write(row)
         self.telemetry.log(step, telemetry_fields(row), phase=row["phase"])
-        if self.last_row is None:
+        if first:
             self.telemetry.flush()  # the first step at once: the phase controller sees the phase is live
         if self.log_fn is not None:
             self.log_fn(row)
@@ -389,13 +408,13 @@ def _save(run: _Run, ckpt_root: Path | str, step: int, kind: str) -> None:
 
 
 def validation_loss(config: TrainConfig, model: Model, state: TrainState,
-                    caches: Mapping[str, Path], mesh=None) -> float | None:
+                    caches: Mapping[str, Any], mesh=None) -> float | None:
     """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
     each weighted by its rows); None when the validation splits hold less than one window."""
     batches = held_out_batches(caches, config.seq_len, config.batch_size)
     if not batches:
         log.warning("no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
-                    sorted(map(str, caches.values())), config.seq_len)
+                    sorted(getattr(c, "path", str(c)) for c in caches.values()), config.seq_len)
         return None
     def cross_entropy(p, bias, tokens):  # the held-out number is CE alone, without the z-loss terms
         loss, aux = model.loss_fn(p, tokens, config.model, bias)
@@ -420,12 +439,14 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
           resume: bool = True, warm_start: str | Path | None = None, log_fn: Callable[[dict], None] | None = None,
           model: Model | None = None, stop_at_step: int | None = None, model_fns=None,
           mesh=None, checkpoint_dir: str | Path | None = None,
-          telemetry_root: str | None = None, telemetry_run: str | None = None) -> TrainResult:
+          telemetry_root: str | None = None, telemetry_run: str | None = None,
+          allow_tokenizer_change: bool = False) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
-    cache_dirs: {source name: cache} (a single path is named "train"); a cache is one Levanter
-      split, or a DataKit cache folder whose train/ split is trained on and whose
-      validation/ split gives ``TrainResult.validation_loss``.
+    cache_dirs: {source name: data} (a single path is named "train"); data is a dataset index
+      (``datasets/<source>``'s dataset.json or its folder: shard caches read in place), a
+      DataKit cache folder (train/ + validation/) or one Levanter split. Validation splits
+      give ``TrainResult.validation_loss``.
     out_dir: the resumable work dir (checkpoints/, metrics.jsonl, loss_curve.png,
       train_result.json): a local dir or any fsspec URL, so a pod writes ``gs://...``
       exactly as a laptop writes its disk; result paths come back as URLs then.
@@ -446,8 +467,11 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
       ``default_telemetry_run``), flushed every few seconds and at each checkpoint.
     SIGTERM/SIGINT during the steps checkpoint the current step and end the phase early:
       the result says ``stopped_by`` (a warm start from it begins at that step + 1).
+    allow_tokenizer_change: resume or warm start even when a source's tokenizer differs from
+      the one the checkpoint trained on (refused by default: the ids would mean other text).
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
-    work, and TooManySkippedSteps after a phase that skipped most of its steps.
+    work (an unfinished cache included), and TooManySkippedSteps after a phase that skipped
+    most of its steps.
     """
     model = model or (Model(*model_fns) if model_fns is not None else moe_model())
     mesh = mesh or meshlib.make_mesh(config.model)
@@ -456,9 +480,10 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len)
     fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)
-    train_dirs, validation_dirs = split_caches(cache_dirs)
-    check_vocab(config, train_dirs)
-    loader = MixedLoader(train_dirs, config.seq_len, config.batch_size, config.mixture, config.data_seed,
+    sources = open_sources(cache_dirs)
+    check_vocab(config, sources)
+    validation_dirs = {name: s.validation for name, s in sources.items() if s.validation is not None}
+    loader = MixedLoader({name: s.train for name, s in sources.items()}, config.seq_len, config.batch_size, config.mixture, config.data_seed,
                          vocab_size=config.model.vocab_size)
 
     ckpt_root = child(out_dir, "checkpoints") if checkpoint_dir is None else checkpoint_dir
@@ -470,7 +495,8 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
         return init_state(config, opt, model)
 
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, telemetry_run=telemetry_run)
+    run = _Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, telemetry_run=telemetry_run,
+               data_tokenizers=data_identity(sources), allow_tokenizer_change=allow_tokenizer_change)
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run,
                                 flush_seconds=TELEMETRY_FLUSH_SECONDS)  # a bad run name fails here, before compute
     logger = MetricsLogger(out_dir, use_wandb=config.wandb and meshlib.is_writer(),
@@ -498,7 +524,7 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     return result
 
 
-def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Path], out_dir: str,
+def _finish(run: _Run, model: Model, loader: MixedLoader, validation_dirs: Mapping[str, Any], out_dir: str,
             emitter: _Emitter, start: int, stopped: bool, stopped_by: str | None = None) -> TrainResult:
     """Loss curve (from the telemetry store), held-out loss, train_result.json; raise if the
     phase mostly skipped. A phase ended by a signal is a clean, checkpointed early end.

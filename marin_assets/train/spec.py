@@ -15,6 +15,7 @@ The JSON (every key required except the optional ones)::
   warm_start      optional: a checkpoint or out dir to start from
   telemetry_run   optional: the run name live metrics go under (the phase controller reads it)
   telemetry_root  optional: the telemetry store (default $MARIN_PREFIX/telemetry)
+  allow_tokenizer_change  optional bool: resume/warm start onto another tokenizer's tokens
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
     from marin_assets.train.config import TrainConfig
 
-SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root")
+SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root",
+             "allow_tokenizer_change")
 OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root")
 
 
@@ -53,6 +55,7 @@ class TrainSpec:
     warm_start: str | None = None
     telemetry_run: str | None = None
     telemetry_root: str | None = None
+    allow_tokenizer_change: bool = False
 
     def __post_init__(self) -> None:
         from marin_assets.train.config import TrainConfig
@@ -61,8 +64,9 @@ class TrainSpec:
             raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
         object.__setattr__(self, "caches", self._checked_caches(self.caches))
         object.__setattr__(self, "out_dir", _path_text(self.out_dir, "spec.out_dir"))
-        if not isinstance(self.resume, bool):
-            raise ValueError(f"spec.resume must be true or false, got {self.resume!r}")
+        for name in ("resume", "allow_tokenizer_change"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"spec.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.warm_start, os.PathLike):
             object.__setattr__(self, "warm_start", os.fspath(self.warm_start))
         for name in OPTIONAL_KEYS:
@@ -94,7 +98,8 @@ class TrainSpec:
         from marin_assets.train.config import config_to_dict
 
         return {"config": config_to_dict(self.config), "caches": self.caches, "out_dir": self.out_dir,
-                "resume": self.resume, **{k: getattr(self, k) for k in OPTIONAL_KEYS}}
+                "resume": self.resume, "allow_tokenizer_change": self.allow_tokenizer_change,
+                **{k: getattr(self, k) for k in OPTIONAL_KEYS}}
 
     @classmethod
     def from_json_dict(cls, data: Any, where: str = "spec") -> "TrainSpec":
@@ -102,7 +107,7 @@ class TrainSpec:
         if not isinstance(data, Mapping):
             raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
         unknown = sorted(set(data) - set(SPEC_KEYS))
-        missing = [k for k in SPEC_KEYS if k not in data and k not in OPTIONAL_KEYS]
+        missing = [k for k in SPEC_KEYS if k not in data and k not in (*OPTIONAL_KEYS, "allow_tokenizer_change")]
         if unknown or missing:
             raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; keys are {list(SPEC_KEYS)}")
         if not isinstance(data["config"], Mapping):
@@ -115,7 +120,7 @@ class TrainSpec:
         except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
             raise ValueError(f"{where}.config: {e}") from None
         return cls(config=config, caches=data["caches"], out_dir=data["out_dir"], resume=data["resume"],
-                   **{k: data.get(k) for k in OPTIONAL_KEYS})
+                   allow_tokenizer_change=data.get("allow_tokenizer_change", False), **{k: data.get(k) for k in OPTIONAL_KEYS})
 
     def paths(self) -> list[str]:
         """Every path the workers open: out dir, caches, warm start."""

@@ -22,7 +22,8 @@ class LocalTrainingBackend(TrainingBackend):
                 context.log.info(f"step {row['step']}: loss {row['loss']:.4f}")
 
         result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                       log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root)
+                       log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
+                   allow_tokenizer_change=spec.allow_tokenizer_change)
         if result.stopped_by:
             context.log.info(result.stop_message)
         return TrainOutcome("local", result.final_step, result.tokens, result.phase_start_step,

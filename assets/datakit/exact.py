@@ -17,8 +17,8 @@ from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 
 from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
-from assets.shards.common import checked_accounting, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
-from assets.shards.normalized import low_quality_list
+from assets.datakit.common import checked_accounting, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
+from assets.datakit.normalized import low_quality_list
 
 EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
 

@@ -1,4 +1,4 @@
-"""What every asset of the sharded DataKit graph shares: group, tags, partitions, helpers.
+"""What every asset of the DataKit graph shares: group, tags, partitions, helpers.
 
 Per-shard assets carry the Kubernetes tags a pod is sized from (marin/cpu, marin/memory)
 and the pool whose run-concurrency limit queues them (marin/pool), and the backfill
@@ -17,7 +17,7 @@ from marin_assets.datakit.shards import join, read_committed_json, write_json
 from marin_assets.orchestration import StageContext
 from marin_assets.store import ArtifactRef
 
-GROUP = "datakit_shards"
+GROUP = "datakit"
 # The fleet's pool of CPU nodes for data work (examples/fleet.yaml): its marin/pool run limit
 # (dagster.cluster.yaml) queues shard runs; the launcher refuses a pool the fleet lacks.
 POOL = "cpu"

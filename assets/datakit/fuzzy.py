@@ -22,9 +22,9 @@ from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.store import ArtifactRef
 
-from assets.datakit import FuzzyConfig
+from assets.datakit.configs import FuzzyConfig
 from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
-from assets.shards.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
+from assets.datakit.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
 
 MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
 assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"

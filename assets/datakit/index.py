@@ -13,18 +13,16 @@ from collections.abc import Mapping
 import dagster as dg
 
 from assets.partitions import datakit_shards
-from assets.shards.common import GROUP, REDUCE_TAGS
+from assets.datakit.common import GROUP, REDUCE_TAGS
 from marin_assets.datakit.shard_index import split_source
 from marin_assets.datakit.shards import check_shard_key, join, write_json
-from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
+
+from assets.datakit.configs import ShardIndexConfig
 
 INDEX_KEY = "shards/index"
 INDEX_FILE = "index.json"
-
-
-class ShardIndexConfig(StageConfig):
-    shard_bytes: int = versioned(1024 * 1024, ge=1, description="raw bytes per shard, cut at line boundaries")
 
 
 def index_entry(index: ArtifactRef, shard: str) -> dict:
@@ -36,6 +34,15 @@ def index_entry(index: ArtifactRef, shard: str) -> dict:
     if shard not in entries:
         raise KeyError(f"shard {shard!r} is not in {INDEX_KEY} version {index.version[:16]} ({len(entries)} shards)")
     return {**entries[shard], "file": join(index.data_path, entries[shard]["file"])}
+
+
+def index_sources(index: ArtifactRef) -> dict[str, str]:
+    """{shard key: its source} of an index artifact, sorted by key."""
+    import fsspec
+
+    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
+        entries = json.load(f)
+    return {key: entries[key]["source"] for key in sorted(entries)}
 
 
 def index_keys(index: ArtifactRef) -> list[str]:

@@ -2,8 +2,8 @@
 
 shards/final follows {filtered_exact version, fuzzy list DIGEST, decontam version}, so a
 resolve that reruns without changing this shard's list leaves final and tokenized cached.
-shards/tokenized uses the fixed `tokenizer` asset (one trained on every shard would
-re-version every shard whenever one is added).
+shards/tokenized uses the pinned `tokenizer` asset (one trained on every shard would
+re-version every shard whenever one is added), so a new shard never re-tokenizes another.
 """
 
 from __future__ import annotations
@@ -12,18 +12,19 @@ from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, d
 from marin_assets.datakit.removals import apply_removals, flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, shard_name
 from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
 
-from assets.datakit import DecontamAssetConfig, TokenizedConfig
-from assets.shards.common import checked_accounting, merge_counts, per_shard, shard_file
-from assets.shards.fuzzy import fuzzy_list, fuzzy_list_digest
+from assets.datakit.configs import DecontamAssetConfig, TokenizedConfig
+from assets.datakit.common import checked_accounting, merge_counts, per_shard, shard_file
+from assets.datakit.fuzzy import fuzzy_list, fuzzy_list_digest
 
 
 @versioned_asset(key="shards/decontam", code_version="1", config_cls=DecontamAssetConfig,
                  ins={"docs": "shards/filtered_exact", "index": "eval_ngrams"}, **per_shard())
 def shard_decontam(ctx: StageContext, config: DecontamAssetConfig, docs: ArtifactRef, index: ArtifactRef):
     """Eval 13-gram overlap of every document of one shard, and the contaminated removal list."""
-    counts = decontaminate([shard_file(docs)], EvalNgramIndex.load(index.data_path), ctx.out_dir, DecontamConfig(threshold=config.threshold))
+    counts = decontaminate([shard_file(docs)], EvalNgramIndex.load(index.data_path), ctx.out_dir, library_config(config, DecontamConfig))
     flagged = flag_removals(join(ctx.out_dir, shard_name(0, 1)), "contaminated", "contaminated", ctx.partition_key,
                             removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
     return {**counts, "digest": flagged["digest"]}
@@ -48,14 +49,14 @@ def shard_final(ctx: StageContext, docs: ArtifactRef, fuzzy: ArtifactRef, decon:
     return checked_accounting(f"shards/final[{key}]", summary)
 
 
-@versioned_asset(key="shards/tokenized", code_version="1", config_cls=TokenizedConfig,
+@versioned_asset(key="shards/tokenized", code_version="2", config_cls=TokenizedConfig,
                  ins={"docs": "shards/final", "tok": "tokenizer"}, **per_shard())
 def shard_tokenized(ctx: StageContext, config: TokenizedConfig, docs: ArtifactRef, tok: ArtifactRef):
-    """One Levanter cache per shard: {train, validation}, with token stats."""
+    """One Levanter cache per shard: {train, validation}, the held-out documents' text, token stats."""
     from marin_assets.datakit.tokenize import TokenizeConfig, tokenize
 
-    stats = tokenize([shard_file(docs)], join(tok.data_path, "tokenizer.json"), ctx.out_dir,
-                     TokenizeConfig(validation_fraction=config.validation_fraction))
+    stats = tokenize([shard_file(docs)], join(tok.data_path, "tokenizer.json"), ctx.out_dir, library_config(config, TokenizeConfig))
     return {"docs": sum(stats[s]["documents"] for s in ("train", "validation")),
+            "train_docs": stats["train"]["documents"], "validation_docs": stats["validation"]["documents"],
             "train_tokens": stats["train"]["tokens"], "validation_tokens": stats["validation"]["tokens"],
-            "validation_fraction": config.validation_fraction}
+            "tokenizer": stats["tokenizer"]}

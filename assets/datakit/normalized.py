@@ -14,19 +14,16 @@ from marin_assets.datakit.quality import QualityScoreConfig, score_quality
 from marin_assets.datakit.removals import flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, list_shards, shard_name, write_table
 from marin_assets.datakit.readers import ReaderConfig
-from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
 
-from assets.datakit import QualityConfig
-from assets.shards.common import per_shard, shard_file
-from assets.shards.index import INDEX_KEY, index_entry
+from assets.datakit.common import per_shard, shard_file
+from assets.datakit.configs import QualityConfig, ShardNormalizeConfig
+from assets.datakit.index import INDEX_KEY, index_entry
 
 # One raw shard becomes one Parquet shard: its size is bounded by the index's shard_bytes.
 ONE_PART = {"shard_docs": 2**31 - 1, "shard_bytes": 2**62}
-
-
-class ShardNormalizeConfig(StageConfig):
-    max_doc_bytes: int = versioned(ReaderConfig().max_doc_bytes, ge=1, description="larger documents are quarantined")
 
 
 def _raw_version(config, partition: str, inputs) -> dict[str, str]:
@@ -38,7 +35,7 @@ def _raw_version(config, partition: str, inputs) -> dict[str, str]:
 def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
     """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
     entry = index_entry(index, ctx.partition_key)
-    reader = ReaderConfig(max_doc_bytes=config.max_doc_bytes)
+    reader = library_config(config, ReaderConfig)
     counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], reader=reader, **ONE_PART))
     if not list_shards(ctx.out_dir):  # every record quarantined: an empty shard keeps the graph uniform
         write_table(schema().empty_table(), join(ctx.out_dir, shard_name(0, 1)))
@@ -51,7 +48,7 @@ def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, m
     """Quality attributes of one shard, and the low_quality removal list they imply."""
     # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.
     model_dir = model.data_path if model.files("quality_model.json") else None
-    counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, QualityScoreConfig(threshold=config.threshold))
+    counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, library_config(config, QualityScoreConfig))
     attrs = join(ctx.out_dir, shard_name(0, 1))
     low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition_key, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
     return {**counts, "low_quality_digest": low["digest"]}

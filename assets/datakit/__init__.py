@@ -1,0 +1,60 @@
+"""DataKit as assets: the one data pipeline, sharded. Every stage runs per shard, the global
+steps are reduces over hash buckets / LSH bands, and per-shard removal lists whose digests
+version what follows keep an unchanged shard cached when another arrives.
+
+    sources/<name> -> shards/index -> normalized -> quality -> exact_map -> exact_reduce[bucket]
+    -> exact_removals -> filtered_exact -> fuzzy_map -> fuzzy_candidates[band] -> fuzzy_edges
+    -> fuzzy_removals -> decontam -> final -> tokenized -> datasets/<source> -> mixture
+
+with the fixed inputs quality_model, eval_ngrams and tokenizer (inputs.py). The code location
+builds it over the demo's pinned sources and the watched user directory
+(``code_location_datakit``); ``marin datakit run`` over the user's --input paths (run.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import dagster as dg
+
+from assets.datakit.datasets import contamination_check, dataset_asset, mixture_asset
+from assets.datakit.exact import shard_exact_map, shard_exact_reduce, shard_exact_removals, shard_filtered_exact
+from assets.datakit.final import shard_decontam, shard_final, shard_tokenized
+from assets.datakit.fuzzy import shard_fuzzy_candidates, shard_fuzzy_edges, shard_fuzzy_map, shard_fuzzy_removals
+from assets.datakit.index import make_index
+from assets.datakit.inputs import labelled_quality_model, packaged_eval_ngrams, tokenizer_asset
+from assets.datakit.normalized import shard_normalized, shard_quality
+from assets.datakit.sources import pinned_source, watched_source
+from marin_assets.datakit.sources import SOURCES
+from marin_assets.datakit.tokenize import BYTES
+
+# Everything after the index that is per shard or per bucket/band: the same for every corpus.
+shard_steps = [shard_normalized, shard_quality, shard_exact_map, shard_exact_reduce, shard_exact_removals,
+               shard_filtered_exact, shard_fuzzy_map, shard_fuzzy_candidates, shard_fuzzy_edges, shard_fuzzy_removals,
+               shard_decontam, shard_final, shard_tokenized]
+
+# The tiny demo models train on bytes: no tokenizer to fit, and an LM head small enough that an
+# IsoFLOP ladder of CPU-sized models has interior optima (user corpora default to OLMo's BPE).
+CODE_LOCATION_TOKENIZER = BYTES
+WATCHED_SOURCE = "user"
+
+
+def make_datakit_graph(sources: Mapping[str, str]) -> list[dg.AssetsDefinition]:
+    """The sharded graph over `sources` ({source name: asset key of its raw files}): the index,
+    every shard step and one dataset per source (the fixed inputs come from the caller)."""
+    return [make_index(sources), *shard_steps, *[dataset_asset(name) for name in sources]]
+
+
+def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
+    """The code location's DataKit: the demo's pinned sources and sources/user (the files of
+    $MARIN_USER_DATA_DIR, which the new_user_shards sensor feeds), the fixed inputs, the
+    sharded graph, a dataset per source and the mixture; a blocking check per dataset."""
+    sources = {**{name: f"sources/{name}" for name in SOURCES}, WATCHED_SOURCE: f"sources/{WATCHED_SOURCE}"}
+    raw = [*(pinned_source(name) for name in SOURCES), watched_source(WATCHED_SOURCE)]
+    inputs = [labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}), packaged_eval_ngrams,
+              tokenizer_asset(CODE_LOCATION_TOKENIZER)]
+    assets = [*raw, *inputs, *make_datakit_graph(sources), mixture_asset(list(sources))]
+    return assets, [contamination_check(name) for name in sources]
+
+
+__all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "shard_steps"]

@@ -1,0 +1,28 @@
+"""The DataKit assets' configs, generated from the library's knobs (one declaration each:
+marin_assets/knobs.py). `marin datakit run`'s flags come from the same declarations."""
+
+from __future__ import annotations
+
+from marin_assets.datakit.decontaminate import DecontamConfig
+from marin_assets.datakit.eval_sets import EvalSetsConfig
+from marin_assets.datakit.quality import QualityModelConfig, QualityScoreConfig
+from marin_assets.datakit.readers import ReaderConfig
+from marin_assets.datakit.shard_index import ShardingConfig
+from marin_assets.datakit.sources import SourceConfig
+from marin_assets.datakit.tokenize import TokenizeConfig
+from marin_assets.orchestration import StageConfig, versioned
+from marin_assets.orchestration.knob_configs import stage_config
+
+SourceAssetConfig = stage_config("SourceAssetConfig", (SourceConfig, ["docs_per_shard"]))
+QualityModelAssetConfig = stage_config("QualityModelAssetConfig", (QualityModelConfig, ["holdout_fraction"]))
+EvalNgramConfig = stage_config("EvalNgramConfig", (EvalSetsConfig, ["eval_sets"]), (DecontamConfig, ["false_positive_rate"]))
+ShardIndexConfig = stage_config("ShardIndexConfig", (ShardingConfig, ["shard_bytes"]))
+ShardNormalizeConfig = stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes"]))
+QualityConfig = stage_config("QualityConfig", (QualityScoreConfig, ["threshold"]))
+DecontamAssetConfig = stage_config("DecontamAssetConfig", (DecontamConfig, ["threshold"]))
+TokenizedConfig = stage_config("TokenizedConfig", (TokenizeConfig, ["validation_fraction", "min_validation_docs", "batch_docs"]))
+
+
+class FuzzyConfig(StageConfig):
+    # FuzzyDedupConfig.jaccard_threshold (marin_assets/datakit/fuzzy_dedup.py) becomes a knob next.
+    jaccard_threshold: float = versioned(0.8, description="candidate pairs merge only at this exact Jaccard")

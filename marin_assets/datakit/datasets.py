@@ -1,0 +1,180 @@
+"""A dataset: one source's tokenized shard caches, indexed in order and read in place.
+
+``datasets/<source>`` writes ``dataset.json``; nothing is copied or re-tokenized::
+
+    {"name": "sotu", "tokenizer": {"sha256", "vocab_size", "eos_id"},
+     "shards": [{"key", "version", "path", "documents", "train_tokens", "validation_tokens",
+                 "train_docs", "validation_docs"}, ...],          # in shard-key order
+     "train_tokens": n, "validation_tokens": n}
+
+``path`` is the shard's ``shards/tokenized`` data directory (``train/``, ``validation/``,
+``validation_docs.parquet``) and ``documents`` its ``shards/final`` Parquet file (the text the
+caches were made from), both written relative to the index's own directory, so a store
+copied elsewhere (another disk, a gs:// bucket) keeps working. The trainer reads a source
+as the concatenation of its shards' train caches: the cumulative token counts are the
+offsets of its global index (``marin_assets.train.data``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+INDEX_FILE = "dataset.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardCache:
+    """One shard's caches: ``path`` is absolute (a local path or URL) once read."""
+
+    key: str
+    version: str
+    path: str
+    train_tokens: int
+    validation_tokens: int
+    train_docs: int
+    validation_docs: int
+    documents: str = ""  # the shard's final documents (Parquet), "" when the index does not say
+
+    def split(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    name: str
+    shards: tuple[ShardCache, ...]
+    tokenizer: dict[str, Any]
+
+    @property
+    def train_tokens(self) -> int:
+        return sum(s.train_tokens for s in self.shards)
+
+    @property
+    def validation_tokens(self) -> int:
+        return sum(s.validation_tokens for s in self.shards)
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self.tokenizer.get("vocab_size")
+
+    def to_json(self, base_dir: str) -> dict:
+        return {"name": self.name, "tokenizer": dict(self.tokenizer),
+                "shards": [{**dataclasses.asdict(s), "path": relative(s.path, base_dir),
+                            "documents": relative(s.documents, base_dir) if s.documents else ""} for s in self.shards],
+                "train_tokens": self.train_tokens, "validation_tokens": self.validation_tokens}
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    """("gs://bucket", "/path") for a URL, ("", path) for a local path."""
+    if "://" not in url:
+        return "", url
+    scheme, rest = url.split("://", 1)
+    bucket, _, path = rest.partition("/")
+    return f"{scheme}://{bucket}", "/" + path
+
+
+def relative(target: str, base_dir: str) -> str:
+    """``target`` relative to ``base_dir`` when both are on one filesystem (bucket), else as is."""
+    t_root, t_path = _split_url(target)
+    b_root, b_path = _split_url(base_dir)
+    if t_root != b_root or not (t_path.startswith("/") and b_path.startswith("/")):
+        return target
+    return posixpath.relpath(t_path, b_path)
+
+
+def resolve(path: str, base_dir: str) -> str:
+    """A path written by ``relative`` back to an absolute path or URL."""
+    if "://" in path or path.startswith("/"):
+        return path
+    root, base = _split_url(base_dir)
+    return root + posixpath.normpath(posixpath.join(base, path))
+
+
+def _checked_count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def dataset_from_json(data: Any, base_dir: str, where: str) -> Dataset:
+    """A Dataset from parsed dataset.json; ValueError naming the file and field at fault."""
+    if not isinstance(data, dict) or not isinstance(data.get("shards"), list) or not isinstance(data.get("name"), str):
+        raise ValueError(f"{where}: not a dataset index (want an object with 'name' and a 'shards' list)")
+    shards = []
+    for i, s in enumerate(data["shards"]):
+        if not isinstance(s, dict) or not isinstance(s.get("path"), str) or not isinstance(s.get("key"), str):
+            raise ValueError(f"{where}: shards[{i}] needs a 'key' and a 'path'")
+        counts = {k: _checked_count(s.get(k), f"{where}: shards[{i}].{k}")
+                  for k in ("train_tokens", "validation_tokens", "train_docs", "validation_docs")}
+        documents = s.get("documents") or ""
+        shards.append(ShardCache(s["key"], str(s.get("version", "")), resolve(s["path"], base_dir), **counts,
+                                 documents=resolve(documents, base_dir) if documents else ""))
+    return Dataset(data["name"], tuple(shards), dict(data.get("tokenizer") or {}))
+
+
+def write_dataset(dataset: Dataset, out_dir: str) -> str:
+    """``out_dir/dataset.json`` (paths relative to out_dir); returns its path."""
+    from marin_assets.datakit.shards import join, write_json
+
+    path = join(out_dir, INDEX_FILE)
+    write_json(dataset.to_json(out_dir), path)
+    return path
+
+
+def index_path(path: str) -> str | None:
+    """The dataset.json a path names (the file, or a directory holding one), or None."""
+    import fsspec
+
+    from marin_assets.datakit.shards import join
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if path.rstrip("/").endswith(INDEX_FILE) and fs.isfile(root):
+        return path
+    candidate = join(path, INDEX_FILE)
+    return candidate if fs.isfile(fsspec.core.url_to_fs(candidate)[1]) else None
+
+
+def read_dataset(path: str) -> Dataset:
+    """The dataset at ``path`` (dataset.json or its directory); FileNotFoundError/ValueError
+    naming the file."""
+    import fsspec
+
+    found = index_path(path)
+    if found is None:
+        raise FileNotFoundError(f"{path}: no {INDEX_FILE}")
+    with fsspec.open(found, "r") as f:
+        try:
+            data = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{found}: not valid JSON: {e}") from None
+    return dataset_from_json(data, found.rstrip("/").rsplit("/", 1)[0] or "/", found)
+
+
+def combine(name: str, datasets: Sequence[Dataset]) -> Dataset:
+    """One dataset made of several (their shards in order), all tokenized by one tokenizer."""
+    identities = {d.tokenizer.get("sha256") for d in datasets if d.shards}
+    if len(identities) > 1:
+        raise ValueError(f"cannot combine datasets tokenized by different tokenizers: {sorted(map(str, identities))}")
+    tokenizer = next((d.tokenizer for d in datasets if d.shards), datasets[0].tokenizer if datasets else {})
+    return Dataset(name, tuple(s for d in datasets for s in d.shards), dict(tokenizer))
+
+
+def held_out_texts(dataset: Dataset, limit: int) -> list[str]:
+    """Up to ``limit`` held-out documents of the dataset (its shards' validation splits, in
+    shard order, then id order): the texts its validation caches hold, for bits-per-byte."""
+    from marin_assets.datakit.shards import join, read_table
+    from marin_assets.datakit.tokenize import VALIDATION_DOCS
+
+    texts: list[str] = []
+    for shard in dataset.shards:
+        if len(texts) >= limit:
+            break
+        if shard.validation_docs == 0:
+            continue
+        table = read_table(join(shard.path, VALIDATION_DOCS), columns=["id", "text"]).sort_by("id")
+        texts.extend(table.column("text").to_pylist()[:limit - len(texts)])
+    return texts
