@@ -261,3 +261,27 @@ def test_phase_telemetry_run_names_are_validated():
     assert phase_telemetry_run("demo", "phoenix") == "demo-phoenix"
     with pytest.raises(ValueError, match="telemetry run"):
         phase_telemetry_run("demo", "../x")
+
+
+def test_planned_cooldown_is_capped_at_the_budget_left():
+    # kestrel has used its 100M, but only 3M of the budget is left: a 10M cooldown would overrun it
+    d = decide(PLAN, state(phase_tokens=100 * M, trained=97 * M), signals(budget=100 * M))
+    assert d.action == "cool_down" and "reached its token budget" in d.reason
+    assert d.next_phase.token_budget == 3 * M and "over 3,000,000 tokens" in d.reason
+    # with room to spare the plan's own cooldown length stands
+    assert decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals()).next_phase.token_budget == 10 * M
+
+
+def test_data_running_out_cooldown_is_capped_at_the_budget_left():
+    left = dict(PLENTY, dclm=1 * M, starcoder=1 * M, proofpile=1 * M)
+    # kestrel still needs 3M and 4M of the budget is left: no budget cut, but the 10M cooldown must shrink to 4M
+    d = decide(PLAN, state(phase_tokens=97 * M, trained=96 * M), signals(left=left, budget=100 * M))
+    assert d.action == "cool_down" and "data running out" in d.reason and d.next_phase.token_budget == 4 * M
+
+
+def test_rewarm_is_capped_at_the_budget_left():
+    cd = dataclasses.replace(KESTREL, name="jellyfish", schedule="linear_decay", is_cooldown=True, token_budget=10 * M)
+    st = state(phase=cd, phase_tokens=10 * M, trained=110 * M, done=("kestrel",))
+    d = decide(PLAN, st, signals(budget=130 * M))
+    assert d.action == "re_warm" and d.next_phase.token_budget == 20 * M  # the plan's 50M does not fit
+    assert decide(PLAN, st, signals(budget=1000 * M)).next_phase.token_budget == 50 * M

@@ -200,3 +200,49 @@ def test_local_flock_holder_survives_failed_record_writes(tmp_path, monkeypatch)
 def test_lease_config_rejects_non_finite_and_inverted_windows(bad):
     with pytest.raises(ValueError, match="heartbeat|stale"):
         LeaseConfig(**bad)
+
+
+class _SteppedWallClock:
+    """``time.time`` that can be stepped like an NTP correction; everything else keeps real time."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._real = time.time
+
+    def __call__(self) -> float:
+        return self._real() + self.offset
+
+
+def test_the_default_clock_ignores_wall_clock_steps(monkeypatch):
+    """Every test above injects a FakeClock; this one uses the real default clock, so a lease
+    built on wall time (which NTP may step by hours) would fail here."""
+    wall = _SteppedWallClock()
+    monkeypatch.setattr(lease_module.time, "time", wall)
+    fs = fsspec.filesystem("memory")
+    directory = _dir("wall-step")
+    holder = Lease(fs, directory, CONFIG, heartbeat_thread=False)
+    contender = Lease(fs, directory, CONFIG, heartbeat_thread=False)
+    assert holder.acquire()
+    assert not contender.acquire()  # first sight of the record
+    wall.offset = 3600.0  # the wall clock jumps an hour ahead; not a second of real time has passed
+    assert not contender.acquire()  # the record has been unchanged for well under 30 s: not stale
+    assert holder.held() and holder.renew()
+    holder.check()
+    holder.release()
+
+
+def test_the_default_clock_judges_staleness_after_a_backward_wall_step(monkeypatch):
+    wall = _SteppedWallClock()
+    monkeypatch.setattr(lease_module.time, "time", wall)
+    config = LeaseConfig(heartbeat_s=0.01, stale_after_s=0.05)
+    fs = fsspec.filesystem("memory")
+    directory = _dir("wall-back")
+    hung = Lease(fs, directory, config, heartbeat_thread=False)  # never renews
+    contender = Lease(fs, directory, config, heartbeat_thread=False)
+    assert hung.acquire()
+    assert not contender.acquire()
+    wall.offset = -3600.0  # the wall clock steps an hour back
+    time.sleep(0.1)  # twice the stale window of real (monotonic) time
+    assert contender.acquire()  # stale on the contender's monotonic clock, whatever the wall says
+    assert not hung.held()
+    contender.release()
