@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from marin_assets.cli._types import finite_float
 
@@ -87,10 +88,20 @@ def _gen_jobs(args: argparse.Namespace) -> int:
     text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
     if args.out == "-":
         sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
+        return 0
+    try:
+        _write_creating_parents(Path(args.out), text)
+    except OSError as err:
+        where = f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
+        print(f"marin cluster gen-jobs: --out {args.out}: {where}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _write_creating_parents(path: Path, text: str) -> None:
+    # A missing folder is made rather than refused: the stream is regenerable output, as `--report DIR` is.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def _manifest(args: argparse.Namespace) -> int:
@@ -142,7 +153,7 @@ def register(subparsers) -> None:
     gen.add_argument("-n", type=int, default=1000, help="number of jobs (default 1000)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--load", type=finite_float, default=0.7, help="offered load per pool, in (0, 1)")
-    gen.add_argument("--out", default="-", help="output file ('-' for stdout)")
+    gen.add_argument("--out", default="-", help="output file, its folder made if missing ('-' for stdout)")
     gen.set_defaults(handler=_gen_jobs)
 
     man = sub.add_parser("manifest", help="print the Kubernetes objects for a multi-host JAX job")

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from marin_assets.experiments.lock import check_run_rows
 from marin_assets.experiments.record import BASELINE, ExperimentRecord
 from marin_assets.experiments.runs import run_loss
 from marin_assets.experiments.speedup import ArmSpeedup, _json_float, screen
@@ -26,7 +27,12 @@ def _check_result(check, result: ArmSpeedup | None) -> dict:
 
 
 def analyze(record: ExperimentRecord, rows: Sequence[Mapping], bootstrap_seed: int = 0) -> dict:
-    """Every run row of the record -> speedups per arm, noise floor, controls, criterion."""
+    """Every run row of the record -> speedups per arm, noise floor, controls, criterion.
+
+    RecordChangedError if a row's stamp says it ran under other frozen fields: old results
+    are never reported under an edited hypothesis or criterion.
+    """
+    check_run_rows(record, rows)
     expected = {(a.name, b, s) for a in record.all_arms() for b in record.budgets for s in a.seeds}
     got = {(r["arm"], float(r["budget"]), int(r["seed"])) for r in rows}
     missing = sorted(expected - got)

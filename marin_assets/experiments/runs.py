@@ -9,7 +9,9 @@ its row then links the W&B run (``wandb``: run id, mode, folder) and the artifac
 offline run folder for ``wandb sync``; without it the row has no ``wandb`` key. Runs are artifacts in
 the content-versioned store: the version hashes the full TrainConfig, the evaluation
 settings and the corpus version, so a rerun of the same arm/budget/seed is a cache hit,
-and any change to what the run computes is a new version.
+and any change to what the run computes is a new version. Each run.json also keeps the
+stamp of the record it ran under (``lock.run_stamp``: the frozen fields and their hashes),
+so the freeze of a started experiment lives in its runs, not only in ``LOCK.json``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from marin_assets.experiments import data as corpus
-from marin_assets.experiments.lock import check_lock, lock_arm
+from marin_assets.experiments.lock import STAMP_KEY, check_lock, check_run_rows, lock_arm, run_stamp
 from marin_assets.experiments.record import ExperimentRecord, validate_name
 from marin_assets.experiments.speedup import RunLoss
 from marin_assets.scaling.sweep import budget_label
@@ -190,8 +192,9 @@ def _keep_wandb_run(spec: RunSpec, train_out: Path, out_dir: str) -> dict:
     return {"run_id": run_id, "mode": mode, "dir": kept}
 
 
-def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int, out_dir: str) -> dict:
-    """Train and score one run; write run.json and metrics.jsonl under ``out_dir``."""
+def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int, out_dir: str,
+                stamp: Mapping[str, Any] | None = None) -> dict:
+    """Train and score one run; write run.json (with ``stamp`` under STAMP_KEY if given) and metrics.jsonl."""
     import fsspec
 
     from marin_assets.train.config import config_to_dict
@@ -213,6 +216,8 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
            "config": config_to_dict(spec.config)}
     if link is not None:
         row["wandb"] = link
+    if stamp is not None:
+        row[STAMP_KEY] = dict(stamp)
     with fsspec.open(join(out_dir, "metrics.jsonl"), "wb") as f:
         f.write(metrics)
     with fsspec.open(join(out_dir, "run.json"), "w") as f:
@@ -222,23 +227,56 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
 
 def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus_ref: ArtifactRef,
                     log: Callable[[str], None] = print) -> tuple[dict, bool]:
-    """(the run's row, cache_hit). Refuses an edited started record, cache hit or not."""
+    """(the run's row, cache_hit). Refuses an edited started record, cache hit or not.
+
+    The stamp does not enter the version: an edit to a frozen field that leaves the config
+    alone (the hypothesis, the criterion) must be refused, not recomputed under the new text.
+    """
     from marin_assets.train.config import config_to_dict
 
-    check_lock(store, record)
+    # The lock files now; every committed run's stamp before a run is trained (lock_arm), and this
+    # run's own stamp below: a rerun of cache hits reads no other run.
+    check_lock(store, record, scan_runs=False)
     version = run_version(spec, record, corpus_ref.version)
 
     def compute(out: str) -> dict:
         lock_arm(store, record, spec.arm)
         log(f"{record.name} {spec.key}: {spec.config.num_steps} steps, {spec.flops:.3g} FLOPs")
-        row = execute_run(spec, corpus_ref, record.validation_windows, out)
+        row = execute_run(spec, corpus_ref, record.validation_windows, out, stamp=run_stamp(record, spec.arm))
         log(f"{record.name} {spec.key}: validation loss {row['validation_loss']:.4f} in {row['seconds']}s")
         return {"validation_loss": row["validation_loss"], "steps": row["steps"]}
 
     done = store.materialize(runs_key(record.name), spec.key, version, compute,
                              {"config": {"train": config_to_dict(spec.config)}, "upstream": {"corpus": corpus_ref.version}})
+    row = read_run(done.ref)
+    check_run_rows(record, [row])  # a cache hit may be a version the pointers no longer name
     store.write_pointer(done.ref)
-    return read_run(done.ref), done.cache_hit
+    return row, done.cache_hit
+
+
+def committed_runs(store: ArtifactStore, experiment: str) -> list[tuple[str, dict]]:
+    """(partition key, run.json row) of each run of ``experiment`` in the store: its LATEST pointer's version."""
+    key = runs_key(experiment)
+    root = join(store.root, *key.split("/"))  # <prefix>/<asset key>/<partition>/ (README: content versioning)
+    if not store.fs.exists(root):
+        return []
+    out = []
+    for entry in sorted(store.fs.ls(root, detail=True), key=lambda e: e["name"]):
+        partition = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        if entry["type"] != "directory" or not _is_partition_key(partition):
+            continue  # not a run's folder
+        ref = store.read_pointer(key, partition)
+        if ref is not None:
+            out.append((partition, read_run(ref)))
+    return out
+
+
+def _is_partition_key(name: str) -> bool:
+    try:
+        parse_partition_key(name)
+    except ValueError:
+        return False
+    return True
 
 
 def read_run(ref: ArtifactRef) -> dict:

@@ -106,7 +106,7 @@ def test_manifest_inputs_are_refused_cleanly():
     pool = Pool("v5e-256", "tpu-v5e", "us-west4", 1, topology="16x16")
     with pytest.raises(ValueError, match="never run through a shell"):
         multihost_jax_manifests("x", pool, image="i", command="python train.py; rm -rf /")
-    with pytest.raises(ValueError, match="not a valid name"):
+    with pytest.raises(ValueError, match="job name 'Bad_Name;' is not a DNS-1035 label"):
         multihost_jax_manifests("Bad_Name;", pool, image="i", command=["python"])
     with pytest.raises(ValueError, match="has 1 domains"):
         multihost_jax_manifests("x", pool, image="i", command=["python"], domains=2)
