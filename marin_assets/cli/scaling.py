@@ -4,7 +4,8 @@ fit-parametric  Chinchilla approach 3, L(N, D) = E + A/N^alpha + B/D^beta.
 fit-isoflop     approach 2: per-budget optima, N* and D* power laws, loss envelope.
 
 Both print one JSON object (with --json, compact; otherwise indented) including every excluded
-row or budget and why; the exit code is 2 when the input cannot be fitted.
+row or budget and why, and "rows": the runs given and used (a large input is fitted on a
+deterministic subsample, which stderr also says); the exit code is 2 when the input cannot be fitted.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--drop-highest", type=int, default=0, help="drop the K highest-loss runs (the Chinchilla protocol uses 5)")
     p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples for the confidence intervals (0 = none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-rows", type=int, default=None,
+                   help="fit a deterministic subsample of this many runs when given more (default: "
+                   "ParametricFitConfig.max_rows; said on stderr and in the JSON's 'rows')")
     p.set_defaults(handler=_fit_parametric)
 
     q = sub.add_parser("fit-isoflop", help="Per-budget Huber quadratics, N*/D* power laws and the loss envelope.")
@@ -37,6 +41,9 @@ def register(subparsers) -> None:
     q.add_argument("--predict", type=finite_float, action="append", default=[], help="also predict the optimum at this budget")
     q.add_argument("--bootstrap", type=int, default=200)
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--max-runs-per-budget", type=int, default=None,
+                   help="fit a deterministic subsample of this many runs of a budget that has more (default: "
+                   "IsoFlopConfig.max_runs_per_budget; said on stderr and in the JSON's 'rows')")
     q.set_defaults(handler=_fit_isoflop)
 
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
@@ -53,22 +60,30 @@ def _clean(value):
     return value
 
 
-def _print(report: dict, compact: bool) -> None:
+def _given(**flags) -> dict:
+    """The flags the user set: the rest keep the library's defaults (one place for each number)."""
+    return {name: value for name, value in flags.items() if value is not None}
+
+
+def _print(report: dict, compact: bool, command: str) -> None:
+    for why in report["rows"]["why"]:  # runs left out of a fit for its cost are said, not only in the JSON
+        print(f"marin scaling {command}: {why}", file=sys.stderr)
     print(json.dumps(_clean(report), indent=None if compact else 2))
 
 
 def _fit_parametric(args: argparse.Namespace) -> int:
     from marin_assets.scaling.bootstrap import BootstrapConfig
     from marin_assets.scaling.data import drop_highest_loss, load_runs_csv
-    from marin_assets.scaling.parametric import fit_parametric_with_ci
+    from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric_with_ci
 
     try:
+        config = ParametricFitConfig(**_given(max_rows=args.max_rows))
         runs = drop_highest_loss(load_runs_csv(args.csv), args.drop_highest)
-        report = fit_parametric_with_ci(runs, boot=BootstrapConfig(n=args.bootstrap, seed=args.seed))
+        report = fit_parametric_with_ci(runs, config, BootstrapConfig(n=args.bootstrap, seed=args.seed))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"marin scaling fit-parametric: {exc}", file=sys.stderr)
         return 2
-    _print(report, args.json)
+    _print(report, args.json, "fit-parametric")
     return 0
 
 
@@ -82,6 +97,7 @@ def _fit_isoflop(args: argparse.Namespace) -> int:
         config = IsoFlopConfig(
             bucket_base=args.bucket_base,
             huber_delta=args.huber_delta,
+            **_given(max_runs_per_budget=args.max_runs_per_budget),
             bootstrap=BootstrapConfig(n=args.bootstrap, seed=args.seed),
         )
         result = fit_isoflop(load_runs_csv(args.csv), config)
@@ -91,5 +107,5 @@ def _fit_isoflop(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"marin scaling fit-isoflop: {exc}", file=sys.stderr)
         return 2
-    _print(report, args.json)
+    _print(report, args.json, "fit-isoflop")
     return 0

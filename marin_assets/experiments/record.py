@@ -310,12 +310,12 @@ def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
         raise ValueError(f"{source}: baseline: unknown field(s) {unknown}; allowed: ['config', 'override']")
     config = spec.get("config")
     if isinstance(config, str):
-        import yaml
+        from marin_assets.config_files import load_structured
 
         path = (base_dir / config).resolve()
         if not path.is_file():
             raise ValueError(f"{source}: baseline.config {config!r}: no such file {path}")
-        config = yaml.safe_load(path.read_text()) or {}
+        config = load_structured(path) or {}
     data = merge(_mapping(config, f"{source}: baseline.config"), _mapping(spec.get("override"), f"{source}: baseline.override"))
     return config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from marin_assets.config_files import load_structured
+
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
@@ -40,7 +42,7 @@ class Budget:
 def load_budget(path: str | Path) -> Budget:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_structured(path) or {}
     except FileNotFoundError:
         raise FileNotFoundError(f"budget file {path} does not exist (write budget_tokens: N into it)") from None
     if not isinstance(data, dict) or "budget_tokens" not in data:

@@ -12,6 +12,12 @@ relative errors, which is why a delta as small as 1e-3 is meaningful.
 
 The objective and its gradient are plain numpy over all runs, so one L-BFGS start costs a
 few milliseconds and the full 4,500-point published grid runs in seconds.
+
+Large inputs: the grid costs starts x runs x iterations, so it runs on a deterministic
+subsample of at most ``grid_rows`` runs and only its winner is polished on every run; and
+``fit_parametric_with_ci`` fits at most ``max_rows`` runs (a deterministic subsample above
+that), since every bootstrap refit is a polish over all of them. Its report's ``rows`` says
+how many runs were given and used and why, and the CLI says so on stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.scaling.data import SUBSAMPLE_SEED, deterministic_subsample
 
 # Published grid (Besiroglu et al. 2024, section 2 / their released notebook):
 # alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1}, a, b in {0, 5, ..., 25}.
@@ -52,9 +59,15 @@ class ParametricFitConfig:
     ftol: float = 1e-9
     polish_gtol: float = 1e-10
     polish_ftol: float = 1e-14
+    # Cost caps ("Large inputs" in the module docstring). grid_rows is above the anchor's 240 runs,
+    # so the published protocol on it is unchanged.
+    grid_rows: int = 256
+    max_rows: int = 10_000
 
     def __post_init__(self) -> None:
         check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
+        check_int("grid_rows", self.grid_rows, 5, 1_000_000_000)
+        check_int("max_rows", self.max_rows, 5, 1_000_000_000)
         for name in ("gtol", "ftol", "polish_gtol", "polish_ftol"):
             check_float(name, getattr(self, name), 0, 1, lo_open=True)
         missing = set(PARAM_ORDER) - set(self.grid)
@@ -108,9 +121,26 @@ class ParametricFit:
         }
 
 
+# Starts per block of the batched objective: its ~20 temporaries are (starts, runs) arrays, so one
+# block of ~64k elements keeps them in cache (measured 2x faster on the anchor's 4,500 x 240 than
+# one block) and 4,500 starts x 1e6 runs no longer asks for 33.5 GiB per temporary.
+_OBJECTIVE_BLOCK = 1 << 16
+
+
 def _batched_objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray, delta: float):
     """Summed Huber loss of the log-sum-exp prediction and its exact gradient, for S parameter
-    vectors at once. theta: (S, 5) in PARAM_ORDER; returns f: (S,), grad: (S, 5)."""
+    vectors at once. theta: (S, 5) in PARAM_ORDER; returns f: (S,), grad: (S, 5).
+
+    Computed a block of starts at a time; each start's sums run over the same runs in the same
+    order whatever the block, so the result is bit-for-bit that of one block."""
+    step = max(1, _OBJECTIVE_BLOCK // max(1, log_n.size))
+    if theta.shape[0] <= step:
+        return _objective_block(theta, log_n, log_d, log_loss, delta)
+    parts = [_objective_block(theta[i : i + step], log_n, log_d, log_loss, delta) for i in range(0, theta.shape[0], step)]
+    return np.concatenate([f for f, _ in parts]), np.concatenate([g for _, g in parts])
+
+
+def _objective_block(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray, delta: float):
     a, b, e, alpha, beta = (theta[:, i : i + 1] for i in range(5))  # each (S, 1)
     # Three terms per (start, run): (S, R) each; log-sum-exp over them.
     t_n = a - alpha * log_n[None, :]
@@ -288,10 +318,13 @@ def fit_parametric(params, tokens, loss, config: ParametricFitConfig | None = No
     log_n, log_d, log_loss = np.log(params), np.log(tokens), np.log(loss)
 
     starts = np.array(list(itertools.product(*(config.grid[name] for name in PARAM_ORDER))), dtype=np.float64)
-    theta, objective = _batched_lbfgs(starts, log_n, log_d, log_loss, config)
+    grid = deterministic_subsample(params.size, config.grid_rows)
+    theta, objective = _batched_lbfgs(starts, log_n[grid], log_d[grid], log_loss[grid], config)
     if not np.any(np.isfinite(objective)):
         raise RuntimeError("every L-BFGS start diverged; check the inputs")
     best = int(np.argmin(objective))
+    if grid.size < params.size:  # the grid's objective was over fewer runs: rescore the winner on all
+        objective[best] = _objective_and_grad(theta[best], log_n, log_d, log_loss, config.huber_delta)[0]
     polished, polished_obj = _polish(theta[best], log_n, log_d, log_loss, config)
     if polished_obj > objective[best]:  # never let the polish make things worse
         polished, polished_obj = theta[best], float(objective[best])
@@ -316,6 +349,8 @@ def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot
 
     config = config or ParametricFitConfig()
     boot = boot or BootstrapConfig()
+    given = len(runs)
+    runs = runs.take(deterministic_subsample(given, config.max_rows)) if given > config.max_rows else runs
     if len(runs) < 5:
         reasons = "; ".join(f"row {e['row']}: {e['reason']}" for e in runs.excluded[:3])
         raise ValueError(f"{runs.source}: {len(runs)} usable run(s), the parametric law needs >= 5"
@@ -331,8 +366,23 @@ def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot
         return {"E": f.E, "A": f.A, "B": f.B, "alpha": f.alpha, "beta": f.beta}
 
     unc = bootstrap(refit, boot)
-    report = fit.as_dict()
+    report: dict = fit.as_dict()
     report["ci"] = unc["ci"]
     report["bootstrap"] = {k: unc[k] for k in ("n", "n_ok", "level", "seed")}
     report["excluded"] = list(runs.excluded)
+    report["rows"] = _rows_report(given, len(runs), config)
     return report
+
+
+def _rows_report(given: int, used: int, config: ParametricFitConfig) -> dict:
+    """How many valid runs the fit was given and used, and why any were left out (not excluded:
+    a cost cap, see ParametricFitConfig)."""
+    grid_rows = min(used, config.grid_rows)
+    why = []
+    if used < given:
+        why.append(f"{given} runs is more than max_rows={config.max_rows}: fitted and bootstrapped a deterministic "
+                   f"random subsample of {used} (seed {SUBSAMPLE_SEED})")
+    if grid_rows < used:
+        why.append(f"the grid search ran on a deterministic random subsample of {grid_rows} of the {used} runs "
+                   f"(grid_rows={config.grid_rows}); its best start was then fitted to all {used}")
+    return {"given": given, "used": used, "grid_search": grid_rows, "why": why}
