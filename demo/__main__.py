@@ -1,4 +1,4 @@
-"""`python -m demo` (what `marin demo` runs): the data job, the Tootsie run, the scaling ladder.
+"""`python -m demo` (what `marin demo` runs): the DataKit, the Tootsie run, the scaling ladder.
 
 Run from the repository root: it imports ``definitions`` like any user code would. The
 terminal gets one line per asset as it finishes and the summary; Dagster's event stream
@@ -24,33 +24,10 @@ from demo.progress import Execute, Progress, stderr_to, watched
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m demo", description="materialise the demo asset graph (local files, SQLite, CPU)")
-    parser.add_argument("--job", default="demo", help="asset job to run first (default: demo)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line (progress goes to stderr)")
     parser.add_argument("--skip-training", action="store_true", help="skip the phase-controlled training run")
     parser.add_argument("--skip-scaling", action="store_true", help="skip the scaling-law ladder")
-    parser.add_argument("--skip-shards", action="store_true", help="skip the sharded DataKit graph")
     return parser.parse_args(argv)
-
-
-def run_data_job(job_name: str, instance: dg.DagsterInstance, progress: Progress, session: str) -> dict:
-    """The data job with its own (multiprocess) executor, as `dagster job execute` would run it."""
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
-
-    from jobs import DEMO_TAGS
-
-    repo = ReconstructableRepository.for_file(str(Path("definitions.py").resolve()), "defs", working_directory=os.getcwd())
-    tags = {**DEMO_TAGS, "marin/demo_session": f"{session}-data"}
-    result = watched(instance, progress, {"marin/demo_session": tags["marin/demo_session"]}, lambda: dg.execute_job(
-        repo.get_reconstructable_job(job_name), instance=instance, tags=tags, raise_on_error=False))
-    assets = {}
-    for event in result.get_asset_materialization_events():
-        meta = event.materialization.metadata
-        assets[event.asset_key.to_user_string()] = {
-            "path": meta["path"].value if "path" in meta else None,
-            "cache_hit": meta["cache_hit"].value if "cache_hit" in meta else None,
-            "version": meta["version"].value[:16] if "version" in meta else None,
-        }
-    return {"job": job_name, "run_id": result.run_id, "success": result.success, "assets": assets}
 
 
 def tagged(instance: dg.DagsterInstance, progress: Progress, session: str) -> Execute:
@@ -65,23 +42,19 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from assets.scaling import DEMO_LADDER
     from assets.training import TRAIN_KEY
     from definitions import defs
+    from demo.datakit import run_datakit
     from demo.phases import run_demo_phases
     from demo.scaling import run_ladder
+    from jobs import DEMO_TAGS
     from sensors.phase_controller import budget_path
 
     say = lambda text: print(text, file=out, flush=True)
     session = uuid.uuid4().hex[:12]
-    total = len(defs.resolve_job_def(args.job).asset_layer.executable_asset_keys)
     with dg.DagsterInstance.get() as instance:
-        say(f"{args.job}: {total} assets")
-        summary = run_data_job(args.job, instance, Progress(total, out), session)
-        if summary["success"] and not args.skip_shards:
-            from demo.shards import run_shard_graph
-            from jobs import DEMO_TAGS
-
-            say("the sharded DataKit graph: one run per wave, shard partitions fanned out over local processes")
-            summary["shards"] = run_shard_graph(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-shards"}, log=say)
-            summary["success"] = summary["shards"]["success"]
+        say("DataKit: sources -> shards -> datasets -> mixture; one run per wave, shard partitions fanned out over "
+            "local processes")
+        datakit = run_datakit(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
+        summary = {"datakit": datakit, "success": datakit["success"]}
         if summary["success"] and not args.skip_training:
             say("the Tootsie run: the phase controller decides each phase of train/demo")
             phases = run_demo_phases(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), budget_path(), log=say,
@@ -89,7 +62,7 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
             summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
             summary["decisions"] = phases["decisions"]
         if summary["success"] and not args.skip_scaling:
-            steps = 2 + len(DEMO_LADDER.keys()) + 2  # data, every sweep partition, fit, prediction
+            steps = len(DEMO_LADDER.keys()) + 2  # every sweep partition, fit, prediction
             say(f"the scaling ladder: {steps} assets")
             summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
                                             execute=tagged(instance, Progress(steps, out), session))
@@ -122,15 +95,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(summary: dict) -> str:
-    hits = sum(1 for a in summary["assets"].values() if a["cache_hit"])
-    lines = [f"\n{summary['job']}: {'SUCCESS' if summary['success'] else 'FAILED'} in {summary['seconds']}s, "
-             f"{len(summary['assets'])} assets ({hits} cache hits), run {summary['run_id']}"]
-    for key, info in sorted(summary["assets"].items()):
-        lines.append(f"  {key:40s} {'hit ' if info['cache_hit'] else 'new '} {info['path']}")
-    if "shards" in summary:
-        sh = summary["shards"]
-        lines.append(f"  sharded graph: {sh['shards']} shards, {sh['partitions']} partitions ({sh['cache_hits']} cache hits) "
-                     f"in {sh['runs']} run(s) ({sh['up_to_date_waves']} wave(s) up to date), {sh['seconds']}s")
+    dk = summary["datakit"]
+    lines = [f"\ndemo: {'SUCCESS' if summary['success'] else 'FAILED'} in {summary['seconds']}s",
+             f"  DataKit: {dk['shards']} shards, {dk['partitions']} partitions ({dk['cache_hits']} cache hits) "
+             f"in {dk['runs']} run(s) ({dk['up_to_date_waves']} wave(s) up to date), {dk['seconds']}s"]
+    for name, tokens in sorted(dk["datasets_train_tokens"].items()):
+        lines.append(f"  datasets/{name:24s} {tokens:>12,} train tokens")
     for d in summary.get("decisions", []):
         lines.append(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
     if "scaling" in summary:

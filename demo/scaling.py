@@ -16,8 +16,8 @@ from marin_assets.scaling.ladder import Ladder
 
 def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladder, *, log: Callable[[str], None] = print,
                run_config: Mapping[str, Any] | None = None, job_name: str = "scaling", execute: Execute = run_directly) -> dict:
-    """Materialise ``ladder`` in process: scaling/tokenizer, scaling/tokenized, every sweep
-    partition (the fit budgets, then the held-out largest one), then scaling_fit and
+    """Materialise ``ladder`` in process (on the DataKit's mixture, materialised first): every
+    sweep partition (the fit budgets, then the held-out largest one), then scaling_fit and
     prediction, whose check compares the prediction with the best run at the largest budget.
 
     Uses the job ``job_name`` of ``defs``; ``run_config``'s {"ops": {op: ...}} entries go to
@@ -42,7 +42,6 @@ def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladde
         log(f"scaling ladder: {'+'.join(keys)}{f' [{partition}]' if partition else ''} in {time.monotonic() - t0:.1f}s")
         return result
 
-    run(["scaling/tokenizer", "scaling/tokenized"])
     for key in ladder.fit_keys + ladder.target_keys:
         run(["sweep"], key)
     result = run(["scaling_fit", "prediction"])

@@ -13,7 +13,7 @@ DEMO_TAGS = {"marin/accelerator": "cpu", "marin/priority": "interactive"}
 # materialises it. The multiprocess executor runs the independent sources on the cores we have.
 datakit_sources_job = dg.define_asset_job(
     name="datakit_sources",
-    selection=dg.AssetSelection.keys("shards/index", "quality_model", "eval_ngrams", "tokenizer").upstream(),
+    selection=dg.AssetSelection.assets("shards/index", "quality_model", "eval_ngrams", "tokenizer").upstream(),
     executor_def=dg.multiprocess_executor.configured(
         # forkserver with the code location's imports preloaded (dagster, scipy, our
         # modules; no jax, which must not be forked): each step forks in milliseconds

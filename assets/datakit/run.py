@@ -145,6 +145,7 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
         "vocab_size": combined.vocab_size,
         "store": display_path(join(spec.prefix, STORE_ENTRY)),
         "quarantine_reasons": reasons,
+        "skipped_files": {f"{name}/{entry}": why for name, c in zip(names, sources) for entry, why in c["skip_reasons"].items()},
     }
     if summary["docs_in"] != summary["docs_out"] + sum(removed.values()) + summary["quarantined"]:
         raise AssertionError(f"document accounting broken: {summary}")
@@ -181,8 +182,8 @@ def run(spec: RunSpec) -> int:
         run_ids = materialize(spec, store, log)
         log("writing the dataset index")
         summary = summarize(spec, store.store, run_ids)
-    except (RunFailed, FileNotFoundError, ValueError) as e:
-        say(str(e))
+    except (RunFailed, OSError, ValueError) as e:  # OSError: a full disk, a file-size limit (EFBIG), ...
+        say(f"{type(e).__name__}: {e}" if isinstance(e, OSError) and not isinstance(e, FileNotFoundError) else str(e))
         return 1
     finally:
         lease.release()

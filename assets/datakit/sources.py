@@ -20,7 +20,7 @@ import dagster as dg
 
 from assets.datakit.common import GROUP
 from assets.datakit.configs import SourceAssetConfig
-from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, list_input_files
+from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, scan_input
 from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
 from marin_assets.datakit.shards import basename, join
 from marin_assets.datakit.sources import SOURCES, materialize_source
@@ -92,12 +92,17 @@ def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
     """sources/<name>: the files of one --input, copied under their names inside it.
 
     A file of a format the index cannot shard is not copied: it is read by the readers here,
-    which quarantine it (unsupported_file_type), and counted.
+    which quarantine it (unsupported_file_type), and counted. Entries the scan refuses (a
+    symlink leaving the input, a FIFO, an unprintable name: readers.scan_input) are skipped
+    and counted with their reasons.
     """
-    named = input_names(path, list_input_files(path))
+    files, skipped = scan_input(path)
+    named = input_names(path, files)
 
     @versioned_asset(key=f"sources/{name}", code_version=f"files.{files_digest(named)}", group_name=GROUP)
     def _source(ctx: StageContext):
+        for entry, why in skipped.items():
+            ctx.log(f"not reading {entry}: {why}")
         reasons: dict[str, int] = {}
         for copy_name, file in named:
             if basename(file).lower().endswith(SHARDABLE):
@@ -106,7 +111,8 @@ def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
             for record in iter_file(file, ReaderConfig(max_doc_bytes=max_doc_bytes)):
                 reason = record.reason  # iter_file yields one QuarantineRecord for such a file
                 reasons[reason] = reasons.get(reason, 0) + 1
-        return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons}
+        return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons,
+                "skipped": len(skipped), "skip_reasons": skipped}
 
     return _source
 

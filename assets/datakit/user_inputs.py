@@ -55,7 +55,8 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
         "shards/tokenized": {"validation_fraction": spec.tokenize.validation_fraction,
                              "min_validation_docs": spec.tokenize.min_validation_docs, "batch_docs": spec.tokenize.batch_docs},
     }
-    level = "WARNING" if spec.quiet else "INFO"
+    # --json: stderr carries the run's one-line error only, not Dagster's step tracebacks.
+    level = "CRITICAL" if spec.quiet else "INFO"
     return {"ops": {by_key[k]: {"config": c} for k, c in ops.items() if k in by_key},
             "loggers": {"console": {"config": {"log_level": level}}}}
 

@@ -87,7 +87,8 @@ def run_handler(args: argparse.Namespace) -> int:
         spec = RunSpec(tuple(args.input), tuple(args.eval), args.prefix, **built, quality_model=args.quality_model,
                        source_cache_dir=args.cache_dir, workers=workers, quiet=args.json)
     except ValueError as e:  # --workers, $MARIN_LOCAL_WORKERS, a path
-        print(f"marin datakit run: {e}", file=sys.stderr)
+        flag = "--workers: " if str(e).startswith("workers ") else ""
+        print(f"marin datakit run: {flag}{e}", file=sys.stderr)
         return 2
     try:
         check_run_inputs(spec)

@@ -15,7 +15,6 @@ import sys
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="materialise the demo asset graph (local files, SQLite, CPU)")
-    parser.add_argument("--job", default="demo", help="asset job to run (default: demo)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--skip-training", action="store_true", help="skip the phase-controlled training run")
     parser.add_argument("--skip-scaling", action="store_true", help="skip the scaling-law ladder")
@@ -23,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def driver_command(args: argparse.Namespace) -> list[str]:
-    flags = ["--job", args.job] + [f for f, on in (("--json", args.json), ("--skip-training", args.skip_training),
+    flags = [f for f, on in (("--json", args.json), ("--skip-training", args.skip_training),
                                                      ("--skip-scaling", args.skip_scaling)) if on]
     return [sys.executable, "-m", "demo", *flags]
 

@@ -1,8 +1,9 @@
-"""A directory of users' files, scanned: what the new-files sensors and sources/user read.
+"""A directory of users' files, scanned: what the new_user_shards sensor and sources/user read.
 
-An entry whose real path leaves the directory (a symlink to /etc/passwd, say), whose name
-is not a valid path segment, or whose extension the readers do not read is skipped with
-the reason, never silently.
+The same entry policy as a ``marin datakit run --input`` folder (readers.scan_input): an
+entry whose real path leaves the directory (a symlink to /etc/passwd, say), a FIFO or other
+non-regular file, a name that is not valid UTF-8 or is not a valid path segment, or an
+extension the readers do not read is skipped with the reason, never silently.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import json
 import os
 
-from marin_assets.datakit.readers import SUPPORTED_SUFFIXES
+from marin_assets.datakit.readers import SUPPORTED_SUFFIXES, local_entry_problem, shown_name
 from marin_assets.store import validate_segment
 from marin_assets.store.fsutil import real_path_inside, sha256_file
 
@@ -22,19 +23,22 @@ WATCH_ENV = "MARIN_USER_DATA_DIR"
 def scan(directory: str) -> tuple[dict[str, str], dict[str, str]]:
     """({file: sha256} of usable files, {file: why skipped}) in ``directory``."""
     usable, skipped = {}, {}
+    root = os.path.realpath(directory)
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
-        if name.startswith(".") or not (os.path.isfile(path) or os.path.islink(path)):
+        if name.startswith(".") or (os.path.isdir(path) and not os.path.islink(path)):
             continue
-        try:
-            real = real_path_inside(directory, name)
-            validate_segment(name, "file name")
-        except ValueError as err:
-            skipped[name] = str(err)
+        why = local_entry_problem(path, root)
+        if why is None:
+            try:
+                validate_segment(name, "file name")
+            except ValueError as err:
+                why = str(err)
+        if why is not None:
+            skipped[shown_name(name)] = why
             continue
-        if not os.path.isfile(real):
-            skipped[name] = f"{name} is a link to {real}, which is not a file"
-        elif not name.endswith(SUFFIXES):
+        real = real_path_inside(directory, name)
+        if not name.endswith(SUFFIXES):
             skipped[name] = f"unsupported extension (want one of {', '.join(SUFFIXES)})"
         else:
             usable[name] = sha256_file(real)

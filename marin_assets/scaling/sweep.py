@@ -1,4 +1,4 @@
-"""One IsoFLOP sweep point, trained and scored, and the ladder's document sample (no Dagster).
+"""One IsoFLOP sweep point, trained on the DataKit's datasets and scored on their held-out splits (no Dagster).
 
 The assets in ``assets/scaling.py`` call these; ``config`` is any object with the sweep
 settings as attributes (the asset layer passes its ``SweepConfig``).
@@ -202,37 +202,3 @@ def _upload(local: Path, root: str, names: Sequence[str]) -> None:
     for name in names:
         if (local / name).exists():
             _write_bytes(root, name, (local / name).read_bytes())
-
-
-# ---------------------------------------------------------------- the ladder's own data
-
-
-def sample_documents(shard_paths: Sequence[str], out_dir: str, max_chars_per_source: int) -> dict:
-    """Write ``out_dir/<source>/part-00000-of-00001.parquet``: whole documents of each source
-    until it holds ``max_chars_per_source`` characters; return {source: {documents, chars}}.
-
-    Documents are taken in order of the *last* 8 hex digits of their id (a uniform hash), so
-    the sample is uniform and independent of the train/validation split, which the
-    tokenizer makes from the *first* 8 digits (``datakit.tokenize.is_validation``)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from marin_assets.datakit.shards import join, read_table, shard_name, write_table
-
-    if max_chars_per_source < 1:
-        raise ValueError(f"max_chars_per_source must be >= 1, got {max_chars_per_source}")
-    tables = [read_table(p, columns=["id", "text", "source"]) for p in shard_paths]
-    if not tables or not sum(t.num_rows for t in tables):
-        raise ValueError(f"no documents in {list(shard_paths)}")
-    table = pa.concat_tables(tables)
-    out = {}
-    for source in sorted(set(table.column("source").to_pylist())):
-        part = table.filter(pc.equal(table.column("source"), source))
-        order = pc.sort_indices(pa.table({"k": pc.utf8_slice_codeunits(part.column("id"), 24, 32)}), [("k", "ascending")])
-        part = part.take(order)
-        chars = np.cumsum(pc.utf8_length(part.column("text")).to_numpy(zero_copy_only=False))
-        n = min(part.num_rows, int(np.searchsorted(chars, max_chars_per_source)) + 1)
-        write_table(part.slice(0, n), join(out_dir, source, shard_name(0, 1)))
-        out[source] = {"documents": n, "chars": int(chars[n - 1])}
-    return out

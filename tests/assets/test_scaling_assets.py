@@ -1,10 +1,9 @@
-"""The scaling assets end to end on a tiny real corpus: the ladder's own data (sample ->
-small BPE -> caches), sweep partitions -> fit -> prediction -> check, and ``run_ladder``.
+"""The scaling assets end to end on a tiny real corpus: the DataKit's datasets through the
+real ``mixture`` asset, sweep partitions -> fit -> prediction -> check, and ``run_ladder``.
 
-The data is real text (a few Python standard-library source files), normalized into
-document shards that a test-local "final_documents" asset hands to the real
-scaling/tokenizer and scaling/tokenized assets, so the demo's download pipeline is not
-needed. The ladder is shrunk: one real training partition (a few dozen steps), and the whole
+The data is real text (a few Python standard-library source files) in stand-in byte-level
+datasets (tests/support/datasets.py: real shard caches and dataset indexes), so the demo's
+download pipeline is not needed. The ladder is shrunk: one real training partition (a few dozen steps), and the whole
 fit -> prediction -> check path (also through ``run_ladder``) on a known loss law at the
 planner's real (N, D, C), where the answer is known.
 """
@@ -13,22 +12,23 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sysconfig
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from assets.scaling import DEMO_LADDER, build_scaling_assets, scaling_assets, scaling_checks, scaling_tokenized, scaling_tokenizer
+from assets.datakit.datasets import mixture_asset
+from assets.scaling import DEMO_LADDER, build_scaling_assets, scaling_assets, scaling_checks
 from demo.scaling import run_ladder
 from jobs import scaling_job
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.scaling.ladder import Ladder, write_file
-from marin_assets.scaling.sweep import parse_partition_key, partition_key, sample_documents
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.scaling.sweep import parse_partition_key, partition_key
 from marin_assets.store import ArtifactRef
+from tests.support.datasets import VOCAB_SIZE, byte_datasets, mixture_run_config
 
-VOCAB = 384
+VOCAB = VOCAB_SIZE  # the code location's byte tokenizer
 SEQ = 32
 STDLIB_FILES = {"textwrap": ["textwrap.py", "string.py"], "argparse": ["argparse.py"]}
 
@@ -53,51 +53,32 @@ SWEEP_CONFIG = {"seq_len": SEQ, "head_dim": 8, "batch_sizes": [8], "min_steps": 
                 "lr_base": 0.02, "lr_ref_width": 1024, "validation_windows": 64}
 
 
-DATA_CONFIG = {"ops": {"scaling__tokenizer": {"config": {"vocab_size": VOCAB, "max_chars_per_source": 400_000}},
-                       "scaling__tokenized": {"config": {"validation_fraction": 0.1}}}}
 
 
-@pytest.fixture(scope="module")
-def doc_shards(tmp_path_factory) -> list[str]:
-    """Normalized document shards (id, text, source, ...) of real stdlib text, two sources."""
-    from marin_assets.datakit.normalize import NormalizeConfig, normalize
-    from marin_assets.datakit.shards import list_shards
-
-    tmp = tmp_path_factory.mktemp("scaling-docs")
+def stdlib_blocks(files: list[str]) -> list[str]:
+    """One document per blank-line-separated block of at least a few lines of the files."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    shards = []
-    for source, files in STDLIB_FILES.items():
-        docs = []
-        for name in files:
-            # One document per blank-line-separated block of at least a few lines.
-            blocks = (stdlib / name).read_text().split("\n\n")
-            docs += [b for b in blocks if len(b) > 200]
-        (tmp / f"{source}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-        normalize(str(tmp / f"{source}.jsonl"), str(tmp / "norm" / source), NormalizeConfig(source=source))
-        shards += list_shards(str(tmp / "norm" / source))
-    return shards
+    return [b for name in files for b in (stdlib / name).read_text().split("\n\n") if len(b) > 200]
 
 
-def final_documents_asset(shards: list[str]):
-    @versioned_asset(key="final_documents", code_version="test")
-    def final_documents(ctx: StageContext):
-        for i, path in enumerate(shards):
-            shutil.copy(path, Path(ctx.out_dir) / f"part-{i:05d}-of-{len(shards):05d}.parquet")
-        return {"shards": len(shards)}
+def _split(docs: list[str]) -> tuple[list[str], list[str]]:
+    return [d for i, d in enumerate(docs) if i % 10], [d for i, d in enumerate(docs) if i % 10 == 0]
 
-    return final_documents
+
+DATASETS = byte_datasets({source: _split(stdlib_blocks(files)) for source, files in STDLIB_FILES.items()}, shards_per_source=2)
+mixture = mixture_asset(list(STDLIB_FILES))
+DATA = [*DATASETS, mixture]
+DATA_CONFIG = mixture_run_config({source: 1.0 for source in STDLIB_FILES})
 
 
 @pytest.fixture(scope="module")
-def data_store(doc_shards, tmp_path_factory):
-    """A store holding final_documents, scaling/tokenizer and scaling/tokenized (real assets)."""
+def data_store(tmp_path_factory):
+    """A store holding the datasets and the mixture (the real asset)."""
     prefix = tmp_path_factory.mktemp("scaling-store")
-    docs = final_documents_asset(doc_shards)
     with dg.instance_for_test() as instance:
-        result = dg.materialize([docs, scaling_tokenizer, scaling_tokenized], instance=instance,
-                                resources=resources(prefix), run_config=DATA_CONFIG)
+        result = dg.materialize(DATA, instance=instance, resources=resources(prefix), run_config=DATA_CONFIG)
     assert result.success
-    return prefix, docs, result.output_for_node("scaling__tokenized")
+    return prefix, result.output_for_node("mixture")
 
 
 def resources(prefix: Path) -> dict:
@@ -122,10 +103,10 @@ def test_partition_keys_round_trip_and_pass_store_validation():
 
 
 def test_every_demo_partition_is_plannable_with_the_default_sweep_config():
-    from assets.scaling import ScalingDataConfig, SweepConfig
+    from assets.scaling import SweepConfig
     from marin_assets.scaling.sweep import plan_run
 
-    config = SweepConfig(vocab_size=ScalingDataConfig().vocab_size)
+    config = SweepConfig(vocab_size=VOCAB)
     for key in DEMO_LADDER.keys():
         budget, width = parse_partition_key(key)
         cand = plan_run(budget, width, config)  # raises with the reason if the planner has no run
@@ -144,50 +125,24 @@ def test_ladder_rejects_bad_shapes():
 
 def test_exports_are_the_demo_ladder():
     keys = {a.key.to_user_string() for a in scaling_assets}
-    assert keys == {"scaling/tokenizer", "scaling/tokenized", "sweep", "scaling_fit", "prediction"}
+    assert keys == {"sweep", "scaling_fit", "prediction"}
     assert [c.check_specs_by_output_name for c in scaling_checks]
     sweep = next(a for a in scaling_assets if a.key.to_user_string() == "sweep")
     assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(DEMO_LADDER.keys())
-    assert sweep.dependency_keys == {dg.AssetKey(["scaling", "tokenized"])}
-    defs = dg.Definitions(assets=[*scaling_assets, final_documents_asset([])], asset_checks=scaling_checks,
+    assert sweep.dependency_keys == {dg.AssetKey("mixture")}  # the ladder reads the DataKit's datasets
+    defs = dg.Definitions(assets=[*scaling_assets, *DATA], asset_checks=scaling_checks,
                           jobs=[scaling_job], resources=resources(Path("/nonexistent")))
     defs.resolve_all_job_defs()
     assert set(defs.resolve_job_def("scaling").asset_layer.executable_asset_keys) == {a.key for a in scaling_assets}
 
 
-def test_sample_documents_caps_each_source_independently_of_the_split(doc_shards, tmp_path):
-    import pyarrow.parquet as pq
+def test_the_ladder_reads_the_mixtures_datasets(data_store):
+    from assets.scaling import ladder_data
 
-    from marin_assets.datakit.tokenize import is_validation
-
-    full = sample_documents(doc_shards, str(tmp_path / "all"), 10**9)
-    assert set(full) == set(STDLIB_FILES)
-    cap = 20_000
-    capped = sample_documents(doc_shards, str(tmp_path / "capped"), cap)
-    for source, c in capped.items():
-        table = pq.read_table(tmp_path / "capped" / source / "part-00000-of-00001.parquet")
-        texts = table.column("text").to_pylist()
-        assert set(table.column("source").to_pylist()) == {source}
-        assert len(texts) == c["documents"] < full[source]["documents"]
-        # Whole documents up to the cap: the last one crosses it, the ones before do not.
-        assert sum(map(len, texts)) == c["chars"] >= cap > sum(map(len, texts[:-1]))
-        # The sample is not the low end of the id space, which the split puts in validation.
-        ids = table.column("id").to_pylist()
-        assert ids != sorted(ids)
-        assert 0 < sum(is_validation(i, 0.3) for i in ids) < len(ids)
-    with pytest.raises(ValueError, match="max_chars_per_source"):
-        sample_documents(doc_shards, str(tmp_path / "bad"), 0)
-
-
-def test_scaling_data_assets(data_store):
-    prefix, _, tokenized = data_store
-    counts = tokenized.counts
-    assert counts["vocab_size"] == VOCAB and set(counts["tokens"]) == set(STDLIB_FILES)
-    for source, t in counts["tokens"].items():
-        stats = json.loads((Path(tokenized.data_path) / source / "stats.json").read_text())
-        assert stats["vocab_size"] == VOCAB and stats["train"]["tokens"] == t["train"] > 0
-        assert t["validation"] > 4 * SEQ, counts
-        assert (Path(tokenized.data_path) / source / "train").is_dir()
+    _, mixture_ref = data_store
+    datasets, vocab = ladder_data(mixture_ref)
+    assert vocab == VOCAB and set(datasets) == set(STDLIB_FILES)
+    assert all(path.endswith("dataset.json") for path in datasets.values())
 
 
 def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print):
@@ -204,16 +159,16 @@ def law_run(budget, width, config, train_caches, validation_caches, out_dir, log
 
 
 def test_real_sweep_partition_trains_to_its_budget(data_store):
-    prefix, docs, tokenized_ref = data_store
+    prefix, _ = data_store
     (sweep, *_), _ = build_scaling_assets(REAL_LADDER)
     with dg.instance_for_test() as instance:
-        result = dg.materialize([docs, scaling_tokenizer, scaling_tokenized, sweep], selection=[sweep.key],
+        result = dg.materialize([*DATA, sweep], selection=[sweep.key],
                                 partition_key=REAL_KEY, instance=instance, resources=resources(prefix),
                                 run_config={"ops": {"sweep": {"config": SWEEP_CONFIG}}})
     ref: ArtifactRef = result.output_for_node("sweep")
     c = ref.counts
-    vocab = json.loads((Path(tokenized_ref.data_path) / "textwrap" / "stats.json").read_text())["vocab_size"]
-    assert c["vocab_size"] == vocab == VOCAB  # taken from the tokenizer, not configured
+    vocab = VOCAB
+    assert c["vocab_size"] == VOCAB  # taken from the datasets' tokenizer, not configured
     assert (c["budget"], c["width"]) == (pytest.approx(2e9, rel=0.05), 32)
     assert abs(c["flops"] / c["budget"] - 1) <= 0.04
     assert c["tokens"] == c["steps"] * c["batch_size"] * SEQ
@@ -231,15 +186,14 @@ def test_real_sweep_partition_trains_to_its_budget(data_store):
 
 
 def test_ladder_fit_predict_and_check(data_store, tmp_path):
-    prefix, docs, _ = data_store
+    prefix, _ = data_store
     assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
     sweep, scaling_fit, prediction = assets
     res = resources(prefix)
     sweep_cfg = {"ops": {"sweep": {"config": SWEEP_CONFIG}}}
     fit_cfg = {"ops": {"scaling_fit": {"config": {"bootstrap_n": 20}},
                        "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
-    tokenized = [docs, scaling_tokenizer, scaling_tokenized]
-    everything = [*tokenized, sweep, scaling_fit, prediction, *checks]
+    everything = [*DATA, sweep, scaling_fit, prediction, *checks]
 
     def fit_and_check():
         return dg.materialize(everything, selection=[scaling_fit.key, prediction.key], instance=instance,
@@ -247,7 +201,7 @@ def test_ladder_fit_predict_and_check(data_store, tmp_path):
 
     def run_sweep(keys):
         for key in keys:
-            assert dg.materialize([*tokenized, sweep], selection=[sweep.key], partition_key=key, instance=instance,
+            assert dg.materialize([*DATA, sweep], selection=[sweep.key], partition_key=key, instance=instance,
                                   resources=res, run_config=sweep_cfg).success
 
     with dg.instance_for_test() as instance:
@@ -303,24 +257,21 @@ def test_ladder_fit_predict_and_check(data_store, tmp_path):
     print(f"law ladder: predicted {pred['loss']:.4f}, actual best {meta['actual_loss'].value:.4f}, error {err:+.4%}")
 
 
-def test_run_ladder_materialises_everything_and_reports_the_error(doc_shards, tmp_path):
-    """``run_ladder`` (what ``marin demo`` calls) on the law ladder: data, every partition,
-    fit, prediction and the check, with the error it reports equal to the check's."""
+def test_run_ladder_materialises_everything_and_reports_the_error(tmp_path):
+    """``run_ladder`` (what ``marin demo`` calls) on the law ladder: every partition, fit,
+    prediction and the check, with the error it reports equal to the check's."""
     assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
-    docs = final_documents_asset(doc_shards)
-    defs = dg.Definitions(assets=[docs, scaling_tokenizer, scaling_tokenized, *assets],
-                          asset_checks=checks, jobs=[scaling_job], resources=resources(tmp_path / "store"))
-    run_config = {"ops": {**DATA_CONFIG["ops"], "sweep": {"config": SWEEP_CONFIG},
+    defs = dg.Definitions(assets=[*DATA, *assets], asset_checks=checks, jobs=[scaling_job], resources=resources(tmp_path / "store"))
+    run_config = {"ops": {"sweep": {"config": SWEEP_CONFIG},
                           "scaling_fit": {"config": {"bootstrap_n": 20}},
                           "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
     lines = []
     with dg.instance_for_test() as instance:
-        assert dg.materialize([docs], instance=instance,
-                              resources=resources(tmp_path / "store")).success
+        assert dg.materialize(DATA, instance=instance, resources=resources(tmp_path / "store"), run_config=DATA_CONFIG).success
         marked = lambda run, tags: run({**tags, "test/mark": "ladder"})  # what the demo's progress reporter does
         out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=run_config, execute=marked)
         ladder_runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
-        assert len(ladder_runs) == 1 + len(LAW_LADDER.keys()) + 1
+        assert len(ladder_runs) == len(LAW_LADDER.keys()) + 1
         assert all(r.tags.get("test/mark") == "ladder" for r in ladder_runs)  # the hook's tags reach every run
         done = instance.get_materialized_partitions(dg.AssetKey("sweep"))
         check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
@@ -336,5 +287,5 @@ def test_run_ladder_materialises_everything_and_reports_the_error(doc_shards, tm
     assert out["exponents"]["n_opt"] == pytest.approx(LAW["beta"] / (LAW["alpha"] + LAW["beta"]), abs=0.15)
     assert out["seconds"] > 0
     # One line per step plus the summary, which states the error.
-    assert len(lines) == 1 + len(LAW_LADDER.keys()) + 1 + 1
+    assert len(lines) == len(LAW_LADDER.keys()) + 1 + 1
     assert f"{out['relative_error']:+.2%}" in lines[-1]

@@ -1,9 +1,13 @@
+"""`marin datakit run`: the DataKit graph over a user's files, through the CLI as a user runs it."""
+
 import json
 import os
 
 import pytest
 
 from marin_assets.cli import main
+
+BYTES = ["--tokenizer", "bytes"]  # fast to load; the default (olmo) is exercised in tests/train/test_cli_datakit.py
 
 
 def _write(path, records):
@@ -16,40 +20,59 @@ def _partly_copied(item: str, copied: int, filler_words: str) -> str:
     return " ".join(item.split()[:copied] + filler_words.split()[: 32 - copied])
 
 
-def test_datakit_run_prints_one_json_line_with_the_invariant(tmp_path, capsys, prose):
-    import pyarrow.parquet as pq
+def _run(args, capsys):
+    code = main(["datakit", "run", *args, "--json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
 
+
+def _dataset(summary):
+    from marin_assets.datakit.datasets import read_dataset
+
+    return read_dataset(summary["cache"])
+
+
+def _rows(summary, split):
+    """Every token row of one split, shard by shard, read with Levanter's own reader."""
     from marin_assets.datakit.tokenize import open_cache
 
+    rows = []
+    for shard in _dataset(summary).shards:
+        cache = open_cache(shard.split(split))
+        rows += [r["input_ids"].tolist() for r in cache.get_batch_sync(list(range(len(cache))))] if len(cache) else []
+    return rows
+
+
+def _texts(summary):
+    from marin_assets.datakit.shards import read_table
+
+    return sorted(t for s in _dataset(summary).shards for t in read_table(s.documents).column("text").to_pylist())
+
+
+def test_datakit_run_prints_one_json_line_with_the_invariant(tmp_path, capsys, prose):
     item = prose(7)
     near_45 = f"{prose(60)}\n{_partly_copied(item, 21, prose(70))}\n{prose(61)}"  # overlap 0.45: kept
     near_55 = f"{prose(62)}\n{_partly_copied(item, 23, prose(71))}\n{prose(63)}"  # overlap 0.55: removed
     docs = [{"text": prose(i)} for i in range(12)] + [{"text": prose(3)}, "not json", {"text": near_45}, {"text": near_55}]
     _write(tmp_path / "in.jsonl", docs)
     _write(tmp_path / "eval.jsonl", [{"text": item}])
-    code = main(["datakit", "run", "--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
-                 "--prefix", str(tmp_path / "out"), "--vocab-size", "300", "--validation-fraction", "0.2", "--json"])  # fmt: skip
+    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
+                             "--prefix", str(tmp_path / "out"), "--validation-fraction", "0.2", *BYTES], capsys)
     assert code == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 1
-    summary = json.loads(lines[0])
-    assert sorted(summary) == ["cache", "docs_in", "docs_out", "final_documents", "quarantine_reasons", "quarantined",
-                               "removed", "tokenizer", "tokens"]  # fmt: skip
+    assert sorted(summary) == ["cache", "docs_in", "docs_out", "quarantine_reasons", "quarantined", "removed", "shards",
+                               "skipped_files", "store", "tokenizer", "tokens", "vocab_size"]
     assert summary["docs_in"] == 16 and summary["quarantined"] == 1
     assert summary["removed"] == {"contaminated": 2, "exact_duplicate": 1, "fuzzy_duplicate": 0, "low_quality": 0}
     assert summary["docs_in"] == summary["docs_out"] + sum(summary["removed"].values()) + summary["quarantined"]
-    assert summary["docs_out"] == 12
-    final = [t for s in sorted((tmp_path / "out" / "final_documents").glob("part-*.parquet"))
-             for t in pq.read_table(s).column("text").to_pylist()]  # fmt: skip
+    assert summary["docs_out"] == 12 and summary["vocab_size"] == 257 and summary["tokenizer"] == "bytes"
+    final = _texts(summary)
     assert near_45 in final and near_55 not in final and item not in final
-    # The reported token counts are the cache's: P/cache/{train,validation} open with Levanter's reader.
+    # The reported token counts are the shard caches' own (Levanter's reader), each row a document + EOS.
     assert summary["cache"] == str(tmp_path / "out" / "cache")
     for split in ("train", "validation"):
-        cache = open_cache(f"{summary['cache']}/{split}")
-        tokens = sum(len(r["input_ids"]) for r in cache.get_batch_sync(list(range(len(cache)))))
-        assert tokens == summary["tokens"][split]
-    assert len(open_cache(f"{summary['cache']}/train")) + len(open_cache(f"{summary['cache']}/validation")) == 12
-    assert summary["final_documents"].endswith("final_documents")
+        assert sum(len(r) for r in _rows(summary, split)) == summary["tokens"][split]
+    assert len(_rows(summary, "train")) + len(_rows(summary, "validation")) == 12
+    assert sorted(os.listdir(tmp_path / "out" / "cache")) == ["dataset.json", "tokenizer.json"]
 
 
 def test_missing_input_is_a_clear_error(tmp_path, capsys):
@@ -58,56 +81,29 @@ def test_missing_input_is_a_clear_error(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_bad_threshold_is_rejected(tmp_path, capsys):
-    code = main(["datakit", "run", "--input", str(tmp_path), "--prefix", str(tmp_path / "o"), "--quality-threshold", "2"])
-    assert code == 2 and "--quality-threshold" in capsys.readouterr().err
-
-
 def test_input_with_only_bad_records_still_accounts_for_everything(tmp_path, capsys):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text('{bad\n{"text": ""}\n{"text": "nul \\u0000"}\n')
-    code = main(["datakit", "run", "--input", str(tmp_path / "in"), "--prefix", str(tmp_path / "out"), "--json"])
-    captured = capsys.readouterr()
-    summary = json.loads(captured.out)
-    assert code == 1 and "no documents left (3 read, 3 quarantined" in captured.err  # nothing useful: non-zero
+    code, summary, err = _run(["--input", str(tmp_path / "in"), "--prefix", str(tmp_path / "out"), *BYTES], capsys)
+    assert code == 1 and "no documents left (3 read, 3 quarantined" in err  # nothing useful: non-zero
     assert summary["docs_in"] == 3 and summary["quarantined"] == 3 and summary["docs_out"] == 0
     assert summary["quarantine_reasons"] == {"empty_text": 1, "malformed_json": 1, "nul_bytes": 1}
     assert summary["tokens"] == {"train": 0, "validation": 0}
 
 
-def _run(args, capsys):
-    code = main(["datakit", "run", *args, "--json"])
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip() else None), err
-
-
-def _outputs(prefix):
-    """What a run produced, path-free: final texts and the token rows of both cache splits."""
-    from marin_assets.datakit.shards import list_shards, read_table
-    from marin_assets.datakit.tokenize import open_cache
-
-    texts = sorted(t for s in list_shards(str(prefix / "final_documents")) for t in read_table(s).column("text").to_pylist())
-    rows = {}
-    for split in ("train", "validation"):
-        cache = open_cache(str(prefix / "cache" / split))
-        rows[split] = [r["input_ids"].tolist() for r in cache.get_batch_sync(list(range(len(cache))))]
-    return texts, rows
-
-
 def _pathless(summary):
-    return {k: v for k, v in summary.items() if k not in ("cache", "final_documents", "tokenizer")}
+    return {k: v for k, v in summary.items() if k not in ("cache", "store")}
 
 
 def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, prose):
-    # Run 1 (two inputs, shard size 3) leaves map/reduce buckets, attributes and shards behind;
-    # run 2 reads other documents that overlap run 1's. Before the fix, run 1's exact-dedup map
-    # files joined run 2's reduce and every overlapping document was "an exact duplicate".
+    # Run 1 (two inputs) leaves its shards in P/store; run 2 reads other documents that overlap
+    # run 1's. Run 1's shards must not join run 2's dedup: run 2's graph never reads them.
     _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(12)])
     _write(tmp_path / "c.jsonl", [{"text": prose(100 + i)} for i in range(5)])
     _write(tmp_path / "b.jsonl", [{"text": prose(i)} for i in range(6, 18)] + [{"text": prose(7)}])
-    common = ["--vocab-size", "300", "--validation-fraction", "0.3"]
+    common = ["--validation-fraction", "0.3", *BYTES]
     code, first, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--input", str(tmp_path / "c.jsonl"),
-                           "--prefix", str(tmp_path / "P"), "--shard-docs", "3", *common], capsys)  # fmt: skip
+                           "--prefix", str(tmp_path / "P"), *common], capsys)
     assert code == 0 and first["docs_out"] == 17
     code, reused, _ = _run(["--input", str(tmp_path / "b.jsonl"), "--prefix", str(tmp_path / "P"), *common], capsys)
     assert code == 0
@@ -115,32 +111,56 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert code == 0
     assert reused["docs_in"] == 13 and reused["removed"]["exact_duplicate"] == 1 and reused["docs_out"] == 12
     assert _pathless(reused) == _pathless(fresh)
-    assert _outputs(tmp_path / "P") == _outputs(tmp_path / "F")
-    # Nothing of run 1's output is left: the reused prefix holds what the fresh one does (run 1's
-    # artifacts stay in P/store under their own versions, which run 2's graph never reads).
-    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [
-        "cache", "final_documents", "store", "summary.json", "tokenizer"]  # fmt: skip
-    # The same input twice into one prefix gives the same output again.
-    code, again, _ = _run(["--input", str(tmp_path / "b.jsonl"), "--prefix", str(tmp_path / "P"), *common], capsys)
-    assert code == 0 and _pathless(again) == _pathless(fresh) and _outputs(tmp_path / "P") == _outputs(tmp_path / "F")
+    assert _texts(reused) == _texts(fresh) and _rows(reused, "train") == _rows(fresh, "train")
+    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "store", "summary.json"]
 
 
-def test_paths_inside_what_a_run_empties_are_refused(tmp_path, capsys, prose):
+def test_files_a_user_keeps_under_the_prefix_are_left_alone(tmp_path, capsys, prose):
+    # A run writes only store/, cache/dataset.json, cache/tokenizer.json and summary.json: it
+    # deletes nothing, so a user's file next to them survives (a probe lost cache/important.txt).
     _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(4)])
-    code, _, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), "--vocab-size", "300"], capsys)
+    (tmp_path / "P" / "cache").mkdir(parents=True)
+    (tmp_path / "P" / "cache" / "important.txt").write_text("keep me")
+    (tmp_path / "P" / "notes.md").write_text("mine")
+    for _ in range(2):
+        code, _, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
+        assert code == 0
+    assert (tmp_path / "P" / "cache" / "important.txt").read_text() == "keep me"
+    assert (tmp_path / "P" / "notes.md").read_text() == "mine"
+
+
+def test_a_second_run_into_a_busy_prefix_is_refused_and_reports_nothing(tmp_path, capsys, prose):
+    # Another run holds the prefix's lease: this one must neither wait silently, nor mix its
+    # shards with the other's, nor print the other's result.
+    from marin_assets.store.fsutil import filesystem
+    from marin_assets.store.lease import Lease
+
+    _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(4)])
+    fs, root = filesystem(str(tmp_path / "P"))
+    other = Lease(fs, f"{root}/.datakit.lease", heartbeat_thread=False)
+    assert other.acquire()
+    try:
+        code, summary, err = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
+    finally:
+        other.release()
+    assert code == 1 and summary is None
+    assert f"another marin datakit run is working on {tmp_path / 'P'}" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "P" / "cache").exists() and not (tmp_path / "P" / "summary.json").exists()
+
+
+def test_paths_inside_what_a_run_writes_are_refused(tmp_path, capsys, prose):
+    _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(4)])
+    code, _, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
     assert code == 0
-    before = sorted(os.listdir(tmp_path / "P" / "final_documents"))
-    # Reusing this prefix's own tokenizer or output as input would delete it before reading it.
+    before = (tmp_path / "P" / "cache" / "dataset.json").read_bytes()
     code, _, err = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"),
-                         "--tokenizer", str(tmp_path / "P" / "tokenizer" / "tokenizer.json")], capsys)  # fmt: skip
+                         "--tokenizer", str(tmp_path / "P" / "cache" / "tokenizer.json")], capsys)
     assert code == 1 and "tokenizer" in err and "lies inside" in err
-    code, _, err = _run(["--input", str(tmp_path / "P" / "final_documents"), "--prefix", str(tmp_path / "P")], capsys)
-    assert code == 1 and "input" in err and "lies inside" in err
     code, _, err = _run(["--input", str(tmp_path / "P" / "store"), "--prefix", str(tmp_path / "P")], capsys)
     assert code == 1 and "input" in err and "lies inside" in err
     code, _, err = _run(["--input", str(tmp_path), "--prefix", str(tmp_path / "P")], capsys)
     assert code == 1 and "is inside input" in err
-    assert sorted(os.listdir(tmp_path / "P" / "final_documents")) == before  # nothing was touched
+    assert (tmp_path / "P" / "cache" / "dataset.json").read_bytes() == before  # nothing was touched
 
 
 BAD_FLAGS = [
@@ -151,8 +171,8 @@ BAD_FLAGS = [
     (["--quality-threshold", "nan"], "--quality-threshold", "finite"),
     (["--quality-threshold=-inf"], "--quality-threshold", "finite"),
     (["--quality-threshold", "1.5"], "--quality-threshold", "[0, 1]"),
-    (["--vocab-size", "10"], "--vocab-size", "[258,"),
-    (["--shard-docs", "0"], "--shard-docs", "[1,"),
+    (["--decontam-threshold", "0"], "--decontam-threshold", "(0, 1]"),
+    (["--min-validation-docs", "-1"], "--min-validation-docs", "[0,"),
     (["--max-doc-bytes", "0"], "--max-doc-bytes", "[1,"),
     (["--max-doc-bytes", "-5"], "--max-doc-bytes", "[1,"),
     (["--workers", "0"], "--workers", "[1,"),
@@ -179,7 +199,7 @@ def test_a_bad_worker_count_in_the_environment_is_reported_before_any_work(tmp_p
 @pytest.mark.parametrize("extra,message", [
     (["--input", "MISSING"], "input path does not exist"),
     (["--eval", "MISSING"], "neither a file nor a packaged set"),
-    (["--tokenizer", "MISSING"], "tokenizer"),
+    (["--tokenizer", "MISSING"], "does not exist"),
     (["--quality-model", "MISSING"], "quality_model.json"),
 ])  # fmt: skip
 def test_missing_paths_are_reported_before_any_work(tmp_path, capsys, extra, message):
@@ -203,39 +223,65 @@ def test_hostile_lines_cost_one_line_each_through_the_cli(tmp_path, capsys, pros
     lines = [json.dumps({"text": prose(i)}) for i in range(3)]
     lines += ['{"text": "x", "n": ' + "9" * 5000 + "}", "[" * 200_000, '{"text": "y", "id": "\\ud800"}', '{"text": "z", "id": {"a": 1}}']
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
-    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"), "--vocab-size", "300"], capsys)
+    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
     assert code == 0
     assert summary["docs_in"] == 7 and summary["docs_out"] == 3 and summary["quarantined"] == 4
     assert summary["quarantine_reasons"] == {"invalid_field": 1, "invalid_utf8": 1, "malformed_json": 2}
 
 
+def test_hostile_input_folders_are_read_safely_and_every_skip_is_counted(tmp_path, capsys, prose):
+    # Probes: a FIFO hung the run, a directory symlink or a symlink loop crashed it, a link out
+    # of the folder was read silently, a non-UTF-8 name refused the whole run naming no file, a
+    # newline in a name forged a log line, a BOM cost the first record.
+    root = tmp_path / "in"
+    (tmp_path / "outside").mkdir()
+    root.mkdir()
+    (tmp_path / "outside" / "secret.jsonl").write_text(json.dumps({"text": "secret"}) + "\n")
+    (root / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"text": prose(i)}) + "\n" for i in range(3)).encode())
+    os.symlink(tmp_path / "outside" / "secret.jsonl", root / "out.jsonl")
+    os.symlink(tmp_path / "outside", root / "dir_link")
+    os.symlink("loop_b", root / "loop_a")
+    os.symlink("loop_a", root / "loop_b")
+    os.mkfifo(root / "fifo.jsonl")
+    (root / "line\nbreak.jsonl").write_text(json.dumps({"text": prose(9)}) + "\n")
+    with open(os.path.join(os.fsencode(root), b"\xff.jsonl"), "w") as f:
+        f.write(json.dumps({"text": prose(10)}) + "\n")
+    code, summary, err = _run(["--input", str(root), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
+    assert code == 0, err
+    assert summary["docs_in"] == 3 and summary["docs_out"] == 3  # a.jsonl only, its first record kept despite the BOM
+    assert "secret" not in _texts(summary)
+    skipped = summary["skipped_files"]
+    assert set(skipped) == {"in/out.jsonl", "in/dir_link", "in/loop_a", "in/loop_b", "in/fifo.jsonl", "in/line\\nbreak.jsonl",
+                            "in/\\udcff.jsonl"}
+    assert "outside the input" in skipped["in/out.jsonl"] and "FIFO" in skipped["in/fifo.jsonl"]
+    assert "not valid UTF-8" in skipped["in/\\udcff.jsonl"] and "control characters" in skipped["in/line\\nbreak.jsonl"]
+    assert all("\n" not in k for k in skipped)
+
+
 def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose):
-    # 12 documents at the default --validation-fraction 0.01: the id-hash slice picks none of
-    # them, so before the fix the validation split was empty and `marin train` had no
-    # held-out loss. Now the smallest id is held out; --validation-fraction 0 still means none.
-    from marin_assets.datakit.shards import list_shards, read_table
-    from marin_assets.datakit.tokenize import is_validation, open_cache
+    # 12 documents at --validation-fraction 0.01: the id-hash slice picks none of them, so the
+    # validation split would be empty and `marin train` would have no held-out loss. The shard
+    # holds out its smallest id instead (--min-validation-docs, default 1); 0 means none.
+    from marin_assets.datakit.tokenize import is_validation
 
     _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(12)])
     code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"),
-                             "--vocab-size", "300"], capsys)  # fmt: skip
-    ids = sorted(i for s in list_shards(str(tmp_path / "P" / "final_documents")) for i in read_table(s).column("id").to_pylist())
+                             "--validation-fraction", "0.01", *BYTES], capsys)
+    from marin_assets.datakit.shards import read_table
+
+    ids = [i for s in _dataset(summary).shards for i in read_table(s.documents).column("id").to_pylist()]
     assert code == 0 and len(ids) == 12 and not any(is_validation(i, 0.01) for i in ids)  # the premise
-    assert len(open_cache(str(tmp_path / "P" / "cache" / "validation"))) == 1
-    assert len(open_cache(str(tmp_path / "P" / "cache" / "train"))) == 11
+    assert (len(_rows(summary, "validation")), len(_rows(summary, "train"))) == (1, 11)
     assert summary["tokens"]["validation"] > 0 and summary["tokens"]["train"] > summary["tokens"]["validation"]
-    code, none, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "Z"), "--vocab-size", "300",
-                          "--validation-fraction", "0"], capsys)  # fmt: skip
+    code, none, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "Z"), "--validation-fraction", "0.01",
+                          "--min-validation-docs", "0", *BYTES], capsys)
     assert code == 0 and none["tokens"]["validation"] == 0 and none["tokens"]["train"] == sum(summary["tokens"].values())
 
 
 def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, prose, monkeypatch):
-    # Each path in the summary feeds the next command from any directory; the trained
-    # tokenizer's used to be printed relative to --prefix while "cache" was absolute.
+    # Each path in the summary feeds the next command from any directory.
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(4)])
-    code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", "--vocab-size", "300"], capsys)
+    code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", *BYTES], capsys)
     assert code == 0
-    assert summary["cache"] == str(tmp_path / "P" / "cache")
-    assert summary["final_documents"] == str(tmp_path / "P" / "final_documents")
-    assert summary["tokenizer"] == str(tmp_path / "P" / "tokenizer" / "tokenizer.json")
+    assert summary["cache"] == str(tmp_path / "P" / "cache") and summary["store"] == str(tmp_path / "P" / "store")

@@ -6,14 +6,17 @@ import pytest
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.shards import list_shards, read_table
 from marin_assets.datakit.tokenize import (
+    BYTES,
     EOS,
+    VALIDATION_DOCS,
     TokenizeConfig,
-    TokenizerTrainConfig,
+    TokenizerChoice,
+    byte_tokenizer_json,
+    is_finished_cache,
     is_validation,
-    load_tokenizer,
+    load_encoder,
     open_cache,
     tokenize,
-    train_tokenizer,
 )
 
 
@@ -25,32 +28,70 @@ def corpus(tmp_path_factory):
     rng = random.Random(0)
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 60))) + f" #{i}" for i in range(120)]
+    texts[7] = "ünïcode — and a literal <|endoftext|> inside the text"
     (tmp / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     normalize(str(tmp / "in.jsonl"), str(tmp / "norm"), NormalizeConfig(source="t", shard_docs=50))
     shards = list_shards(str(tmp / "norm"))
-    train_tokenizer(shards, str(tmp / "tokenizer"), TokenizerTrainConfig(vocab_size=300, min_frequency=1))
+    (tmp / "bytes.json").write_text(byte_tokenizer_json())
     return tmp, shards
 
 
-def test_trained_tokenizer_roundtrips_text(corpus):
-    tmp, _ = corpus
-    tok = load_tokenizer(str(tmp / "tokenizer"))
-    assert tok.get_vocab_size() == 300 and tok.token_to_id(EOS) is not None
-    text = "gamma delta — ünïcode stays byte-level"
-    assert tok.decode(tok.encode(text).ids) == text
+def test_the_byte_tokenizer_is_one_id_per_utf8_byte_and_hf_reads_the_same():
+    from tokenizers import Tokenizer
+
+    enc = load_encoder(BYTES)
+    text = "gamma — ünïcode"
+    assert enc.is_bytes and enc.vocab_size == 257 and enc.eos_id == 256
+    assert enc.encode(text) == list(text.encode("utf-8"))
+    hf = Tokenizer.from_str(byte_tokenizer_json())  # the tokenizer.json a user can load elsewhere
+    assert hf.encode(text, add_special_tokens=False).ids == list(text.encode("utf-8"))
+    assert hf.decode(enc.encode(text)) == text and hf.token_to_id(EOS) == 256
 
 
-def test_levanter_reader_opens_cache_with_exact_tokens(corpus):
+def test_the_pinned_olmo_tokenizer_is_the_packaged_one():
+    import hashlib
+
+    from marin_assets.datakit.tokenize import PRETRAINED, _pretrained_path
+
+    enc = load_encoder("olmo")
+    assert (enc.vocab_size, enc.eos_id) == (50280, 50279)
+    assert enc.sha256 == hashlib.sha256(open(_pretrained_path("olmo"), encoding="utf-8").read().encode()).hexdigest()
+    assert "olmo_eval" in PRETRAINED["olmo"][0]
+    # "Hello world" in GPT-NeoX/OLMo ids: a pinned vocabulary, not one fitted on our corpus.
+    assert enc.encode("Hello world") == [12092, 1533]
+
+
+def test_an_eos_string_inside_a_document_is_text_not_the_eos_id():
+    for name in ("olmo", BYTES):
+        enc = load_encoder(name)
+        ids = enc.encode("a<|endoftext|>b")
+        assert enc.eos_id not in ids and len(ids) > 3, name
+
+
+def test_a_bad_tokenizer_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json is not a tokenizer.json"):
+        load_encoder(str(tmp_path / "bad.json"))
+    with pytest.raises(FileNotFoundError, match="nope.json does not exist"):
+        load_encoder(str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match="tokenizer must be a name"):
+        TokenizerChoice("")
+
+
+@pytest.mark.parametrize("tokenizer", [BYTES, "olmo"])
+def test_levanter_reader_opens_cache_with_exact_tokens(corpus, tokenizer):
     tmp, shards = corpus
-    out = tmp / "cache"
-    stats = tokenize(shards, str(tmp / "tokenizer" / "tokenizer.json"), str(out), TokenizeConfig(validation_fraction=0.25))
-    tok = load_tokenizer(str(tmp / "tokenizer" / "tokenizer.json"))
-    eos = tok.token_to_id(EOS)
+    out = tmp / f"cache_{tokenizer}"
+    stats = tokenize(shards, tokenizer, str(out), TokenizeConfig(validation_fraction=0.25, min_validation_docs=0))
+    enc = load_encoder(tokenizer)
     expected = {"train": [], "validation": []}
+    held = []
     for shard in shards:
         for row in read_table(shard).to_pylist():
             split = "validation" if is_validation(row["id"], 0.25) else "train"
-            expected[split].append(tok.encode(row["text"], add_special_tokens=False).ids + [eos])
+            expected[split].append(enc.encode(row["text"]) + [enc.eos_id])
+            if split == "validation":
+                held.append((row["id"], row["text"]))
     assert 0 < len(expected["validation"]) < len(expected["train"])
     for split in ("train", "validation"):
         cache = open_cache(str(out / split))  # Levanter's own TreeCache.load
@@ -60,8 +101,12 @@ def test_levanter_reader_opens_cache_with_exact_tokens(corpus):
         assert rows[0]["input_ids"].dtype == np.int32
         assert stats[split]["tokens"] == sum(len(e) for e in expected[split])
         assert stats[split]["bytes_per_token"] == pytest.approx(stats[split]["bytes"] / stats[split]["tokens"])
+        assert is_finished_cache(str(out / split))
     on_disk = json.loads((out / "stats.json").read_text())
     assert on_disk["train"]["tokens"] == stats["train"]["tokens"]
+    assert on_disk["tokenizer"] == {"sha256": enc.sha256, "vocab_size": enc.vocab_size, "eos_id": enc.eos_id}
+    # The held-out documents' text, for bits-per-byte evals: exactly the validation split's documents.
+    assert list(zip(*(read_table(str(out / VALIDATION_DOCS)).column(c).to_pylist() for c in ("id", "text")))) == held
 
 
 def test_split_is_a_function_of_the_id():
@@ -73,15 +118,13 @@ def test_split_is_a_function_of_the_id():
 
 
 def test_configs_validate():
-    with pytest.raises(ValueError, match="vocab_size"):
-        TokenizerTrainConfig(vocab_size=10)
     with pytest.raises(ValueError, match="validation_fraction"):
         TokenizeConfig(validation_fraction=1.0)
 
 
 def test_rerun_replaces_the_cache_and_a_failed_run_leaves_no_finished_ledger(corpus):
     tmp, shards = corpus
-    tok_path = str(tmp / "tokenizer" / "tokenizer.json")
+    tok_path = str(tmp / "bytes.json")
     out = tmp / "cache_rerun"
     tokenize(shards, tok_path, str(out), TokenizeConfig(validation_fraction=0.25))
     smaller = tokenize(shards[:1], tok_path, str(out), TokenizeConfig(validation_fraction=0.25))
@@ -100,10 +143,8 @@ def test_rerun_replaces_the_cache_and_a_failed_run_leaves_no_finished_ledger(cor
 
 def _split_ids(out, shards):
     """The ids of each split, recovered by matching cache rows to the shards' documents."""
-    tok = load_tokenizer(str(out.parent / "tokenizer" / "tokenizer.json"))
-    eos = tok.token_to_id(EOS)
-    by_tokens = {tuple(tok.encode(r["text"], add_special_tokens=False).ids + [eos]): r["id"]
-                 for s in shards for r in read_table(s).to_pylist()}  # fmt: skip
+    enc = load_encoder(BYTES)
+    by_tokens = {tuple(enc.encode(r["text"]) + [enc.eos_id]): r["id"] for s in shards for r in read_table(s).to_pylist()}
     ids = {}
     for split in ("train", "validation"):
         cache = open_cache(str(out / split))
@@ -117,7 +158,7 @@ def _split_ids(out, shards):
     (1e-9, 1, "one smallest"),   # the slice picks none of 120: the smallest id is held out
     (1e-9, 3, "three smallest"),
     (0.0, 1, "none"),            # a fraction of 0 asks for no validation: none is forced
-    (1e-9, 0, "none"),           # off by default: the pure hash split
+    (1e-9, 0, "none"),           # off: the pure hash split
     (0.25, 1, "hash slice"),     # the slice already picks some: nothing moves
 ])
 def test_min_validation_docs_tops_up_a_small_split(corpus, fraction, wanted, expected):
@@ -125,8 +166,7 @@ def test_min_validation_docs_tops_up_a_small_split(corpus, fraction, wanted, exp
     all_ids = sorted(r["id"] for s in shards for r in read_table(s).to_pylist())
     assert not any(is_validation(i, 1e-9) for i in all_ids)  # the premise of the 1e-9 cases
     out = tmp / f"cache_topup_{fraction}_{wanted}"
-    stats = tokenize(shards, str(tmp / "tokenizer" / "tokenizer.json"), str(out),
-                     TokenizeConfig(validation_fraction=fraction, min_validation_docs=wanted))
+    stats = tokenize(shards, BYTES, str(out), TokenizeConfig(validation_fraction=fraction, min_validation_docs=wanted))
     ids = _split_ids(out, shards)
     want_validation = {
         "one smallest": all_ids[:1], "three smallest": all_ids[:3], "none": [],
@@ -145,7 +185,7 @@ def test_min_validation_docs_never_empties_train(corpus, n_docs, wanted, split_d
     tmp, shards = corpus
     few = tmp / f"few_{n_docs}.parquet"
     pq.write_table(pq.read_table(shards[0]).slice(0, n_docs), few)
-    stats = tokenize([str(few)], str(tmp / "tokenizer" / "tokenizer.json"), str(tmp / f"cache_few_{n_docs}_{wanted}"),
+    stats = tokenize([str(few)], BYTES, str(tmp / f"cache_few_{n_docs}_{wanted}"),
                      TokenizeConfig(validation_fraction=1e-9, min_validation_docs=wanted))
     assert (stats["train"]["documents"], stats["validation"]["documents"]) == split_docs
 
@@ -185,7 +225,7 @@ def test_tokenize_on_a_local_path_does_not_import_levanter(corpus):
 
     tmp, shards = corpus
     code = ("import sys; from marin_assets.datakit.tokenize import tokenize; "
-            f"tokenize({[str(s) for s in shards]!r}, {str(tmp / 'tokenizer' / 'tokenizer.json')!r}, {str(tmp / 'noimport')!r}); "
+            f"tokenize({[str(s) for s in shards]!r}, {str(tmp / 'bytes.json')!r}, {str(tmp / 'noimport')!r}); "
             "print(sorted(m for m in ('levanter', 'jax', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

@@ -1,5 +1,6 @@
-"""A train/demo phase job for fault tests: real byte-level caches, the real `mixture` and
-`train/demo` assets, and a local backend whose first attempt dies mid-run.
+"""A train/demo phase job for fault tests: real byte-level datasets (stand-ins for the
+DataKit's), the real `mixture` and `train/demo` assets, and a local backend whose first
+attempt dies mid-run.
 
 ``phase_job`` is reconstructable (Dagster re-executions load it by name); the store prefix
 comes from $MARIN_PREFIX, as in a deployment.
@@ -8,19 +9,20 @@ comes from $MARIN_PREFIX, as in a deployment.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import dagster as dg
-import numpy as np
 
-from assets.datakit import mixture
+from assets.datakit.datasets import mixture_asset
 from assets.training import train_phase
 from jobs import train_phase_job
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhaseSpec
+from tests.support.datasets import byte_datasets, mixture_run_config
 
-BASE = {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
+BASE = {"model": {"vocab_size": 257, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
                   "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 32},
         "seq_len": 32, "batch_size": 4, "num_steps": 8, "checkpoint_every_steps": 4, "checkpoint_every_seconds": 3600.0,
         "schedule": {"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 2, "decay_steps": 2}}
@@ -28,28 +30,14 @@ TOKENS_PER_STEP = 4 * 32
 CRASH_AT_STEP = 6
 
 
-def _write_cache(path: Path, texts: list[str]) -> int:
-    from levanter.store.cache import SerialCacheWriter
+# Two real byte-level datasets from Python's own text (two shards each: reads cross shard ends).
+byte_caches = byte_datasets({"sotu": ([json.__doc__] * 6, []),
+                             "shakespeare": ([dataclasses.__doc__ or "", Path(dataclasses.__file__).read_text()[:20000]], [])},
+                            shards_per_source=2)
+mixture = mixture_asset(["sotu", "shakespeare"])
 
-    docs = [np.frombuffer(t.encode() + b"\0", dtype=np.uint8).astype(np.int32) for t in texts]
-    with SerialCacheWriter(str(path), {"input_ids": np.zeros((0,), np.int32)}) as writer:
-        writer.write_batch({"input_ids": docs})
-    return sum(len(d) for d in docs)
-
-
-@versioned_asset(key="tokenized", code_version="test")
-def byte_caches(ctx: StageContext):
-    """Two real byte-level Levanter caches from Python's own text."""
-    import json
-
-    texts = {"sotu": [json.__doc__] * 6, "shakespeare": [dataclasses.__doc__ or "", Path(dataclasses.__file__).read_text()[:20000]]}
-    tokens = {source: {"train": _write_cache(Path(ctx.out_dir, source, "train"), docs), "validation": 0}
-              for source, docs in texts.items()}
-    return {"tokens": tokens, "validation_fraction": 0.0}
-
-
-# The mixture asset's config for these caches (its default names a third source).
-MIXTURE_CONFIG = {"ops": {"mixture": {"config": {"schedule": [{"step": 0, "weights": {"sotu": 1.0, "shakespeare": 1.0}}]}}}}
+# The mixture asset's config for these datasets (its default names a third source).
+MIXTURE_CONFIG = mixture_run_config({"sotu": 1.0, "shakespeare": 1.0})
 
 
 def phase_spec(name: str, steps: int, mixture_weights: dict | None = None) -> PhaseSpec:
@@ -90,5 +78,5 @@ def phase_job() -> dg.JobDefinition:
     """train/demo alone, with the train_phase job's tags (dagster/max_retries among them)."""
     job = dg.define_asset_job("phase", selection=[train_phase], tags=train_phase_job.tags,
                               executor_def=dg.in_process_executor)
-    defs = dg.Definitions(assets=[byte_caches, mixture, train_phase], jobs=[job], resources=resources(DiesOnceBackend()))
+    defs = dg.Definitions(assets=[*byte_caches, mixture, train_phase], jobs=[job], resources=resources(DiesOnceBackend()))
     return defs.resolve_job_def("phase")

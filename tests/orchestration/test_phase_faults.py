@@ -20,18 +20,17 @@ from dagster._core.execution.retries import auto_reexecution_should_retry_run
 from dagster._core.storage.tags import MAX_RETRIES_TAG, RETRY_NUMBER_TAG, WILL_RETRY_TAG
 from dagster._daemon.auto_run_reexecution.auto_run_reexecution import should_retry
 
-from assets.datakit import mixture
 from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.train import checkpoint as ckpt
-from phase_job import MIXTURE_CONFIG, byte_caches, phase_job, phase_run_config, phase_spec, resources
+from phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_job, phase_run_config, phase_spec, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _materialize_upstream(instance, backend):
-    assert dg.materialize([byte_caches, mixture], instance=instance, resources=resources(backend),
+    assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources(backend),
                           run_config=MIXTURE_CONFIG).success
     instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
 
@@ -64,7 +63,7 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "reference"))
     reference_instance = dg.DagsterInstance.ephemeral()
     _materialize_upstream(reference_instance, LocalTrainingBackend())
-    reference = dg.materialize([byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
+    reference = dg.materialize([*byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
                                instance=reference_instance, resources=resources(LocalTrainingBackend()), run_config=config)
     assert reference.success
     reference_meta = _metadata(reference_instance, reference.run_id)

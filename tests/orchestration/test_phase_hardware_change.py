@@ -18,7 +18,7 @@ import yaml
 from dagster._config import process_config
 
 import test_kubernetes_backend as kube_test
-from assets.datakit import mixture
+from assets.datakit.datasets import mixture_asset
 from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.cluster.tags import CHIPS_TAG, classify_tags
@@ -29,13 +29,16 @@ from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.plan import PhasePlan
 from phase_job import BASE, phase_spec
 from sensors.phase_controller import phase_controller_sensor
-from test_train_phase_asset import token_counts
+from tests.support.datasets import byte_datasets, mixture_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "fleet.yaml"
 WARM_VERSION = "ab" * 32
 # GB200 pool of examples/fleet.yaml (72 GPUs per rack, 4 per tray): chips -> (racks, pods per rack,
 # GPUs per pod, ComputeDomains: IMEX channels only when a rack's trays talk over NVLink)
+# Index and counts only: the fake cluster trains nothing, and memory:// holds no tensorstore caches.
+DATASETS = byte_datasets({"sotu": (["s" * 4999], []), "shakespeare": (["k" * 6999], [])}, caches=False)
+mixture = mixture_asset(["sotu", "shakespeare"])
 GB200_SHAPES = {1: (1, 1, "1", 0), 4: (1, 1, "4", 0), 72: (1, 18, "4", 1), 144: (2, 18, "4", 2)}
 
 
@@ -106,13 +109,13 @@ def test_a_migration_to_gb200_creates_gb200_jobs(tmp_path, monkeypatch, store):
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store),
                  "training_backend": kube_test.FakeClusterBackend(fleet_file=str(FLEET), namespace="marin", image="marin:test",
                                                                   poll_interval_s=0.01, log_reader_join_s=30)}
-    mix = {"ops": {"mixture": {"config": {"schedule": [{"step": 0, "weights": {"sotu": 1.0, "shakespeare": 1.0}}]}}}}
-    assert dg.materialize([token_counts, mixture], instance=instance, resources=resources, run_config=mix).success
+    mix = mixture_run_config({"sotu": 1.0, "shakespeare": 1.0})
+    assert dg.materialize([*DATASETS, mixture], instance=instance, resources=resources, run_config=mix).success
     config = {"ops": {"train__demo": {"config": {**move.run_config["ops"]["train__demo"]["config"], "base": BASE}}}}
     created: dict[str, list] = {}
     record = global_fake._create
     global_fake._create = lambda kind, ns, body: (record(kind, ns, body), created.setdefault(kind, []).append(body))
-    result = dg.materialize([token_counts, mixture, train_phase], selection=[train_phase], partition_key=move.partition_key,
+    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key=move.partition_key,
                             instance=instance, resources=resources, run_config=config,
                             tags={**move.tags, BACKEND_TAG: cluster.name})
     assert result.success

@@ -7,20 +7,19 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from assets.datakit import mixture
 from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.orchestration.resources import training_backend_from_env
-from phase_job import MIXTURE_CONFIG, byte_caches, phase_run_config, phase_spec, resources
+from phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_run_config, phase_spec, resources
 from test_phase_faults import _final_checkpoint
 
 
 def _train(tmp_path, monkeypatch, name: str, backend) -> dict:
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / name))
     instance = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([byte_caches, mixture], instance=instance, resources=resources(backend), run_config=MIXTURE_CONFIG).success
+    assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources(backend), run_config=MIXTURE_CONFIG).success
     instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
-    result = dg.materialize([byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
+    result = dg.materialize([*byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
                             instance=instance, resources=resources(backend),
                             run_config=phase_run_config(dataclasses.asdict(phase_spec("kestrel", 8))))
     assert result.success

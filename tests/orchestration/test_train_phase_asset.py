@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assets.datakit import mixture
+from assets.datakit.datasets import mixture_asset
 from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.datakit.mixture import Mixture
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.resources import training_backend_from_env
 from marin_assets.orchestration.training_backends import (
     KubernetesTrainingBackend,
@@ -23,16 +23,12 @@ from marin_assets.orchestration.training_backends import (
     TrainSpec,
 )
 from phase_job import phase_run_config, phase_spec
+from tests.support.datasets import byte_datasets
 
 SEEN: list[tuple[TrainSpec, dict]] = []  # (spec, run tags) per backend call
-TOKENS = {"sotu": {"train": 5000, "validation": 0}, "shakespeare": {"train": 7000, "validation": 0},
-          "spam_assassin": {"train": 3000, "validation": 0}}
-
-
-@versioned_asset(key="tokenized", code_version="test")
-def token_counts(ctx: StageContext):
-    """Counts only: the recording backend reads no cache."""
-    return {"tokens": TOKENS, "validation_fraction": 0.0}
+# One document each, of 5000, 7000 and 3000 tokens with its EOS (the recording backend reads no cache).
+DATASETS = byte_datasets({"sotu": (["s" * 4999], []), "shakespeare": (["k" * 6999], []), "spam_assassin": (["x" * 2999], [])})
+mixture = mixture_asset(["sotu", "shakespeare", "spam_assassin"])
 
 
 class RecordingBackend(TrainingBackend):
@@ -51,12 +47,12 @@ def _resources(tmp_path):
 
 def _mixture(instance, resources, stages):
     config = {"ops": {"mixture": {"config": {"schedule": [{"step": s, "weights": w} for s, w in stages]}}}}
-    assert dg.materialize([token_counts, mixture], instance=instance, resources=resources, run_config=config).success
+    assert dg.materialize([*DATASETS, mixture], instance=instance, resources=resources, run_config=config).success
 
 
 def _train(instance, resources, phase: dict, raise_on_error=True):
     SEEN.clear()
-    result = dg.materialize([token_counts, mixture, train_phase], selection=[train_phase], partition_key=phase["name"],
+    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key=phase["name"],
                             instance=instance, resources=resources, run_config=phase_run_config(phase),
                             raise_on_error=raise_on_error, tags={"marin/accelerator": "cpu"})
     if not raise_on_error:
@@ -81,7 +77,8 @@ def test_a_phase_without_a_mix_trains_on_the_mixture_asset(setup):
     [(spec, tags)] = SEEN
     assert spec.config.mixture == Mixture(stages)  # the whole schedule, stages and all
     assert spec.config.mixture.weights_at(5) == {"shakespeare": 1.0, "sotu": 0.0}
-    assert sorted(spec.caches) == ["shakespeare", "sotu"] and spec.caches["sotu"].endswith("/sotu/train")
+    assert sorted(spec.caches) == ["shakespeare", "sotu"]  # each a dataset index: its shard caches, read in place
+    assert spec.caches["sotu"].endswith("/datasets/sotu/__all__/" + spec.caches["sotu"].split("/")[-3] + "/data/dataset.json")
     assert spec.out_dir.endswith("/.work") and spec.resume is True and spec.warm_start is None
     assert spec.telemetry_run == "demo-kestrel"  # the name the phase controller watches live
     assert tags["marin/accelerator"] == "cpu"  # the run's tags reach the backend
@@ -121,7 +118,7 @@ def test_a_mix_naming_a_source_without_a_cache_is_refused(setup):
     result = _train(instance, resources, phase, raise_on_error=False)
     assert not result.success and SEEN == []
     error = result.failure_data_for_node("train__demo").error
-    assert "phase kestrel's mixture names unknown sources ['wikipedia']" in (error.cause or error).message
+    assert "no dataset for ['wikipedia'] in the mixture" in (error.cause or error).message
 
 
 def test_the_backend_comes_from_the_environment():
