@@ -193,10 +193,7 @@ class ArtifactStore:
         except LeaseLost as err:
             raise LeaseLost(f"{err}; not committing {vdir}") from None
         data_dir = join(vdir, "data")
-        if is_local(self.fs):
-            os.rename(staging, data_dir)  # atomic on one filesystem
-        else:
-            self.fs.mv(staging, data_dir, recursive=True)
+        self._publish_staging(staging, data_dir)
         files = list_files(self.fs, data_dir)
         manifest = {
             "files": [{"path": p, "bytes": b} for p, b in files],
@@ -215,6 +212,17 @@ class ArtifactStore:
         if self.fs.exists(join(vdir, ".work")):
             self.fs.rm(join(vdir, ".work"), recursive=True)
         return manifest
+
+    def _publish_staging(self, staging: str, data_dir: str) -> None:
+        """Move the staged files to data/. Object stores have no empty directories: a stage that wrote
+        nothing has no staging "dir" to move (``mv`` raises FileNotFoundError on GCS), and its data/ is
+        empty by having no objects under it."""
+        if is_local(self.fs):
+            os.rename(staging, data_dir)  # atomic on one filesystem
+        elif self.fs.find(staging):
+            self.fs.mv(staging, data_dir, recursive=True)
+        elif self.fs.exists(staging):  # an empty pseudo-directory (memory://): not left behind as a leftover
+            self.fs.rm(staging, recursive=True)
 
     def _mark_failed(self, vdir: str, version: str, err: BaseException, lease: Lease) -> None:
         """Record FAILED, unless the lease is gone: then the directory belongs to another run."""

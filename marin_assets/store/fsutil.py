@@ -10,7 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import fsspec.config
 from fsspec.implementations.local import LocalFileSystem
+
+_FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _gcs_listings_cache_off(conf: dict) -> None:
+    """Make gs:// filesystems list fresh: gcsfs caches directory listings with no expiry by default, so a
+    file another process creates stays invisible (``exists`` False) and a file it rewrote longer reads back
+    cut to the cached size (measured on fake-gcs-server with gcsfs 2025.12.0). Lease polling and
+    ``ArtifactStore.load`` read exactly such files. Other ``gs`` settings stay; an explicit user choice of
+    ``use_listings_cache`` (FSSPEC_GS JSON, or FSSPEC_GS_USE_LISTINGS_CACHE whose string value is parsed here) wins."""
+    gs = conf.setdefault("gs", {})
+    value = gs.setdefault("use_listings_cache", False)
+    if isinstance(value, str):  # FSSPEC_GS_<KEY> values arrive unparsed, and the string "false" is truthy
+        if value.strip().lower() not in _FLAGS:
+            raise ValueError(f"FSSPEC_GS_USE_LISTINGS_CACHE={value!r}: expected true or false")
+        gs["use_listings_cache"] = _FLAGS[value.strip().lower()]
+
+
+_gcs_listings_cache_off(fsspec.config.conf)  # at import: every gs:// filesystem the project opens through fsspec
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:

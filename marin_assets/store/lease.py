@@ -2,7 +2,10 @@
 
 Locally it is an ``flock`` (released by the kernel when the holder dies, even on
 ``kill -9``). On object stores, which have no locks, it is a compare-and-swap built on
-exclusive creation (``xb``: If-None-Match / if_generation_match=0 on S3/GCS): lease
+exclusive creation (``pipe_file(mode="create")``: one multipart upload with
+ifGenerationMatch=0 on GCS, If-None-Match on S3, ``xb`` on memory://). Not
+``open(path, "xb")``: gcsfs makes that a resumable upload, whose precondition the GCS
+emulator ignores, so the race test could not tell a broken CAS from a working one. Lease
 *generations* ``.lease/00000001.json``, ``00000002.json``... The holder is the newest
 generation and rewrites it every ``heartbeat_s`` with a new beat number.
 
@@ -272,9 +275,8 @@ class Lease:
             return False
         candidate = newest + 1
         self._beat = 0
-        try:
-            with self.fs.open(self._gen_path(candidate), "xb") as f:
-                f.write(json.dumps(self._record()).encode())
+        try:  # one atomic create-only PUT; open(path, "xb") is a resumable upload on gcsfs (see the module doc)
+            self.fs.pipe_file(self._gen_path(candidate), json.dumps(self._record()).encode(), mode="create")
         except FileExistsError:
             return False  # another contender created this generation first
         self._generation, self._observed = candidate, None

@@ -244,3 +244,16 @@ def test_a_commit_fsyncs_what_success_vouches_for_and_not_the_advisory_records(t
     store.write_pointer(ref)
     assert synced == ["manifest.json", "provenance.json", "STATUS.json", "LATEST.json"]
     assert store.status("c/durable", None, version) == SUCCESS
+
+
+@pytest.mark.parametrize("prefix_kind", ["local", "memory"])
+def test_a_stage_that_writes_no_files_commits_an_empty_artifact(prefix_kind, tmp_path):
+    """The gs:// case (no staging "dir" at all) is in tests/gcs/test_gcs_store.py."""
+    prefix = str(tmp_path) if prefix_kind == "local" else f"memory://empty-{tmp_path.name}"
+    store = ArtifactStore(prefix)
+    version = compute_version("quality_model", "1", {"threshold": 0})
+    first = store.materialize("quality_model", None, version, lambda out_dir: {"model": 0}, {})
+    assert first.ref.manifest == {"files": [], "total_bytes": 0, "counts": {"model": 0}}
+    assert store.load("quality_model", None, version) == first.ref
+    fs, vdir = fsspec.core.url_to_fs(first.ref.path)
+    assert not [p for p in fs.ls(vdir, detail=False) if ".staging-" in p]

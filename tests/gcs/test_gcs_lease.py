@@ -1,0 +1,70 @@
+"""The object-store lease (generation CAS) on gs://, each contender with its own filesystem instance,
+as two processes would have."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import fsspec
+import pytest
+
+from marin_assets.store import FakeClock, Lease, LeaseConfig, LeaseLost
+
+CONFIG = LeaseConfig(heartbeat_s=1, stale_after_s=3)
+
+
+def _contender(directory_url: str, owner: str, clock: FakeClock | None = None) -> Lease:
+    fs, directory = fsspec.core.url_to_fs(directory_url, skip_instance_cache=True)
+    return Lease(fs, directory, CONFIG, owner=owner, clock=clock or FakeClock(), heartbeat_thread=False)
+
+
+def test_two_contenders_that_both_listed_before_either_created_only_one_wins(gcs_prefix):
+    """The race the CAS exists for: both saw no generation, both try to create generation 1."""
+    contenders = [_contender(f"{gcs_prefix}/v", owner) for owner in ("A", "B")]
+    both_listed = threading.Barrier(2, timeout=30)
+    for lease in contenders:
+        list_newest = lease._newest_generation
+
+        def newest_then_wait(list_newest=list_newest) -> int:
+            newest = list_newest()
+            both_listed.wait()
+            return newest
+
+        lease._newest_generation = newest_then_wait  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        won = list(pool.map(Lease.acquire, contenders))
+    assert sorted(won) == [False, True]
+    fs, directory = fsspec.core.url_to_fs(f"{gcs_prefix}/v")
+    records = fs.ls(f"{directory}/.lease", detail=False)
+    assert [r.rsplit("/", 1)[-1] for r in records] == ["00000001.json"]
+    winner = contenders[won.index(True)]
+    assert json.loads(fs.cat(records[0]))["owner"] == winner.owner
+
+
+def test_a_held_lease_is_refused_then_free_at_once_when_released(gcs_prefix):
+    holder, other = _contender(f"{gcs_prefix}/v", "A"), _contender(f"{gcs_prefix}/v", "B")
+    assert holder.acquire() and not other.acquire()
+    holder.check()
+    assert holder.renew()
+    holder.release()
+    assert other.acquire()
+    assert other._generation == 2
+    other.release()
+
+
+def test_a_stale_holder_is_taken_over_after_the_window_and_then_knows_it(gcs_prefix):
+    holder_clock, contender_clock = FakeClock(), FakeClock()
+    holder = _contender(f"{gcs_prefix}/v", "A", holder_clock)
+    contender = _contender(f"{gcs_prefix}/v", "B", contender_clock)
+    assert holder.acquire()
+    assert not contender.acquire()  # first sight of generation 1 starts its stale window
+    contender_clock.advance(CONFIG.stale_after_s - 0.5)
+    assert not contender.acquire()
+    contender_clock.advance(1.0)
+    assert contender.acquire() and contender._generation == 2
+    with pytest.raises(LeaseLost, match="taken over: generation 2 replaced ours"):
+        holder.check()
+    holder.release()  # must not write over generation 2
+    contender.check()
