@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
+    from marin_assets.store.fsutil import child
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
 
@@ -135,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, vocab_size=_vocab_of(sources))
         if args.steps is not None:
             config = replace(config, num_steps=args.steps)
-        out = Path(args.out)
+        out = child(args.out)  # a local Path, or the URL as given (gs://...): never Path("gs://b") = "gs:/b"
         note = held_out_note(sources)
-        if not args.resume and (out / "checkpoints").exists() and any((out / "checkpoints").iterdir()):
+        if not args.resume and _has_checkpoints(out):
             print(f"marin train: {out} already has checkpoints; pass --resume to continue", file=sys.stderr)
             return 2
         if note:
@@ -159,6 +160,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _has_checkpoints(out) -> bool:
+    """Whether OUT (a local Path or a URL) holds a checkpoint folder of any kind."""
+    from marin_assets.store.fsutil import filesystem, join
+
+    fs, root = filesystem(str(out))
+    folder = join(root, "checkpoints")
+    return fs.isdir(folder) and bool(fs.ls(folder, detail=False))
+
+
 def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out) -> int:
     """The processes backend from the command line: the same launcher and worker as the
     ``processes`` resource, without Dagster (the plain worker: no Pipes reports); the
@@ -172,6 +182,8 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     from marin_assets.train import mesh as meshlib
     from marin_assets.train.metrics import read_metrics
 
+    if isinstance(out, str):
+        raise ValueError(f"--processes keeps the workers' logs next to --out: give a local --out, not {out}")
     processes, per_process = args.processes or 1, args.devices_per_process
     devices = processes * (per_process or 1)
     # What the workers would reject after starting, said now (the expert axis divides anything

@@ -1,4 +1,4 @@
-"""The corpus of tests/assets/test_shard_assets.py and the unsharded pipeline it is compared with.
+"""The corpus of tests/assets/test_shard_assets.py and the in-memory reference it is compared with.
 
 Lines are laid out so that every interesting pair crosses shards (with shard_bytes=2500,
 about eight documents a shard): originals first, their copies at the end of the file.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from text_corpus import prose  # noqa: F401 (re-exported: the shard tests import it from here)
+from tests.text_corpus import prose  # noqa: F401 (re-exported: the shard tests import it from here)
 
 SOURCE = "tiny"
 EVAL_TEXT = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."
@@ -57,26 +57,25 @@ def new_records() -> list:
             {"text": prose(500), "id": "a002"}, {"text": prose(501), "id": "a003"}]
 
 
-def unsharded_final(raw_dir: str, model_dir: str, eval_dir: str, work: str, threshold: float) -> list[dict]:
-    """The single-process library pipeline on the same raw files: normalize, quality filter +
-    exact dedup, fuzzy dedup, decontamination (the functions `marin datakit run` calls)."""
-    from marin_assets.datakit.decontaminate import EvalNgramIndex, decontaminate
-    from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup
-    from marin_assets.datakit.fuzzy_dedup import fuzzy_dedup
-    from marin_assets.datakit.normalize import NormalizeConfig, normalize
-    from marin_assets.datakit.pipeline import Filter, apply_filters
-    from marin_assets.datakit.quality import QualityScoreConfig, score_quality
-    from marin_assets.datakit.shards import list_shards, read_table
+def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, threshold: float) -> list[dict]:
+    """What the graph's final documents must be, decided in memory from its normalized shards
+    (corpus order: shard key, then row): the quality model's scores, then the dedup oracle
+    (tests/datakit/oracle.py: exact copies, then all-pairs near copies of what is left), then
+    the eval n-gram overlap of each survivor."""
+    from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, score_text
+    from marin_assets.datakit.quality import QualityModel
+    from marin_assets.datakit.shards import read_table
+    from tests.datakit.oracle import dedup, place
 
-    normalize(raw_dir, f"{work}/norm", NormalizeConfig(source=SOURCE))
-    shards = list_shards(f"{work}/norm")
-    score_quality(shards, model_dir, f"{work}/quality", QualityScoreConfig(threshold=threshold))
-    exact_dedup({"": shards}, f"{work}/exact", ExactDedupConfig())
-    apply_filters({"": shards}, [Filter("low_quality", lambda n: f"{work}/quality", "low_quality"),
-                                 Filter("exact_duplicate", lambda n: f"{work}/exact", "is_duplicate")], f"{work}/f1", 10_000)
-    fuzzy_dedup(list_shards(f"{work}/f1"), f"{work}/fuzzy")
-    apply_filters({"": list_shards(f"{work}/f1")}, [Filter("fuzzy_duplicate", lambda n: f"{work}/fuzzy", "is_duplicate")], f"{work}/f2", 10_000)
-    decontaminate(list_shards(f"{work}/f2"), EvalNgramIndex.load(eval_dir), f"{work}/decon")
-    apply_filters({"": list_shards(f"{work}/f2")}, [Filter("contaminated", lambda n: f"{work}/decon", "contaminated")], f"{work}/f3", 10_000)
-    docs = [d for s in list_shards(f"{work}/f3") for d in read_table(s, columns=["id", "text", "source", "source_id"]).to_pylist()]
-    return sorted(docs, key=lambda d: (d["id"], d["source"], d["source_id"]))
+    docs = []
+    for key in shards:
+        table = read_table(store.read_pointer("shards/normalized", key).files(".parquet")[0],
+                           columns=["id", "text", "source", "source_id"])
+        docs += [{**row, "key": key, "row": i} for i, row in enumerate(table.to_pylist())]
+    scores = QualityModel.load(model_dir).predict([d["text"] for d in docs])
+    low = {place(d) for d, q in zip(docs, scores) if q < threshold}
+    exact, fuzzy = dedup([d for d in docs if place(d) not in low])
+    index, bar = EvalNgramIndex.load(eval_dir), DecontamConfig().threshold
+    final = [d for d in docs if place(d) not in low | set(exact) | set(fuzzy) and score_text(index, d["text"])[0] < bar]
+    return sorted(({k: d[k] for k in ("id", "text", "source", "source_id")} for d in final),
+                  key=lambda d: (d["id"], d["source"], d["source_id"]))

@@ -1,4 +1,4 @@
-"""The sharded DataKit graph (assets/shards/) run partition by partition in real Dagster runs.
+"""The DataKit graph (assets/datakit/) run partition by partition in real Dagster runs.
 
 One small corpus (two sources' worth of behaviour in one: exact and near duplicates across
 shards, low-quality spam, an eval-contaminated document, quarantined records) is indexed
@@ -6,8 +6,8 @@ into shards and materialised one partition per run on an ephemeral instance, the
 file (one new shard) is added and the graph materialised again. The module fixture does
 both passes once; the tests read what each pass computed and wrote.
 
-Stand-ins with the real keys replace the three fixed inputs of the graph that the demo
-builds from registry downloads: quality_model, eval_ngrams and tokenizer.
+Stand-ins with the real keys replace two fixed inputs of the graph that the demo builds from
+registry downloads (quality_model, eval_ngrams); the tokenizer is the real pinned byte one.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ from assets.partitions import (
     partition_index,
     shard_backfill_policy,
 )
-from assets.shards import make_shard_assets
-from assets.shards.index import index_keys, register_shards
+from assets.datakit import make_datakit_graph
+from assets.datakit.index import index_keys, register_shards
+from assets.datakit.inputs import tokenizer_asset
 from marin_assets.datakit.decontaminate import EvalNgramIndex
 from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
 from marin_assets.datakit.shard_index import LABEL_CHARS, file_labels, split_source
 from marin_assets.datakit.shards import SHARD_KEY_RE, read_table, write_table
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
-from shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, near, new_records, prose, spam, unsharded_final
+from tests.assets.shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, expected_final, near, new_records, prose, spam
 
 QUALITY_THRESHOLD = 0.5
 SHARD_BYTES = 2500
@@ -87,11 +88,7 @@ def eval_ngrams(ctx: StageContext):
     return {"ngrams": int(index.num_ngrams)}
 
 
-@versioned_asset(key="tokenizer", code_version="test")
-def tokenizer(ctx: StageContext):
-    from marin_assets.datakit.tokenize import TokenizerTrainConfig, train_tokenizer
-    train = _parquet(f"{ctx.scratch_dir}/docs", [prose(2000 + i, 60) for i in range(20)])
-    return train_tokenizer([train], ctx.out_dir, TokenizerTrainConfig(vocab_size=300))
+tokenizer = tokenizer_asset("bytes")
 
 
 # ---------------------------------------------------------------- one partition per run
@@ -103,13 +100,14 @@ STAGES = [  # (asset keys, partitions of the run: "shards", a static partitions 
     (["shards/fuzzy_edges"], "shards"),
     (["shards/fuzzy_removals"], None),
     (["shards/final", "shards/tokenized"], "shards"),
+    ([f"datasets/{SOURCE}"], None),
 ]
 
 
 def graph_runner(raw: dg.AssetsDefinition, instance, resources):
     """(assets, {key: asset}, run): run(keys, partition, tags) materialises `keys` in one run
     and records {(key, partition): metadata} in run.seen."""
-    assets = [raw, quality_model, eval_ngrams, tokenizer, *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
+    assets = [raw, quality_model, eval_ngrams, tokenizer, *make_datakit_graph({SOURCE: f"sources/{SOURCE}"})]
     by_key = {a.key.to_user_string(): a for a in assets}
     config = {by_key["shards/quality"].op.name: {"config": {"threshold": QUALITY_THRESHOLD}},
               by_key["shards/index"].op.name: {"config": {"shard_bytes": SHARD_BYTES}}}
@@ -184,6 +182,15 @@ def fuzzy_list(store, shard: str) -> list:
     return read_removal_list(f"{store.read_pointer('shards/fuzzy_removals', None).data_path}/{shard}.jsonl")
 
 
+def tokens(store, shard: str, state: dict) -> list[list[int]]:
+    """The token rows of a shard's train cache, of the version `state` (a pass) made."""
+    from marin_assets.datakit.tokenize import open_cache
+
+    version = state["seen"][("shards/tokenized", shard)]["version"]
+    cache = open_cache(store.load("shards/tokenized", shard, version).data_path + "/train")
+    return [r["input_ids"].tolist() for r in cache.get_batch_sync(list(range(len(cache))))] if len(cache) else []
+
+
 def texts(docs: list[dict]) -> list[str]:
     return [d["text"] for d in docs]
 
@@ -213,14 +220,10 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
 
 
 @pytest.mark.parametrize("state", ["before", "after"])
-def test_sharded_final_documents_equal_the_unsharded_pipeline(graph, state):
+def test_sharded_final_documents_equal_the_in_memory_reference(graph, state):
     store, run = graph["store"], graph[state]
-    raw_dir = graph["tmp"] / f"raw-{state}"
-    raw_dir.mkdir()
-    for name, blob in raw_blobs(run["files"]).items():
-        (raw_dir / name).write_text(blob)
-    expected = unsharded_final(str(raw_dir), store.read_pointer("quality_model", None).data_path,
-                               store.read_pointer("eval_ngrams", None).data_path, str(graph["tmp"] / f"single-{state}"), QUALITY_THRESHOLD)
+    expected = expected_final(store, run["shards"], store.read_pointer("quality_model", None).data_path,
+                              store.read_pointer("eval_ngrams", None).data_path, QUALITY_THRESHOLD)
     # 24 good documents survive the base file (3 spam, 1 exact copy, 1 near copy, 1 contaminated
     # removed; 2 records quarantined); the added file brings 2 new ones and 2 copies.
     assert len(expected) == {"before": 24, "after": 26}[state]
@@ -260,6 +263,7 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
         "shards/fuzzy_edges": {new, lost_exact},
         "shards/fuzzy_removals": {None}, "shards/index": {None}, f"sources/{SOURCE}": {None},
         "shards/final": {new, lost_exact}, "shards/tokenized": {new, lost_exact},
+        f"datasets/{SOURCE}": {None},
         "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
     }
     assert {key: computed(seen, key) for key in expected} == expected
@@ -268,10 +272,19 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     reused = {key: {store.read_pointer(key, p).counts["shards_reused"] for p in defn.get_partition_keys()}
               for key, defn in (("shards/exact_reduce", exact_buckets), ("shards/fuzzy_candidates", fuzzy_bands))}
     assert reused == {"shards/exact_reduce": {len(old)}, "shards/fuzzy_candidates": {0}}
-    # The cached partitions report the very artifact versions of the first pass.
+    # The cached partitions report the very artifact versions of the first pass: a new file never
+    # re-tokenizes another shard (the tokenizer is pinned, not fitted on the corpus).
     for key in ("shards/filtered_exact", "shards/final", "shards/tokenized"):
         for shard in set(old) - expected[key]:
             assert seen[(key, shard)]["cache_hit"] and seen[(key, shard)]["version"] == before["seen"][(key, shard)]["version"]
+    untouched = set(old) - {lost_exact}
+    assert {s: tokens(store, s, before) for s in untouched} == {s: tokens(store, s, after) for s in untouched}
+    # The dataset indexes every shard's cache in key order, the new one included, read in place.
+    from marin_assets.datakit.datasets import read_dataset
+
+    dataset = read_dataset(store.read_pointer(f"datasets/{SOURCE}", None).data_path)
+    assert [sh.key for sh in dataset.shards] == after["shards"]
+    assert {sh.key: sh.version for sh in dataset.shards} == {s: after["seen"][("shards/tokenized", s)]["version"] for s in after["shards"]}
     # And the first pass computed everything (nothing was cached before it).
     assert all(not meta["cache_hit"] for (key, _), meta in before["seen"].items())
 
@@ -303,7 +316,7 @@ def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
     resources = {"artifact_store": ArtifactStoreResource(prefix=store.prefix)}
     resources["artifact_io"] = ArtifactIOManager(artifact_store=resources["artifact_store"])
     instance = dg.DagsterInstance.ephemeral()
-    raw, index = raw_source(graph["after"]["files"]), make_shard_assets({SOURCE: f"sources/{SOURCE}"})[0]
+    raw, index = raw_source(graph["after"]["files"]), make_datakit_graph({SOURCE: f"sources/{SOURCE}"})[0]
     result = dg.materialize([raw, index], instance=instance, resources=resources,
                             run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}})
     assert all(e.materialization.metadata["cache_hit"].value for e in result.get_asset_materialization_events())
@@ -346,7 +359,7 @@ def test_range_runs_give_every_partition_the_version_of_its_single_run(graph, tm
             keys = ["shards/tokenized"]
         run(keys, None, tags)
     ranged, single = run.seen, graph["after"]["seen"]
-    assert set(ranged) == set(single) and len(ranged) == 4 + 1 + 5 * 10 + 16 + 26 + 1
+    assert set(ranged) == set(single) and len(ranged) == 4 + 1 + 5 * 10 + 16 + 26 + 1 + 1
     assert {k: m["version"] for k, m in ranged.items()} == {k: m["version"] for k, m in single.items()}
     assert all(not m["cache_hit"] for m in ranged.values())
     assert final_documents(store.store, shards) == graph["after"]["final"]
@@ -375,7 +388,7 @@ def test_shard_backfill_policy_accepts_exactly_the_positive_integers(text):
 
 
 def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypatch):
-    from assets.shards import shard_assets
+    shard_assets = make_datakit_graph({SOURCE: f"sources/{SOURCE}"})[:-1]  # the index and the steps after it
 
     assert [a.key.to_user_string() for a in shard_assets][:2] == ["shards/index", "shards/normalized"]
     for asset in shard_assets:
@@ -494,7 +507,7 @@ def test_line_shards_in_blocks_equal_the_line_by_line_split(sizes, last_newline,
 
 def test_the_shard_pool_is_a_cpu_pool_of_the_shipped_fleet():
     """With fleet_file set (dagster.cluster.yaml) the launcher refuses a marin/pool the fleet lacks."""
-    from assets.shards.common import POOL
+    from assets.datakit.common import POOL
     from marin_assets.cluster.fleet import load_fleet
 
     root = Path(__file__).resolve().parents[2]

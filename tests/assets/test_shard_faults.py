@@ -15,14 +15,14 @@ import signal
 import dagster as dg
 import pytest
 
-import assets.shards.normalized as normalized_module
+import assets.datakit.normalized as normalized_module
 from assets.partitions import datakit_shards
-from assets.shards import make_shard_assets
+from assets.datakit import make_datakit_graph
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.fanout import WORKERS_ENV
 from marin_assets.orchestration.waves import materialize_waves
-from shard_corpus import SOURCE, base_records
-from test_shard_assets import SHARD_BYTES, eval_ngrams, quality_model, raw_source, tokenizer
+from tests.assets.shard_corpus import SOURCE, base_records
+from tests.assets.test_shard_assets import SHARD_BYTES, eval_ngrams, quality_model, raw_source, tokenizer
 
 SELECTION = [dg.AssetKey(["shards", name]) for name in ("index", "normalized", "quality", "exact_map")]
 VICTIM = f"{SOURCE}-raw-00000-00002"
@@ -65,7 +65,7 @@ def test_a_killed_shard_worker_fails_only_its_shard_and_a_rerun_computes_only_it
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
     assets = [raw_source({"raw-00000.jsonl": base_records()}), quality_model, eval_ngrams, tokenizer,
-              *make_shard_assets({SOURCE: f"sources/{SOURCE}"})]
+              *make_datakit_graph({SOURCE: f"sources/{SOURCE}"})]
     assert dg.materialize(assets[:4], instance=instance, resources=resources).success
     monkeypatch.setenv(WORKERS_ENV, "2")
     monkeypatch.setattr(normalized_module, "normalize", _killing_normalize(f"{VICTIM}.jsonl", os.getpid()))

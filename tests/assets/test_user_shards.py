@@ -1,5 +1,6 @@
-"""Users' files through the sharded graph under Dagster: the new_user_shards sensor
-(sensors/user_shards.py) and the watched source it feeds (sources/user).
+"""Users' files through the DataKit under Dagster: the new_user_shards sensor
+(sensors/user_shards.py), the watched source it feeds (sources/user), and a training phase
+whose mixture names `user` picking the new file up.
 
 Real files in tmp_path, a real ephemeral instance; the runs the sensor requests are
 materialised with the stand-ins of test_shard_assets for the graph's fixed inputs.
@@ -15,32 +16,35 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.datakit import make_datakit_graph
+from assets.datakit.datasets import mixture_asset
+from assets.datakit.sources import input_names, input_source, watched_source
 from assets.partitions import EXACT_BUCKETS, FUZZY_BANDS, datakit_shards
-from assets.shards import make_shard_assets
-from assets.shards.user_inputs import watched_source_asset
+from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.waves import materialize_waves
 from marin_assets.store.fsutil import sha256_file
-from sensors.new_files import WATCH_ENV, directory_digest
 from sensors.user_shards import DIGEST_TAG, REQUEST_TAG, user_shards_sensor
-from shard_corpus import base_records, prose
-from test_shard_assets import eval_ngrams, quality_model, raw_blobs, raw_source, tokenizer
+from tests.assets.shard_corpus import base_records, prose
+from tests.assets.test_shard_assets import eval_ngrams, quality_model, raw_blobs, raw_source, tokenizer
 
 SOURCE, INDEX = dg.AssetKey(["sources", "user"]), dg.AssetKey(["shards", "index"])
+MIX = {"ops": {"mixture": {"config": {"schedule": [{"step": 0, "weights": {"user": 1.0}}]}}}}  # the mixture over sources/user
 
 
 class Graph:
     """sources/user + the sharded graph over it + the sensor, on one instance and store."""
 
-    def __init__(self, tmp_path):
-        self.source = watched_source_asset("user")
-        self.index, *self.steps = make_shard_assets({"user": "sources/user"})
-        self.assets = [self.source, quality_model, eval_ngrams, tokenizer, self.index, *self.steps]
+    def __init__(self, tmp_path, train=None, backend=None):
+        self.source = watched_source("user")
+        self.index, *self.steps = [*make_datakit_graph({"user": "sources/user"}), mixture_asset(["user"])]
+        self.assets = [self.source, quality_model, eval_ngrams, tokenizer, self.index, *self.steps, *([train] if train else [])]
         self.sensor = user_shards_sensor(self.source, self.index, self.steps)
         self.instance = dg.DagsterInstance.ephemeral()
         store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
         self.store = store.store
-        self.resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+        self.resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store),
+                          **({"training_backend": backend} if backend else {})}
         self.defs = dg.Definitions(assets=self.assets, sensors=[self.sensor], resources=self.resources)
 
     def tick(self, cursor: str | None):
@@ -98,7 +102,8 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     partitions = {k.to_user_string(): set(s.get_partition_keys()) for k, s in subset.partitions_subsets_by_asset_key.items()}
     assert partitions["shards/normalized"] == partitions["shards/tokenized"] == {"user-a-00000"}
     assert len(partitions["shards/exact_reduce"]) == EXACT_BUCKETS and len(partitions["shards/fuzzy_candidates"]) == FUZZY_BANDS
-    assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"])}
+    assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"]), dg.AssetKey(["datasets", "user"]),
+                                                 dg.AssetKey("mixture")}
     assert backfill.tags[DIGEST_TAG] == digest and backfill.tags[REQUEST_TAG] == request.run_key
     # What the sensor daemon does with it (dagster/_daemon/sensor.py): one stored asset backfill.
     from dagster._core.execution.backfill import PartitionBackfill
@@ -133,14 +138,14 @@ def test_empty_unset_and_escaping_entries_skip_with_the_reason(tmp_path, watched
     (watched / "leak.jsonl").symlink_to(outside / "secret.jsonl")
     only_leak = graph.tick(None)
     assert only_leak.run_requests == []
-    assert "skipped leak.jsonl: " in only_leak.skip_message and f"outside the directory {watched}" in only_leak.skip_message
+    assert "skipped leak.jsonl: " in only_leak.skip_message and "outside the input" in only_leak.skip_message
 
     write(watched, "mine.jsonl", [{"text": "yours"}])
     (request,) = graph.tick(None).run_requests
     assert graph.run(request).success
     ref = graph.store.read_pointer("sources/user", None)
     assert [os.path.basename(f) for f in ref.files()] == ["mine.jsonl"]
-    assert ref.counts["files"] == 1 and ref.counts["skipped"] == 1 and "outside the directory" in ref.counts["skip_reasons"]["leak.jsonl"]
+    assert ref.counts["files"] == 1 and ref.counts["skipped"] == 1 and "outside the input" in ref.counts["skip_reasons"]["leak.jsonl"]
     assert graph.shards() == ["user-mine-00000"]
 
     monkeypatch.delenv(WATCH_ENV)
@@ -206,7 +211,7 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
         shards = graph.tick(files.cursor)
         (backfill,) = shards.run_requests
         results = materialize_waves(graph.assets, graph.instance, graph.resources, selection=backfill.asset_graph_subset.asset_keys,
-                                    log=lambda line: None)
+                                    log=lambda line: None, run_config=MIX)
         assert results and all(r.success for r in results)
         return shards.cursor, results
 
@@ -232,7 +237,7 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
 
 
 def _reduce_reads(graph: Graph, key: str) -> list[dict]:
-    from assets.shards.common import REDUCE_READ
+    from assets.datakit.common import REDUCE_READ
     from marin_assets.datakit.shards import read_committed_json
 
     defn = next(a for a in graph.steps if a.key.to_user_string() == key).partitions_def
@@ -243,8 +248,8 @@ def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypa
     """What `make demo` runs with $MARIN_USER_DATA_DIR unset: sources/user is empty, and the
     index over it and another source holds that source's shards only."""
     monkeypatch.delenv(WATCH_ENV, raising=False)
-    source = watched_source_asset("user")
-    index = make_shard_assets({"tiny": "sources/tiny", "user": "sources/user"})[0]
+    source = watched_source("user")
+    index = make_datakit_graph({"tiny": "sources/tiny", "user": "sources/user"})[0]
     graph = Graph(tmp_path)
     result = dg.materialize([raw_source({"raw.jsonl": base_records()}), source, index], instance=graph.instance,
                             resources=graph.resources)
@@ -254,7 +259,6 @@ def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypa
 
 
 def test_input_files_are_named_by_their_path_inside_the_input(tmp_path):
-    from assets.shards.user_inputs import input_names
     from marin_assets.datakit.readers import list_input_files
 
     (tmp_path / "in" / "x").mkdir(parents=True)
@@ -268,18 +272,17 @@ def test_input_files_are_named_by_their_path_inside_the_input(tmp_path):
 def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
     """`marin datakit run --input DIR` (sources/<name> of user_inputs): the shards of the
     files already there keep their keys and bytes when a file whose name sorts first comes."""
-    from assets.shards.index import index_keys
-    from assets.shards.user_inputs import source_asset
+    from assets.datakit.index import index_keys
 
     directory = tmp_path / "in"
     (directory / "x").mkdir(parents=True)
     write(directory, "m.jsonl", base_records())
     write(directory / "x", "m.jsonl", [{"text": prose(600), "id": "x0"}])  # same name, another folder
     graph = Graph(tmp_path)
-    index = make_shard_assets({"docs": "sources/docs"})[0]
+    index = make_datakit_graph({"docs": "sources/docs"})[0]
 
     def shards() -> dict[str, str]:
-        result = dg.materialize([source_asset("docs", str(directory), 1 << 20), index], instance=graph.instance,
+        result = dg.materialize([input_source("docs", str(directory), 1 << 20), index], instance=graph.instance,
                                 resources=graph.resources, run_config={"ops": {index.op.name: {"config": {"shard_bytes": 2500}}}})
         assert result.success
         ref = graph.store.read_pointer("shards/index", None)
@@ -294,3 +297,54 @@ def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
     write(directory, "a.jsonl", [{"text": prose(601), "id": "a0"}])
     after = shards()
     assert {k: after[k] for k in before} == before and set(after) - set(before) == {"docs-a-00000"}
+
+
+def test_a_file_dropped_into_the_watched_directory_reaches_the_next_phase(tmp_path, watched):
+    """A mixture that names `user`: the phase after the sensors brought a new file in trains on
+    a dataset whose shards include the file's, read in place by the trainer's loader."""
+    import dataclasses
+
+    from assets.partitions import demo_phases
+    from assets.training import train_phase
+    from marin_assets.datakit.datasets import read_dataset
+    from marin_assets.train.data import open_source
+    from tests.orchestration.phase_job import phase_run_config, phase_spec
+    from tests.orchestration.test_train_phase_asset import SEEN, RecordingBackend
+
+    graph = Graph(tmp_path, train=train_phase, backend=RecordingBackend())
+    graph.instance.add_dynamic_partitions(demo_phases.name, ["kestrel", "ocelot"])
+    mix = MIX
+    graph.run(dg.RunRequest(asset_selection=[dg.AssetKey("quality_model"), dg.AssetKey("eval_ngrams"), dg.AssetKey("tokenizer")]))
+
+    def sync(cursor: str | None) -> str:
+        files = graph.tick(cursor)
+        (request,) = files.run_requests
+        assert graph.run(request).success
+        shards = graph.tick(files.cursor)
+        (backfill,) = shards.run_requests
+        results = materialize_waves(graph.assets, graph.instance, graph.resources, run_config=mix,
+                                    selection=backfill.asset_graph_subset.asset_keys, log=lambda line: None)
+        assert results and all(r.success for r in results)
+        return shards.cursor
+
+    def phase(name: str) -> dict:
+        SEEN.clear()
+        spec = {**dataclasses.asdict(phase_spec(name, 8)), "mixture": None}  # trains on the mixture asset's schedule
+        assert dg.materialize(graph.assets, selection=[train_phase], partition_key=name, instance=graph.instance,
+                              resources=graph.resources, run_config=phase_run_config(spec)).success
+        [(train_spec, _)] = SEEN
+        dataset = read_dataset(train_spec.caches["user"])
+        return {"shards": [s.key for s in dataset.shards], "tokens": open_source(train_spec.caches["user"]).train.num_tokens,
+                "expected": dataset.train_tokens}
+
+    write(watched, "m.jsonl", base_records())
+    cursor = sync(None)
+    before = phase("kestrel")
+    assert before["shards"] == ["user-m-00000"] and before["tokens"] == before["expected"] > 0
+
+    write(watched, "b.jsonl", [{"text": prose(500), "id": "b0"}, {"text": prose(501), "id": "b1"}])
+    sync(cursor)
+    after = phase("ocelot")
+    assert after["shards"] == ["user-b-00000", "user-m-00000"]  # the new file's shard, read in place
+    assert after["tokens"] == after["expected"] == before["tokens"] + graph.store.read_pointer(
+        "shards/tokenized", "user-b-00000").counts["train_tokens"]

@@ -8,40 +8,18 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from assets.datakit import mixture
 from assets.partitions import demo_phases as phases
 from assets.training import train_phase
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.phases.plan import PhaseSpec
+from tests.orchestration.phase_job import MIXTURE_CONFIG, byte_caches, mixture
 
-BASE = {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
+BASE = {"model": {"vocab_size": 257, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
                   "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 32},
         "seq_len": 32, "batch_size": 4, "num_steps": 8, "checkpoint_every_steps": 4,
         "schedule": {"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 2, "decay_steps": 2}}
 TOKENS_PER_STEP = 4 * 32
-
-
-def _write_cache(path: Path, texts: list[str]) -> int:
-    from levanter.store.cache import SerialCacheWriter
-
-    docs = [np.frombuffer(t.encode() + b"\0", dtype=np.uint8).astype(np.int32) for t in texts]
-    with SerialCacheWriter(str(path), {"input_ids": np.zeros((0,), np.int32)}) as writer:
-        writer.write_batch({"input_ids": docs})
-    return sum(len(d) for d in docs)
-
-
-@versioned_asset(key="tokenized", code_version="test")
-def byte_caches(ctx: StageContext):
-    """Two real byte-level Levanter caches from Python's own text."""
-    import json as json_module
-    import this  # noqa: F401  (the Zen of Python, as text below)
-
-    texts = {"sotu": [json_module.__doc__] * 6, "shakespeare": [dataclasses.__doc__ or "", Path(dataclasses.__file__).read_text()[:20000]]}
-    tokens = {}
-    for source, docs in texts.items():
-        tokens[source] = {"train": _write_cache(Path(ctx.out_dir, source, "train"), docs), "validation": 0}
-    return {"tokens": tokens, "validation_fraction": 0.0}
 
 
 def _phase(name, warm_from, budget_steps, cooldown=False):
@@ -50,16 +28,13 @@ def _phase(name, warm_from, budget_steps, cooldown=False):
                      token_budget=budget_steps * TOKENS_PER_STEP, peak_lr=3e-3, is_cooldown=cooldown)
 
 
-MIXTURE_CONFIG = {"ops": {"mixture": {"config": {"schedule": [{"step": 0, "weights": {"sotu": 1.0, "shakespeare": 1.0}}]}}}}
-
-
 def _resources(tmp_path):
     store = ArtifactStoreResource(prefix=str(tmp_path))
     return {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store), "training_backend": LocalTrainingBackend()}
 
 
 def _upstream(instance, resources):
-    assert dg.materialize([byte_caches, mixture], instance=instance, resources=resources, run_config=MIXTURE_CONFIG).success
+    assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources, run_config=MIXTURE_CONFIG).success
 
 
 def _run(assets, instance, resources, spec, warm_version=""):
@@ -73,7 +48,7 @@ def _run(assets, instance, resources, spec, warm_version=""):
 @pytest.mark.slow
 def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     resources = _resources(tmp_path)
-    assets = [byte_caches, mixture, train_phase]
+    assets = [*byte_caches, mixture, train_phase]
     instance = dg.DagsterInstance.ephemeral()
     _upstream(instance, resources)
     instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
@@ -105,4 +80,4 @@ def test_a_missing_warm_start_is_a_clear_error(tmp_path):
     _upstream(instance, resources)
     instance.add_dynamic_partitions(phases.name, ["jellyfish"])
     with pytest.raises(Exception, match="warm start 'kestrel'"):
-        _run([byte_caches, mixture, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64)
+        _run([*byte_caches, mixture, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64)

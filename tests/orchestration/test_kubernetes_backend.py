@@ -24,7 +24,7 @@ from marin_assets.orchestration.training_backends import (
     choose_pool,
     pool_tags,
 )
-from training_backend_helpers import materialize_with, step_error_text, tiny_spec
+from tests.orchestration.training_backend_helpers import materialize_with, step_error_text, tiny_spec
 
 STANDIN = str(Path(__file__).with_name("standin_worker.py"))
 FLEET = {"pools": [

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from dagster._config import process_config
 
-import test_kubernetes_backend as kube_test
+import tests.orchestration.test_kubernetes_backend as kube_test
 from assets.datakit.datasets import mixture_asset
 from assets.partitions import demo_phases
 from assets.training import train_phase
@@ -27,7 +27,7 @@ from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.launcher import BACKEND_TAG, RoutingRunLauncher
 from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.plan import PhasePlan
-from phase_job import BASE, phase_spec
+from tests.orchestration.phase_job import BASE, phase_spec
 from sensors.phase_controller import phase_controller_sensor
 from tests.support.datasets import byte_datasets, mixture_run_config
 

@@ -10,8 +10,8 @@ import pytest
 from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.orchestration.resources import training_backend_from_env
-from phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_run_config, phase_spec, resources
-from test_phase_faults import _final_checkpoint
+from tests.orchestration.phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_run_config, phase_spec, resources
+from tests.orchestration.test_phase_faults import _final_checkpoint
 
 
 def _train(tmp_path, monkeypatch, name: str, backend) -> dict:

@@ -22,7 +22,7 @@ from marin_assets.orchestration.training_backends import (
     TrainOutcome,
     TrainSpec,
 )
-from phase_job import phase_run_config, phase_spec
+from tests.orchestration.phase_job import phase_run_config, phase_spec
 from tests.support.datasets import byte_datasets
 
 SEEN: list[tuple[TrainSpec, dict]] = []  # (spec, run tags) per backend call

@@ -23,7 +23,7 @@ from marin_assets.orchestration.training_backends import (
     outcome_from_report,
 )
 from marin_assets.train.config import config_from_dict
-from training_backend_helpers import TINY, materialize_with, step_error_text, tiny_spec
+from tests.orchestration.training_backend_helpers import TINY, materialize_with, step_error_text, tiny_spec
 
 STANDIN = [sys.executable, str(Path(__file__).with_name("standin_worker.py"))]
 

@@ -135,7 +135,8 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
     assert dk.returncode == 0, dk.stderr[-2000:]
     summary = json.loads(dk.stdout)
     assert Path(summary["cache"]) == prefix / "cache" and summary["tokens"]["validation"] > 128
-    vocab = json.loads((prefix / "cache" / "stats.json").read_text())["vocab_size"]
+    vocab = json.loads((prefix / "cache" / "dataset.json").read_text())["tokenizer"]["vocab_size"]
+    assert vocab == summary["vocab_size"] == 50280  # the default: OLMo's pinned BPE, not one fitted on the input
 
     command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(ROOT / "examples" / "tiny_moe.yaml"),
                "--out", str(out), "--steps", "80"]
