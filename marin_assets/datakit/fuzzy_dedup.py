@@ -7,26 +7,24 @@ templated text over-merges (one cluster held 44% of a source) because LSH candid
 merged unverified; here every candidate pair is checked with the exact Jaccard similarity of
 the two shingle sets and only pairs at or above ``jaccard_threshold`` become edges.
 
-The survivor of a component is its earliest document in corpus order: the lowest position
-in the in-memory path, the lowest (shard key, row) over shards (shard keys are numbered in
-raw-file order, so the two agree when the documents are laid out like the shards). A shard
-appended later therefore never displaces an existing survivor: its near copies of older
-documents are removed from the new shard itself, and an old shard's removals change only
-when a new document bridges two old components. (The rule used to be "lowest id", which let
-a new near copy with a smaller content hash take over and change an old shard's list.)
-Rows that repeat an id are exact copies and join its component.
+The algorithm runs as partitioned steps (see the layout comment above `fuzzy_map`): a map per
+shard writes band keys, a reduce per (band, key range) pairs the keys of that slice across
+every shard, a verify per shard checks the pairs it owns by exact Jaccard, and one resolve
+runs union-find over the verified edges (the only global state, one row per near-duplicate
+pair) and writes a removal list per shard. No step holds all signatures.
 
-Over shards the same algorithm runs as partitioned steps (see the layout comment above
-`fuzzy_map`): a map per shard writes band keys, a reduce per (band, key range) pairs the
-keys of that slice across every shard, a verify per shard checks the pairs it owns by exact
-Jaccard, and one resolve runs union-find over the verified edges (the only global state,
-one row per near-duplicate pair) and writes a removal list per shard. No step holds all
-signatures. `fuzzy_dedup` runs them in-process and gives the same result as `dedup_texts`.
+The survivor of a component is its earliest document in corpus order, the lowest (shard
+key, row) (shard keys are numbered in raw-file order). A shard appended later therefore
+never displaces an existing survivor: its near copies of older documents are removed from
+the new shard itself, and an old shard's removals change only when a new document bridges
+two old components. (The rule used to be "lowest id", which let a new near copy with a
+smaller content hash take over and change an old shard's list.) Rows that repeat a text are
+exact copies (Jaccard 1) and join its component.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,9 +41,9 @@ from marin_assets.datakit.fuzzy_candidates import (
     write_keys,
     write_pairs,
 )
-from marin_assets.datakit.attribute_files import attribute_path, check_unique_basenames, read_id_text, write_table
+from marin_assets.datakit.attribute_files import read_id_text
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.datakit.lsh import band_keys, band_pairs, candidate_pairs
+from marin_assets.datakit.lsh import band_keys, band_pairs
 from marin_assets.datakit.readers import string_array
 from marin_assets.datakit.shards import (
     arrow_array,
@@ -57,11 +55,9 @@ from marin_assets.datakit.shards import (
     parquet_file,
     read_rows,
     read_table,
-    reset_dir,
 )
 from marin_assets.datakit.shards import write_table as shard_write_table
-from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_hashes, signatures_from_shingles
-from marin_assets.datakit.minhash import minhash_signatures as _minhash_signatures
+from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_sets, signature_batches
 
 
 @dataclass(frozen=True)
@@ -90,32 +86,6 @@ class FuzzyDedupConfig(MinHashParams):
         return (1.0 / self.bands) ** (1.0 / self.rows)
 
 
-def minhash_signatures(texts: list[str], config: FuzzyDedupConfig = FuzzyDedupConfig()) -> np.ndarray:
-    """(len(texts), num_perm) uint32 MinHash signatures of the cleaned character n-grams."""
-    return _minhash_signatures(texts, config)
-
-
-@dataclass
-class DedupResult:
-    """Per-document outcome (positions index the input order) plus counts."""
-
-    survivor: np.ndarray  # (docs,) int64: position of the component's survivor
-    candidate_pairs: int
-    verified_pairs: int
-
-    def counts(self) -> dict[str, int]:
-        docs = self.survivor.size
-        is_dup = self.survivor != np.arange(docs)
-        sizes = np.bincount(self.survivor, minlength=docs)
-        return {
-            "docs": int(docs),
-            "duplicates": int(is_dup.sum()),
-            "clusters": int((sizes > 1).sum()),
-            "candidate_pairs": self.candidate_pairs,
-            "verified_pairs": self.verified_pairs,
-        }
-
-
 def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(survivor node of each node's component, component label of each node).
 
@@ -132,60 +102,6 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
     return by_rank[best[labels]], labels
 
 
-def _resolve(
-    ids: list[str],
-    signatures: np.ndarray,
-    empty: np.ndarray,
-    shingles_for: Callable[[np.ndarray], dict[int, np.ndarray]],
-    config: FuzzyDedupConfig,
-) -> DedupResult:
-    """Candidates -> verified edges -> components -> earliest (lowest position) survivor.
-
-    ``shingles_for(positions)`` returns {position: shingle hash set} for the documents that
-    appear in candidate pairs (so shard-backed callers can load only those).
-    """
-    docs = len(ids)
-    if docs == 0:
-        return DedupResult(survivor=np.zeros(0, dtype=np.int64), candidate_pairs=0, verified_pairs=0)
-    pairs = candidate_pairs(signatures, config.bands, config.rows, config.max_bucket_size, empty)
-    shingles = shingles_for(np.unique(pairs)) if len(pairs) else {}
-    keep = np.array(
-        [jaccard(shingles[i], shingles[j]) >= config.jaccard_threshold for i, j in pairs],
-        dtype=bool,
-    )
-    edges = pairs[keep] if len(pairs) else pairs
-    # The survivor is the component's earliest document (corpus order = position).
-    survivor, _ = component_survivors(docs, edges, np.arange(docs, dtype=np.int64))
-    return DedupResult(survivor=survivor, candidate_pairs=len(pairs), verified_pairs=int(keep.sum()))
-
-
-def dedup_texts(ids: list[str], texts: list[str], config: FuzzyDedupConfig = FuzzyDedupConfig()) -> DedupResult:
-    """In-memory fuzzy dedup of aligned ``ids`` and ``texts`` (positions in the result)."""
-    if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
-    shingle_sets = [shingle_hashes(t, config) for t in texts]
-    signatures = signatures_from_shingles(shingle_sets, config)
-    empty = np.array([s.size == 0 for s in shingle_sets], dtype=bool)
-    return _resolve(ids, signatures, empty, lambda pos: {int(p): shingle_sets[p] for p in pos}, config)
-
-
-def find_duplicates(
-    ids: list[str], texts: list[str], config: FuzzyDedupConfig = FuzzyDedupConfig()
-) -> dict[str, str]:
-    """{id of a duplicate: id of its survivor} for every document that should be dropped.
-
-    The survivor is the earliest member of its component in the order of ``ids``. Ids are
-    content hashes, so a repeated id is the same text: it maps to nothing here (it
-    is its own survivor) and exact dedup is where such copies are counted.
-    """
-    result = dedup_texts(ids, texts, config)
-    out: dict[str, str] = {}
-    for pos, surv in enumerate(result.survivor):
-        if ids[pos] != ids[surv]:
-            out[ids[pos]] = ids[surv]
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # Sharded fuzzy dedup: map per shard -> reduce per (band, key range) -> verify per shard ->
 # resolve (union-find over verified edges) -> one removal list per shard.
@@ -196,11 +112,9 @@ def find_duplicates(
 #   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
 #   removals_root/<shard>.jsonl                see removals.py
 #
-# Nodes are ordered by (shard key, row); with the in-process run's keys (shard basenames,
-# sorted like the shards) that is the document order of the single-process algorithm, so
-# both give the same pairs, edges and survivors. Owning a pair by its later node means a
-# shard appended last owns every pair it brings: the old owners' candidates, hence their
-# verify partitions, stay as they were.
+# Nodes are ordered by (shard key, row), the corpus order. Owning a pair by its later node
+# means a shard appended last owns every pair it brings: the old owners' candidates, hence
+# their verify partitions, stay as they were.
 # ---------------------------------------------------------------------------------------
 
 MAP_ROW_GROUP = 8192
@@ -232,15 +146,18 @@ def band_reduce_ranges(total_docs: int, docs_per_reduce: int = 2_000_000) -> int
 def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedupConfig = FuzzyDedupConfig()) -> dict:
     """The map side of one shard: one band-key file per LSH band under `map_root`.
 
-    Documents without shingles (empty after cleaning) are left out, as in the in-memory
-    path. Returns {"docs", "empty"}.
+    Documents without shingles (empty after cleaning) are left out: their all-max
+    signatures would collide with each other. Signatures are computed a batch of documents
+    at a time (minhash.signature_batches) and only their band keys kept, so memory is one
+    batch plus 8 bytes a band of every document. Returns {"docs", "empty"}.
     """
     key = check_shard_key(shard_key)
     _, texts = read_id_text(shard_path)
-    shingle_sets = [shingle_hashes(t, config) for t in texts]
-    nonempty = np.flatnonzero([s.size > 0 for s in shingle_sets]).astype(np.uint32)
-    signatures = signatures_from_shingles([shingle_sets[i] for i in nonempty], config)
-    keys = band_keys(signatures, config.bands, config.rows)
+    row_parts, key_parts = [np.zeros(0, np.uint32)], [np.zeros((config.bands, 0), np.uint64)]
+    for rows, signatures in signature_batches(texts, config):
+        row_parts.append(rows.astype(np.uint32))
+        key_parts.append(band_keys(signatures, config.bands, config.rows))
+    nonempty, keys = np.concatenate(row_parts), np.concatenate(key_parts, axis=1)
     for band in range(config.bands):
         order = np.lexsort((nonempty, keys[band]))
         table = pa.table({"key": arrow_array(keys[band][order], np.uint64), "row": arrow_array(nonempty[order], np.uint32)})
@@ -346,11 +263,11 @@ def fuzzy_verify(
 ) -> dict:
     """Verify the candidate pairs owned by one shard with the exact Jaccard of their shingles.
 
-    Reads candidate_root/<shard_key>/band-* of every band reduce, drops repeats (a pair
-    matches in many bands), then loads the shingles of only the rows in pairs: this
-    shard's, and each partner shard's in turn (one partner shard at a time, and of it only
-    the rows its pairs name). Writes the verified edges to `out_path`; returns
-    {"candidate_pairs", "verified_pairs"}.
+    Reads the pairs it owns from every band reduce (fuzzy_candidates.owned_candidates),
+    drops repeats (a pair matches in many bands), then loads the shingles of only the rows
+    in pairs: this shard's, and each partner shard's in turn (one partner shard at a time,
+    and of it only the rows its pairs name). Writes the verified edges to `out_path`;
+    returns {"candidate_pairs", "verified_pairs"}.
     """
     key = check_shard_key(shard_key)
     cand = owned_candidates(key, candidate_roots)
@@ -366,7 +283,7 @@ def fuzzy_verify(
         same = np.flatnonzero(names == key)
         own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
         own_ids, own_texts = _shard_docs(key, shard_paths, own_rows)
-        own = {r: shingle_hashes(t, config) for r, t in own_texts.items()}
+        own = _shingles_by_row(own_texts, config)
         del own_texts
         for c, partner in enumerate(names):
             mine = triples[triples[:, 1] == c]
@@ -374,7 +291,7 @@ def fuzzy_verify(
                 p_ids, other = own_ids, own
             else:
                 p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique(mine[:, 2]))
-                other = {r: shingle_hashes(t, config) for r, t in p_texts.items()}
+                other = _shingles_by_row(p_texts, config)
                 del p_texts
             for row_a, _, row_b in mine.tolist():
                 j = jaccard(own[row_a], other[row_b])
@@ -389,6 +306,11 @@ def fuzzy_verify(
     })  # fmt: skip
     shard_write_table(table, out_path)
     return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
+
+
+def _shingles_by_row(texts: Mapping[int, str], config: FuzzyDedupConfig) -> dict[int, np.ndarray]:
+    """{row: shingle_hashes(text)} of {row: text}, hashed as one batch (minhash.shingle_sets)."""
+    return dict(zip(texts, shingle_sets(list(texts.values()), config)))
 
 
 def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> tuple[dict[int, str], dict[int, str]]:
@@ -455,55 +377,3 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     }
     clusters = len(np.unique(labels))
     return {"duplicates": n - clusters, "clusters": clusters, "verified_pairs": len(ends), "lists": lists}
-
-
-def fuzzy_dedup(
-    shard_paths: list[str], out_dir: str, config: FuzzyDedupConfig = FuzzyDedupConfig(), docs_per_reduce: int = 2_000_000
-) -> dict[str, int]:
-    """Global fuzzy dedup over normalized shards; writes co-partitioned attribute files.
-
-    Runs the sharded steps in this process (map per shard, reduce per band and key range,
-    verify per shard, resolve) under out_dir/_map, _candidates, _edges, _removals; the
-    removal lists there are exactly what the per-shard assets produce. Each attribute file
-    (same basename as its shard, in ``out_dir``) has columns ``id``, ``cluster_id`` (the
-    survivor's id), ``is_duplicate`` and ``duplicate_of`` (survivor id, null for
-    survivors), in the shard's row order.
-    """
-    from marin_assets.datakit.removals import read_removal_list, removal_list_path
-
-    if not shard_paths:
-        raise ValueError("fuzzy_dedup needs at least one shard")
-    check_unique_basenames(shard_paths)
-    reset_dir(out_dir)
-    by_key = {check_shard_key(basename(p)): p for p in shard_paths}
-    map_root, cand_root = join(out_dir, "_map"), join(out_dir, "_candidates")
-    docs = sum(fuzzy_map(k, p, map_root, config)["docs"] for k, p in by_key.items())
-    ranges = band_reduce_ranges(docs, docs_per_reduce)
-    for band in range(config.bands):
-        for r in range(ranges):
-            fuzzy_band_reduce(band, (r, ranges), [map_root], cand_root, config)
-    edge_paths = {k: join(out_dir, "_edges", f"{k}.parquet") for k in by_key}
-    verified = [fuzzy_verify(k, [cand_root], by_key, edge_paths[k], config) for k in by_key]
-    resolved = fuzzy_resolve(edge_paths, join(out_dir, "_removals"))
-    for key, path in by_key.items():
-        ids = read_table(path, columns=["id"]).column("id").to_pylist()
-        dup_of: list[str | None] = [None] * len(ids)
-        for r in read_removal_list(removal_list_path(join(out_dir, "_removals"), key)):
-            dup_of[r.row] = r.kept_id
-        table = pa.table(
-            {
-                "id": pa.array(ids, type=pa.string()),
-                "cluster_id": pa.array([d if d is not None else i for i, d in zip(ids, dup_of)], type=pa.string()),
-                "is_duplicate": pa.array([d is not None for d in dup_of], type=pa.bool_()),
-                "duplicate_of": pa.array(dup_of, type=pa.string()),
-            }
-        )
-        write_table(table, attribute_path(out_dir, path))
-    return {
-        "docs": docs,
-        "duplicates": resolved["duplicates"],
-        "clusters": resolved["clusters"],
-        "candidate_pairs": sum(v["candidate_pairs"] for v in verified),
-        "verified_pairs": resolved["verified_pairs"],
-        "shards": len(shard_paths),
-    }

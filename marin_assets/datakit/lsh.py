@@ -49,7 +49,7 @@ def band_pairs(keys: np.ndarray, nodes: np.ndarray, max_bucket_size: int = 64) -
 
     Members of a bucket are taken in ascending node order, so the pairs (and the capped
     pairs of a huge bucket) depend only on the node numbering, not on the input order. The
-    in-memory and the sharded band reduce both call this, one band at a time.
+    band reduce (fuzzy_dedup.fuzzy_band_reduce) calls this, one band key range at a time.
     """
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
@@ -66,28 +66,3 @@ def band_pairs(keys: np.ndarray, nodes: np.ndarray, max_bucket_size: int = 64) -
     if not chunks:
         return np.zeros((0, 2), dtype=np.int64)
     return np.sort(np.concatenate(chunks), axis=1).astype(np.int64)
-
-
-def candidate_pairs(
-    signatures: np.ndarray,
-    bands: int,
-    rows: int,
-    max_bucket_size: int = 64,
-    exclude: np.ndarray | None = None,
-) -> np.ndarray:
-    """Unique candidate pairs (k, 2) int64 with ``pair[:, 0] < pair[:, 1]``, sorted.
-
-    ``exclude`` is a boolean mask of documents to keep out of LSH (e.g. empty ones, whose
-    signatures are all-max and would otherwise collide with each other).
-    """
-    docs = signatures.shape[0]
-    keep = np.arange(docs) if exclude is None else np.flatnonzero(~exclude)
-    if keep.size < 2:
-        return np.zeros((0, 2), dtype=np.int64)
-    keys = band_keys(signatures[keep], bands, rows)
-    chunks = [band_pairs(keys[band], keep.astype(np.int64), max_bucket_size) for band in range(bands)]
-    pairs = np.concatenate(chunks)
-    if not len(pairs):
-        return np.zeros((0, 2), dtype=np.int64)
-    codes = np.unique(pairs[:, 0] * docs + pairs[:, 1])
-    return np.stack([codes // docs, codes % docs], axis=1)

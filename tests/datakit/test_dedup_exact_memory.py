@@ -1,16 +1,21 @@
-"""The in-process exact dedup shuffles in memory when the corpus fits: the same attribute
-files (byte for byte) and counts as the file shuffle, and the keep rule row by row."""
+"""Exact dedup's keep rule row by row against the oracle, its group flags, the refusal of a
+shard mapped twice, and its memory: a shard's removal list holds its own slice of every
+bucket, however many shards there are."""
 
-import hashlib
+import random
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin_assets.datakit.dedup_exact import ExactDedupConfig, _first_flags, exact_dedup
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, _first_flags, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.memory import peak_heap_bytes
 from marin_assets.datakit.normalize import doc_id
-from marin_assets.datakit.shards import read_table, write_table
+from marin_assets.datakit.removals import read_removal_list
+from marin_assets.datakit.shards import write_table
+from tests.datakit.oracle import exact_duplicates
+from tests.datakit.test_sharded_dedup import removal_places, run_exact
 
 
 def _first_flags_by_row(values: list) -> list[bool]:
@@ -32,72 +37,70 @@ def test_first_flags_equals_the_row_by_row_definition(values, offset, split, lar
 
 TEXTS = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota", "kappa\n\nlambda mu nu xi omicron pi rho sigma", "tau"]
 row = st.tuples(st.sampled_from(TEXTS), st.sampled_from(["s", "t"]), st.sampled_from(["1", "2", "10", "x"]))
-corpus = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.lists(st.lists(row, max_size=8), min_size=1, max_size=3), min_size=1)
 
 
-def _write_corpus(root, datasets: dict) -> dict:
-    """{dataset: [shard paths]}: shards of (id, text, source, source_id) rows in the given order."""
+def _write_shards(root, shards: dict[str, list[tuple[str, str, str]]]) -> dict[str, str]:
+    """{shard key: path} of shards of (text, source, source_id) rows in the given order."""
     paths = {}
-    for name, shards in datasets.items():
-        paths[name] = []
-        for i, rows in enumerate(shards):
-            table = pa.table({"id": pa.array([doc_id(t) for t, _, _ in rows], pa.string()),
+    for key, rows in shards.items():
+        paths[key] = str(root / f"{key}.parquet")
+        write_table(pa.table({"id": pa.array([doc_id(t) for t, _, _ in rows], pa.string()),
                               "text": pa.array([t for t, _, _ in rows], pa.large_string()),
                               "source": pa.array([s for _, s, _ in rows], pa.string()),
-                              "source_id": pa.array([sid for _, _, sid in rows], pa.string())})  # fmt: skip
-            paths[name].append(str(root / name / f"part-{i:05d}-of-{len(shards):05d}.parquet"))
-            write_table(table, paths[name][-1])
+                              "source_id": pa.array([sid for _, _, sid in rows], pa.string())}), paths[key])  # fmt: skip
     return paths
 
 
-def _files(root) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.parquet"))
-            if not p.relative_to(root).parts[0].startswith("_")}  # fmt: skip
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(datasets=corpus, num_buckets=st.sampled_from([1, 3, 16]), paragraphs=st.booleans())
-def test_in_memory_shuffle_writes_what_the_file_shuffle_writes(tmp_path_factory, datasets, num_buckets, paragraphs):
-    root = tmp_path_factory.mktemp("corpus")
-    paths = _write_corpus(root / "in", datasets)
-    config = ExactDedupConfig(num_buckets=num_buckets, paragraphs=paragraphs, min_paragraph_chars=5)
-    in_memory = exact_dedup(paths, str(root / "memory"), config)
-    through_files = exact_dedup(paths, str(root / "files"), config, in_memory_rows=0)
-    assert in_memory == through_files
-    has_rows = any(rows for shards in datasets.values() for rows in shards)
-    assert (root / "files" / "_map").is_dir() == has_rows and not (root / "memory" / "_map").exists()
-    assert _files(root / "memory") == _files(root / "files") and len(_files(root / "memory")) == sum(map(len, paths.values()))
-
-    # The keep rule, row by row: of every text, the copy with the lowest (source, source_id, shard key, row) stays.
-    rows = [(t, (s, sid, f"{name}--part-{i:05d}-of-{len(shards):05d}.parquet", r), (name, i, r))
-            for name, shards in datasets.items() for i, shard in enumerate(shards) for r, (t, s, sid) in enumerate(shard)]  # fmt: skip
-    kept = {min(order for t2, order, _ in rows if t2 == t) for t, _, _ in rows}
-    for name, shard_paths in paths.items():
-        for i, path in enumerate(shard_paths):
-            flags = read_table(str(root / "memory" / name / path.rsplit("/", 1)[1])).column("is_duplicate").to_pylist()
-            assert flags == [order not in kept for _, order, where in rows if where[:2] == (name, i)]
-    assert in_memory["duplicates"] == len(rows) - len(kept) and in_memory["unique"] == len({t for t, _, _ in rows})
+@given(shards=st.dictionaries(st.sampled_from(["a-00000", "a-00001", "b-00000", "c-00000", "c-00007"]),
+                              st.lists(row, max_size=8), min_size=1),
+       num_buckets=st.sampled_from([1, 3, 16]))  # fmt: skip
+def test_the_keep_rule_row_by_row(tmp_path_factory, shards, num_buckets):
+    """Of every text, the copy with the lowest (source, source_id, shard key, row) stays and
+    each other copy is listed in its own shard, pointing at that copy: the oracle's answer."""
+    root = tmp_path_factory.mktemp("exact")
+    out = run_exact(_write_shards(root, shards), str(root / "work"), ExactDedupConfig(num_buckets=num_buckets))
+    lists = {k: read_removal_list(v["list"]) for k, v in out.items()}
+    docs = [{"id": doc_id(t), "text": t, "source": s, "source_id": sid, "key": key, "row": r}
+            for key, rows in shards.items() for r, (t, s, sid) in enumerate(rows)]  # fmt: skip
+    assert removal_places(lists) == exact_duplicates(docs)
+    assert sum(v["removed"] for v in out.values()) == len(docs) - len({d["text"] for d in docs})
 
 
-def test_two_shards_with_one_key_are_refused_in_memory(tmp_path):
-    paths = _write_corpus(tmp_path / "x", {"a": [[("alpha beta gamma", "s", "1")]]})["a"]
-    copy = tmp_path / "y" / "a" / paths[0].rsplit("/", 1)[1]
-    copy.parent.mkdir(parents=True)
-    copy.write_bytes(open(paths[0], "rb").read())
-    with pytest.raises(ValueError, match=r"shards share the key 'a--part-00000-of-00001.parquet'"):
-        exact_dedup({"a": [paths[0], str(copy)]}, str(tmp_path / "dedup"), ExactDedupConfig())
+def test_a_shard_mapped_under_two_roots_is_refused(tmp_path):
+    # Its rows would meet themselves in the reduce: each copy of itself, silently removed.
+    paths = _write_shards(tmp_path / "in", {"a-00000": [("alpha beta gamma", "s", "1"), ("tau", "s", "2")]})
+    config = ExactDedupConfig(num_buckets=1)
+    for root in ("map1", "map2"):
+        exact_map("a-00000", paths["a-00000"], str(tmp_path / root), config)
+    with pytest.raises(ValueError, match=r"shard 'a-00000' has map output under two roots: .*map1.* and .*map2"):
+        exact_reduce(0, [str(tmp_path / "map1"), str(tmp_path / "map2")], str(tmp_path / "reduce"), config)
 
 
-@pytest.mark.parametrize("paragraphs", [False, True])
-def test_the_shuffle_leaves_memory_past_in_memory_rows(tmp_path, paragraphs):
-    rows = [("alpha beta gamma", "s", "1"), ("kappa\n\nlambda mu nu xi omicron pi rho sigma", "s", "2")]
-    paths = _write_corpus(tmp_path / "in", {"a": [rows, rows[:1]]})
-    config = ExactDedupConfig(paragraphs=paragraphs, min_paragraph_chars=5)
-    map_rows = 3 + (4 if paragraphs else 0)  # 3 documents; paragraphs: "alpha.." twice, "kappa", "lambda.."
-    results = {}
-    for limit in (map_rows, map_rows - 1):
-        results[limit] = exact_dedup(paths, str(tmp_path / str(limit)), config, in_memory_rows=limit)
-        assert (tmp_path / str(limit) / "_map").exists() == (limit < map_rows)
-    assert results[map_rows] == results[map_rows - 1] and results[map_rows]["duplicates"] == 1
-    assert results[map_rows]["duplicate_paragraphs"] == (1 if paragraphs else 0)
-    assert _files(tmp_path / str(map_rows)) == _files(tmp_path / str(map_rows - 1))
+DOCS_PER_SHARD = 600
+SIZES = (8, 32)
+
+
+def test_a_removal_list_holds_its_own_slice_whatever_the_number_of_shards(tmp_path):
+    """exact_removals reads its shard's row group of each bucket file: its peak heap (numpy +
+    Arrow, peak_heap_bytes) is the same at 8 and 32 shards. The control: a bucket's reduce
+    holds that bucket of every shard, so 4x the shards cost it about 4x."""
+    config = ExactDedupConfig(num_buckets=4)
+    rng = random.Random(0)
+    maps = []
+    for s in range(max(SIZES)):  # a fifth of every shard copies one of 200 shared texts
+        texts = [f"shared {rng.randrange(200)}" if rng.random() < 0.2 else f"doc {s} {i}" for i in range(DOCS_PER_SHARD)]
+        rows = [(t, "x", f"{s}-{i}") for i, t in enumerate(texts)]
+        key = f"s-{s:05d}"
+        maps.append(str(tmp_path / "map" / key))
+        exact_map(key, _write_shards(tmp_path / "in", {key: rows})[key], maps[-1], config)
+    removals, reduces = {}, {}
+    for n in SIZES:
+        roots = [str(tmp_path / f"reduce-{n}" / str(b)) for b in range(4)]
+        reduces[n] = max(peak_heap_bytes(lambda: exact_reduce(b, maps[:n], roots[b], config))[1] for b in range(4))
+        exact_removals("s-00000", roots, str(tmp_path / "warm.jsonl"))  # first-call allocations (caches) not counted
+        counts, removals[n] = peak_heap_bytes(lambda: exact_removals("s-00000", roots, str(tmp_path / f"list-{n}.jsonl")))
+        assert counts["removed"] > 0
+    print({"removals": removals, "reduces": reduces})  # the measured figures (-s)
+    assert removals[32] <= 1.3 * removals[8], removals
+    assert reduces[32] >= 2.5 * reduces[8], reduces

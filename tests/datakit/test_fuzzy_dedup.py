@@ -1,6 +1,11 @@
-"""Fuzzy dedup: planted exact/near duplicates, templated text, shards via fsspec."""
+"""Fuzzy dedup: the definition of cleaning, shingles and signatures and the batch paths the
+steps take against it; planted exact/near duplicates and templated text through the shard
+steps (fuzzy_map per shard -> band reduces -> fuzzy_verify per shard -> fuzzy_resolve), on
+local and memory:// shards."""
 
 from __future__ import annotations
+
+import re
 
 import fsspec
 import numpy as np
@@ -8,22 +13,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from marin_assets.datakit.fuzzy_dedup import (
-    FuzzyDedupConfig,
-    dedup_texts,
-    find_duplicates,
-    fuzzy_dedup,
-    minhash_signatures,
-)
+from marin_assets.datakit import minhash
+from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig, fuzzy_map
 from marin_assets.datakit.minhash import (
     MinHashParams,
     clean_text,
     jaccard,
+    minhash_signatures,
     permutation_coefficients,
     shingle_hashes,
+    shingle_sets,
     signatures_from_shingles,
 )
+from tests.datakit.oracle import fuzzy_duplicates
+from tests.datakit.test_sharded_dedup import corpus_docs, removal_places, run_fuzzy
 
 RNG_VOCAB = np.random.default_rng(7)
 VOCAB = [
@@ -51,30 +57,70 @@ def true_jaccard(a: str, b: str) -> float:
     return jaccard(shingle_hashes(a), shingle_hashes(b))
 
 
+def _clean_by_definition(text: str, max_chars: int = 500_000) -> str:
+    """The cleaning as first written: lowercase, drop [^\\w\\s] and "_", collapse \\s+, strip."""
+    text = re.sub(r"[^\w\s]|_", "", text[:max_chars].lower())
+    return re.sub(r"\s+", " ", text).strip()
+
+
 def test_clean_text_lowercases_strips_punctuation_and_collapses_space():
     assert clean_text("Hello,   World!\n\tIt's_fine.") == "hello world itsfine"
     assert clean_text("abcdef", max_chars=3) == "abc"
+    assert clean_text("a\x1cb\x1f c") == "a b c"  # str.isspace() whitespace that bytes.split() would keep
+    assert clean_text("Ünïcode — ﬁne\u00a0text!") == "ünïcode ﬁne text"
+
+
+def test_ascii_cleaning_equals_the_definition_for_every_character():
+    for c in map(chr, range(128)):
+        for text in (f"A{c}b", f"{c}x{c}{c}y{c}", f"{c}", f"{c}{c} Z {c}"):
+            assert clean_text(text) == _clean_by_definition(text), repr(text)
+
+
+texts = st.text(alphabet=st.sampled_from("aAbZ09 _-.,!\t\n\x1c\x1f\x00éÉİßﬁ中\u00a0\u2003\u200b٣½²"), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts, max_chars=st.sampled_from([3, 500_000]))
+def test_clean_text_equals_the_definition(text, max_chars):
+    assert clean_text(text, max_chars) == _clean_by_definition(text, max_chars)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=st.lists(texts, max_size=12), ngram=st.sampled_from([1, 2, 5]), batch_chars=st.sampled_from([1, 16, 1 << 16]))
+def test_the_batch_paths_equal_shingle_hashes_one_text_at_a_time(batch, ngram, batch_chars):
+    """ASCII and other texts, empty, shorter than ngram, cut into batches anywhere: the
+    shingle sets and signatures of the batch path are those of the per-text definition."""
+    params = MinHashParams(num_perm=12, ngram=ngram, max_chars=30, chunk_shingles=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(minhash, "SET_BATCH_CHARS", batch_chars)
+        mp.setattr(minhash, "SIGNATURE_BATCH_CHARS", batch_chars)
+        sets = shingle_sets(batch, params)
+        signatures = minhash_signatures(batch, params)
+    expected = [shingle_hashes(t, params) for t in batch]
+    assert len(sets) == len(batch) and all(np.array_equal(s, e) for s, e in zip(sets, expected, strict=True))
+    assert np.array_equal(signatures, signatures_from_shingles(expected, params))
 
 
 def test_shingles_are_sets_of_character_5grams():
     # "abcdefg" has 3 distinct 5-grams; repeating it adds the wrap-around 5-grams only.
     assert shingle_hashes("abcdefg").size == 3
+    assert shingle_hashes("abcdefgabcdefg").size == 7
     assert shingle_hashes("ab").size == 1  # short text is one shingle
     assert shingle_hashes("!!! ...").size == 0  # nothing left after cleaning
     assert np.array_equal(shingle_hashes("A,b.c d!e"), shingle_hashes("abc de"))
+    assert (np.diff(shingle_hashes(random_doc(np.random.default_rng(0))).astype(np.float64)) > 0).all()  # sorted, unique
 
 
 def test_signatures_match_the_formula_and_do_not_depend_on_chunking():
     rng = np.random.default_rng(0)
-    texts = [random_doc(rng, words=int(rng.integers(1, 80))) for _ in range(30)] + ["", "x"]
-    small = MinHashParams(chunk_shingles=7)
-    sig_small = minhash_signatures(texts, small)
-    sig_big = minhash_signatures(texts, MinHashParams())
+    docs = [random_doc(rng, words=int(rng.integers(1, 80))) for _ in range(30)] + ["", "x"]
+    sig_small = minhash_signatures(docs, MinHashParams(chunk_shingles=7))
+    sig_big = minhash_signatures(docs, MinHashParams())
     assert sig_small.shape == (32, 286) and sig_small.dtype == np.uint32
     assert np.array_equal(sig_small, sig_big)
     # Direct evaluation of min_x (a x + b) mod 2^32 for one document.
     a, b = permutation_coefficients(286, 42)
-    x = (shingle_hashes(texts[3]) >> np.uint64(32)).astype(np.uint64)
+    x = (shingle_hashes(docs[3]) >> np.uint64(32)).astype(np.uint64)
     expected = ((a.astype(np.uint64) * x + b.astype(np.uint64)) % (1 << 32)).min(axis=1)
     assert np.array_equal(sig_big[3], expected.astype(np.uint32))
     assert np.all(sig_big[30] == 0xFFFFFFFF)  # empty document
@@ -95,6 +141,13 @@ def test_signature_agreement_estimates_jaccard_without_bias():
     assert 0.022 < estimates.std() < 0.038
 
 
+@settings(max_examples=200, deadline=None)
+@given(a=st.sets(st.integers(0, 40)), b=st.sets(st.integers(0, 40)))
+def test_jaccard_is_the_set_formula(a, b):
+    arrays = [np.array(sorted(s), dtype=np.uint64) << np.uint64(58) for s in (a, b)]  # high bits set: uint64, not int64
+    assert jaccard(*arrays) == (len(a & b) / len(a | b) if a | b else 0.0)
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="bands \\* rows"):
         FuzzyDedupConfig(bands=10, rows=10)
@@ -103,7 +156,21 @@ def test_config_validation():
     assert abs(FuzzyDedupConfig().lsh_threshold - 0.744) < 0.001
 
 
-def test_planted_near_duplicates_are_removed_and_uniques_survive():
+def _write_shards(base: str, parts: list[list[str]]) -> dict[str, str]:
+    """{shard key: path}: one shard of (id, text, source, source_id) per list, rows in its order."""
+    shards = {}
+    for s, part in enumerate(parts):
+        shards[f"part-{s:05d}"] = path = f"{base}/in/part-{s:05d}-of-{len(parts):05d}.parquet"
+        table = pa.table({"id": [doc_id(t) for t in part], "text": part, "source": ["test"] * len(part),
+                          "source_id": [f"{s}-{r}" for r in range(len(part))]})  # fmt: skip
+        fs, p = fsspec.core.url_to_fs(path)
+        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(p, "wb") as f:
+            pq.write_table(table, f)
+    return shards
+
+
+def test_planted_near_duplicates_are_removed_and_uniques_survive(tmp_path):
     rng = np.random.default_rng(2)
     uniques = [random_doc(rng) for _ in range(150)]
     near = []  # (index of original, text)
@@ -111,123 +178,86 @@ def test_planted_near_duplicates_are_removed_and_uniques_survive():
         original = k % 40
         near.append((original, edit_words(uniques[original], rng, fraction=float(rng.uniform(0.01, 0.05)))))
     exact_variants = [uniques[50].upper(), uniques[51].replace(" ", "  ,")]  # same cleaned text
-    texts = uniques + [t for _, t in near] + exact_variants
-    ids = [doc_id(t) for t in texts]
-    dups = find_duplicates(ids, texts, FuzzyDedupConfig())
+    texts = uniques + [t for _, t in near] + exact_variants  # corpus order: the originals first
+    shards = _write_shards(str(tmp_path), [texts[i : i + 53] for i in range(0, len(texts), 53)])
+    docs = corpus_docs(shards)
+    at = [(d["key"], d["row"]) for d in docs]  # corpus position -> (shard, row)
+    removed = removal_places(run_fuzzy(shards, str(tmp_path / "work"))["lists"])
 
-    groups: dict[int, set[str]] = {i: {ids[i]} for i in range(len(uniques))}
+    groups: dict[int, set[int]] = {i: {i} for i in range(len(uniques))}
     for pos, (orig, _) in enumerate(near, start=150):
-        groups[orig].add(ids[pos])
-    groups[50].add(ids[210])
-    groups[51].add(ids[211])
+        groups[orig].add(pos)
+    groups[50].add(210)
+    groups[51].add(211)
     group_of = {m: g for g, members in groups.items() for m in members}
-
+    position = {place: pos for pos, place in enumerate(at)}
     # Nothing outside a planted group is removed, and a removed document points inside its
     # own group at an earlier member; every group keeps its earliest, the original.
-    position = {doc: pos for pos, doc in enumerate(ids)}
-    for removed, survivor in dups.items():
-        assert group_of[removed] == group_of[survivor] and position[survivor] < position[removed]
-        assert len(groups[group_of[removed]]) > 1
-    for g in groups:
-        assert ids[g] not in dups
-    assert sum(ids[pos] < ids[orig] for pos, (orig, _) in enumerate(near, start=150) if ids[pos] in dups) > 5
+    for gone, kept in removed.items():
+        assert group_of[position[gone]] == group_of[position[kept]] and position[kept] < position[gone]
+    assert all(at[g] not in removed for g in groups)
 
-    def rep(x: str) -> str:
-        return dups.get(x, x)
+    def rep(pos: int):
+        return removed.get(at[pos], at[pos])
 
     # Exact duplicates after cleaning (case/punctuation variants) are always merged.
-    assert rep(ids[210]) == rep(ids[50]) and rep(ids[211]) == rep(ids[51])
+    assert rep(210) == rep(50) and rep(211) == rep(51)
     # Recall over planted copies whose true Jaccard with their original is >= 0.8.
-    eligible = [
-        (orig, pos)
-        for pos, (orig, t) in enumerate(near, start=150)
-        if true_jaccard(t, uniques[orig]) >= 0.8
-    ]
+    eligible = [(orig, pos) for pos, (orig, t) in enumerate(near, start=150) if true_jaccard(t, uniques[orig]) >= 0.8]
     assert len(eligible) >= 50
-    merged = sum(rep(ids[pos]) == rep(ids[orig]) for orig, pos in eligible)
-    assert merged / len(eligible) >= 0.95
+    assert sum(rep(pos) == rep(orig) for orig, pos in eligible) / len(eligible) >= 0.95
+    assert removed == fuzzy_duplicates(docs)  # and here, every near pair LSH could find it found
 
 
-def test_the_earliest_copy_survives_whatever_the_ids():
+@pytest.mark.parametrize("layout", ["one shard", "two shards"])
+def test_the_earliest_copy_survives_whatever_the_ids(tmp_path, layout):
     # The same near pair in both orders: the first one stays, the other one goes, so which
     # copy survives follows the corpus order and not the content hashes.
     rng = np.random.default_rng(5)
     a = random_doc(rng)
     b = edit_words(a, rng, fraction=0.02)
-    for texts in ([a, b], [b, a]):
-        ids = [doc_id(t) for t in texts]
-        assert find_duplicates(ids, texts) == {ids[1]: ids[0]}
-        assert dedup_texts(ids, texts).survivor.tolist() == [0, 0]
+    for name, first, second in (("ab", a, b), ("ba", b, a)):
+        parts = [[first, second]] if layout == "one shard" else [[first], [second]]
+        shards = _write_shards(str(tmp_path / name), parts)
+        out = run_fuzzy(shards, str(tmp_path / name / "work"))
+        [(key, [removal])] = [(k, v) for k, v in out["lists"].items() if v]
+        assert (removal.id, removal.kept_id) == (doc_id(second), doc_id(first))
+        assert (key, removal.row) == (("part-00000", 1) if layout == "one shard" else ("part-00001", 0))
+        assert (removal.kept_shard, removal.kept_row) == ("part-00000", 0)
 
 
-def test_templated_but_different_documents_survive_verification():
+def test_templated_but_different_documents_survive_verification(tmp_path):
     # A shared boilerplate with a short distinct payload: Jaccard ~0.7-0.78, above the LSH
     # threshold often enough to become candidates, below the 0.8 verification threshold.
     rng = np.random.default_rng(3)
     boilerplate = random_doc(rng, words=160)
-    texts = [boilerplate + " " + random_doc(rng, words=30) for _ in range(40)]
-    ids = [doc_id(t) for t in texts]
-    sims = [true_jaccard(texts[0], t) for t in texts[1:]]
-    assert max(sims) < 0.8
-    result = dedup_texts(ids, texts, FuzzyDedupConfig())
-    counts = result.counts()
-    assert counts["candidate_pairs"] > 0  # LSH alone would have merged these ...
-    assert counts["verified_pairs"] == 0  # ... verification rejects them all
-    assert counts["duplicates"] == 0
+    docs = [boilerplate + " " + random_doc(rng, words=30) for _ in range(40)]
+    assert max(true_jaccard(docs[0], t) for t in docs[1:]) < 0.8
+    shards = _write_shards(str(tmp_path), [docs[:20], docs[20:]])
+    out = run_fuzzy(shards, str(tmp_path / "work"))
+    assert sum(v["candidate_pairs"] for v in out["verified"].values()) > 0  # LSH alone would have merged these ...
+    assert sum(v["verified_pairs"] for v in out["verified"].values()) == 0  # ... verification rejects them all
+    assert out["duplicates"] == 0 and not any(out["lists"].values())
     # With verification effectively off (threshold just above 0) they would over-merge.
-    loose = dedup_texts(ids, texts, FuzzyDedupConfig(jaccard_threshold=0.01)).counts()
+    loose = run_fuzzy(shards, str(tmp_path / "loose"), FuzzyDedupConfig(jaccard_threshold=0.01))
     assert loose["duplicates"] > 0
 
 
-def _write_shard(path: str, texts: list[str]) -> list[str]:
-    ids = [doc_id(t) for t in texts]
-    order = np.argsort(ids)
-    table = pa.table(
-        {
-            "id": [ids[i] for i in order],
-            "text": [texts[i] for i in order],
-            "source": ["test"] * len(texts),
-            "source_id": [str(i) for i in order],
-            "metadata": ["{}"] * len(texts),
-        }
-    )
-    fs, p = fsspec.core.url_to_fs(path)
-    fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(p, "wb") as f:
-        pq.write_table(table, f)
-    return [ids[i] for i in order]
-
-
-@pytest.mark.parametrize("base", ["memory://fuzzy", "local"])
-def test_fuzzy_dedup_over_shards_writes_co_partitioned_attributes(base, tmp_path):
-    base = str(tmp_path) if base == "local" else base
+@pytest.mark.parametrize("base", ["memory", "local"])
+def test_the_steps_run_on_fsspec_paths(base, tmp_path):
+    base = f"memory://fuzzy-{tmp_path.name}" if base == "memory" else str(tmp_path)
     rng = np.random.default_rng(4)
     a = [random_doc(rng) for _ in range(20)]
     b = [random_doc(rng) for _ in range(20)] + [edit_words(a[0], rng, 0.02), edit_words(a[1], rng, 0.02)]
-    shard_a = f"{base}/in/part-00000-of-00002.parquet"
-    shard_b = f"{base}/in/part-00001-of-00002.parquet"
-    ids_a, ids_b = _write_shard(shard_a, a), _write_shard(shard_b, b)
-
-    counts = fuzzy_dedup([shard_a, shard_b], f"{base}/out", FuzzyDedupConfig())
-    assert counts["docs"] == 42 and counts["duplicates"] == 2 and counts["clusters"] == 2
-    assert counts["verified_pairs"] == 2 and counts["candidate_pairs"] >= 2
-
-    rows = {}
-    for shard, ids in [(shard_a, ids_a), (shard_b, ids_b)]:
-        with fsspec.open(f"{base}/out/{shard.rsplit('/', 1)[1]}", "rb") as f:
-            table = pq.read_table(f)
-        assert table.column_names == ["id", "cluster_id", "is_duplicate", "duplicate_of"]
-        assert table.column("id").to_pylist() == ids  # same rows, same order
-        for r in table.to_pylist():
-            rows[r["id"]] = r
-    # The originals come first (shard a): they survive, whichever id is lower.
-    for orig, copy in [(doc_id(a[0]), doc_id(b[-2])), (doc_id(a[1]), doc_id(b[-1]))]:
-        assert rows[copy]["is_duplicate"] and rows[copy]["duplicate_of"] == orig
-        assert not rows[orig]["is_duplicate"] and rows[orig]["duplicate_of"] is None
-        assert rows[copy]["cluster_id"] == rows[orig]["cluster_id"] == orig
-    assert sum(r["is_duplicate"] for r in rows.values()) == 2
+    shards = _write_shards(base, [a, b])
+    out = run_fuzzy(shards, f"{base}/work")
+    assert (out["duplicates"], out["clusters"], out["verified_pairs"]) == (2, 2, 2)
+    # The originals come first (shard 0): they survive, whichever id is lower.
+    assert out["lists"]["part-00000"] == []
+    assert sorted((r.row, r.id, r.kept_id, r.kept_shard, r.kept_row) for r in out["lists"]["part-00001"]) == [
+        (20, doc_id(b[20]), doc_id(a[0]), "part-00000", 0), (21, doc_id(b[21]), doc_id(a[1]), "part-00000", 1)]
 
 
-def test_fuzzy_dedup_names_a_missing_shard():
+def test_a_missing_shard_is_named():
     with pytest.raises(FileNotFoundError, match="nope.parquet"):
-        fuzzy_dedup(["memory://missing/nope.parquet"], "memory://missing/out")
+        fuzzy_map("s", "memory://missing/nope.parquet", "memory://missing/out")

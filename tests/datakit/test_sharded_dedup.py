@@ -1,9 +1,11 @@
 """Dedup as partitioned reduces (issue 12, library level): per-shard map outputs, reduces per
-hash bucket / LSH band and key range, per-shard removal lists with content digests.
+hash bucket / LSH band and key range, per-shard removal lists with content digests, checked
+against the all-pairs oracle (oracle.py).
 
-The helper `_sharded_dedup` lays files out the way per-partition assets will: every shard's
-map output in its own directory, every reduce's output in its own directory, and each step
-given only the directories it reads.
+The helpers lay files out the way the per-partition assets do: every shard's map output in
+its own directory, every reduce's output in its own directory, and each step given only the
+directories it reads. test_dedup_exact*.py and test_fuzzy_dedup.py drive the steps through
+them too.
 """
 
 from __future__ import annotations
@@ -14,23 +16,21 @@ import random
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.fuzzy_candidates import candidate_digest
 from marin_assets.datakit.fuzzy_dedup import (
     FuzzyDedupConfig,
     band_reduce_ranges,
     fuzzy_band_reduce,
-    fuzzy_dedup,
     fuzzy_map,
     fuzzy_resolve,
     fuzzy_verify,
 )
-from marin_assets.datakit.fuzzy_candidates import candidate_digest
 from marin_assets.datakit.memory import peak_heap_bytes
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
-from marin_assets.datakit.pipeline import Filter, apply_filters
 from marin_assets.datakit.removals import (
     Removal,
     apply_removals,
@@ -41,21 +41,22 @@ from marin_assets.datakit.removals import (
     write_removal_list,
 )
 from marin_assets.datakit.shards import basename, check_shard_key, list_shards, read_table, write_table
+from tests.datakit.oracle import dedup, fuzzy_duplicates
 
 EXACT = ExactDedupConfig(num_buckets=4)
 FUZZY = FuzzyDedupConfig()
 
 
-def _near(text: str, seed: int) -> str:
-    """`text` with two of its words replaced: Jaccard of 5-gram sets stays well above 0.8."""
+def _near(text: str, seed: int, words_changed: int = 2) -> str:
+    """`text` with `words_changed` of its words replaced (two in 40 words: Jaccard ~0.88-0.93)."""
     words = text.split()
     rng = random.Random(seed)
-    for i in rng.sample(range(len(words)), 2):
+    for i in rng.sample(range(len(words)), words_changed):
         words[i] = "zq" + words[i]
     return " ".join(words)
 
 
-def _normalize(tmp_path, name: str, records: list[dict], shard_docs: int) -> dict[str, str]:
+def normalize_records(tmp_path, name: str, records: list[dict], shard_docs: int) -> dict[str, str]:
     """{shard key: path} of `records` normalized as source `name`."""
     src = tmp_path / f"{name}.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -64,60 +65,87 @@ def _normalize(tmp_path, name: str, records: list[dict], shard_docs: int) -> dic
     return {f"{name}--{basename(p)}": p for p in list_shards(str(out))}
 
 
-def _sharded_dedup(shards: dict[str, str], work: str, ranges: int | None = None) -> dict:
-    """Exact then fuzzy dedup, every step on its own partition's inputs and outputs."""
-    keys = sorted(shards)
-    exact_maps = {k: f"{work}/exact_map/{k}" for k in keys}
-    for k in keys:
-        exact_map(k, shards[k], exact_maps[k], EXACT)
-    buckets = [f"{work}/exact_reduce/{b}" for b in range(EXACT.num_buckets)]
-    for b, out in enumerate(buckets):
-        exact_reduce(b, list(exact_maps.values()), out, EXACT)
-    exact_lists, exact_digests, filtered = {}, {}, {}
-    for k in keys:
-        exact_lists[k] = f"{work}/exact_removals/{k}.jsonl"
-        exact_digests[k] = exact_removals(k, buckets, exact_lists[k])["digest"]
-        filtered[k] = f"{work}/exact_filtered/{k}.parquet"
-        apply_removals(shards[k], [exact_lists[k]], filtered[k])
+def corpus_docs(shards: dict[str, str]) -> list[dict]:
+    """Every document of `shards` ({key: path}) with its shard key and row: the oracle's input."""
+    return [{**doc, "key": key, "row": row} for key in sorted(shards)
+            for row, doc in enumerate(read_table(shards[key], columns=["id", "text", "source", "source_id"]).to_pylist())]
 
-    fuzzy_maps = {k: f"{work}/fuzzy_map/{k}" for k in keys}
-    docs = sum(fuzzy_map(k, filtered[k], fuzzy_maps[k], FUZZY)["docs"] for k in keys)
+
+def removal_places(lists: dict[str, list[Removal]], rows: dict[str, list[int]] | None = None) -> dict:
+    """{(shard, row): (kept shard, kept row)} of removal lists; `rows` maps each shard's rows
+    (a filtered shard's) back to the rows of the shard it was filtered from."""
+    back = (lambda key, row: rows[key][row]) if rows is not None else (lambda key, row: row)
+    return {(key, back(key, r.row)): (r.kept_shard, back(r.kept_shard, r.kept_row)) for key, lst in lists.items() for r in lst}
+
+
+def run_exact(shards: dict[str, str], work: str, config: ExactDedupConfig = EXACT) -> dict[str, dict]:
+    """exact_map per shard -> exact_reduce per bucket -> exact_removals per shard:
+    {shard: {"list": path, "removed", "digest"}}."""
+    maps = {k: f"{work}/exact_map/{k}" for k in sorted(shards)}
+    for k, root in maps.items():
+        exact_map(k, shards[k], root, config)
+    buckets = [f"{work}/exact_reduce/{b}" for b in range(config.num_buckets)]
+    for b, out in enumerate(buckets):
+        exact_reduce(b, list(maps.values()), out, config)
+    lists = {k: f"{work}/exact_removals/{k}.jsonl" for k in maps}
+    return {k: {"list": path, **exact_removals(k, buckets, path)} for k, path in lists.items()}
+
+
+def run_fuzzy(shards: dict[str, str], work: str, config: FuzzyDedupConfig = FUZZY, ranges: int | None = None) -> dict:
+    """fuzzy_map per shard -> fuzzy_band_reduce per band and key range -> fuzzy_verify per
+    shard -> fuzzy_resolve: the resolve's counts plus "lists" ({shard: removals}),
+    "verified" (each verify's counts), "candidates" (candidate_digest per shard), "ranges"."""
+    keys = sorted(shards)
+    maps = {k: f"{work}/fuzzy_map/{k}" for k in keys}
+    docs = sum(fuzzy_map(k, shards[k], maps[k], config)["docs"] for k in keys)
     ranges = ranges or band_reduce_ranges(docs, 40)
     cand_roots = []
-    for band in range(FUZZY.bands):
+    for band in range(config.bands):
         for r in range(ranges):
             cand_roots.append(f"{work}/fuzzy_cand/{band}-{r}")
-            fuzzy_band_reduce(band, (r, ranges), list(fuzzy_maps.values()), cand_roots[-1], FUZZY)
+            fuzzy_band_reduce(band, (r, ranges), list(maps.values()), cand_roots[-1], config)
     edges = {k: f"{work}/fuzzy_edges/{k}.parquet" for k in keys}
-    for k in keys:
-        fuzzy_verify(k, cand_roots, filtered, edges[k], FUZZY)
+    verified = {k: fuzzy_verify(k, cand_roots, shards, edges[k], config) for k in keys}
     resolved = fuzzy_resolve(edges, f"{work}/fuzzy_removals")
+    lists = {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys}
+    return {**resolved, "lists": lists, "digests": {k: v["digest"] for k, v in resolved["lists"].items()},
+            "verified": verified, "candidates": {k: candidate_digest(k, cand_roots) for k in keys}, "ranges": ranges}
+
+
+def _sharded_dedup(shards: dict[str, str], work: str, ranges: int | None = None) -> dict:
+    """Exact then fuzzy dedup, every step on its own partition's inputs and outputs."""
+    exact = run_exact(shards, work)
+    filtered, kept_rows = {}, {}
+    for k in sorted(shards):
+        filtered[k] = f"{work}/exact_filtered/{k}.parquet"
+        apply_removals(shards[k], [exact[k]["list"]], filtered[k])
+        gone = {r.row for r in read_removal_list(exact[k]["list"])}
+        kept_rows[k] = [r for r in range(read_table(shards[k], columns=["id"]).num_rows) if r not in gone]
+    fuzzy = run_fuzzy(filtered, work, ranges=ranges)
     final = []
-    for k in keys:
+    for k in sorted(shards):
         out = f"{work}/final/{k}.parquet"
         apply_removals(filtered[k], [removal_list_path(f"{work}/fuzzy_removals", k)], out)
         final.extend(read_table(out, columns=["id", "source", "source_id", "text"]).to_pylist())
+    exact_lists = {k: read_removal_list(v["list"]) for k, v in exact.items()}
     return {
-        "exact": exact_digests,
-        "fuzzy": {k: v["digest"] for k, v in resolved["lists"].items()},
-        "candidates": {k: candidate_digest(k, cand_roots) for k in keys},
-        "exact_lists": {k: read_removal_list(p) for k, p in exact_lists.items()},
-        "fuzzy_lists": {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys},
+        "exact": {k: v["digest"] for k, v in exact.items()},
+        "fuzzy": fuzzy["digests"],
+        "candidates": fuzzy["candidates"],
+        "exact_lists": exact_lists,
+        "fuzzy_lists": fuzzy["lists"],
+        "places": (removal_places(exact_lists), removal_places(fuzzy["lists"], kept_rows)),
         "final": sorted(final, key=lambda d: (d["id"], d["source"], d["source_id"])),
-        "ranges": ranges,
+        "ranges": fuzzy["ranges"],
     }
 
 
-def _unsharded(shards: list[str], work: str) -> list[dict]:
-    """The single-process pipeline's dedup stages (the functions `marin datakit run` calls)."""
-    datasets = {"s": shards}
-    exact_dedup(datasets, f"{work}/exact", EXACT)
-    apply_filters(datasets, [Filter("exact_duplicate", lambda n: f"{work}/exact/{n}", "is_duplicate")], f"{work}/f1", 10_000)
-    stage1 = list_shards(f"{work}/f1")
-    fuzzy_dedup(stage1, f"{work}/fuzzy", FUZZY)
-    apply_filters({"": stage1}, [Filter("fuzzy_duplicate", lambda n: f"{work}/fuzzy", "is_duplicate")], f"{work}/f2", 10_000)
-    docs = [d for s in list_shards(f"{work}/f2") for d in read_table(s, columns=["id", "source", "source_id", "text"]).to_pylist()]
-    return sorted(docs, key=lambda d: (d["id"], d["source"], d["source_id"]))
+def _oracle_final(docs: list[dict], threshold: float = 0.8) -> list[dict]:
+    """The documents the oracle keeps, in the order _sharded_dedup sorts its final ones."""
+    exact, fuzzy = dedup(docs, threshold)
+    gone = {**exact, **fuzzy}
+    kept = [{k: d[k] for k in ("id", "source", "source_id", "text")} for d in docs if (d["key"], d["row"]) not in gone]
+    return sorted(kept, key=lambda d: (d["id"], d["source"], d["source_id"]))
 
 
 def _corpus(prose, n: int = 60) -> list[dict]:
@@ -138,7 +166,7 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(tmp_path, prose)
     records = [{"text": a, "id": "1"}, {"text": b, "id": "2"}, {"text": prose(3, 60), "id": "3"},
                {"text": prose(4, 60), "id": "4"}, {"text": a, "id": "5"}, {"text": prose(5, 60), "id": "6"},
                {"text": near_b, "id": "7"}, {"text": prose(6, 60), "id": "8"}]  # fmt: skip
-    shards = _normalize(tmp_path, "s", records, shard_docs=2)
+    shards = normalize_records(tmp_path, "s", records, shard_docs=2)
     assert len(shards) == 4
     out = _sharded_dedup(shards, str(tmp_path / "work"), ranges=3)
     keys = sorted(shards)
@@ -162,21 +190,20 @@ def _id(text: str) -> str:
 
 
 @pytest.mark.parametrize("pairs_row_group, doc_row_group", [(8192, 8192), (2, 2)])
-def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group, doc_row_group):
+def test_sharded_result_equals_the_oracle_document_for_document(tmp_path, prose, monkeypatch, pairs_row_group, doc_row_group):
     # Row groups of 2 pairs: a verify reads its owner's pairs by row-group statistics out of
     # files that hold every owner's, and must find all of them and no others. Row groups of
     # 2 documents: it reads its partners' documents by the row groups that hold them.
     monkeypatch.setattr(importlib.import_module("marin_assets.datakit.fuzzy_candidates"), "PAIRS_ROW_GROUP", pairs_row_group)
     monkeypatch.setattr(importlib.import_module("marin_assets.datakit.shards"), "DOC_ROW_GROUP", doc_row_group)
-    records = _corpus(prose)
-    one = _normalize(tmp_path, "s", records, shard_docs=10_000)
-    many = _normalize(tmp_path, "s", records, shard_docs=5)
-    assert len(one) == 1 and len(many) == 17
-    expected = _unsharded(list(one.values()), str(tmp_path / "single"))
-    sharded = _sharded_dedup(many, str(tmp_path / "sharded"))
+    shards = normalize_records(tmp_path, "s", _corpus(prose), shard_docs=5)
+    assert len(shards) == 17
+    docs = corpus_docs(shards)
+    sharded = _sharded_dedup(shards, str(tmp_path / "sharded"))
     assert sharded["ranges"] > 1  # the band reduces really were cut into key ranges
+    assert sharded["places"] == dedup(docs)  # which rows go, and which copy each one is of
     # 60 unique texts; the 9 exact copies and 12 near copies go (the near copy of doc 14 too).
-    assert len(expected) == 60 and sharded["final"] == expected
+    assert len(sharded["final"]) == 60 and sharded["final"] == _oracle_final(docs)
     assert sum(len(v) for v in sharded["exact_lists"].values()) == 9
     assert sum(len(v) for v in sharded["fuzzy_lists"].values()) == 13
     groups = [pq.ParquetFile(p).num_row_groups for p in (tmp_path / "sharded" / "fuzzy_cand").glob("*/pairs/*.parquet")]
@@ -185,16 +212,52 @@ def test_sharded_result_equals_unsharded_document_for_document(tmp_path, prose, 
     assert (max(doc_groups) > 1) == (doc_row_group == 2)  # shards of up to 5 documents
 
 
+BASES = 6  # distinct texts of 240 words: Jaccard ~0.3 between any two; one word changed: ~0.97-0.99
+
+
+def _planted(prose, base: int, variant: int) -> str:
+    """Base text `base`, or (variant > 0) a copy with one word changed, a different word per variant."""
+    words = prose(1000 + base, 240).split()
+    if variant:
+        words[37 * variant] = "zq" + words[37 * variant]
+    return " ".join(words)
+
+
+planted_records = st.lists(st.tuples(st.integers(0, BASES - 1), st.integers(0, 3), st.sampled_from(["a", "b"]),
+                                     st.sampled_from(["1", "2", "10"])), min_size=2, max_size=16)  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=planted_records, shard_docs=st.integers(1, 4))
+def test_random_corpora_with_planted_copies_dedup_as_the_oracle_says(tmp_path_factory, prose, records, shard_docs):
+    """Exact copies (same base and variant), near copies (same base, another variant) in two
+    sources, any shard size: the sharded steps remove what the all-pairs oracle removes and
+    name the same kept copy. Every near pair here has Jaccard >= 0.96 and every other < 0.5,
+    where LSH with 26 bands x 11 rows misses a pair with probability < 1e-9 (either way)."""
+    tmp = tmp_path_factory.mktemp("planted")
+    shards = {}
+    for source in ("a", "b"):
+        mine = [{"text": _planted(prose, base, variant), "id": sid} for base, variant, src, sid in records if src == source]
+        if mine:
+            shards.update(normalize_records(tmp, source, mine, shard_docs))
+    docs = corpus_docs(shards)
+    out = _sharded_dedup(shards, str(tmp / "work"), ranges=2)
+    assert out["places"] == dedup(docs)
+    assert out["final"] == _oracle_final(docs)
+    assert len({d["text"] for d in out["final"]}) == len(out["final"])  # what is left has no exact copy
+
+
 def test_adding_a_shard_changes_only_the_removal_lists_it_must(tmp_path, prose):
     base = [{"text": prose(i, 60), "id": f"u{i:03d}"} for i in range(48)]
     base += [{"text": _near(prose(i, 60), i), "id": f"n{i:03d}"} for i in (3, 30)]  # fuzzy dups inside the base
-    shards = _normalize(tmp_path, "a", base, shard_docs=5)
+    shards = normalize_records(tmp_path, "a", base, shard_docs=5)
     before = _sharded_dedup(shards, str(tmp_path / "before"))
     # The new shard (source "A" sorts before "a", so its exact copy is the canonical one):
     # an exact copy of doc 10 and a near copy of doc 20, plus two new documents.
     copied, near_target = prose(10, 60), prose(20, 60)
     near = _near(near_target, 1234)
-    new = _normalize(tmp_path, "A", [{"text": copied}, {"text": near}, {"text": prose(500, 60)}, {"text": prose(501, 60)}], 10)
+    new_docs = [{"text": copied}, {"text": near}, {"text": prose(500, 60)}, {"text": prose(501, 60)}]
+    new = normalize_records(tmp_path, "A", new_docs, 10)
     after = _sharded_dedup({**shards, **new}, str(tmp_path / "after"))
     [new_key] = new
 
@@ -231,12 +294,12 @@ def test_a_new_last_shard_changes_no_old_removal_list_or_candidates(tmp_path, pr
     # candidate pair it brings, so no old shard's removal lists or verify inputs change.
     base = [{"text": prose(i, 60), "id": f"u{i:03d}"} for i in range(48)]
     base += [{"text": _near(prose(i, 60), i), "id": f"n{i:03d}"} for i in (3, 30)]
-    shards = _normalize(tmp_path, "a", base, shard_docs=5)
+    shards = normalize_records(tmp_path, "a", base, shard_docs=5)
     before = _sharded_dedup(shards, str(tmp_path / "before"))
     target = prose(20, 60)
     near = _near(target, _near_seed(target, near_id == "lower"))
     assert (_id(near) < _id(target)) == (near_id == "lower")
-    new = _normalize(tmp_path, "b", [{"text": prose(10, 60)}, {"text": near}, {"text": prose(500, 60)}], 10)
+    new = normalize_records(tmp_path, "b", [{"text": prose(10, 60)}, {"text": near}, {"text": prose(500, 60)}], 10)
     after = _sharded_dedup({**shards, **new}, str(tmp_path / "after"))
     [new_key] = new
     assert new_key == max(after["fuzzy"])
@@ -354,13 +417,12 @@ def test_band_reduce_memory_does_not_grow_with_the_number_of_shards(tmp_path):
     assert unsliced64 > BAND_REDUCE_BOUND and unsliced64 > 2.5 * unsliced16
 
 
-def test_sharded_fuzzy_steps_equal_the_in_memory_algorithm(tmp_path, prose):
+def test_sharded_fuzzy_steps_equal_the_all_pairs_oracle(tmp_path, prose):
     # Exact copies, empty texts and a templated family bigger than max_bucket_size (its
     # buckets get the capped chain/skip/star pairs) across 5 shards and 7 key ranges: the
-    # survivors must be those of dedup_texts over the concatenated documents.
+    # removals and their survivors must be those of the oracle's all-pairs components.
     import pyarrow as pa
 
-    from marin_assets.datakit.fuzzy_dedup import dedup_texts
     from marin_assets.datakit.normalize import doc_id
 
     config = FuzzyDedupConfig(max_bucket_size=8)
@@ -368,19 +430,21 @@ def test_sharded_fuzzy_steps_equal_the_in_memory_algorithm(tmp_path, prose):
     texts += [prose(i, 40) for i in range(0, 60, 9)] + ["", "!!!", "...", "ok"]
     texts += ["boilerplate header line " * 6 + f"item {i}" for i in range(30)]
     random.Random(5).shuffle(texts)
-    paths, ordered = [], []
+    shards = {}
     for s in range(5):
         part = sorted(texts[s::5], key=doc_id)
-        paths.append(str(tmp_path / "in" / f"part-{s:05d}-of-00005.parquet"))
-        write_table(pa.table({"id": [doc_id(t) for t in part], "text": part}), paths[-1])
-        ordered.extend(part)
-    counts = fuzzy_dedup(paths, str(tmp_path / "out"), config, docs_per_reduce=20)
-    ids = [doc_id(t) for t in ordered]
-    expected = dedup_texts(ids, ordered, config)
-    got = [c for p in paths for c in read_table(str(tmp_path / "out" / basename(p))).column("cluster_id").to_pylist()]
-    assert got == [ids[s] for s in expected.survivor]
-    assert counts == {**expected.counts(), "shards": 5}
-    assert counts["duplicates"] > 30 and counts["clusters"] >= 16
+        shards[f"part-{s:05d}"] = str(tmp_path / "in" / f"part-{s:05d}-of-00005.parquet")
+        write_table(pa.table({"id": [doc_id(t) for t in part], "text": part, "source": ["s"] * len(part),
+                              "source_id": [str(i) for i in range(len(part))]}), shards[f"part-{s:05d}"])  # fmt: skip
+    out = run_fuzzy(shards, str(tmp_path / "work"), config, ranges=7)
+    expected = fuzzy_duplicates(corpus_docs(shards))
+    assert removal_places(out["lists"]) == expected
+    survivors = set(expected.values())
+    assert (out["duplicates"], out["clusters"]) == (len(expected), len(survivors))
+    assert out["duplicates"] > 30 and out["clusters"] >= 16
+    # The templated family is one component: more than max_bucket_size members, all but one removed.
+    family = [(d["key"], d["row"]) for d in corpus_docs(shards) if "item" in d["text"]]
+    assert len({expected.get(m, m) for m in family}) == 1
 
 
 def test_a_band_reduce_reads_only_the_row_groups_of_its_key_range(tmp_path, prose, monkeypatch):
@@ -466,7 +530,7 @@ def _tree(root) -> dict[str, bytes]:
 def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes(tmp_path, prose, ranges, appended):
     """The new shards sort between the earlier ones (node numbers shift, pairs must not), or
     after them (the keys file is merged with the new keys instead of sorted again)."""
-    shards = _normalize(tmp_path, "c", _corpus(prose), 12)
+    shards = normalize_records(tmp_path, "c", _corpus(prose), 12)
     keys = sorted(shards)
     maps = {k: str(tmp_path / "map" / k) for k in keys}
     for k in keys:
