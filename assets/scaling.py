@@ -28,6 +28,7 @@ The ladder's shape and the fit/prediction logic live in ``marin_assets.scaling.l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Mapping
 
@@ -36,7 +37,9 @@ import dagster as dg
 from assets.datakit.datasets import dataset_versions, weighted_sources
 from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, png_markdown, versioned, versioned_asset
-from marin_assets.scaling.ladder import (Ladder, check_prediction, fit_ladder, predict_at, predicted_vs_actual_png,
+from marin_assets.orchestration.knob_configs import library_config, stage_config
+from marin_assets.scaling.fits import IsoFlopConfig
+from marin_assets.scaling.ladder import (Ladder, SweepSettings, check_prediction, fit_ladder, predict_at, predicted_vs_actual_png,
                                          read_bytes, read_json, select_budgets, write_file)
 from marin_assets.scaling.sweep import held_out_streams, parse_partition_key, run_sweep_point
 from marin_assets.store import ArtifactRef
@@ -57,33 +60,28 @@ DEMO_LADDER = Ladder(
 )
 
 
-class SweepConfig(StageConfig):
-    vocab_size: int = versioned(0, description="model vocabulary; 0 = the tokenizer's, read from the caches' stats.json")
-    seq_len: int = versioned(64)
-    head_dim: int = versioned(8)
-    aspect_ratio: float = versioned(128.0, description="d_model / n_layers; 128 keeps these tiny models at 1 layer")
-    batch_sizes: list[int] = versioned([16], description="sequences per step the planner may pick (small: more steps per FLOP)")
-    min_steps: int = versioned(50)
-    tolerance: float = versioned(0.04, description="planned FLOPs within this fraction of the budget")
-    lr_base: float = versioned(1e-2, description="2e-2 diverges on some of these runs, 4e-3 is noisier")
-    lr_ref_width: int = versioned(1024, description="LR shrinks as 1/width only above this width")
-    decay_fraction: float = versioned(0.2, description="WSD: last fraction of steps decays the LR")
-    skip_sigma: float = versioned(0.0, description="loss-spike skip test of the training guards; 0 = off. On these short "
-                                                  "mixed-source runs the test froze whole runs (hundreds of skipped steps)")
-    seed: int = versioned(0)
-    validation_windows: int = versioned(256, description="held-out windows of seq_len per source")
+# The configs are generated from the library's knobs (marin_assets/knobs.py): one declaration of each default.
+# (A class over the generated one, so type checkers see a class.)
+class SweepConfig(stage_config("SweepConfig", (SweepSettings, [
+        "vocab_size", "seq_len", "head_dim", "aspect_ratio", "batch_sizes", "min_steps", "tolerance", "lr_base",
+        "lr_ref_width", "decay_fraction", "skip_sigma", "seed", "validation_windows"]))):
+    """One sweep run's settings: knobs of marin_assets.scaling.ladder.SweepSettings."""
 
 
-class FitConfig(StageConfig):
+class _FitSelection(StageConfig):
     fit_budgets: list[str] = versioned([], description="budget labels (e.g. '1e11') to fit; [] = every budget the fit reads")
-    huber_delta: float = versioned(0.01)
-    bucket_base: float = versioned(1.1)
-    bootstrap_n: int = versioned(100, description="bootstrap resamples for the confidence intervals")
 
 
-class PredictionConfig(StageConfig):
+class FitConfig(stage_config("FitConfig", (IsoFlopConfig, ["huber_delta", "bucket_base", "bootstrap_n"]), base=_FitSelection)):
+    """Which budgets to fit, and the knobs of marin_assets.scaling.fits.IsoFlopConfig."""
+
+
+class _PredictionFamily(StageConfig):
     sweep: SweepConfig = versioned(SweepConfig(), description="the family to pick the predicted config from")
-    max_width: int = versioned(512)
+
+
+class PredictionConfig(stage_config("PredictionConfig", (SweepSettings, ["max_width"]), base=_PredictionFamily)):
+    """The sweep's family and SweepSettings.max_width, the widest member the prediction may pick."""
 
 
 def ladder_data(mixture: ArtifactRef) -> tuple[dict[str, str], int]:
@@ -115,9 +113,10 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, data_key: str = "mixtu
         """One IsoFLOP run: the planned model for (budget, width) trained to its budget, validation loss."""
         budget, width = parse_partition_key(ctx.partition_key)
         datasets, vocab_size = ladder_data(mixture)
-        if not config.vocab_size:
-            config = config.model_copy(update={"vocab_size": vocab_size})
-        return run_fn(budget, width, config, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log)
+        settings = library_config(config, SweepSettings)
+        if not settings.vocab_size:
+            settings = dataclasses.replace(settings, vocab_size=vocab_size)
+        return run_fn(budget, width, settings, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log)
 
     def fit_metadata(ref: ArtifactRef) -> dict:
         return {"isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
@@ -130,13 +129,13 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, data_key: str = "mixtu
     def scaling_fit(ctx: StageContext, config: FitConfig, sweep: Mapping[str, ArtifactRef]):
         """IsoFLOP fit (Huber parabolas, vertices, N*/D* power laws, loss envelope) on the smaller budgets."""
         counts = select_budgets({k: dict(ref.counts) for k, ref in sweep.items()}, config.fit_budgets)
-        return fit_ladder(counts, target=ladder.target, bucket_base=config.bucket_base, huber_delta=config.huber_delta,
-                          bootstrap_n=config.bootstrap_n, out_dir=ctx.out_dir, log=ctx.log)
+        return fit_ladder(counts, library_config(config, IsoFlopConfig), target=ladder.target, out_dir=ctx.out_dir, log=ctx.log)
 
     @versioned_asset(key="prediction", code_version="1", config_cls=PredictionConfig, ins={"fit": "scaling_fit"}, **common)
     def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
         """Compute-optimal N*, D*, expected loss and the nearest family config at the largest budget."""
-        out = predict_at(read_json(fit, "fit.json"), ladder.target, ladder.target_label, config.sweep, config.max_width)
+        settings = library_config(config.sweep, SweepSettings, max_width=config.max_width)
+        out = predict_at(read_json(fit, "fit.json"), ladder.target, ladder.target_label, settings)
         write_file(ctx.out_dir, "prediction.json", json.dumps(out, indent=1))
         ctx.log(f"prediction at C={out['budget']:.3g}: N*={out['params_opt']:.3g}, D*={out['tokens_opt']:.3g}, "
                 f"loss {out['loss']:.4f}")

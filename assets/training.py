@@ -20,7 +20,9 @@ from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import demo_phases
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
+from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.orchestration.knob_configs import stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.store import ArtifactRef
@@ -234,10 +236,8 @@ def _recent_losses(out_dir: str, phase: str, outcome, keep: int = 64) -> list[fl
     return [r["loss"] for r in rows if r.get("phase", phase) == phase][-keep:]
 
 
-class EvalConfig(StageConfig):
-    tasks: list[str] = versioned(["hellaswag", "arc_easy"])
-    limit: int = versioned(40, description="multiple-choice items per task")
-    docs_per_source: int = versioned(8, description="held-out documents per source for bits-per-byte")
+class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "docs_per_source"]))):
+    """What eval/<run> scores: the knobs of marin_assets.evaluation.run.EvalSettings (one declaration each)."""
 
 
 @versioned_asset(key=EVAL_KEY, code_version="2", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},

@@ -71,12 +71,12 @@ def main() -> None:
     step = make_train_step(config, opt, model, mesh, state_sh)
     rows = np.random.default_rng(0).integers(0, 256, (config.batch_size, config.seq_len)).astype(np.int32)
     tokens = meshlib.shard_batch(mesh, rows, config.batch_size)
-    ok, start = np.bool_(True), np.int32(0)
-    state, m = step(state, tokens, ok, start)
+    ok, lr = np.bool_(True), np.float32(config.schedule.peak_lr)
+    state, m = step(state, tokens, ok, lr)
     jax.block_until_ready(m)
     t0 = time.perf_counter()
     for _ in range(args.steps - 1):
-        state, m = step(state, tokens, ok, start)
+        state, m = step(state, tokens, ok, lr)
     jax.block_until_ready(m)
     reference = (args.steps - 1) * config.tokens_per_step / (time.perf_counter() - t0)
     print(json.dumps({"name": "train_loop", "unit": "tokens/s", "ours": round(ours, 1),

@@ -17,21 +17,21 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from assets.datakit import exact, final, fuzzy, normalized
 from assets.datakit.datasets import contamination_check, dataset_asset, mixture_asset
-from assets.datakit.exact import shard_exact_map, shard_exact_reduce, shard_exact_removals, shard_filtered_exact
-from assets.datakit.final import shard_decontam, shard_final, shard_tokenized
-from assets.datakit.fuzzy import shard_fuzzy_candidates, shard_fuzzy_edges, shard_fuzzy_map, shard_fuzzy_removals
 from assets.datakit.index import make_index
 from assets.datakit.inputs import labelled_quality_model, packaged_eval_ngrams, tokenizer_asset
-from assets.datakit.normalized import shard_normalized, shard_quality
 from assets.datakit.sources import pinned_source, watched_source
+from assets.partitions import datakit_shards
 from marin_assets.datakit.sources import SOURCES
 from marin_assets.datakit.tokenize import BYTES
 
-# Everything after the index that is per shard or per bucket/band: the same for every corpus.
-shard_steps = [shard_normalized, shard_quality, shard_exact_map, shard_exact_reduce, shard_exact_removals,
-               shard_filtered_exact, shard_fuzzy_map, shard_fuzzy_candidates, shard_fuzzy_edges, shard_fuzzy_removals,
-               shard_decontam, shard_final, shard_tokenized]
+
+def make_shard_steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """Everything after the index that is per shard or per bucket/band: the same for every
+    corpus, partitioned by the graph's own ``shards`` (a `marin datakit run` recorded in an
+    instance must not share the code location's shard partitions)."""
+    return [*normalized.steps(shards), *exact.steps(shards), *fuzzy.steps(shards), *final.steps(shards)]
 
 # The tiny demo models train on bytes: no tokenizer to fit, and an LM head small enough that an
 # IsoFLOP ladder of CPU-sized models has interior optima (user corpora default to OLMo's BPE).
@@ -39,10 +39,11 @@ CODE_LOCATION_TOKENIZER = BYTES
 WATCHED_SOURCE = "user"
 
 
-def make_datakit_graph(sources: Mapping[str, str]) -> list[dg.AssetsDefinition]:
+def make_datakit_graph(sources: Mapping[str, str],
+                       shards: dg.DynamicPartitionsDefinition = datakit_shards) -> list[dg.AssetsDefinition]:
     """The sharded graph over `sources` ({source name: asset key of its raw files}): the index,
     every shard step and one dataset per source (the fixed inputs come from the caller)."""
-    return [make_index(sources), *shard_steps, *[dataset_asset(name) for name in sources]]
+    return [make_index(sources, shards), *make_shard_steps(shards), *[dataset_asset(name) for name in sources]]
 
 
 def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
@@ -57,4 +58,4 @@ def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChe
     return assets, [contamination_check(name) for name in sources]
 
 
-__all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "shard_steps"]
+__all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "make_shard_steps"]

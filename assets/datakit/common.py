@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from assets.partitions import datakit_shards, shard_backfill_policy
+from assets.partitions import shard_backfill_policy
 from marin_assets.datakit.shards import join, read_committed_json, write_json
 from marin_assets.orchestration import StageContext
 from marin_assets.store import ArtifactRef
@@ -28,9 +28,9 @@ ALL = dg.AllPartitionMapping()
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
 
 
-def per_shard(**kwargs) -> dict:
-    """versioned_asset arguments of a per-shard asset (partitioned by datakit_shards)."""
-    return {"partitions_def": datakit_shards, "group_name": GROUP, "tags": SHARD_TAGS,
+def per_shard(shards: dg.DynamicPartitionsDefinition, **kwargs) -> dict:
+    """versioned_asset arguments of a per-shard asset (partitioned by the graph's ``shards``)."""
+    return {"partitions_def": shards, "group_name": GROUP, "tags": SHARD_TAGS,
             "backfill_policy": shard_backfill_policy(), **kwargs}
 
 

@@ -8,6 +8,8 @@ The resolve writes a removal list per shard; shards/final follows each list's di
 
 from __future__ import annotations
 
+import dagster as dg
+
 from marin_assets.datakit.fuzzy_dedup import (
     FuzzyDedupConfig,
     band_reduce_ranges,
@@ -31,35 +33,11 @@ assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDed
 EDGES_FILE = "edges.parquet"
 
 
-@versioned_asset(key="shards/fuzzy_map", code_version="1", ins={"docs": "shards/filtered_exact"}, **per_shard())
-def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
-    """MinHash band keys of one shard's documents, one sorted file per band."""
-    return fuzzy_map(ctx.partition_key, shard_file(docs), ctx.out_dir, MINHASH)
-
-
 class CandidatesConfig(StageConfig):
     docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
 KEYS_FORMAT = 2  # bump when fuzzy_band_reduce's keys files change shape or place
-
-
-@versioned_asset(key="shards/fuzzy_candidates", code_version="5", config_cls=CandidatesConfig,
-                 ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
-def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
-    """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
-    band = partition_index(ctx.partition_key, "band-", FUZZY_BANDS)
-    docs = sum(ref.counts["docs"] for ref in maps.values())
-    ranges = band_reduce_ranges(docs, config.docs_per_reduce)
-    how = {"format": KEYS_FORMAT, "ranges": ranges}
-    reuse, reused = reusable_reduce(ctx, maps, how)  # shards only added: their keys are in our keys files
-    new = roots({k: ref for k, ref in maps.items() if k not in reused})
-    totals = {"keys": 0, "pairs": 0, "row_groups_read": 0}
-    for r in range(ranges):
-        counts = fuzzy_band_reduce(band, (r, ranges), new, ctx.out_dir, MINHASH, reuse=reuse)
-        totals = {k: totals[k] + counts[k] for k in totals}
-    record_reduce(ctx, maps, how)
-    return {**totals, "ranges": ranges, "shards": len(maps), "shards_reused": len(reused), "docs": docs}
 
 
 def _edges_version(config, partition: str, inputs) -> dict[str, str]:
@@ -75,25 +53,6 @@ def _edges_version(config, partition: str, inputs) -> dict[str, str]:
     return {"candidates": digest, **{f"docs[{k}]": docs[k].version for k in sorted({partition, *partners})}}
 
 
-@versioned_asset(key="shards/fuzzy_edges", code_version="2", config_cls=FuzzyConfig,
-                 ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
-                 version_inputs=_edges_version, **per_shard())
-def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
-    """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
-    verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
-    shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
-    return fuzzy_verify(ctx.partition_key, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
-
-
-@versioned_asset(key="shards/fuzzy_removals", code_version="2", ins={"edges": every("shards/fuzzy_edges")},
-                 group_name=GROUP, tags=REDUCE_TAGS)
-def shard_fuzzy_removals(ctx: StageContext, edges: dict[str, ArtifactRef]):
-    """Connected components over every verified edge: one removal list per shard."""
-    resolved = fuzzy_resolve({key: join(ref.data_path, EDGES_FILE) for key, ref in edges.items()}, ctx.out_dir)
-    lists = resolved.pop("lists")
-    return {**resolved, "shards": len(lists), "removed": sum(v["removed"] for v in lists.values())}
-
-
 def fuzzy_list(removals: ArtifactRef, shard: str) -> str:
     return removal_list_path(removals.data_path, shard)
 
@@ -101,3 +60,48 @@ def fuzzy_list(removals: ArtifactRef, shard: str) -> str:
 def fuzzy_list_digest(removals: ArtifactRef, shard: str) -> str:
     """The digest of one shard's list (read from the list: the resolve's counts stay small)."""
     return removal_list_digest(fuzzy_list(removals, shard))
+
+
+def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """The fuzzy-dedup steps over the shard partitions ``shards`` (the reduce over LSH bands, one resolve)."""
+
+    @versioned_asset(key="shards/fuzzy_map", code_version="1", ins={"docs": "shards/filtered_exact"}, **per_shard(shards))
+    def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
+        """MinHash band keys of one shard's documents, one sorted file per band."""
+        return fuzzy_map(ctx.partition_key, shard_file(docs), ctx.out_dir, MINHASH)
+
+    @versioned_asset(key="shards/fuzzy_candidates", code_version="5", config_cls=CandidatesConfig,
+                     ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
+    def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
+        """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
+        band = partition_index(ctx.partition_key, "band-", FUZZY_BANDS)
+        docs = sum(ref.counts["docs"] for ref in maps.values())
+        ranges = band_reduce_ranges(docs, config.docs_per_reduce)
+        how = {"format": KEYS_FORMAT, "ranges": ranges}
+        reuse, reused = reusable_reduce(ctx, maps, how)  # shards only added: their keys are in our keys files
+        new = roots({k: ref for k, ref in maps.items() if k not in reused})
+        totals = {"keys": 0, "pairs": 0, "row_groups_read": 0}
+        for r in range(ranges):
+            counts = fuzzy_band_reduce(band, (r, ranges), new, ctx.out_dir, MINHASH, reuse=reuse)
+            totals = {k: totals[k] + counts[k] for k in totals}
+        record_reduce(ctx, maps, how)
+        return {**totals, "ranges": ranges, "shards": len(maps), "shards_reused": len(reused), "docs": docs}
+
+    @versioned_asset(key="shards/fuzzy_edges", code_version="2", config_cls=FuzzyConfig,
+                     ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
+                     version_inputs=_edges_version, **per_shard(shards))
+    def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
+        """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
+        verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
+        shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
+        return fuzzy_verify(ctx.partition_key, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
+
+    @versioned_asset(key="shards/fuzzy_removals", code_version="2", ins={"edges": every("shards/fuzzy_edges")},
+                     group_name=GROUP, tags=REDUCE_TAGS)
+    def shard_fuzzy_removals(ctx: StageContext, edges: dict[str, ArtifactRef]):
+        """Connected components over every verified edge: one removal list per shard."""
+        resolved = fuzzy_resolve({key: join(ref.data_path, EDGES_FILE) for key, ref in edges.items()}, ctx.out_dir)
+        lists = resolved.pop("lists")
+        return {**resolved, "shards": len(lists), "removed": sum(v["removed"] for v in lists.values())}
+
+    return [shard_fuzzy_map, shard_fuzzy_candidates, shard_fuzzy_edges, shard_fuzzy_removals]

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from assets.partitions import datakit_shards
 from assets.datakit.common import GROUP, REDUCE_TAGS
 from marin_assets.datakit.shard_index import split_source
 from marin_assets.datakit.shards import check_shard_key, join, write_json
@@ -53,8 +52,8 @@ def index_keys(index: ArtifactRef) -> list[str]:
         return sorted(json.load(f))
 
 
-def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> tuple[int, int]:
-    """Make the datakit_shards partitions exactly `keys` (the index is their one authority):
+def register_shards(instance: dg.DagsterInstance, keys: list[str], shards: dg.DynamicPartitionsDefinition) -> tuple[int, int]:
+    """Make the ``shards`` partitions exactly `keys` (the index is their one authority):
     add the new ones, delete those the index no longer lists; return (added, deleted).
 
     A removed raw file (or one that shrank by a shard) otherwise stays a partition: a
@@ -63,27 +62,28 @@ def register_shards(instance: dg.DagsterInstance, keys: list[str]) -> tuple[int,
     calls it after every run, computed or a cache hit (versioned_asset's on_ref), so a fresh
     instance over an existing store gets the partitions too.
     """
-    have = instance.get_dynamic_partitions(datakit_shards.name)  # one query, not one per key
+    have = instance.get_dynamic_partitions(shards.name)  # one query, not one per key
     wanted, registered = {check_shard_key(k) for k in keys}, set(have)
     new = [k for k in keys if k not in registered]
     stale = [k for k in have if k not in wanted]
     if new:
-        instance.add_dynamic_partitions(datakit_shards.name, new)
+        instance.add_dynamic_partitions(shards.name, new)
     for key in stale:
-        instance.delete_dynamic_partition(datakit_shards.name, key)
+        instance.delete_dynamic_partition(shards.name, key)
     return len(new), len(stale)
 
 
-def make_index(sources: Mapping[str, str]) -> dg.AssetsDefinition:
-    """shards/index over `sources` ({source name: asset key whose data holds its raw files})."""
+def make_index(sources: Mapping[str, str], shards: dg.DynamicPartitionsDefinition) -> dg.AssetsDefinition:
+    """shards/index over `sources` ({source name: asset key whose data holds its raw files}),
+    registering its keys as the ``shards`` partitions."""
     for name in sources:
         check_shard_key(name)
     ins = {f"src_{i}": key for i, key in enumerate(sources.values())}
     names = dict(zip(ins, sources))
 
     def register(ref: ArtifactRef, context: dg.AssetExecutionContext) -> None:
-        added, deleted = register_shards(context.instance, index_keys(ref))
-        context.log.info(f"{INDEX_KEY}: {added} new datakit_shards partitions registered"
+        added, deleted = register_shards(context.instance, index_keys(ref), shards)
+        context.log.info(f"{INDEX_KEY}: {added} new {shards.name} partitions registered"
                          + (f", {deleted} no longer in the index deleted" if deleted else ""))
 
     @versioned_asset(key=INDEX_KEY, code_version="2", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,

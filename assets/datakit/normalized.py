@@ -8,6 +8,8 @@ re-version every shard whenever one is added).
 
 from __future__ import annotations
 
+import dagster as dg
+
 from marin_assets.datakit.normalize import NormalizeConfig as LibNormalizeConfig
 from marin_assets.datakit.normalize import normalize, schema
 from marin_assets.datakit.quality import QualityScoreConfig, score_quality
@@ -30,29 +32,33 @@ def _raw_version(config, partition: str, inputs) -> dict[str, str]:
     return {"raw": index_entry(inputs["index"], partition)["sha256"]}
 
 
-@versioned_asset(key="shards/normalized", code_version="2", config_cls=ShardNormalizeConfig, ins={"index": INDEX_KEY},
-                 version_inputs=_raw_version, **per_shard())
-def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
-    """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
-    entry = index_entry(index, ctx.partition_key)
-    reader = library_config(config, ReaderConfig)
-    counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], reader=reader, **ONE_PART))
-    if not list_shards(ctx.out_dir):  # every record quarantined: an empty shard keeps the graph uniform
-        write_table(schema().empty_table(), join(ctx.out_dir, shard_name(0, 1)))
-    return counts
-
-
-@versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
-                 ins={"docs": "shards/normalized", "model": "quality_model"}, **per_shard())
-def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, model: ArtifactRef):
-    """Quality attributes of one shard, and the low_quality removal list they imply."""
-    # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.
-    model_dir = model.data_path if model.files("quality_model.json") else None
-    counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, library_config(config, QualityScoreConfig))
-    attrs = join(ctx.out_dir, shard_name(0, 1))
-    low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition_key, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
-    return {**counts, "low_quality_digest": low["digest"]}
-
-
 def low_quality_list(quality: ArtifactRef) -> str:
     return removal_list_path(join(quality.data_path, "removals"), quality.partition)
+
+
+def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """shards/normalized and shards/quality over the shard partitions ``shards``."""
+
+    @versioned_asset(key="shards/normalized", code_version="2", config_cls=ShardNormalizeConfig, ins={"index": INDEX_KEY},
+                     version_inputs=_raw_version, **per_shard(shards))
+    def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
+        """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
+        entry = index_entry(index, ctx.partition_key)
+        reader = library_config(config, ReaderConfig)
+        counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], reader=reader, **ONE_PART))
+        if not list_shards(ctx.out_dir):  # every record quarantined: an empty shard keeps the graph uniform
+            write_table(schema().empty_table(), join(ctx.out_dir, shard_name(0, 1)))
+        return counts
+
+    @versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
+                     ins={"docs": "shards/normalized", "model": "quality_model"}, **per_shard(shards))
+    def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, model: ArtifactRef):
+        """Quality attributes of one shard, and the low_quality removal list they imply."""
+        # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.
+        model_dir = model.data_path if model.files("quality_model.json") else None
+        counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, library_config(config, QualityScoreConfig))
+        attrs = join(ctx.out_dir, shard_name(0, 1))
+        low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition_key, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
+        return {**counts, "low_quality_digest": low["digest"]}
+
+    return [shard_normalized, shard_quality]

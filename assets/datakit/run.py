@@ -10,7 +10,9 @@ promises, and nothing else under the prefix:
                                store and are read in place: `marin train --cache PREFIX/cache`)
   PREFIX/cache/tokenizer.json  the tokenizer they were written with
   PREFIX/summary.json          the summary, per-dataset counts and the runs
-and prints the summary as one JSON line. A run holds PREFIX/.datakit.lease while it works: a
+  PREFIX/run.json              the run's spec (run_location.py rebuilds its graph for the UI)
+and prints the summary as one JSON line. With $DAGSTER_HOME set the runs are recorded in that
+instance, on shard partitions of the run's own (the demo's datakit_shards are left alone). A run holds PREFIX/.datakit.lease while it works: a
 second run into the same prefix is refused, never interleaved. Exit 1 for bad input, a failed
 wave, a prefix in use, or a run that kept nothing. It lives in the definition layer (it
 imports assets/); the library CLI runs it as a process.
@@ -32,8 +34,8 @@ from assets.datakit.index import INDEX_KEY, index_keys, register_shards
 from assets.datakit.sources import copy_file
 from assets.datakit.user_inputs import run_config, user_graph
 from marin_assets.datakit.datasets import combine, read_dataset, write_dataset
-from marin_assets.datakit.run_spec import (CACHE_ENTRY, LEASE_ENTRY, REMOVAL_REASONS, STORE_ENTRY, SUMMARY_FILE, RunSpec,
-                                           check_run_inputs, dataset_names, display_path)
+from marin_assets.datakit.run_spec import (CACHE_ENTRY, LEASE_ENTRY, REMOVAL_REASONS, RUN_FILE, STORE_ENTRY, SUMMARY_FILE,
+                                           RunSpec, check_run_inputs, dataset_names, display_path)
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.fanout import WORKERS_ENV
@@ -80,13 +82,23 @@ def warm_imports() -> None:
     from marin_assets.datakit import decontaminate, dedup_exact, fuzzy_dedup, normalize, quality, readers, removals  # noqa: F401
 
 
+def recording_instance() -> dg.DagsterInstance:
+    """$DAGSTER_HOME's instance when it is set (the runs and their materializations appear in
+    its UI: see run_location.py for the lineage), else an ephemeral one."""
+    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+
+
 def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
     """Every wave of the run's graph; returns the run ids."""
-    assets, checks = user_graph(spec)
+    assets, checks, shards = user_graph(spec)
     warm_imports()
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     config = run_config(spec, assets)
-    instance = dg.DagsterInstance.ephemeral()
+    with recording_instance() as instance:
+        return _waves(assets, checks, shards, instance, resources, config, store, log)
+
+
+def _waves(assets, checks, shards, instance, resources, config, store, log) -> list[str]:
     keys = {spec_.key for a in assets for spec_ in a.specs}
     # First the sources, the fixed inputs and the index (its shard keys become the partitions
     # of the rest), then everything after it.
@@ -99,7 +111,7 @@ def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:
         if results and not results[-1].success:
             raise RunFailed(failure(results[-1]))
         if selection is first:  # on a cache hit the index body (which registers keys) did not run
-            register_shards(instance, index_keys(store.store.read_pointer(INDEX_KEY, None)))
+            register_shards(instance, index_keys(store.store.read_pointer(INDEX_KEY, None)), shards)
     return run_ids
 
 
@@ -155,6 +167,7 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
     fs, summary_path = filesystem(join(spec.prefix, SUMMARY_FILE))
     write_json_atomic(fs, summary_path,
                       {"summary": summary, "datasets": detail, "shards": per_shard, "runs": run_ids})
+    write_json_atomic(fs, filesystem(join(spec.prefix, RUN_FILE))[1], json.loads(spec.to_json()))
     return summary
 
 

@@ -13,6 +13,8 @@ the same --prefix recomputes only what changed.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 
 import dagster as dg
@@ -33,14 +35,23 @@ def quality_model_assets(spec: RunSpec) -> list[dg.AssetsDefinition]:
     return [no_quality_model()]
 
 
-def user_graph(spec: RunSpec) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
-    """(assets, checks) of the run: one source per --input, the fixed inputs, the sharded graph."""
+def shard_partitions(prefix: str) -> dg.DynamicPartitionsDefinition:
+    """The run's own shard partitions, named after its prefix: a run recorded in an instance
+    ($DAGSTER_HOME) never touches the code location's datakit_shards, nor another prefix's."""
+    where = prefix if "://" in prefix else os.path.abspath(prefix)
+    return dg.DynamicPartitionsDefinition(name=f"datakit_shards_{hashlib.sha256(where.encode()).hexdigest()[:12]}")
+
+
+def user_graph(spec: RunSpec) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition], dg.DynamicPartitionsDefinition]:
+    """(assets, checks, shard partitions) of the run: one source per --input, the fixed inputs,
+    the sharded graph over them."""
     names = dataset_names(spec.inputs)
     sources = [input_source(name, path, spec.reader.max_doc_bytes) for name, path in zip(names, spec.inputs)]
     fixed = [*quality_model_assets(spec), given_eval_ngrams(spec.evals, spec.decontam), tokenizer_asset(spec.tokenizer.tokenizer)]
-    graph = make_datakit_graph({name: f"sources/{name}" for name in names})
+    shards = shard_partitions(spec.prefix)
+    graph = make_datakit_graph({name: f"sources/{name}" for name in names}, shards)
     checks = [contamination_check(name) for name in names] if spec.evals else []
-    return [*sources, *fixed, *graph], checks
+    return [*sources, *fixed, *graph], checks, shards
 
 
 def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:

@@ -163,9 +163,10 @@ def combine(name: str, datasets: Sequence[Dataset]) -> Dataset:
     return Dataset(name, tuple(s for d in datasets for s in d.shards), dict(tokenizer))
 
 
-def held_out_texts(dataset: Dataset, limit: int) -> list[str]:
+def held_out_texts(dataset: Dataset, limit: int, max_chars: int | None = None) -> list[str]:
     """Up to ``limit`` held-out documents of the dataset (its shards' validation splits, in
-    shard order, then id order): the texts its validation caches hold, for bits-per-byte."""
+    shard order, then id order): the texts its validation caches hold, for bits-per-byte;
+    each cut to its first ``max_chars`` characters when given (a play is 140,000)."""
     from marin_assets.datakit.shards import join, read_table
     from marin_assets.datakit.tokenize import VALIDATION_DOCS
 
@@ -177,4 +178,4 @@ def held_out_texts(dataset: Dataset, limit: int) -> list[str]:
             continue
         table = read_table(join(shard.path, VALIDATION_DOCS), columns=["id", "text"]).sort_by("id")
         texts.extend(table.column("text").to_pylist()[:limit - len(texts)])
-    return texts
+    return [t[:max_chars] for t in texts] if max_chars is not None else texts

@@ -12,6 +12,7 @@ What a run owns under its prefix (nothing else there is read, written or deleted
   PREFIX/cache/dataset.json   the dataset index of every input's shard caches (in the store)
   PREFIX/cache/tokenizer.json the tokenizer they were written with
   PREFIX/summary.json    the summary, per-dataset counts and the runs
+  PREFIX/run.json        the run's spec (assets/datakit/run_location.py rebuilds its graph for the UI)
   PREFIX/.datakit.lease  held while a run works on the prefix (two runs never share one)
 """
 
@@ -33,8 +34,9 @@ REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contami
 STORE_ENTRY = "store"
 CACHE_ENTRY = "cache"
 SUMMARY_FILE = "summary.json"
+RUN_FILE = "run.json"
 LEASE_ENTRY = ".datakit.lease"
-OWNED = (STORE_ENTRY, CACHE_ENTRY, SUMMARY_FILE, LEASE_ENTRY)
+OWNED = (STORE_ENTRY, CACHE_ENTRY, SUMMARY_FILE, RUN_FILE, LEASE_ENTRY)
 
 # Each nested config: (field of RunSpec, library class). Their knobs are the run's knobs.
 CONFIGS = {"tokenizer": TokenizerChoice, "sharding": ShardingConfig, "reader": ReaderConfig,

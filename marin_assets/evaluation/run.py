@@ -4,14 +4,34 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from marin_assets.evaluation.bpb import bits_per_byte
 from marin_assets.evaluation.multiple_choice import accuracy, model_pair_scorer
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_int
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What an evaluation scores. Knobs (marin_assets/knobs.py): the ``eval/<run>`` asset's config
+    is generated from them, and ``evaluate``'s defaults are theirs."""
+
+    tasks: list[str] = knob(["hellaswag", "arc_easy"], help="multiple-choice tasks to score")
+    limit: int = knob(40, help="multiple-choice items per task")
+    docs_per_source: int = knob(8, help="held-out documents per source for bits-per-byte")
+
+    def __post_init__(self) -> None:
+        check_int("limit (multiple-choice items per task)", self.limit, 1, 10**9)
+        check_int("docs_per_source", self.docs_per_source, 0, 10**9)
+
+
+_DEFAULTS = EvalSettings()
 
 
 def load_model_from_checkpoint(checkpoint_dir: str | Path):
@@ -33,7 +53,7 @@ def load_model_from_checkpoint(checkpoint_dir: str | Path):
 
 
 def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] | None = None,
-             tasks: Sequence[str] = ("hellaswag", "arc_easy"), limit: int | None = 100,
+             tasks: Sequence[str] = tuple(_DEFAULTS.tasks), limit: int | None = _DEFAULTS.limit,
              encode: Callable[[str], list[int]] = byte_encode, bos_id: int = 0,
              seq_len: int | None = None, batch_size: int = 16, out_path: str | Path | None = None,
              telemetry_root: str | None = None, telemetry_run: str | None = None) -> dict:
@@ -44,6 +64,9 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     the checkpoint's step, as ``eval.*`` metrics of ``telemetry_run`` (default: the run the
     checkpoint's training logged under; a checkpoint from before telemetry names none, and
     then nothing is appended, with a log line saying so)."""
+    from marin_assets.train.compile_cache import ensure_compile_cache
+
+    ensure_compile_cache()
     params, model_cfg, bias, meta = load_model_from_checkpoint(checkpoint_dir)
     telemetry_run = telemetry_run or meta.get("telemetry_run")
     if telemetry_run is not None:  # names checked before the scoring, not after

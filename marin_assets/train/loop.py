@@ -42,6 +42,7 @@ import numpy as np
 from marin_assets.store.fsutil import child, filesystem, is_local, join, write_json_atomic
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition, MixedLoader, SourceData, held_out_batches, open_source
 from marin_assets.train.guards import COUNTERS, clip_grads, clip_updates, global_norm, record, should_skip
@@ -154,14 +155,18 @@ def default_model() -> Model:
 
 
 def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
-    """step(state, tokens[B,S] int32, batch_ok bool, phase_start int32) -> (state, metrics),
-    jitted on ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``)."""
-    model_cfg, guard_cfg, sched_cfg = config.model, config.guards, config.schedule
+    """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
+    ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``).
+
+    The learning rate comes in as an argument (``phase_lrs``), not from the schedule inside
+    the step: the compiled step then depends on the model, optimizer and guards only, so
+    phases with other schedules and sweep runs of other lengths reuse one compilation (the
+    persistent compile cache finds it by its HLO)."""
+    model_cfg, guard_cfg = config.model, config.guards
     ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
 
-    def step(state: TrainState, tokens, batch_ok, phase_start):
+    def step(state: TrainState, tokens, batch_ok, lr):
         params = state.params
-        lr = learning_rate(state.step - phase_start, sched_cfg)
         (loss, aux), grads = jax.value_and_grad(
             lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, None, ep), has_aux=True)(params)
         grad_norm = global_norm(grads)
@@ -372,7 +377,7 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path | str, e
     start = int(run.state.step)
     if start >= end_step:
         return
-    phase_start = np.int32(run.phase_start)
+    lrs = phase_lrs(config, run.phase_start, start, end_step)
     last_save = time.monotonic()
     batches = loader.iterate(run.position, prefetch=config.prefetch,
                              rows=meshlib.process_rows(run.mesh, config.batch_size))
@@ -380,7 +385,7 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path | str, e
         local, ok, next_position = next(batches)  # this process's rows of the global batch
         tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
         ok = meshlib.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
-        run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), phase_start)
+        run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), lrs[step - start - 1])
         run.position = next_position
         emitter.push(step, metrics)  # writes the previous step's row while this one computes
         if stop_at_step is not None and step >= stop_at_step:
@@ -397,6 +402,13 @@ def _run_steps(run: _Run, step_fn, loader: MixedLoader, ckpt_root: Path | str, e
             log.warning("stopped at step %d by %s (checkpointed)", step, stop.received)
             break
     emitter.flush()
+
+
+def phase_lrs(config: TrainConfig, phase_start: int, start: int, end_step: int) -> np.ndarray:
+    """float32 LR of every global step in (start, end_step]: the schedule at the step's
+    phase-relative index (the state's step before the update, as the step would read it)."""
+    steps = np.arange(start, end_step, dtype=np.int64) - phase_start
+    return np.asarray(learning_rate(steps, config.schedule), np.float32)
 
 
 def _save(run: _Run, ckpt_root: Path | str, step: int, kind: str) -> None:
@@ -473,6 +485,7 @@ def train(config: TrainConfig, cache_dirs: Mapping[str, str | Path] | str | Path
     work (an unfinished cache included), and TooManySkippedSteps after a phase that skipped
     most of its steps.
     """
+    ensure_compile_cache()
     model = model or (Model(*model_fns) if model_fns is not None else moe_model())
     mesh = mesh or meshlib.make_mesh(config.model)
     out_dir = os.fspath(out_dir)  # the work dir: a local dir or any fsspec URL (gs://...)

@@ -322,13 +322,13 @@ def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
     assert all(e.materialization.metadata["cache_hit"].value for e in result.get_asset_materialization_events())
     assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == graph["after"]["shards"]
     ref = store.read_pointer("shards/index", None)
-    assert register_shards(instance, index_keys(ref)) == (0, 0)  # idempotent
+    assert register_shards(instance, index_keys(ref), datakit_shards) == (0, 0)  # idempotent
     # The index is the keys' one authority: a key it no longer lists is deleted (a removed file).
     first, *rest = index_keys(ref)
-    assert register_shards(instance, rest) == (0, 1) and instance.get_dynamic_partitions(datakit_shards.name) == rest
-    assert register_shards(instance, index_keys(ref)) == (1, 0)
+    assert register_shards(instance, rest, datakit_shards) == (0, 1) and instance.get_dynamic_partitions(datakit_shards.name) == rest
+    assert register_shards(instance, index_keys(ref), datakit_shards) == (1, 0)
     with pytest.raises(ValueError, match="invalid shard key"):
-        register_shards(instance, ["bad/key"])
+        register_shards(instance, ["bad/key"], datakit_shards)
     assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == index_keys(ref)  # checked before any change
 
 

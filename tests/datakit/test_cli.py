@@ -112,7 +112,7 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert reused["docs_in"] == 13 and reused["removed"]["exact_duplicate"] == 1 and reused["docs_out"] == 12
     assert _pathless(reused) == _pathless(fresh)
     assert _texts(reused) == _texts(fresh) and _rows(reused, "train") == _rows(fresh, "train")
-    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "store", "summary.json"]
+    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "run.json", "store", "summary.json"]
 
 
 def test_files_a_user_keeps_under_the_prefix_are_left_alone(tmp_path, capsys, prose):
@@ -285,3 +285,32 @@ def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, pr
     code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", *BYTES], capsys)
     assert code == 0
     assert summary["cache"] == str(tmp_path / "P" / "cache") and summary["store"] == str(tmp_path / "P" / "store")
+
+
+def test_with_dagster_home_set_the_runs_are_recorded_there_with_their_lineage(tmp_path, capsys, prose, monkeypatch):
+    # The run's assets appear in that instance (runs, materializations of every shard), on shard
+    # partitions of its own, and run_location rebuilds the graph the UI draws their lineage from.
+    import dagster as dg
+
+    from assets.datakit.run_location import definitions_for
+    from assets.partitions import datakit_shards
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(datakit_shards.name, ["sotu-demo-00000"])  # the demo's, in the same instance
+    _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(6)])
+    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
+    assert code == 0
+    recorded = json.loads((tmp_path / "P" / "summary.json").read_text())["runs"]
+    with dg.DagsterInstance.get() as instance:
+        assert {r.run_id for r in instance.get_runs()} == set(recorded) and len(recorded) >= 2
+        tokenized = instance.get_materialized_partitions(dg.AssetKey(["shards", "tokenized"]))
+        assert tokenized == {"in-in-00000"} and instance.get_latest_materialization_event(dg.AssetKey(["datasets", "in"]))
+        assert instance.get_dynamic_partitions(datakit_shards.name) == ["sotu-demo-00000"]  # left alone
+    graph = definitions_for(str(tmp_path / "P")).resolve_asset_graph()
+    upstream = graph.get(dg.AssetKey(["datasets", "in"])).parent_keys
+    assert dg.AssetKey(["shards", "tokenized"]) in upstream
+    assert dg.AssetKey(["sources", "in"]) in graph.get(dg.AssetKey(["shards", "index"])).parent_keys

@@ -1,4 +1,4 @@
-"""The demo job through Dagster's own CLI, as a user would run it (subprocess)."""
+"""The DataKit's sources job through Dagster's own CLI, as a user would run it (subprocess)."""
 
 import os
 import subprocess
@@ -13,7 +13,7 @@ DAGSTER = str(Path(sys.executable).with_name("dagster"))
 
 
 @pytest.mark.slow
-def test_dagster_job_execute_runs_the_demo_job_then_hits_the_cache(tmp_path, monkeypatch):
+def test_dagster_job_execute_runs_the_sources_job_then_hits_the_cache(tmp_path, monkeypatch):
     home, prefix = tmp_path / "home", tmp_path / "prefix"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
@@ -21,14 +21,14 @@ def test_dagster_job_execute_runs_the_demo_job_then_hits_the_cache(tmp_path, mon
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # dagster.yaml reads it
     # `dagster job execute` takes a file (it has no -w); `dagster job launch -w
     # workspace.yaml` is covered by the UI end-to-end test.
-    cmd = [DAGSTER, "job", "execute", "-f", "definitions.py", "-j", "demo", "-o", "sources__sotu,normalized__sotu"]
+    cmd = [DAGSTER, "job", "execute", "-f", "definitions.py", "-j", "datakit_sources", "-o", "sources__sotu,tokenizer"]
     for expect_hit in (False, True):
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "RUN_SUCCESS" in proc.stderr + proc.stdout
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            event = instance.get_latest_materialization_event(dg.AssetKey(["normalized", "sotu"]))
+            event = instance.get_latest_materialization_event(dg.AssetKey(["sources", "sotu"]))
             meta = event.asset_materialization.metadata
             assert meta["cache_hit"].value is expect_hit
-            assert meta["count/docs_out"].value == 233
-    assert list(prefix.glob("normalized/sotu/__all__/*/data/part-00000-of-00001.parquet"))
+            assert meta["count/docs"].value == 233
+    assert list(prefix.glob("sources/sotu/__all__/*/data/*.jsonl"))

@@ -1,7 +1,8 @@
 """The operator path, for real: `dagster dev` (webserver + daemon), runs launched through
 GraphQL and through `dagster job launch`, the routing launcher's local backend, the UI's
-asset graph rendered by headless Chromium, and an experiment's report asset (Markdown with
-embedded PNGs) rendered on its asset page.
+asset graph rendered by headless Chromium (no sign-up prompt over it; a training phase's
+upstream lineage reaching the DataKit's shard assets and sources), and an experiment's report
+asset (Markdown with embedded PNGs) rendered on its asset page.
 
 Starting `dagster dev` is the slow part, so one server serves one test that walks the whole
 path. (A module-scoped fixture over several tests would not do: with pytest 9.2, xdist's
@@ -25,9 +26,10 @@ import _ui_util as ui  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
-# A cheap subset of the demo job: fetch the bundled State-of-the-Union source and normalize it.
-SUBSET_KEYS = (["sources", "sotu"], ["normalized", "sotu"])
-SUBSET_STEPS = ["sources__sotu", "normalized__sotu"]
+# A cheap subset of the datakit_sources job: fetch the pinned State-of-the-Union source, and the tokenizer.
+JOB = "datakit_sources"
+SUBSET_KEYS = (["sources", "sotu"], ["tokenizer"])
+SUBSET_STEPS = ["sources__sotu", "tokenizer"]
 # The code location of this test's `dagster dev` builds its experiment assets from this
 # folder only (one tiny record), not from the repo's experiments/.
 EXPERIMENTS = Path(__file__).parent / "experiments"
@@ -57,7 +59,7 @@ def dagster_dev(tmp_path):
 def launch_via_graphql(dagster_dev) -> dict:
     """Launch the demo subset through GraphQL (what the UI's Materialize button sends)."""
     params = {"selector": {"repositoryLocationName": ui.LOCATION, "repositoryName": ui.REPOSITORY,
-                           "jobName": "demo", "assetSelection": [{"path": k} for k in SUBSET_KEYS]},
+                           "jobName": JOB, "assetSelection": [{"path": k} for k in SUBSET_KEYS]},
               "runConfigData": {}}
     result = dagster_dev.gql(LAUNCH, {"p": params})["launchRun"]
     assert result["__typename"] == "LaunchRunSuccess", result
@@ -67,22 +69,22 @@ def launch_via_graphql(dagster_dev) -> dict:
 def assert_ran_on_local_backend(run: dict) -> None:
     messages = ui.run_messages(run)
     assert run["status"] == "SUCCESS", "\n".join(messages)
-    assert run["jobName"] == "demo"
+    assert run["jobName"] == JOB
     assert sorted(run["stepKeysToExecute"]) == sorted(SUBSET_STEPS)
     tags = ui.run_tags(run)
     # dagster.yaml's launcher classifies the untagged run as 1 x cpu and records the backend.
     assert tags["marin/backend"] == "local", tags
     assert tags["marin/accelerator"] == "cpu", tags
     assert any(re.fullmatch(r".*Routing \w+ run \(1 x cpu\) to backend local.*", m) for m in messages), messages
-    assert any(m == 'Finished execution of run for "demo".' for m in messages), messages
+    assert any(m == f'Finished execution of run for "{JOB}".' for m in messages), messages
 
 
 @pytest.mark.slow
 def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path, monkeypatch):
     graphql_run = launch_via_graphql(dagster_dev)
     assert_ran_on_local_backend(graphql_run)
-    # The run really executed: the normalized shard is in the artifact store under MARIN_PREFIX.
-    assert list(dagster_dev.prefix.glob("normalized/sotu/__all__/*/data/part-00000-of-00001.parquet"))
+    # The run really executed: the unpacked source is in the artifact store under MARIN_PREFIX.
+    assert list(dagster_dev.prefix.glob("sources/sotu/__all__/*/data/*.jsonl"))
 
     check_dagster_job_launch(dagster_dev)
 
@@ -100,7 +102,7 @@ def check_dagster_job_launch(dagster_dev) -> None:
     # `dagster job launch` submits to the QueuedRunCoordinator; the daemon of `dagster dev`
     # dequeues the run and hands it to the routing launcher.
     run_id = str(uuid.uuid4())
-    cmd = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", "demo",
+    cmd = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", JOB,
            "-o", ",".join(SUBSET_STEPS), "--run-id", run_id]
     proc = subprocess.run(cmd, cwd=REPO, env=dagster_dev.env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -108,22 +110,19 @@ def check_dagster_job_launch(dagster_dev) -> None:
     assert_ran_on_local_backend(run)
     # Same inputs as the GraphQL run: both steps are served from the content-addressed cache.
     messages = ui.run_messages(run)
-    assert any(m.startswith("normalized/sotu: cache hit") for m in messages), messages
+    assert any(m.startswith("sources/sotu: cache hit") for m in messages), messages
 
 
 def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> None:
     tmp_path.mkdir()
-    # The community sign-up dialog is shown once per instance on localhost; mark it seen so it
-    # does not cover the graph in the screenshot.
-    dagster_dev.gql("mutation { setNuxSeen }")
 
     group = dagster_dev.gql("""query($g: AssetGroupSelector!) { assetNodes(group: $g) { assetKey { path } } }""",
                             {"g": {"groupName": "datakit", "repositoryName": ui.REPOSITORY,
                                    "repositoryLocationName": ui.LOCATION}})["assetNodes"]
-    # The graph labels a node with the last part of its key: sources/sotu and normalized/sotu
+    # The graph labels a node with the last part of its key: sources/sotu and datasets/sotu
     # are both drawn as "sotu", so compare counts, not sets.
     expected = Counter(node["assetKey"]["path"][-1] for node in group)
-    assert expected["sotu"] >= 2 and expected["tokenized"] == expected["mixture"] == 1, expected
+    assert expected["sotu"] == 2 and expected["tokenized"] == expected["mixture"] == 1, expected
 
     graph_url = f"{dagster_dev.url}/locations/{ui.LOCATION}/asset-groups/datakit"
     # Layout runs in a web worker; on a loaded machine give it a second, longer chance.
@@ -134,6 +133,9 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
         if not missing:
             break
     assert not missing, f"asset graph lacks {dict(missing)}; page text: {ui.visible_text(dom)[:2000]}"
+    # A fresh instance shows no sign-up prompt over the graph (dagster.yaml: nux disabled).
+    assert "Join the Dagster community" not in ui.visible_text(dom)
+    check_phase_lineage_reaches_the_shards(dagster_dev, binary, tmp_path)
 
     shot = tmp_path / "asset_graph.png"
     ui.chromium(binary, tmp_path / "profile", graph_url, mode=[f"--screenshot={shot}"],
@@ -142,12 +144,25 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
 
     # The asset's own page shows its latest materialization from this instance: the metadata
     # carries the artifact path under this test's MARIN_PREFIX and the document count.
-    page = f"{dagster_dev.url}/assets/normalized/sotu"
+    page = f"{dagster_dev.url}/assets/sources/sotu"
     text = ui.visible_text(ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"],
                                        budget_ms=30_000, timeout_s=240))
-    for needle in ("normalized / sotu", "Latest materialization", str(dagster_dev.prefix / "normalized" / "sotu"),
-                   "count/docs_out", "Upstream assets sources / sotu"):
+    for needle in ("sources / sotu", "Latest materialization", str(dagster_dev.prefix / "sources" / "sotu"), "count/docs"):
         assert needle in text, f"{needle!r} not on {page}: {text[:3000]}"
+    assert "Join the Dagster community" not in text
+
+
+def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: Path) -> None:
+    """The upstream lineage of a train/demo phase, as the asset page's Lineage tab draws it:
+    mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources."""
+    page = f"{dagster_dev.url}/assets/train/demo?view=lineage&lineageScope=upstream&lineageDepth=30"
+    wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "normalized": 1, "index": 1, "sotu": 2, "demo": 1})
+    for budget_ms in (30_000, 90_000):
+        dom = ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"], budget_ms=budget_ms, timeout_s=240)
+        missing = wanted - Counter(ui.asset_node_names(dom))
+        if not missing:
+            break
+    assert not missing, f"train/demo's upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}"
 
 
 def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]:

@@ -1,0 +1,81 @@
+"""Code identity: a versioned asset whose code (the body and every function of ours it reaches)
+changed while its code_version did not fails here, naming the asset and the functions.
+
+After a deliberate change: bump the asset's code_version (its artifacts will recompute), then
+re-pin with ``python -m tests.support.fingerprint --update`` in the same commit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+
+import pytest
+
+from tests.support.fingerprint import PINS, current, differences, reachable
+
+
+def test_every_versioned_assets_code_matches_its_pin():
+    lines = differences(json.loads(PINS.read_text()), current())
+    assert not lines, "\n".join(lines)
+
+
+def _module(tmp_path, name: str, source: str):
+    """A module of ours (its name under marin_assets) loaded from a real file, as a library module is."""
+    path = tmp_path / f"{name.rsplit('.', 1)[-1]}.py"
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    def load(helper_body: str, docstring: str = "One helper."):
+        monkeypatch.delitem(sys.modules, "marin_assets._fp_helper", raising=False)
+        helper = _module(tmp_path / "h", "marin_assets._fp_helper", f'''
+            def deep(x):
+                return x + 1
+
+            def helper(x):
+                """{docstring}"""
+                {helper_body}
+            ''')
+        body = _module(tmp_path / "b", "marin_assets._fp_body", '''
+            from marin_assets import _fp_helper
+
+            def body(ctx, config):
+                from marin_assets._fp_helper import helper
+                return helper(1)
+            ''')
+        return helper, body.body
+
+    (tmp_path / "h").mkdir()
+    (tmp_path / "b").mkdir()
+    yield load
+    for name in ("marin_assets._fp_helper", "marin_assets._fp_body"):
+        sys.modules.pop(name, None)
+
+
+def test_the_fingerprint_follows_imports_transitively_and_ignores_docstrings(probe):
+    _, body = probe("return deep(x)")
+    first = reachable(body)
+    assert set(first) == {"<body>", "marin_assets._fp_helper.helper", "marin_assets._fp_helper.deep"}
+    _, body = probe("return deep(x)", docstring="Reworded, and a comment: no behaviour changed.")
+    assert reachable(body) == first
+    _, body = probe("return deep(x) * 2")
+    changed = reachable(body)
+    assert [n for n in first if first[n] != changed.get(n)] == ["marin_assets._fp_helper.helper"]
+
+
+def test_a_change_under_the_same_code_version_names_the_asset_and_the_function():
+    pinned = {"shards/x": {"code_version": "3", "code": {"<body>": "a", "m.f": "b", "m.g": "c"}}}
+    same = {"shards/x": {"code_version": "3", "code": {"<body>": "a", "m.f": "B", "m.g": "c"}}}
+    assert differences(pinned, same) == ["shards/x: code changed without a code_version bump (still 3): m.f"]
+    bumped = {"shards/x": {"code_version": "4", "code": same["shards/x"]["code"]}}
+    assert "re-pin" in differences(pinned, bumped)[0]
+    assert differences(pinned, pinned) == []
