@@ -20,6 +20,7 @@ from typing import TextIO
 import dagster as dg
 
 from demo.progress import Execute, Progress, stderr_to, watched
+from marin_assets.settings import artifact_prefix
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["dagster_home"] = str(home)
-    summary["artifacts"] = os.environ.get("MARIN_PREFIX", os.path.abspath("artifacts"))
+    summary["artifacts"] = artifact_prefix()
     summary["event_log"] = str(event_log)
     print(json.dumps(summary, sort_keys=True) if args.json else render(summary), flush=True)
     return 0 if summary["success"] else 1

@@ -25,24 +25,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 
 from marin_assets.phases.budget import load_budget
-from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.phases.decide import Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
 from marin_assets.phases.signals import RunState, Signals
+from marin_assets.settings import artifact_prefix, setting
 from marin_assets.telemetry import TelemetryStore
+from marin_assets.telemetry import default_root as default_telemetry_root
 
 BUDGET_ENV = "MARIN_BUDGET_FILE"
 
 
 def budget_path() -> Path:
-    return Path(os.environ.get(BUDGET_ENV) or Path(os.environ.get("MARIN_PREFIX", "artifacts")) / "budget.yaml")
+    return Path(setting(BUDGET_ENV) or Path(artifact_prefix()) / "budget.yaml")
 
 
 def _spec_to_json(spec: PhaseSpec) -> str:

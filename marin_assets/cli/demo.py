@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+from marin_assets.settings import artifact_prefix
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="materialise the demo asset graph (local files, SQLite, CPU)")
@@ -33,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     env = dict(os.environ)
     env.setdefault("DAGSTER_HOME", os.path.abspath(".dagster_home"))
-    env.setdefault("MARIN_PREFIX", os.path.abspath("artifacts"))
+    env["MARIN_PREFIX"] = artifact_prefix(env)
     os.makedirs(env["DAGSTER_HOME"], exist_ok=True)
     return subprocess.run(driver_command(args), env=env).returncode

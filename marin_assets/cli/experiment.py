@@ -42,12 +42,12 @@ def _screen(args: argparse.Namespace) -> int:
     from marin_assets.experiments.analysis import render_report
     from marin_assets.experiments.record import load_record
     from marin_assets.experiments.screen import run_screen
-    from marin_assets.orchestration.resources import default_prefix
+    from marin_assets.settings import artifact_prefix
     from marin_assets.store import ArtifactStore
 
     try:
         record = load_record(args.record)
-        result = run_screen(record, ArtifactStore(args.store or default_prefix()), log=_log)
+        result = run_screen(record, ArtifactStore(args.store or artifact_prefix()), log=_log)
     except (ValueError, FileNotFoundError) as exc:
         print(f"marin experiment screen: {exc}", file=sys.stderr)
         return 2

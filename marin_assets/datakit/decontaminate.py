@@ -1,6 +1,6 @@
 """Decontamination: a 13-gram Bloom filter over eval sets, per-paragraph overlap scoring.
 
-Marin's rule (MARIN_REFERENCE section 2): whitespace tokens (lowercased), 13-grams, n-grams
+Marin's published rule (github.com/marin-community/marin, DataKit docs): whitespace tokens (lowercased), 13-grams, n-grams
 without any letter dropped; for each paragraph (a line) overlap = n-grams found in the eval
 filter / n-grams of the paragraph; a document is contaminated when its maximum paragraph
 overlap is >= 0.5. False positives are acceptable, false negatives are not, so the Bloom

@@ -1,6 +1,6 @@
 """Fuzzy deduplication: MinHash + LSH candidates, exact-Jaccard verification, components.
 
-Marin's recipe (MARIN_REFERENCE section 2): character 5-grams of cleaned text, 286
+Marin's published recipe (github.com/marin-community/marin, DataKit docs): character 5-grams of cleaned text, 286
 permutations, seed 42, LSH 26 bands x 11 rows, text capped at 500k characters, connected
 components over candidate pairs, one survivor per component. Its known failure is that
 templated text over-merges (one cluster held 44% of a source) because LSH candidates are

@@ -13,11 +13,8 @@ from functools import cached_property
 
 import dagster as dg
 
+from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactRef, ArtifactStore
-
-
-def default_prefix() -> str:
-    return os.environ.get("MARIN_PREFIX") or os.path.abspath("artifacts")
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
@@ -31,7 +28,7 @@ class ArtifactStoreResource(dg.ConfigurableResource):
     def store(self) -> ArtifactStore:
         from marin_assets.store import LeaseConfig
 
-        return ArtifactStore(self.prefix or default_prefix(), LeaseConfig(self.lease_heartbeat_s, self.lease_stale_after_s))
+        return ArtifactStore(self.prefix or artifact_prefix(), LeaseConfig(self.lease_heartbeat_s, self.lease_stale_after_s))
 
 
 class ArtifactIOManager(dg.ConfigurableIOManager):
