@@ -85,8 +85,11 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
             scored = accuracy(load_multiple_choice(name, limit), scorer)
             scored.pop("predictions")
             result["multiple_choice"][name] = scored
-    if out_path is not None:
-        Path(out_path).write_text(json.dumps(result, indent=1))
+    if out_path is not None:  # a path or fsspec URL (an eval asset's out dir on GCS)
+        from marin_assets.store.fsutil import filesystem, write_json_atomic
+
+        fs, path = filesystem(str(out_path))
+        write_json_atomic(fs, path, result)
     if telemetry_run is None:
         log.info("evaluation of %s not appended to telemetry: the checkpoint names no telemetry run", checkpoint_dir)
     else:

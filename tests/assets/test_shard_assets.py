@@ -38,6 +38,7 @@ from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
 from marin_assets.datakit.shard_index import LABEL_CHARS, file_labels, split_source
 from marin_assets.datakit.shards import SHARD_KEY_RE, read_table, write_table
+from marin_assets.store.fsutil import filesystem, join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from tests.assets.shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, expected_final, near, new_records, prose, spam
 
@@ -58,8 +59,9 @@ def raw_source(files: dict[str, list]) -> dg.AssetsDefinition:
 
     @versioned_asset(key=f"sources/{SOURCE}", code_version=digest)
     def _raw(ctx: StageContext):
+        fs, _ = filesystem(ctx.out_dir)
         for name, blob in blobs.items():
-            Path(ctx.out_dir, name).write_text(blob)
+            fs.pipe_file(join(ctx.out_dir, name), blob.encode())
         return {"files": len(blobs)}
 
     return _raw
