@@ -7,7 +7,7 @@ graph of 10,000 runs that shard and the reduces, not 10,000 cache hits, each of 
 materialization event in Dagster's log (about 5 ms in memory, 40 ms in SQLite) and in
 the UI's history.
 
-The version is planned exactly as the run plans it (versioned.py's _Stage.plan on the refs
+The version is planned exactly as the run plans it (stage.py's Stage.plan on the refs
 the IO manager would load), so "up to date" here and "cache hit" in the run cannot
 disagree. Anything that cannot be planned (an asset that is not a versioned_asset, one
 with on_ref, config that does not validate, a missing upstream pointer, a version_inputs
@@ -26,7 +26,8 @@ from typing import Any
 
 import dagster as dg
 
-from marin_assets.orchestration.versioned import _IDENTITY, _WHOLE, Planner, input_mode, mapped_keys, planner_of
+from marin_assets.orchestration.inputs import InputMode, input_mode, mapped_keys
+from marin_assets.orchestration.versioned import Planner, planner_of
 from marin_assets.store import ArtifactRef, ArtifactStore
 
 
@@ -64,7 +65,7 @@ def stale_partitions(assets: Sequence[dg.AssetsDefinition], wave_keys: Sequence[
         recorded = _recorded(instance, key, assets_def.partitions_def is not None)
         modes = {name: input_mode(assets_def, up, defs.get(up)) for name, up in planner.in_keys.items()}
         every_key = {name: list(defs[up].get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
-                     for name, up in planner.in_keys.items() if defs.get(up) is not None and modes[name] == _WHOLE}
+                     for name, up in planner.in_keys.items() if defs.get(up) is not None and modes[name] == InputMode.WHOLE}
         for partition in partitions:
             if partition in stale:
                 continue  # the run covers it for every asset of the wave anyway
@@ -107,16 +108,16 @@ def _inputs(planner: Planner, modes: Mapping[str, Any], every_key: Mapping[str, 
         upstream_def, mode = defs.get(up), modes[name]
         if upstream_def is None:
             keys: list[str | None] = [None]
-        elif mode == _IDENTITY:
+        elif mode == InputMode.IDENTITY:
             keys = [partition]
-        elif mode == _WHOLE:
+        elif mode == InputMode.WHOLE:
             keys = every_key[name]
         else:
             keys = mapped_keys(mode, partition, instance)
         refs = {k: pointers(up, k) for k in keys}
         if any(ref is None for ref in refs.values()):
             return None
-        inputs[name] = refs[None] if upstream_def is None else refs[partition] if mode == _IDENTITY else refs
+        inputs[name] = refs[None] if upstream_def is None else refs[partition] if mode == InputMode.IDENTITY else refs
     return inputs
 
 
