@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 KNOB = "marin.knob"
@@ -82,21 +82,31 @@ def _scalar_type(annotation: Any) -> type:
     return base
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, names: Iterable[str] | Mapping[str, str]) -> None:
-    """One flag per knob of ``cls`` (``names``, or {knob: flag name} to rename a flag), typed,
-    defaulted and documented by the declaration. The value lands in ``args`` under the knob's
-    id (``from_flags`` reads it back), and each argparse action records its knob in
-    ``action.marin_knob`` (what tests/test_knobs.py reads)."""
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    names: Iterable[str] | Mapping[str, str],
+    *,
+    float_type: Callable[[str], float] = float,
+) -> None:
+    """One flag per knob of ``cls`` (``names``, or {knob: flag name} to rename a flag; a name that
+    starts with "-" is the option as given, e.g. "-n"), typed, defaulted and documented by the
+    declaration. ``float_type`` parses float knobs (a command whose float flags refuse nan and inf
+    at parse time passes ``marin_assets.cli._types.finite_float``). The value lands in ``args``
+    under the knob's id (``from_flags`` reads it back), and each argparse action records its knob
+    in ``action.marin_knob`` (what tests/test_knobs.py reads)."""
     renames = dict(names) if isinstance(names, Mapping) else {n: n.replace("_", "-") for n in names}
     for name, flag in renames.items():
         info = knob_info(cls, name)
         kind = _scalar_type(info.annotation)
         shown = "none" if info.default is None else info.default
+        option = flag if flag.startswith("-") else f"--{flag}"
         common = {"dest": info.id, "default": info.default, "help": f"{info.help} (default: {shown})"}
         if kind is bool:
-            action = parser.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, **common)
+            action = parser.add_argument(option, action=argparse.BooleanOptionalAction, **common)
         else:
-            action = parser.add_argument(f"--{flag}", type=kind, metavar=kind.__name__.upper(), **common)
+            parse = float_type if kind is float else kind
+            action = parser.add_argument(option, type=parse, metavar=kind.__name__.upper(), **common)
         action.marin_knob = info.id  # type: ignore[attr-defined]
 
 

@@ -19,31 +19,27 @@ from marin_assets.cli._types import finite_float
 
 
 def register(subparsers) -> None:
+    from marin_assets.knobs import add_flags
+    from marin_assets.scaling.fits import IsoFlopConfig
+    from marin_assets.scaling.parametric import ParametricFitConfig
+
     parser = subparsers.add_parser("scaling", help="Fit scaling laws (IsoFLOP and Chinchilla parametric).")
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
+    bootstrap_flags = {"bootstrap_n": "bootstrap", "bootstrap_seed": "seed"}
 
     p = sub.add_parser("fit-parametric", help="Fit L(N, D) = E + A/N^alpha + B/D^beta (Huber on log-loss, L-BFGS grid).")
     p.add_argument("--csv", required=True, help="columns params, tokens or flops, loss (or 'Model Size', 'Training FLOP', 'loss')")
     p.add_argument("--json", action="store_true", help="print compact JSON on one line")
-    p.add_argument("--drop-highest", type=int, default=0, help="drop the K highest-loss runs (the Chinchilla protocol uses 5)")
-    p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples for the confidence intervals (0 = none)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-rows", type=int, default=None,
-                   help="fit a deterministic subsample of this many runs when given more (default: "
-                   "ParametricFitConfig.max_rows; said on stderr and in the JSON's 'rows')")
+    add_flags(p, ParametricFitConfig, {"drop_highest": "drop-highest", **bootstrap_flags, "max_rows": "max-rows"},
+              float_type=finite_float)
     p.set_defaults(handler=_fit_parametric)
 
     q = sub.add_parser("fit-isoflop", help="Per-budget Huber quadratics, N*/D* power laws and the loss envelope.")
     q.add_argument("--csv", required=True, help="columns flops, params, tokens, loss")
     q.add_argument("--json", action="store_true", help="print compact JSON on one line")
-    q.add_argument("--bucket-base", type=finite_float, default=1.1, help="FLOP buckets are powers of this (Marin: 1.1)")
-    q.add_argument("--huber-delta", type=finite_float, default=0.01)
+    add_flags(q, IsoFlopConfig, ["bucket_base", "huber_delta"], float_type=finite_float)
     q.add_argument("--predict", type=finite_float, action="append", default=[], help="also predict the optimum at this budget")
-    q.add_argument("--bootstrap", type=int, default=200)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--max-runs-per-budget", type=int, default=None,
-                   help="fit a deterministic subsample of this many runs of a budget that has more (default: "
-                   "IsoFlopConfig.max_runs_per_budget; said on stderr and in the JSON's 'rows')")
+    add_flags(q, IsoFlopConfig, {**bootstrap_flags, "max_runs_per_budget": "max-runs-per-budget"}, float_type=finite_float)
     q.set_defaults(handler=_fit_isoflop)
 
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
@@ -60,11 +56,6 @@ def _clean(value):
     return value
 
 
-def _given(**flags) -> dict:
-    """The flags the user set: the rest keep the library's defaults (one place for each number)."""
-    return {name: value for name, value in flags.items() if value is not None}
-
-
 def _print(report: dict, compact: bool, command: str) -> None:
     for why in report["rows"]["why"]:  # runs left out of a fit for its cost are said, not only in the JSON
         print(f"marin scaling {command}: {why}", file=sys.stderr)
@@ -72,14 +63,13 @@ def _print(report: dict, compact: bool, command: str) -> None:
 
 
 def _fit_parametric(args: argparse.Namespace) -> int:
-    from marin_assets.scaling.bootstrap import BootstrapConfig
-    from marin_assets.scaling.data import drop_highest_loss, load_runs_csv
+    from marin_assets.knobs import from_flags
+    from marin_assets.scaling.data import load_runs_csv
     from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric_with_ci
 
     try:
-        config = ParametricFitConfig(**_given(max_rows=args.max_rows))
-        runs = drop_highest_loss(load_runs_csv(args.csv), args.drop_highest)
-        report = fit_parametric_with_ci(runs, config, BootstrapConfig(n=args.bootstrap, seed=args.seed))
+        config = from_flags(args, ParametricFitConfig)
+        report = fit_parametric_with_ci(load_runs_csv(args.csv), config)
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"marin scaling fit-parametric: {exc}", file=sys.stderr)
         return 2
@@ -88,18 +78,13 @@ def _fit_parametric(args: argparse.Namespace) -> int:
 
 
 def _fit_isoflop(args: argparse.Namespace) -> int:
-    from marin_assets.scaling.bootstrap import BootstrapConfig
+    from marin_assets.knobs import from_flags
     from marin_assets.scaling.data import load_runs_csv
     from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
     from marin_assets.scaling.predict import predict_optimum
 
     try:
-        config = IsoFlopConfig(
-            bucket_base=args.bucket_base,
-            huber_delta=args.huber_delta,
-            **_given(max_runs_per_budget=args.max_runs_per_budget),
-            bootstrap=BootstrapConfig(n=args.bootstrap, seed=args.seed),
-        )
+        config = from_flags(args, IsoFlopConfig)
         result = fit_isoflop(load_runs_csv(args.csv), config)
         report = result.as_dict()
         if args.predict:

@@ -39,6 +39,9 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def register(subparsers) -> None:
+    from marin_assets.knobs import add_flags
+    from marin_assets.telemetry.store import CompactionConfig
+
     parser = subparsers.add_parser("telemetry", help="Query, ingest and compact the telemetry store.")
     sub = parser.add_subparsers(dest="telemetry_command", metavar="SUBCOMMAND")
     root_help = "store root, a path or fsspec URL (default: $MARIN_PREFIX/telemetry)"
@@ -62,9 +65,7 @@ def register(subparsers) -> None:
 
     c = sub.add_parser("compact", help="Merge small segments of each run and hour.")
     c.add_argument("--root", help=root_help)
-    c.add_argument("--target-rows", type=int, default=1_000_000)
-    c.add_argument("--grace-seconds", type=float, default=300.0,
-                   help="keep replaced files this long for queries already planned (default 300)")
+    add_flags(c, CompactionConfig, {"target_rows": "target-rows", "grace_s": "grace-seconds"})
     c.set_defaults(handler=_compact)
 
     r = sub.add_parser("repair", help="Rebuild the index from the segment files.")
@@ -128,8 +129,12 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    from marin_assets.knobs import from_flags
+    from marin_assets.telemetry.store import CompactionConfig
+
     try:
-        report = _store(args).compact(target_rows=args.target_rows, grace_s=args.grace_seconds)
+        config = from_flags(args, CompactionConfig)
+        report = _store(args).compact(config.target_rows, config.grace_s)
     except (ValueError, OSError, RuntimeError) as err:
         return _fail("compact", err)
     print(json.dumps(report.__dict__))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
 from marin_assets.scaling.data import SUBSAMPLE_SEED, Runs, bucket_flops, deterministic_subsample
@@ -166,20 +167,29 @@ def fit_loss_envelope(flops, loss) -> LossEnvelope:
 
 @dataclass(frozen=True)
 class IsoFlopConfig:
-    bucket_base: float = 1.1
-    huber_delta: float = 0.01
+    """How the IsoFLOP analysis is fitted; its knobs are `marin scaling fit-isoflop`'s flags and
+    the ladder's ``scaling_fit`` asset config (marin_assets/knobs.py)."""
+
+    bucket_base: float = knob(1.1, help="FLOP buckets are powers of this (as in Marin)")
+    huber_delta: float = knob(0.01, help="Huber delta of the per-budget quadratics, in loss units")
     min_points: int = 3
-    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
+    bootstrap_n: int = knob(100, help="bootstrap resamples for the confidence intervals (0 = none)")
+    bootstrap_seed: int = knob(0, help="seed of the bootstrap resampling")
     # A budget with more runs is fitted (and bootstrapped) on a deterministic subsample of this
     # many: a robust quadratic on 1e5 runs took 0.17 s here, and there are two per budget per
-    # resample (10 such budgets x the default 200 resamples: ~11 minutes).
-    max_runs_per_budget: int = 2000
+    # resample (10 such budgets x 100 resamples: ~6 minutes).
+    max_runs_per_budget: int = knob(2000, help="fit a deterministic subsample of this many runs of a budget that has more")
 
     def __post_init__(self) -> None:
         check_float("bucket_base", self.bucket_base, 1, 10, lo_open=True)
         check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
         check_int("min_points (a quadratic has 3 coefficients)", self.min_points, 3, 1_000_000)
         check_int("max_runs_per_budget", self.max_runs_per_budget, self.min_points, 1_000_000_000)
+        BootstrapConfig(n=self.bootstrap_n, seed=self.bootstrap_seed)  # its checks run now, not after the fit
+
+    @property
+    def bootstrap(self) -> BootstrapConfig:
+        return BootstrapConfig(n=self.bootstrap_n, seed=self.bootstrap_seed)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,47 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.sweep import budget_label, parse_partition_key, partition_key, sweep_family
 from marin_assets.store import ArtifactRef
+
+if TYPE_CHECKING:
+    from marin_assets.scaling.fits import IsoFlopConfig
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The settings of every run of a ladder (the family's shape rule, its training schedule and
+    how it is scored) and of the config the prediction picks. The defaults are the demo's CPU
+    ladder: tiny dense 1-layer models on a small-vocabulary tokenizer (assets/scaling.py says
+    what was measured). Knobs (marin_assets/knobs.py): the ``sweep`` and ``prediction`` assets'
+    configs are generated from them; ``marin_assets.scaling.sweep`` reads them as attributes."""
+
+    vocab_size: int = knob(0, help="model vocabulary; 0 = the tokenizer's, read from the caches' stats.json")
+    seq_len: int = knob(64, help="tokens per training sequence")
+    head_dim: int = knob(8, help="width per attention head; widths are multiples of it")
+    aspect_ratio: float = knob(128.0, help="d_model / n_layers; 128 keeps these tiny models at 1 layer")
+    batch_sizes: list[int] = knob([16], help="sequences per step the planner may pick (small: more steps per FLOP)")
+    min_steps: int = knob(50, help="fewest optimizer steps a planned run may take")
+    tolerance: float = knob(0.04, help="planned FLOPs within this fraction of the budget")
+    lr_base: float = knob(1e-2, help="peak LR; 2e-2 diverges on some of these runs, 4e-3 is noisier")
+    lr_ref_width: int = knob(1024, help="LR shrinks as 1/width only above this width")
+    decay_fraction: float = knob(0.2, help="WSD: last fraction of steps decays the LR")
+    skip_sigma: float = knob(0.0, help="loss-spike skip test of the training guards; 0 = off. On these short "
+                                       "mixed-source runs the test froze whole runs (hundreds of skipped steps)")
+    seed: int = knob(0, help="model and data-order seed of every run")
+    validation_windows: int = knob(256, help="held-out windows of seq_len per source")
+    max_width: int = knob(512, help="widest family member the prediction may pick")
+
+    def __post_init__(self) -> None:
+        # The family's shape, batch sizes, LR and tolerance are checked by ModelFamily and plan_sweep.
+        check_int("vocab_size (0 = the tokenizer's)", self.vocab_size, 0, 10**9)
+        check_float("decay_fraction", self.decay_fraction, 0, 1)
+        check_int("validation_windows", self.validation_windows, 1, 10**9)
+        check_int("max_width", self.max_width, self.head_dim, 10**9)
 
 
 @dataclass(frozen=True)
@@ -165,21 +202,19 @@ def select_budgets(counts: Mapping[str, Mapping[str, Any]], fit_budgets: Sequenc
     return {k: c for k, c in counts.items() if budget_label(parse_partition_key(k)[0]) in fit_budgets}
 
 
-def fit_ladder(counts: Mapping[str, Mapping[str, Any]], *, target: float, bucket_base: float, huber_delta: float,
-               bootstrap_n: int, out_dir: str, log: Callable[[str], None] = print) -> dict:
+def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *, target: float, out_dir: str,
+               log: Callable[[str], None] = print) -> dict:
     """IsoFLOP fit of the runs: writes fit.json, isoflop.png and power_laws.png; returns counts."""
-    from marin_assets.scaling.bootstrap import BootstrapConfig
-    from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
+    from marin_assets.scaling.fits import fit_isoflop
     from marin_assets.scaling.plots import plot_isoflop_curves, plot_power_laws
 
     runs, keys = runs_from_counts(counts)
-    result = fit_isoflop(runs, IsoFlopConfig(bucket_base=bucket_base, huber_delta=huber_delta,
-                                             bootstrap=BootstrapConfig(n=bootstrap_n)))
+    result = fit_isoflop(runs, config)
     law = loss_law(result)
     summary = result.as_dict() | {"loss_law": law, "runs": [dict(counts[k]) | {"partition": k} for k in keys],
                                   "extrapolate_to": target}
     write_file(out_dir, "fit.json", json.dumps(summary, indent=1, default=float))
-    write_file(out_dir, "isoflop.png", plot_isoflop_curves(runs, result, bucket_base=bucket_base))
+    write_file(out_dir, "isoflop.png", plot_isoflop_curves(runs, result, bucket_base=config.bucket_base))
     write_file(out_dir, "power_laws.png", plot_power_laws(result, extrapolate_to=target))
     for ex in result.excluded_budgets:
         log(f"scaling_fit: budget {ex['budget']:.3g} excluded: {ex['reason']}")
@@ -192,23 +227,22 @@ def fit_ladder(counts: Mapping[str, Mapping[str, Any]], *, target: float, bucket
 # ---------------------------------------------------------------- prediction and its check
 
 
-def nearest_config(budget: float, params_opt: float, sweep_config, max_width: int, vocab_size: int) -> dict | None:
-    """The family member (planned at ``budget``) whose parameter count is closest to N*.
-
-    ``sweep_config`` is the sweep asset's (pydantic) config; the family is the sweep's, with
-    every width from head_dim to ``max_width`` and the fitted runs' vocabulary."""
+def nearest_config(budget: float, params_opt: float, settings: SweepSettings, vocab_size: int) -> dict | None:
+    """The family member (planned at ``budget``) whose parameter count is closest to N*: the
+    sweep's family, with every width from head_dim to ``settings.max_width`` and the fitted
+    runs' vocabulary."""
     from marin_assets.scaling.planner import plan_sweep
 
-    widths = tuple(range(sweep_config.head_dim, max_width + 1, sweep_config.head_dim))
-    family = dataclasses.replace(sweep_family(widths[0], sweep_config.model_copy(update={"vocab_size": vocab_size})),
+    widths = tuple(range(settings.head_dim, settings.max_width + 1, settings.head_dim))
+    family = dataclasses.replace(sweep_family(widths[0], dataclasses.replace(settings, vocab_size=vocab_size)),
                                  widths=widths)
-    plan = plan_sweep([budget], family, tolerance=sweep_config.tolerance)
+    plan = plan_sweep([budget], family, tolerance=settings.tolerance)
     if not plan.candidates:
         return None
     return min(plan.candidates, key=lambda c: abs(math.log(c.params / params_opt))).as_dict()
 
 
-def predict_at(fit_summary: Mapping[str, Any], target: float, target_label: str, sweep_config, max_width: int) -> dict:
+def predict_at(fit_summary: Mapping[str, Any], target: float, target_label: str, settings: SweepSettings) -> dict:
     """N*, D*, loss and the nearest family config at the target budget, from fit.json's summary."""
     from marin_assets.scaling.data import bucket_flops
 
@@ -223,7 +257,7 @@ def predict_at(fit_summary: Mapping[str, Any], target: float, target_label: str,
                  for o in fit_summary["optima"]]
     return {"budget": budget, "budget_label": target_label, "params_opt": n_star, "tokens_opt": d_star,
             "loss": loss_at(law, budget), "loss_law": law, "in_sample": in_sample,
-            "config": nearest_config(budget, n_star, sweep_config, max_width, vocabs.pop())}
+            "config": nearest_config(budget, n_star, settings, vocabs.pop())}
 
 
 def check_prediction(pred: Mapping[str, Any], actual: Mapping[str, Mapping[str, Any] | None], bound: float) -> dict:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.data import SUBSAMPLE_SEED, deterministic_subsample
 
@@ -62,12 +63,19 @@ class ParametricFitConfig:
     # Cost caps ("Large inputs" in the module docstring). grid_rows is above the anchor's 240 runs,
     # so the published protocol on it is unchanged.
     grid_rows: int = 256
-    max_rows: int = 10_000
+    # The knobs of `marin scaling fit-parametric` (marin_assets/knobs.py); fit_parametric_with_ci uses them.
+    max_rows: int = knob(10_000, help="fit a deterministic subsample of this many runs when given more")
+    drop_highest: int = knob(0, help="drop the K highest-loss runs first (the Chinchilla protocol uses 5)")
+    bootstrap_n: int = knob(100, help="bootstrap resamples for the confidence intervals (0 = none)")
+    bootstrap_seed: int = knob(0, help="seed of the bootstrap resampling")
 
     def __post_init__(self) -> None:
+        from marin_assets.scaling.bootstrap import BootstrapConfig
+
         check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
         check_int("grid_rows", self.grid_rows, 5, 1_000_000_000)
         check_int("max_rows", self.max_rows, 5, 1_000_000_000)
+        BootstrapConfig(n=self.bootstrap_n, seed=self.bootstrap_seed)  # its checks run now, not after the fit
         for name in ("gtol", "ftol", "polish_gtol", "polish_ftol"):
             check_float(name, getattr(self, name), 0, 1, lo_open=True)
         missing = set(PARAM_ORDER) - set(self.grid)
@@ -343,12 +351,16 @@ def refit_parametric(params, tokens, loss, start: ParametricFit, config: Paramet
 
 def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot=None) -> dict:
     """Fit validated ``data.Runs`` and bootstrap the parameters (resample runs with replacement,
-    warm-started refit). Returns the JSON-ready report: E, A, B, alpha, beta, n, objective,
-    ci {name: [low, high]}, bootstrap {n, n_ok, level, seed}, excluded [{row, reason}]."""
+    warm-started refit), after dropping the ``config.drop_highest`` highest-loss runs. ``boot``
+    (a BootstrapConfig) overrides the config's bootstrap_n and bootstrap_seed. Returns the
+    JSON-ready report: E, A, B, alpha, beta, n, objective, ci {name: [low, high]},
+    bootstrap {n, n_ok, level, seed}, excluded [{row, reason}]."""
     from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
+    from marin_assets.scaling.data import drop_highest_loss
 
     config = config or ParametricFitConfig()
-    boot = boot or BootstrapConfig()
+    boot = boot or BootstrapConfig(n=config.bootstrap_n, seed=config.bootstrap_seed)
+    runs = drop_highest_loss(runs, config.drop_highest)
     given = len(runs)
     runs = runs.take(deterministic_subsample(given, config.max_rows)) if given > config.max_rows else runs
     if len(runs) < 5:

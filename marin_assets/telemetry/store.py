@@ -49,6 +49,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from marin_assets.knobs import knob
 from marin_assets.store.fsutil import filesystem, is_local, join, read_json, write_json_atomic
 from marin_assets.store.lease import Lease
 from marin_assets.store.names import validate_segment
@@ -67,6 +68,24 @@ from marin_assets.telemetry.segments import (
 INDEX_FORMAT = 1
 STAGING_MAX_AGE_S = 3600.0  # a staging file this old belongs to a dead writer
 QUARANTINE = "_quarantine"
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    """How ``TelemetryStore.compact`` merges. Knobs (marin_assets/knobs.py): `marin telemetry
+    compact` flags and ``compact``'s defaults."""
+
+    target_rows: int = knob(1_000_000, help="merge small segments of a run and hour into ones of about this many rows")
+    grace_s: float = knob(300.0, help="keep replaced files this long (seconds) for queries already planned")
+
+    def __post_init__(self) -> None:
+        if self.target_rows < 2:
+            raise ValueError(f"target_rows must be at least 2, got {self.target_rows}")
+        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
+            raise ValueError(f"grace_s must be a finite number >= 0, got {self.grace_s}")
+
+
+_COMPACTION = CompactionConfig()
 
 
 class DamagedSegmentError(RuntimeError):
@@ -393,17 +412,14 @@ class TelemetryStore:
         return sorted({s.run for s in self.segments()})
 
     # ---- compaction -------------------------------------------------------------------
-    def compact(self, target_rows: int = 1_000_000, grace_s: float = 300.0) -> CompactionReport:
+    def compact(self, target_rows: int = _COMPACTION.target_rows, grace_s: float = _COMPACTION.grace_s) -> CompactionReport:
         """Merge small segments of the same run and hour into ones of about ``target_rows``.
 
         Answers do not change: the merged segment holds exactly the rows of the segments it
         replaces, and names them in its footer, so readers drop them the moment it appears.
         Replaced files are deleted once they have been retired for ``grace_s`` seconds.
         """
-        if target_rows < 2:
-            raise ValueError(f"target_rows must be at least 2, got {target_rows}")
-        if not (math.isfinite(grace_s) and grace_s >= 0):
-            raise ValueError(f"grace_s must be a finite number >= 0, got {grace_s}")
+        CompactionConfig(target_rows, grace_s)  # the checks, before the lease
         lease = Lease(self.fs, self._abs("_compact"))
         if not lease.acquire():
             raise RuntimeError(f"{self.url}: another compaction holds the lease; try again later")

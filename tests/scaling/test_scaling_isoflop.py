@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 from marin_assets.cli import main
-from marin_assets.scaling.bootstrap import BootstrapConfig
 from marin_assets.scaling.data import bucket_flops, validate_runs
 from marin_assets.scaling.fits import (IsoFlopConfig, fit_isoflop, fit_loss_envelope, fit_power_law,
                                        fit_robust_quadratic)
 from marin_assets.scaling.predict import predict_optimum, predict_parametric, relative_error
 from scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep, sweep_runs
 
-FAST = IsoFlopConfig(bootstrap=BootstrapConfig(n=6, seed=0))
+FAST = IsoFlopConfig(bootstrap_n=6)
 
 
 def test_quadratic_recovers_exact_parabola_and_vertex():
@@ -55,7 +54,7 @@ def test_synthetic_sweep_recovers_optimal_exponents():
     # Tolerance 0.02: the bootstrap spread of the exponent at this noise is ~0.006 (3 sigma
     # ~0.018) and approach 2's parabola approximation of the true curve biases it by < 0.003
     # for sizes placed symmetrically around the optimum. The bootstrap CI must cover the truth.
-    result = fit_isoflop(sweep_runs(), IsoFlopConfig(bootstrap=BootstrapConfig(n=20, seed=0)))
+    result = fit_isoflop(sweep_runs(), IsoFlopConfig(bootstrap_n=20))
     assert result.excluded_budgets == []
     assert abs(result.n_opt.exponent - TRUE_N_EXPONENT) < 0.02
     assert abs(result.d_opt.exponent - TRUE_D_EXPONENT) < 0.02

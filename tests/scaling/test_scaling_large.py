@@ -43,7 +43,7 @@ def _fit_a_million() -> dict:
     """Both fits of a million runs, with the process's peak RSS: run in a child process (below)."""
     runs = _million_runs()
     report = fit_parametric_with_ci(runs, ParametricFitConfig(**COARSE), BootstrapConfig(n=2, seed=0))
-    iso = fit_isoflop(runs, IsoFlopConfig(bootstrap=BootstrapConfig(n=2, seed=0))).as_dict()
+    iso = fit_isoflop(runs, IsoFlopConfig(bootstrap_n=2)).as_dict()
     return {"parametric": report, "isoflop": iso, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
 
 
