@@ -48,11 +48,6 @@ ALLOWLIST = {
     "WatchedSourceConfig.directory": "a machine path ('' = the directory the watch variable names): a location",
     "WatchedSourceConfig.expected": "run plumbing: the directory digest the new-file sensor saw",
     "FitConfig.fit_budgets": "which of the ladder's budgets the fit reads ([] = all): a selection of partitions",
-    # Pending: the DataKit files are converted by another change; each duplicates a library default today.
-    "FuzzyConfig.jaccard_threshold": "pending: FuzzyDedupConfig.jaccard_threshold (marin_assets/datakit/fuzzy_dedup.py), "
-    "also RunSpec.fuzzy_jaccard_threshold, becomes the knob",
-    "CandidatesConfig.docs_per_reduce": "pending: band_reduce_ranges' docs_per_reduce default "
-    "(marin_assets/datakit/fuzzy_dedup.py) becomes the knob",
 }
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.eval_sets import EvalSetsConfig
+from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
 from marin_assets.datakit.quality import QualityModelConfig, QualityScoreConfig
 from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.shard_index import ShardingConfig
 from marin_assets.datakit.sources import SourceConfig
 from marin_assets.datakit.tokenize import TokenizeConfig
-from marin_assets.orchestration import StageConfig, versioned
 from marin_assets.orchestration.knob_configs import stage_config
 
 SourceAssetConfig = stage_config("SourceAssetConfig", (SourceConfig, ["docs_per_shard"]))
@@ -23,6 +23,5 @@ DecontamAssetConfig = stage_config("DecontamAssetConfig", (DecontamConfig, ["thr
 TokenizedConfig = stage_config("TokenizedConfig", (TokenizeConfig, ["validation_fraction", "min_validation_docs", "batch_docs"]))
 
 
-class FuzzyConfig(StageConfig):
-    # FuzzyDedupConfig.jaccard_threshold (marin_assets/datakit/fuzzy_dedup.py) becomes a knob next.
-    jaccard_threshold: float = versioned(0.8, description="candidate pairs merge only at this exact Jaccard")
+FuzzyConfig = stage_config("FuzzyConfig", (FuzzyDedupConfig, ["jaccard_threshold"]))
+CandidatesConfig = stage_config("CandidatesConfig", (FuzzyDedupConfig, ["docs_per_reduce"]))

@@ -21,20 +21,16 @@ from marin_assets.datakit.fuzzy_dedup import (
 from marin_assets.datakit.fuzzy_candidates import candidate_digest
 from marin_assets.datakit.removals import removal_list_digest, removal_list_path
 from marin_assets.datakit.shards import join
-from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 
-from assets.datakit.configs import FuzzyConfig
+from assets.datakit.configs import CandidatesConfig, FuzzyConfig
 from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
 from assets.datakit.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
 
 MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
 assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"
 EDGES_FILE = "edges.parquet"
-
-
-class CandidatesConfig(StageConfig):
-    docs_per_reduce: int = versioned(2_000_000, ge=1, description="keys one key range of a band holds in memory")
 
 
 KEYS_FORMAT = 2  # bump when fuzzy_band_reduce's keys files change shape or place

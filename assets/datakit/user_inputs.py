@@ -61,7 +61,7 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
         "shards/index": {"shard_bytes": spec.sharding.shard_bytes},
         "shards/normalized": {"max_doc_bytes": spec.reader.max_doc_bytes},
         "shards/quality": {"threshold": spec.quality.threshold},
-        "shards/fuzzy_edges": {"jaccard_threshold": spec.fuzzy_jaccard_threshold},
+        "shards/fuzzy_edges": {"jaccard_threshold": spec.fuzzy.jaccard_threshold},
         "shards/decontam": {"threshold": spec.decontam.threshold},
         "shards/tokenized": {"validation_fraction": spec.tokenize.validation_fraction,
                              "min_validation_docs": spec.tokenize.min_validation_docs, "batch_docs": spec.tokenize.batch_docs},

@@ -20,6 +20,7 @@ import threading
 
 def register(subparsers) -> None:
     from marin_assets.datakit.decontaminate import DecontamConfig
+    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
     from marin_assets.datakit.quality import QualityScoreConfig
     from marin_assets.datakit.readers import ReaderConfig
     from marin_assets.datakit.shard_index import ShardingConfig
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
     run.add_argument("--quality-model", default=None, metavar="DIR",
                      help="a trained quality model dir (default: train one on the demo sources when threshold > 0)")
     add_flags(run, DecontamConfig, {"threshold": "decontam-threshold"})
+    add_flags(run, FuzzyDedupConfig, {"jaccard_threshold": "fuzzy-threshold"})
     add_flags(run, TokenizeConfig, ["validation_fraction", "min_validation_docs"])
     add_flags(run, ReaderConfig, ["max_doc_bytes"])
     add_flags(run, ShardingConfig, ["shard_bytes"])
@@ -63,6 +65,7 @@ def run_handler(args: argparse.Namespace) -> int:
     construction, check_run_inputs, every eval item read).
     """
     from marin_assets.datakit.decontaminate import DecontamConfig
+    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
     from marin_assets.datakit.quality import QualityScoreConfig
     from marin_assets.datakit.readers import ReaderConfig
     from marin_assets.datakit.run_spec import RunSpec, check_eval_sets, check_run_inputs
@@ -73,7 +76,8 @@ def run_handler(args: argparse.Namespace) -> int:
 
     configs = {"tokenizer": (TokenizerChoice, "--tokenizer"), "quality": (QualityScoreConfig, "--quality-threshold"),
                "decontam": (DecontamConfig, "--decontam-threshold"), "tokenize": (TokenizeConfig, None),
-               "reader": (ReaderConfig, "--max-doc-bytes"), "sharding": (ShardingConfig, "--shard-bytes")}
+               "reader": (ReaderConfig, "--max-doc-bytes"), "sharding": (ShardingConfig, "--shard-bytes"),
+               "fuzzy": (FuzzyDedupConfig, "--fuzzy-threshold")}
     built = {}
     for field, (cls, flag) in configs.items():
         try:

@@ -42,6 +42,7 @@ from marin_assets.datakit.fuzzy_candidates import (
     write_pairs,
 )
 from marin_assets.datakit.attribute_files import read_id_text
+from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs
 from marin_assets.datakit.readers import string_array
@@ -66,8 +67,9 @@ class FuzzyDedupConfig(MinHashParams):
 
     bands: int = 26
     rows: int = 11
-    jaccard_threshold: float = 0.8
+    jaccard_threshold: float = knob(0.8, help="near duplicates: candidate pairs merge only at or above this exact 5-gram Jaccard")
     max_bucket_size: int = 64
+    docs_per_reduce: int = knob(2_000_000, help="keys one key range of a band's reduce holds in memory (memory bound)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +81,7 @@ class FuzzyDedupConfig(MinHashParams):
             )
         check_float("jaccard_threshold", self.jaccard_threshold, 0.0, 1.0, lo_open=True)
         check_int("max_bucket_size", self.max_bucket_size, 2)
+        check_int("docs_per_reduce", self.docs_per_reduce, 1)
 
     @property
     def lsh_threshold(self) -> float:
@@ -132,7 +135,7 @@ def key_range_bounds(index: int, count: int) -> tuple[int, int]:
     return index * KEY_SPACE // count, (index + 1) * KEY_SPACE // count
 
 
-def band_reduce_ranges(total_docs: int, docs_per_reduce: int = 2_000_000) -> int:
+def band_reduce_ranges(total_docs: int, docs_per_reduce: int) -> int:
     """How many key ranges to cut each band into so a reduce holds ~docs_per_reduce keys.
 
     Its memory is proportional to the keys it holds (about 40 bytes each while sorting), so

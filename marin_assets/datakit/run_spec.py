@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 
 from marin_assets.datakit.decontaminate import DecontamConfig
+from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
 from marin_assets.datakit.quality import QualityScoreConfig
 from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.shard_index import ShardingConfig
@@ -40,7 +41,7 @@ OWNED = (STORE_ENTRY, CACHE_ENTRY, SUMMARY_FILE, RUN_FILE, LEASE_ENTRY)
 
 # Each nested config: (field of RunSpec, library class). Their knobs are the run's knobs.
 CONFIGS = {"tokenizer": TokenizerChoice, "sharding": ShardingConfig, "reader": ReaderConfig,
-           "quality": QualityScoreConfig, "decontam": DecontamConfig, "tokenize": TokenizeConfig}
+           "quality": QualityScoreConfig, "decontam": DecontamConfig, "tokenize": TokenizeConfig, "fuzzy": FuzzyDedupConfig}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ class RunSpec:
     quality: QualityScoreConfig = QualityScoreConfig()
     decontam: DecontamConfig = DecontamConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
-    fuzzy_jaccard_threshold: float = 0.8  # FuzzyDedupConfig.jaccard_threshold's default, read by the driver
+    fuzzy: FuzzyDedupConfig = FuzzyDedupConfig()
     quality_model: str | None = None  # a saved QualityModel dir; None trains one on the demo sources if threshold > 0
     source_cache_dir: str | None = None  # download cache of the demo sources' artifacts (that training)
     workers: int = 1  # local processes a range run computes its partitions on
