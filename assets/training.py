@@ -22,7 +22,7 @@ from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
 from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
-from marin_assets.orchestration.knob_configs import stage_config
+from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.store import ArtifactRef
@@ -236,11 +236,11 @@ def _recent_losses(out_dir: str, phase: str, outcome, keep: int = 64) -> list[fl
     return [r["loss"] for r in rows if r.get("phase", phase) == phase][-keep:]
 
 
-class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "docs_per_source"]))):
+class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "docs_per_source", "chars_per_doc"]))):
     """What eval/<run> scores: the knobs of marin_assets.evaluation.run.EvalSettings (one declaration each)."""
 
 
-@versioned_asset(key=EVAL_KEY, code_version="2", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
+@versioned_asset(key=EVAL_KEY, code_version="3", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training")
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """Bits-per-byte per held-out source (micro/macro) and multiple-choice accuracy."""
@@ -248,12 +248,13 @@ def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: Ar
     from marin_assets.datakit.tokenize import load_encoder
     from marin_assets.evaluation.run import evaluate
 
+    settings = library_config(config, EvalSettings)  # its checks run here
     encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
     _, datasets = read_mixture(mixture)
-    held_out = {s: held_out_texts(read_dataset(d["index"]), config.docs_per_source) for s, d in datasets.items()
-                if d["validation_tokens"] > 0}
-    result = evaluate(ckpt.data_path, bpb_sets={s: texts for s, texts in held_out.items() if texts}, tasks=config.tasks,
-                      limit=config.limit, encode=encoder.encode, bos_id=encoder.eos_id, out_path=join(ctx.out_dir, "eval.json"))
+    held_out = {s: held_out_texts(read_dataset(d["index"]), settings.docs_per_source, settings.chars_per_doc)
+                for s, d in datasets.items() if d["validation_tokens"] > 0}
+    result = evaluate(ckpt.data_path, bpb_sets={s: texts for s, texts in held_out.items() if texts}, tasks=settings.tasks,
+                      limit=settings.limit, encode=encoder.encode, bos_id=encoder.eos_id, out_path=join(ctx.out_dir, "eval.json"))
     bpb = result["bpb"]
     return {"micro_bpb": bpb["micro_bpb"], "macro_bpb": bpb["macro_bpb"],
             **{f"bpb/{s}": v["bpb"] for s, v in bpb["sets"].items()},

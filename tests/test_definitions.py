@@ -17,11 +17,11 @@ from definitions import defs
 # the earliest copy survives and a candidate pair belongs to its later shard. Issue 22 (one
 # DataKit): shards/tokenized 2 (held-out texts and the tokenizer's identity recorded), the
 # datasets, mixture 2 (over datasets), quality_model 2 (trained on the labelled raw sources),
-# the tokenizer pinned by its bytes, train/demo 2 and eval/demo 2 (data from the mixture),
+# the tokenizer pinned by its bytes, train/demo 2 and eval/demo 3 (data from the mixture; bpb on the first chars_per_doc characters),
 # sweep 2 (the ladder reads the mixture's datasets). Knob-generated configs hash as before.
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
-    "datasets/user": "1+cfg.noconfig", "eval/demo": "2+cfg.ff868949", "eval_ngrams": "1+cfg.99c9395a",
+    "datasets/user": "1+cfg.noconfig", "eval/demo": "3+cfg.ee88b53e", "eval_ngrams": "1+cfg.99c9395a",
     "mixture": "2+cfg.42fe7e2f", "prediction": "1+cfg.042843e9", "quality_model": "2+cfg.5acca165",
     "scaling_fit": "1+cfg.4820b650", "sweep": "2+cfg.bc36fe1e", "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig",
     "train/demo": "2+cfg.8c779955",

@@ -2,7 +2,7 @@
 
 Public API
 ----------
-evaluate(checkpoint_dir, bpb_sets={tag: [text]}, tasks=("hellaswag", "arc_easy"), limit=100,
+evaluate(checkpoint_dir, bpb_sets={tag: [text]}, tasks=("hellaswag", "arc_easy"), limit=40,
          encode=byte_encode, bos_id=0) -> {"step", "bpb": {...}, "multiple_choice": {...}}
 bits_per_byte(sets, token_logprobs, encode, bos_id, seq_len) -> {"sets", "micro_bpb", "macro_bpb"}
 accuracy(examples, score_pairs) -> {"acc", "acc_norm", "n", "chance", "predictions"}

@@ -25,10 +25,12 @@ class EvalSettings:
     tasks: list[str] = knob(["hellaswag", "arc_easy"], help="multiple-choice tasks to score")
     limit: int = knob(40, help="multiple-choice items per task")
     docs_per_source: int = knob(8, help="held-out documents per source for bits-per-byte")
+    chars_per_doc: int = knob(4000, help="bits-per-byte scores the first this many characters of each held-out document")
 
     def __post_init__(self) -> None:
         check_int("limit (multiple-choice items per task)", self.limit, 1, 10**9)
         check_int("docs_per_source", self.docs_per_source, 0, 10**9)
+        check_int("chars_per_doc", self.chars_per_doc, 1, 10**9)
 
 
 _DEFAULTS = EvalSettings()
