@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,10 +33,9 @@ def _log(message: str) -> None:
 
 
 def _screen(args: argparse.Namespace) -> int:
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
-    import jax
+    from marin_assets.train.compile_cache import ensure_compile_cache
 
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    ensure_compile_cache()
 
     from marin_assets.experiments.analysis import render_report
     from marin_assets.experiments.record import load_record

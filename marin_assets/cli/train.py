@@ -117,13 +117,10 @@ def _summary(result) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import os
-    from pathlib import Path
 
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "marin-assets" / "jax"))
-    import jax
+    from marin_assets.train.compile_cache import ensure_compile_cache
 
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    ensure_compile_cache()
 
     from marin_assets.store.fsutil import child
     from marin_assets.train.config import load_config, replace
