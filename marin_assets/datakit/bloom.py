@@ -54,10 +54,15 @@ class BloomFilter:
         return (h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(self.num_bits)
 
     def add(self, hashes: np.ndarray, batch: int = 1 << 16) -> None:
+        """Set the bits of ``hashes``: on a one-byte-per-bit view (bit j of byte i is flag
+        8i+j, as in ``contains``), where a plain scatter replaces the slow ``bitwise_or.at``."""
         hashes = np.asarray(hashes, dtype=np.uint64)
+        if hashes.size == 0:
+            return
+        flags = np.unpackbits(self.bits, bitorder="little")
         for s in range(0, hashes.size, batch):
-            pos = self._positions(hashes[s : s + batch]).ravel()
-            np.bitwise_or.at(self.bits, (pos >> np.uint64(3)).astype(np.int64), (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
+            flags[self._positions(hashes[s : s + batch]).ravel().astype(np.int64)] = 1
+        self.bits = np.packbits(flags, bitorder="little")
 
     def contains(self, hashes: np.ndarray, batch: int = 1 << 16) -> np.ndarray:
         hashes = np.asarray(hashes, dtype=np.uint64)

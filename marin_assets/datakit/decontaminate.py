@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import fsspec
@@ -61,30 +61,88 @@ class DecontamConfig:
             check_int("DecontamConfig.capacity", self.capacity, 1)
 
 
+def _token_code(token: str) -> tuple[int, bool]:
+    return xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass")), _LETTER.search(token) is not None
+
+
+def _token_arrays(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(uint64 hash, has a letter) per token."""
+    codes = [_token_code(t) for t in tokens]
+    token_hash = np.fromiter((c[0] for c in codes), dtype=np.uint64, count=len(codes))
+    has_letter = np.fromiter((c[1] for c in codes), dtype=np.int64, count=len(codes))
+    return token_hash, has_letter
+
+
+def _token_arrays_many(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``_token_arrays`` for a long list of words, each distinct word hashed once (pyarrow's
+    dictionary encoding finds them); lone surrogates, which Arrow cannot hold, go word by word."""
+    try:
+        encoded = pa.array(tokens, type=pa.string()).dictionary_encode()
+    except (pa.ArrowException, UnicodeEncodeError):
+        return _token_arrays(tokens)
+    words_hash, words_letter = _token_arrays(encoded.dictionary.to_pylist())
+    index = encoded.indices.to_numpy(zero_copy_only=False)
+    return words_hash[index], words_letter[index]
+
+
+def _windows(token_hash: np.ndarray, has_letter: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hash of every n-token window, whether the window holds a letter), window i = tokens i..i+n-1."""
+    count = token_hash.size - n + 1
+    h = np.zeros(count, dtype=np.uint64)
+    for k in range(n):
+        h = (h ^ token_hash[k : k + count]) * np.uint64(0x9E3779B97F4A7C15)
+    letters = np.concatenate([[0], np.cumsum(has_letter)])
+    return mix64(h ^ np.uint64(n)), (letters[n:] - letters[:-n]) > 0
+
+
 def ngram_hashes(text: str, config: DecontamConfig = DecontamConfig()) -> np.ndarray:
     """uint64 hashes of the lowercase whitespace-token n-grams of ``text`` that contain a
     letter, in order (a short text yields at most one, see the module docstring)."""
     tokens = text.lower().split()
     if not tokens:
         return np.zeros(0, dtype=np.uint64)
-    token_hash = np.fromiter(
-        (xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens),
-        dtype=np.uint64,
-        count=len(tokens),
-    )
-    has_letter = np.fromiter((_LETTER.search(t) is not None for t in tokens), dtype=np.int64, count=len(tokens))
+    token_hash, has_letter = _token_arrays(tokens)
     n = config.ngram
     if len(tokens) < n:
         if len(tokens) < config.short_min_tokens or not has_letter.any():
             return np.zeros(0, dtype=np.uint64)
         n = len(tokens)
-    count = len(tokens) - n + 1
-    h = np.zeros(count, dtype=np.uint64)
-    for k in range(n):
-        h = (h ^ token_hash[k : k + count]) * np.uint64(0x9E3779B97F4A7C15)
-    h = mix64(h ^ np.uint64(n))
-    letters = np.concatenate([[0], np.cumsum(has_letter)])
-    return h[(letters[n:] - letters[:-n]) > 0]
+    h, lettered = _windows(token_hash, has_letter, n)
+    return h[lettered]
+
+
+def ngram_hashes_many(texts: Sequence[str], config: DecontamConfig = DecontamConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """``ngram_hashes`` of many texts at once: (hashes, index of the text each came from),
+    texts in order. One pass of array work over every text's tokens, each distinct word hashed
+    once: what building an index over tens of thousands of short eval items needs."""
+    n = config.ngram
+    split = [t.lower().split() for t in texts]
+    long_ones = [i for i, tokens in enumerate(split) if len(tokens) >= n]
+    parts_h, parts_i = [], []
+    if long_ones:
+        tokens = [tok for i in long_ones for tok in split[i]]
+        text_of = np.repeat(np.asarray(long_ones, dtype=np.int64), [len(split[i]) for i in long_ones])
+        h, lettered = _windows(*_token_arrays_many(tokens), n)
+        keep = lettered & (text_of[: h.size] == text_of[n - 1:])  # windows inside one text
+        parts_h.append(h[keep])
+        parts_i.append(text_of[: h.size][keep])
+    for i, tokens in enumerate(split):
+        if 0 < len(tokens) < n:
+            short = ngram_hashes(texts[i], config)
+            parts_h.append(short)
+            parts_i.append(np.full(short.size, i, dtype=np.int64))
+    if not parts_h:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    hashes, text_index = np.concatenate(parts_h), np.concatenate(parts_i)
+    order = np.argsort(text_index, kind="stable")  # texts in order, each text's n-grams in order
+    return hashes[order], text_index[order]
+
+
+def _run_starts(sorted_hashes: np.ndarray) -> np.ndarray:
+    """True where a run of equal values starts in a sorted array."""
+    starts = np.ones(sorted_hashes.size, dtype=bool)
+    starts[1:] = sorted_hashes[1:] != sorted_hashes[:-1]
+    return starts
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -112,32 +170,32 @@ class EvalNgramIndex:
 
     @classmethod
     def build(cls, items: Iterable[tuple[str, str]], config: DecontamConfig = DecontamConfig()) -> "EvalNgramIndex":
-        eval_ids: list[str] = []
-        hash_parts: list[np.ndarray] = []
-        item_parts: list[np.ndarray] = []
-        skipped = 0
+        items = list(items)
         for eval_id, text in items:
             if not isinstance(text, str):
                 raise ValueError(f"eval item {eval_id!r}: text must be a string, got {type(text).__name__}")
-            grams = np.unique(ngram_hashes(text, config))
-            if grams.size == 0:
-                skipped += 1
-                continue
-            hash_parts.append(grams)
-            item_parts.append(np.full(grams.size, len(eval_ids), dtype=np.int32))
-            eval_ids.append(str(eval_id))
-        hashes = np.concatenate(hash_parts) if hash_parts else np.zeros(0, np.uint64)
-        item_of = np.concatenate(item_parts) if item_parts else np.zeros(0, np.int32)
-        order = np.argsort(hashes, kind="stable")
+        hashes, text_index = ngram_hashes_many([text for _, text in items], config)
+        # Items without any n-gram are skipped; the others are numbered in order.
+        has_grams = np.zeros(len(items), dtype=bool)
+        has_grams[text_index] = True
+        number = np.cumsum(has_grams) - 1
+        eval_ids = [str(eval_id) for (eval_id, _), kept in zip(items, has_grams) if kept]
+        skipped = len(items) - len(eval_ids)
+        item_of = number[text_index].astype(np.int32)
+        # One sort for every item: by hash, then item; each (hash, item) pair kept once.
+        order = np.lexsort((item_of, hashes))
         hashes, item_of = hashes[order], item_of[order]
-        distinct = np.unique(hashes)
+        keep = np.ones(hashes.size, dtype=bool)
+        keep[1:] = (hashes[1:] != hashes[:-1]) | (item_of[1:] != item_of[:-1])
+        hashes, item_of = hashes[keep], item_of[keep]
+        distinct = hashes[_run_starts(hashes)]
         bloom = BloomFilter.for_capacity(config.capacity or max(1, distinct.size), config.false_positive_rate)
         bloom.add(distinct)
         return cls(config, bloom, hashes, item_of, eval_ids, skipped)
 
     @property
     def num_ngrams(self) -> int:
-        return int(np.unique(self.sidecar_hashes).size)
+        return int(np.count_nonzero(_run_starts(self.sidecar_hashes)))
 
     def eval_ids_for(self, hashes: np.ndarray) -> list[str]:
         """Sorted eval ids whose n-grams include any of ``hashes`` (Bloom false positives,

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin_assets.datakit.bloom import BloomFilter, bloom_size
 from marin_assets.datakit.decontaminate import (
@@ -18,6 +20,7 @@ from marin_assets.datakit.decontaminate import (
     EvalNgramIndex,
     decontaminate,
     ngram_hashes,
+    ngram_hashes_many,
     score_text,
 )
 from marin_assets.datakit.eval_sets import iter_eval_items, iter_jsonl_eval_items
@@ -235,3 +238,32 @@ def test_rerun_into_the_same_dir_drops_stale_attribute_files(tmp_path):
     decontaminate(shards, index, str(tmp_path / "out"))
     decontaminate(shards[:1], index, str(tmp_path / "out"))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-00000-of-00002.parquet"]
+
+
+WORDS = st.sampled_from(["the", "cat", "42", "--", "Über", "x\ud800y", "naïve", "a1", "!!"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(WORDS, max_size=30).map(" ".join), max_size=8), st.integers(1, 5), st.integers(1, 3))
+def test_ngram_hashes_of_many_texts_equal_each_text_alone(texts, ngram, short_min):
+    """The one-pass path (words hashed once, windows across the concatenation, cut at text
+    ends) gives exactly each text's own n-grams, short texts and lone surrogates included."""
+    config = DecontamConfig(ngram=ngram, short_min_tokens=short_min)
+    hashes, index = ngram_hashes_many(texts, config)
+    alone = [ngram_hashes(t, config) for t in texts]
+    assert hashes.tolist() == [h for a in alone for h in a.tolist()]
+    assert index.tolist() == [i for i, a in enumerate(alone) for _ in range(a.size)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(64, 4096))
+def test_bloom_add_sets_the_bits_contains_reads(values, capacity):
+    """add's scatter sets exactly the bits of the reference read-modify-write, bit j of byte i = flag 8i+j."""
+    bloom = BloomFilter.for_capacity(capacity, 1e-3)
+    hashes = np.asarray(values, dtype=np.uint64)
+    reference = bloom.bits.copy()
+    if hashes.size:
+        pos = bloom._positions(hashes).ravel()
+        np.bitwise_or.at(reference, (pos >> np.uint64(3)).astype(np.int64), (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
+    bloom.add(hashes)
+    assert np.array_equal(bloom.bits, reference) and bloom.contains(hashes).all()
