@@ -111,6 +111,25 @@ def ngram_hashes(text: str, config: DecontamConfig = DecontamConfig()) -> np.nda
     return h[lettered]
 
 
+def _whole_text_hashes(texts: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """The one n-gram of each short text (n = its own length, see ``ngram_hashes``), for the
+    texts with a letter: (hashes, positions in ``texts``). Texts of one length fold as a matrix."""
+    lengths = np.array([len(t) for t in texts], dtype=np.int64)
+    token_hash, has_letter = _token_arrays_many([tok for t in texts for tok in t])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    parts_h, parts_i = [], []
+    for length in np.unique(lengths):
+        which = np.flatnonzero(lengths == length)
+        columns = starts[which][:, None] + np.arange(length)[None, :]
+        h = np.zeros(which.size, dtype=np.uint64)
+        for k in range(length):
+            h = (h ^ token_hash[columns[:, k]]) * np.uint64(0x9E3779B97F4A7C15)
+        lettered = has_letter[columns].any(axis=1)
+        parts_h.append(mix64(h ^ np.uint64(length))[lettered])
+        parts_i.append(which[lettered])
+    return np.concatenate(parts_h), np.concatenate(parts_i)
+
+
 def ngram_hashes_many(texts: Sequence[str], config: DecontamConfig = DecontamConfig()) -> tuple[np.ndarray, np.ndarray]:
     """``ngram_hashes`` of many texts at once: (hashes, index of the text each came from),
     texts in order. One pass of array work over every text's tokens, each distinct word hashed
@@ -126,11 +145,11 @@ def ngram_hashes_many(texts: Sequence[str], config: DecontamConfig = DecontamCon
         keep = lettered & (text_of[: h.size] == text_of[n - 1:])  # windows inside one text
         parts_h.append(h[keep])
         parts_i.append(text_of[: h.size][keep])
-    for i, tokens in enumerate(split):
-        if 0 < len(tokens) < n:
-            short = ngram_hashes(texts[i], config)
-            parts_h.append(short)
-            parts_i.append(np.full(short.size, i, dtype=np.int64))
+    short_ones = [i for i, tokens in enumerate(split) if config.short_min_tokens <= len(tokens) < n]
+    if short_ones:
+        hashes, index = _whole_text_hashes([split[i] for i in short_ones])
+        parts_h.append(hashes)
+        parts_i.append(np.asarray(short_ones, dtype=np.int64)[index])
     if not parts_h:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
     hashes, text_index = np.concatenate(parts_h), np.concatenate(parts_i)
@@ -269,19 +288,37 @@ class EvalNgramIndex:
         )
 
 
+SCORE_BATCH_DOCS = 1024  # documents scored per array pass: bounds memory by the batch, not the shard
+
+
 def score_text(index: EvalNgramIndex, text: str) -> tuple[float, list[str]]:
     """(max paragraph overlap, eval ids whose n-grams appear in the document)."""
-    grams = [ngram_hashes(p, index.config) for p in _paragraphs(text)]
-    grams = [g for g in grams if g.size]
-    if not grams:
-        return 0.0, []
-    sizes = np.array([g.size for g in grams])
-    flat = np.concatenate(grams)
-    hits = index.bloom.contains(flat)
-    per_paragraph = np.add.reduceat(hits.astype(np.int64), np.concatenate([[0], np.cumsum(sizes)[:-1]]))
-    max_overlap = float((per_paragraph / sizes).max())
-    eval_ids = index.eval_ids_for(flat[hits]) if hits.any() else []
-    return max_overlap, eval_ids
+    (overlap,), (eval_ids,) = score_texts(index, [text])
+    return overlap, eval_ids
+
+
+def score_texts(index: EvalNgramIndex, texts: Sequence[str]) -> tuple[list[float], list[list[str]]]:
+    """``score_text`` of every text, computed over all their paragraphs at once: one n-gram
+    pass, one Bloom lookup, per-paragraph hit rates by bincount, per-document maxima by reduceat."""
+    paragraphs = [_paragraphs(t) for t in texts]
+    counts = np.array([len(p) for p in paragraphs], dtype=np.int64)
+    flat = [p for ps in paragraphs for p in ps]
+    hashes, paragraph_of = ngram_hashes_many(flat, index.config)
+    hits = index.bloom.contains(hashes)
+    sizes = np.bincount(paragraph_of, minlength=len(flat))
+    hit_counts = np.bincount(paragraph_of, weights=hits, minlength=len(flat))
+    overlap = np.divide(hit_counts, sizes, out=np.zeros(len(flat)), where=sizes > 0)
+    overlaps = np.zeros(len(texts))
+    has_any = counts > 0
+    if flat:
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has_any]
+        overlaps[has_any] = np.maximum.reduceat(overlap, starts)
+    doc_of_paragraph = np.repeat(np.arange(len(texts)), counts)
+    matched: list[list[str]] = [[] for _ in texts]
+    hit_hashes, hit_docs = hashes[hits], doc_of_paragraph[paragraph_of[hits]]
+    for doc in np.unique(hit_docs):
+        matched[doc] = index.eval_ids_for(hit_hashes[hit_docs == doc])
+    return overlaps.tolist(), matched
 
 
 def decontaminate(
@@ -306,13 +343,12 @@ def decontaminate(
     counts = {"docs": 0, "contaminated": 0, "shards": len(shard_paths)}
     for path in shard_paths:
         ids, texts = read_id_text(path)
-        overlaps, flags, matched = [], [], []
-        for text in texts:
-            overlap, eval_ids = score_text(index, text)
-            contaminated = overlap >= config.threshold
-            overlaps.append(overlap)
-            flags.append(contaminated)
-            matched.append(eval_ids)
+        overlaps, matched = [], []
+        for start in range(0, len(texts), SCORE_BATCH_DOCS):
+            batch_overlaps, batch_matched = score_texts(index, texts[start:start + SCORE_BATCH_DOCS])
+            overlaps += batch_overlaps
+            matched += batch_matched
+        flags = [overlap >= config.threshold for overlap in overlaps]
         table = pa.table(
             {
                 "id": pa.array(ids, type=pa.string()),

@@ -22,6 +22,7 @@ from marin_assets.datakit.decontaminate import (
     ngram_hashes,
     ngram_hashes_many,
     score_text,
+    score_texts,
 )
 from marin_assets.datakit.eval_sets import iter_eval_items, iter_jsonl_eval_items
 
@@ -267,3 +268,28 @@ def test_bloom_add_sets_the_bits_contains_reads(values, capacity):
         np.bitwise_or.at(reference, (pos >> np.uint64(3)).astype(np.int64), (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
     bloom.add(hashes)
     assert np.array_equal(bloom.bits, reference) and bloom.contains(hashes).all()
+
+
+def reference_score(index: EvalNgramIndex, text: str) -> tuple[float, list[str]]:
+    """score_text as it was written per document: the oracle for the batched path."""
+    grams = [g for g in (ngram_hashes(p, index.config) for p in text.split("\n") if p.strip()) if g.size]
+    if not grams:
+        return 0.0, []
+    sizes = np.array([g.size for g in grams])
+    flat = np.concatenate(grams)
+    hits = index.bloom.contains(flat)
+    per_paragraph = np.add.reduceat(hits.astype(np.int64), np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+    return float((per_paragraph / sizes).max()), index.eval_ids_for(flat[hits]) if hits.any() else []
+
+
+EVAL_WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+SMALL_INDEX = EvalNgramIndex.build([("e/1", " ".join(EVAL_WORDS)), ("e/2", " ".join(reversed(EVAL_WORDS))), ("e/3", "eta theta")],
+                                   DecontamConfig(ngram=3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.lists(st.sampled_from(EVAL_WORDS + ["x", "7", ""]), max_size=12).map(" ".join), max_size=4)
+                .map("\n".join), max_size=6))
+def test_batched_scores_equal_the_per_document_reference(texts):
+    overlaps, matched = score_texts(SMALL_INDEX, texts)
+    assert list(zip(overlaps, matched)) == [reference_score(SMALL_INDEX, t) for t in texts]
