@@ -121,6 +121,10 @@ def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_con
     expected = float(moe.loss_fn(params, jnp.asarray(tokens), config.model, bias)[1]["ce_loss"])
     assert result.validation_loss == pytest.approx(expected, rel=1e-5)
     assert json.loads((tmp_path / "run" / "train_result.json").read_text())["validation_loss"] == result.validation_loss
+    # resuming the finished phase runs no step and still reports its held-out loss (an end hook)
+    again = train(config, folder, tmp_path / "run")
+    assert again.final_step == 4 and again.validation_loss == result.validation_loss
+    assert [r["step"] for r in read_metrics(again.metrics_path)] == [1, 2, 3, 4]
 
 
 def test_model_smaller_than_the_tokenizer_stops_before_step_one(tiny_config, tmp_path):

@@ -1,0 +1,54 @@
+"""The held-out loss: next-token cross-entropy on the validation splits, measured when a phase ends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from marin_assets.train import mesh as meshlib
+from marin_assets.train.config import TrainConfig
+from marin_assets.train.data import held_out_batches
+from marin_assets.train.hooks import StepInfo
+from marin_assets.train.state import Model, TrainState
+
+log = logging.getLogger(__name__)
+
+
+def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches: Mapping[str, Any], mesh=None) -> float | None:
+    """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
+    each weighted by its rows); None when the validation splits hold less than one window."""
+    batches = held_out_batches(caches, config.seq_len, config.batch_size)
+    if not batches:
+        log.warning(
+            "no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
+            sorted(getattr(c, "path", str(c)) for c in caches.values()),
+            config.seq_len,
+        )
+        return None
+
+    def cross_entropy(p, bias, tokens):  # the held-out number is CE alone, without the z-loss terms
+        loss, aux = model.loss_fn(p, tokens, config.model, bias)
+        return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
+
+    # No EP layer here: a short held-out batch need not divide into the batch shards, so the
+    # tokens are replicated and XLA partitions the local expert computation itself.
+    mesh = mesh or meshlib.make_mesh(config.model)
+    loss = jax.jit(cross_entropy)
+    losses = [float(loss(state.params, state.router_bias, meshlib.place_state(b, meshlib.replicated(mesh)))) for b in batches]
+    return float(np.average(losses, weights=[len(b) for b in batches]))
+
+
+class HeldOutLoss:
+    """The end-of-phase hook: ``loss`` is ``validation_loss`` of the final state (None until it ran)."""
+
+    def __init__(self, config: TrainConfig, model: Model, caches: Mapping[str, Any], mesh) -> None:
+        self.config, self.model, self.caches, self.mesh = config, model, caches, mesh
+        self.loss: float | None = None
+
+    def __call__(self, info: StepInfo) -> None:
+        """Measure the held-out loss of ``info.state``."""
+        self.loss = validation_loss(self.config, self.model, info.state, self.caches, self.mesh)

@@ -1,0 +1,157 @@
+"""Where a phase starts from: a fresh state, the newest checkpoint (resume) or another phase's (warm start).
+
+``Run`` is the state of one ``train`` call plus the bookkeeping its checkpoints save (data
+position, where the phase began, tokens before it, the tokenizers of its data), so a resume
+continues bit-exact and a warm start keeps the data position while restarting the schedule.
+Continuing on tokens of another tokenizer is refused unless allowed: the ids would mean other text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from marin_assets.store.fsutil import child, filesystem, join
+from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import mesh as meshlib
+from marin_assets.train.config import TrainConfig, config_to_dict
+from marin_assets.train.data import DataPosition
+from marin_assets.train.metrics import MetricsLogger
+from marin_assets.train.optimizers import Optimizer, make_optimizer
+from marin_assets.train.state import Model, TrainState, init_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Run:
+    """Where this call of ``train`` stands: the state and the bookkeeping checkpoints save."""
+
+    config: TrainConfig
+    state: TrainState
+    mesh: Any
+    state_sh: Any  # a NamedSharding per state leaf
+    ckpt_root: Path | str  # a local dir or an fsspec URL
+    position: DataPosition = DataPosition()
+    phase_start: int = 0  # global step this phase started at
+    tokens_before: int = 0  # tokens trained on before this phase
+    telemetry_run: str | None = None  # checkpoints name it, so evaluation can log next to training
+    data_tokenizers: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> tokenizer sha256
+    allow_tokenizer_change: bool = False
+
+    @property
+    def end_step(self) -> int:
+        """The global step this phase ends at."""
+        return self.phase_start + self.config.num_steps
+
+    def tokens_at(self, step: int) -> int:
+        """Tokens trained on across every phase when the state is at global ``step``."""
+        return self.tokens_before + (step - self.phase_start) * self.config.tokens_per_step
+
+    def meta(self, step: int) -> dict:
+        """What a checkpoint at ``step`` records beside the state."""
+        return {
+            "data_position": self.position.to_json(),
+            "phase_start_step": self.phase_start,
+            "phase": self.config.phase,
+            "tokens_before_phase": self.tokens_before,
+            "tokens": self.tokens_at(step),
+            "optimizer": self.config.optimizer.name,
+            "config": config_to_dict(self.config),
+            "telemetry_run": self.telemetry_run,
+            "data_tokenizers": dict(self.data_tokenizers),
+        }
+
+    def check_tokenizers(self, meta: Mapping[str, Any], where: str) -> None:
+        """Continue only on tokens of the checkpoint's tokenizers (see ``check_same_tokenizer``)."""
+        before = meta.get("data_tokenizers") or {}
+        changed = sorted(k for k in set(before) & set(self.data_tokenizers) if before[k] != self.data_tokenizers[k])
+        if not changed or self.allow_tokenizer_change:
+            return
+        name = changed[0]
+        raise ValueError(
+            f"{where} was trained on {name!r} tokenized by tokenizer {before[name][:12]}, but the data given "
+            f"now was tokenized by {self.data_tokenizers[name][:12]}: the ids mean other text. Use data "
+            f"tokenized by the checkpoint's tokenizer, or allow the change (marin train "
+            f"--allow-tokenizer-change) to continue anyway"
+        )
+
+
+def fresh_run(config: TrainConfig, model: Model, mesh, ckpt_root: Path | str, **bookkeeping) -> tuple[Run, Optimizer]:
+    """A ``Run`` at step 0 (the state created straight into its mesh layout) and its optimizer;
+    ``bookkeeping``: ``Run``'s telemetry_run, data_tokenizers, allow_tokenizer_change."""
+    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+
+    def init() -> TrainState:  # traced: the state is created in its mesh layout
+        return init_state(config, opt, model)
+
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
+    return Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, **bookkeeping), opt
+
+
+def resolve_checkpoint(path: str | Path) -> Path | str:
+    """A checkpoint folder, or an out dir / checkpoints dir whose newest valid one is meant
+    (a local path or an fsspec URL)."""
+    fs, where = filesystem(str(path))
+    if fs.exists(join(where, ckpt.MARKER)) or fs.exists(join(where, "meta.json")):
+        return path
+    for root in (child(path, "checkpoints"), path):
+        found = ckpt.latest_valid(root)
+        if found is not None:
+            return found
+    raise FileNotFoundError(f"no valid checkpoint in {path}")
+
+
+def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path | None) -> None:
+    """Resume from the newest valid checkpoint, else warm start, else begin fresh."""
+    latest = ckpt.latest_valid(run.ckpt_root) if resume else None
+    if latest is not None:
+        _resume(run, latest, logger)
+        return
+    if meshlib.is_writer():
+        logger.truncate_after(-1)  # a fresh start owns the file
+    if warm_start is not None:
+        _warm_start(run, resolve_checkpoint(warm_start))
+
+
+def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
+    """The whole state and bookkeeping of ``folder``; the metrics rows after its step are dropped."""
+    arrays, meta = ckpt.load(folder)
+    run.check_tokenizers(meta, f"checkpoint {folder}")
+    host = meshlib.host_state(run.state)  # every process loads the same arrays
+    host = TrainState.from_dict(ckpt.restore_like(host.to_dict(), arrays, where=str(folder)))
+    run.state = meshlib.place_state(host, run.state_sh)
+    run.position = DataPosition.from_json(meta["data_position"])
+    run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
+    if meshlib.is_writer():
+        logger.truncate_after(int(meta["step"]))
+    log.info("resumed from %s at step %d", folder, meta["step"])
+
+
+def _warm_start(run: Run, source: Path | str) -> None:
+    """Params, router bias, RNG, global step and data position from ``source``; the optimizer
+    state too when the optimizer is the same; the schedule restarts at this phase's step 0."""
+    arrays, meta = ckpt.load(source)
+    run.check_tokenizers(meta, f"warm start {source}")
+    state, where = meshlib.host_state(run.state), str(source)
+    state = state.replace(
+        params=ckpt.restore_like(state.params, arrays, "['params']", where),
+        router_bias=ckpt.restore_like(state.router_bias, arrays, "['router_bias']", where),
+        rng=ckpt.restore_like(state.rng, arrays, "['rng']", where),
+        step=np.int32(int(meta["step"])),
+    )
+    if meta.get("optimizer") == run.config.optimizer.name:
+        try:
+            state = state.replace(opt_state=ckpt.restore_like(state.opt_state, arrays, "['opt_state']", where))
+        except ValueError as e:
+            log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
+    run.state = meshlib.place_state(state, run.state_sh)
+    run.position = DataPosition.from_json(meta["data_position"])
+    run.phase_start, run.tokens_before = int(meta["step"]), int(meta["tokens"])
+    log.info("warm start from %s at step %d (data position kept: %s)", source, run.phase_start, run.position.to_json())

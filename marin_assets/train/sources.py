@@ -1,0 +1,46 @@
+"""The caches a phase trains on: opened, checked against the model, named by their tokenizers, and batched."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from marin_assets.train.config import TrainConfig
+from marin_assets.train.data import MixedLoader, SourceData, open_source
+
+
+def open_sources(cache_dirs: Mapping[str, str | os.PathLike] | str | os.PathLike) -> dict[str, SourceData]:
+    """{source: SourceData} from dataset indexes, DataKit cache folders or single splits (a
+    single path is named "train"); a missing or unfinished cache fails here, before compute."""
+    if not isinstance(cache_dirs, Mapping):
+        cache_dirs = {"train": cache_dirs}
+    return {name: open_source(path) for name, path in cache_dirs.items()}
+
+
+def train_loader(config: TrainConfig, sources: Mapping[str, SourceData]) -> MixedLoader:
+    """The batches of ``config``'s mixture over the sources' train splits."""
+    return MixedLoader(
+        {name: s.train for name, s in sources.items()},
+        config.seq_len,
+        config.batch_size,
+        config.mixture,
+        config.data_seed,
+        vocab_size=config.model.vocab_size,
+    )
+
+
+def check_vocab(config: TrainConfig, sources: Mapping[str, SourceData]) -> None:
+    """A model smaller than the cache's tokenizer would see every batch as corrupt."""
+    for name, source in sorted(sources.items()):
+        vocab = source.vocab_size
+        if vocab is not None and vocab > config.model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size is {config.model.vocab_size} but cache {name!r} ({source.where}) was tokenized with a "
+                f"vocabulary of {vocab}: every batch would hold ids the model cannot embed; set model.vocab_size "
+                f">= {vocab} (or leave it unset to take it from the cache)"
+            )
+
+
+def data_identity(sources: Mapping[str, SourceData]) -> dict[str, str]:
+    """{source: sha256 of the tokenizer its tokens came from}, for the sources that say."""
+    return {name: s.tokenizer_sha256 for name, s in sorted(sources.items()) if s.tokenizer_sha256}

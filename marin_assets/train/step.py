@@ -1,0 +1,74 @@
+"""The jitted train step and the learning rate it is fed.
+
+The step is ``jax.jit``-compiled once; the guards and the skip decision happen inside it. The
+learning rate comes in as an argument (``phase_lrs``), not from the schedule inside the step:
+the compiled step then depends on the model, optimizer and guards only, so phases with other
+schedules and sweep runs of other lengths reuse one compilation (the persistent compile cache
+finds it by its HLO).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marin_assets.train import mesh as meshlib
+from marin_assets.train.config import TrainConfig
+from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
+from marin_assets.train.optimizers import Optimizer
+from marin_assets.train.schedules import learning_rate
+from marin_assets.train.state import Model, TrainState, moe_model
+
+
+def default_model() -> Model:
+    """The model ``train`` uses when given none: the MoE of ``marin_assets.model``."""
+    return moe_model()
+
+
+def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
+    """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
+    ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``)."""
+    model_cfg, guard_cfg = config.model, config.guards
+    ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
+
+    def step(state: TrainState, tokens, batch_ok, lr):
+        params = state.params
+        (loss, aux), grads = jax.value_and_grad(
+            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, None, ep), has_aux=True
+        )(params)
+        grad_norm = global_norm(grads)
+        decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
+        skip = decision["skip"]
+        grads, grad_clipped = clip_grads(guard_cfg, grads, grad_norm, skip)
+        updates, new_opt = opt.update(grads, state.opt_state, params, lr)
+        updates, update_norm, update_clipped = clip_updates(guard_cfg, state.guard, updates)
+        # Skip-step: zero update AND the optimizer state stays as it was.
+        new_params = jax.tree.map(lambda p, u: jnp.where(skip, p, p + u.astype(p.dtype)), params, updates)
+        new_opt = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state.opt_state, new_opt)
+        new_bias = jnp.where(skip, state.router_bias, model.next_router_bias(state.router_bias, aux, model_cfg))
+        guard = record(guard_cfg, state.guard, decision, loss, grad_norm, update_norm, grad_clipped, update_clipped)
+        rng, _ = jax.random.split(state.rng)
+        new_state = TrainState(
+            params=new_params, opt_state=new_opt, guard=guard, router_bias=new_bias, step=state.step + 1, rng=rng
+        )
+        metrics = {
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "update_norm": update_norm,
+            "skipped": skip,
+            "counts": guard["counts"],
+            # routed-expert assignments lost to EP capacity, summed over layers
+            "dropped": jnp.sum(aux["dropped"]) if isinstance(aux, dict) and "dropped" in aux else 0,
+        }
+        return new_state, metrics
+
+    return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
+
+
+def phase_lrs(config: TrainConfig, phase_start: int, start: int, end_step: int) -> np.ndarray:
+    """float32 LR of every global step in (start, end_step]: the schedule at the step's
+    phase-relative index (the state's step before the update, as the step would read it)."""
+    steps = np.arange(start, end_step, dtype=np.int64) - phase_start
+    return np.asarray(learning_rate(steps, config.schedule), np.float32)
