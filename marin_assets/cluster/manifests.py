@@ -26,12 +26,27 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
-
-from kubernetes import client as k8s
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from marin_assets.cluster.fleet import ACCELERATOR_SPECS, Pool
 from marin_assets.cluster.tags import check_name
+from marin_assets.knobs import knob
+
+
+class _KubernetesClient:
+    """``kubernetes.client``, imported on first use: the ``marin`` command reads this module's
+    knobs (ManifestConfig) for its flags on every start, and the client took 0.7 s to import."""
+
+    def __getattr__(self, name: str) -> Any:
+        from kubernetes import client
+
+        return getattr(client, name)
+
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+else:
+    k8s = _KubernetesClient()
 
 COORDINATOR_PORT = 8476
 JOB_LABEL = "marin/job"
@@ -275,9 +290,21 @@ def _domain_job(
     )
 
 
+@dataclass(frozen=True)
+class ManifestConfig:
+    """Where a multi-host job goes. Knobs (marin_assets/knobs.py): `marin cluster manifest` flags
+    and ``multihost_jax_manifests``'s defaults (which checks the values)."""
+
+    domains: int = knob(1, help="whole domains (slices/racks)")
+    namespace: str = knob("default", help="Kubernetes namespace of the objects")
+
+
+_DEFAULTS = ManifestConfig()
+
+
 def multihost_jax_manifests(
-    name: str, pool: Pool, *, image: str, command: Sequence[str], domains: int = 1,
-    namespace: str = "default", env: Mapping[str, str] | None = None, chips: int | None = None,
+    name: str, pool: Pool, *, image: str, command: Sequence[str], domains: int = _DEFAULTS.domains,
+    namespace: str = _DEFAULTS.namespace, env: Mapping[str, str] | None = None, chips: int | None = None,
     spec_json: str | None = None,
 ) -> list[Any]:
     """Everything a JAX job on ``pool`` needs, in creation order.

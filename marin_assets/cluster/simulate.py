@@ -6,235 +6,41 @@ each job's checkpoints. The Router only sees heartbeats and makes decisions ever
 ``tick_s``. After every tick an audit recomputes usage from the simulator's own run records
 (never from the router's bookkeeping) and counts over-allocated domains and split jobs.
 
-Jobs file schema (YAML or JSON)::
-
-    jobs:
-      - id: job-0001              # unique
-        submit_s: 12.5            # submit time, seconds from the start
-        duration_s: 3600          # seconds of work to finish
-        accelerator: gb200-nvl72  # cpu | tpu-v4 | tpu-v5e | tpu-v5p | h100x8 | gb200-nvl72
-        chips: 64                 # default 1
-        priority: batch           # production | interactive | batch (default batch)
-        region: us-central1       # optional constraint
-        checkpoint_interval_s: 600  # optional; without it a restarted job starts over
-    failures:                     # optional: a domain (rack/slice/node) goes down
-      - at_s: 7200
-        pool: gb200
-        domain: 3
-        down_s: 1800
-
-Job fields are checked through the same tag validation as a Dagster run's tags.
+The jobs file (schema, reader) is ``cluster/jobs.py``; the generator behind
+examples/jobs.yaml is ``cluster/job_stream.py``. Both are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from marin_assets.cluster.fleet import Fleet, check_record, load_structured
-from marin_assets.cluster.routing import PoolHeartbeat, Router
-from marin_assets.cluster.tags import (
-    ACCELERATOR_TAG,
-    CHIPS_TAG,
-    PRIORITY_TAG,
-    REGION_TAG,
-    JobRequest,
-    check_name,
-    classify_tags,
+from marin_assets.cluster.fleet import Fleet
+from marin_assets.cluster.job_stream import JobStreamConfig, generate_jobs  # noqa: F401 (re-exported)
+from marin_assets.cluster.jobs import (  # noqa: F401 (re-exported)
+    MAX_JOBS,
+    MAX_TIME_S,
+    DomainFailure,
+    SimJob,
+    job_from_dict,
+    jobs_from_dict,
+    load_jobs,
 )
-from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.cluster.routing import PoolHeartbeat, Router, TickResult
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float
 
-
-# Bounds that keep one replay finite: a year of simulated time, a million jobs, and at most
-# MAX_TICKS scheduling ticks (the loop runs once per tick up to the horizon).
-MAX_TIME_S = 366 * 86400.0
-MAX_JOBS = 1_000_000
+# At most MAX_TICKS scheduling ticks: the loop runs once per tick up to the horizon.
 MAX_TICKS = 5_000_000
 MIN_TICK_S = 0.001
 
 
-@dataclass(frozen=True)
-class SimJob:
-    id: str
-    submit_s: float
-    duration_s: float
-    request: JobRequest
-    checkpoint_interval_s: float | None = None
-
-    def __post_init__(self) -> None:
-        where = f"job {self.id!r}"
-        object.__setattr__(self, "submit_s", check_float(f"{where}: submit_s", self.submit_s, 0, MAX_TIME_S))
-        object.__setattr__(self, "duration_s",
-                           check_float(f"{where}: duration_s", self.duration_s, 0, MAX_TIME_S, lo_open=True))
-        if self.checkpoint_interval_s is not None:
-            object.__setattr__(self, "checkpoint_interval_s", check_float(
-                f"{where}: checkpoint_interval_s", self.checkpoint_interval_s, 0, MAX_TIME_S, lo_open=True))
-
-    def newest_checkpoint(self, progress: float) -> float:
-        """Progress saved by the newest checkpoint at or before ``progress``."""
-        if self.checkpoint_interval_s is None:
-            return 0.0
-        return math.floor(progress / self.checkpoint_interval_s) * self.checkpoint_interval_s
-
-
-@dataclass(frozen=True)
-class DomainFailure:
-    at_s: float
-    pool: str
-    domain: int
-    down_s: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "at_s", check_float("at_s", self.at_s, 0, MAX_TIME_S))
-        check_name("pool", self.pool)
-        check_int("domain", self.domain, 0, 10**9)
-        object.__setattr__(self, "down_s", check_float("down_s", self.down_s, 0, MAX_TIME_S, lo_open=True))
-
-
-_FAILURE_FIELDS = {"at_s", "pool", "domain", "down_s"}
-
-
-_JOB_FIELDS = {"id", "submit_s", "duration_s", "accelerator", "chips", "priority", "region", "checkpoint_interval_s"}
-
-
-def job_from_dict(raw: Mapping[str, Any], where: str) -> SimJob:
-    check_record(raw, _JOB_FIELDS, where)
-    try:
-        job_id = check_name("job id", str(raw["id"]))
-        tags = {ACCELERATOR_TAG: str(raw.get("accelerator", "cpu")), CHIPS_TAG: str(raw.get("chips", 1)),
-                PRIORITY_TAG: str(raw.get("priority", "batch"))}
-        if raw.get("region") is not None:
-            tags[REGION_TAG] = str(raw["region"])
-        return SimJob(job_id, raw["submit_s"], raw["duration_s"], classify_tags(tags),
-                      raw.get("checkpoint_interval_s"))
-    except KeyError as err:
-        raise ValueError(f"{where}: missing field {err}") from None
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from None
-
-
-def jobs_from_dict(data: Mapping[str, Any], *, source: str = "jobs") -> tuple[list[SimJob], list[DomainFailure]]:
-    if not isinstance(data, Mapping) or not isinstance(data.get("jobs"), list):
-        raise ValueError(f"{source}: expected a mapping with a 'jobs' list")
-    check_record(data, {"jobs", "failures"}, source)
-    if len(data["jobs"]) > MAX_JOBS:
-        raise ValueError(f"{source}: {len(data['jobs'])} jobs is more than the limit of {MAX_JOBS}")
-    jobs = [job_from_dict(raw, f"{source}: jobs[{i}]") for i, raw in enumerate(data["jobs"])]
-    ids = [j.id for j in jobs]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{source}: job ids are not unique")
-    raw_failures = data.get("failures") or []
-    if not isinstance(raw_failures, list) or len(raw_failures) > MAX_JOBS:
-        raise ValueError(f"{source}: 'failures' must be a list of at most {MAX_JOBS} records")
-    failures = []
-    for i, raw in enumerate(raw_failures):
-        where = f"{source}: failures[{i}]"
-        check_record(raw, _FAILURE_FIELDS, where)
-        missing = sorted(_FAILURE_FIELDS - set(raw))
-        if missing:
-            raise ValueError(f"{where}: missing field(s) {missing}")
-        try:
-            failures.append(DomainFailure(**raw))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{where}: {err}") from None
-    return jobs, failures
-
-
-def load_jobs(path) -> tuple[list[SimJob], list[DomainFailure]]:
-    return jobs_from_dict(load_structured(path), source=str(path))
-
-
-# ---- the deterministic generator behind examples/jobs.yaml ---------------------------------
-
-
-_SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)
-_MULTI_DOMAIN = (2, 2, 3, 4)  # whole domains for a multi-rack / multi-node job
-_P_MULTI = 0.15
-_MIN_S, _MAX_S = 300.0, 8 * 3600.0
-
-
-def _mean_chips(pool) -> float:
-    """Expected chips a generated job holds on ``pool`` (matches _draw_chips)."""
-    if pool.whole_domain:
-        return pool.domain_chips
-    small = [c for c in _SMALL_SIZES if c <= pool.domain_chips]
-    counts = _multi_counts(pool)
-    if not counts:
-        return sum(small) / len(small)
-    multi = pool.domain_chips * sum(counts) / len(counts)
-    return (1 - _P_MULTI) * sum(small) / len(small) + _P_MULTI * multi
-
-
-def _multi_counts(pool) -> list[int]:
-    return [k for k in _MULTI_DOMAIN if k <= pool.domains]
-
-
-def _draw_chips(rng: random.Random, pool) -> int:
-    if pool.whole_domain:
-        return pool.domain_chips  # a TPU job asks for the whole slice it runs on
-    counts = _multi_counts(pool)
-    if counts and rng.random() < _P_MULTI:
-        return pool.domain_chips * rng.choice(counts)
-    return rng.choice([c for c in _SMALL_SIZES if c <= pool.domain_chips])
-
-
-def generate_jobs(fleet: Fleet, n: int = 1000, seed: int = 0, load: float = 0.7,
-                  n_failures: int = 6) -> dict[str, Any]:
-    """A reproducible mixed job stream for ``fleet`` (same fleet, n, seed, load -> same stream).
-
-    Each job picks a pool with probability proportional to capacity / mean job size, so
-    every pool sees the same offered load; arrivals are Poisson with the rate that makes
-    that load ``load`` (0.7: busy, with queues, but draining). Sizes: on shared-domain
-    pools 1..64 chips inside one domain, or 15% of the time 2-4 whole domains (multi-rack);
-    on TPU pools the whole slice. Bands: 10% production, 25% interactive, 65% batch.
-    Durations are log-uniform in 5 minutes..8 hours; accelerator jobs checkpoint every
-    10-30 minutes, CPU jobs never (they restart from scratch). A few domain failures are
-    injected during the busy period. The output is the jobs-file schema above.
-    """
-    check_int("n (number of jobs)", n, 1, MAX_JOBS)
-    check_float("load", load, 0, 1, lo_open=True)
-    if load == 1:
-        raise ValueError("load must be below 1 (an offered load of 1 never drains), got 1")
-    check_int("n_failures", n_failures, 0, MAX_JOBS)
-    rng = random.Random(seed)
-    pools = list(fleet.pools)
-    weights = [p.capacity / _mean_chips(p) for p in pools]
-    mean_duration = (_MAX_S - _MIN_S) / math.log(_MAX_S / _MIN_S)
-    mean_gap_s = mean_duration / (load * sum(weights))
-    t = 0.0
-    jobs = []
-    for i in range(n):
-        t += rng.expovariate(1.0 / mean_gap_s)
-        pool = rng.choices(pools, weights)[0]
-        priority = rng.choices(["production", "interactive", "batch"], [0.10, 0.25, 0.65])[0]
-        job: dict[str, Any] = {
-            "id": f"job-{i:04d}",
-            "submit_s": round(t, 1),
-            "duration_s": round(math.exp(rng.uniform(math.log(_MIN_S), math.log(_MAX_S)))),
-            "accelerator": pool.accelerator,
-            "chips": _draw_chips(rng, pool),
-            "priority": priority,
-        }
-        if pool.accelerator != "cpu":
-            job["checkpoint_interval_s"] = rng.choice([600, 900, 1800])
-        if rng.random() < 0.2:
-            job["region"] = pool.region
-        jobs.append(job)
-    failures = []
-    for _ in range(n_failures):
-        pool = rng.choice(pools)
-        failures.append({"at_s": round(rng.uniform(0.1, 0.8) * t), "pool": pool.name,
-                         "domain": rng.randrange(pool.domains), "down_s": rng.choice([600, 1800, 3600])})
-    return {"jobs": jobs, "failures": failures}
-
-
-# ---- the simulation -------------------------------------------------------------------------
-
-
 @dataclass
 class _Run:
+    """A job running in the simulated pools: where, since when, from which progress."""
+
     pool: str
     domains: tuple[int, ...]
     chips: tuple[int, ...]
@@ -243,10 +49,10 @@ class _Run:
 
 
 def _percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile: the smallest value with at least q% of the data at or below it."""
     if not values:
         return None
     s = sorted(values)
-    # nearest-rank percentile: the smallest value with at least q% of the data at or below it
     return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
 
 
@@ -260,169 +66,251 @@ def check_periods(tick_s: float, heartbeat_s: float) -> int:
     return round(ratio)
 
 
-def simulate(fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure] = (), *,
-             tick_s: float = 10.0, heartbeat_s: float = 30.0, horizon_s: float | None = None,
-             _use_ledger: bool = True) -> dict[str, Any]:
-    ticks_per_heartbeat = check_periods(tick_s, heartbeat_s)
+@dataclass(frozen=True)
+class SimulationConfig:
+    """The replay's clocks. Knobs (marin_assets/knobs.py): `marin cluster simulate` flags."""
+
+    tick_s: float = knob(10.0, help="scheduling tick period, seconds")
+    heartbeat_s: float = knob(30.0, help="heartbeat period, seconds (a whole multiple of tick_s)")
+    horizon_s: float | None = knob(None, help="stop the replay at this simulated time; none: 30 days after the last submit")
+
+    def __post_init__(self) -> None:
+        check_periods(self.tick_s, self.heartbeat_s)
+        if self.horizon_s is not None:
+            check_float("horizon_s", self.horizon_s, 0, 2 * MAX_TIME_S)
+
+
+def _check_failures(fleet: Fleet, failures: Sequence[DomainFailure]) -> None:
+    """Every failure must name a domain that exists."""
     for f in failures:
         pool = fleet.pool(f.pool)
         if not 0 <= f.domain < pool.domains:
             raise ValueError(f"failure at {f.at_s}s: pool {f.pool} has no domain {f.domain}")
-    by_id = {j.id: j for j in jobs}
-    pending = sorted(jobs, key=lambda j: (j.submit_s, j.id))
-    running: dict[str, _Run] = {}
-    saved: dict[str, float] = {}  # job id -> newest checkpointed progress of a stopped job
-    completed: dict[str, float] = {}
-    started_first: dict[str, float] = {}
-    finished_since_hb = {p.name: set() for p in fleet.pools}
-    up = {p.name: [True] * p.domains for p in fleet.pools}
-    busy = {p.name: 0.0 for p in fleet.pools}
-    clock = {"now": 0.0}
 
-    def progress(job_id: str) -> float:
-        r = running[job_id]
-        return min(by_id[job_id].duration_s, r.resume_from + clock["now"] - r.start)
 
-    def newest_checkpoint(job_id: str) -> float:
-        if job_id in completed:
-            return by_id[job_id].duration_s
-        if job_id in running:
-            return by_id[job_id].newest_checkpoint(progress(job_id))
-        return saved.get(job_id, 0.0)
+def _horizon(config: SimulationConfig, jobs: list[SimJob]) -> float:
+    """When the replay stops at the latest; ValueError if that is more ticks than MAX_TICKS."""
+    last_submit = max((j.submit_s for j in jobs), default=0.0)
+    horizon = config.horizon_s if config.horizon_s is not None else last_submit + 30 * 86400
+    if horizon / config.tick_s > MAX_TICKS:
+        raise ValueError(
+            f"the replay could take {horizon / config.tick_s:.3g} ticks of tick_s={config.tick_s:g}s "
+            f"(horizon {horizon:.0f}s), more than the limit of {MAX_TICKS}: raise tick_s or set a "
+            "shorter horizon_s"
+        )
+    return horizon
 
-    def stop(job_id: str) -> None:
-        saved[job_id] = newest_checkpoint(job_id)
-        del running[job_id]
 
-    router = Router(fleet, newest_checkpoint, _use_ledger=_use_ledger)
-    stats = {"refused": [], "preempted": 0, "lost_to_failures": 0, "failed_launches": 0,
-             "overallocations": 0, "split_jobs": 0, "ticks": 0, "heartbeats": 0, "placements": 0}
-    fail_queue = sorted(failures, key=lambda f: f.at_s)
-    repairs: list[tuple[float, str, int]] = []
-    last_submit = pending[-1].submit_s if pending else 0.0
-    horizon = (check_float("horizon_s", horizon_s, 0, 2 * MAX_TIME_S) if horizon_s is not None
-               else last_submit + 30 * 86400)
-    if horizon / tick_s > MAX_TICKS:
-        raise ValueError(f"the replay could take {horizon / tick_s:.3g} ticks of tick_s={tick_s:g}s (horizon "
-                         f"{horizon:.0f}s), more than the limit of {MAX_TICKS}: raise tick_s or set a shorter horizon_s")
-    # Pool i heartbeats on ticks i, i+k, i+2k... (k ticks per heartbeat): counted in whole
-    # ticks, since float times such as 0.1 * 3 never hit an exact multiple of the period.
-    offsets = {p.name: i % ticks_per_heartbeat for i, p in enumerate(fleet.pools)}
-    t = 0.0
+class _Replay:
+    """The simulated pools (the truth) around one Router; ``step`` is one scheduling tick."""
+
+    def __init__(
+        self, fleet: Fleet, jobs: list[SimJob], failures: list[DomainFailure], config: SimulationConfig, use_ledger: bool
+    ) -> None:
+        self.fleet, self.tick_s = fleet, config.tick_s
+        self.by_id = {j.id: j for j in jobs}
+        self.pending = sorted(jobs, key=lambda j: (j.submit_s, j.id))
+        self.running: dict[str, _Run] = {}
+        self.saved: dict[str, float] = {}  # job id -> newest checkpointed progress of a stopped job
+        self.completed: dict[str, float] = {}
+        self.started_first: dict[str, float] = {}
+        self.finished_since_hb: dict[str, set[str]] = {p.name: set() for p in fleet.pools}
+        self.up = {p.name: [True] * p.domains for p in fleet.pools}
+        self.busy = {p.name: 0.0 for p in fleet.pools}
+        self.fail_queue = sorted(failures, key=lambda f: f.at_s)
+        self.repairs: list[tuple[float, str, int]] = []
+        self.now = 0.0
+        self.router = Router(fleet, self.newest_checkpoint, _use_ledger=use_ledger)
+        self.stats = {
+            "refused": [],
+            "preempted": 0,
+            "lost_to_failures": 0,
+            "failed_launches": 0,
+            "overallocations": 0,
+            "split_jobs": 0,
+            "ticks": 0,
+            "heartbeats": 0,
+            "placements": 0,
+        }
+        # Pool i heartbeats on ticks i, i+k, i+2k... (k ticks per heartbeat): counted in whole
+        # ticks, since float times such as 0.1 * 3 never hit an exact multiple of the period.
+        self.ticks_per_heartbeat = check_periods(config.tick_s, config.heartbeat_s)
+        self.offsets = {p.name: i % self.ticks_per_heartbeat for i, p in enumerate(fleet.pools)}
+
+    def progress(self, job_id: str) -> float:
+        """Seconds of work a running job has done by now."""
+        r = self.running[job_id]
+        return min(self.by_id[job_id].duration_s, r.resume_from + self.now - r.start)
+
+    def newest_checkpoint(self, job_id: str) -> float:
+        """Progress a job would resume from if it stopped now (the Router's view of checkpoints)."""
+        if job_id in self.completed:
+            return self.by_id[job_id].duration_s
+        if job_id in self.running:
+            return self.by_id[job_id].newest_checkpoint(self.progress(job_id))
+        return self.saved.get(job_id, 0.0)
+
+    def stop(self, job_id: str) -> None:
+        """Stop a running job, keeping its newest checkpoint."""
+        self.saved[job_id] = self.newest_checkpoint(job_id)
+        del self.running[job_id]
+
+    def step(self, step: int) -> None:
+        """One tick at ``step * tick_s``: truth, submissions, heartbeats, the router, the audit."""
+        self.now = t = step * self.tick_s
+        self._complete_repair_and_fail(t)
+        self._submit_arrivals()
+        self._heartbeats(step, t)
+        self._apply(self.router.tick(t), t)
+        self.stats["ticks"] += 1
+        over, split = audit(self.fleet, self.running, self.by_id, self.up)
+        self.stats["overallocations"] += over
+        self.stats["split_jobs"] += split
+        for r in self.running.values():  # utilization: chips held during the next tick_s seconds
+            self.busy[r.pool] += sum(r.chips) * self.tick_s
+
+    def _complete_repair_and_fail(self, t: float) -> None:
+        """The truth moves on: jobs complete, domains come back, domains fail (killing their jobs)."""
+        for job_id in [j for j in self.running if self.progress(j) >= self.by_id[j].duration_s]:
+            r = self.running.pop(job_id)
+            self.completed[job_id] = t
+            self.finished_since_hb[r.pool].add(job_id)
+        for when, pool, d in [x for x in self.repairs if x[0] <= t]:
+            self.up[pool][d] = True
+            self.repairs.remove((when, pool, d))
+        while self.fail_queue and self.fail_queue[0].at_s <= t:
+            f = self.fail_queue.pop(0)
+            self.up[f.pool][f.domain] = False
+            self.repairs.append((f.at_s + f.down_s, f.pool, f.domain))
+            for job_id in [j for j, r in self.running.items() if r.pool == f.pool and f.domain in r.domains]:
+                self.stop(job_id)  # the router finds out from the next heartbeat
+
+    def _submit_arrivals(self) -> None:
+        """Hand the router every job submitted by now; count the refused ones."""
+        while self.pending and self.pending[0].submit_s <= self.now:
+            job = self.pending.pop(0)
+            try:
+                self.router.submit(job.id, job.request, job.submit_s)
+            except ValueError as err:
+                self.stats["refused"].append(str(err))
+
+    def _heartbeats(self, step: int, t: float) -> None:
+        """Each pool whose turn it is reports its usage, health and jobs to the router."""
+        for pool in self.fleet.pools:
+            offset = self.offsets[pool.name]
+            if step < offset or (step - offset) % self.ticks_per_heartbeat:
+                continue
+            used = [0] * pool.domains
+            mine = frozenset(j for j, r in self.running.items() if r.pool == pool.name)
+            for j in mine:
+                for d, c in zip(self.running[j].domains, self.running[j].chips):
+                    used[d] += c
+            lost = self.router.heartbeat(
+                PoolHeartbeat(
+                    pool.name, t, tuple(used), tuple(self.up[pool.name]), mine, frozenset(self.finished_since_hb[pool.name])
+                )
+            )
+            self.stats["lost_to_failures"] += len(lost)
+            self.finished_since_hb[pool.name].clear()
+            self.stats["heartbeats"] += 1
+
+    def _apply(self, result: TickResult, t: float) -> None:
+        """Carry out the router's decisions on the truth: stop the victims, start the placements."""
+        for pre in result.preemptions:
+            self.stats["preempted"] += 1
+            if pre.victim in self.running:
+                self.stop(pre.victim)
+            elif pre.victim in self.completed:
+                self.router.report_finished(pre.victim)
+        for pl in result.placements:
+            self.stats["placements"] += 1
+            if pl.job_id in self.completed:
+                self.router.report_finished(pl.job_id)
+                continue
+            if not all(self.up[pl.pool][d] for d in pl.domains):
+                self.stats["failed_launches"] += 1  # the node is gone; the heartbeat will show it lost
+                continue
+            self.running[pl.job_id] = _Run(pl.pool, pl.domains, pl.chips, t, self.router.jobs[pl.job_id].resume_from)
+            self.started_first.setdefault(pl.job_id, t)
+
+    def done(self) -> bool:
+        """Nothing left to submit, run or see through."""
+        return not self.pending and not self.running and self.router.active() == 0
+
+    def report(self, sim_end: float) -> dict[str, Any]:
+        """The replay's outcome: counts, audit results, utilization and queue waits."""
+        waits = [self.started_first[j] - self.by_id[j].submit_s for j in self.started_first]
+        stats = self.stats
+        return {
+            "jobs": len(self.by_id),
+            "placed": len(self.started_first),
+            "completed": len(self.completed),
+            "queued": len(self.router.queue()),
+            "running": len(self.running),
+            "refused": len(stats["refused"]),
+            "refusals": stats["refused"][:10],
+            "preempted": stats["preempted"],
+            "resubmitted_after_failure": stats["lost_to_failures"],
+            "failed_launches": stats["failed_launches"],
+            "overallocations": stats["overallocations"],
+            "split_jobs": stats["split_jobs"],
+            "utilization": {p.name: round(self.busy[p.name] / (p.capacity * sim_end), 4) for p in self.fleet.pools},
+            "queue_wait_s": {
+                q: None if v is None else round(v, 1)
+                for q, v in (("p50", _percentile(waits, 50)), ("p95", _percentile(waits, 95)))
+            },
+            "placements": stats["placements"],
+            "ticks": stats["ticks"],
+            "heartbeats": stats["heartbeats"],
+            "sim_end_s": sim_end,
+        }
+
+
+def simulate(
+    fleet: Fleet,
+    jobs: list[SimJob],
+    failures: Sequence[DomainFailure] = (),
+    config: SimulationConfig | None = None,
+    *,
+    _use_ledger: bool = True,
+) -> dict[str, Any]:
+    """Replay ``jobs`` and ``failures`` on ``fleet`` tick by tick until all is done or the horizon.
+
+    ``_use_ledger=False`` only shows in tests that the audit catches the double-booking race.
+    """
+    config = config or SimulationConfig()
+    _check_failures(fleet, failures)
+    horizon = _horizon(config, jobs)
+    replay = _Replay(fleet, jobs, list(failures), config, _use_ledger)
     step = 0
     while True:
-        clock["now"] = t
-        # 1. truth: completions, failures, repairs
-        for job_id in [j for j in running if progress(j) >= by_id[j].duration_s]:
-            r = running.pop(job_id)
-            completed[job_id] = t
-            finished_since_hb[r.pool].add(job_id)
-        for when, pool, d in [x for x in repairs if x[0] <= t]:
-            up[pool][d] = True
-            repairs.remove((when, pool, d))
-        while fail_queue and fail_queue[0].at_s <= t:
-            f = fail_queue.pop(0)
-            up[f.pool][f.domain] = False
-            repairs.append((f.at_s + f.down_s, f.pool, f.domain))
-            for job_id in [j for j, r in running.items() if r.pool == f.pool and f.domain in r.domains]:
-                stop(job_id)  # the router finds out from the next heartbeat
-        # 2. submissions
-        while pending and pending[0].submit_s <= t:
-            job = pending.pop(0)
-            try:
-                router.submit(job.id, job.request, job.submit_s)
-            except ValueError as err:
-                stats["refused"].append(str(err))
-        # 3. heartbeats, staggered per pool
-        for pool in fleet.pools:
-            if step >= offsets[pool.name] and (step - offsets[pool.name]) % ticks_per_heartbeat == 0:
-                used = [0] * pool.domains
-                mine = frozenset(j for j, r in running.items() if r.pool == pool.name)
-                for j in mine:
-                    for d, c in zip(running[j].domains, running[j].chips):
-                        used[d] += c
-                lost = router.heartbeat(PoolHeartbeat(pool.name, t, tuple(used), tuple(up[pool.name]),
-                                                      mine, frozenset(finished_since_hb[pool.name])))
-                stats["lost_to_failures"] += len(lost)
-                finished_since_hb[pool.name].clear()
-                stats["heartbeats"] += 1
-        # 4. the router's tick, applied to the truth
-        result = router.tick(t)
-        stats["ticks"] += 1
-        for pre in result.preemptions:
-            stats["preempted"] += 1
-            if pre.victim in running:
-                stop(pre.victim)
-            elif pre.victim in completed:
-                router.report_finished(pre.victim)
-        for pl in result.placements:
-            stats["placements"] += 1
-            if pl.job_id in completed:
-                router.report_finished(pl.job_id)
-                continue
-            if not all(up[pl.pool][d] for d in pl.domains):
-                stats["failed_launches"] += 1  # the node is gone; the heartbeat will show it lost
-                continue
-            running[pl.job_id] = _Run(pl.pool, pl.domains, pl.chips, t, router.jobs[pl.job_id].resume_from)
-            started_first.setdefault(pl.job_id, t)
-        # 5. independent audit of the truth
-        over, split = audit(fleet, running, by_id, up)
-        stats["overallocations"] += over
-        stats["split_jobs"] += split
-        # 6. utilization: chips held during the next tick_s seconds
-        for r in running.values():
-            busy[r.pool] += sum(r.chips) * tick_s
+        replay.step(step)
         step += 1
-        t = step * tick_s
-        all_known = not pending and not running and router.active() == 0
-        if all_known or t > horizon:
-            break
-    sim_end = t
-    waits = [started_first[j] - by_id[j].submit_s for j in started_first]
-    return {
-        "jobs": len(jobs),
-        "placed": len(started_first),
-        "completed": len(completed),
-        "queued": len(router.queue()),
-        "running": len(running),
-        "refused": len(stats["refused"]),
-        "refusals": stats["refused"][:10],
-        "preempted": stats["preempted"],
-        "resubmitted_after_failure": stats["lost_to_failures"],
-        "failed_launches": stats["failed_launches"],
-        "overallocations": stats["overallocations"],
-        "split_jobs": stats["split_jobs"],
-        "utilization": {p.name: round(busy[p.name] / (p.capacity * sim_end), 4) for p in fleet.pools},
-        "queue_wait_s": {q: None if v is None else round(v, 1)
-                         for q, v in (("p50", _percentile(waits, 50)), ("p95", _percentile(waits, 95)))},
-        "placements": stats["placements"],
-        "ticks": stats["ticks"],
-        "heartbeats": stats["heartbeats"],
-        "sim_end_s": sim_end,
-    }
+        if replay.done() or step * config.tick_s > horizon:
+            return replay.report(step * config.tick_s)
 
 
-def audit(fleet: Fleet, running: Mapping[str, _Run], jobs: Mapping[str, SimJob],
-          up: Mapping[str, list[bool]]) -> tuple[int, int]:
+def audit(fleet: Fleet, running: Mapping[str, _Run], jobs: Mapping[str, SimJob], up: Mapping[str, list[bool]]) -> tuple[int, int]:
     """Count over-allocated domains and split jobs in the simulator's own state."""
-    over = 0
-    split = 0
     used = {p.name: [0] * p.domains for p in fleet.pools}
+    split = 0
     for job_id, r in running.items():
-        pool = fleet.pool(r.pool)
-        req = jobs[job_id].request
         for d, c in zip(r.domains, r.chips):
             used[r.pool][d] += c
-        wrong_pool = pool.accelerator != req.accelerator or (req.region is not None and req.region != pool.region)
-        distinct = len(set(r.domains)) == len(r.domains)
-        if pool.fits_one_domain(req.chips):
-            ok = len(r.domains) == 1 and r.chips[0] >= req.chips
-        else:
-            ok = len(r.domains) == pool.domains_needed(req.chips) and all(c == pool.domain_chips for c in r.chips)
-        if wrong_pool or not distinct or not ok:
-            split += 1
-    for pool in fleet.pools:
-        for d, u in enumerate(used[pool.name]):
-            if u > pool.domain_chips or (u > 0 and not up[pool.name][d]):
-                over += 1
+        split += not _placed_whole(fleet.pool(r.pool), jobs[job_id], r)
+    over = sum(
+        u > pool.domain_chips or (u > 0 and not up[pool.name][d]) for pool in fleet.pools for d, u in enumerate(used[pool.name])
+    )
     return over, split
+
+
+def _placed_whole(pool, job: SimJob, r: _Run) -> bool:
+    """``r`` is on the right kind of pool, in one domain if the job fits one, else in whole domains."""
+    req = job.request
+    right_pool = pool.accelerator == req.accelerator and (req.region is None or req.region == pool.region)
+    distinct = len(set(r.domains)) == len(r.domains)
+    if pool.fits_one_domain(req.chips):
+        shaped = len(r.domains) == 1 and r.chips[0] >= req.chips
+    else:
+        shaped = len(r.domains) == pool.domains_needed(req.chips) and all(c == pool.domain_chips for c in r.chips)
+    return right_pool and distinct and shaped

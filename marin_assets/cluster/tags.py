@@ -18,13 +18,18 @@ Three more tags size and queue a run's pod (typically set on assets: ``@asset(ta
     marin/pool    the fleet pool: the key of the per-pool run limits (queued runs hold nothing)
     marin/cpu     the run pod's CPU request and limit: '2' cores or '500m' millicores
     marin/memory  the run pod's memory request and limit: '2Gi' or '512Mi'
+
+The launcher writes one tag itself (never read from users: the run coordinator blanks an
+inherited one)::
+
+    marin/placement  where capacity admission placed the run: pool, domains, chips (JSON)
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 ACCELERATOR_TAG = "marin/accelerator"
 CHIPS_TAG = "marin/chips"
@@ -35,6 +40,7 @@ ROUTING_TAGS = (ACCELERATOR_TAG, CHIPS_TAG, REGION_TAG, PRIORITY_TAG, CLUSTER_TA
 POOL_TAG = "marin/pool"  # optional: the fleet pool a run uses; the key of the pool run limits
 CPU_TAG = "marin/cpu"
 MEMORY_TAG = "marin/memory"
+PLACEMENT_TAG = "marin/placement"  # written by the launcher's capacity admission
 
 ACCELERATORS = ("cpu", "tpu-v4", "tpu-v5e", "tpu-v5p", "h100x8", "gb200-nvl72")
 

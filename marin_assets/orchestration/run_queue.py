@@ -1,10 +1,13 @@
-"""The run queue side of pools as capacity: asset tags onto queued runs, and the instance's
-per-pool run limits generated from the fleet.
+"""The run queue side of pools as capacity: asset tags onto queued runs, priorities onto
+Dagster's queue order, and the instance's per-pool run limits generated from the fleet.
 
 Dagster copies no asset tags onto runs, so a backfill's runs carry no ``marin/pool``,
 ``marin/cpu`` or ``marin/memory`` of their own. ``MarinQueuedRunCoordinator`` writes them
 on as a run is queued, so ``run_concurrency_config``'s per-pool limits hold queued runs
 (holding no pod) and the launcher sizes the run pod from them (``effective_run_tags``).
+It also gives each run Dagster's ``dagster/priority`` from its ``marin/priority`` band, so the
+queue daemon offers production runs to the launcher's capacity admission (``admission.py``)
+before interactive ones, and those before batch ones.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Any
 
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.storage.tags import PRIORITY_TAG as DAGSTER_PRIORITY_TAG
 
-from marin_assets.cluster.tags import POOL_TAG, asset_run_tags
+from marin_assets.cluster.tags import PLACEMENT_TAG, POOL_TAG, PRIORITY_BANDS, PRIORITY_TAG, asset_run_tags
 
 
 def run_asset_tags(run: DagsterRun, workspace) -> dict[str, Mapping[str, str]]:
@@ -38,9 +42,22 @@ def effective_run_tags(run: DagsterRun, workspace) -> dict[str, str]:
 # ---- the run queue: asset tags onto runs, so per-pool limits see them -------------------------
 
 
+def queue_tags(run: DagsterRun) -> dict[str, str]:
+    """Tags the run queue adds to ``run`` on its own account: ``dagster/priority`` from a valid
+    ``marin/priority`` (a ``dagster/priority`` already given wins), and a blank ``marin/placement``
+    over one inherited from a retried run (the launcher writes the run's own when it places it)."""
+    out = {}
+    band = PRIORITY_BANDS.get(run.tags.get(PRIORITY_TAG, "batch"))
+    if band is not None and DAGSTER_PRIORITY_TAG not in run.tags:
+        out[DAGSTER_PRIORITY_TAG] = str(band)
+    if run.tags.get(PLACEMENT_TAG):
+        out[PLACEMENT_TAG] = ""
+    return out
+
+
 class MarinQueuedRunCoordinator(QueuedRunCoordinator):
     """Dagster's QueuedRunCoordinator, plus: a run's assets' marin/pool, cpu, memory tags are
-    written onto the run as it is queued (tags already on the run win).
+    written onto the run as it is queued (tags already on the run win), with ``queue_tags``.
 
     Dagster copies no asset tags onto runs, so without this a backfill's runs would carry no
     ``marin/pool`` and the ``concurrency: runs: tag_concurrency_limits`` of
@@ -52,6 +69,7 @@ class MarinQueuedRunCoordinator(QueuedRunCoordinator):
     """
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
+        """Write the run's derived tags onto it, then queue it as Dagster does."""
         run = context.dagster_run
         try:
             derived = asset_run_tags(run_asset_tags(run, context.workspace))
@@ -61,9 +79,9 @@ class MarinQueuedRunCoordinator(QueuedRunCoordinator):
             self._instance.report_engine_event(f"queued without its assets' marin/* tags: {err}", run,
                                                cls=self.__class__)
             derived = {}
-        missing = {k: v for k, v in derived.items() if k not in run.tags}
-        if missing:
-            self._instance.add_run_tags(run.run_id, missing)
+        added = {**{k: v for k, v in derived.items() if k not in run.tags}, **queue_tags(run)}
+        if added:
+            self._instance.add_run_tags(run.run_id, added)
             run = self._instance.get_run_by_id(run.run_id)
         return super().submit_run(context._replace(dagster_run=run))
 

@@ -14,6 +14,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import PythonFileTarget
 
 from marin_assets.orchestration.launcher import BACKEND_TAG, RoutingRunLauncher
+from tests.cluster.k8s_fakes import fake_dagster_k8s_client
 
 JOBS_FILE = str(Path(__file__).with_name("launcher_jobs.py"))
 LAUNCHER = {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher"}
@@ -66,12 +67,8 @@ class FakeCoreApi:
 
 
 def _fake_client():
-    from dagster_k8s.client import DagsterKubernetesClient
-
     batch = FakeBatchApi()
-    client = DagsterKubernetesClient(batch_api=batch, core_api=FakeCoreApi(), logger=lambda *a: None,
-                                     sleeper=lambda s: None, timer=lambda: 0.0)
-    return client, batch
+    return fake_dagster_k8s_client(batch, FakeCoreApi()), batch
 
 
 @pytest.fixture(scope="module")

@@ -295,3 +295,41 @@ def test_multi_rack_production_job_clears_whole_racks_of_lower_bands():
     assert sorted(p.victim for p in res.preemptions) == ["b1", "b2", "b3"]
     [p] = res.placements
     assert p.chips == (72, 72) and r.jobs["i"].placement.domains[0] not in p.domains
+
+
+def test_admit_is_a_tick_of_one_job_and_leaves_the_rest_of_the_queue_alone():
+    r = Router(gpu_fleet(racks=1, nodes=1))
+    beat(r, 0)
+    r.submit("queued", req(chips=8), 0)
+    res = r.admit("a", req(chips=64), 1)
+    assert [p.job_id for p in res.placements] == ["a"] and r.jobs["queued"].status == QUEUED
+    assert r.admit("b", req(chips=16), 2).placements == []  # 8 left; the ledger holds a's 64
+    assert r.jobs["b"].status == QUEUED
+    res = r.admit("p", req(chips=16, priority="production"), 3)
+    assert [p.victim for p in res.preemptions] == ["a"] and res.placements[0].chips == (16,)
+    assert r.jobs["a"].preemptions == 1
+    res = r.admit("a", req(chips=56), 4)  # offered again (a new attempt): replaces the old state
+    assert res.placements[0].chips == (56,) and r.jobs["a"].preemptions == 0
+
+
+def test_admit_only_onto_the_pools_given():
+    fleet = Fleet((Pool("west", "h100x8", "us-west4", 1), Pool("east", "h100x8", "us-east5", 1)))
+    r = Router(fleet)
+    beat(r, 0)
+    assert r.admit("a", req("h100x8", 8), 1, pools=frozenset({"east"})).placements[0].pool == "east"
+    assert r.admit("b", req("h100x8", 8), 2, pools=frozenset({"east"})).placements == []
+    assert r.admit("c", req("h100x8", 8), 3).placements[0].pool == "west"
+
+
+def test_adopted_jobs_count_through_heartbeats_and_can_be_preempted():
+    from marin_assets.cluster.routing import Placement
+
+    r = Router(gpu_fleet(racks=1, nodes=1))
+    r.adopt("old", req(chips=64), Placement("old", "gb200", (0,), (64,), 5.0))
+    r.heartbeat(PoolHeartbeat("gb200", 6, (64,), (True,), frozenset({"old"})))
+    r.heartbeat(PoolHeartbeat("h100", 6, (0,), (True,), frozenset()))
+    assert r.jobs["old"].status == RUNNING and r.admit("b", req(chips=16), 7).placements == []
+    assert [p.victim for p in r.admit("p", req(chips=16, priority="production"), 8).preemptions] == ["old"]
+    r.withdraw("old")
+    r.withdraw("never-seen")  # a no-op
+    assert "old" not in r.jobs and r.active() == 2  # b queued, p running

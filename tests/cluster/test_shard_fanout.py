@@ -38,6 +38,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import Queued
 from marin_assets.cluster.fleet import load_fleet
 from marin_assets.cluster.manifests import round_trip
 from marin_assets.orchestration.launcher import BACKEND_TAG, run_concurrency_config
+from tests.cluster.k8s_fakes import KUBECONFIG, fake_dagster_k8s_client
 
 DEFS_FILE = str(Path(__file__).with_name("shard_fanout_defs.py"))
 SHARDS = [f"web-{i:05d}" for i in range(64)]
@@ -46,14 +47,6 @@ FLEET = f"""\
 pools:
   - {{name: datakit, accelerator: cpu, region: us-central1, domains: {POOL_SLOTS}}}
   - {{name: other, accelerator: cpu, region: us-central1, domains: 1}}
-"""
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://datakit.example.invalid:6443"}}]
-users: [{name: u, user: {token: "not-a-real-token"}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
 """
 # The chain's largest asks (shard_fanout_defs.TAGS): requests = limits, CPU and memory only.
 POD_RESOURCES = {"cpu": "2", "memory": "3Gi"}
@@ -68,13 +61,6 @@ class RecordingBatchApi:
     def create_namespaced_job(self, body, namespace, **_):
         self.created.append((namespace, body))
         return body
-
-
-def _fake_client(batch):
-    from dagster_k8s.client import DagsterKubernetesClient
-
-    return DagsterKubernetesClient(batch_api=batch, core_api=None, logger=lambda *a: None,
-                                   sleeper=lambda s: None, timer=lambda: 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +97,7 @@ def _fanout_env(stack, tmp_path_factory):
     }
     with instance_for_test(overrides=overrides, temp_dir=home) as instance:
         batch = RecordingBatchApi()
-        instance.run_launcher.clusters["datakit-gke"].k8s_client = _fake_client(batch)
+        instance.run_launcher.clusters["datakit-gke"].k8s_client = fake_dagster_k8s_client(batch)
         instance.add_dynamic_partitions("fanout_shards", SHARDS)
         target = PythonFileTarget(python_file=DEFS_FILE, attribute=None, working_directory=None,
                                   location_name="fanout")

@@ -10,7 +10,7 @@ import yaml
 
 from marin_assets.cli import main
 from marin_assets.cluster.fleet import Fleet, Pool
-from marin_assets.cluster.simulate import audit, generate_jobs, jobs_from_dict, simulate, _Run
+from marin_assets.cluster.simulate import JobStreamConfig, audit, generate_jobs, jobs_from_dict, simulate, _Run
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -25,7 +25,7 @@ def small_fleet():
 
 def test_generated_stream_replays_with_zero_overallocation_and_no_splits():
     fleet = small_fleet()
-    data = generate_jobs(fleet, n=150, seed=3, load=0.8, n_failures=3)
+    data = generate_jobs(fleet, JobStreamConfig(n=150, seed=3, load=0.8, n_failures=3))
     jobs, failures = jobs_from_dict(data)
     report = simulate(fleet, jobs, failures)
     assert report["overallocations"] == 0 and report["split_jobs"] == 0
@@ -38,7 +38,7 @@ def test_generated_stream_replays_with_zero_overallocation_and_no_splits():
 
 def test_the_audit_is_not_vacuous_without_the_ledger():
     fleet = small_fleet()
-    jobs, failures = jobs_from_dict(generate_jobs(fleet, n=150, seed=3, load=0.8, n_failures=0))
+    jobs, failures = jobs_from_dict(generate_jobs(fleet, JobStreamConfig(n=150, seed=3, load=0.8, n_failures=0)))
     report = simulate(fleet, jobs, failures, _use_ledger=False)
     assert report["overallocations"] > 0
 
@@ -92,8 +92,8 @@ def test_domain_failure_resubmits_and_still_completes():
 
 def test_generator_is_deterministic():
     fleet = small_fleet()
-    assert generate_jobs(fleet, n=50, seed=1) == generate_jobs(fleet, n=50, seed=1)
-    assert generate_jobs(fleet, n=50, seed=1) != generate_jobs(fleet, n=50, seed=2)
+    assert generate_jobs(fleet, JobStreamConfig(n=50, seed=1)) == generate_jobs(fleet, JobStreamConfig(n=50, seed=1))
+    assert generate_jobs(fleet, JobStreamConfig(n=50, seed=1)) != generate_jobs(fleet, JobStreamConfig(n=50, seed=2))
 
 
 def test_shipped_jobs_file_is_the_generator_output():
@@ -101,7 +101,7 @@ def test_shipped_jobs_file_is_the_generator_output():
 
     shipped = yaml.safe_load((EXAMPLES / "jobs.yaml").read_text())
     assert len(shipped["jobs"]) == 1000
-    assert shipped == generate_jobs(load_fleet(EXAMPLES / "fleet.yaml"), n=1000, seed=0)
+    assert shipped == generate_jobs(load_fleet(EXAMPLES / "fleet.yaml"), JobStreamConfig(n=1000, seed=0))
 
 
 def _write(tmp_path, name, data):
