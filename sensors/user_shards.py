@@ -25,8 +25,8 @@ import os
 from collections.abc import Sequence
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 
+from marin_assets.compat import AssetGraphSubset
 from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 
 DIGEST_TAG = "marin/user_files_digest"  # the directory_digest a run or backfill is for

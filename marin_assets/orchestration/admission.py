@@ -34,11 +34,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, DagsterRun, RunsFilter
+from dagster import DagsterRun, RunsFilter
 
 from marin_assets.cluster.fleet import Fleet, Pool, check_record
 from marin_assets.cluster.routing import RUNNING, Placement, PoolHeartbeat, Router
 from marin_assets.cluster.tags import PLACEMENT_TAG, POOL_TAG, JobRequest, check_name, classify_tags
+from marin_assets.compat import ACTIVE_RUN_STATUSES
 
 _PLACEMENT_FIELDS = {"pool", "domains", "chips", "at"}
 _MAX_WAITING_NOTES = 100_000  # run ids told why they wait; forgotten wholesale past this

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from marin_assets.compat import xla_backends_started
 from marin_assets.orchestration.resources import _count
 
 WORKERS_ENV = "MARIN_LOCAL_WORKERS"
@@ -75,8 +76,7 @@ def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
 def fork_unsafe_state() -> str | None:
     """Why forking this process is unsafe, or None: a started XLA backend (threads and locks
     a child must not call) or tensorstore, which aborts a forked child ("fork() use detected")."""
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    if getattr(bridge, "_backends", None):
+    if xla_backends_started():
         return "a started jax backend"
     if "tensorstore" in sys.modules:
         return "tensorstore loaded (levanter's cache writer)"

@@ -20,12 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dagster._core.errors import DagsterLaunchFailedError
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
-from dagster._core.origin import JobPythonOrigin
-from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
-from dagster._utils.error import serializable_error_info_from_exc_info
+from dagster import DagsterRun, DagsterRunStatus
 
 from marin_assets.cluster.tags import (
     POOL_TAG,
@@ -37,6 +32,14 @@ from marin_assets.cluster.tags import (
     check_name,
     check_region,
     pod_resources,
+)
+from marin_assets.compat import (
+    CheckRunHealthResult,
+    DagsterLaunchFailedError,
+    JobPythonOrigin,
+    LaunchRunContext,
+    WorkerStatus,
+    serializable_error_info_from_exc_info,
 )
 from marin_assets.orchestration.local_backend import LOCAL
 
@@ -176,8 +179,9 @@ class K8sClusterBackend:
         launcher; they size the pod (marin/cpu, marin/memory) and label it (marin/pool).
         """
         tags = run.tags if tags is None else tags
-        from dagster._grpc.types import ExecuteRunArgs
         from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_job, get_job_name_from_run_id
+
+        from marin_assets.compat import ExecuteRunArgs
 
         job_origin = run.job_code_origin
         if job_origin is None:

@@ -31,13 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dagster._core.errors import DagsterLaunchFailedError
-from dagster._core.events import DagsterEvent, JobFailureData, RunFailureReason
-from dagster._core.launcher import LaunchRunContext, RunLauncher
-from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
-from dagster._core.run_coordinator import QueuedRunCoordinator
-from dagster._core.storage.dagster_run import DagsterRun
-from dagster._serdes import ConfigurableClass, ConfigurableClassData
+from dagster import DagsterEvent, DagsterRun, QueuedRunCoordinator
 
 from marin_assets.cluster.routing import check_feasible
 from marin_assets.cluster.tags import (
@@ -48,6 +42,17 @@ from marin_assets.cluster.tags import (
     check_name,
     check_resource_tags,
     classify_tags,
+)
+from marin_assets.compat import (
+    CheckRunHealthResult,
+    ConfigurableClass,
+    ConfigurableClassData,
+    DagsterLaunchFailedError,
+    JobFailureData,
+    LaunchRunContext,
+    RunFailureReason,
+    RunLauncher,
+    WorkerStatus,
 )
 from marin_assets.orchestration.admission import Admission, CapacityAdmission, candidate_pools
 from marin_assets.orchestration.k8s_backend import K8sClusterBackend

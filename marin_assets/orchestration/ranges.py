@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from marin_assets.compat import merge_step_metadata
 from marin_assets.orchestration.fanout import Failure, fan_out, local_workers
 from marin_assets.orchestration.inputs import Mode, partition_inputs
 from marin_assets.orchestration.stage import Plan, Stage, is_number, rate_suffix, versioned_output
@@ -121,31 +122,10 @@ def _add_partition_metadata(context: dg.AssetExecutionContext, metadata: Mapping
     the partitions definition's keys (a storage query for dynamic partitions) and copies the
     accumulated dict: quadratic in the range, minutes at 10,000 partitions. So the entries go
     into Dagster's accumulator in one update; the public call is the fallback."""
-    if _merge_into_step_metadata(context, metadata):
+    if merge_step_metadata(context, metadata):
         return
     for partition, values in metadata.items():
         context.add_asset_metadata(values, partition_key=partition)
-
-
-def _merge_into_step_metadata(context: dg.AssetExecutionContext, metadata: Mapping[str, Mapping[str, Any]]) -> bool:
-    """The Dagster internals this module uses (a private import, two private attributes), checked
-    against Dagster 1.13.27; tests/orchestration/test_partition_ranges.py fails, not slows, if an
-    upgrade moves them. Merges {partition: metadata} into the step's output metadata accumulator
-    in one update, as per-partition ``add_asset_metadata`` calls would; False, having changed
-    nothing, when the step has no accumulator of the expected type."""
-    from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
-
-    step = getattr(context.op_execution_context, "_step_execution_context", None)
-    accumulator = getattr(step, "_metadata_accumulator", None)
-    if step is None or not isinstance(accumulator, OutputMetadataAccumulator):
-        return False
-    key = context.assets_def.key
-    added = {
-        AssetMetadataHandle(asset_key=key, partition_key=p): {**accumulator.get_asset_metadata(key, p), **values}
-        for p, values in metadata.items()
-    }
-    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata={**accumulator.per_output_metadata, **added})
-    return True
 
 
 class _Progress:

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
-from dagster._core.storage.dagster_run import DagsterRun
-from dagster._core.storage.tags import PRIORITY_TAG as DAGSTER_PRIORITY_TAG
+from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 
 from marin_assets.cluster.tags import PLACEMENT_TAG, POOL_TAG, PRIORITY_BANDS, PRIORITY_TAG, asset_run_tags
+from marin_assets.compat import PRIORITY_TAG as DAGSTER_PRIORITY_TAG
 
 
 def run_asset_tags(run: DagsterRun, workspace) -> dict[str, Mapping[str, str]]:

@@ -42,7 +42,6 @@ Environment (what the manifests in marin_assets/cluster/manifests.py set):
 
 from __future__ import annotations
 
-
 import dataclasses
 import itertools
 import logging
@@ -52,6 +51,8 @@ import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from marin_assets.compat import distributed_client, xla_backends_started
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +118,11 @@ def local_env(process_id: int, num_processes: int, port: int, devices_per_proces
     return env
 
 
-def _backends_started() -> bool:
-    from jax._src import xla_bridge
-
-    return bool(getattr(xla_bridge, "_backends", None))
-
-
 def force_host_devices(count: int) -> None:
     """Ask XLA:CPU for ``count`` devices; must run before the first JAX backend starts."""
     flags = re.sub(rf"{_FORCE_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).strip()
     os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_FLAG}={count}".strip()
-    if _backends_started():
+    if xla_backends_started():
         import jax
 
         if jax.local_device_count() != count and jax.default_backend() == "cpu":
@@ -257,14 +252,16 @@ def state_shardings(mesh, state) -> Any:
 
 
 def replicated(mesh):
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     return NamedSharding(mesh, P())
 
 
 def batch_sharding(mesh):
     """[B, S] tokens: rows over ("data", "expert")."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     return NamedSharding(mesh, P(BATCH_AXES))
 
@@ -359,10 +356,9 @@ def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
     is still compiling on a loaded host can miss. A dead peer still fails it (heartbeats).
     """
     import jax
-    from jax._src import distributed
 
     if jax.process_count() > 1:
-        distributed.global_state.client.wait_at_barrier(name, int(timeout_s * 1000))
+        distributed_client().wait_at_barrier(name, int(timeout_s * 1000))
 
 
 # -- the step -------------------------------------------------------------------------------
