@@ -121,14 +121,21 @@ class KubernetesTrainingBackend(TrainingBackend):
 
 
 def choose_pool(fleet, tags: Mapping[str, str]):
-    """(pool, request) for a run's tags: the ``marin/pool`` tag's pool, else the first that fits."""
+    """(pool, request) for a run's tags: the pool the launcher's capacity admission placed the
+    run on (``marin/placement``), else the ``marin/pool`` tag's, else the first that fits."""
     from marin_assets.cluster.manifests import job_shape
     from marin_assets.cluster.routing import check_feasible
-    from marin_assets.cluster.tags import check_name, classify_tags
+    from marin_assets.cluster.tags import PLACEMENT_TAG, check_name, classify_tags
+    from marin_assets.orchestration.admission import parse_placement
 
     request = classify_tags(tags)
     pools = check_feasible(fleet, request, job_id="run")
     wanted = tags.get(POOL_TAG)
+    if tags.get(PLACEMENT_TAG):
+        placed = parse_placement(tags[PLACEMENT_TAG], fleet, run_id="this run").pool
+        if wanted is not None and wanted != placed:
+            raise ValueError(f"tag {POOL_TAG}: {wanted!r} but the launcher placed the run on {placed!r} ({PLACEMENT_TAG})")
+        wanted = placed
     if wanted is not None:
         check_name(f"tag {POOL_TAG}:", wanted)
         pools = [p for p in pools if p.name == wanted]
