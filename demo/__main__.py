@@ -1,4 +1,4 @@
-"""`python -m demo` (what `marin demo` runs): the DataKit, the Tootsie run, the scaling ladder.
+"""`python -m demo` (what `marin demo` runs): the DataKit, the scaling ladder, the Tootsie run.
 
 Run from the repository root: it imports ``definitions`` like any user code would. The
 terminal gets one line per asset as it finishes and the summary; Dagster's event stream
@@ -56,17 +56,17 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
             "local processes")
         datakit = run_datakit(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
         summary = {"datakit": datakit, "success": datakit["success"]}
+        if summary["success"] and not args.skip_scaling:  # predict before you train (and fork before JAX starts here)
+            steps = len(DEMO_LADDER.keys()) + 2  # every sweep partition, fit, prediction
+            say(f"the scaling ladder: {steps} assets, the sweep's runs on local worker processes")
+            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
+                                            execute=tagged(instance, Progress(steps, out), session))
         if summary["success"] and not args.skip_training:
             say("the Tootsie run: the phase controller decides each phase of train/demo")
             phases = run_demo_phases(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), budget_path(), log=say,
                                      execute=tagged(instance, Progress(None, out), session))
             summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
             summary["decisions"] = phases["decisions"]
-        if summary["success"] and not args.skip_scaling:
-            steps = len(DEMO_LADDER.keys()) + 2  # every sweep partition, fit, prediction
-            say(f"the scaling ladder: {steps} assets")
-            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
-                                            execute=tagged(instance, Progress(steps, out), session))
     return summary
 
 

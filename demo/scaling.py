@@ -16,9 +16,11 @@ from marin_assets.scaling.ladder import Ladder
 
 def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladder, *, log: Callable[[str], None] = print,
                run_config: Mapping[str, Any] | None = None, job_name: str = "scaling", execute: Execute = run_directly) -> dict:
-    """Materialise ``ladder`` in process (on the DataKit's mixture, materialised first): every
-    sweep partition (the fit budgets, then the held-out largest one), then scaling_fit and
-    prediction, whose check compares the prediction with the best run at the largest budget.
+    """Materialise ``ladder`` (on the DataKit's mixture, materialised first): every sweep
+    partition in one range run, fanned out over $MARIN_LOCAL_WORKERS processes (so the demo
+    runs the ladder before anything starts JAX in this process, which would rule out forking),
+    then scaling_fit and prediction, whose check compares the prediction with the best run at
+    the largest budget.
 
     Uses the job ``job_name`` of ``defs``; ``run_config``'s {"ops": {op: ...}} entries go to
     the steps that run those ops, its other entries (e.g. loggers) to every run. The
@@ -30,20 +32,23 @@ def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladde
     run_config = dict(run_config or {})
     op_config = run_config.pop("ops", {})
 
-    def run(keys: Sequence[str], partition: str | None = None):
+    def run(keys: Sequence[str], partition: str | None = None, partitions: tuple[str, str] | None = None):
         t0 = time.monotonic()
         selection = [dg.AssetKey.from_user_string(k) for k in keys]
         names = {k.to_python_identifier() for k in selection}
         ops = {name: cfg for name, cfg in op_config.items() if name in names}
         config = {**run_config, **({"ops": ops} if ops else {})}
         tags = {"marin/ladder_step": "+".join(keys).replace("/", "_") + (f"-{partition}" if partition else "")}
+        if partitions:
+            tags.update({"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[1]})
         result = execute(lambda final_tags: job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=True,
                                                         asset_selection=selection, run_config=config or None, tags=final_tags), tags)
-        log(f"scaling ladder: {'+'.join(keys)}{f' [{partition}]' if partition else ''} in {time.monotonic() - t0:.1f}s")
+        where = f" [{partition}]" if partition else f" [{partitions[0]} .. {partitions[1]}]" if partitions else ""
+        log(f"scaling ladder: {'+'.join(keys)}{where} in {time.monotonic() - t0:.1f}s")
         return result
 
-    for key in ladder.fit_keys + ladder.target_keys:
-        run(["sweep"], key)
+    keys = ladder.keys()
+    run(["sweep"], partitions=(keys[0], keys[-1]))
     result = run(["scaling_fit", "prediction"])
     checks = [e for e in result.get_asset_check_evaluations() if e.check_name == "prediction_error"]
     if not checks:
