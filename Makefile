@@ -8,7 +8,7 @@ export MARIN_PREFIX ?= $(CURDIR)/artifacts
 export WANDB_MODE ?= offline
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: demo test venv ui lock lint clean
+.PHONY: demo test test-fast venv ui lock lint clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -rs --durations=25 tests
+
+# The inner loop: everything but the tests marked slow (multi-process meshes, the browser, the
+# screen and training end-to-end runs, the GCS pipeline). Under 4 minutes on 2 cores.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -m "not slow" -q tests
 
 # ruff (lint + format) and basedpyright against the baselines in .lint/: only a new finding fails, and it is listed.
 # After fixing some: `$(VENV)/bin/python .lint/ratchet.py --update` drops them from the baselines.
