@@ -38,7 +38,7 @@ from marin_assets.datakit.attribute_files import (
 from marin_assets.datakit.bloom import BloomFilter
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.datakit.hashing import mix64
+from marin_assets.datakit.hashing import distinct_words, mix64
 from marin_assets.datakit.shards import reset_dir
 
 _LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
@@ -74,14 +74,9 @@ def _token_arrays(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _token_arrays_many(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``_token_arrays`` for a long list of words, each distinct word hashed once (pyarrow's
-    dictionary encoding finds them); lone surrogates, which Arrow cannot hold, go word by word."""
-    try:
-        encoded = pa.array(tokens, type=pa.string()).dictionary_encode()
-    except (pa.ArrowException, UnicodeEncodeError):
-        return _token_arrays(tokens)
-    words_hash, words_letter = _token_arrays(encoded.dictionary.to_pylist())
-    index = encoded.indices.to_numpy(zero_copy_only=False)
+    """``_token_arrays`` for a long list of words, each distinct word hashed once."""
+    words, index = distinct_words(tokens)
+    words_hash, words_letter = _token_arrays(words)
     return words_hash[index], words_letter[index]
 
 
