@@ -93,7 +93,7 @@ def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
 
     A file of a format the index cannot shard is not copied: it is read by the readers here,
     which quarantine it (unsupported_file_type), and counted. Entries the scan refuses (a
-    symlink leaving the input, a FIFO, an unprintable name: readers.scan_input) are skipped
+    symlink leaving the input, a FIFO, an unprintable name: input_scan.scan_input) are skipped
     and counted with their reasons.
     """
     files, skipped = scan_input(path)

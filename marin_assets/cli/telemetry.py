@@ -40,7 +40,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 def register(subparsers) -> None:
     from marin_assets.knobs import add_flags
-    from marin_assets.telemetry.store import CompactionConfig
+    from marin_assets.telemetry.compaction import CompactionConfig
 
     parser = subparsers.add_parser("telemetry", help="Query, ingest and compact the telemetry store.")
     sub = parser.add_subparsers(dest="telemetry_command", metavar="SUBCOMMAND")
@@ -130,7 +130,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _compact(args: argparse.Namespace) -> int:
     from marin_assets.knobs import from_flags
-    from marin_assets.telemetry.store import CompactionConfig
+    from marin_assets.telemetry.compaction import CompactionConfig
 
     try:
         config = from_flags(args, CompactionConfig)

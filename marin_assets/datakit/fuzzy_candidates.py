@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.arrow_strings import string_array
 from marin_assets.datakit.shards import (
     arrow_array,
     basename,

@@ -32,6 +32,8 @@ import pyarrow as pa
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from marin_assets.datakit.arrow_strings import string_array
+from marin_assets.datakit.attribute_files import read_id_text
 from marin_assets.datakit.fuzzy_candidates import (
     KEYS_DIR,
     OWNERS_DIR,
@@ -41,11 +43,8 @@ from marin_assets.datakit.fuzzy_candidates import (
     write_keys,
     write_pairs,
 )
-from marin_assets.datakit.attribute_files import read_id_text
-from marin_assets.knobs import knob
-from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.lsh import band_keys, band_pairs
-from marin_assets.datakit.readers import string_array
+from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_sets, signature_batches
 from marin_assets.datakit.shards import (
     arrow_array,
     basename,
@@ -58,7 +57,8 @@ from marin_assets.datakit.shards import (
     read_table,
 )
 from marin_assets.datakit.shards import write_table as shard_write_table
-from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_sets, signature_batches
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float, check_int
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marin_assets.numeric_checks import check_int
+from marin_assets.datakit.arrow_strings import repeated_string, string_array
 from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
-from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path, repeated_string, string_array
+from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path
 from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json
+from marin_assets.numeric_checks import check_int
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
 

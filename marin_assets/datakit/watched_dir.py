@@ -1,6 +1,6 @@
 """A directory of users' files, scanned: what the new_user_shards sensor and sources/user read.
 
-The same entry policy as a ``marin datakit run --input`` folder (readers.scan_input): an
+The same entry policy as a ``marin datakit run --input`` folder (input_scan.scan_input): an
 entry whose real path leaves the directory (a symlink to /etc/passwd, say), a FIFO or other
 non-regular file, a name that is not valid UTF-8 or is not a valid path segment, or an
 extension the readers do not read is skipped with the reason, never silently.
@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 
-from marin_assets.datakit.readers import SUPPORTED_SUFFIXES, local_entry_problem, shown_name
+from marin_assets.datakit.input_scan import local_entry_problem, shown_name
+from marin_assets.datakit.readers import SUPPORTED_SUFFIXES
 from marin_assets.store import validate_segment
 from marin_assets.store.fsutil import real_path_inside, sha256_file
 

@@ -29,7 +29,7 @@ State leaves become host numpy through ``host_state`` (a collective: every proce
 it); only ``is_writer()`` writes; ``agree`` makes a host-side decision (e.g. a
 time-based checkpoint) process 0's decision everywhere.
 
-Environment (what the manifests in marin_assets/cluster/manifests.py set):
+Environment (what the pod env of marin_assets/cluster/jax_env.py sets):
   JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX (+ MARIN_PROCESS_OFFSET)
       -> jax.distributed.initialize (absent or JAX_NUM_PROCESSES=1: single process)
   MARIN_DEVICES_PER_PROCESS  CPU only: host devices per process
@@ -95,7 +95,7 @@ def _positive_env(env: Mapping[str, str], name: str, default: int | None) -> int
 
 def distributed_from_env(env: Mapping[str, str]) -> Distributed:
     """The process's place in the job, from the manifests' environment (pure: no JAX)."""
-    from marin_assets.cluster.manifests import jax_distributed_args
+    from marin_assets.cluster.jax_env import jax_distributed_args
 
     if _positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
         return Distributed()

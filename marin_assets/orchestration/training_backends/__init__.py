@@ -19,7 +19,7 @@ SPEC is a JSON file or fsspec URL holding ``TrainSpec.to_json_dict()`` (one clas
 sides, ``marin_assets.train.spec``, which names its keys). Each process gets
 JAX_COORDINATOR_ADDRESS (host:port), JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX,
 MARIN_PROCESS_OFFSET (process id = offset + index, see
-``cluster.manifests.jax_distributed_args``), MARIN_DEVICES_PER_PROCESS when set, and Dagster
+``cluster.jax_env.jax_distributed_args``), MARIN_DEVICES_PER_PROCESS when set, and Dagster
 Pipes' bootstrap variables. Process 0 alone opens Pipes (``open_dagster_pipes()``):
 
 * logs: ``pipes.log.info(...)`` (forwarded to the step's log);

@@ -123,7 +123,7 @@ class KubernetesTrainingBackend(TrainingBackend):
 def choose_pool(fleet, tags: Mapping[str, str]):
     """(pool, request) for a run's tags: the pool the launcher's capacity admission placed the
     run on (``marin/placement``), else the ``marin/pool`` tag's, else the first that fits."""
-    from marin_assets.cluster.manifests import job_shape
+    from marin_assets.cluster.job_shape import job_shape
     from marin_assets.cluster.routing import check_feasible
     from marin_assets.cluster.tags import PLACEMENT_TAG, check_name, classify_tags
     from marin_assets.orchestration.admission import parse_placement
@@ -192,7 +192,7 @@ class KubeTrainingJob:
     # -- create / delete --
 
     def create_all(self) -> None:
-        from marin_assets.cluster.manifests import COMPUTE_DOMAIN_API
+        from marin_assets.cluster.job_objects import COMPUTE_DOMAIN_API
 
         group, version, plural = COMPUTE_DOMAIN_API
         for obj in self.objects:
@@ -213,7 +213,7 @@ class KubeTrainingJob:
 
     def delete_all(self) -> None:
         """Delete what this launch created, newest first; a failed delete is logged, not raised."""
-        from marin_assets.cluster.manifests import COMPUTE_DOMAIN_API
+        from marin_assets.cluster.job_objects import COMPUTE_DOMAIN_API
 
         group, version, plural = COMPUTE_DOMAIN_API
         for obj in reversed(self.created):
@@ -234,20 +234,20 @@ class KubeTrainingJob:
     # -- watch --
 
     def _pods(self) -> list[Any]:
-        from marin_assets.cluster.manifests import JOB_LABEL
+        from marin_assets.cluster.job_objects import JOB_LABEL
 
         return self.apis.core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.name}").items
 
     @staticmethod
     def _process(pod) -> str:
-        from marin_assets.cluster.manifests import DOMAIN_LABEL
+        from marin_assets.cluster.job_objects import DOMAIN_LABEL
 
         labels = pod.metadata.labels or {}
         index = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "?")
         return f"domain {labels.get(DOMAIN_LABEL, '?')} index {index}"
 
     def _is_rank0(self, pod) -> bool:
-        from marin_assets.cluster.manifests import DOMAIN_LABEL
+        from marin_assets.cluster.job_objects import DOMAIN_LABEL
 
         return ((pod.metadata.labels or {}).get(DOMAIN_LABEL) == "0"
                 and (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index") == "0")
