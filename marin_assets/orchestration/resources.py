@@ -14,20 +14,21 @@ from functools import cached_property
 import dagster as dg
 
 from marin_assets.settings import artifact_prefix
-from marin_assets.store import ArtifactRef, ArtifactStore
+from marin_assets.store import ArtifactRef, ArtifactStore, LeaseConfig
+
+
+_LEASE = LeaseConfig()
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
     """Where content-versioned artifacts live: a local path or any fsspec URL."""
 
     prefix: str | None = None  # None: $MARIN_PREFIX at run time, else ./artifacts
-    lease_heartbeat_s: float = 30.0
-    lease_stale_after_s: float = 90.0
+    lease_heartbeat_s: float = _LEASE.heartbeat_s  # the store's own defaults (LeaseConfig), declared once
+    lease_stale_after_s: float = _LEASE.stale_after_s
 
     @cached_property
     def store(self) -> ArtifactStore:
-        from marin_assets.store import LeaseConfig
-
         return ArtifactStore(self.prefix or artifact_prefix(), LeaseConfig(self.lease_heartbeat_s, self.lease_stale_after_s))
 
 
