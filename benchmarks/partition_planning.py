@@ -141,12 +141,15 @@ def measure(n: int, repeats: int) -> dict[str, tuple[float, dict]]:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--reference-partitions", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="100 vs 50 partitions, one repeat: checks the script runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.partitions, args.reference_partitions, args.repeats = 100, 50, 1
     if not 0 < args.reference_partitions < args.partitions:
         raise SystemExit("need 0 < --reference-partitions < --partitions")
     # Untimed warm-up: the first load imports this file as the code location and the first

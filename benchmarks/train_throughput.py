@@ -53,8 +53,10 @@ def main() -> None:
     from marin_assets.train.optimizers import make_optimizer
 
     config = load_config(args.config)
-    config = replace(config, num_steps=args.steps, checkpoint_every_steps=50, checkpoint_every_seconds=3600.0,
-                     schedule={"total_steps": args.steps})
+    # A short run keeps the schedule valid (warmup + decay within total_steps); the LR does not change the step's cost.
+    schedule = {"total_steps": args.steps, "warmup_steps": min(config.schedule.warmup_steps, args.steps // 4),
+                "decay_steps": min(config.schedule.decay_steps, args.steps // 4)}
+    config = replace(config, num_steps=args.steps, checkpoint_every_steps=50, checkpoint_every_seconds=3600.0, schedule=schedule)
     tmp = Path(tempfile.mkdtemp(prefix="marin-bench-"))
     cache = build_cache(tmp / "cache")
 

@@ -84,22 +84,41 @@ def byte_tokenizer_json() -> str:
 def tokenizer_text(spec: str) -> str:
     """The tokenizer.json text of a tokenizer name (``TOKENIZER_NAMES``) or a path/URL to a
     tokenizer.json (or a directory holding one)."""
+    return _as_text(_tokenizer_bytes(spec))
+
+
+def _tokenizer_bytes(spec: str) -> bytes:
+    """The bytes of ``spec``'s tokenizer.json (the byte tokenizer's: as byte_tokenizer_json writes it)."""
     import fsspec
 
     if spec == BYTES:
-        return byte_tokenizer_json()
+        return byte_tokenizer_json().encode("utf-8")
     path = _pretrained_path(spec) if spec in PRETRAINED else spec
     if not path.endswith(".json"):
         path = join(path, "tokenizer.json")
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
+        with fsspec.open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"tokenizer {spec!r}: {path} does not exist") from None
 
 
+def _as_text(raw: bytes) -> str:
+    """The text a text-mode read of ``raw`` gives (UTF-8, universal newlines: what fsspec.open(mode="r") does)."""
+    import io
+
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class Encoder:
-    """What tokenize and the evals need of a tokenizer: ids per text, EOS, vocabulary, identity."""
+    """What tokenize and the evals need of a tokenizer: ids per text, EOS, vocabulary, identity.
+
+    ``load_encoder`` shares one Encoder per tokenizer.json within a process: treat it (and its
+    ``tokenizer``) as read-only."""
 
     def __init__(self, text: str, where: str = "tokenizer.json"):
         from tokenizers import Tokenizer
@@ -108,10 +127,11 @@ class Encoder:
             self.tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types for bad JSON
             raise ValueError(f"{where} is not a tokenizer.json HF tokenizers can load: {e}") from None
-        self.sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self.sha256 = _sha256(text)
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.eos_id = self.tokenizer.token_to_id(EOS)
-        self.is_bytes = _is_byte_tokenizer(json.loads(text))
+        # Parsing OLMo's JSON again cost ~0.1 s (profiled); only a model of 256 symbols can be ours.
+        self.is_bytes = self.tokenizer.get_vocab_size(with_added_tokens=False) == 256 and _is_byte_tokenizer(json.loads(text))
         # Text is data: "<|endoftext|>" inside a document is encoded as its characters, so
         # only the EOS tokenize appends separates documents.
         self.tokenizer.encode_special_tokens = True
@@ -148,9 +168,25 @@ class TokenizerChoice:
             raise ValueError(f"tokenizer must be a name ({', '.join(TOKENIZER_NAMES)}) or a path, got {self.tokenizer!r}")
 
 
+# sha256 of a tokenizer.json's bytes -> its Encoder. Building one from OLMo's tokenizer.json took
+# 0.15-0.45 s here (benchmarks/datakit.py encoder_load_s), against 0.5-1 s to tokenize a 1 MB shard
+# with it: a worker that tokenizes many shards builds it once (and a forked one inherits it).
+_ENCODERS: dict[str, Encoder] = {}
+_ENCODERS_KEPT = 4
+
+
 def load_encoder(spec: str) -> Encoder:
-    """An Encoder for a tokenizer name or a tokenizer.json path/URL (or a directory holding one)."""
-    return Encoder(tokenizer_text(spec), where=spec)
+    """An Encoder for a tokenizer name or a tokenizer.json path/URL (or a directory holding one);
+    the same object for the same tokenizer.json bytes within a process."""
+    raw = _tokenizer_bytes(spec)
+    digest = hashlib.sha256(raw).hexdigest()
+    encoder = _ENCODERS.get(digest)
+    if encoder is None:
+        encoder = Encoder(_as_text(raw), where=spec)
+        if len(_ENCODERS) >= _ENCODERS_KEPT:
+            _ENCODERS.pop(next(iter(_ENCODERS)))
+        _ENCODERS[digest] = encoder
+    return encoder
 
 
 @dataclass(frozen=True)
@@ -171,13 +207,42 @@ def is_validation(doc_id: str, fraction: float) -> bool:
 
 
 def _iter_batches(shard_paths: Sequence[str], columns: list[str], batch_docs: int) -> Iterator:
+    return (batch for _, batch in _iter_shard_batches(shard_paths, columns, batch_docs))
+
+
+def _iter_shard_batches(shard_paths: Sequence[str], columns: list[str], batch_docs: int) -> Iterator:
+    """(shard path, record batch) of every batch of the shards, in order."""
     import pyarrow.parquet as pq
 
     import fsspec
 
     for path in shard_paths:
         with fsspec.open(path, "rb") as f:
-            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_docs, columns=columns)
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_docs, columns=columns):
+                yield path, batch
+
+
+def _encoded_batches(encoder: Encoder, shard_paths: Sequence[str], batch_docs: int) -> Iterator:
+    """(shard path, ids, texts, token arrays) of every batch of the shards, in order. The next
+    batch is encoded on a thread while the caller writes this one: the tokenizer releases the
+    GIL, so the writes (Python, tensorstore's compression) overlap the encoding."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def encode(path: str, batch) -> tuple:
+        texts = batch.column(1).to_pylist()
+        if batch.column(1).null_count:
+            raise ValueError(f"{path}: {batch.column(1).null_count} documents have no text (null)")
+        return path, batch.column(0).to_pylist(), texts, encoder.encode_batch(texts)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize-encode") as pool:
+        ahead = None
+        for path, batch in _iter_shard_batches(shard_paths, ["id", "text"], batch_docs):
+            following = pool.submit(encode, path, batch)
+            if ahead is not None:
+                yield ahead.result()
+            ahead = following
+        if ahead is not None:
+            yield ahead.result()
 
 
 def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> frozenset[str]:
@@ -245,13 +310,23 @@ class CacheWriter:
         import numpy as np
 
         arrays = [np.asarray(a, dtype=np.int32) for a in batch["input_ids"]]
-        if not arrays:
+        if arrays:
+            self.write_rows(np.concatenate(arrays), np.cumsum([a.size for a in arrays], dtype=np.int64))
+
+    def write_rows(self, data, ends) -> None:
+        """Append rows given flat: ``data`` (int32) holds them back to back, ``ends`` (int64) is
+        where each one ends in ``data``."""
+        import numpy as np
+
+        if not len(ends):
             return
-        ends = self.tokens + np.cumsum([a.size for a in arrays], dtype=np.int64)
-        data = np.concatenate(arrays)
-        self._data[self.tokens:self.tokens + data.size].write(data).result()
-        self._offsets[self.rows + 1:self.rows + 1 + len(arrays)].write(ends).result()
-        self.rows, self.tokens = self.rows + len(arrays), int(ends[-1])
+        ends = self.tokens + np.asarray(ends, np.int64)
+        # The two arrays are separate files: both writes run at once, and offsets[0] only after both.
+        data_written = self._data[self.tokens:self.tokens + len(data)].write(np.asarray(data, np.int32))
+        ends_written = self._offsets[self.rows + 1:self.rows + 1 + len(ends)].write(ends)
+        data_written.result()
+        ends_written.result()
+        self.rows, self.tokens = self.rows + len(ends), int(ends[-1])
         self._offsets[0].write(self.rows).result()  # after the rows: a reader never sees a partial batch
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -285,6 +360,20 @@ def _write_validation_docs(ids: list[str], texts: list[str], out_dir: str) -> No
                 join(out_dir, VALIDATION_DOCS))
 
 
+def _append_rows(writer: CacheWriter, stats: dict, arrays: list, texts: list[str], rows, eos) -> None:
+    """Documents ``rows`` of a batch into one split's cache, each its ids then EOS (written back to
+    back in one piece); their documents, tokens and UTF-8 bytes added to ``stats``."""
+    import numpy as np
+
+    if not len(rows):
+        return
+    data = np.concatenate([piece for r in rows for piece in (arrays[r], eos)])
+    writer.write_rows(data, np.cumsum([arrays[r].size + 1 for r in rows], dtype=np.int64))
+    stats["documents"] += len(rows)
+    stats["tokens"] += len(data)
+    stats["bytes"] += sum(len(texts[r].encode("utf-8")) for r in rows)
+
+
 def tokenize(shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(),
              progress=None) -> dict:
     """Tokenize the `text` of shards into Levanter caches out_dir/{train,validation}; return stats.
@@ -313,19 +402,12 @@ def tokenize(shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: T
     writers = {s: CacheWriter(join(out_dir, s)) for s in SPLITS}
     failure: BaseException | None = None
     try:
-        for batch in _iter_batches(shard_paths, ["id", "text"], config.batch_docs):
-            ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-            rows = {s: [] for s in SPLITS}
-            for doc_id, text, arr in zip(ids, texts, encoder.encode_batch(texts)):
-                split = "validation" if doc_id in top_up or is_validation(doc_id, config.validation_fraction) else "train"
-                rows[split].append(np.concatenate([arr, eos]))
-                s = stats[split]
-                s["documents"], s["tokens"], s["bytes"] = s["documents"] + 1, s["tokens"] + arr.size + 1, s["bytes"] + len(text.encode("utf-8"))
-                if split == "validation":
-                    held_ids.append(doc_id)
-                    held_texts.append(text)
-            for split, arrays in rows.items():
-                writers[split].write_batch({"input_ids": arrays})
+        for _, ids, texts, arrays in _encoded_batches(encoder, shard_paths, config.batch_docs):
+            held = np.fromiter((i in top_up or is_validation(i, config.validation_fraction) for i in ids), bool, len(ids))
+            _append_rows(writers["train"], stats["train"], arrays, texts, np.flatnonzero(~held), eos)
+            _append_rows(writers["validation"], stats["validation"], arrays, texts, np.flatnonzero(held), eos)
+            held_ids.extend(i for i, h in zip(ids, held, strict=True) if h)
+            held_texts.extend(t for t, h in zip(texts, held, strict=True) if h)
             if progress is not None:
                 progress(len(texts))
     except BaseException as e:
