@@ -309,7 +309,9 @@ class MixedLoader:
     def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
                 ) -> Iterator[tuple[np.ndarray, bool, DataPosition]]:
         """Batches from ``position`` on (only ``rows`` of each, see ``next_batch``), read ahead
-        on a background thread."""
+        on a background thread. Close the iterator when done (``contextlib.closing``): that
+        stops the thread and waits for it, so no tensorstore read is in flight when the
+        process exits (which aborts it)."""
         q: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
         stop = threading.Event()
 
@@ -325,8 +327,13 @@ class MixedLoader:
                             break
                         except queue.Full:
                             continue
-            except BaseException as e:  # surface reader errors in the consumer
-                q.put(e)
+            except BaseException as e:  # surface reader errors in the consumer, unless it has gone
+                while not stop.is_set():
+                    try:
+                        q.put(e, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
 
         thread = threading.Thread(target=work, daemon=True, name="marin-data-prefetch")
         thread.start()
@@ -338,6 +345,10 @@ class MixedLoader:
                 yield item
         finally:
             stop.set()
+            thread.join(timeout=PREFETCH_JOIN_S)
+
+
+PREFETCH_JOIN_S = 60.0  # longer than any one batch read; a hung read is left behind (daemon thread)
 
 
 def held_out_batches(caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int,

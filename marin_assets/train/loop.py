@@ -26,6 +26,7 @@ last step, a phase that skipped most of its steps raises ``TooManySkippedSteps``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -232,16 +233,17 @@ def _run_steps(run: Run, step_fn, loader: MixedLoader, hooks: Hooks) -> None:
     if begin < end_step:
         lrs = phase_lrs(config, run.phase_start, begin, end_step)
         batches = loader.iterate(run.position, prefetch=config.prefetch, rows=meshlib.process_rows(run.mesh, config.batch_size))
-        for step in range(begin + 1, end_step + 1):
-            local, ok, next_position = next(batches)  # this process's rows of the global batch
-            tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
-            ok = meshlib.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
-            run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), lrs[step - begin - 1])
-            run.position = next_position
-            row_fn = functools.partial(host_row, step, metrics, config, run.tokens_at(step))
-            info = StepInfo(step, run.state, end_step, row_fn=row_fn)
-            hooks.run(info)
-            if info.stopped_by is not None:
-                log.warning("stopped at step %d by %s (checkpointed)", step, info.stopped_by)
-                break
+        with contextlib.closing(batches):  # the prefetch thread stops before the phase returns
+            for step in range(begin + 1, end_step + 1):
+                local, ok, next_position = next(batches)  # this process's rows of the global batch
+                tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
+                ok = meshlib.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
+                run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), lrs[step - begin - 1])
+                run.position = next_position
+                row_fn = functools.partial(host_row, step, metrics, config, run.tokens_at(step))
+                info = StepInfo(step, run.state, end_step, row_fn=row_fn)
+                hooks.run(info)
+                if info.stopped_by is not None:
+                    log.warning("stopped at step %d by %s (checkpointed)", step, info.stopped_by)
+                    break
     hooks.run_end(info, stepped=begin < end_step)

@@ -70,3 +70,18 @@ def test_the_loader_gives_the_same_batches_from_shard_caches_and_one_cache(sourc
     assert positions[0] == positions[1]
     rows = slice(2, 5)  # one process's share of the global batch
     assert np.array_equal(loaders[0].next_batch(positions[0], rows)[0], loaders[1].next_batch(positions[1], rows)[0])
+
+
+def test_closing_the_batch_iterator_stops_and_joins_its_prefetch_thread(sources):
+    """A prefetch thread left inside a tensorstore read when the process exits aborts it; the
+    trainer closes the iterator at the end of a phase, which must leave no thread behind."""
+    import contextlib
+    import threading
+
+    _, _, many = sources
+    loader = MixedLoader({"t": many}, SEQ_LEN, BATCH, seed=5, vocab_size=1000)
+    with contextlib.closing(loader.iterate(DataPosition(0, ()), prefetch=2)) as batches:
+        for _ in range(3):
+            next(batches)
+        assert any(t.name == "marin-data-prefetch" for t in threading.enumerate())
+    assert not any(t.name == "marin-data-prefetch" and t.is_alive() for t in threading.enumerate())
