@@ -22,7 +22,7 @@ import dagster as dg
 from assets.datakit.common import GROUP, every, shard_file
 from assets.datakit.index import INDEX_KEY, index_sources
 from marin_assets.datakit.datasets import INDEX_FILE, Dataset, ShardCache, combine, read_dataset, relative, write_dataset
-from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, score_text
+from marin_assets.datakit.decontaminate import SCORE_BATCH_DOCS, DecontamConfig, EvalNgramIndex, score_texts
 from marin_assets.datakit.mixture import MIXTURE_FILE, Mixture, read_mixture_file
 from marin_assets.datakit.shards import join, read_table, write_json
 from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
@@ -98,10 +98,12 @@ def contamination_check(source: str) -> dg.AssetChecksDefinition:
             for shard in read_dataset(ref.data_path).shards:
                 table = read_table(shard.documents, columns=["id", "text"])
                 docs += table.num_rows
-                for doc_id, text in zip(table.column("id").to_pylist(), table.column("text").to_pylist()):
-                    overlap, evals = score_text(ngrams, text)
-                    if overlap >= threshold:
-                        bad.append({"shard": shard.key, "id": doc_id, "overlap": round(overlap, 3), "evals": evals[:3]})
+                ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+                for start in range(0, len(texts), SCORE_BATCH_DOCS):  # scored a batch at a time, as shards/decontam does
+                    overlaps, matched = score_texts(ngrams, texts[start:start + SCORE_BATCH_DOCS])
+                    for doc_id, overlap, evals in zip(ids[start:], overlaps, matched):
+                        if overlap >= threshold:
+                            bad.append({"shard": shard.key, "id": doc_id, "overlap": round(overlap, 3), "evals": evals[:3]})
             write_json(bad, join(out_dir, "contaminated.json"))
             return {"documents": docs, "contaminated": len(bad), "examples": bad[:10]}
 
