@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from tests.text_corpus import prose  # noqa: F401 (re-exported: the shard tests import it from here)
+from tests.support.text_corpus import prose  # noqa: F401 (re-exported: the shard tests import it from here)
 
 SOURCE = "tiny"
 EVAL_TEXT = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."

@@ -26,7 +26,8 @@ from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.scaling.ladder import Ladder, write_file
 from marin_assets.scaling.sweep import parse_partition_key, partition_key
 from marin_assets.store import ArtifactRef
-from tests.support.datasets import VOCAB_SIZE, byte_datasets, mixture_run_config
+from tests.support.byte_tokens import VOCAB_SIZE
+from tests.support.datasets import byte_datasets, mixture_run_config
 
 VOCAB = VOCAB_SIZE  # the code location's byte tokenizer
 SEQ = 32

@@ -79,7 +79,7 @@ def _write_jsonl(path, records) -> str:
 
 def _prose(seed: int, words: int = 120) -> str:
     """Deterministic pseudo-English, distinct per seed (near-zero shingle overlap across seeds)."""
-    from tests.text_corpus import prose
+    from tests.support.text_corpus import prose
 
     return prose(seed, words)
 

@@ -18,7 +18,7 @@ from marin_assets.cli import main
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
 from marin_assets.datakit.shards import list_shards, read_table
-from tests.text_corpus import prose
+from tests.support.text_corpus import prose
 
 SHARD_BYTES = 1500
 

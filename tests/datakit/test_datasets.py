@@ -3,6 +3,7 @@ its checks, combining datasets, and the held-out texts bits-per-byte reads."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 
@@ -21,7 +22,8 @@ from marin_assets.datakit.datasets import (
     resolve,
     write_dataset,
 )
-from tests.support.datasets import EOS, VOCAB_SIZE, write_shard
+from tests.support.byte_tokens import EOS, VOCAB_SIZE, byte_ids
+from tests.support.datasets import write_shard
 
 TOKENIZER = {"sha256": "bytes-test", "vocab_size": VOCAB_SIZE, "eos_id": EOS}
 SEGMENT = st.text("abcxyz-_.0", min_size=1, max_size=6).filter(lambda s: s not in (".", ".."))
@@ -90,3 +92,20 @@ def test_combine_refuses_two_tokenizers_and_keeps_shard_order():
     with pytest.raises(ValueError, match="different tokenizers"):
         combine("ac", [a, other])
     assert json.loads(json.dumps(combine("ab", [a, b]).to_json("/c")))["train_tokens"] == 30
+
+
+@functools.cache
+def _bytes_encoder():
+    from marin_assets.datakit.tokenize import load_encoder
+
+    return load_encoder("bytes")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=40) | st.just("a <|endoftext|> inside"))
+def test_the_test_caches_ids_are_the_byte_tokenizers(text):
+    """tests/support/byte_tokens.py (what every test cache holds) is the DataKit's `bytes`
+    tokenizer: its ids for a document, then the EOS tokenize appends; its vocabulary."""
+    encoder = _bytes_encoder()
+    assert (encoder.vocab_size, encoder.eos_id) == (VOCAB_SIZE, EOS)
+    assert byte_ids(text) == [*encoder.encode(text), encoder.eos_id]

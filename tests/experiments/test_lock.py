@@ -15,8 +15,7 @@ from marin_assets.experiments.record import record_from_dict
 from marin_assets.experiments.runs import partition_key, runs_key
 from marin_assets.experiments.screen import run_screen
 from marin_assets.store import ArtifactStore, compute_version
-
-from test_record import RECORD
+from tests.experiments.test_record import RECORD
 
 
 def record(**changes):

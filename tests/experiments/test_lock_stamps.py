@@ -18,9 +18,8 @@ from marin_assets.experiments.lock import (STAMP_KEY, LockFileError, RecordChang
                                            lock_arm, lock_path, read_lock, run_stamp)
 from marin_assets.experiments.runs import CORPUS_KEY, materialize_run, partition_key, run_spec, run_version, runs_key
 from marin_assets.store import ArtifactRef, ArtifactStore
-
-from test_lock import commit_run, record, unlock
-from test_record import RECORD
+from tests.experiments.test_lock import commit_run, record, unlock
+from tests.experiments.test_record import RECORD
 
 
 @pytest.fixture

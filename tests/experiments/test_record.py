@@ -13,15 +13,14 @@ from hypothesis import strategies as st
 
 from marin_assets.experiments.record import load_record, record_from_dict, validate_name
 from marin_assets.experiments.runs import parse_partition_key, partition_key, plan_runs
+from tests.support.configs import SCREEN_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREEN = ROOT / "experiments" / "screen_tiny_moe.yaml"
 
-TINY_MODEL = {"vocab_size": 256, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 32,
-              "n_routed_experts": 2, "n_shared_experts": 1, "top_k": 1, "expert_d_ff": 16, "max_seq_len": 16}
 RECORD = {
     "name": "tiny", "hypothesis": "a change does nothing", "links": {"issue": 14},
-    "baseline": {"config": {"model": TINY_MODEL, "seq_len": 16, "batch_size": 4,
+    "baseline": {"config": {"model": SCREEN_MODEL, "seq_len": 16, "batch_size": 4,
                             "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003}}},
     "budgets": [1e7, 2e7, 4e7], "seeds": [0, 1],
     "arms": {"wider_lr": {"change": {"schedule": {"peak_lr": 0.006}}, "expect": {"ci_contains": 1.0}}},

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from assets.experiments import RECORDS_DIR, RECORDS_ENV, build_all, records_dir  # noqa: E402
-
-from test_screen_e2e import RECORD  # noqa: E402  (a record whose budgets buy >= 10 steps)
+from assets.experiments import RECORDS_DIR, RECORDS_ENV, build_all, records_dir
+from tests.experiments.test_screen_e2e import RECORD  # a record whose budgets buy >= 10 steps
 
 
 def test_default_is_the_repo_experiments_folder(monkeypatch):

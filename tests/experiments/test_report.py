@@ -6,8 +6,7 @@ import copy
 
 from marin_assets.experiments.analysis import analyze, report_markdown
 from marin_assets.experiments.record import record_from_dict
-
-from test_screen_e2e import RECORD
+from tests.experiments.test_screen_e2e import RECORD
 
 
 def _report(amendments=None) -> str:

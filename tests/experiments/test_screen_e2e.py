@@ -5,23 +5,20 @@ controls, the report), the immutability rule through the CLI, and the Dagster as
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
 from marin_assets.cli import main
+from tests.support.configs import SCREEN_MODEL
 
-MODEL = {"vocab_size": 256, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 32,
-         "n_routed_experts": 2, "n_shared_experts": 1, "top_k": 1, "expert_d_ff": 16, "max_seq_len": 16}
 # 46272 FLOPs/token x 64 tokens/step: the budgets buy 10, 20 and 41 steps.
 RECORD = {
     "name": "tiny_screen",
     "hypothesis": "The same config with other seeds matches the baseline; a 30x lower learning rate is worse.",
     "links": {"issue": 14},
-    "baseline": {"config": {"model": MODEL, "seq_len": 16, "batch_size": 4,
+    "baseline": {"config": {"model": SCREEN_MODEL, "seq_len": 16, "batch_size": 4,
                             "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003}}},
     "budgets": [3.0e7, 6.0e7, 1.2e8], "seeds": [0, 1],
     "validation_windows": 32, "bootstrap": 50, "data_files": 6,
@@ -119,7 +116,6 @@ def test_bad_record_exits_2(tmp_path):
 def test_dagster_assets_materialize_runs_analysis_and_report(screen):
     """The record's assets on the CLI's store: every run partition is a cache hit, then the
     analysis and the report (Markdown with embedded PNGs) materialize."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from assets.experiments import build_experiment_assets, experiment_corpus
     from marin_assets.orchestration import ArtifactStoreResource
 

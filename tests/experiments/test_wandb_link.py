@@ -13,8 +13,7 @@ import pytest
 from marin_assets.experiments.record import record_from_dict
 from marin_assets.experiments.runs import execute_run, materialize_corpus, run_spec, run_version, wandb_run_dir
 from marin_assets.store import ArtifactStore
-
-from test_screen_e2e import RECORD
+from tests.experiments.test_screen_e2e import RECORD
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,11 @@ from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhaseSpec
+from tests.support.configs import PHASE_BASE
 from tests.support.datasets import byte_datasets, mixture_run_config
 
-BASE = {"model": {"vocab_size": 257, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
-                  "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 32},
-        "seq_len": 32, "batch_size": 4, "num_steps": 8, "checkpoint_every_steps": 4, "checkpoint_every_seconds": 3600.0,
-        "schedule": {"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 2, "decay_steps": 2}}
+# No time-based checkpoint, however slow the machine: a retry resumes from the step-4 checkpoint.
+BASE = dict(PHASE_BASE, checkpoint_every_seconds=3600.0)
 TOKENS_PER_STEP = 4 * 32
 CRASH_AT_STEP = 6
 

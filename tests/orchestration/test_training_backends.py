@@ -23,7 +23,9 @@ from marin_assets.orchestration.training_backends import (
     outcome_from_report,
 )
 from marin_assets.train.config import config_from_dict
-from tests.orchestration.training_backend_helpers import TINY, materialize_with, step_error_text, tiny_spec
+from tests.orchestration.training_backend_helpers import materialize_with, step_error_text, tiny_spec
+from tests.support.caches import stdlib_paragraphs, write_cache
+from tests.support.configs import BACKEND_TRAIN
 
 STANDIN = [sys.executable, str(Path(__file__).with_name("standin_worker.py"))]
 
@@ -53,7 +55,8 @@ def test_processes_backend_runs_two_workers_and_reports_through_pipes(tmp_path):
     assert len(coordinators) == 1 and coordinators.pop().startswith("127.0.0.1:")
     assert [s["args"]["process_id"] for s in seen] == [0, 1]
     assert all(s["args"]["num_processes"] == 2 and s["devices_per_process"] == "2" for s in seen)
-    assert seen[0]["spec_keys"] == ["caches", "config", "out_dir", "resume", "telemetry_root", "telemetry_run", "warm_start"]
+    assert seen[0]["spec_keys"] == ["allow_tokenizer_change", "caches", "config", "out_dir", "resume", "telemetry_root",
+                                    "telemetry_run", "warm_start"]
     assert seen[0]["num_steps"] == 5
     # Process 0's Pipes log line reached the step's log.
     assert "standin: 2 processes, 5 steps" in _log_messages(instance, result)
@@ -114,12 +117,9 @@ def test_a_hung_worker_is_stopped_at_the_timeout(tmp_path):
 @pytest.mark.slow
 def test_local_backend_trains_in_process(tmp_path):
     """Today's path through the same interface: a real 3-step run, outcome from the loop."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
-    from cachebuild import stdlib_paragraphs, write_cache
-
-    cache = write_cache(tmp_path / "license", stdlib_paragraphs(limit=200))
-    spec = TrainSpec(config_from_dict({**TINY, "model": {**TINY["model"], "vocab_size": 256}, "num_steps": 3}, "tiny"),
-                     {"license": str(cache)}, str(tmp_path / "out"))
+    write_cache(tmp_path / "license", stdlib_paragraphs(limit=200))
+    spec = TrainSpec(config_from_dict(dict(BACKEND_TRAIN, num_steps=3), "tiny"), {"license": str(tmp_path / "license")},
+                     str(tmp_path / "out"))
     result = materialize_with(LocalTrainingBackend(log_every_steps=1), spec)
     meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("phase")[0].metadata.items()}
     assert meta["backend"] == "local" and meta["final_step"] == 3 and meta["steps_reported"] == 3

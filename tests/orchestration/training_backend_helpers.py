@@ -4,15 +4,11 @@ import dagster as dg
 
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.train.config import config_from_dict
-
-TINY = {"model": {"vocab_size": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 32,
-                  "n_routed_experts": 2, "n_shared_experts": 0, "top_k": 1, "expert_d_ff": 16, "max_seq_len": 16},
-        "schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
-        "seq_len": 16, "batch_size": 4, "num_steps": 5, "checkpoint_every_steps": 5}
+from tests.support.configs import BACKEND_TRAIN
 
 
 def tiny_spec(out_dir, caches="/data/cache", **kw) -> TrainSpec:
-    return TrainSpec(config_from_dict(TINY, "tiny"), caches, str(out_dir), **kw)
+    return TrainSpec(config_from_dict(BACKEND_TRAIN, "tiny"), caches, str(out_dir), **kw)
 
 
 def materialize_with(backend: TrainingBackend, spec: TrainSpec, *, tags=None, raise_on_error=True, instance=None):

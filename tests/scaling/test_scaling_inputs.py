@@ -16,7 +16,7 @@ from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric
 from marin_assets.scaling.planner import ModelFamily, plan_sweep
 from marin_assets.scaling.sweep import parse_partition_key, partition_key
-from scaling_synth import TRUE_LAW
+from tests.scaling.scaling_synth import TRUE_LAW
 
 
 @pytest.mark.parametrize("key", ["C2e11-d48\n", "C2e11-d48\r", "C2e11-d1_0", "C2e11-d 48", " C2e11-d48",

@@ -13,7 +13,7 @@ from marin_assets.scaling.data import bucket_flops, validate_runs
 from marin_assets.scaling.fits import (IsoFlopConfig, fit_isoflop, fit_loss_envelope, fit_power_law,
                                        fit_robust_quadratic)
 from marin_assets.scaling.predict import predict_optimum, predict_parametric, relative_error
-from scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep, sweep_runs
+from tests.scaling.scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep, sweep_runs
 
 FAST = IsoFlopConfig(bootstrap_n=6)
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep
 
 from marin_assets.cli import main
 from marin_assets.scaling import data as scaling_data
@@ -24,7 +23,9 @@ from marin_assets.scaling.bootstrap import BootstrapConfig
 from marin_assets.scaling.data import bucket_flops, deterministic_subsample, load_runs_csv, validate_runs
 from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop, group_by_budget
 from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric, fit_parametric_with_ci
+from tests.scaling.scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep
 
+ROOT = Path(__file__).resolve().parents[2]
 COARSE = dict(grid={"a": (0.0, 10.0, 20.0), "b": (0.0, 10.0, 20.0), "e": (-1.0, 0.0, 1.0),
                     "alpha": (0.5, 1.5), "beta": (0.5, 1.5)})
 
@@ -48,12 +49,13 @@ def _fit_a_million() -> dict:
 
 
 # Capped address space: a regression fails fast with MemoryError instead of swapping a shared machine.
+# Run from the repository root (``-c`` puts the working directory on sys.path), so this module imports
+# as tests.scaling.test_scaling_large.
 _CHILD = """
-import json, resource, sys
+import json, resource
 resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-sys.path.insert(0, sys.argv[1])
-import test_scaling_large
-print(json.dumps(test_scaling_large._fit_a_million(), default=float))
+from tests.scaling.test_scaling_large import _fit_a_million
+print(json.dumps(_fit_a_million(), default=float))
 """
 
 
@@ -61,8 +63,8 @@ def test_a_million_runs_fit_in_bounded_memory_and_the_subsample_is_reported():
     # Before: the parametric grid's temporaries were (starts, runs) float64 arrays (33.5 GiB each
     # with the published grid at 1e6 runs; 0.8 GiB each with this coarse one). A fresh process, so
     # its peak RSS is this fit's alone.
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent)], capture_output=True, text=True,
-                           timeout=300, check=False)
+    child = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           check=False)
     assert child.returncode == 0, child.stderr[-2000:]
     out = json.loads(child.stdout)
     assert out["peak_rss"] < 1.5 * 2**30, f"peak RSS {out['peak_rss'] / 2**20:.0f} MiB"

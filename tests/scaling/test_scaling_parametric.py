@@ -11,7 +11,7 @@ from marin_assets.cli import main
 from marin_assets.scaling.bootstrap import BootstrapConfig
 from marin_assets.scaling.data import drop_highest_loss, load_runs_csv, validate_runs
 from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric, fit_parametric_with_ci
-from scaling_synth import ANCHOR_CSV, TRUE_LAW
+from tests.scaling.scaling_synth import ANCHOR_CSV, TRUE_LAW
 
 # Besiroglu, Erdil, Barnett, You (Epoch AI, 2024), "Chinchilla Scaling: A replication attempt",
 # arXiv:2404.10102, Table 1, "Our estimates" for Hoffmann et al.'s approach 3 on the runs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
 from marin_assets.scaling.plots import plot_isoflop_curves, plot_power_laws, plot_predicted_vs_actual
-from scaling_synth import sweep_runs
+from tests.scaling.scaling_synth import sweep_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

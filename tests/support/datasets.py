@@ -2,8 +2,9 @@
 index, made from small texts, for tests of what reads the DataKit's datasets (the mixture,
 training phases, evals, the ladder) without running the sharded graph.
 
-Tokens are what the code location's byte tokenizer writes (one id per UTF-8 byte, EOS 256),
-so a ``vocab_size`` 257 model trains on them.
+Tokens are what the code location's byte tokenizer writes (tests/support/byte_tokens.py: one
+id per UTF-8 byte, EOS 256), written by tests/support/caches.py, so a ``vocab_size`` 257 model
+trains on them.
 """
 
 from __future__ import annotations
@@ -16,23 +17,8 @@ import dagster as dg
 
 from marin_assets.datakit.datasets import Dataset, ShardCache, write_dataset
 from marin_assets.orchestration import StageContext, versioned_asset
-
-EOS = 256
-VOCAB_SIZE = 257
-
-
-def byte_ids(text: str) -> list[int]:
-    return [*text.encode("utf-8"), EOS]
-
-
-def write_split(path: str, texts: Sequence[str]) -> int:
-    """A finished one-field Levanter cache of ``texts`` at ``path``; returns its token count."""
-    from marin_assets.datakit.tokenize import CacheWriter
-
-    writer = CacheWriter(path)
-    writer.write_batch({"input_ids": [byte_ids(t) for t in texts]})
-    writer.__exit__(None, None, None)
-    return writer.tokens
+from tests.support.byte_tokens import EOS, VOCAB_SIZE, token_count
+from tests.support.caches import write_cache
 
 
 def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequence[str]) -> ShardCache:
@@ -43,7 +29,7 @@ def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequen
     from marin_assets.datakit.tokenize import VALIDATION_DOCS
 
     root = join(out_dir, key)
-    train_tokens, validation_tokens = write_split(join(root, "train"), train), write_split(join(root, "validation"), validation)
+    train_tokens, validation_tokens = write_cache(join(root, "train"), train), write_cache(join(root, "validation"), validation)
     write_table(pa.table({"id": [f"{i:032x}" for i in range(len(validation))], "text": list(validation)}),
                 join(root, VALIDATION_DOCS))
     return ShardCache(key, hashlib.sha256(json.dumps([train, validation]).encode()).hexdigest(), root, train_tokens,
@@ -53,8 +39,8 @@ def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequen
 def counted_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequence[str]) -> ShardCache:
     """A shard entry with the counts the texts would give, and no caches (for readers of the
     index alone, on filesystems tensorstore cannot write: memory://)."""
-    tokens = lambda texts: sum(len(byte_ids(t)) for t in texts)  # noqa: E731
-    return ShardCache(key, "counted", f"{out_dir.rstrip('/')}/{key}", tokens(train), tokens(validation), len(train), len(validation))
+    return ShardCache(key, "counted", f"{out_dir.rstrip('/')}/{key}", token_count(train), token_count(validation), len(train),
+                      len(validation))
 
 
 def byte_dataset_asset(source: str, shards: Sequence[tuple[Sequence[str], Sequence[str]]], caches: bool = True) -> dg.AssetsDefinition:

@@ -4,6 +4,7 @@ import pytest
 
 from marin_assets.evaluation.run import telemetry_metrics
 from marin_assets.telemetry import TelemetryStore
+from tests.support.configs import EVAL_CHECKPOINT
 
 
 def test_telemetry_metrics_flattens_bpb_and_accuracies():
@@ -23,9 +24,7 @@ def checkpoint(tmp_path):
     from marin_assets.train import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
 
-    config = config_from_dict({"model": {"vocab_size": 256, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "n_kv_heads": 1, "d_ff": 64, "n_routed_experts": 0, "max_seq_len": 64},
-                               "seq_len": 64, "num_steps": 10, "schedule": {"warmup_steps": 1, "decay_steps": 1}})
+    config = config_from_dict(EVAL_CHECKPOINT)
     state = {"params": init_params(config.model, jax.random.PRNGKey(0)), "router_bias": init_router_bias(config.model)}
 
     def save(folder, meta):

@@ -1,26 +1,24 @@
 """A sweep point's training steps and its validation loss land in the telemetry store."""
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "train"))  # the tiny Levanter caches of the train tests
-from cachebuild import stdlib_module_docs, stdlib_paragraphs, write_cache  # noqa: E402
+from marin_assets.scaling.sweep import partition_key, run_sweep_point
+from marin_assets.telemetry import TelemetryStore
+from tests.support.byte_tokens import VOCAB_SIZE
+from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
 
-from marin_assets.scaling.sweep import partition_key, run_sweep_point  # noqa: E402
-from marin_assets.telemetry import TelemetryStore  # noqa: E402
-
-CONFIG = SimpleNamespace(vocab_size=256, seq_len=32, head_dim=8, aspect_ratio=128.0, batch_sizes=[4], min_steps=10,
+CONFIG = SimpleNamespace(vocab_size=VOCAB_SIZE, seq_len=32, head_dim=8, aspect_ratio=128.0, batch_sizes=[4], min_steps=10,
                          tolerance=0.04, lr_base=1e-2, lr_ref_width=1024, decay_fraction=0.2, skip_sigma=0.0, seed=0,
                          validation_windows=4)
 
 
 def test_sweep_point_appends_steps_and_validation_loss(tmp_path, monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "prefix"))
-    train_cache = write_cache(tmp_path / "license", stdlib_paragraphs())
-    val_cache = write_cache(tmp_path / "docs", stdlib_module_docs())
+    train_cache, val_cache = tmp_path / "license", tmp_path / "docs"
+    write_cache(train_cache, stdlib_paragraphs())
+    write_cache(val_cache, stdlib_module_docs())
     counts = run_sweep_point(3e7, 8, CONFIG, {"license": str(train_cache)}, {"docs": str(val_cache)},
                              str(tmp_path / "out"), log=lambda _: None)
     run = f"sweep-{partition_key(3e7, 8)}"

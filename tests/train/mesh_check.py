@@ -10,7 +10,7 @@ keeps only its rows), loss + grad through the model with the EP layer, an AdamW 
 the router-bias update. Process 0 writes {"losses", "dropped", "mesh", "params" (final,
 ...} per transport to --out and each transport's final params to --out.<transport>.npz.
 
-  python tests/train/mesh_check.py --steps 20 --transports ragged,pooled --expert 4 --out r.json
+  python -m tests.train.mesh_check --steps 20 --transports ragged,pooled --expert 4 --out r.json
   --forever: print one line per step until killed (the kill test).
 """
 
@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from marin_assets.train import mesh as meshlib  # noqa: E402
+from marin_assets.train import mesh as meshlib
 
 BATCH, SEQ = 8, 16
 

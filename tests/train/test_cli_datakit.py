@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cachebuild import stdlib_module_docs, stdlib_paragraphs
-from conftest import TINY
 
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
+from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
+from tests.support.configs import TINY_TRAIN
 
 BIN = Path(sys.executable).parent
 MARIN = shutil.which("marin", path=str(BIN)) or "marin"
@@ -73,21 +73,22 @@ def test_malformed_yaml_config_is_one_line_with_file_and_line(caches, tmp_path):
 
 
 def test_held_out_note_only_when_no_cache_has_a_validation_split(caches, tmp_path):
-    from cachebuild import write_cache
-
     from marin_assets.cli.train import held_out_note
+    from marin_assets.train.loop import open_sources
+
+    def note(caches: dict) -> str | None:
+        return held_out_note(open_sources(caches))  # what `marin train` hands it
 
     single = str(caches["license"])
-    note = held_out_note({"train": single})
-    assert note == (f"marin train: no held-out loss: no validation split in {single} "
-                    "(pass the DataKit cache folder, <prefix>/cache, for train/ + validation/)")
+    advice = "(pass what marin datakit run reports as cache, <prefix>/cache, for train and validation splits)"
+    assert note({"train": single}) == f"marin train: no held-out loss: no validation split in {single} {advice}"
     folder = tmp_path / "cache"
     write_cache(folder / "train", stdlib_paragraphs()[:20])
     write_cache(folder / "validation", stdlib_paragraphs()[20:22])
-    assert held_out_note({"train": str(folder)}) is None
-    assert held_out_note({"a": single, "b": str(folder)}) is None  # one source with held-out data is enough
-    assert held_out_note({"a": single, "b": str(caches["docs"])}).endswith("(pass the DataKit cache folder, "
-                                                                            "<prefix>/cache, for train/ + validation/)")
+    assert note({"train": str(folder)}) is None
+    assert note({"a": single, "b": str(folder)}) is None  # one source with held-out data is enough
+    assert note({"a": single, "b": str(caches["docs"])}) == (f"marin train: no held-out loss: no validation split in "
+                                                             f"{single}, {caches['docs']} {advice}")
 
 
 def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
@@ -106,7 +107,7 @@ def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
 def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_cache, tmp_path):
     """A byte cache (no stats.json, so no vocab check) on a 100-token model: every batch is
     flagged corrupt. Before: 'success', rc 0. Now rc 1 and the counts."""
-    data = dict(TINY, num_steps=6, model=dict(TINY["model"], vocab_size=100))
+    data = dict(TINY_TRAIN, num_steps=6, model=dict(TINY_TRAIN["model"], vocab_size=100))
     cfg = tmp_path / "v100.yaml"
     cfg.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY
 
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics
+from tests.support.configs import TINY_TRAIN
 
 MARIN = shutil.which("marin", path=str(Path(sys.executable).parent)) or "marin"
 
@@ -27,8 +27,8 @@ def cli(caches, cfg_path, out, *extra):
 
 @pytest.mark.slow
 def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_path):
-    data = dict(TINY, num_steps=600, checkpoint_every_steps=10)
-    data["schedule"] = dict(TINY["schedule"], decay_steps=100)
+    data = dict(TINY_TRAIN, num_steps=600, checkpoint_every_steps=10)
+    data["schedule"] = dict(TINY_TRAIN["schedule"], decay_steps=100)
     cfg_path = tmp_path / "tiny.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
@@ -66,7 +66,7 @@ def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_
 
 def test_cli_rejects_bad_config(caches, tmp_path):
     cfg = tmp_path / "bad.yaml"
-    cfg.write_text(yaml.safe_dump(dict(TINY, batch_sise=3)))
+    cfg.write_text(yaml.safe_dump(dict(TINY_TRAIN, batch_sise=3)))
     r = subprocess.run([MARIN, "train", "--cache", str(caches["license"]), "--config", str(cfg), "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown field(s) ['batch_sise']" in r.stderr

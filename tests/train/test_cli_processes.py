@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY
 
 from marin_assets.train.metrics import read_metrics
+from tests.support.configs import TINY_TRAIN
 
 MARIN = shutil.which("marin", path=str(Path(sys.executable).parent)) or "marin"
 
 
 def run_cli(caches, tmp_path, *extra, timeout=600, **config):
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(dict(TINY, **config)))
+    cfg.write_text(yaml.safe_dump(dict(TINY_TRAIN, **config)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COORDINATOR", "MARIN_", "DAGSTER_PIPES"))}
     env.update(JAX_PLATFORMS="cpu")
     argv = [MARIN, "train", "--cache", f"license={caches['license']}", "--cache", f"docs={caches['docs']}",
@@ -32,7 +32,7 @@ def test_two_processes_of_two_devices_train_one_run(caches, jax_cache, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2 and summary["devices"] == 4
-    assert summary["final_step"] == 8 and summary["tokens"] == 8 * 8 * TINY["seq_len"]
+    assert summary["final_step"] == 8 and summary["tokens"] == 8 * 8 * TINY_TRAIN["seq_len"]
     assert summary["checkpoint"].endswith("step-000000008")
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 9))  # process 0 alone wrote them

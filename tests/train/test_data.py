@@ -2,14 +2,21 @@ import numpy as np
 import pytest
 
 from marin_assets.train.data import DataPosition, MixedLoader, TokenCache
+from tests.support.byte_tokens import VOCAB_SIZE, byte_ids, token_count
+from tests.support.caches import stdlib_paragraphs
 
 
 def test_reader_matches_levanter(caches):
+    """The test caches (the DataKit's CacheWriter) read alike in Levanter's reader and ours:
+    one row per document, its byte ids."""
     from levanter.store.jagged_array import JaggedArrayStore
 
+    docs = stdlib_paragraphs()
     ours = TokenCache(caches["license"])
     theirs = JaggedArrayStore.open(str(caches["license"] / "input_ids"), mode="r", dtype=np.int32)
-    assert ours.num_docs == len(theirs) and ours.num_tokens == theirs.data_size
+    assert len(theirs) == len(docs)
+    assert [theirs[i].tolist() for i in (0, len(docs) - 1)] == [byte_ids(docs[0]), byte_ids(docs[-1])]
+    assert ours.num_tokens == theirs.data_size == token_count(docs)
     flat = np.concatenate([theirs[i] for i in range(len(theirs))])
     assert np.array_equal(ours.read([0, 100], 50), np.stack([flat[:50], flat[100:150]]))
 
@@ -26,7 +33,7 @@ def test_one_epoch_visits_every_window_once_in_shuffled_order(caches):
 
 
 def test_batches_are_a_pure_function_of_position(caches):
-    loader = MixedLoader(caches, seq_len=16, batch_size=8, seed=3, vocab_size=256)
+    loader = MixedLoader(caches, seq_len=16, batch_size=8, seed=3, vocab_size=VOCAB_SIZE)
     pos = DataPosition()
     for _ in range(3):
         _, _, pos = loader.next_batch(pos)

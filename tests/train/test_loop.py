@@ -13,6 +13,8 @@ from marin_assets.train.config import replace
 from marin_assets.train.data import DataPosition, MixedLoader
 from marin_assets.train.loop import default_model, train
 from marin_assets.train.metrics import read_metrics
+from tests.support.byte_tokens import VOCAB_SIZE
+from tests.support.caches import stdlib_paragraphs, write_cache
 
 
 def losses(path):
@@ -92,8 +94,6 @@ def test_config_that_cannot_fit_fails_before_compute(caches, tiny_config, tmp_pa
 
 def datakit_folder(root, vocab_size):
     """The shape `marin datakit run` writes under <prefix>/cache: train/, validation/, stats.json."""
-    from cachebuild import stdlib_paragraphs, write_cache
-
     write_cache(root / "train", stdlib_paragraphs())
     # 120 bytes + EOS: three windows of 32, fewer than one batch of 4 -> one short batch
     write_cache(root / "validation", ["JSON (JavaScript Object Notation) is a lightweight data interchange "
@@ -105,7 +105,7 @@ def datakit_folder(root, vocab_size):
 def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_config, tmp_path):
     from marin_assets.train.data import TokenCache
 
-    folder = datakit_folder(tmp_path / "cache", vocab_size=256)
+    folder = datakit_folder(tmp_path / "cache", vocab_size=VOCAB_SIZE)
     config = replace(tiny_config, num_steps=4)
     result = train(config, folder, tmp_path / "run")
     assert result.final_step == 4 and result.data_position["consumed"] == {"train": 16}
@@ -129,10 +129,10 @@ def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_con
 
 def test_model_smaller_than_the_tokenizer_stops_before_step_one(tiny_config, tmp_path):
     folder = datakit_folder(tmp_path / "cache", vocab_size=4096)
-    with pytest.raises(ValueError, match=r"model.vocab_size is 256 .* vocabulary of 4096"):
+    with pytest.raises(ValueError, match=rf"model.vocab_size is {VOCAB_SIZE} .* vocabulary of 4096"):
         train(tiny_config, folder, tmp_path / "run")
     assert not (tmp_path / "run" / "checkpoints").exists()
-    (folder / "stats.json").write_text(json.dumps({"vocab_size": 256}))  # equal is fine: the line is >
+    (folder / "stats.json").write_text(json.dumps({"vocab_size": VOCAB_SIZE}))  # equal is fine: the line is >
     from marin_assets.train.loop import check_vocab, open_sources
 
     check_vocab(tiny_config, open_sources(folder))

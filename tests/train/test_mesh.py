@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from marin_assets.train import mesh as meshlib
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK = ROOT / "tests/train/mesh_check.py"
+CHECK = "tests.train.mesh_check"  # run as a module from ROOT (launch_argv: cwd and PYTHONPATH)
 STEPS = 20
 PROC_TIMEOUT_S = 900  # a few compiles; generous for a loaded 2-core CI machine
 
@@ -54,7 +54,7 @@ def launch_argv(n_processes: int, devices: int, argv: list[str], **env_extra) ->
 
 def launch(n_processes: int, devices: int, args: list[str], **env_extra) -> list[subprocess.Popen]:
     """The step-level harness (mesh_check.py) on ``n_processes`` x ``devices``."""
-    return launch_argv(n_processes, devices, [sys.executable, str(CHECK), *args], **env_extra)
+    return launch_argv(n_processes, devices, [sys.executable, "-m", CHECK, *args], **env_extra)
 
 
 def finish(procs: list[subprocess.Popen], timeout: float) -> None:

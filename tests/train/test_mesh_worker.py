@@ -13,10 +13,10 @@ import pytest
 from dagster_pipes import encode_param
 from hypothesis import given, settings, strategies as st
 
-from conftest import TINY
 from marin_assets.train.spec import TrainSpec, load_spec
 from marin_assets.orchestration.training_backends import WORKER_MODULE
 from marin_assets.train.worker import EXIT_BAD_SPEC
+from tests.support.configs import TINY_TRAIN
 
 spec_from_dict = TrainSpec.from_json_dict
 
@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def good_spec(caches, out_dir) -> dict:
-    return {"config": TINY, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
+    return {"config": TINY_TRAIN, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
             "resume": True, "warm_start": None}
 
 
 def test_spec_round_trips_and_names_bad_fields(tmp_path):
     spec = spec_from_dict(good_spec({"web": "/c"}, tmp_path))
-    assert spec.config.num_steps == TINY["num_steps"] and spec.resume is True
+    assert spec.config.num_steps == TINY_TRAIN["num_steps"] and spec.resume is True
     assert spec_from_dict(spec.to_json_dict()) == spec
     cases = {
         "missing key(s) ['resume']": {k: v for k, v in good_spec({"w": "/c"}, tmp_path).items() if k != "resume"},
@@ -38,7 +38,7 @@ def test_spec_round_trips_and_names_bad_fields(tmp_path):
         "spec.resume must be true or false": dict(good_spec({"w": "/c"}, tmp_path), resume="yes"),
         "spec.caches is empty": dict(good_spec({}, tmp_path)),
         "spec.config: unknown field(s) ['batch_sise']": dict(good_spec({"w": "/c"}, tmp_path),
-                                                              config=dict(TINY, batch_sise=3)),
+                                                              config=dict(TINY_TRAIN, batch_sise=3)),
         "spec.warm_start must be a non-empty string or null": dict(good_spec({"w": "/c"}, tmp_path), warm_start=3),
     }
     for message, data in cases.items():
@@ -100,14 +100,14 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     methods = [m["method"] for m in sent]
     assert methods[0] == "opened" and methods[-1] == "closed"
     rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
-    assert [r["step"] for r in rows] == list(range(1, TINY["num_steps"] + 1))
+    assert [r["step"] for r in rows] == list(range(1, TINY_TRAIN["num_steps"] + 1))
     logs = [m["params"]["message"] for m in sent if m["method"] == "log"]
     assert any("training main: 12 steps on mesh {'data': 1, 'expert': 1}" in line for line in logs)
     (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
     assert mat["asset_key"] == "train/tiny"
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
-    assert meta["final_step"] == TINY["num_steps"]
-    assert meta["tokens"] == TINY["num_steps"] * TINY["batch_size"] * TINY["seq_len"]
+    assert meta["final_step"] == TINY_TRAIN["num_steps"]
+    assert meta["tokens"] == TINY_TRAIN["num_steps"] * TINY_TRAIN["batch_size"] * TINY_TRAIN["seq_len"]
     assert meta["phase_start_step"] == 0 and set(meta["tokens_left"]) == set(caches)
     assert meta["last_loss"] == pytest.approx(rows[-1]["loss"])
     assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
@@ -135,7 +135,7 @@ def test_one_spec_class_for_the_orchestrator_and_the_worker(tmp_path):
     from marin_assets.train.config import config_from_dict
 
     assert training_backends.TrainSpec is TrainSpec
-    built = TrainSpec(config_from_dict(TINY), {"web": tmp_path / "web"}, tmp_path / "out",
+    built = TrainSpec(config_from_dict(TINY_TRAIN), {"web": tmp_path / "web"}, tmp_path / "out",
                       warm_start=tmp_path / "prev", telemetry_run="demo-kestrel")
     assert built.caches == {"web": str(tmp_path / "web")} and built.out_dir == str(tmp_path / "out")
     assert built.warm_start == str(tmp_path / "prev") and built.resume is True

@@ -16,15 +16,14 @@ import numpy as np
 import pytest
 from dagster_pipes import encode_param
 
-from conftest import TINY
 from marin_assets.orchestration.training_backends import WORKER_MODULE
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
-from test_mesh import PROC_TIMEOUT_S, finish
-from test_mesh import launch_argv as launch
+from tests.support.configs import TINY_TRAIN
+from tests.train.test_mesh import PROC_TIMEOUT_S, finish
+from tests.train.test_mesh import launch_argv as launch
 
-ROOT = Path(__file__).resolve().parents[2]
-CHECK = ROOT / "tests/train/train_check.py"
+CHECK = "tests.train.train_check"
 STEPS = 20
 TRANSPORTS = ("ragged", "pooled")
 
@@ -37,7 +36,7 @@ def layouts(caches, tmp_path_factory):
     caches_json.write_text(json.dumps({k: str(v) for k, v in caches.items()}))
     out = {}
     for name, (n_proc, devices, expert) in {"1x1": (1, 1, 1), "1x4": (1, 4, 4), "2x2": (2, 2, 2)}.items():
-        argv = [sys.executable, str(CHECK), "--caches", str(caches_json), "--out", str(root / name),
+        argv = [sys.executable, "-m", CHECK, "--caches", str(caches_json), "--out", str(root / name),
                 "--steps", str(STEPS), "--expert", str(expert)]
         finish(launch(n_proc, devices, argv), PROC_TIMEOUT_S)
         out[name] = {t: read_metrics(root / name / t / "metrics.jsonl") for t in TRANSPORTS}
@@ -62,7 +61,7 @@ def test_train_on_every_mesh_gives_the_same_losses(layouts, transport):
 
 
 def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
-    config = dict(TINY, num_steps=400, checkpoint_every_steps=20, batch_size=8)
+    config = dict(TINY_TRAIN, num_steps=400, checkpoint_every_steps=20, batch_size=8)
     return {"config": config, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
             "resume": resume, "warm_start": None}
 
@@ -98,7 +97,7 @@ def test_two_worker_processes_train_one_run_and_process_0_reports(straight):
     (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
     assert meta["mesh"] == {"data": 2, "expert": 2} and meta["devices"] == 4
-    assert meta["final_step"] == 400 and meta["tokens"] == 400 * 8 * TINY["seq_len"]
+    assert meta["final_step"] == 400 and meta["tokens"] == 400 * 8 * TINY_TRAIN["seq_len"]
     assert [r["step"] for r in read_metrics(straight / "out" / "metrics.jsonl")] == list(range(1, 401))
     assert rows[-1]["loss"] < rows[0]["loss"]
 

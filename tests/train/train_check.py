@@ -6,30 +6,25 @@ transport it trains ``--steps`` steps of the tiny MoE on the test caches with ca
 factors equal to the expert axis size (nothing can drop), into ``--out/<transport>``;
 every process calls ``train`` alike and process 0 writes the run's files.
 
-  python tests/train/train_check.py --caches caches.json --out DIR --steps 20 --expert 4
+  python -m tests.train.train_check --caches caches.json --out DIR --steps 20 --expert 4
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "train"))
-
-from marin_assets.train import mesh as meshlib  # noqa: E402
+from marin_assets.train import mesh as meshlib
+from tests.support.configs import TINY_TRAIN
 
 
 def config(transport: str, steps: int, capacity: float):
-    from conftest import TINY
     from marin_assets.train.config import config_from_dict
 
-    model = dict(TINY["model"], ep_transport=transport, capacity_factor_send=capacity,
+    model = dict(TINY_TRAIN["model"], ep_transport=transport, capacity_factor_send=capacity,
                  capacity_factor_recv=capacity)
-    return config_from_dict(dict(TINY, model=model, num_steps=steps, batch_size=8, checkpoint_every_steps=10))
+    return config_from_dict(dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=8, checkpoint_every_steps=10))
 
 
 def main() -> int:

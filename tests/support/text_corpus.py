@@ -1,5 +1,4 @@
-"""Deterministic pseudo-English for tests: one generator, shared by the test folders
-(tests/ is on sys.path through its conftest.py)."""
+"""Deterministic pseudo-English for tests: one generator, shared by the test folders."""
 
 from __future__ import annotations
 
