@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_flags_pass_through_to_the_driver():
-    args = argparse.Namespace(job="demo", json=True, skip_training=True, skip_scaling=False)
-    assert driver_command(args) == [sys.executable, "-m", "demo", "--job", "demo", "--json", "--skip-training"]
+    args = argparse.Namespace(json=True, skip_training=True, skip_scaling=False)
+    assert driver_command(args) == [sys.executable, "-m", "demo", "--json", "--skip-training"]
 
 
 def test_outside_the_repository_root_it_says_where_to_run(tmp_path):
@@ -27,5 +27,5 @@ def test_outside_the_repository_root_it_says_where_to_run(tmp_path):
 def test_the_driver_parses_the_same_flags():
     from demo.__main__ import parse_args
 
-    args = parse_args(["--job", "scaling", "--skip-training", "--skip-scaling", "--json"])
-    assert (args.job, args.skip_training, args.skip_scaling, args.json) == ("scaling", True, True, True)
+    args = parse_args(["--skip-training", "--skip-scaling", "--json"])
+    assert (args.skip_training, args.skip_scaling, args.json) == (True, True, True)
