@@ -1,5 +1,4 @@
 import jax
-import numpy as np
 import pytest
 
 from marin_assets.model import (ModelConfig, active_matmul_params, count_params, flops_per_token,
