@@ -3,7 +3,8 @@
 Under CI (``CI=true``, as `.ci/run` runs) a skipped test is a failed test: a missing
 PostgreSQL, Chromium or anchor file must turn CI red, not quietly shrink what it checked.
 Locally a skip stays a skip, with its reason (``make test`` prints them with ``-rs``).
-Every test session writes artifacts and telemetry under a temporary MARIN_PREFIX.
+Every test session writes artifacts and telemetry under a temporary MARIN_PREFIX, and no test
+records in the checkout's DAGSTER_HOME.
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session", autouse=True)
 def _artifacts_in_a_temporary_prefix(tmp_path_factory):
-    """Tests never write into the checkout's ./artifacts (where `make test` points
-    MARIN_PREFIX): code that defaults to $MARIN_PREFIX (the store, telemetry) lands in a
-    per-session temporary prefix instead. Tests that need their own prefix set it themselves."""
-    before = os.environ.get("MARIN_PREFIX")
+    """Tests never write into the checkout's ./artifacts and ./.dagster_home (where `make test`
+    points MARIN_PREFIX and DAGSTER_HOME): code that defaults to $MARIN_PREFIX (the store,
+    telemetry) lands in a per-session temporary prefix, and code that records in $DAGSTER_HOME's
+    instance when it is set (`marin datakit run`) uses an ephemeral one. Tests that need either
+    set it themselves."""
+    before = {name: os.environ.get(name) for name in ("MARIN_PREFIX", "DAGSTER_HOME")}
     os.environ["MARIN_PREFIX"] = str(tmp_path_factory.mktemp("marin_prefix"))
+    os.environ.pop("DAGSTER_HOME", None)
     yield
-    if before is None:
-        os.environ.pop("MARIN_PREFIX", None)
-    else:
-        os.environ["MARIN_PREFIX"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 FRESH_PROCESS_ENV = "MARIN_TEST_IN_FRESH_PROCESS"

@@ -12,8 +12,9 @@ promises, and nothing else under the prefix:
   PREFIX/summary.json          the summary, per-dataset counts and the runs
   PREFIX/run.json              the run's spec (run_location.py rebuilds its graph for the UI)
 and prints the summary as one JSON line. With $DAGSTER_HOME set the runs are recorded in that
-instance, on shard partitions of the run's own (the demo's datakit_shards are left alone). A run holds PREFIX/.datakit.lease while it works: a
-second run into the same prefix is refused, never interleaved. Exit 1 for bad input, a failed
+instance, on shard partitions of the run's own (the demo's datakit_shards are left alone). A
+run holds PREFIX/.datakit.lease while it works: a second run into the same prefix is refused,
+never interleaved. Exit 1 for bad input, a failed
 wave, a prefix in use, or a run that kept nothing. It lives in the definition layer (it
 imports assets/); the library CLI runs it as a process.
 """
@@ -84,8 +85,13 @@ def warm_imports() -> None:
 
 def recording_instance() -> dg.DagsterInstance:
     """$DAGSTER_HOME's instance when it is set (the runs and their materializations appear in
-    its UI: see run_location.py for the lineage), else an ephemeral one."""
-    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    its UI: see run_location.py for the lineage), else an ephemeral one. A $DAGSTER_HOME that
+    does not exist yet is made, as `make` and `marin demo` do (Dagster would refuse it)."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return dg.DagsterInstance.ephemeral()
+    os.makedirs(home, exist_ok=True)
+    return dg.DagsterInstance.get()
 
 
 def materialize(spec: RunSpec, store: ArtifactStoreResource, log) -> list[str]:

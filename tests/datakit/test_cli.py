@@ -314,3 +314,17 @@ def test_with_dagster_home_set_the_runs_are_recorded_there_with_their_lineage(tm
     upstream = graph.get(dg.AssetKey(["datasets", "in"])).parent_keys
     assert dg.AssetKey(["shards", "tokenized"]) in upstream
     assert dg.AssetKey(["sources", "in"]) in graph.get(dg.AssetKey(["shards", "index"])).parent_keys
+
+
+def test_a_dagster_home_that_does_not_exist_yet_is_made(tmp_path, monkeypatch):
+    # `make` exports DAGSTER_HOME=./.dagster_home before anything made it; Dagster alone refuses
+    # such a folder, and the CLI run died before it printed its summary.
+    from assets.datakit.run import recording_instance
+
+    home = tmp_path / "not" / "yet"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with recording_instance() as instance:
+        assert not instance.is_ephemeral and home.is_dir()
+    monkeypatch.delenv("DAGSTER_HOME")
+    with recording_instance() as instance:
+        assert instance.is_ephemeral
