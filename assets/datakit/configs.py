@@ -13,15 +13,46 @@ from marin_assets.datakit.sources import SourceConfig
 from marin_assets.datakit.tokenize import TokenizeConfig
 from marin_assets.orchestration.knob_configs import stage_config
 
-SourceAssetConfig = stage_config("SourceAssetConfig", (SourceConfig, ["docs_per_shard"]))
-QualityModelAssetConfig = stage_config("QualityModelAssetConfig", (QualityModelConfig, ["holdout_fraction"]))
-EvalNgramConfig = stage_config("EvalNgramConfig", (EvalSetsConfig, ["eval_sets"]), (DecontamConfig, ["false_positive_rate"]))
-ShardIndexConfig = stage_config("ShardIndexConfig", (ShardingConfig, ["shard_bytes"]))
-ShardNormalizeConfig = stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes"]))
-QualityConfig = stage_config("QualityConfig", (QualityScoreConfig, ["threshold"]))
-DecontamAssetConfig = stage_config("DecontamAssetConfig", (DecontamConfig, ["threshold"]))
-TokenizedConfig = stage_config("TokenizedConfig", (TokenizeConfig, ["validation_fraction", "min_validation_docs", "batch_docs"]))
+
+class SourceAssetConfig(stage_config("SourceAssetConfig", (SourceConfig, ["docs_per_shard"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
 
 
-FuzzyConfig = stage_config("FuzzyConfig", (FuzzyDedupConfig, ["jaccard_threshold"]))
-CandidatesConfig = stage_config("CandidatesConfig", (FuzzyDedupConfig, ["docs_per_reduce"]))
+class QualityModelAssetConfig(stage_config("QualityModelAssetConfig", (QualityModelConfig, ["holdout_fraction"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class EvalNgramConfig(
+    stage_config("EvalNgramConfig", (EvalSetsConfig, ["eval_sets"]), (DecontamConfig, ["false_positive_rate"]))
+):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class ShardIndexConfig(stage_config("ShardIndexConfig", (ShardingConfig, ["shard_bytes"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class ShardNormalizeConfig(stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class QualityConfig(stage_config("QualityConfig", (QualityScoreConfig, ["threshold"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class DecontamAssetConfig(stage_config("DecontamAssetConfig", (DecontamConfig, ["threshold"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class TokenizedConfig(
+    stage_config("TokenizedConfig", (TokenizeConfig, ["validation_fraction", "min_validation_docs", "batch_docs"]))
+):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class FuzzyConfig(stage_config("FuzzyConfig", (FuzzyDedupConfig, ["jaccard_threshold"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class CandidatesConfig(stage_config("CandidatesConfig", (FuzzyDedupConfig, ["docs_per_reduce"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""

@@ -19,7 +19,16 @@ from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
 
 from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
-from assets.datakit.common import checked_accounting, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
+from assets.datakit.common import (
+    checked_accounting,
+    every,
+    per_shard,
+    per_slice,
+    record_reduce,
+    reusable_reduce,
+    roots,
+    shard_file,
+)
 from assets.datakit.normalized import low_quality_list
 
 EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
@@ -39,8 +48,11 @@ def _removals_version(config, partition: str, inputs) -> dict[str, str]:
 
 
 def _filtered_version(config, partition: str, inputs) -> dict[str, str]:
-    return {"normalized": inputs["docs"].version, "quality": inputs["quality"].version,
-            "exact_list": inputs["exact"].counts["digest"]}
+    return {
+        "normalized": inputs["docs"].version,
+        "quality": inputs["quality"].version,
+        "exact_list": inputs["exact"].counts["digest"],
+    }
 
 
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
@@ -49,13 +61,15 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     @versioned_asset(key="shards/exact_map", code_version="1", ins={"docs": "shards/normalized"}, **per_shard(shards))
     def shard_exact_map(ctx: StageContext, docs: ArtifactRef):
         """(id, source, source_id, row) of one shard, one row group per hash bucket."""
-        return exact_map(ctx.partition_key, shard_file(docs), ctx.out_dir, EXACT)
+        return exact_map(ctx.partition, shard_file(docs), ctx.out_dir, EXACT)
 
-    @versioned_asset(key="shards/exact_reduce", code_version="3", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets))
+    @versioned_asset(
+        key="shards/exact_reduce", code_version="3", ins={"maps": every("shards/exact_map")}, **per_slice(exact_buckets)
+    )
     def shard_exact_reduce(ctx: StageContext, maps: dict[str, ArtifactRef]):
         """One hash bucket of every shard's map: the copies of an id, the lowest one kept. After
         new shards it reads this bucket's earlier marks plus the new shards' maps only."""
-        bucket = partition_index(ctx.partition_key, "bucket-", EXACT_BUCKETS)
+        bucket = partition_index(ctx.partition, "bucket-", EXACT_BUCKETS)
         how = {"format": MARKS_FORMAT}
         reuse, reused = reusable_reduce(ctx, maps, how)
         new = roots({k: ref for k, ref in maps.items() if k not in reused})
@@ -63,20 +77,35 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         record_reduce(ctx, maps, how)
         return {**counts, "shards": len(maps), "shards_reused": len(reused)}
 
-    @versioned_asset(key="shards/exact_removals", code_version="2", ins={"reduces": every("shards/exact_reduce")},
-                     version_inputs=_removals_version, **per_shard(shards))
+    @versioned_asset(
+        key="shards/exact_removals",
+        code_version="2",
+        ins={"reduces": every("shards/exact_reduce")},
+        version_inputs=_removals_version,
+        **per_shard(shards),
+    )
     def shard_exact_removals(ctx: StageContext, reduces: dict[str, ArtifactRef]):
         """This shard's exact-duplicate removal list (its row group of every bucket), with its digest."""
-        return exact_removals(ctx.partition_key, roots(reduces), removal_list_path(ctx.out_dir, ctx.partition_key))
+        return exact_removals(ctx.partition, roots(reduces), removal_list_path(ctx.out_dir, ctx.partition))
 
-    @versioned_asset(key="shards/filtered_exact", code_version="1",
-                     ins={"docs": "shards/normalized", "quality": "shards/quality", "exact": "shards/exact_removals"},
-                     version_inputs=_filtered_version, **per_shard(shards))
+    @versioned_asset(
+        key="shards/filtered_exact",
+        code_version="1",
+        ins={"docs": "shards/normalized", "quality": "shards/quality", "exact": "shards/exact_removals"},
+        version_inputs=_filtered_version,
+        **per_shard(shards),
+    )
     def shard_filtered_exact(ctx: StageContext, docs: ArtifactRef, quality: ArtifactRef, exact: ArtifactRef):
         """The shard minus its low-quality rows and exact duplicates (a row both counts as low_quality)."""
-        counts = apply_removals(shard_file(docs), [low_quality_list(quality), exact_list(exact)], join(ctx.out_dir, shard_name(0, 1)))
-        summary = {"docs_in": docs.counts["docs_in"], "docs_out": counts["docs_out"], "removed": counts["removed"],
-                   "quarantined": docs.counts["quarantined"]}
-        return checked_accounting(f"shards/filtered_exact[{ctx.partition_key}]", summary)
+        counts = apply_removals(
+            shard_file(docs), [low_quality_list(quality), exact_list(exact)], join(ctx.out_dir, shard_name(0, 1))
+        )
+        summary = {
+            "docs_in": docs.counts["docs_in"],
+            "docs_out": counts["docs_out"],
+            "removed": counts["removed"],
+            "quarantined": docs.counts["quarantined"],
+        }
+        return checked_accounting(f"shards/filtered_exact[{ctx.partition}]", summary)
 
     return [shard_exact_map, shard_exact_reduce, shard_exact_removals, shard_filtered_exact]

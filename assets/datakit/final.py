@@ -35,8 +35,8 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     def shard_decontam(ctx: StageContext, config: DecontamAssetConfig, docs: ArtifactRef, index: ArtifactRef):
         """Eval 13-gram overlap of every document of one shard, and the contaminated removal list."""
         counts = decontaminate([shard_file(docs)], EvalNgramIndex.load(index.data_path), ctx.out_dir, library_config(config, DecontamConfig))
-        flagged = flag_removals(join(ctx.out_dir, shard_name(0, 1)), "contaminated", "contaminated", ctx.partition_key,
-                                removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
+        flagged = flag_removals(join(ctx.out_dir, shard_name(0, 1)), "contaminated", "contaminated", ctx.partition,
+                                removal_list_path(join(ctx.out_dir, "removals"), ctx.partition))
         return {**counts, "digest": flagged["digest"]}
 
     @versioned_asset(key="shards/final", code_version="1",
@@ -45,7 +45,7 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     def shard_final(ctx: StageContext, docs: ArtifactRef, fuzzy: ArtifactRef, decon: ArtifactRef):
         """What goes to tokenization, with this shard's whole accounting:
         docs_in = docs_out + removed (per reason) + quarantined."""
-        key = ctx.partition_key
+        key = ctx.partition
         contaminated = removal_list_path(join(decon.data_path, "removals"), key)
         counts = apply_removals(shard_file(docs), [fuzzy_list(fuzzy, key), contaminated], join(ctx.out_dir, shard_name(0, 1)))
         summary = {"docs_in": docs.counts["docs_in"], "docs_out": counts["docs_out"],

@@ -26,7 +26,17 @@ from marin_assets.store import ArtifactRef
 
 from assets.datakit.configs import CandidatesConfig, FuzzyConfig
 from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
-from assets.datakit.common import GROUP, REDUCE_TAGS, every, per_shard, per_slice, record_reduce, reusable_reduce, roots, shard_file
+from assets.datakit.common import (
+    GROUP,
+    REDUCE_TAGS,
+    every,
+    per_shard,
+    per_slice,
+    record_reduce,
+    reusable_reduce,
+    roots,
+    shard_file,
+)
 
 MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
 assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"
@@ -64,13 +74,18 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     @versioned_asset(key="shards/fuzzy_map", code_version="1", ins={"docs": "shards/filtered_exact"}, **per_shard(shards))
     def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
         """MinHash band keys of one shard's documents, one sorted file per band."""
-        return fuzzy_map(ctx.partition_key, shard_file(docs), ctx.out_dir, MINHASH)
+        return fuzzy_map(ctx.partition, shard_file(docs), ctx.out_dir, MINHASH)
 
-    @versioned_asset(key="shards/fuzzy_candidates", code_version="5", config_cls=CandidatesConfig,
-                     ins={"maps": every("shards/fuzzy_map")}, **per_slice(fuzzy_bands))
+    @versioned_asset(
+        key="shards/fuzzy_candidates",
+        code_version="5",
+        config_cls=CandidatesConfig,
+        ins={"maps": every("shards/fuzzy_map")},
+        **per_slice(fuzzy_bands),
+    )
     def shard_fuzzy_candidates(ctx: StageContext, config: CandidatesConfig, maps: dict[str, ArtifactRef]):
         """Candidate pairs of one LSH band across every shard, its key ranges one at a time."""
-        band = partition_index(ctx.partition_key, "band-", FUZZY_BANDS)
+        band = partition_index(ctx.partition, "band-", FUZZY_BANDS)
         docs = sum(ref.counts["docs"] for ref in maps.values())
         ranges = band_reduce_ranges(docs, config.docs_per_reduce)
         how = {"format": KEYS_FORMAT, "ranges": ranges}
@@ -83,17 +98,29 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         record_reduce(ctx, maps, how)
         return {**totals, "ranges": ranges, "shards": len(maps), "shards_reused": len(reused), "docs": docs}
 
-    @versioned_asset(key="shards/fuzzy_edges", code_version="2", config_cls=FuzzyConfig,
-                     ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
-                     version_inputs=_edges_version, **per_shard(shards))
-    def shard_fuzzy_edges(ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]):
+    @versioned_asset(
+        key="shards/fuzzy_edges",
+        code_version="2",
+        config_cls=FuzzyConfig,
+        ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
+        version_inputs=_edges_version,
+        **per_shard(shards),
+    )
+    def shard_fuzzy_edges(
+        ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]
+    ):
         """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
         verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
         shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
-        return fuzzy_verify(ctx.partition_key, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
+        return fuzzy_verify(ctx.partition, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
 
-    @versioned_asset(key="shards/fuzzy_removals", code_version="2", ins={"edges": every("shards/fuzzy_edges")},
-                     group_name=GROUP, tags=REDUCE_TAGS)
+    @versioned_asset(
+        key="shards/fuzzy_removals",
+        code_version="2",
+        ins={"edges": every("shards/fuzzy_edges")},
+        group_name=GROUP,
+        tags=REDUCE_TAGS,
+    )
     def shard_fuzzy_removals(ctx: StageContext, edges: dict[str, ArtifactRef]):
         """Connected components over every verified edge: one removal list per shard."""
         resolved = fuzzy_resolve({key: join(ref.data_path, EDGES_FILE) for key, ref in edges.items()}, ctx.out_dir)

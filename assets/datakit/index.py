@@ -62,14 +62,15 @@ def register_shards(instance: dg.DagsterInstance, keys: list[str], shards: dg.Dy
     calls it after every run, computed or a cache hit (versioned_asset's on_ref), so a fresh
     instance over an existing store gets the partitions too.
     """
-    have = instance.get_dynamic_partitions(shards.name)  # one query, not one per key
+    name = shards.name or ""  # a dynamic partitions definition always has one
+    have = instance.get_dynamic_partitions(name)  # one query, not one per key
     wanted, registered = {check_shard_key(k) for k in keys}, set(have)
     new = [k for k in keys if k not in registered]
     stale = [k for k in have if k not in wanted]
     if new:
-        instance.add_dynamic_partitions(shards.name, new)
+        instance.add_dynamic_partitions(name, new)
     for key in stale:
-        instance.delete_dynamic_partition(shards.name, key)
+        instance.delete_dynamic_partition(name, key)
     return len(new), len(stale)
 
 

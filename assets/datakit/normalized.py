@@ -43,7 +43,7 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
                      version_inputs=_raw_version, **per_shard(shards))
     def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
         """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
-        entry = index_entry(index, ctx.partition_key)
+        entry = index_entry(index, ctx.partition)
         reader = library_config(config, ReaderConfig)
         counts = normalize([entry["file"]], ctx.out_dir, LibNormalizeConfig(source=entry["source"], reader=reader, **ONE_PART))
         if not list_shards(ctx.out_dir):  # every record quarantined: an empty shard keeps the graph uniform
@@ -58,7 +58,7 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         model_dir = model.data_path if model.files("quality_model.json") else None
         counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, library_config(config, QualityScoreConfig))
         attrs = join(ctx.out_dir, shard_name(0, 1))
-        low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition_key, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition_key))
+        low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition))
         return {**counts, "low_quality_digest": low["digest"]}
 
     return [shard_normalized, shard_quality]

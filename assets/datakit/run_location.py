@@ -26,17 +26,22 @@ PREFIX_ENV = "MARIN_DATAKIT_PREFIX"
 
 def definitions_for(prefix: str) -> dg.Definitions:
     """The Definitions of the run whose --prefix was ``prefix``."""
-    import fsspec
+    from marin_assets.store.fsutil import filesystem
 
+    fs, path = filesystem(join(prefix, RUN_FILE))
     try:
-        with fsspec.open(join(prefix, RUN_FILE), "r") as f:
-            spec = RunSpec.from_json(f.read())
+        with fs.open(path, "rb") as f:
+            data = f.read()
+        spec = RunSpec.from_json(data.decode("utf-8") if isinstance(data, bytes) else data)
     except FileNotFoundError:
         raise FileNotFoundError(f"{join(prefix, RUN_FILE)}: no `marin datakit run` has finished into {prefix}") from None
     assets, checks, _ = user_graph(spec)
     store = ArtifactStoreResource(prefix=join(prefix, STORE_ENTRY))
-    return dg.Definitions(assets=assets, asset_checks=checks,
-                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+    )
 
 
 defs = definitions_for(os.environ[PREFIX_ENV]) if os.environ.get(PREFIX_ENV) else dg.Definitions()

@@ -3,7 +3,7 @@
 The flags (generated from the library's knobs: marin_assets/knobs.py) and paths are checked
 here, before any work; then the graph driver, which lives in the definition layer
 (assets/datakit/run.py, which the library never imports), runs as
-``python -m assets.datakit.run --spec JSON`` (an argv list), on an ephemeral Dagster instance
+``python -m assets.datakit.run --spec JSON`` (an argv list: marin_assets/datakit/driver.py), on an ephemeral Dagster instance
 with its artifact store under --prefix. Its stderr (progress) and stdout (the summary line)
 are passed through; its exit status is the command's. The result is a dataset index,
 ``PREFIX/cache``, over per-shard Levanter caches: ``marin train --cache PREFIX/cache`` reads it.
@@ -12,10 +12,7 @@ are passed through; its exit status is the command's. The result is a dataset in
 from __future__ import annotations
 
 import argparse
-import codecs
-import subprocess
 import sys
-import threading
 
 
 def register(subparsers) -> None:
@@ -55,9 +52,6 @@ def register(subparsers) -> None:
     run.set_defaults(handler=run_handler)
 
 
-DRIVER = "assets.datakit.run"
-
-
 def run_handler(args: argparse.Namespace) -> int:
     """Exit 0 with the summary; 2 for a bad flag, 1 for a failed run or one that kept nothing.
 
@@ -65,6 +59,7 @@ def run_handler(args: argparse.Namespace) -> int:
     construction, check_run_inputs, every eval item read).
     """
     from marin_assets.datakit.decontaminate import DecontamConfig
+    from marin_assets.datakit.driver import run_driver
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
     from marin_assets.datakit.quality import QualityScoreConfig
     from marin_assets.datakit.readers import ReaderConfig
@@ -100,22 +95,4 @@ def run_handler(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"marin datakit run: {e}", file=sys.stderr)
         return 1
-    return run_driver([sys.executable, "-m", DRIVER, "--spec", spec.to_json()])
-
-
-def run_driver(argv: list[str]) -> int:
-    """Run the driver; relay its stderr as it comes and its stdout (the summary) to ours."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def relay(stream, out) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end inside a character
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            out.write(decoder.decode(chunk))
-            out.flush()
-        out.write(decoder.decode(b"", final=True))
-
-    errors = threading.Thread(target=relay, args=(proc.stderr, sys.stderr), daemon=True)
-    errors.start()
-    relay(proc.stdout, sys.stdout)
-    errors.join()
-    return proc.wait()
+    return run_driver(spec)

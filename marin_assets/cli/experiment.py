@@ -4,8 +4,9 @@ screen RECORD [--json] [--store PREFIX] [--report DIR]
     Runs every (arm, budget, seed) of the record (content-cached in the artifact store, so
     a rerun only computes what is new), fits the baseline's loss vs compute and prints one
     line per arm: {"arm", "effective_speedup", "ci_low", "ci_high", "runs"} (--json), or a
-    table. Exit codes: 0 done and every control arm's expectation held; 3 a control failed
-    (the screen cannot be trusted); 2 bad record, or a started record was edited.
+    table. The corpus is a DataKit dataset made first (experiments/data.py). Exit codes: 0 done
+    and every control arm's expectation held; 3 a control failed (the screen cannot be
+    trusted); 2 bad record, or a started record was edited; 1 the DataKit run failed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def _screen(args: argparse.Namespace) -> int:
     ensure_compile_cache()
 
     from marin_assets.experiments.analysis import render_report
+    from marin_assets.experiments.data import CorpusError
     from marin_assets.experiments.record import load_record
     from marin_assets.experiments.screen import run_screen
     from marin_assets.settings import artifact_prefix
@@ -49,6 +51,9 @@ def _screen(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"marin experiment screen: {exc}", file=sys.stderr)
         return 2
+    except CorpusError as exc:
+        print(f"marin experiment screen: {exc}", file=sys.stderr)
+        return 1
     for arm in result["arms"]:
         if args.json:
             print(json.dumps({k: arm[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")}))

@@ -137,7 +137,7 @@ def ngram_hashes_many(texts: Sequence[str], config: DecontamConfig = DecontamCon
         tokens = [tok for i in long_ones for tok in split[i]]
         text_of = np.repeat(np.asarray(long_ones, dtype=np.int64), [len(split[i]) for i in long_ones])
         h, lettered = _windows(*_token_arrays_many(tokens), n)
-        keep = lettered & (text_of[: h.size] == text_of[n - 1:])  # windows inside one text
+        keep = lettered & (text_of[: h.size] == text_of[n - 1 :])  # windows inside one text
         parts_h.append(h[keep])
         parts_i.append(text_of[: h.size][keep])
     short_ones = [i for i, tokens in enumerate(split) if config.short_min_tokens <= len(tokens) < n]
@@ -193,7 +193,7 @@ class EvalNgramIndex:
         has_grams = np.zeros(len(items), dtype=bool)
         has_grams[text_index] = True
         number = np.cumsum(has_grams) - 1
-        eval_ids = [str(eval_id) for (eval_id, _), kept in zip(items, has_grams) if kept]
+        eval_ids = [str(eval_id) for (eval_id, _), kept in zip(items, has_grams, strict=True) if kept]
         skipped = len(items) - len(eval_ids)
         item_of = number[text_index].astype(np.int32)
         # One sort for every item: by hash, then item; each (hash, item) pair kept once.
@@ -218,7 +218,7 @@ class EvalNgramIndex:
         lo = np.searchsorted(self.sidecar_hashes, hashes, side="left")
         hi = np.searchsorted(self.sidecar_hashes, hashes, side="right")
         items: set[int] = set()
-        for a, b in zip(lo, hi):
+        for a, b in zip(lo, hi, strict=True):
             items.update(self.sidecar_items[a:b].tolist())
         return sorted(self.eval_ids[i] for i in items)
 
@@ -340,7 +340,7 @@ def decontaminate(
         ids, texts = read_id_text(path)
         overlaps, matched = [], []
         for start in range(0, len(texts), SCORE_BATCH_DOCS):
-            batch_overlaps, batch_matched = score_texts(index, texts[start:start + SCORE_BATCH_DOCS])
+            batch_overlaps, batch_matched = score_texts(index, texts[start : start + SCORE_BATCH_DOCS])
             overlaps += batch_overlaps
             matched += batch_matched
         flags = [overlap >= config.threshold for overlap in overlaps]

@@ -63,6 +63,8 @@ def analyze(record: ExperimentRecord, rows: Sequence[Mapping], bootstrap_seed: i
         "bootstrap": {"n": record.bootstrap, "level": 0.95, "unit": "seed"},
         "runs": [{k: r[k] for k in ("arm", "budget", "seed", "flops", "steps", "validation_loss", "seconds")}
                  for r in rows],
+        # The dataset(s) the runs read (runs.execute_run's ``corpus``); rows made before it say none.
+        "corpus_versions": sorted({r["corpus"]["version"] for r in rows if "corpus" in r}),
     }
 
 
@@ -165,7 +167,9 @@ def report_markdown(record: ExperimentRecord, analysis: Mapping, image_links: Ma
         "## Effective speedup", "",
         f"Baseline fit L(C) = {analysis['baseline_fit']['E']:.4g} + {analysis['baseline_fit']['A']:.4g} "
         f"C^-{analysis['baseline_fit']['alpha']:.4g}; noise floor (leave one baseline seed out): "
-        f"x{_fmt(floor)}; {analysis['bootstrap']['n']} bootstrap resamples over seeds, 95% intervals.", "",
+        f"x{_fmt(floor)}; {analysis['bootstrap']['n']} bootstrap resamples over seeds, 95% intervals." +
+        "".join(f" Data: the DataKit dataset of the first {record.data_files} standard-library files, version {v[:16]}."
+                for v in analysis.get("corpus_versions", [])), "",
         "| arm | effective speedup | 95% interval | runs | beyond noise |",
         "|---|---|---|---|---|",
     ]

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the config module imports jax; the outline (code-location l
     from marin_assets.train.config import TrainConfig
 
 BASELINE = "baseline"
+DEFAULT_DATA_FILES = 80  # standard-library files in the screens' corpus (experiments/data.py)
 CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "speedup_below")
 # Names become partition keys "<arm>-C<budget>-s<seed>" and path segments, so they may not
 # contain the "-" separator (validate_segment then refuses anything path-unsafe).
@@ -224,7 +225,7 @@ class ExperimentRecord:
     schedule: ScheduleScaling = ScheduleScaling()
     validation_windows: int = 64
     bootstrap: int = 1000
-    data_files: int = 80  # standard-library files in the byte-level corpus
+    data_files: int = DEFAULT_DATA_FILES  # standard-library files in the corpus (a DataKit dataset: data.py)
     amendments: tuple[Amendment, ...] = ()  # not frozen: see the module docstring
     source: str = "<inline>"
 
@@ -265,13 +266,14 @@ class ExperimentRecord:
                 return arm
         raise KeyError(f"experiment {self.name}: no arm {name!r}; arms: {[a.name for a in self.all_arms()]}")
 
-    def train_config(self, arm: str) -> TrainConfig:
-        """The arm's TrainConfig before the per-budget step count (baseline + change)."""
+    def train_config(self, arm: str, vocab_size: int | None = None) -> TrainConfig:
+        """The arm's TrainConfig before the per-budget step count (baseline + change);
+        ``vocab_size`` (the corpus's) fills ``model.vocab_size`` where neither sets it."""
         from marin_assets.train.config import config_from_dict
 
         where = f"{self.source}: arm {arm!r}"
         try:
-            return config_from_dict(merge(self.baseline, self.arm(arm).change), where=where)
+            return config_from_dict(merge(self.baseline, self.arm(arm).change), where=where, vocab_size=vocab_size)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: invalid config: {e}") from None
 
@@ -317,13 +319,23 @@ def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
             raise ValueError(f"{source}: baseline.config {config!r}: no such file {path}")
         config = load_structured(path) or {}
     data = merge(_mapping(config, f"{source}: baseline.config"), _mapping(spec.get("override"), f"{source}: baseline.override"))
-    return config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
+    resolved = config_to_dict(config_from_dict(data, where=f"{source}: baseline"))
+    if "vocab_size" not in _mapping(data.get("model"), f"{source}: baseline model"):
+        del resolved["model"]["vocab_size"]  # unset: the corpus's vocabulary, filled per run (train_config)
+    return resolved
 
 
 def _budgets(budgets: Any, source: str) -> tuple[float, ...]:
     if not isinstance(budgets, (list, tuple)):
         raise ValueError(f"{source}: budgets must be a list of FLOP counts, got {budgets!r}")
     return tuple(_finite(_yaml_number(b), f"{source}: budgets[{i}]") for i, b in enumerate(budgets))
+
+
+def _int_field(data: Mapping[str, Any], key: str, default: int, source: str) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{source}: {key} must be an int, got {value!r}")
+    return value
 
 
 def _read_yaml(path: Path) -> Any:
@@ -344,6 +356,7 @@ class RecordOutline:
     name: str
     hypothesis: str
     runs: tuple[tuple[str, float, int], ...]  # (arm, budget, seed), baseline first, in plan order
+    data_files: int = DEFAULT_DATA_FILES  # the corpus the runs read (the code location materialises it)
 
 
 def record_outline(path: str | Path) -> RecordOutline:
@@ -364,7 +377,8 @@ def record_outline(path: str | Path) -> RecordOutline:
         spec = _mapping(spec, f"{source}: arms.{arm}")
         seeds = _seeds(spec["seeds"], f"{source}: arms.{arm}.seeds") if "seeds" in spec else arms[0][1]
         arms.append((validate_name(arm, f"{source}: arm name"), seeds))
-    return RecordOutline(name, data["hypothesis"], tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds))
+    return RecordOutline(name, data["hypothesis"], tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds),
+                         _int_field(data, "data_files", DEFAULT_DATA_FILES, source))
 
 
 def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inline>") -> ExperimentRecord:
@@ -412,12 +426,8 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
     unknown = sorted(set(schedule) - {"warmup_fraction", "decay_fraction"})
     if unknown:
         raise ValueError(f"{source}: schedule: unknown field(s) {unknown}")
-    ints = {}
-    for key, default in (("validation_windows", 64), ("bootstrap", 1000), ("data_files", 80)):
-        value = data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{source}: {key} must be an int, got {value!r}")
-        ints[key] = value
+    ints = {key: _int_field(data, key, default, source)
+            for key, default in (("validation_windows", 64), ("bootstrap", 1000), ("data_files", DEFAULT_DATA_FILES))}
     links = _mapping(data.get("links"), f"{source}: links")
     return ExperimentRecord(
         name=name, hypothesis=hypothesis, links=links, baseline=_baseline(data["baseline"], Path(base_dir), source),

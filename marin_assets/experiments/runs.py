@@ -2,16 +2,20 @@
 
 A run trains the arm's config for the steps its FLOP budget buys (``model.flops``
 convention: the arm's own FLOPs per token, so a cheaper architecture gets more steps), on
-the standard-library byte corpus (``data.py``), then scores the final checkpoint's mean
-cross-entropy on the validation split with the trained router bias. With ``wandb: true`` in
-the arm's config (offline unless ``WANDB_MODE`` says otherwise) the run also logs to W&B:
-its row then links the W&B run (``wandb``: run id, mode, folder) and the artifact keeps the
-offline run folder for ``wandb sync``; without it the row has no ``wandb`` key. Runs are artifacts in
-the content-versioned store: the version hashes the full TrainConfig, the evaluation
-settings and the corpus version, so a rerun of the same arm/budget/seed is a cache hit,
-and any change to what the run computes is a new version. Each run.json also keeps the
-stamp of the record it ran under (``lock.run_stamp``: the frozen fields and their hashes),
-so the freeze of a started experiment lives in its runs, not only in ``LOCK.json``.
+the screens' corpus (``data.py``: a DataKit dataset of standard-library sources, read in
+place through its index, as ``marin train`` reads one), then scores the final checkpoint's
+mean cross-entropy on the dataset's held-out split with the trained router bias. The model's
+vocabulary is the dataset's where the record leaves ``model.vocab_size`` unset. With
+``wandb: true`` in the arm's config (offline unless ``WANDB_MODE`` says otherwise) the run
+also logs to W&B: its row then links the W&B run (``wandb``: run id, mode, folder) and the
+artifact keeps the offline run folder for ``wandb sync``; without it the row has no ``wandb``
+key. Runs are artifacts in the content-versioned store: the version hashes the full
+TrainConfig, the evaluation settings and the corpus version (the digest of the dataset
+index), so a rerun of the same arm/budget/seed is a cache hit, and any change to what the
+run computes is a new version. Each run.json names the dataset it read (``corpus``: index
+path and version) and keeps the stamp of the record it ran under (``lock.run_stamp``: the
+frozen fields and their hashes), so the freeze of a started experiment lives in its runs,
+not only in ``LOCK.json``.
 """
 
 from __future__ import annotations
@@ -24,20 +28,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from marin_assets.experiments import data as corpus
+from marin_assets.experiments.data import CORPUS_KEY, Corpus
 from marin_assets.experiments.lock import STAMP_KEY, check_lock, check_run_rows, lock_arm, run_stamp
 from marin_assets.experiments.record import ExperimentRecord, validate_name
 from marin_assets.experiments.speedup import RunLoss
 from marin_assets.scaling.sweep import budget_label
 from marin_assets.store import ArtifactRef, ArtifactStore, compute_version
-from marin_assets.store.fsutil import join, read_json, write_json_atomic
+from marin_assets.store.fsutil import join, read_json
 
 if TYPE_CHECKING:  # imports jax: only where a run is planned or executed (see record.RecordOutline)
     from marin_assets.train.config import TrainConfig
 
-CODE_VERSION = "1"
-CORPUS_KEY = "experiments/stdlib_bytes"
-RESERVED_NAMES = ("stdlib_bytes",)  # experiment names that would collide with CORPUS_KEY
+CODE_VERSION = "2"  # 2: the corpus is a DataKit dataset (index + held-out split), vocab from the dataset
+RESERVED_NAMES = (CORPUS_KEY.split("/", 1)[1],)  # an experiment's folder would be the corpus's
 MIN_STEPS = 10
 
 
@@ -81,15 +84,16 @@ class RunSpec:
         return self.flops_per_token * self.config.num_steps * self.config.tokens_per_step
 
 
-def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> RunSpec:
-    """The arm's config with the steps ``budget`` buys and a WSD schedule scaled to them."""
+def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int, vocab_size: int) -> RunSpec:
+    """The arm's config with the steps ``budget`` buys and a WSD schedule scaled to them;
+    ``vocab_size`` (the corpus's) fills ``model.vocab_size`` where the record leaves it unset."""
     from marin_assets.model import flops_per_token
     from marin_assets.train.config import replace
 
-    base = record.train_config(arm)
-    if base.model.vocab_size != corpus.VOCAB_SIZE:
-        raise ValueError(f"{record.source}: arm {arm!r}: model.vocab_size must be {corpus.VOCAB_SIZE} "
-                         f"(the byte-level corpus), got {base.model.vocab_size}")
+    base = record.train_config(arm, vocab_size=vocab_size)
+    if base.model.vocab_size < vocab_size:
+        raise ValueError(f"{record.source}: arm {arm!r}: model.vocab_size {base.model.vocab_size} is below the corpus's "
+                         f"vocabulary {vocab_size}; leave it unset to take the corpus's")
     fpt = flops_per_token(base.model, base.seq_len)
     steps = round(budget / (fpt * base.tokens_per_step))
     if steps < MIN_STEPS:
@@ -106,12 +110,18 @@ def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int) -> Ru
     return RunSpec(record.name, arm, budget, seed, config, fpt)
 
 
-def plan_runs(record: ExperimentRecord) -> list[RunSpec]:
-    """Every run of the record: arms in record order (baseline first), budgets, seeds."""
+def run_keys(record: ExperimentRecord) -> list[str]:
+    """Every run's partition key, in plan order: arms in record order (baseline first), budgets, seeds."""
     labels = [budget_label(b) for b in record.budgets]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{record.source}: budgets must differ at 2 significant digits, got {labels}")
-    return [run_spec(record, arm.name, b, s) for arm in record.all_arms() for b in record.budgets for s in arm.seeds]
+    return [partition_key(arm.name, b, s) for arm in record.all_arms() for b in record.budgets for s in arm.seeds]
+
+
+def plan_runs(record: ExperimentRecord, vocab_size: int) -> list[RunSpec]:
+    """Every run of the record (``run_keys`` order), on a corpus of ``vocab_size`` ids."""
+    run_keys(record)  # the budgets' labels are distinct
+    return [run_spec(record, arm.name, b, s, vocab_size) for arm in record.all_arms() for b in record.budgets for s in arm.seeds]
 
 
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
@@ -125,35 +135,25 @@ def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) ->
 # ---------------------------------------------------------------- execution
 
 
-def materialize_corpus(store: ArtifactStore, n_files: int, log: Callable[[str], None] = print) -> ArtifactRef:
-    version = compute_version(CORPUS_KEY, CODE_VERSION, {"files": n_files, "content": corpus.fingerprint(n_files)})
-
-    def build(out: str) -> dict:
-        log(f"building the byte-level corpus ({n_files} standard-library files)")
-        stats = corpus.build_caches(out, n_files)
-        write_json_atomic(store.fs, join(out, "stats.json"), stats)
-        return {split: s["tokens"] for split, s in stats.items()}
-
-    return store.materialize(CORPUS_KEY, None, version, build, {"config": {"files": n_files}}).ref
-
-
-def validation_loss(checkpoint_dir: Path, validation_cache: str, seq_len: int, windows: int,
+def validation_loss(checkpoint_dir: Path, dataset_index: str, seq_len: int, windows: int,
                     batch_size: int = 32) -> float:
     """Mean next-token cross-entropy (nats) over the first ``windows`` non-overlapping
-    ``seq_len`` windows, with the run's own trained router bias (MoE routing as trained)."""
+    ``seq_len`` windows of the dataset's held-out split (its shards' validation caches, in
+    order, opened by the trainer's reader), with the run's own trained router bias (MoE
+    routing as trained)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from marin_assets.evaluation.run import load_model_from_checkpoint
     from marin_assets.model import loss_fn
-    from marin_assets.train.data import TokenCache
+    from marin_assets.train.sources import open_sources
 
     params, model_config, bias, _ = load_model_from_checkpoint(checkpoint_dir)
-    cache = TokenCache(validation_cache)
-    n = min(cache.num_tokens // seq_len, windows)
-    if n < windows:
-        raise ValueError(f"validation cache {validation_cache} holds {n} windows of {seq_len}, fewer than {windows}")
+    cache = open_sources({"corpus": dataset_index})["corpus"].validation
+    n = 0 if cache is None else min(cache.num_tokens // seq_len, windows)
+    if cache is None or n < windows:
+        raise ValueError(f"the held-out split of {dataset_index} holds {n} windows of {seq_len} tokens, fewer than {windows}")
     ce = jax.jit(lambda p, tokens: loss_fn(p, tokens, model_config, bias)[1]["ce_loss"])
     total = 0.0
     for lo in range(0, n, batch_size):
@@ -192,28 +192,27 @@ def _keep_wandb_run(spec: RunSpec, train_out: Path, out_dir: str) -> dict:
     return {"run_id": run_id, "mode": mode, "dir": kept}
 
 
-def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int, out_dir: str,
+def execute_run(spec: RunSpec, corpus: Corpus, validation_windows: int, out_dir: str,
                 stamp: Mapping[str, Any] | None = None) -> dict:
-    """Train and score one run; write run.json (with ``stamp`` under STAMP_KEY if given) and metrics.jsonl."""
+    """Train and score one run on ``corpus``; write run.json (the dataset it read under ``corpus``,
+    ``stamp`` under STAMP_KEY if given) and metrics.jsonl."""
     import fsspec
 
     from marin_assets.train.config import config_to_dict
     from marin_assets.train.loop import train
 
-    caches = {"train": join(corpus_ref.data_path, "train")}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="experiment-run-") as scratch:
-        result = train(spec.config, caches, scratch, resume=False)
+        result = train(spec.config, {"train": corpus.index}, scratch, resume=False)
         if result.final_step != spec.config.num_steps:
             raise RuntimeError(f"run {spec.key} stopped at step {result.final_step} of {spec.config.num_steps}")
-        loss = validation_loss(result.checkpoint_dir, join(corpus_ref.data_path, "validation"),
-                               spec.config.seq_len, validation_windows)
+        loss = validation_loss(result.checkpoint_dir, corpus.index, spec.config.seq_len, validation_windows)
         metrics = (Path(scratch) / "metrics.jsonl").read_bytes()
         link = _keep_wandb_run(spec, Path(scratch), out_dir) if spec.config.wandb else None
     row = {"arm": spec.arm, "budget": spec.budget, "seed": spec.seed, "flops": spec.flops,
            "steps": spec.config.num_steps, "tokens": result.tokens, "validation_loss": loss,
            "train_loss": result.last_loss, "counts": result.counts, "seconds": round(time.monotonic() - started, 2),
-           "config": config_to_dict(spec.config)}
+           "config": config_to_dict(spec.config), "corpus": {"index": corpus.index, "version": corpus.version}}
     if link is not None:
         row["wandb"] = link
     if stamp is not None:
@@ -225,7 +224,7 @@ def execute_run(spec: RunSpec, corpus_ref: ArtifactRef, validation_windows: int,
     return row
 
 
-def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus_ref: ArtifactRef,
+def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus: Corpus,
                     log: Callable[[str], None] = print) -> tuple[dict, bool]:
     """(the run's row, cache_hit). Refuses an edited started record, cache hit or not.
 
@@ -237,17 +236,18 @@ def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpe
     # The lock files now; every committed run's stamp before a run is trained (lock_arm), and this
     # run's own stamp below: a rerun of cache hits reads no other run.
     check_lock(store, record, scan_runs=False)
-    version = run_version(spec, record, corpus_ref.version)
+    version = run_version(spec, record, corpus.version)
 
     def compute(out: str) -> dict:
         lock_arm(store, record, spec.arm)
         log(f"{record.name} {spec.key}: {spec.config.num_steps} steps, {spec.flops:.3g} FLOPs")
-        row = execute_run(spec, corpus_ref, record.validation_windows, out, stamp=run_stamp(record, spec.arm))
+        row = execute_run(spec, corpus, record.validation_windows, out, stamp=run_stamp(record, spec.arm))
         log(f"{record.name} {spec.key}: validation loss {row['validation_loss']:.4f} in {row['seconds']}s")
         return {"validation_loss": row["validation_loss"], "steps": row["steps"]}
 
     done = store.materialize(runs_key(record.name), spec.key, version, compute,
-                             {"config": {"train": config_to_dict(spec.config)}, "upstream": {"corpus": corpus_ref.version}})
+                             {"config": {"train": config_to_dict(spec.config)}, "upstream": {"corpus": corpus.version},
+                              "corpus": {"index": corpus.index}})
     row = read_run(done.ref)
     check_run_rows(record, [row])  # a cache hit may be a version the pointers no longer name
     store.write_pointer(done.ref)

@@ -16,7 +16,6 @@ import dagster as dg
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactRef, ArtifactStore, LeaseConfig
 
-
 _LEASE = LeaseConfig()
 
 

@@ -38,6 +38,13 @@ class StageContext:
     # copy: read from it, but log through `log` (it reaches the run's event log via the pool).
     dagster_context: dg.AssetExecutionContext | None = None
 
+    @property
+    def partition(self) -> str:
+        """The partition key of a partitioned asset's step (ValueError for an unpartitioned one)."""
+        if self.partition_key is None:
+            raise ValueError(f"{self.asset_key} ran without a partition key")
+        return self.partition_key
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -102,7 +102,7 @@ def versioned_asset(
     extra_metadata: Callable[[ArtifactRef], Mapping[str, Any]] | None = None,
     resources: Mapping[str, type] | None = None,
     versioned_ins: Callable[[Any], Collection[str]] | None = None,
-    version_inputs: Callable[[Any, str | None, Mapping[str, Any]], Mapping[str, str]] | None = None,
+    version_inputs: Callable[..., Mapping[str, str]] | None = None,  # (config, partition, inputs)
     backfill_policy: dg.BackfillPolicy | None = None,
     on_ref: OnRef | None = None,
 ) -> Callable[[Body], dg.AssetsDefinition]:

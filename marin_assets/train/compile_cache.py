@@ -25,7 +25,7 @@ def ensure_compile_cache() -> str:
     most of ours); returns the directory in use."""
     import jax
 
-    current = jax.config.jax_compilation_cache_dir
+    current = jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue] (flags are dynamic attributes)
     if not current:
         current = os.environ.get(CACHE_ENV) or default_cache_dir()
         jax.config.update("jax_compilation_cache_dir", current)

@@ -29,7 +29,7 @@ import logging
 import os
 import queue
 import threading
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 
 import numpy as np
 
@@ -307,7 +307,7 @@ class MixedLoader:
         return out.astype(np.int32), ok, new
 
     def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
-                ) -> Iterator[tuple[np.ndarray, bool, DataPosition]]:
+                ) -> Generator[tuple[np.ndarray, bool, DataPosition], None, None]:
         """Batches from ``position`` on (only ``rows`` of each, see ``next_batch``), read ahead
         on a background thread. Close the iterator when done (``contextlib.closing``): that
         stops the thread and waits for it, so no tensorstore read is in flight when the

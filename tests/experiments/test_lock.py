@@ -184,4 +184,4 @@ def test_the_screen_refuses_an_edited_record_before_running_anything(store, tmp_
     lock_arm(store, record(), "baseline")
     with pytest.raises(RecordChangedError, match="hypothesis may no longer change"):
         run_screen(record(hypothesis="edited after the fact"), store, log=lambda m: None)
-    assert not (tmp_path / "store" / "experiments" / "stdlib_bytes").exists()  # nothing ran
+    assert not (tmp_path / "store" / "experiments" / "corpus").exists()  # nothing ran, not even the DataKit

@@ -14,12 +14,14 @@ import yaml
 
 from marin_assets.cli import main
 from marin_assets.experiments.analysis import analyze
+from marin_assets.experiments.data import Corpus
 from marin_assets.experiments.lock import (STAMP_KEY, LockFileError, RecordChangedError, arm_lock_path, check_lock,
                                            lock_arm, lock_path, read_lock, run_stamp)
-from marin_assets.experiments.runs import CORPUS_KEY, materialize_run, partition_key, run_spec, run_version, runs_key
-from marin_assets.store import ArtifactRef, ArtifactStore
+from marin_assets.experiments.runs import materialize_run, partition_key, run_spec, run_version, runs_key
+from marin_assets.store import ArtifactStore
 from tests.experiments.test_lock import commit_run, record, unlock
 from tests.experiments.test_record import RECORD
+from tests.support.byte_tokens import VOCAB_SIZE
 
 
 @pytest.fixture
@@ -152,20 +154,21 @@ def test_unstarted_experiments_and_arms_are_still_free(store):
     check_lock(store, record(arms__wider_lr__change={"schedule": {"peak_lr": 0.01}}))  # wider_lr has no run
 
 
-def _fake_corpus(tmp_path) -> ArtifactRef:
-    return ArtifactRef(CORPUS_KEY, None, "c" * 64, str(tmp_path / "corpus"))
+def _fake_corpus(tmp_path) -> Corpus:
+    """A corpus that is never read (no training here): its version is what the runs hash."""
+    return Corpus(str(tmp_path / "corpus" / "dataset.json"), "c" * 64, 0, 0, VOCAB_SIZE, str(tmp_path / "corpus"))
 
 
 def test_a_cached_run_the_pointer_does_not_name_is_still_checked(store, tmp_path):
     """materialize_run checks the row it returns: a cache hit made under other frozen fields is refused, unpointed."""
     rec, corpus = record(), _fake_corpus(tmp_path)
-    spec = run_spec(rec, "baseline", 4e7, 0)  # 13 steps: the smallest budget of the record with >= 10
+    spec = run_spec(rec, "baseline", 4e7, 0, VOCAB_SIZE)  # 13 steps: the smallest budget of the record with >= 10
     lock_arm(store, rec, "baseline")
     commit_run(store, rec, "baseline", 4e7, 0, pointer=False, version=run_version(spec, rec, corpus.version))
     unlock(store)
     edited = record(hypothesis="edited after the results")
     with pytest.raises(RecordChangedError, match="its hypothesis may no longer change"):
-        materialize_run(store, edited, run_spec(edited, "baseline", 4e7, 0), corpus, log=lambda m: None)
+        materialize_run(store, edited, run_spec(edited, "baseline", 4e7, 0, VOCAB_SIZE), corpus, log=lambda m: None)
     assert store.read_pointer(runs_key("tiny"), partition_key("baseline", 4e7, 0)) is None
 
 
@@ -181,9 +184,10 @@ def test_a_computed_run_keeps_the_stamp_of_its_record(store, tmp_path, monkeypat
 
     monkeypatch.setattr(loop, "train", fake_train)
     monkeypatch.setattr(runs, "validation_loss", lambda *args: 2.5)
-    rec = record()
-    row, hit = materialize_run(store, rec, run_spec(rec, "wider_lr", 4e7, 0), _fake_corpus(tmp_path), log=lambda m: None)
+    rec, corpus = record(), _fake_corpus(tmp_path)
+    row, hit = materialize_run(store, rec, run_spec(rec, "wider_lr", 4e7, 0, VOCAB_SIZE), corpus, log=lambda m: None)
     assert not hit and row[STAMP_KEY] == run_stamp(rec, "wider_lr") and row["validation_loss"] == 2.5
+    assert row["corpus"] == {"index": corpus.index, "version": corpus.version}
     unlock(store)
     with pytest.raises(RecordChangedError, match=r"\(run wider_lr-C4e07-s0\); arm 'wider_lr' has started, so its seeds"):
         check_lock(store, record(arms__wider_lr__seeds=[0, 1, 2]))

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.experiments.record import load_record, record_from_dict, validate_name
-from marin_assets.experiments.runs import parse_partition_key, partition_key, plan_runs
+from marin_assets.experiments.runs import parse_partition_key, partition_key, plan_runs, run_spec
+from tests.support.byte_tokens import VOCAB_SIZE
 from tests.support.configs import SCREEN_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +47,31 @@ def test_the_screen_record_has_six_ideas_and_two_controls():
     assert record.links == {"issue": 14, "wandb_project": "marin-assets-screens"}
     # Amended after the first run (2 seeds left control_harm inconclusive): 3 seeds, dated.
     assert control_harm.seeds == (0, 1, 2)
-    assert [a.date for a in record.amendments] == ["2026-11-30"]
+    assert [a.date for a in record.amendments] == ["2026-11-30", "2026-12-01"]
     assert "control_harm with 2 seeds was inconclusive, ci_high 1.049" in record.amendments[0].reason
-    runs = plan_runs(record)
+    # Amended when the corpus became the DataKit dataset (issue 22): the vocabulary is the dataset's.
+    assert "the corpus is now the DataKit dataset" in record.amendments[1].reason
+    assert "vocab_size" not in record.baseline["model"] and "vocab_size" not in record.frozen()["baseline"]["model"]
+    runs = plan_runs(record, VOCAB_SIZE)
+    assert {r.config.model.vocab_size for r in runs} == {VOCAB_SIZE}
     assert len(runs) == 3 * (3 + 3 + 3 + 2 * 6) and len({r.key for r in runs}) == len(runs)
     # top-1 is cheaper per token, so the same budget buys it more steps.
     steps = {(r.arm, r.budget): r.config.num_steps for r in runs}
     assert steps[("top1", 7.5e9)] > steps[("baseline", 7.5e9)]
     assert all(abs(r.flops - r.budget) / r.budget < 0.02 for r in runs)
+
+
+def test_the_vocabulary_is_the_corpus_s_unless_the_record_sets_it():
+    unset = copy.deepcopy(RECORD)
+    del unset["baseline"]["config"]["model"]["vocab_size"]
+    record = record_from_dict(unset)
+    assert "vocab_size" not in record.frozen()["baseline"]["model"]  # the lock freezes "the corpus's", not a number
+    assert run_spec(record, "baseline", 4e7, 0, 300).config.model.vocab_size == 300
+    explicit = record_from_dict(RECORD)  # SCREEN_MODEL names 257
+    assert explicit.frozen()["baseline"]["model"]["vocab_size"] == VOCAB_SIZE
+    assert run_spec(explicit, "baseline", 4e7, 0, 200).config.model.vocab_size == VOCAB_SIZE  # a larger model is fine
+    with pytest.raises(ValueError, match=r"tiny.yaml: arm 'baseline': model.vocab_size 257 is below the corpus's vocabulary 300"):
+        run_spec(record_from_dict(RECORD, source="tiny.yaml"), "baseline", 4e7, 0, 300)
 
 
 def test_a_minimal_record_round_trips():

@@ -9,6 +9,7 @@ import yaml
 
 from assets.experiments import RECORDS_DIR, RECORDS_ENV, build_all, records_dir
 from tests.experiments.test_screen_e2e import RECORD  # a record whose budgets buy >= 10 steps
+from tests.support.byte_tokens import VOCAB_SIZE
 
 
 def test_default_is_the_repo_experiments_folder(monkeypatch):
@@ -20,7 +21,7 @@ def test_env_folder_replaces_the_default(monkeypatch, tmp_path):
     (tmp_path / "tiny_screen.yaml").write_text(yaml.safe_dump(RECORD))
     monkeypatch.setenv(RECORDS_ENV, str(tmp_path))
     keys = sorted(k.to_user_string() for a in build_all() for k in a.keys)
-    assert keys == ["experiments/stdlib_bytes", "experiments/tiny_screen/analysis", "experiments/tiny_screen/report",
+    assert keys == ["experiments/corpus", "experiments/tiny_screen/analysis", "experiments/tiny_screen/report",
                     "experiments/tiny_screen/runs"]
 
 
@@ -32,13 +33,14 @@ def test_env_that_is_not_a_folder_is_refused(monkeypatch, tmp_path):
 
 def test_the_outline_lists_exactly_the_planned_runs(tmp_path):
     from marin_assets.experiments.record import load_record, record_outline
-    from marin_assets.experiments.runs import partition_key, plan_runs
+    from marin_assets.experiments.runs import partition_key, plan_runs, run_keys
 
     (tmp_path / "tiny_screen.yaml").write_text(yaml.safe_dump(RECORD))
     for path in (RECORDS_DIR / "screen_tiny_moe.yaml", tmp_path / "tiny_screen.yaml"):
         outline, record = record_outline(path), load_record(path)
-        assert (outline.name, outline.hypothesis) == (record.name, record.hypothesis)
-        assert [partition_key(*run) for run in outline.runs] == [spec.key for spec in plan_runs(record)]
+        assert (outline.name, outline.hypothesis, outline.data_files) == (record.name, record.hypothesis, record.data_files)
+        keys = [partition_key(*run) for run in outline.runs]
+        assert keys == run_keys(record) == [spec.key for spec in plan_runs(record, VOCAB_SIZE)]
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(RECORD))
     with pytest.raises(ValueError, match="name 'tiny_screen' must equal the file name 'other'"):
         record_outline(tmp_path / "other.yaml")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from marin_assets.experiments.data import Corpus
 from marin_assets.experiments.record import record_from_dict
-from marin_assets.experiments.runs import execute_run, materialize_corpus, run_spec, run_version, wandb_run_dir
-from marin_assets.store import ArtifactStore
+from marin_assets.experiments.runs import execute_run, run_spec, run_version, wandb_run_dir
 from tests.experiments.test_screen_e2e import RECORD
 
 
@@ -25,21 +25,37 @@ def record():
     return record_from_dict(data, source="wandb_link.yaml")
 
 
+def stand_in_corpus(root: Path) -> Corpus:
+    """A real dataset index over byte-level shard caches (tests/support/datasets.py), read as the
+    DataKit's is, without running the DataKit: W&B linking is what this file tests (the corpus's
+    own DataKit run is tests/experiments/test_corpus.py's)."""
+    from marin_assets.datakit.datasets import Dataset, write_dataset
+    from tests.support.byte_tokens import EOS, VOCAB_SIZE
+    from tests.support.caches import stdlib_paragraphs
+    from tests.support.datasets import write_shard
+
+    paragraphs = stdlib_paragraphs()
+    shard = write_shard(str(root), "stdlib-test-00000", paragraphs[:-10], paragraphs[-10:])
+    index = write_dataset(Dataset("stdlib", (shard,), {"sha256": "bytes-test", "vocab_size": VOCAB_SIZE, "eos_id": EOS}),
+                          str(root))
+    return Corpus(index, "5" * 64, shard.train_tokens, shard.validation_tokens, VOCAB_SIZE, str(root))
+
+
 def test_runs_link_their_wandb_run_only_when_enabled(record, tmp_path, monkeypatch):
     import jax
 
     jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_home"))
-    store = ArtifactStore(str(tmp_path / "store"))
-    corpus = materialize_corpus(store, record.data_files, log=lambda m: None)
-    plain, logged = run_spec(record, "baseline", 3.0e7, 0), run_spec(record, "logged", 3.0e7, 0)
+    corpus = stand_in_corpus(tmp_path / "corpus")
+    plain, logged = (run_spec(record, arm, 3.0e7, 0, corpus.vocab_size) for arm in ("baseline", "logged"))
     assert (plain.config.wandb, logged.config.wandb) == (False, True)
     # Enabling W&B is a different run config, hence another content version.
     assert run_version(plain, record, corpus.version) != run_version(logged, record, corpus.version)
 
     row = execute_run(plain, corpus, record.validation_windows, str(tmp_path / "plain"))
     assert "wandb" not in row and not (tmp_path / "plain" / "wandb").exists()
+    assert row["corpus"] == {"index": corpus.index, "version": corpus.version}
 
     row = execute_run(logged, corpus, record.validation_windows, str(tmp_path / "logged"))
     link = row["wandb"]
