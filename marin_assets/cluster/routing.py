@@ -7,7 +7,7 @@ heartbeats plus the reservation ledger; the simulator's heartbeats are snapshots
 pools, the launcher's are read from Dagster's run storage (the runs in flight and the
 placements recorded on them).
 
-Rules (Iris, MARIN_REFERENCE section 9):
+Rules (after the federation design of Marin's Iris scheduler, github.com/marin-community/marin):
 
 * ``submit`` classifies a request and refuses one no pool could ever hold (unknown kind,
   region without such pool, bigger than any matching pool). Queued jobs hold no capacity.
