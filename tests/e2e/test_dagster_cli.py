@@ -31,4 +31,4 @@ def test_dagster_job_execute_runs_the_sources_job_then_hits_the_cache(tmp_path, 
             meta = event.asset_materialization.metadata
             assert meta["cache_hit"].value is expect_hit
             assert meta["count/docs"].value == 233
-    assert list(prefix.glob("sources/sotu/__all__/*/data/*.jsonl"))
+    assert list(prefix.glob("sources/sotu/__all__/*/data/raw-*.jsonl.gz"))

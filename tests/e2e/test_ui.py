@@ -83,7 +83,7 @@ def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path, m
     graphql_run = launch_via_graphql(dagster_dev)
     assert_ran_on_local_backend(graphql_run)
     # The run really executed: the unpacked source is in the artifact store under MARIN_PREFIX.
-    assert list(dagster_dev.prefix.glob("sources/sotu/__all__/*/data/*.jsonl"))
+    assert list(dagster_dev.prefix.glob("sources/sotu/__all__/*/data/raw-*.jsonl.gz"))
 
     check_dagster_job_launch(dagster_dev)
 
