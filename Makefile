@@ -27,13 +27,16 @@ demo: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/marin demo
 
+# --dist loadfile: a module's tests run on one worker, so its module-scoped fixtures (a compiled
+# mesh run, the screen end to end) run once, not once per worker (loadgroup no longer keeps a
+# group together with pytest 9.2: pytest-xdist#1386).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -rs --durations=25 tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -rs --durations=25 tests
 
 # The inner loop: everything but the tests marked slow (multi-process meshes, the browser, the
 # screen and training end-to-end runs, the GCS pipeline). Under 4 minutes on 2 cores.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -m "not slow" -q tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m "not slow" -q tests
 
 # ruff (lint + format) and basedpyright against the baselines in .lint/: only a new finding fails, and it is listed.
 # After fixing some: `$(VENV)/bin/python .lint/ratchet.py --update` drops them from the baselines.

@@ -139,7 +139,11 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
     vocab = json.loads((prefix / "cache" / "dataset.json").read_text())["tokenizer"]["vocab_size"]
     assert vocab == summary["vocab_size"] == 50280  # the default: OLMo's pinned BPE, not one fitted on the input
 
-    command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(ROOT / "examples" / "tiny_moe.yaml"),
+    # The README's config with a batch of 4 sequences, not 16: the default tokenizer's 50,280-row
+    # unembedding dominates a step on CPU, and this is the suite's longest test (185 s alone at 16).
+    config = yaml.safe_load((ROOT / "examples" / "tiny_moe.yaml").read_text())
+    (tmp_path / "tiny_moe.yaml").write_text(yaml.safe_dump({**config, "batch_size": 4}))
+    command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(tmp_path / "tiny_moe.yaml"),
                "--out", str(out), "--steps", "80"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     killed_at, deadline = None, time.time() + 400
