@@ -5,9 +5,7 @@ upstream lineage reaching the DataKit's shard assets and sources), and an experi
 asset (Markdown with embedded PNGs) rendered on its asset page.
 
 Starting `dagster dev` is the slow part, so one server serves one test that walks the whole
-path. (A module-scoped fixture over several tests would not do: with pytest 9.2, xdist's
---dist loadgroup no longer keeps an xdist_group on one worker, pytest-xdist#1386, and each
-worker would start its own server.)
+path.
 """
 
 import base64
