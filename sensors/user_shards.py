@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from marin_assets.compat import AssetGraphSubset
 from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
+from marin_assets.orchestration.compat import AssetGraphSubset
 
 DIGEST_TAG = "marin/user_files_digest"  # the directory_digest a run or backfill is for
 REQUEST_TAG = "marin/user_files_request"  # the run_key of the source + index run it follows

@@ -1,5 +1,5 @@
-"""marin_assets/compat.py: the private Dagster and JAX names we use still exist and behave as
-the code relies on (an upgrade fails here, naming what moved)."""
+"""marin_assets/orchestration/compat.py and marin_assets/compat.py: the private Dagster and JAX
+names we use still exist and behave as the code relies on (an upgrade fails here, naming what moved)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 import dagster as dg
 import pytest
 
-import marin_assets.compat as compat
+import marin_assets.orchestration.compat as compat
 
 
-def test_importing_compat_loads_neither_library():
+def test_importing_the_jax_compat_module_loads_neither_library():
     code = ("import sys, marin_assets.compat as c; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'jax'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -87,12 +87,12 @@ def dagster_imports(source: str) -> list[str]:
 def test_only_the_orchestration_package_imports_dagster():
     assert dagster_imports("from dagster_pipes import open_dagster_pipes\n") and dagster_imports("import dagster as dg\n")
     assert not dagster_imports("import dagstered\nfrom marin_assets.store import ArtifactRef\n")
-    outside = [p for p in _files(*LIBRARY) if "orchestration" not in p.relative_to(ROOT).parts and p != COMPAT]
+    outside = [p for p in _files(*LIBRARY) if "orchestration" not in p.relative_to(ROOT).parts]
     bad = {str(p.relative_to(ROOT)): v for p in outside if (v := dagster_imports(p.read_text()))}
     assert bad == {}, "only marin_assets/orchestration/ may import dagster"
 
 
-COMPAT = ROOT / "marin_assets" / "compat.py"
+COMPATS = {ROOT / "marin_assets" / "compat.py", ROOT / "marin_assets" / "orchestration" / "compat.py"}
 PRIVATE = ("dagster._", "jax._src")
 
 
@@ -108,20 +108,10 @@ def private_imports(source: str) -> list[str]:
 def test_private_dagster_and_jax_names_come_from_the_compat_module():
     assert private_imports("from dagster._core.launcher import RunLauncher\n")
     assert private_imports("import sys\nsys.modules.get('jax._src.xla_bridge')\n")
-    assert not private_imports("from marin_assets.compat import RunLauncher\nimport dagster as dg\n")
-    files = [p for p in _files(*LIBRARY, "assets", "jobs", "sensors", "demo") if p != COMPAT] + [ROOT / "definitions.py"]
+    assert not private_imports("from marin_assets.orchestration.compat import RunLauncher\nimport dagster as dg\n")
+    files = [p for p in _files(*LIBRARY, "assets", "jobs", "sensors", "demo") if p not in COMPATS] + [ROOT / "definitions.py"]
     bad = {str(p.relative_to(ROOT)): v for p in files if (v := private_imports(p.read_text()))}
-    assert bad == {}, "import private Dagster/JAX names through marin_assets/compat.py"
-
-
-def test_outside_orchestration_the_library_takes_no_dagster_name_from_compat():
-    from marin_assets.compat import DAGSTER_NAMES
-
-    outside = [p for p in _files(*LIBRARY) if "orchestration" not in p.relative_to(ROOT).parts and p != COMPAT]
-    bad = {str(p.relative_to(ROOT)): used for p in outside
-           if (used := [m for _, m in imported_modules(p.read_text()) if m.startswith("marin_assets.compat.")
-                        and m.rsplit(".", 1)[1] in DAGSTER_NAMES])}
-    assert bad == {}
+    assert bad == {}, "import private names through marin_assets/orchestration/compat.py (Dagster) or marin_assets/compat.py (JAX)"
 
 
 def test_sensors_do_not_import_asset_modules():

@@ -39,7 +39,7 @@ from dagster import DagsterRun, RunsFilter
 from marin_assets.cluster.fleet import Fleet, Pool, check_record
 from marin_assets.cluster.routing import RUNNING, Placement, PoolHeartbeat, Router
 from marin_assets.cluster.tags import PLACEMENT_TAG, POOL_TAG, JobRequest, check_name, classify_tags
-from marin_assets.compat import ACTIVE_RUN_STATUSES
+from marin_assets.orchestration.compat import ACTIVE_RUN_STATUSES
 
 _PLACEMENT_FIELDS = {"pool", "domains", "chips", "at"}
 _MAX_WAITING_NOTES = 100_000  # run ids told why they wait; forgotten wholesale past this

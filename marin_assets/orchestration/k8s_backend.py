@@ -33,7 +33,7 @@ from marin_assets.cluster.tags import (
     check_region,
     pod_resources,
 )
-from marin_assets.compat import (
+from marin_assets.orchestration.compat import (
     CheckRunHealthResult,
     DagsterLaunchFailedError,
     JobPythonOrigin,
@@ -181,7 +181,7 @@ class K8sClusterBackend:
         tags = run.tags if tags is None else tags
         from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_job, get_job_name_from_run_id
 
-        from marin_assets.compat import ExecuteRunArgs
+        from marin_assets.orchestration.compat import ExecuteRunArgs
 
         job_origin = run.job_code_origin
         if job_origin is None:

@@ -43,7 +43,8 @@ from marin_assets.cluster.tags import (
     check_resource_tags,
     classify_tags,
 )
-from marin_assets.compat import (
+from marin_assets.orchestration.admission import Admission, CapacityAdmission, candidate_pools
+from marin_assets.orchestration.compat import (
     CheckRunHealthResult,
     ConfigurableClass,
     ConfigurableClassData,
@@ -54,7 +55,6 @@ from marin_assets.compat import (
     RunLauncher,
     WorkerStatus,
 )
-from marin_assets.orchestration.admission import Admission, CapacityAdmission, candidate_pools
 from marin_assets.orchestration.k8s_backend import K8sClusterBackend
 from marin_assets.orchestration.launcher_config import launcher_config_type, launcher_kwargs
 from marin_assets.orchestration.local_backend import (  # noqa: F401 (re-exported: callers name them here)

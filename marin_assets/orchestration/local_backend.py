@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from dagster import DagsterRun, DefaultRunLauncher
 
 from marin_assets.cluster.tags import JobRequest
-from marin_assets.compat import CheckRunHealthResult, LaunchRunContext, WorkerStatus, serializable_error_info_from_exc_info
+from marin_assets.orchestration.compat import (
+    CheckRunHealthResult,
+    LaunchRunContext,
+    WorkerStatus,
+    serializable_error_info_from_exc_info,
+)
 
 LOCAL = "local"
 # SIGTERM reaches an in-process run through these tags; the trainer turns it into a
@@ -54,7 +59,12 @@ def _grpc_health(run: DagsterRun) -> CheckRunHealthResult:
     """Ask the code server that started ``run`` whether its execution is still alive."""
     from dagster import deserialize_value
 
-    from marin_assets.compat import GRPC_INFO_TAG, CanCancelExecutionRequest, CanCancelExecutionResult, DagsterGrpcClient
+    from marin_assets.orchestration.compat import (
+        GRPC_INFO_TAG,
+        CanCancelExecutionRequest,
+        CanCancelExecutionResult,
+        DagsterGrpcClient,
+    )
 
     info = run.tags.get(GRPC_INFO_TAG)
     if not info:
@@ -97,7 +107,7 @@ class LocalBackend:
 
     def terminate(self, run_id: str) -> bool:
         """Stop a run: SIGTERM to an in-process run, else the code server interrupts it."""
-        from marin_assets.compat import GRPC_INFO_TAG
+        from marin_assets.orchestration.compat import GRPC_INFO_TAG
 
         run = self.launcher._instance.get_run_by_id(run_id) if self.launcher.has_instance else None
         if run is not None and not run.is_finished and GRPC_INFO_TAG not in run.tags and PID_TAG in run.tags:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from marin_assets.compat import merge_step_metadata
+from marin_assets.orchestration.compat import merge_step_metadata
 from marin_assets.orchestration.fanout import Failure, fan_out, local_workers
 from marin_assets.orchestration.inputs import Mode, partition_inputs
 from marin_assets.orchestration.stage import Plan, Stage, is_number, rate_suffix, versioned_output

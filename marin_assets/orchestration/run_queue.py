@@ -18,7 +18,7 @@ from typing import Any
 from dagster import DagsterRun, QueuedRunCoordinator, SubmitRunContext
 
 from marin_assets.cluster.tags import PLACEMENT_TAG, POOL_TAG, PRIORITY_BANDS, PRIORITY_TAG, asset_run_tags
-from marin_assets.compat import PRIORITY_TAG as DAGSTER_PRIORITY_TAG
+from marin_assets.orchestration.compat import PRIORITY_TAG as DAGSTER_PRIORITY_TAG
 
 
 def run_asset_tags(run: DagsterRun, workspace) -> dict[str, Mapping[str, str]]:
