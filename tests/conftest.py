@@ -14,6 +14,22 @@ import os
 import pytest
 
 
+def _share_one_jax_compile_cache() -> None:
+    """Every test process (pytest's workers and the CLIs they start, which inherit the environment)
+    uses one persistent XLA compile cache, kept between sessions: most of a test's time on CPU is
+    compiling tiny models (measured: tests/model 219 s cold, 70 s warm). JAX reads these variables
+    when it is imported, which no test module has done yet. A size cap turns on JAX's file lock
+    around each entry, so two workers never read an entry the other is still writing."""
+    from marin_assets.train.compile_cache import CACHE_ENV, default_cache_dir
+
+    os.environ.setdefault(CACHE_ENV, default_cache_dir())
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+
+
+_share_one_jax_compile_cache()
+
+
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 

@@ -37,6 +37,7 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
                            "-rA", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_skips_fail_under_ci(tmp_path):
     proc = _run(tmp_path, "true")
     assert proc.returncode == 1, proc.stdout
@@ -46,6 +47,7 @@ def test_skips_fail_under_ci(tmp_path):
     assert "anchor file missing" in proc.stdout
 
 
+@pytest.mark.slow
 def test_skips_stay_skips_outside_ci(tmp_path):
     proc = _run(tmp_path, None)
     assert proc.returncode == 0, proc.stdout

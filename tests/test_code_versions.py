@@ -19,6 +19,7 @@ from tests.support.fingerprint import PINS, differences, reachable
 ROOT = PINS.parents[1]
 
 
+@pytest.mark.slow
 def test_every_versioned_assets_code_matches_its_pin():
     # In a fresh interpreter, as `--update` pins: which of our modules are imported (and so which
     # subclasses of a resource's base class exist) must not depend on the tests run before.

@@ -24,6 +24,7 @@ def test_ruff_finds_nothing_beyond_its_baseline():
     assert ratchet.check_ruff() == []
 
 
+@pytest.mark.slow
 def test_basedpyright_finds_nothing_beyond_its_baseline():
     assert ratchet.check_pyright() == []
 
@@ -80,6 +81,7 @@ def test_update_drops_fixed_findings_and_refuses_while_something_is_new(tmp_path
     assert json.loads(baseline.read_text())["check"] == {}
 
 
+@pytest.mark.slow
 def test_the_basedpyright_ratchet_reports_a_new_error_and_not_a_recorded_one(tmp_path):
     settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["basedpyright"]
     (tmp_path / "pyproject.toml").write_text(

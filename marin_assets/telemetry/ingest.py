@@ -183,10 +183,15 @@ class _ConsumedRanges:
 
 def _covered_ranges(f: BinaryIO, recorded: Iterable[SourceRange]) -> list[tuple[int, int]]:
     """The recorded ranges that this file holds byte for byte at the same offsets, each starting
-    a line, merged into disjoint (start, end) pairs in order."""
+    a line or continuing a held range (the rest of a line whose head an earlier ingest read,
+    when it was a complete JSON line still missing its newline), merged into disjoint (start,
+    end) pairs in order."""
     size = os.fstat(f.fileno()).st_size
-    held = [(start, end) for start, end, digest in sorted(set(recorded))
-            if end <= size and _starts_line(f, start) and _sha256(f, start, end) == digest]
+    held: list[tuple[int, int]] = []
+    for start, end, digest in sorted(set(recorded)):
+        continues = any(held_end == start for _, held_end in held)
+        if end <= size and (continues or _starts_line(f, start)) and _sha256(f, start, end) == digest:
+            held.append((start, end))
     merged: list[tuple[int, int]] = []
     for start, end in held:
         if merged and start <= merged[-1][1]:

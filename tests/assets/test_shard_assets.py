@@ -198,6 +198,7 @@ def texts(docs: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------- the tests
+@pytest.mark.slow
 def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
     store, state = graph["store"], graph["before"]
     shards = state["shards"]

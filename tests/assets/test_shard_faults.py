@@ -60,6 +60,7 @@ def _events(results) -> dict[tuple[str, str | None], bool]:
 
 
 @pytest.mark.forks
+@pytest.mark.slow
 def test_a_killed_shard_worker_fails_only_its_shard_and_a_rerun_computes_only_it(tmp_path, monkeypatch):
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}

@@ -196,6 +196,7 @@ def _computed(results: list[dg.ExecuteInProcessResult], key: str) -> set[str]:
             if e.asset_key.to_user_string() == key and not e.materialization.metadata["cache_hit"].value}
 
 
+@pytest.mark.slow
 def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_path, watched):
     """Both sensor steps, each requested run materialised (the backfill's waves as a local
     run plans them); the second file brings new documents only, so the first shard's
@@ -299,6 +300,7 @@ def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
     assert {k: after[k] for k in before} == before and set(after) - set(before) == {"docs-a-00000"}
 
 
+@pytest.mark.slow
 def test_a_file_dropped_into_the_watched_directory_reaches_the_next_phase(tmp_path, watched):
     """A mixture that names `user`: the phase after the sensors brought a new file in trains on
     a dataset whose shards include the file's, read in place by the trainer's loader."""

@@ -95,6 +95,7 @@ def _pathless(summary):
     return {k: v for k, v in summary.items() if k not in ("cache", "store")}
 
 
+@pytest.mark.slow
 def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, prose):
     # Run 1 (two inputs) leaves its shards in P/store; run 2 reads other documents that overlap
     # run 1's. Run 1's shards must not join run 2's dedup: run 2's graph never reads them.
@@ -115,6 +116,7 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "run.json", "store", "summary.json"]
 
 
+@pytest.mark.slow
 def test_files_a_user_keeps_under_the_prefix_are_left_alone(tmp_path, capsys, prose):
     # A run writes only store/, cache/dataset.json, cache/tokenizer.json and summary.json: it
     # deletes nothing, so a user's file next to them survives (a probe lost cache/important.txt).
@@ -258,6 +260,7 @@ def test_hostile_input_folders_are_read_safely_and_every_skip_is_counted(tmp_pat
     assert all("\n" not in k for k in skipped)
 
 
+@pytest.mark.slow
 def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose):
     # 12 documents at --validation-fraction 0.01: the id-hash slice picks none of them, so the
     # validation split would be empty and `marin train` would have no held-out loss. The shard
@@ -287,6 +290,7 @@ def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, pr
     assert summary["cache"] == str(tmp_path / "P" / "cache") and summary["store"] == str(tmp_path / "P" / "store")
 
 
+@pytest.mark.slow
 def test_with_dagster_home_set_the_runs_are_recorded_there_with_their_lineage(tmp_path, capsys, prose, monkeypatch):
     # The run's assets appear in that instance (runs, materializations of every shard), on shard
     # partitions of its own, and run_location rebuilds the graph the UI draws their lineage from.

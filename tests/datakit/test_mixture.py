@@ -94,3 +94,12 @@ def test_any_json_value_is_a_mixture_or_a_value_error(value):
         Mixture.from_dict(value)
     except ValueError:
         pass
+
+
+def test_normalising_is_idempotent_where_a_float_sum_falls_one_ulp_short():
+    """Hypothesis found it: these weights normalise to values summing to 0.9999999999999999, and
+    dividing by that again moved each weight by one ulp, so a mixture read back from its own
+    to_dict() differed from itself."""
+    mix = Mixture([(0, {"0": 16.0, "/": 251.0, "00": 1.0})])
+    assert Mixture.from_dict(mix.to_dict()) == mix
+    assert dict(mix.stages[0][1]) == {"/": 251.0 / 268.0, "0": 16.0 / 268.0, "00": 1.0 / 268.0}

@@ -77,6 +77,7 @@ def test_partial_rope_rotates_only_the_leading_dims():
     assert not np.allclose(np.asarray(attention(p, X, half)), np.asarray(attention(p, X, CFG)), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_partial_rope_trains_through_the_model():
     from marin_assets.model import init_params, init_router_bias, loss_fn
 

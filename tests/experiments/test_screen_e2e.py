@@ -39,11 +39,7 @@ N_RUNS = 3 * (2 + 2 + 2)
 @pytest.fixture(scope="module")
 def screen(tmp_path_factory):
     """The record file, the store, and the first CLI run's (rc, stdout, stderr)."""
-    import jax
-
     root = tmp_path_factory.mktemp("screen")
-    jax.config.update("jax_compilation_cache_dir", str(root / "jax"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     path = root / "tiny_screen.yaml"
     path.write_text(yaml.safe_dump(RECORD, sort_keys=False))
     store = root / "store"

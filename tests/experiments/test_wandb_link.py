@@ -41,10 +41,8 @@ def stand_in_corpus(root: Path) -> Corpus:
     return Corpus(index, "5" * 64, shard.train_tokens, shard.validation_tokens, VOCAB_SIZE, str(root))
 
 
+@pytest.mark.slow
 def test_runs_link_their_wandb_run_only_when_enabled(record, tmp_path, monkeypatch):
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_home"))
     corpus = stand_in_corpus(tmp_path / "corpus")

@@ -3,8 +3,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.model import (ModelConfig, forward, init_params, init_router_bias, loss_fn,
-                                next_router_bias)
+from marin_assets.model import ModelConfig, init_params, init_router_bias, next_router_bias
+from marin_assets.model import forward as _forward
+from marin_assets.model import loss_fn as _loss_fn
+
+# Compiled once per config: op-by-op dispatch of these small models costs ~10x the compile on CPU.
+forward = jax.jit(_forward, static_argnums=2)
+loss_fn = jax.jit(_loss_fn, static_argnums=2)
 
 CONFIGS = {
     "moe": ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
@@ -41,7 +46,7 @@ def test_router_bias_gets_no_gradient_and_changes_routing():
     c = CONFIGS["moe"]
     p, tok = init_params(c, jax.random.PRNGKey(0)), _tokens()
     bias = jnp.zeros((2, 4)).at[:, 0].set(10.0)  # forces expert 0 into every top-2
-    g = jax.grad(lambda b: loss_fn(p, tok, c, b)[0])(bias)
+    g = jax.jit(jax.grad(lambda b: _loss_fn(p, tok, c, b)[0]))(bias)
     assert float(jnp.max(jnp.abs(g))) == 0.0
     _, aux = loss_fn(p, tok, c, bias)
     assert aux["expert_load"][:, 0].tolist() == [32, 32]
@@ -90,7 +95,7 @@ def test_grouped_matmul_impls_give_the_same_loss_and_grads(name):
     results = {}
     for impl in ("ragged_dot", "blocked"):
         ci = dataclasses.replace(c, grouped_matmul=impl)
-        results[impl] = jax.value_and_grad(loss_fn, has_aux=True)(p, tok, ci, bias)
+        results[impl] = jax.jit(jax.value_and_grad(_loss_fn, has_aux=True), static_argnums=2)(p, tok, ci, bias)
     (l_ref, aux_ref), g_ref = results["ragged_dot"]
     (l_got, aux_got), g_got = results["blocked"]
     np.testing.assert_allclose(l_got, l_ref, rtol=1e-6)

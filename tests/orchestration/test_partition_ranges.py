@@ -29,7 +29,7 @@ SINGLE_RUN = dg.BackfillPolicy.single_run()
 
 # Range runs here must really fork their workers (tests/conftest.py reruns them in a fresh
 # interpreter when an earlier test loaded tensorstore into this one).
-pytestmark = pytest.mark.forks
+pytestmark = [pytest.mark.forks, pytest.mark.slow]  # range runs fork worker processes
 
 
 def _note(record_dir: Path, asset: str, partition: str) -> None:

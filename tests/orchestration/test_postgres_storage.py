@@ -58,6 +58,7 @@ def postgres():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_documented_postgres_block_runs_versioned_assets(postgres, tmp_path, monkeypatch):
     # The block shipped in dagster.postgres.yaml, resolved from the environment.
     block = yaml.safe_load((REPO / "dagster.postgres.yaml").read_text())["storage"]

@@ -141,3 +141,16 @@ def test_ingesting_after_every_growth_equals_one_ingest_of_the_whole_file(tmp_pa
     columns = ["metric", "step", "value"]
     assert TelemetryStore(str(tmp / "tel")).query(run="r1").select(columns).equals(
         TelemetryStore(str(tmp / "tel")).query(run="r2").select(columns))
+
+
+def test_a_line_read_before_its_newline_and_the_next_line_are_each_stored_once(tmp_path):
+    """Hypothesis found it: a complete JSON last line is read before its newline is written; the
+    next ingest records the newline and the next line as a range starting mid-line, which the
+    third ingest did not count as held, so it stored the next line again."""
+    root, path = str(tmp_path / "tel"), tmp_path / "metrics.jsonl"
+    content = lines([10, 0]).encode()
+    first_end = content.index(b"\n")
+    for cut in (first_end, len(content) - 1, len(content)):  # no newline; the next line's newline missing; all
+        path.write_bytes(content[:cut])
+        import_metrics_jsonl(root, "r1", path)
+    assert stored_rows(root) == expected_rows([10, 0])

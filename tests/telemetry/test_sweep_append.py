@@ -14,6 +14,7 @@ CONFIG = SimpleNamespace(vocab_size=VOCAB_SIZE, seq_len=32, head_dim=8, aspect_r
                          validation_windows=4)
 
 
+@pytest.mark.slow
 def test_sweep_point_appends_steps_and_validation_loss(tmp_path, monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "prefix"))
     train_cache, val_cache = tmp_path / "license", tmp_path / "docs"

@@ -1,4 +1,9 @@
+import os
+from pathlib import Path
+
 import pytest
+
+from marin_assets.train.compile_cache import CACHE_ENV
 
 from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
 from tests.support.configs import TINY_TRAIN
@@ -15,15 +20,10 @@ def caches(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def jax_cache(tmp_path_factory):
-    """A persistent XLA compile cache for the session: every test that builds the same train
-    step (and the `marin train` subprocesses) compiles it once."""
-    import jax
-
-    path = tmp_path_factory.mktemp("jax_cache")
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    return path
+def jax_cache():
+    """The suite's persistent XLA compile cache (tests/conftest.py): every test that builds the same
+    train step, and the `marin train` subprocesses given it, compile it once."""
+    return Path(os.environ[CACHE_ENV])
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ def test_two_processes_of_two_devices_train_one_run(caches, jax_cache, tmp_path)
     assert "started 2 worker processes" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_over_the_processes_fails_before_launch(caches, tmp_path):
     proc = run_cli(caches, tmp_path, "--processes", "3", timeout=120)
     assert proc.returncode == 2

@@ -46,6 +46,7 @@ def test_a_cache_whose_write_did_not_finish_is_refused_before_any_step(tiny_conf
     assert result.final_step == 2
 
 
+@pytest.mark.slow
 def test_a_resume_onto_another_tokenizers_tokens_stops_unless_allowed(two_caches, tiny_config, tmp_path):
     from marin_assets.train.loop import train
 

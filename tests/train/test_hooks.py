@@ -26,6 +26,7 @@ def steps(seen: list) -> list[int]:
     return [step for step, _, _ in seen]
 
 
+@pytest.mark.slow
 def test_every_n_runs_at_the_global_steps_divisible_by_n_across_a_kill_and_a_resume(caches, tiny_config, tmp_path):
     every3, seen3 = recording(every=3)
     every5_end, seen5 = recording(every=5, at_end=True)

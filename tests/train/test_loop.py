@@ -21,6 +21,7 @@ def losses(path):
     return [(r["step"], r["loss"], r["lr"], r["grad_norm"], r["skipped"]) for r in read_metrics(path)]
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_run_is_bit_exact(caches, tiny_config, tmp_path):
     straight = train(tiny_config, caches, tmp_path / "straight")
     assert straight.final_step == 12 and straight.loss_curve_png.exists()

@@ -23,6 +23,8 @@ from marin_assets.telemetry import TelemetryStore
 from marin_assets.train.metrics import read_metrics
 from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
 
+pytestmark = pytest.mark.slow  # a trainer in a subprocess, cut by SIGTERM mid-phase
+
 TOKENS_PER_STEP = 4 * 32  # the tiny config: batch 4 x seq 32
 CHECKPOINT_EVERY = 8
 KEY = "train/wc"
