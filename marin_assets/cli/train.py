@@ -13,6 +13,14 @@ Levanter split. When the config leaves ``model.vocab_size`` unset it is taken fr
 tokenizer. A resume (or warm start) onto tokens of another tokenizer than the checkpoint's is
 refused unless ``--allow-tokenizer-change``. Exit codes: 0 trained, 1 the run skipped most of
 its steps, 2 bad config/input.
+
+Recovery tools (``marin_assets/train/necromancy.py``, ``transplant.py``), each writing a new out dir:
+
+  marin train necromancy --checkpoint CKPT --cache [NAME=]DIR --steps N --out NEW
+      the optimizer state rebuilt from N gradients at CKPT's frozen parameters; then
+      ``marin train --cache ... --config ... --out NEW --resume`` continues the run.
+  marin train transplant --checkpoint CKPT --config TARGET.yaml --mapping qk_norm|upcycle --out NEW
+      CKPT's weights carried into another architecture; then ``--warm-start NEW``.
 """
 
 from __future__ import annotations
@@ -27,11 +35,11 @@ def register(subparsers) -> None:
         "train", help="train on a Levanter token cache",
         description="Train on Levanter-format token cache(s) with a YAML TrainConfig; checkpoints into OUT and "
                     "appends one JSON line per step to OUT/metrics.jsonl.")
-    parser.add_argument("--cache", action="append", required=True, metavar="[NAME=]DIR",
+    parser.add_argument("--cache", action="append", metavar="[NAME=]DIR",
                         help="what marin datakit run reports as cache (a dataset index), a DataKit cache folder "
                              "(train/ + validation/) or one Levanter split; repeat for a mixture (NAME=DIR names the source)")
-    parser.add_argument("--config", required=True, help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
-    parser.add_argument("--out", required=True, help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
+    parser.add_argument("--config", help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
+    parser.add_argument("--out", help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
     parser.add_argument("--warm-start", default=None, help="start this phase from another run's checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="override num_steps")
@@ -42,6 +50,42 @@ def register(subparsers) -> None:
     parser.add_argument("--devices-per-process", type=_positive, default=None, metavar="D",
                         help="devices per process (CPU: forced host devices); with --processes")
     parser.set_defaults(handler=run)
+    # --cache, --config and --out are required of a training run (checked in run), not of the tools below.
+    tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=False)
+    _register_necromancy(tools)
+    _register_transplant(tools)
+
+
+def _register_necromancy(tools) -> None:
+    parser = tools.add_parser(
+        "necromancy", help="rebuild a checkpoint's optimizer state from N gradients at its frozen parameters",
+        description="Rebuild the optimizer moments of CHECKPOINT from N gradients on the run's next batches, "
+                    "parameters frozen, into OUT/checkpoints (same step, parameters and data position); then "
+                    "marin train --resume on OUT continues the run. Prints one JSON line.")
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint folder, or an out dir (its newest valid one)")
+    parser.add_argument("--cache", dest="necro_cache", action="append", required=True, metavar="[NAME=]DIR",
+                        help="the run's data, as marin train takes it (repeat for a mixture)")
+    parser.add_argument("--steps", dest="necro_steps", type=_positive, required=True, metavar="N",
+                        help="gradients to rebuild the moments from")
+    parser.add_argument("--out", dest="necro_out", required=True, help="a new out dir for the rebuilt checkpoint")
+    parser.add_argument("--allow-tokenizer-change", dest="necro_allow_tokenizer_change", action="store_true",
+                        help="rebuild even though the cache's tokenizer differs from the checkpoint's")
+    parser.set_defaults(handler=run_necromancy)
+
+
+def _register_transplant(tools) -> None:
+    parser = tools.add_parser(
+        "transplant", help="carry a checkpoint's weights into another architecture (QK-norm, dense -> MoE)",
+        description="Write CHECKPOINT's parameters, mapped by MAPPING, as a checkpoint of the TARGET config "
+                    "into OUT/checkpoints; then marin train --warm-start OUT. Prints one JSON line.")
+    parser.add_argument("--checkpoint", dest="tp_checkpoint", required=True,
+                        help="a checkpoint folder, or an out dir (its newest valid one)")
+    parser.add_argument("--config", dest="tp_config", required=True,
+                        help="YAML TrainConfig of the target model (model.vocab_size unset: the source's)")
+    parser.add_argument("--mapping", required=True,
+                        help="qk_norm: add QK-norm (gains start at ones); upcycle: dense -> MoE (experts copy the MLP)")
+    parser.add_argument("--out", dest="tp_out", required=True, help="a new out dir for the target checkpoint")
+    parser.set_defaults(handler=run_transplant)
 
 
 def _positive(text: str) -> int:
@@ -126,6 +170,11 @@ def run(args: argparse.Namespace) -> int:
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
 
+    missing = [flag for flag, value in (("--cache", args.cache), ("--config", args.config), ("--out", args.out))
+               if value is None]
+    if missing:
+        print(f"marin train: the following arguments are required: {', '.join(missing)}", file=sys.stderr)
+        return 2
     show_library_log()
     try:
         caches = _caches(args.cache)
@@ -207,4 +256,42 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
         "counts": result["counts"], "checkpoint": str(ckpt.latest_valid(out / "checkpoints")),
         "metrics": str(out / "metrics.jsonl"), "loss_curve": str(png) if png.exists() else None,
         "processes": processes, "devices": devices}), allow_nan=False))
+    return 0
+
+
+def run_necromancy(args: argparse.Namespace) -> int:
+    """``marin train necromancy``: 0 rebuilt (one JSON line), 2 bad input (one line naming it)."""
+    import json
+
+    from marin_assets.train.compile_cache import ensure_compile_cache
+
+    ensure_compile_cache()
+    from marin_assets.train.necromancy import necromancy
+
+    show_library_log()
+    try:
+        rebuilt = necromancy(args.checkpoint, _caches(args.necro_cache), args.necro_steps, args.necro_out,
+                             allow_tokenizer_change=args.necro_allow_tokenizer_change)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"marin train necromancy: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(_json_safe({"checkpoint": str(rebuilt.checkpoint), "step": rebuilt.step,
+                                 "gradients": rebuilt.gradients, "skipped": rebuilt.skipped,
+                                 "batch_steps": list(rebuilt.steps), "mean_loss": rebuilt.mean_loss}), allow_nan=False))
+    return 0
+
+
+def run_transplant(args: argparse.Namespace) -> int:
+    """``marin train transplant``: 0 written (one JSON line), 2 bad input (one line naming it)."""
+    import json
+
+    from marin_assets.train.transplant import transplant
+
+    show_library_log()
+    try:
+        done = transplant(args.tp_checkpoint, args.tp_config, args.mapping, args.tp_out)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"marin train transplant: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"checkpoint": str(done.checkpoint), "step": done.step, "mapping": done.mapping}))
     return 0
