@@ -5,9 +5,12 @@ Public API
 ModelConfig(...)                                   validated config (config.py)
 init_params(config, key) -> params                 dict pytree of float32 arrays
 init_router_bias(config) -> bias [n_layers, E]     zeros; carried by the train loop
-forward(params, tokens[B,S], config, router_bias, ep=None) -> (logits[B,S,V], aux)
-loss_fn(params, tokens[B,S], config, router_bias, loss_mask=None, ep=None) -> (loss, aux)
+forward(params, tokens[B,S], config, router_bias, ep=None, *, compute_dtype="float32", remat="none")
+    -> (logits[B,S,V] float32, aux)
+loss_fn(params, tokens[B,S], config, router_bias, loss_mask=None, ep=None, *, compute_dtype, remat) -> (loss, aux)
     for jax.value_and_grad(loss_fn, has_aux=True); config is static (hashable).
+    compute_dtype "bfloat16": matmuls in bf16, params kept in their dtype and cast per use;
+    remat "full" | "save_matmuls": jax.checkpoint per layer (compute.py).
     aux: ce_loss, lm_z_loss, router_z_loss, n_tokens, expert_load [L,E], dropped [L],
          balance_shift [L,E], router_z [L], load_cv [L]
 next_router_bias(router_bias, aux, config) -> bias [L,E]

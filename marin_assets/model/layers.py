@@ -58,7 +58,9 @@ def attention(p: dict, x: jax.Array, config: ModelConfig) -> jax.Array:
     positions = jnp.arange(S)
     q, k = partial_rope(q, positions, config), partial_rope(k, positions, config)
     q = q.reshape(B, S, KV, H // KV, hd)
-    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / jnp.sqrt(hd)
+    # Logits and softmax in fp32 whatever the compute dtype: bf16 keeps ~3 significant digits, too few
+    # for exp() of logits in the tens; the einsum accumulates and returns fp32 from bf16 q and k.
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(hd)
     causal = jnp.tril(jnp.ones((S, S), bool))
     scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.balancing import apply_shift, load_cv
+from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT, dtype_of, for_compute, rematerialised
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.layers import attention, rms_norm, swiglu
 from marin_assets.model.moe import moe_mlp
@@ -52,8 +53,12 @@ def init_router_bias(config: ModelConfig) -> jax.Array:
 
 
 def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
-            ep=None) -> tuple[jax.Array, dict]:
+            ep=None, *, compute_dtype: str = DEFAULT_DTYPE, remat: str = DEFAULT_REMAT) -> tuple[jax.Array, dict]:
     """tokens: [B, S] int -> (logits [B, S, V] float32, aux).
+
+    compute_dtype: the dtype of the activations and matmuls (model/compute.py); the parameters
+    keep theirs and are cast per use inside each layer. remat: what the backward keeps of each
+    layer (``compute.REMAT_POLICIES``). Neither changes the result beyond rounding.
 
     aux (per layer, stacked on axis 0; all zeros/empty for a dense model):
       expert_load [L, E] assignments chosen per expert; dropped [L] assignments lost to
@@ -64,11 +69,13 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
         raise ValueError(f"forward: tokens must be [batch, seq], got shape {tokens.shape}")
     if tokens.shape[1] > config.max_seq_len:
         raise ValueError(f"forward: sequence length {tokens.shape[1]} > max_seq_len {config.max_seq_len}")
-    x = params["embed"][tokens]
+    dtype = dtype_of(compute_dtype)
+    x = params["embed"][tokens].astype(dtype)  # gather first: only the rows used are cast
     E = config.n_routed_experts
 
     def layer(x, inputs):
         p, bias = inputs
+        p = for_compute(p, dtype)
         x = x + attention(p, rms_norm(x, p["attn_norm"], config.norm_eps), config)
         h = rms_norm(x, p["mlp_norm"], config.norm_eps)
         if config.is_moe:
@@ -80,9 +87,10 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
         return x + y, stats
 
     bias = router_bias if E > 0 else jnp.zeros((config.n_layers, 0), jnp.float32)
-    x, stats = jax.lax.scan(layer, x, (params["layers"], bias))
+    x, stats = jax.lax.scan(rematerialised(layer, remat), x, (params["layers"], bias))
     x = rms_norm(x, params["final_norm"], config.norm_eps)
-    logits = (x @ params["lm_head"]).astype(jnp.float32)
+    # Logits in fp32 (accumulated in fp32 from bf16 operands): the loss's logsumexp and z-loss read them.
+    logits = jnp.matmul(x, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
     aux = {"expert_load": stats["load"], "dropped": stats["dropped"],
            "balance_shift": stats["shift"], "router_z": stats["router_z"],
            "load_cv": load_cv(stats["load"]) if E > 0 else jnp.zeros((config.n_layers,))}
@@ -90,14 +98,16 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
 
 
 def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
-            loss_mask: jax.Array | None = None, ep=None) -> tuple[jax.Array, dict]:
-    """Next-token cross-entropy + LM-logit z-loss + router z-loss.
+            loss_mask: jax.Array | None = None, ep=None, *, compute_dtype: str = DEFAULT_DTYPE,
+            remat: str = DEFAULT_REMAT) -> tuple[jax.Array, dict]:
+    """Next-token cross-entropy + LM-logit z-loss + router z-loss, computed in fp32 from fp32 logits.
 
     Position s predicts token s+1; ``loss_mask`` [B, S] (1 = count) masks the *targets*.
+    ``compute_dtype`` and ``remat`` as in ``forward``.
     Returns (loss, aux) with aux = forward's aux plus ce_loss, lm_z_loss, router_z_loss,
     n_tokens. Use with ``jax.value_and_grad(loss_fn, has_aux=True)``.
     """
-    logits, aux = forward(params, tokens, config, router_bias, ep)
+    logits, aux = forward(params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat)
     logits, targets = logits[:, :-1], tokens[:, 1:]
     mask = jnp.ones(targets.shape, jnp.float32) if loss_mask is None else loss_mask[:, 1:].astype(jnp.float32)
     n = jnp.maximum(jnp.sum(mask), 1.0)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from marin_assets.datakit.mixture import Mixture
+from marin_assets.knobs import knob
+from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT, DTYPE_NAMES, REMAT_NAMES, check_remat, dtype_of
 from marin_assets.model.config import ModelConfig
 from marin_assets.numeric_checks import check_field_types
 from marin_assets.train.guards import GuardConfig
@@ -38,6 +40,15 @@ class TrainConfig:
     prefetch: int = 2
     wandb: bool = False  # offline wandb run under <out>/wandb (slow to start, so opt-in)
     phase: str = "main"
+    # How the step computes (marin_assets/model/compute.py). They live here, not on ModelConfig: they
+    # leave the parameter tree, the parameter and FLOP counts unchanged, so the same model can be
+    # trained, resumed or evaluated under other choices (evaluation and held-out loss run in fp32).
+    compute_dtype: str = knob(DEFAULT_DTYPE, help=f"dtype of activations and matmuls, one of {DTYPE_NAMES}; norms, "
+                              "softmax, router logits, LM logits and the loss stay float32")
+    param_dtype: str = knob(DEFAULT_DTYPE, help=f"dtype of the parameters and optimizer state (the master weights "
+                            f"checkpoints keep), one of {DTYPE_NAMES}")
+    remat: str = knob(DEFAULT_REMAT, versioned=False, help=f"activation rematerialisation per layer, one of {REMAT_NAMES}: "
+                      "full recomputes the layer in the backward, save_matmuls keeps the weight matmuls' outputs")
 
     def __post_init__(self) -> None:
         for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),
@@ -57,6 +68,9 @@ class TrainConfig:
                 f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
         if self.checkpoint_every_seconds <= 0:
             raise ValueError("TrainConfig.checkpoint_every_seconds must be > 0")
+        dtype_of(self.compute_dtype, "TrainConfig.compute_dtype")
+        dtype_of(self.param_dtype, "TrainConfig.param_dtype")
+        check_remat(self.remat, "TrainConfig.remat")
 
     @property
     def tokens_per_step(self) -> int:

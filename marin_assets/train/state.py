@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from marin_assets.model.compute import dtype_of
 from marin_assets.model.config import ModelConfig
 
 FIELDS = ("params", "opt_state", "guard", "router_bias", "step", "rng")
@@ -50,10 +51,12 @@ class Model:
     """The model functions the train loop calls (all pure; ``config`` is static).
 
     init_params(config, key) -> params
-    loss_fn(params, tokens[B, S] int32, config, router_bias, loss_mask=None, ep=None)
+    loss_fn(params, tokens[B, S] int32, config, router_bias, loss_mask=None, ep=None, **options)
         -> (scalar loss, aux dict); the loop passes ``ep``, the mesh's routed-expert layer
         (``train.mesh.expert_parallel``: a ``kernels.expert_parallel.ExpertParallel``, None
-        for a dense model), which a MoE must use for its routed experts
+        for a dense model), which a MoE must use for its routed experts; ``options`` are the
+        compute knobs a TrainConfig sets away from their defaults (``step.compute_options``:
+        compute_dtype, remat), which a loss_fn that does not take them cannot be used with
     init_router_bias(config) -> router_bias
     next_router_bias(router_bias, aux, config) -> router_bias  (not differentiated)
     """
@@ -71,11 +74,14 @@ def moe_model() -> Model:
 
 
 def init_state(config, opt, model: Model) -> TrainState:
-    """A fresh state for ``config`` (a TrainConfig): params from ``config.seed``, step 0."""
+    """A fresh state for ``config`` (a TrainConfig): params from ``config.seed`` in ``config.param_dtype``
+    (the optimizer state follows the params' dtype), step 0."""
     from marin_assets.train.guards import init_guard_state
 
     key = jax.random.PRNGKey(config.seed)
     key, init_key = jax.random.split(key)
-    params = model.init_params(config.model, init_key)
+    dtype = dtype_of(config.param_dtype, "TrainConfig.param_dtype")
+    params = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                          model.init_params(config.model, init_key))
     return TrainState(params=params, opt_state=opt.init(params), guard=init_guard_state(config.guards),
                       router_bias=model.init_router_bias(config.model), step=jnp.int32(0), rng=key)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
@@ -26,16 +27,27 @@ def default_model() -> Model:
     return moe_model()
 
 
+def compute_options(config: TrainConfig) -> dict:
+    """The compute knobs ``model.loss_fn`` is given as keywords (``compute_dtype``, ``remat``); those at
+    their defaults are left out, so a loss_fn that takes neither (a test's stand-in) runs as before."""
+    given = {"compute_dtype": (config.compute_dtype, DEFAULT_DTYPE), "remat": (config.remat, DEFAULT_REMAT)}
+    return {name: value for name, (value, default) in given.items() if value != default}
+
+
 def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
     """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
-    ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``)."""
+    ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``).
+
+    The params (and so the gradients, the optimizer state and the update) stay in their stored
+    dtype (``config.param_dtype``); the model casts them to ``config.compute_dtype`` per use."""
     model_cfg, guard_cfg = config.model, config.guards
     ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
+    options = compute_options(config)
 
     def step(state: TrainState, tokens, batch_ok, lr):
         params = state.params
         (loss, aux), grads = jax.value_and_grad(
-            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, None, ep), has_aux=True
+            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, None, ep, **options), has_aux=True
         )(params)
         grad_norm = global_norm(grads)
         decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
