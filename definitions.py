@@ -12,16 +12,21 @@ import dagster as dg
 from assets.datakit import WATCHED_SOURCE, code_location_datakit
 from assets.datakit.index import INDEX_KEY
 from assets.experiments import experiment_assets
-from assets.scaling import scaling_assets, scaling_checks
-from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
+from assets.scaling import MOE_LADDER, SCALING_GROUP, scaling_assets, scaling_checks
+from assets.training import DEMO_PLAN, TrainBaseConfig, eval_phase, train_phase, training_assets
 from jobs import PHASE_RETRY_TAGS, all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
-from sensors import all_schedules, automation, phase_controller_sensor, user_shards_sensor
+from sensors import LadderWatch, all_schedules, automation, ladder_band_check, phase_controller_sensor, user_shards_sensor
 
 artifact_store = ArtifactStoreResource()
 
+# The ladder watches the main run: the MoE ladder over the main run's family (its sweep's runs) gives
+# the expected trajectory at the main run's size; the ladder_band check judges each phase in its run
+# and the controller acts on leaving the band (LadderWatchSettings.action; default: warn).
+ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), TrainBaseConfig().model.model_dump())
 # The demo run's controller: one use of the factory (a user's run is another plan + asset).
-phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS)
+phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS,
+                                           watch=ladder_watch)
 # The one DataKit: pinned demo sources + sources/user (the files of $MARIN_USER_DATA_DIR, empty
 # when unset) through the sharded graph to a dataset per source and the mixture.
 datakit_assets, datakit_checks = code_location_datakit()
@@ -34,7 +39,7 @@ new_user_shards = user_shards_sensor(_by_key[f"sources/{WATCHED_SOURCE}"], _by_k
 
 defs = dg.Definitions(
     assets=[*datakit_assets, *training_assets, *scaling_assets, *experiment_assets],
-    asset_checks=[*datakit_checks, *scaling_checks],
+    asset_checks=[*datakit_checks, *scaling_checks, ladder_band_check(train_phase, ladder_watch, DEMO_PLAN.run)],
     jobs=all_jobs,
     sensors=[new_user_shards, phase_controller, automation],
     schedules=all_schedules,

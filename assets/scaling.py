@@ -1,70 +1,115 @@
-"""Scaling laws as assets: an IsoFLOP ladder of tiny runs, the fit, the prediction, its check.
+"""Scaling laws as assets: a ladder of tiny runs, its fit, pre-registered predictions of
+larger held-out runs, those runs, and the comparison.
 
     mixture (the DataKit's datasets: shard caches read in place)
-    -> sweep[C<budget>-d<width>]            (one training run per partition)
-              -> scaling_fit                (IsoFLOP fit on the smaller budgets only)
-              -> prediction                 (optimal config and loss at the largest budget)
-              -> check prediction_error     (vs the best sweep run actually at that budget)
+    -> scaling/<ladder>/lr_sweep              (the recipe's reference LR, re-tuned: v2)
+    -> scaling/<ladder>/sweep[C<budget>-d<width>[-s<seed>]]   (one training run per partition)
+    -> scaling/<ladder>/fit                   (IsoFLOP fit of every budget up to C_fit)
+    -> scaling/<ladder>/<target>/prediction   (config and loss at k x C_fit, frozen by the lock as written)
+    -> scaling/<ladder>/<target>/target       (that run: refuses to start without the frozen prediction)
+    -> scaling/<ladder>/comparison            (predicted vs actual, seed intervals, a plot, the ladder's
+                                               compute over the targets'; check prediction_error)
 
-Partitions: a ``MultiPartitionsDefinition`` would name a partition "C1e11|d32", and the
-artifact store refuses "|" in a path segment, so the ladder is one static partition set
-with keys ``C<budget>-d<width>`` (e.g. ``C2e11-d48``). That also lets each budget carry its
-own widths, as in Marin's IsoFLOP sweeps, where the window of sizes moves up with compute.
+The lock is the experiment-record lock (``marin_assets/scaling/extrapolation.py``): a target's
+run checks it, carries the prediction's hash, and the comparison refuses a prediction that
+no longer hashes to what its target ran against. Predictions and targets are one asset each
+(not partitions): a Dagster job covers one partitions definition, and the sweep has its own.
 
-``scaling_fit`` depends only on the partitions of the budgets it fits (a
-``SpecificPartitionsPartitionMapping``), so the prediction can be made - and versioned -
-before the largest budget's runs exist; the check reads those runs from the store once
-they are there.
+Sweep partitions are ``C<budget>-d<width>`` (``-s<seed>`` after the first seed): a
+``MultiPartitionsDefinition`` key "C1e11|d32" is no path segment, and each budget carries
+its own widths, as in Marin's IsoFLOP sweeps. The ladders train on the datasets the main run
+trains on (uniformly over the mixture's sources) and score on their held-out splits, in the
+code location's byte tokens (with a 4096-token BPE the LM head is most of a tiny model's
+FLOPs and the narrowest model won every CPU-sized budget: no interior optimum).
 
-The ladder trains on the datasets the main run trains on (uniformly over the mixture's
-sources) and scores on their held-out splits. The code location's DataKit tokenizes bytes: a
-tokenizer with a large vocabulary makes the LM head most of a tiny model's FLOPs (with a
-4096-token BPE the narrowest model won every CPU-sized budget: no interior optimum).
-
-The ladder's shape and the fit/prediction logic live in ``marin_assets.scaling.ladder``;
-``build_scaling_assets(ladder)`` wraps them as assets, and the module-level
-``scaling_assets`` / ``scaling_checks`` are the demo's CPU ladder (``DEMO_LADDER``).
+``scaling_assets`` / ``scaling_checks`` are the demo's dense ladder (``DEMO_LADDER``, group
+``scaling``: the scaling job) and the MoE ladder over the main run's family (``MOE_LADDER``,
+its own group); ``benchmarks/ladder.py`` runs the long protocols.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
 from assets.datakit.datasets import dataset_versions, weighted_sources
+from assets.training import ModelShapeConfig, TrainBaseConfig
 from marin_assets.datakit.mixture import read_mixture_file
-from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.experiments.lock import content_hash
+from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config, stage_config
+from marin_assets.scaling.extrapolation import (STAMP_KEY, as_json, check_stamp, compare, comparison_counts, comparison_png,
+                                                lock_name, register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import (Ladder, SweepSettings, check_prediction, fit_ladder, predict_at, predicted_vs_actual_png,
-                                         read_bytes, read_json, select_budgets, write_file)
-from marin_assets.scaling.sweep import held_out_streams, parse_partition_key, run_sweep_point
+from marin_assets.scaling.ladder import (Ladder, LrSweepSettings, SweepSettings, Target, fit_ladder, frozen_candidate,
+                                         predict_target, read_bytes, read_json, resolve_recipe, run_lr_sweep, select_budgets,
+                                         uses_lr_sweep, write_file)
+from marin_assets.scaling.planner import FamilyShape, MoeShape
+from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, train_candidate
 from marin_assets.store import ArtifactRef
 
-SCALING_GROUP = "scaling"
+SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder
+MOE_GROUP = "scaling_moe"  # its own group: a job covers one partitions definition, and the sweeps' differ
+DATA_KEY = "mixture"
 
-# Tiny dense 1-layer models (seq 64, head 8, batch 16, peak LR 1e-2) on the mixture's datasets
-# (byte tokens, vocabulary 257): 3 budgets a factor 2 apart, widths a factor 2 apart, fitted on
-# the first 2 and extrapolated 2x to the third. Measured (demo run, 2 workers): validation
-# loss d8/d16/d32 = 2.491/2.429/2.713 at 2e10 and 2.427/2.305/2.665 at 4e10 (interior
-# vertices); predicted 2.182 at 8e10 vs the best actual 2.204 (d16): -0.97%. A 1e10 rung
-# (2.542/2.648/2.834) had its optimum below the narrowest width, so the fit excluded it: it
-# cost a third of the ladder's compute for nothing and is gone.
+# The demo's ladder: tiny dense 1-layer models (seq 64, head 8, batch 16) under recipe v2 on
+# the mixture's datasets (byte tokens, vocabulary 257): 2 budgets a factor 2 apart, widths a
+# factor 2 apart, fitted up to C_fit = 4e10 and predicting one held-out run at 3x C_fit
+# (the long protocol, 3x/10x/30x with seeds, is benchmarks/ladder.py). Measured under v2 at
+# lr_base 3e-2 on these datasets (validation loss, d8/d16/d24/d32): 1e10 2.613/2.657/2.780/
+# 2.784 (optimum below the narrowest width: no vertex, so no 1e10 rung), 2e10 2.549/2.497/
+# 2.567/2.663 and 4e10 2.495/2.335/2.408/2.422 (interior vertices). Two budgets fit a pure
+# power law through the vertices (no floor), which errs low the further it extrapolates.
 DEMO_LADDER = Ladder(
-    budgets=(2e10, 4e10, 8e10),
-    widths=((8, 16, 32),) * 3,
+    name="dense",
+    budgets=(2e10, 4e10),
+    widths=((8, 16, 32),) * 2,
+    targets=(Target("x3", 3.0),),
 )
+
+# The MoE family of the demo's main run (assets/training.py ModelShapeConfig) scaled by width:
+# its experts, top-k, shared experts, expert and shared widths per d_model, query heads per KV
+# head and d_model / n_layers; at width d_model it is the main run's model. The ladder splits
+# widths into heads of 8, not 16 (the same matrices and FLOPs), so widths 8 and 24 exist: on the
+# demo's data width 16 beat 32 and 48 by 0.29 and 0.65 nats at 8e9 FLOPs (no vertex).
+_MAIN = ModelShapeConfig()
+MAIN_RUN_FAMILY = FamilyShape(
+    head_dim=_MAIN.d_model // _MAIN.n_heads, aspect_ratio=_MAIN.d_model / _MAIN.n_layers,
+    ff_mult=_MAIN.d_ff / _MAIN.d_model, kv_group=_MAIN.n_heads // _MAIN.n_kv_heads,
+    moe=MoeShape(routed_experts=_MAIN.n_routed_experts, shared_experts=_MAIN.n_shared_experts, top_k=_MAIN.top_k,
+                 expert_ff_mult=_MAIN.expert_d_ff / _MAIN.d_model),
+)
+# Its last target is the main run's model (its family, width d_model, its batch) at 30x C_fit.
+MOE_LADDER = Ladder(
+    name="moe",
+    budgets=(1e10, 2e10, 4e10),
+    widths=((8, 16, 32),) * 3,
+    targets=(Target("x3", 3.0), Target("x10", 10.0),
+             Target("main", 30.0, width=_MAIN.d_model, batch_size=TrainBaseConfig().batch_size, family=MAIN_RUN_FAMILY)),
+    family=dataclasses.replace(MAIN_RUN_FAMILY, head_dim=8),
+)
+
+_SWEEP_KNOBS = ["vocab_size", "seq_len", "batch_sizes", "min_steps", "tolerance", "recipe", "lr_base", "decay_fraction",
+                "skip_sigma", "seed", "validation_windows"]
 
 
 # The configs are generated from the library's knobs (marin_assets/knobs.py): one declaration of each default.
 # (A class over the generated one, so type checkers see a class.)
-class SweepConfig(stage_config("SweepConfig", (SweepSettings, [
-        "vocab_size", "seq_len", "head_dim", "aspect_ratio", "batch_sizes", "min_steps", "tolerance", "lr_base",
-        "lr_ref_width", "decay_fraction", "skip_sigma", "seed", "validation_windows"]))):
-    """One sweep run's settings: knobs of marin_assets.scaling.ladder.SweepSettings."""
+class SweepConfig(stage_config("SweepConfig", (SweepSettings, _SWEEP_KNOBS))):
+    """One ladder run's settings (sweep, lr_sweep and target runs): knobs of marin_assets.scaling.ladder.SweepSettings."""
+
+
+class _LrSweepRuns(StageConfig):
+    sweep: SweepConfig = versioned(SweepConfig(), description="the ladder's run settings (its recipe among them)")
+
+
+class LrSweepConfig(stage_config("LrSweepConfig", (LrSweepSettings, ["lr_factors"]), base=_LrSweepRuns)):
+    """The ladder's run settings and the LR grid (knobs of marin_assets.scaling.ladder.LrSweepSettings)."""
 
 
 class _FitSelection(StageConfig):
@@ -72,15 +117,16 @@ class _FitSelection(StageConfig):
 
 
 class FitConfig(stage_config("FitConfig", (IsoFlopConfig, ["huber_delta", "bucket_base", "bootstrap_n"]), base=_FitSelection)):
-    """Which budgets to fit, and the knobs of marin_assets.scaling.fits.IsoFlopConfig."""
+    """Which budgets to fit, and the knobs of marin_assets.scaling.fits.IsoFlopConfig (bootstrap_n also sets
+    the resamples of the predictions' seed intervals)."""
 
 
 class _PredictionFamily(StageConfig):
-    sweep: SweepConfig = versioned(SweepConfig(), description="the family to pick the predicted config from")
+    sweep: SweepConfig = versioned(SweepConfig(), description="the run settings the predicted config is planned with")
 
 
 class PredictionConfig(stage_config("PredictionConfig", (SweepSettings, ["max_width"]), base=_PredictionFamily)):
-    """The sweep's family and SweepSettings.max_width, the widest member the prediction may pick."""
+    """The ladder's run settings and SweepSettings.max_width, the widest member the prediction may pick."""
 
 
 def ladder_data(mixture: ArtifactRef) -> tuple[dict[str, str], int]:
@@ -89,84 +135,165 @@ def ladder_data(mixture: ArtifactRef) -> tuple[dict[str, str], int]:
     return {s: datasets[s]["index"] for s in weighted_sources(mixture)}, int(mixture.counts["vocab_size"])
 
 
-def _sweep_version(config, partition: str | None, inputs) -> dict[str, str]:
-    """A sweep run reads the datasets the mixture weights (uniformly): their versions, not the
+def run_settings(config: SweepConfig, mixture: ArtifactRef) -> SweepSettings:
+    """The library settings of a ladder run, the vocabulary filled from the datasets' tokenizer."""
+    settings = library_config(config, SweepSettings)
+    return settings if settings.vocab_size else dataclasses.replace(settings, vocab_size=ladder_data(mixture)[1])
+
+
+def _data_version(config, partition: str | None, inputs) -> dict[str, str]:
+    """A ladder run reads the datasets the mixture weights (uniformly): their versions, not the
     schedule's weights or the other datasets', version it."""
     return dataset_versions(inputs["mixture"], weighted_sources(inputs["mixture"]))
 
 
-def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, data_key: str = "mixture",
-                         automation_condition: dg.AutomationCondition | None = None, run_fn=None):
-    """(assets, checks) for one ladder: sweep, scaling_fit, prediction and prediction_error.
+def target_version(config, partition: str | None, inputs) -> dict[str, str]:
+    """A target run is its frozen prediction (the config it runs) on the datasets."""
+    return _data_version(config, partition, inputs) | {"prediction": inputs["prediction"].version}
 
-    ``run_fn`` has ``run_sweep_point``'s signature and returns its counts (at least params,
-    tokens, flops, validation_loss, vocab_size); tests pass a known law to check the fit path.
+
+def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_GROUP,
+                         automation_condition: dg.AutomationCondition | None = None, run_fn=None, train_fn=None):
+    """(assets, checks) of one ladder: lr_sweep, sweep, fit, prediction, target, comparison and
+    the comparison's prediction_error check, keyed ``scaling/<ladder.name>/...``.
+
+    ``run_fn`` has ``run_sweep_point``'s signature and ``train_fn`` ``train_candidate``'s (the
+    lr_sweep's and the targets' runs); each returns its counts (at least params, tokens,
+    flops, validation_loss, vocab_size); tests pass a known law to check the protocol.
     """
+    injected = train_fn is not None
     run_fn = run_fn or run_sweep_point
-    common = dict(group_name=SCALING_GROUP, automation_condition=automation_condition)
+    train_fn = train_fn or train_candidate
+    prefix = f"{SCALING_GROUP}/{ladder.name}"
+    common: dict[str, Any] = dict(group_name=group, automation_condition=automation_condition)
+    family_version = {"family": content_hash(as_json(ladder.family.as_dict()))}
 
-    @versioned_asset(key="sweep", code_version="2", config_cls=SweepConfig, ins={"mixture": data_key}, version_inputs=_sweep_version,
+    def lr_version(config, partition, inputs) -> dict[str, str]:
+        return _data_version(config, partition, inputs) | family_version
+
+    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="1", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
+                     version_inputs=lr_version, **common)
+    def lr_sweep(ctx: StageContext, config: LrSweepConfig, mixture: ArtifactRef):
+        """The recipe's reference shape trained at a few LRs; the best becomes the recipe's lr_base (v2)."""
+        # Its runs on spawned workers (an injected train_fn, a test's, runs here): JAX stays out of the
+        # run's process, so the sweep's range run can still fork its workers from it.
+        return run_lr_sweep(run_settings(config.sweep, mixture), library_config(config, LrSweepSettings), ladder.family,
+                            ladder_data(mixture)[0], ctx.out_dir, run_prefix=f"lr-{ladder.name}", log=ctx.log,
+                            run_fn=train_fn, workers=1 if injected else local_workers())
+
+    def sweep_version(config, partition, inputs) -> dict[str, str]:
+        out = _data_version(config, partition, inputs) | family_version
+        if uses_lr_sweep(library_config(config, SweepSettings)):
+            out["lr_sweep"] = inputs["lr_sweep"].version
+        return out
+
+    @versioned_asset(key=f"{prefix}/sweep", code_version="3", config_cls=SweepConfig,
+                     ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"}, version_inputs=sweep_version,
                      partitions_def=dg.StaticPartitionsDefinition(ladder.keys()), **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
-    def sweep(ctx: StageContext, config: SweepConfig, mixture: ArtifactRef):
-        """One IsoFLOP run: the planned model for (budget, width) trained to its budget, validation loss."""
-        budget, width = parse_partition_key(ctx.partition_key)
-        datasets, vocab_size = ladder_data(mixture)
-        settings = library_config(config, SweepSettings)
-        if not settings.vocab_size:
-            settings = dataclasses.replace(settings, vocab_size=vocab_size)
-        return run_fn(budget, width, settings, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log)
+    def sweep(ctx: StageContext, config: SweepConfig, mixture: ArtifactRef, lr_sweep: ArtifactRef):
+        """One IsoFLOP run: the planned model for (budget, width, seed) trained to its budget, validation loss."""
+        budget, width, seed = parse_seeded_key(ctx.partition)
+        datasets, _ = ladder_data(mixture)
+        settings = run_settings(config, mixture)
+        recipe = resolve_recipe(settings, lr_sweep.counts)
+        counts = run_fn(budget, width, settings, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log,
+                        recipe=recipe, shape=ladder.family, seed=seed, run_prefix=f"sweep-{ladder.name}")
+        return dict(counts) | {"lr_sweep_flops": float(lr_sweep.counts["flops"]) if uses_lr_sweep(settings) else 0.0}
 
     def fit_metadata(ref: ArtifactRef) -> dict:
         return {"isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
                 "power_laws": png_markdown("Power laws and extrapolation", read_bytes(ref, "power_laws.png"))}
 
-    fit_in = dg.AssetIn(key="sweep", partition_mapping=dg.SpecificPartitionsPartitionMapping(ladder.fit_keys))
-
-    @versioned_asset(key="scaling_fit", code_version="1", config_cls=FitConfig, ins={"sweep": fit_in}, **common,
-                     extra_metadata=fit_metadata)
-    def scaling_fit(ctx: StageContext, config: FitConfig, sweep: Mapping[str, ArtifactRef]):
-        """IsoFLOP fit (Huber parabolas, vertices, N*/D* power laws, loss envelope) on the smaller budgets."""
+    @versioned_asset(key=f"{prefix}/fit", code_version="2", config_cls=FitConfig, ins={"sweep": f"{prefix}/sweep"},
+                     **common, extra_metadata=fit_metadata)
+    def fit(ctx: StageContext, config: FitConfig, sweep: Mapping[str, ArtifactRef]):
+        """IsoFLOP fit (Huber parabolas, vertices, N*/D* power laws, loss envelope) of every budget up to C_fit."""
         counts = select_budgets({k: dict(ref.counts) for k, ref in sweep.items()}, config.fit_budgets)
-        return fit_ladder(counts, library_config(config, IsoFlopConfig), target=ladder.target, out_dir=ctx.out_dir, log=ctx.log)
+        return fit_ladder(counts, library_config(config, IsoFlopConfig),
+                          extrapolate_to=max(t.multiple for t in ladder.targets) * ladder.c_fit, out_dir=ctx.out_dir, log=ctx.log)
 
-    @versioned_asset(key="prediction", code_version="1", config_cls=PredictionConfig, ins={"fit": "scaling_fit"}, **common)
-    def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
-        """Compute-optimal N*, D*, expected loss and the nearest family config at the largest budget."""
-        settings = library_config(config.sweep, SweepSettings, max_width=config.max_width)
-        out = predict_at(read_json(fit, "fit.json"), ladder.target, ladder.target_label, settings)
-        write_file(ctx.out_dir, "prediction.json", json.dumps(out, indent=1))
-        ctx.log(f"prediction at C={out['budget']:.3g}: N*={out['params_opt']:.3g}, D*={out['tokens_opt']:.3g}, "
-                f"loss {out['loss']:.4f}")
-        return {"budget": out["budget"], "params_opt": out["params_opt"], "tokens_opt": out["tokens_opt"],
-                "loss": out["loss"], "width": (out["config"] or {}).get("width", 0)}
+    predictions = [prediction_asset(ladder, t, prefix, common) for t in ladder.targets]
+    targets = [target_asset(ladder, t, prefix, common, train_fn) for t in ladder.targets]
 
-    @dg.asset_check(asset=prediction, name="prediction_error",
-                    description=f"|predicted - actual| / actual of the best loss at the largest budget "
-                                f"<= {ladder.max_relative_error}")
-    def prediction_error(prediction: ArtifactRef, artifact_store: ArtifactStoreResource) -> dg.AssetCheckResult:
-        pred = read_json(prediction, "prediction.json")
-        refs = {k: artifact_store.store.read_pointer("sweep", k) for k in ladder.target_keys}
-        out = check_prediction(pred, {k: r.counts if r else None for k, r in refs.items()}, ladder.max_relative_error)
-        if out["missing"]:
-            return dg.AssetCheckResult(
-                passed=False, severity=dg.AssetCheckSeverity.WARN,
-                description=f"actual runs at C={ladder.target_label} not materialised yet: {out['missing']}",
-                metadata={"missing": dg.MetadataValue.json(out["missing"]), "predicted_loss": pred["loss"]})
-        png = predicted_vs_actual_png(pred, out["actual_loss"])
+    pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
+
+    @versioned_asset(key=f"{prefix}/comparison", code_version="1", ins=pairs, **common,
+                     extra_metadata=lambda ref: {"predicted_vs_actual": png_markdown(
+                         "Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))})
+    def comparison(ctx: StageContext, **refs: ArtifactRef):
+        """Each target's pre-registered prediction vs its actual loss, the seed interval, the ladder's cost fraction."""
+        preds = {t.name: read_json(refs[f"prediction_{t.name}"], "prediction.json") for t in ladder.targets}
+        runs = {t.name: refs[f"target_{t.name}"] for t in ladder.targets}
+        for name, ref in runs.items():
+            check_stamp(ctx.store, name, read_json(ref, "run.json").get(STAMP_KEY), preds[name])
+        out = compare(preds, {name: dict(ref.counts) for name, ref in runs.items()}, ladder.max_relative_error)
+        write_file(ctx.out_dir, "comparison.json", json.dumps(out, indent=1))
+        write_file(ctx.out_dir, "comparison.png", comparison_png(out, preds))
+        for row in out["rows"]:
+            ctx.log(f"comparison {ladder.name}/{row['target']}: predicted {row['predicted']:.4f}, actual {row['actual']:.4f} "
+                    f"({row['relative_error']:+.2%})")
+        return comparison_counts(out)
+
+    @dg.asset_check(asset=comparison, name="prediction_error",
+                    description=f"every pre-registered target prediction within {ladder.max_relative_error:.0%} of its run")
+    def prediction_error(comparison: ArtifactRef) -> dg.AssetCheckResult:
+        out = read_json(comparison, "comparison.json")
         return dg.AssetCheckResult(
-            passed=out["passed"], severity=dg.AssetCheckSeverity.ERROR,
-            description=f"relative error {out['relative_error']:+.2%} (bound {ladder.max_relative_error:.0%})",
-            metadata={
-                **{k: out[k] for k in ("relative_error", "bound", "predicted_loss", "actual_loss",
-                                       "actual_best_partition", "predicted_params", "actual_best_params")},
-                "abs_relative_error": abs(out["relative_error"]),
-                "actual_runs": dg.MetadataValue.json(out["actual_runs"]),
-                "predicted_vs_actual": png_markdown("Predicted vs actual loss", png),
-            })
+            passed=bool(out["passed"]), severity=dg.AssetCheckSeverity.ERROR,
+            description=", ".join(f"{r['target']}: {r['relative_error']:+.2%}" for r in out["rows"])
+                        + f" (bound {ladder.max_relative_error:.0%})",
+            metadata={"max_abs_relative_error": out["max_abs_relative_error"], "bound": out["bound"],
+                      "rows": dg.MetadataValue.json(out["rows"]), "ladder_cost_fraction": out["ladder_cost_fraction"]})
 
-    return [sweep, scaling_fit, prediction], [prediction_error]
+    return [lr_sweep, sweep, fit, *predictions, *targets, comparison], [prediction_error]
 
 
-_ladder_assets, scaling_checks = build_scaling_assets(DEMO_LADDER)
-scaling_assets = list(_ladder_assets)
+def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any]) -> dg.AssetsDefinition:
+    """``<prefix>/<target>/prediction``: the target's run and loss, registered with the lock as it is written."""
+
+    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="1", config_cls=PredictionConfig,
+                     ins={"fit": f"{prefix}/fit"}, **common)
+    def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
+        """The target's config, N*, D*, loss and seed interval, frozen by the experiment-record lock as it is written."""
+        settings = library_config(config.sweep, SweepSettings, max_width=config.max_width)
+        out = as_json(predict_target(read_json(fit, "fit.json"), ladder, target, settings))
+        write_file(ctx.out_dir, "prediction.json", json.dumps(out, indent=1))
+        stamp = register_prediction(ctx.store, lock_name(ladder.name, target.name, ctx.version), out)
+        interval = out["interval"] or {}
+        ctx.log(f"prediction {ladder.name}/{target.name} at C={out['budget']:.3g}: width {out['config']['width']}, "
+                f"loss {out['loss']:.4f} [{interval.get('low', float('nan')):.4f}, {interval.get('high', float('nan')):.4f}], "
+                f"registered as {stamp['experiment']}")
+        return {"budget": out["budget"], "loss": out["loss"], "width": out["config"]["width"],
+                "params": out["config"]["params"], "params_opt": out["params_opt"], "lock": stamp["experiment"],
+                "frozen_hash": stamp["frozen_hash"]}
+
+    return prediction
+
+
+def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], train_fn) -> dg.AssetsDefinition:
+    """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
+
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="1", config_cls=SweepConfig,
+                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
+                     version_inputs=target_version, **common,
+                     extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
+    def target_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef):
+        """The predicted run, trained only once its prediction is frozen; it carries the prediction's hash."""
+        pred = read_json(prediction, "prediction.json")
+        stamp = require_frozen(ctx.store, lock_name(ladder.name, target.name, prediction.version), pred)
+        settings = run_settings(config, mixture)
+        cand = frozen_candidate(pred, settings)
+        datasets, _ = ladder_data(mixture)
+        counts = train_fn(cand, settings, datasets, held_out_streams(datasets), ctx.out_dir,
+                          run_name=f"target-{ladder.name}-{target.name}", seed=settings.seed, log=ctx.log,
+                          record={STAMP_KEY: stamp, "target": target.name})
+        return dict(counts) | stamp
+
+    return target_run
+
+
+_dense_assets, _dense_checks = build_scaling_assets(DEMO_LADDER)
+_moe_assets, _moe_checks = build_scaling_assets(MOE_LADDER, group=MOE_GROUP)
+scaling_assets = [*_dense_assets, *_moe_assets]
+scaling_checks = [*_dense_checks, *_moe_checks]

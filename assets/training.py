@@ -1,4 +1,4 @@
-"""train/demo and eval/demo: one dynamic partition per phase of the run.
+"""train/demo and eval/demo: one dynamic partition per phase of the run; eval/demo/tasks: one per eval task.
 
 Phases are not planned in advance (Tootsie): the phase controller sensor decides the next
 phase, adds its partition and requests a run whose config carries the phase spec and
@@ -18,6 +18,7 @@ import dagster as dg
 
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import demo_phases
+from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
 from marin_assets.evaluation.run import EvalSettings
@@ -31,6 +32,7 @@ from marin_assets.store.fsutil import filesystem, is_local
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"
 EVAL_KEY = f"eval/{RUN}"
+TASKS_KEY = f"eval/{RUN}/tasks"
 
 DEMO_PLAN = PhasePlan(
     run=RUN,
@@ -161,7 +163,7 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
     return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="2", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
+@versioned_asset(key=TRAIN_KEY, code_version="3", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
                  resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
@@ -240,26 +242,48 @@ class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "d
     """What eval/<run> scores: the knobs of marin_assets.evaluation.run.EvalSettings (one declaration each)."""
 
 
-@versioned_asset(key=EVAL_KEY, code_version="3", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
+@versioned_asset(key=EVAL_KEY, code_version="4", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training")
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
-    """Bits-per-byte per held-out source (micro/macro) and multiple-choice accuracy."""
-    from marin_assets.datakit.datasets import held_out_texts, read_dataset
+    """Bits-per-byte per held-out domain (every source of the mixture, Paloma-style; micro and macro) and any
+    tasks the config names (the task suite has its own partitions: eval/<run>/tasks)."""
     from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.evaluation.run import evaluate
+    from marin_assets.evaluation.run import evaluate, held_out_domains, result_metadata
 
     settings = library_config(config, EvalSettings)  # its checks run here
     encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
     _, datasets = read_mixture(mixture)
-    held_out = {s: held_out_texts(read_dataset(d["index"]), settings.docs_per_source, settings.chars_per_doc)
-                for s, d in datasets.items() if d["validation_tokens"] > 0}
-    result = evaluate(ckpt.data_path, bpb_sets={s: texts for s, texts in held_out.items() if texts}, tasks=settings.tasks,
-                      limit=settings.limit, encode=encoder.encode, bos_id=encoder.eos_id, out_path=join(ctx.out_dir, "eval.json"))
-    bpb = result["bpb"]
-    return {"micro_bpb": bpb["micro_bpb"], "macro_bpb": bpb["macro_bpb"],
-            **{f"bpb/{s}": v["bpb"] for s, v in bpb["sets"].items()},
-            **{f"acc/{t}": v["acc"] for t, v in result["multiple_choice"].items()},
-            **{f"acc_norm/{t}": v["acc_norm"] for t, v in result["multiple_choice"].items()}}
+    domains = held_out_domains({s: d["index"] for s, d in datasets.items() if d["validation_tokens"] > 0}, settings)
+    result = evaluate(ckpt.data_path, bpb_sets=domains, tasks=settings.tasks, limit=settings.limit, encode=encoder.encode,
+                      bos_id=encoder.eos_id, batch_size=settings.batch_size, out_path=join(ctx.out_dir, "eval.json"))
+    return result_metadata(result)
 
 
-training_assets = [train_phase, eval_phase]
+# One static partition per task of the suite (marin_assets.datakit.eval_sets.TASKS), scoring the run's newest
+# phase (LastPartitionMapping): a phase x task MultiPartitionsDefinition would name partitions "kestrel|copa",
+# which the store refuses, and the phase controller requests train + eval/<run> under one phase key. Scored on
+# request (the UI, a job, `marin eval score`), not by automation: the full suite is ~10 CPU-minutes per phase
+# here (measured: 606 s for 42 tasks), too much to start behind a user's back; the store keeps each phase's
+# scores as older versions.
+class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
+    """How much of its task an eval/<run>/tasks partition scores (default: all of it)."""
+
+
+@versioned_asset(key=TASKS_KEY, code_version="1", config_cls=TaskEvalConfig,
+                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=dg.LastPartitionMapping()),
+                      "tok": "tokenizer"},
+                 partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")
+def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, ArtifactRef], tok: ArtifactRef):
+    """One eval task (the partition) at its full size on the run's newest phase: accuracy and length-normalised
+    accuracy (multiple choice), bits-per-byte of the gold answers."""
+    from marin_assets.datakit.tokenize import load_encoder
+    from marin_assets.evaluation.run import evaluate
+
+    settings, name, ((phase, ref),) = library_config(config, EvalSettings), str(ctx.partition_key), ckpt.items()
+    encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
+    result = evaluate(ref.data_path, tasks=[name], limit=settings.limit, encode=encoder.encode, bos_id=encoder.eos_id,
+                      batch_size=settings.batch_size, out_path=join(ctx.out_dir, "eval.json"))
+    return {"task": name, "phase": phase, "step": result["step"], **result["tasks"][name]}
+
+
+training_assets = [train_phase, eval_phase, eval_task]

@@ -45,7 +45,7 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from definitions import defs
     from demo.datakit import run_datakit
     from demo.phases import run_demo_phases
-    from demo.scaling import run_ladder
+    from demo.scaling import ladder_steps, run_ladder
     from jobs import DEMO_TAGS
     from sensors.phase_controller import budget_path
 
@@ -57,8 +57,9 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
         datakit = run_datakit(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
         summary = {"datakit": datakit, "success": datakit["success"]}
         if summary["success"] and not args.skip_scaling:  # predict before you train (and fork before JAX starts here)
-            steps = len(DEMO_LADDER.keys()) + 2  # every sweep partition, fit, prediction
-            say(f"the scaling ladder: {steps} assets, the sweep's runs on local worker processes")
+            steps = ladder_steps(DEMO_LADDER)  # the LR sweep, every sweep partition, fit, predictions, targets, comparison
+            say(f"the scaling ladder (recipe v2): {steps} assets, the sweep's runs on local worker processes; each "
+                f"prediction is frozen before its target run starts")
             summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
                                             execute=tagged(instance, Progress(steps, out), session))
         if summary["success"] and not args.skip_training:
@@ -106,8 +107,10 @@ def render(summary: dict) -> str:
         lines.append(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
     if "scaling" in summary:
         sc = summary["scaling"]
-        lines.append(f"  scaling ladder: predicted loss {sc['prediction']:.4f} vs actual {sc['actual']:.4f} at the held-out budget "
-                     f"(relative error {sc['relative_error']:+.2%}, check {'passed' if sc['passed'] else 'FAILED'})")
+        for name, t in sc["targets"].items():
+            lines.append(f"  scaling ladder: {name} ({t['multiple']:g}x the fitted compute) predicted loss {t['predicted']:.4f} "
+                         f"before its run, actual {t['actual']:.4f} (relative error {t['relative_error']:+.2%}, check "
+                         f"{'passed' if sc['passed'] else 'FAILED'}); ladder compute {sc['ladder_cost_fraction']:.0%} of the target's")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     lines.append(f"Dagster's event log (every DEBUG event of these runs): {summary['event_log']}")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The demo's scaling ladder, in process: data, every sweep partition, fit, prediction, check."""
+"""The demo's scaling ladder, in process: the LR sweep, every sweep partition, the fit, the
+pre-registered predictions, their target runs and the comparison."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from demo.progress import Execute, run_directly
 from marin_assets.scaling.ladder import Ladder
 
 
+def ladder_steps(ladder: Ladder) -> int:
+    """How many asset materialisations ``run_ladder`` makes (for the progress counter)."""
+    return 1 + len(ladder.keys()) + 1 + 2 * len(ladder.targets) + 1
+
+
 def run_ladder(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -23,37 +29,38 @@ def run_ladder(
     job_name: str = "scaling",
     execute: Execute = run_directly,
 ) -> dict:
-    """Materialise ``ladder`` (on the DataKit's mixture, materialised first): every sweep
-    partition in one range run, fanned out over $MARIN_LOCAL_WORKERS processes (so the demo
-    runs the ladder before anything starts JAX in this process, which would rule out forking),
-    then scaling_fit and prediction, whose check compares the prediction with the best run at
-    the largest budget.
+    """Materialise ``ladder`` (on the DataKit's mixture, materialised first), one run per step:
+    the lr_sweep; every sweep partition in one range run, fanned out over $MARIN_LOCAL_WORKERS
+    processes (so the demo runs the ladder before anything starts JAX in this process, which
+    would rule out forking); the fit; the predictions (each frozen by its lock as it is
+    written); only then their target runs; and the comparison, whose check holds every
+    target to the ladder's bound.
 
     Uses the job ``job_name`` of ``defs``; ``run_config``'s {"ops": {op: ...}} entries go to
-    the steps that run those ops, its other entries (e.g. loggers) to every run. The
-    prediction only reads the fit budgets' runs, so running the target's partitions first
-    changes nothing in it. Returns {"prediction", "actual", "relative_error", "passed",
-    "exponents", "seconds", ...}; raises if a step fails."""
+    the steps that run those ops, its other entries (e.g. loggers) to every run. Returns
+    {"targets": {name: {"predicted", "actual", "relative_error", "interval"}}, "passed",
+    "bound", "ladder_cost_fraction", "best_lr", "exponents", "seconds", ...}; raises if a step fails."""
     started = time.monotonic()
     job = defs.resolve_job_def(job_name)
     run_config = dict(run_config or {})
     op_config = run_config.pop("ops", {})
+    prefix = f"scaling/{ladder.name}"
 
-    def run(keys: Sequence[str], partition: str | None = None, partitions: tuple[str, str] | None = None):
+    def run(keys: Sequence[str], partitions: Sequence[str] = ()):
         t0 = time.monotonic()
         selection = [dg.AssetKey.from_user_string(k) for k in keys]
         names = {k.to_python_identifier() for k in selection}
         ops = {name: cfg for name, cfg in op_config.items() if name in names}
         config = {**run_config, **({"ops": ops} if ops else {})}
-        tags = {"marin/ladder_step": "+".join(keys).replace("/", "_") + (f"-{partition}" if partition else "")}
-        if partitions:
+        tags = {"marin/ladder_step": "+".join(keys).replace("/", "_")}
+        if len(partitions) > 1:
             tags.update(
-                {"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[1]}
+                {"dagster/asset_partition_range_start": partitions[0], "dagster/asset_partition_range_end": partitions[-1]}
             )
         result = execute(
             lambda final_tags: job.execute_in_process(
                 instance=instance,
-                partition_key=partition,
+                partition_key=partitions[0] if len(partitions) == 1 else None,
                 raise_on_error=True,
                 asset_selection=selection,
                 run_config=config or None,
@@ -61,38 +68,44 @@ def run_ladder(
             ),
             tags,
         )
-        where = f" [{partition}]" if partition else f" [{partitions[0]} .. {partitions[1]}]" if partitions else ""
-        log(f"scaling ladder: {'+'.join(keys)}{where} in {time.monotonic() - t0:.1f}s")
+        where = f" [{partitions[0]} .. {partitions[-1]}]" if len(partitions) > 1 else f" [{partitions[0]}]" if partitions else ""
+        log(f"scaling ladder: {' + '.join(keys)}{where} in {time.monotonic() - t0:.1f}s")
         return result
 
-    keys = ladder.keys()
-    run(["sweep"], partitions=(keys[0], keys[-1]))
-    result = run(["scaling_fit", "prediction"])
+    def node(key: str) -> str:
+        return dg.AssetKey.from_user_string(key).to_python_identifier()
+
+    lr = run([f"{prefix}/lr_sweep"]).output_for_node(node(f"{prefix}/lr_sweep")).counts
+    run([f"{prefix}/sweep"], ladder.keys())
+    fit = run([f"{prefix}/fit"]).output_for_node(node(f"{prefix}/fit")).counts
+    run([f"{prefix}/{t}/prediction" for t in ladder.target_keys])  # each frozen before any target run exists
+    run([f"{prefix}/{t}/target" for t in ladder.target_keys])
+    result = run([f"{prefix}/comparison"])
     checks = [e for e in result.get_asset_check_evaluations() if e.check_name == "prediction_error"]
     if not checks:
         raise RuntimeError("scaling ladder: the prediction_error check did not run")
-    meta = {k: v.value for k, v in checks[0].metadata.items()}
-    if "actual_loss" not in meta:
-        raise RuntimeError(f"scaling ladder: the check did not evaluate: {checks[0].description}")
-    fit = result.output_for_node("scaling_fit").counts
+    rows = checks[0].metadata["rows"].value
     out = {
-        "prediction": meta["predicted_loss"],
-        "actual": meta["actual_loss"],
-        "relative_error": meta["relative_error"],
+        "targets": {
+            r["target"]: {k: r[k] for k in ("multiple", "predicted", "actual", "relative_error", "interval", "flops", "width")}
+            for r in rows
+        },
         "passed": bool(checks[0].passed),
-        "bound": meta["bound"],
-        "actual_best_partition": meta["actual_best_partition"],
-        "predicted_params": meta["predicted_params"],
-        "actual_best_params": meta["actual_best_params"],
+        "bound": checks[0].metadata["bound"].value,
+        "ladder_cost_fraction": checks[0].metadata["ladder_cost_fraction"].value,
+        "best_lr": lr["best_lr"],
         "exponents": {"n_opt": fit["n_opt_exponent"], "d_opt": fit["d_opt_exponent"]},
         "budgets_fitted": fit["budgets_fitted"],
         "budgets_excluded": fit["budgets_excluded"],
         "seconds": round(time.monotonic() - started, 1),
     }
+    summary = "; ".join(
+        f"{name} (C={r['flops']:.2g}): predicted {r['predicted']:.4f}, actual {r['actual']:.4f}, {r['relative_error']:+.2%}"
+        for name, r in out["targets"].items()
+    )
     log(
-        f"scaling ladder: predicted loss {out['prediction']:.4f} at C={ladder.target_label}, actual best "
-        f"{out['actual']:.4f} ({out['actual_best_partition']}): relative error {out['relative_error']:+.2%} "
-        f"(bound {out['bound']:.0%}, {'passed' if out['passed'] else 'FAILED'}); N* ~ C^{out['exponents']['n_opt']:.3f}, "
-        f"D* ~ C^{out['exponents']['d_opt']:.3f}; {out['seconds']:.0f}s"
+        f"scaling ladder: {summary} (bound {out['bound']:.0%}, {'passed' if out['passed'] else 'FAILED'}); reference LR "
+        f"{out['best_lr']:.3g}; N* ~ C^{out['exponents']['n_opt']:.3f}; ladder compute {out['ladder_cost_fraction']:.0%} "
+        f"of the targets'; {out['seconds']:.0f}s"
     )
     return out

@@ -16,6 +16,10 @@ loss spike, it terminates the run (``run_coordinator.cancel_run``: the trainer c
 step it is on and returns), records why, and waits for the stopped phase to materialise;
 ``decide`` then picks the successor, which warm-starts from that checkpoint.
 
+With a ``watch`` (sensors/ladder_watch.py), every tick also compares the phase with the ladder's
+expected trajectory, live and once it has materialised, records each new verdict with its plot,
+and hands ``decide``/``end_phase_now`` a ``BandSignal`` when the phase left the band.
+
 ``phase_controller_sensor(plan, train_asset)`` builds one for any run: the train asset
 (dynamically partitioned by phase, config ``phase``/``warm_start_version``/``attempt``)
 names the op and the partitions; definitions.py builds the demo's.
@@ -37,6 +41,7 @@ from marin_assets.phases.signals import RunState, Signals
 from marin_assets.settings import artifact_prefix, setting
 from marin_assets.telemetry import TelemetryStore
 from marin_assets.telemetry import default_root as default_telemetry_root
+from sensors.ladder_watch import LadderWatch, PhaseView, band_signal
 
 BUDGET_ENV = "MARIN_BUDGET_FILE"
 
@@ -137,6 +142,11 @@ def _observe(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, a
     instance.report_runless_asset_event(dg.AssetObservation(asset_key=train_key, partition=phase, metadata=metadata))
 
 
+def _run_start(instance: dg.DagsterInstance, run_key: str) -> float | None:
+    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
+    return records[0].start_time if records else None
+
+
 def phase_run_tags(spec: PhaseSpec, action: str, chips: Mapping[str, int], run_tags: Mapping[str, str]) -> dict:
     """The tags of a phase's run: what the routing launcher and the training backend size it by."""
     tags = {**run_tags, "marin/phase": spec.name, "marin/action": action, "marin/accelerator": spec.hardware,
@@ -151,7 +161,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                             minimum_interval_seconds: int = 30,
                             telemetry_root: Callable[[], str] = default_telemetry_root,
                             chips: Mapping[str, int] | None = None,
-                            run_tags: Mapping[str, str] | None = None) -> dg.SensorDefinition:
+                            run_tags: Mapping[str, str] | None = None,
+                            watch: LadderWatch | None = None) -> dg.SensorDefinition:
     """A sensor that runs ``plan`` phase by phase on ``train_asset`` (and the ``also`` assets,
     e.g. the phase's evaluation, in the same run); the train asset must log its steps to the
     telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks.
@@ -160,6 +171,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
       backend); a phase on hardware not listed gets no chips tag (the launcher's default).
     run_tags: added to every phase run, e.g. ``{"dagster/max_retries": "2"}`` so a failed
       phase is retried by the instance's run-retry daemon and resumes from its checkpoint.
+    watch: compare each phase with a ladder's expected trajectory and act on leaving its band.
     """
     partitions = train_asset.partitions_def
     if not isinstance(partitions, dg.DynamicPartitionsDefinition):
@@ -167,7 +179,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                          f"DynamicPartitionsDefinition (one partition per phase), got {type(partitions).__name__}")
     train_key, op_name = train_asset.key, train_asset.op.name
 
-    def request(history: list[dict], decision: Decision, warm_version: str, attempt: int,
+    def request(cursor: dict, history: list[dict], decision: Decision, warm_version: str, attempt: int,
                 tokens_before: int) -> dg.SensorResult:
         spec = decision.next_phase
         run_key = f"{plan.run}-{len(history)}-{spec.name}-{attempt}"
@@ -181,7 +193,17 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
             tags=phase_run_tags(spec, decision.action, chips or {}, run_tags or {}),
         )
         return dg.SensorResult(run_requests=[run], dynamic_partitions_requests=[partitions.build_add_request([spec.name])],
-                               cursor=json.dumps({"history": [*history, entry], "last": None}))
+                               cursor=json.dumps({**cursor, "history": [*history, entry], "last": None}))
+
+    def watched(context, cursor: dict, signals: Signals, phase: str, since: float | None, final: bool):
+        """``signals`` with the ladder watch's verdict on the phase (recorded when new), and the cursor."""
+        if watch is None:
+            return signals, cursor
+        current = cursor["history"][-1]
+        view = PhaseView(phase, _spec_from_json(current["spec"]).token_budget, int(current.get("attempt", 0)),
+                         int(current.get("tokens_before", 0)), phase_telemetry_run(plan.run, phase), since, final)
+        band, cursor = band_signal(watch, context.instance, train_key, view, telemetry_root(), budget_file(), cursor)
+        return dataclasses.replace(signals, off_band=band), cursor
 
     def while_running(context: dg.SensorEvaluationContext, cursor: dict, phase: str) -> dg.SensorResult | dg.SkipReason:
         history, current = cursor["history"], cursor["history"][-1]
@@ -198,10 +220,11 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if view is None:
             return dg.SkipReason(f"{waiting}: no live telemetry yet")
         state, signals = view
+        signals, cursor = watched(context, cursor, signals, phase, record.start_time, final=False)
         reason = end_phase_now(plan, state, signals)
         if reason is None:
-            return dg.SkipReason(f"{waiting}: step {state.step}, {state.phase_tokens:,} of "
-                                 f"{state.phase.token_budget:,} tokens, on track")
+            return dg.SensorResult(skip_reason=f"{waiting}: step {state.step}, {state.phase_tokens:,} of "
+                                               f"{state.phase.token_budget:,} tokens, on track", cursor=json.dumps(cursor))
         terminated = bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
         outcome = "ending it at its next checkpoint" if terminated else "could not terminate its run; it runs its course"
         _observe(context.instance, train_key, phase, "end_phase", f"{reason}: {outcome}", "", signals,
@@ -216,7 +239,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         cursor = json.loads(context.cursor) if context.cursor else {"history": [], "last": None}
         history: list[dict] = cursor["history"]
         if not history:
-            return request([], Decision("continue", "start of the plan", plan.first), warm_version="", attempt=0,
+            return request(cursor, [], Decision("continue", "start of the plan", plan.first), warm_version="", attempt=0,
                            tokens_before=0)
         current = history[-1]
         phase = _spec_from_json(current["spec"]).name
@@ -224,6 +247,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if meta is None:
             return while_running(context, cursor, phase)
         state, signals = observe(meta, history, budget_file())
+        signals, cursor = watched(context, cursor, signals, phase, _run_start(context.instance, current["run_key"]), final=True)
         decision = decide(plan, state, signals)
         said = f"{phase}:{decision.action}:{decision.reason}"
         if said != cursor.get("last"):
@@ -231,8 +255,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if decision.next_phase is None:
             return dg.SensorResult(skip_reason=f"{decision.action}: {decision.reason}", cursor=json.dumps({**cursor, "last": said}))
         if decision.action == "roll_back":  # retry the phase from the same warm start, fresh randomness
-            return request(history[:-1], decision, current["warm_version"], current["attempt"] + 1,
+            return request(cursor, history[:-1], decision, current["warm_version"], current["attempt"] + 1,
                            int(current.get("tokens_before", 0)))
-        return request(history, decision, meta["version"], 0, int(meta["count/tokens_trained"]))
+        return request(cursor, history, decision, meta["version"], 0, int(meta["count/tokens_trained"]))
 
     return _controller

@@ -4,8 +4,8 @@ fresh interpreter, prints the figures it promises as JSON lines with the convent
 
 Their numbers at these sizes are noise; only that they are finite, positive and consistent
 with the ratio is checked. Left out, each far over this file's minute: datakit_graph.py
-(two fresh Dagster passes over the whole graph, ~70 s at its --quick size), train_throughput.py
-and moe_step.py and precision.py (JAX compilation, minutes on 2 cores). datakit_fuzzy.py runs inside
+(two fresh Dagster passes over the whole graph, ~70 s at its --quick size), train_throughput.py,
+moe_step.py and precision.py (JAX compilation, minutes on 2 cores). datakit_fuzzy.py runs inside
 datakit.py --quick.
 """
 

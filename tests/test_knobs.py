@@ -290,7 +290,7 @@ def test_the_walk_sees_what_the_issue_names(everything):
     assert tags["marin scaling fit-isoflop --bootstrap"] == "IsoFlopConfig.bootstrap_n"
     assert tags["FitConfig.bootstrap_n"] == "IsoFlopConfig.bootstrap_n"
     assert tags["marin scaling fit-parametric --bootstrap"] == "ParametricFitConfig.bootstrap_n"
-    assert tags["PredictionConfig.sweep.head_dim"] == tags["SweepConfig.head_dim"] == "SweepSettings.head_dim"
+    assert tags["PredictionConfig.sweep.recipe"] == tags["SweepConfig.recipe"] == "SweepSettings.recipe"
     assert tags["EvalConfig.limit"] == "EvalSettings.limit"
     assert tags["marin cluster gen-jobs -n"] == "JobStreamConfig.n"
     assert tags["marin cluster simulate --tick-s"] == "SimulationConfig.tick_s"

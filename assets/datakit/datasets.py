@@ -22,7 +22,7 @@ import dagster as dg
 from assets.datakit.common import GROUP, every, shard_file
 from assets.datakit.index import INDEX_KEY, index_sources
 from marin_assets.datakit.datasets import INDEX_FILE, Dataset, ShardCache, combine, read_dataset, relative, write_dataset
-from marin_assets.datakit.decontaminate import SCORE_BATCH_DOCS, DecontamConfig, EvalNgramIndex, score_texts
+from marin_assets.datakit.decontaminate import SCORE_BATCH_DOCS, DecontamConfig, EvalNgramIndex, leaked_tasks, score_texts
 from marin_assets.datakit.mixture import MIXTURE_FILE, Mixture, read_mixture_file
 from marin_assets.datakit.shards import join, read_table, write_json
 from marin_assets.orchestration import ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
@@ -91,7 +91,7 @@ def contamination_check(source: str) -> dg.AssetChecksDefinition:
             raise FileNotFoundError(f"{dataset_key(source)} has not been materialised")
         threshold = DecontamConfig().threshold
         key = f"checks/no_contaminated_documents/{source}"
-        version = compute_version(key, "1", {"threshold": threshold}, None, {"dataset": ref.version, "eval_ngrams": index.version})
+        version = compute_version(key, "2", {"threshold": threshold}, None, {"dataset": ref.version, "eval_ngrams": index.version})
 
         def scan(out_dir: str) -> dict:
             ngrams, bad, docs = EvalNgramIndex.load(index.data_path), [], 0
@@ -103,14 +103,19 @@ def contamination_check(source: str) -> dg.AssetChecksDefinition:
                     overlaps, matched = score_texts(ngrams, texts[start:start + SCORE_BATCH_DOCS])
                     for doc_id, overlap, evals in zip(ids[start:], overlaps, matched):
                         if overlap >= threshold:
-                            bad.append({"shard": shard.key, "id": doc_id, "overlap": round(overlap, 3), "evals": evals[:3]})
+                            bad.append({"shard": shard.key, "id": doc_id, "overlap": round(overlap, 3),
+                                        "tasks": leaked_tasks(evals), "evals": evals[:3]})
             write_json(bad, join(out_dir, "contaminated.json"))
-            return {"documents": docs, "contaminated": len(bad), "examples": bad[:10]}
+            tasks = sorted({t for doc in bad for t in doc["tasks"]})
+            return {"documents": docs, "contaminated": len(bad), "leaked_tasks": tasks, "examples": bad[:10]}
 
         counts = artifact_store.store.materialize(key, None, version, scan, {"checks": dataset_key(source)}).ref.counts
-        return dg.AssetCheckResult(passed=counts["contaminated"] == 0, metadata={
+        leaked = counts["leaked_tasks"]
+        description = (f"{counts['contaminated']} of {counts['documents']} documents contain eval items of: {', '.join(leaked)}"
+                       if leaked else f"none of {counts['documents']} documents contains an eval item")
+        return dg.AssetCheckResult(passed=counts["contaminated"] == 0, description=description, metadata={
             "documents": counts["documents"], "contaminated": counts["contaminated"],
-            "examples": dg.MetadataValue.json(counts["examples"])})
+            "leaked_tasks": dg.MetadataValue.json(leaked), "examples": dg.MetadataValue.json(counts["examples"])})
 
     return _check
 
@@ -138,7 +143,7 @@ def mixture_asset(sources: Sequence[str]) -> dg.AssetsDefinition:
     """mixture: a weight schedule over datasets/<source>, with where each dataset's index is."""
     ins = {f"ds_{s}": dataset_key(s) for s in sources}
 
-    @versioned_asset(key=MIXTURE_KEY, code_version="2", config_cls=MixtureConfig, ins=ins, group_name=GROUP,
+    @versioned_asset(key=MIXTURE_KEY, code_version="3", config_cls=MixtureConfig, ins=ins, group_name=GROUP,
                      automation_condition=rerun_on_change())
     def _mixture(ctx: StageContext, config: MixtureConfig, **datasets: ArtifactRef):
         """The training data: a weight schedule over the datasets (each a source's shard caches)."""

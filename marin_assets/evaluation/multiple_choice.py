@@ -1,60 +1,70 @@
-"""Log-likelihood multiple choice (HellaSwag, ARC, ...), as lm-eval-harness scores it.
+"""Score an eval task by log-likelihood: multiple-choice accuracy and gold-answer bits-per-byte.
 
-Each choice is scored as the sum of its continuation tokens' log-probs given the context.
-``acc`` picks the highest sum; ``acc_norm`` divides each sum by the continuation's length
-in bytes first (so long answers are not penalised for having more tokens).
+Each choice of an item is a (context, continuation) pair scored as the sum of its
+continuation tokens' log-probs given the context (Winogrande's choices differ in context,
+the others in continuation). ``acc`` picks the highest sum; ``acc_norm`` divides each sum by
+the continuation's length in characters first (lm-evaluation-harness's acc_norm, OLMES's
+acc_per_char), so long answers are not penalised for having more tokens. ``bpb`` is the
+bits per UTF-8 byte of the gold continuations (total nats / total bytes / ln 2): a smooth
+number a ladder of small models can extrapolate where accuracy still sits at chance.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Sequence
 
+from marin_assets.datakit.eval_sets import TaskItem
 from marin_assets.evaluation.scoring import TokenLogprobs, score_spans
 
 # [(context, continuation)] -> [sum of continuation log-probs]
 PairScorer = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
 
 
-def continuation(choice: str) -> str:
-    return " " + choice.lstrip()
-
-
-def accuracy(examples: Sequence[Mapping], score: PairScorer) -> dict:
-    """{"acc", "acc_norm", "n", "chance", "predictions": [(id, pred, pred_norm, gold)]}."""
-    if not examples:
-        raise ValueError("accuracy: no examples")
-    pairs, owners = [], []
-    for ex in examples:
-        if not ex["choices"]:
-            raise ValueError(f"example {ex.get('id')}: no choices")
-        for c in ex["choices"]:
-            pairs.append((ex["context"], continuation(c)))
-            owners.append(ex)
+def score_task(items: Sequence[TaskItem], score: PairScorer, kind: str = "mc") -> dict:
+    """{"n", "bpb"} plus, for ``kind`` "mc": "acc", "acc_norm", "chance" and "predictions"
+    [(id, pred, pred_norm, gold)]."""
+    if not items:
+        raise ValueError("score_task: no items")
+    if kind not in ("mc", "bpb"):
+        raise ValueError(f"score_task: kind must be 'mc' or 'bpb', got {kind!r}")
+    pairs = [pair for item in items for pair in item.pairs]
     sums = list(score(pairs))
     if len(sums) != len(pairs):
         raise ValueError(f"scorer returned {len(sums)} scores for {len(pairs)} pairs")
+    nats = gold_bytes = 0.0
     correct = correct_norm = 0
     chance = 0.0
     predictions = []
     i = 0
-    for ex in examples:
-        k = len(ex["choices"])
+    for item in items:
+        k = len(item.pairs)
+        if kind == "mc" and k < 2:
+            raise ValueError(f"item {item.id}: {k} choice(s); multiple choice needs at least 2")
         s = sums[i:i + k]
-        lengths = [max(1, len(continuation(c).encode("utf-8"))) for c in ex["choices"]]
         i += k
+        nats -= s[item.gold]
+        gold_bytes += len(item.pairs[item.gold][1].encode("utf-8"))
+        if kind == "bpb":
+            continue
+        chars = [max(1, len(continuation)) for _, continuation in item.pairs]
         pred = max(range(k), key=lambda j: s[j])
-        pred_norm = max(range(k), key=lambda j: s[j] / lengths[j])
-        correct += pred == ex["gold"]
-        correct_norm += pred_norm == ex["gold"]
+        pred_norm = max(range(k), key=lambda j: s[j] / chars[j])
+        correct += pred == item.gold
+        correct_norm += pred_norm == item.gold
         chance += 1.0 / k
-        predictions.append((ex.get("id"), pred, pred_norm, ex["gold"]))
-    n = len(examples)
-    return {"acc": correct / n, "acc_norm": correct_norm / n, "n": n, "chance": chance / n,
-            "predictions": predictions}
+        predictions.append((item.id, pred, pred_norm, item.gold))
+    n = len(items)
+    out: dict = {"n": n, "bpb": nats / max(gold_bytes, 1.0) / math.log(2)}
+    if kind == "mc":
+        out |= {"acc": correct / n, "acc_norm": correct_norm / n, "chance": chance / n, "predictions": predictions}
+    return out
 
 
 def model_pair_scorer(token_logprobs: TokenLogprobs, encode: Callable[[str], list[int]], bos_id: int,
-                      seq_len: int, batch_size: int = 8) -> PairScorer:
+                      seq_len: int, batch_size: int = 16) -> PairScorer:
+    """A PairScorer over the model: context and continuation tokenized apart (as OLMES and
+    lm-evaluation-harness do), the context after a BOS/EOS token."""
     def score(pairs):
         items = [([bos_id] + encode(ctx), encode(cont)) for ctx, cont in pairs]
         return [s for s, _ in score_spans(items, token_logprobs, seq_len, batch_size)]
@@ -63,6 +73,7 @@ def model_pair_scorer(token_logprobs: TokenLogprobs, encode: Callable[[str], lis
 
 
 def evaluate_task(name: str, score: PairScorer, limit: int | None = None) -> dict:
-    from marin_assets.datakit.eval_sets import load_multiple_choice
+    """Load the first ``limit`` items of a registered task (all when None) and score them."""
+    from marin_assets.datakit.eval_sets import load_task, task
 
-    return accuracy(load_multiple_choice(name, limit), score)
+    return score_task(load_task(name, limit), score, task(name).kind)

@@ -1,14 +1,14 @@
-"""evaluate(checkpoint) -> bits-per-byte per tagged set + multiple-choice accuracies."""
+"""evaluate(checkpoint) -> bits-per-byte per held-out domain + the scores of eval tasks."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from marin_assets.evaluation.bpb import bits_per_byte
-from marin_assets.evaluation.multiple_choice import accuracy, model_pair_scorer
+from marin_assets.evaluation.multiple_choice import evaluate_task, model_pair_scorer
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_int
@@ -18,18 +18,26 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """What an evaluation scores. Knobs (marin_assets/knobs.py): the ``eval/<run>`` asset's config
-    is generated from them, and ``evaluate``'s defaults are theirs."""
+    """What an evaluation scores. Knobs (marin_assets/knobs.py): the ``eval/<run>`` and
+    ``eval/<run>/tasks`` asset configs and ``marin eval``'s flags are generated from them."""
 
-    tasks: list[str] = knob(["hellaswag", "arc_easy"], help="multiple-choice tasks to score")
-    limit: int = knob(40, help="multiple-choice items per task")
-    docs_per_source: int = knob(8, help="held-out documents per source for bits-per-byte")
+    tasks: list[str] = knob([], help="eval tasks a phase's eval/<run> also scores (each task has its own eval/<run>/tasks "
+                                     "partition; marin_assets.datakit.eval_sets.TASK_NAMES)")
+    limit: int | None = knob(None, help="items per task: the first this many (none: every item, the task's full size)")
+    docs_per_source: int = knob(256, help="held-out documents per source (domain) for bits-per-byte; all of them when fewer")
     chars_per_doc: int = knob(4000, help="bits-per-byte scores the first this many characters of each held-out document")
+    batch_size: int = knob(16, versioned=False, help="rows of seq_len tokens per model call (shorter windows: more rows)")
 
     def __post_init__(self) -> None:
-        check_int("limit (multiple-choice items per task)", self.limit, 1, 10**9)
+        from marin_assets.datakit.eval_sets import task
+
+        if self.limit is not None:
+            check_int("limit (items per task)", self.limit, 1, 10**9)
         check_int("docs_per_source", self.docs_per_source, 0, 10**9)
         check_int("chars_per_doc", self.chars_per_doc, 1, 10**9)
+        check_int("batch_size", self.batch_size, 1, 10**6)
+        for name in self.tasks:
+            task(name)  # ValueError naming the unknown task and the known ones
 
 
 _DEFAULTS = EvalSettings()
@@ -56,10 +64,11 @@ def load_model_from_checkpoint(checkpoint_dir: str | Path):
 def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] | None = None,
              tasks: Sequence[str] = tuple(_DEFAULTS.tasks), limit: int | None = _DEFAULTS.limit,
              encode: Callable[[str], list[int]] = byte_encode, bos_id: int = 0,
-             seq_len: int | None = None, batch_size: int = 16, out_path: str | Path | None = None,
+             seq_len: int | None = None, batch_size: int = _DEFAULTS.batch_size, out_path: str | Path | None = None,
              telemetry_root: str | None = None, telemetry_run: str | None = None) -> dict:
-    """Score a checkpoint. ``encode``/``bos_id`` must be the tokenizer the model trained with
-    (default: raw bytes with EOS 0, the tiny test/demo setup).
+    """Score a checkpoint: bits-per-byte of each held-out set in ``bpb_sets`` (a domain each)
+    and every task of ``tasks`` (its first ``limit`` items). ``encode``/``bos_id`` must be the
+    tokenizer the model trained with (default: raw bytes with EOS 0, the tiny test/demo setup).
 
     The scores are appended to the telemetry store (default ``$MARIN_PREFIX/telemetry``) at
     the checkpoint's step, as ``eval.*`` metrics of ``telemetry_run`` (default: the run the
@@ -67,6 +76,7 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     then nothing is appended, with a log line saying so)."""
     from marin_assets.train.compile_cache import ensure_compile_cache
 
+    EvalSettings(tasks=list(tasks), limit=limit, batch_size=batch_size)  # unknown tasks fail before the model loads
     ensure_compile_cache()
     params, model_cfg, bias, meta = load_model_from_checkpoint(checkpoint_dir)
     telemetry_run = telemetry_run or meta.get("telemetry_run")
@@ -77,15 +87,13 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     result: dict = {"step": int(meta["step"]), "phase": meta.get("phase")}
     if bpb_sets:
         result["bpb"] = bits_per_byte(bpb_sets, logprobs, encode, bos_id, seq_len, batch_size)
-    scorer = model_pair_scorer(logprobs, encode, bos_id, seq_len, batch_size)
     if tasks:
-        from marin_assets.datakit.eval_sets import load_multiple_choice
-
-        result["multiple_choice"] = {}
+        scorer = model_pair_scorer(logprobs, encode, bos_id, seq_len, batch_size)
+        result["tasks"] = {}
         for name in tasks:
-            scored = accuracy(load_multiple_choice(name, limit), scorer)
-            scored.pop("predictions")
-            result["multiple_choice"][name] = scored
+            scored = evaluate_task(name, scorer, limit)
+            scored.pop("predictions", None)
+            result["tasks"][name] = scored
     if out_path is not None:  # a path or fsspec URL (an eval asset's out dir on GCS)
         from marin_assets.store.fsutil import filesystem, write_json_atomic
 
@@ -101,14 +109,46 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     return result
 
 
+def held_out_domains(indexes: Mapping[str, str], settings: EvalSettings = _DEFAULTS) -> dict[str, list[str]]:
+    """{domain: texts}: up to ``docs_per_source`` held-out documents of each dataset index (every one
+    when it has fewer), each cut to ``chars_per_doc``. ValueError naming a dataset without any, or
+    when no dataset is given."""
+    from marin_assets.datakit.datasets import held_out_texts, read_dataset
+
+    if not indexes:
+        raise ValueError("no dataset with held-out documents to score")
+    domains = {}
+    for name, path in indexes.items():
+        domains[name] = held_out_texts(read_dataset(path), settings.docs_per_source, settings.chars_per_doc)
+        if not domains[name]:
+            raise ValueError(f"dataset {name} ({path}) has no held-out documents to score")
+    return domains
+
+
+def result_metadata(result: dict) -> dict[str, float | int]:
+    """An evaluation's scores as flat asset metadata: micro_bpb, macro_bpb, bpb/<domain>, docs/<domain>,
+    acc/<task>, acc_norm/<task> (multiple choice) and gold_bpb/<task>."""
+    out: dict[str, float | int] = {}
+    if "bpb" in result:
+        bpb = result["bpb"]
+        out |= {"micro_bpb": bpb["micro_bpb"], "macro_bpb": bpb["macro_bpb"]}
+        out |= {f"{k}/{domain}": v[k] for domain, v in bpb["sets"].items() for k in ("bpb", "docs")}
+    for name, scores in result.get("tasks", {}).items():
+        out |= {f"{k}/{name}": scores[k] for k in ("acc", "acc_norm") if k in scores} | {f"gold_bpb/{name}": scores["bpb"]}
+    return out
+
+
 def telemetry_metrics(result: dict) -> dict[str, float]:
-    """eval.bpb.micro / eval.bpb.macro / eval.bpb.<set> / eval.acc.<task> / eval.acc_norm.<task>."""
+    """eval.bpb.micro / eval.bpb.macro / eval.bpb.<set> / eval.acc.<task> / eval.acc_norm.<task> /
+    eval.gold_bpb.<task>. Results written before the bpb tasks named their scores "multiple_choice"."""
     out = {}
     if "bpb" in result:
         out |= {"eval.bpb.micro": result["bpb"]["micro_bpb"], "eval.bpb.macro": result["bpb"]["macro_bpb"]}
         out |= {f"eval.bpb.{name}": v["bpb"] for name, v in result["bpb"]["sets"].items()}
-    for task, scores in result.get("multiple_choice", {}).items():
+    for task, scores in result.get("tasks", result.get("multiple_choice", {})).items():
         out |= {f"eval.{k}.{task}": scores[k] for k in ("acc", "acc_norm") if k in scores}
+        if "bpb" in scores:
+            out[f"eval.gold_bpb.{task}"] = scores["bpb"]
     return out
 
 

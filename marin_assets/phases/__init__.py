@@ -4,6 +4,7 @@ Public API
 ----------
 PhaseSpec, PhasePlan                       the declarative plan (plan.py)
 Signals, RunState, loss_spike              what the controller observes (signals.py)
+BandSignal(reason, action, step)           the main run left the ladder's band (scaling/trajectory.py)
 decide(plan, state, signals) -> Decision   action in ACTIONS, reason, next_phase (decide.py)
 end_phase_now(plan, state, signals)         while a phase runs: why to end it now, or None
 phase_telemetry_run(run, phase)             the telemetry run name a phase's trainer logs under
@@ -12,8 +13,8 @@ phase_train_config(base_train_config, spec) -> TrainConfig for the next phase
 
 from marin_assets.phases.decide import ACTIONS, Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise, phase_telemetry_run, phase_train_config
-from marin_assets.phases.signals import RunState, Signals, loss_spike
+from marin_assets.phases.signals import BandSignal, RunState, Signals, loss_spike
 
-__all__ = ["ACTIONS", "Decision", "decide", "end_phase_now", "PhasePlan", "PhaseSpec", "normalise",
+__all__ = ["ACTIONS", "BandSignal", "Decision", "decide", "end_phase_now", "PhasePlan", "PhaseSpec", "normalise",
            "phase_telemetry_run", "phase_train_config",
            "RunState", "Signals", "loss_spike"]

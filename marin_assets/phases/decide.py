@@ -5,10 +5,13 @@
 Actions, checked in this priority order (the first that applies wins, and its reason
 names the signal):
 
-1. ``roll_back``  the newest loss is non-finite or a spike: restart the current phase from
-                  its last good checkpoint (no point planning ahead on a diverged model).
+1. ``roll_back``  the newest loss is non-finite or a spike, or the phase left the ladder's
+                  band and the watch says ``rollback``: restart the current phase from its
+                  last good checkpoint (no point planning ahead on a diverged model).
 2. ``stop``       the budget is spent (less than ``min_cooldown_tokens`` left) and the
                   current phase is over or is a cooldown that has reached its end.
+2b. ``hold``      the phase left the ladder's band and the watch says ``hold``: request no
+                  next phase until a person releases it (the budget file's ``released_holds``).
 3. ``cool_down``  the budget no longer covers the current phase (budget cut): a linear
                   cooldown to 5% of peak that ends exactly when the budget does, on the
                   high-quality mix; a second or later cooldown adds z-loss (Starling). An
@@ -28,9 +31,9 @@ Every new phase warm-starts from the current one; the trainer keeps the data pos
 
 While a phase runs, ``end_phase_now(plan, state, signals)`` (the same signals, read live
 from the telemetry store) says whether to end it at its next checkpoint rather than let it
-run its course: a loss spike, or a budget cut below what the phase still needs. The
-controller then stops the run, and ``decide`` on the stopped phase picks the successor,
-which starts from that checkpoint.
+run its course: a loss spike, the ladder's band left with ``rollback``, or a budget cut below
+what the phase still needs. The controller then stops the run, and ``decide`` on the stopped
+phase picks the successor, which starts from that checkpoint.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise
 from marin_assets.phases.signals import RunState, Signals, loss_spike
 
 SPIKE = "loss spike"
-ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop")
+OFF_BAND = "off the ladder's band"
+ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop", "hold")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,15 +101,23 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
     spike = loss_spike(signals.recent_losses, plan.spike_sigma, plan.spike_window)
     if spike is None and state.ended_early is not None and state.ended_early.startswith(SPIKE):
         spike = state.ended_early  # ended mid-phase on a spike: its last losses may look calm again
+    where = state.last_good_checkpoint or "the phase's warm-start checkpoint"
     if spike is not None:
-        where = state.last_good_checkpoint or "the phase's warm-start checkpoint"
         return Decision("roll_back", f"loss spike: {spike}; restart {current.name} from {where}", current)
+    off_band = _band_roll_back(state, signals)
+    if off_band is not None:
+        return Decision("roll_back", f"{off_band}; restart {current.name} from {where}", current)
 
     # 2. nothing left to spend: no room for the rest of this phase nor for another one
     if budget_left < plan.min_cooldown_tokens and (state.phase_finished or budget_left < phase_left):
         return Decision("stop", f"budget spent: {state.tokens_trained:,} of {signals.budget_tokens:,} tokens "
                                 f"trained, {max(budget_left, 0):,} left is less than the minimum phase "
                                 f"({plan.min_cooldown_tokens:,})")
+
+    # 2b. the ladder's band was left and the watch holds the run for a person to look
+    if signals.off_band is not None and signals.off_band.action == "hold":
+        return Decision("hold", f"{OFF_BAND}: {signals.off_band.reason}; no next phase until the budget file's "
+                                f"released_holds names {current.name}")
 
     # 3. budget cut below what the current phase needs
     if budget_left < phase_left:
@@ -181,8 +193,9 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
 
 def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | None:
     """While ``state.phase`` runs (state and signals read live): why to end it at its next
-    checkpoint, or None to let it run. A loss spike, or a budget cut that leaves less than
-    the phase still needs; a phase that has (nearly) finished anyway is left alone."""
+    checkpoint, or None to let it run. A loss spike, the ladder's band left with ``rollback``,
+    or a budget cut that leaves less than the phase still needs; a phase that has (nearly)
+    finished anyway is left alone."""
     current = state.phase
     phase_left = max(current.token_budget - state.phase_tokens, 0)
     if phase_left == 0:
@@ -191,10 +204,21 @@ def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | N
     spike = loss_spike(signals.recent_losses, plan.spike_sigma, plan.spike_window)
     if spike is not None:
         return f"{SPIKE}{at}: {spike}"
+    if signals.off_band is not None and signals.off_band.action == "rollback":
+        return f"{OFF_BAND}{at}: {signals.off_band.reason}"
     budget_left = signals.budget_tokens - state.tokens_trained
     if budget_left < phase_left:
         return (f"budget cut{at} to {signals.budget_tokens:,} tokens: {max(budget_left, 0):,} left but "
                 f"{current.name} needs {phase_left:,} more")
+    return None
+
+
+def _band_roll_back(state: RunState, signals: Signals) -> str | None:
+    """Why to roll back for the ladder's band: the watch says so now, or it ended the phase mid-way."""
+    if signals.off_band is not None and signals.off_band.action == "rollback":
+        return f"{OFF_BAND}: {signals.off_band.reason}"
+    if state.ended_early is not None and state.ended_early.startswith(OFF_BAND):
+        return state.ended_early
     return None
 
 

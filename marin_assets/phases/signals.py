@@ -8,11 +8,28 @@ from typing import Mapping, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
+class BandSignal:
+    """The main run left the ladder's band (marin_assets/scaling/trajectory.py): why, at which step,
+    and what the watch's settings say to do about it (``hold``, ``rollback`` or ``warn``)."""
+
+    reason: str
+    action: str
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        from marin_assets.scaling.trajectory import BAND_ACTIONS
+
+        if self.action not in BAND_ACTIONS:
+            raise ValueError(f"BandSignal.action must be one of {BAND_ACTIONS}, got {self.action!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Signals:
     tokens_left: Mapping[str, int]  # per source, tokens not yet seen (from the train result)
     budget_tokens: int  # the run's compute/time budget in tokens (a user-edited source asset)
     hardware_available: tuple[str, ...] = ()  # hardware tags with free capacity now
     recent_losses: tuple[float, ...] = ()  # the current phase's latest per-step losses, oldest first
+    off_band: BandSignal | None = None  # the phase left the ladder's band (None: inside, not watched or released)
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 0:

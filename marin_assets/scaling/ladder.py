@@ -1,9 +1,12 @@
 """An IsoFLOP ladder and what is computed from its runs, without Dagster.
 
-``Ladder`` is the static shape of a sweep (budgets, the widths run at each, which budgets
-the fit sees); ``fit_ladder`` fits the smaller budgets' runs, ``predict_at`` extrapolates
-the fit to the largest budget, and ``check_prediction`` compares the prediction with the
-best run actually made there. The assets in ``assets/scaling.py`` are thin wrappers.
+``Ladder`` is the static shape of the protocol: the budgets the fit sees (up to C_fit), the
+widths run at each, the seeds, the model family, and the held-out targets at multiples of
+C_fit. ``run_lr_sweep`` re-tunes the recipe's reference LR; ``fit_ladder`` fits the sweep's
+runs; ``predict_target`` extrapolates the fit to one target (its config, its loss there and
+an interval from the ladder's seeds). Pre-registration and the comparison with the target
+runs are ``marin_assets.scaling.extrapolation``. The assets in ``assets/scaling.py`` are thin
+wrappers.
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.scaling.sweep import budget_label, parse_partition_key, partition_key, sweep_family
+from marin_assets.scaling.planner import FamilyShape
+from marin_assets.scaling.recipes import RECIPES, Recipe, get_recipe
+from marin_assets.scaling.sweep import budget_label, parse_partition_key, parse_seeded_key, partition_key, plan_run
 from marin_assets.store import ArtifactRef
+from marin_assets.store.names import validate_segment
 
 if TYPE_CHECKING:
     from marin_assets.scaling.fits import IsoFlopConfig
@@ -25,95 +33,150 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """The settings of every run of a ladder (the family's shape rule, its training schedule and
-    how it is scored) and of the config the prediction picks. The defaults are the demo's CPU
-    ladder: tiny dense 1-layer models on a small-vocabulary tokenizer (assets/scaling.py says
-    what was measured). Knobs (marin_assets/knobs.py): the ``sweep`` and ``prediction`` assets'
-    configs are generated from them; ``marin_assets.scaling.sweep`` reads them as attributes."""
+    """The settings of every run of a ladder (its recipe, batch and schedule, how it is scored)
+    and of the config the prediction picks; the model family's shape is the ladder's
+    (``Ladder.family``). The defaults are the demo's CPU ladder (assets/scaling.py says what
+    was measured). Knobs (marin_assets/knobs.py): the ladder assets' configs are generated
+    from them; ``marin_assets.scaling.sweep`` reads them as attributes."""
 
     vocab_size: int = knob(0, help="model vocabulary; 0 = the tokenizer's, read from the caches' stats.json")
     seq_len: int = knob(64, help="tokens per training sequence")
-    head_dim: int = knob(8, help="width per attention head; widths are multiples of it")
-    aspect_ratio: float = knob(128.0, help="d_model / n_layers; 128 keeps these tiny models at 1 layer")
-    batch_sizes: list[int] = knob([16], help="sequences per step the planner may pick (small: more steps per FLOP)")
+    batch_sizes: list[int] = knob([4, 8, 16], help="sequences per step the planner may pick: the largest that leaves "
+                                                   "min_steps (small budgets of wide models get the small ones)")
     min_steps: int = knob(50, help="fewest optimizer steps a planned run may take")
     tolerance: float = knob(0.04, help="planned FLOPs within this fraction of the budget")
-    lr_base: float = knob(1e-2, help="peak LR; 2e-2 diverges on some of these runs, 4e-3 is noisier")
-    lr_ref_width: int = knob(1024, help="LR shrinks as 1/width only above this width")
+    recipe: str = knob("v2", help=f"scaling recipe (marin_assets/scaling/recipes.py): one of {sorted(RECIPES)}")
+    lr_base: float = knob(0.0, help="peak LR at the recipe's reference point; 0 = the recipe's own (v2: the "
+                                    "lr_sweep asset's best)")
     decay_fraction: float = knob(0.2, help="WSD: last fraction of steps decays the LR")
     skip_sigma: float = knob(0.0, help="loss-spike skip test of the training guards; 0 = off. On these short "
                                        "mixed-source runs the test froze whole runs (hundreds of skipped steps)")
-    seed: int = knob(0, help="model and data-order seed of every run")
+    seed: int = knob(0, help="model and data-order seed of every run (a ladder seed s adds s)")
     validation_windows: int = knob(256, help="held-out windows of seq_len per source")
     max_width: int = knob(512, help="widest family member the prediction may pick")
 
     def __post_init__(self) -> None:
-        # The family's shape, batch sizes, LR and tolerance are checked by ModelFamily and plan_sweep.
+        # The batch sizes and tolerance are checked by ModelFamily and plan_sweep, the recipe here.
         check_int("vocab_size (0 = the tokenizer's)", self.vocab_size, 0, 10**9)
         check_float("decay_fraction", self.decay_fraction, 0, 1)
+        check_float("lr_base (0 = the recipe's)", self.lr_base, 0, 10)
         check_int("validation_windows", self.validation_windows, 1, 10**9)
-        check_int("max_width", self.max_width, self.head_dim, 10**9)
+        check_int("max_width", self.max_width, 1, 10**9)
+        get_recipe(self.recipe)
+
+
+@dataclass(frozen=True)
+class LrSweepSettings:
+    """The lr_sweep asset's grid (knobs): LRs tried at the recipe's reference shape."""
+
+    lr_factors: list[float] = knob([0.5, 1.0, 2.0], help="LRs the lr_sweep trains at the recipe's reference shape, "
+                                                         "as multiples of the recipe's lr_base (>= 3 for a parabola)")
+
+    def __post_init__(self) -> None:
+        if len(self.lr_factors) < 3 or len(set(self.lr_factors)) != len(self.lr_factors):
+            raise ValueError(f"lr_factors: need >= 3 distinct factors for a parabola in log LR, got {self.lr_factors}")
+        for i, f in enumerate(self.lr_factors):
+            check_float(f"lr_factors[{i}]", f, 0, 1e3, lo_open=True)
+
+
+def uses_lr_sweep(settings: SweepSettings) -> bool:
+    """Whether the settings' runs take their reference LR from the lr_sweep (a tuned recipe, no lr_base set)."""
+    return get_recipe(settings.recipe).tuned_by_sweep and not settings.lr_base
+
+
+def resolve_recipe(settings: SweepSettings, lr_sweep: Mapping[str, Any] | None) -> Recipe:
+    """The settings' recipe with its reference LR: the settings' lr_base when set, else the
+    lr_sweep's best (its counts, ``lr_sweep``) for a recipe tuned by the sweep, else its own."""
+    recipe = get_recipe(settings.recipe)
+    if settings.lr_base > 0:
+        return recipe.with_base(settings.lr_base)
+    if not recipe.tuned_by_sweep:
+        return recipe
+    if lr_sweep is None or lr_sweep.get("recipe") != recipe.name:
+        raise ValueError(f"recipe {recipe.name!r} takes its reference LR from an lr_sweep of that recipe; the lr_sweep "
+                         f"given was run for {None if lr_sweep is None else lr_sweep.get('recipe')!r}")
+    return recipe.with_base(float(lr_sweep["best_lr"]))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A held-out run the ladder predicts: at ``multiple`` x C_fit, with the family member
+    nearest the predicted N* (or a pinned ``width``, ``batch_size`` and ``family``: a main
+    run's model, whose shape may differ from the ladder's in ways its N and FLOPs do not see,
+    such as how its width splits into heads)."""
+
+    name: str  # its asset key segment, e.g. "x3"
+    multiple: float
+    width: int | None = None
+    batch_size: int | None = None
+    family: FamilyShape | None = None  # None: the ladder's
+
+    def __post_init__(self) -> None:
+        validate_segment(self.name, "target name")
+        check_float(f"target {self.name} multiple", self.multiple, 1, 1e9, lo_open=True)
+        if self.width is not None:
+            check_int(f"target {self.name} width", self.width, 1, 10**9)
+        if self.batch_size is not None:
+            check_int(f"target {self.name} batch_size", self.batch_size, 1, 10**9)
+
+
+DEFAULT_TARGETS = (Target("x3", 3.0), Target("x10", 10.0), Target("x30", 30.0))
 
 
 @dataclass(frozen=True)
 class Ladder:
-    """The static shape of a sweep: budgets (FLOPs), the widths tried at each, which to fit on.
+    """The static shape of a ladder: budgets (FLOPs, all fitted), the widths tried at each,
+    the seeds of every (budget, width) run, the family, and the targets it predicts.
 
-    ``widths[i]`` are the model widths run at ``budgets[i]``; ``fit_budgets`` are the budgets
-    the fit sees (default: all but the largest, which is kept for the prediction check).
+    ``widths[i]`` are the model widths run at ``budgets[i]``. ``name`` prefixes its asset keys
+    (``scaling/<name>/...``) and its pre-registration locks.
     """
 
+    name: str
     budgets: tuple[float, ...]
     widths: tuple[tuple[int, ...], ...]
-    fit_budgets: tuple[float, ...] | None = None
-    max_relative_error: float = 0.05  # the check fails above this |predicted - actual| / actual
+    targets: tuple[Target, ...] = DEFAULT_TARGETS
+    family: FamilyShape = FamilyShape()
+    seeds: tuple[int, ...] = (0,)
+    max_relative_error: float = 0.05  # the comparison's check fails above this |predicted - actual| / actual
 
     def __post_init__(self) -> None:
-        if len(self.budgets) < 3:
-            raise ValueError(f"Ladder needs >= 3 budgets (>= 2 to fit, 1 to predict), got {len(self.budgets)}")
+        validate_segment(self.name, "ladder name")
+        if len(self.budgets) < 2:
+            raise ValueError(f"Ladder {self.name}: need >= 2 budgets for the power laws, got {len(self.budgets)}")
         if len(self.widths) != len(self.budgets):
-            raise ValueError(f"Ladder: {len(self.budgets)} budgets but {len(self.widths)} width lists")
+            raise ValueError(f"Ladder {self.name}: {len(self.budgets)} budgets but {len(self.widths)} width lists")
         labels = [budget_label(b) for b in self.budgets]
         if len(set(labels)) != len(labels) or list(self.budgets) != sorted(self.budgets):
-            raise ValueError(f"Ladder budgets must be increasing and distinct at 2 significant digits: {labels}")
-        fit = self.fit_labels
-        for b, ws in zip(labels, self.widths):
-            if len(set(ws)) != len(ws) or not ws or (b in fit and len(ws) < 3):
-                raise ValueError(f"Ladder budget {b}: need distinct widths, >= 3 on a fitted budget, got {ws}")
-        if len(fit) < 2:
-            raise ValueError(f"Ladder: need >= 2 fit budgets for the power laws, got {fit}")
-        if not set(fit) <= set(labels):
-            raise ValueError(f"Ladder.fit_budgets {sorted(set(fit) - set(labels))} are not ladder budgets {labels}")
-        if self.target_label in fit:
-            raise ValueError(f"Ladder: the predicted budget {self.target_label} must not be fitted on")
-        if not (math.isfinite(self.max_relative_error) and self.max_relative_error > 0):
-            raise ValueError(f"Ladder.max_relative_error must be finite and > 0, got {self.max_relative_error}")
+            raise ValueError(f"Ladder {self.name} budgets must be increasing and distinct at 2 significant digits: {labels}")
+        for b, ws in zip(labels, self.widths, strict=True):
+            if len(set(ws)) != len(ws) or len(ws) < 3:
+                raise ValueError(f"Ladder {self.name} budget {b}: need >= 3 distinct widths, got {ws}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ValueError(f"Ladder {self.name}: seeds must be distinct ints >= 0, got {self.seeds}")
+        names = [t.name for t in self.targets]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"Ladder {self.name}: need >= 1 target with distinct names, got {names}")
+        check_float(f"Ladder {self.name} max_relative_error", self.max_relative_error, 0, 1, lo_open=True)
 
     @property
-    def fit_labels(self) -> list[str]:
-        chosen = self.budgets[:-1] if self.fit_budgets is None else self.fit_budgets
-        return [budget_label(b) for b in chosen]
-
-    @property
-    def target(self) -> float:
+    def c_fit(self) -> float:
+        """The largest fitted budget: the targets are multiples of it."""
         return max(self.budgets)
 
-    @property
-    def target_label(self) -> str:
-        return budget_label(self.target)
+    def target(self, name: str) -> Target:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise KeyError(f"ladder {self.name}: no target {name!r}; targets: {[t.name for t in self.targets]}")
 
-    def keys(self, labels: Sequence[str] | None = None) -> list[str]:
-        wanted = set(labels) if labels is not None else None
-        return [partition_key(b, w) for b, ws in zip(self.budgets, self.widths)
-                if wanted is None or budget_label(b) in wanted for w in ws]
-
-    @property
-    def fit_keys(self) -> list[str]:
-        return self.keys(self.fit_labels)
+    def keys(self) -> list[str]:
+        """Every sweep partition: one per (budget, width, seed)."""
+        return [partition_key(b, w, s) for b, ws in zip(self.budgets, self.widths, strict=True) for w in ws for s in self.seeds]
 
     @property
     def target_keys(self) -> list[str]:
-        return self.keys([self.target_label])
+        return [t.name for t in self.targets]
 
 
 # ---------------------------------------------------------------- artifact files
@@ -138,39 +201,91 @@ def write_file(root: str, name: str, data: str | bytes) -> None:
         f.write(data)
 
 
-def tokenizer_vocab_size(tokenized: ArtifactRef) -> int:
-    """The vocabulary the caches were tokenized with (each source's stats.json records it)."""
-    sizes = {}
-    for source in sorted(tokenized.counts.get("tokens", {})):
-        try:
-            sizes[source] = int(read_json(tokenized, f"{source}/stats.json")["vocab_size"])
-        except (FileNotFoundError, KeyError) as e:
-            raise ValueError(f"tokenized source {source!r}: no vocab_size in {tokenized.data_path}/{source}/stats.json "
-                             f"({e!r}); set the sweep's vocab_size explicitly") from None
-    if len(set(sizes.values())) != 1:
-        raise ValueError(f"tokenized sources disagree on the vocabulary size: {sizes}")
-    return sizes.popitem()[1]
+# ---------------------------------------------------------------- the reference LR
 
 
-def caches_of(tokenized: ArtifactRef, split: str) -> dict[str, str]:
-    """{source: <data_path>/<source>/<split>} for every source the tokenized asset counted."""
-    sources = sorted(tokenized.counts.get("tokens", {}))
-    if not sources:
-        raise ValueError(f"tokenized artifact {tokenized.path} lists no sources in counts['tokens']")
-    return {s: f"{tokenized.data_path.rstrip('/')}/{s}/{split}" for s in sources}
+def run_lr_sweep(settings: SweepSettings, grid: LrSweepSettings, shape: FamilyShape, datasets: Mapping[str, str],
+                 out_dir: str, *, run_prefix: str, log: Callable[[str], None] = print, run_fn: Callable[..., dict] | None = None,
+                 workers: int = 1) -> dict:
+    """Train the recipe's reference shape at each LR of the grid; the best becomes its lr_base
+    (a recipe not tuned by the sweep trains nothing and keeps its own).
+
+    ``datasets``: {source: dataset index}, trained on and scored on their held-out splits.
+    With ``workers`` > 1 the runs go to that many spawned processes: JAX then never starts in
+    this one, which may still fork workers afterwards (the sweep's range run does). The best
+    is the vertex of a parabola in log10(LR) through the runs (Huber fit) when it opens
+    upward with its vertex inside the grid, else the grid's lowest-loss LR. Writes
+    lr_sweep.json; returns the counts (best_lr, how it was chosen, the runs' FLOPs)."""
+    import concurrent.futures
+    import multiprocessing
+
+    from marin_assets.scaling.fits import fit_robust_quadratic
+    from marin_assets.scaling.sweep import reference_run
+
+    recipe = get_recipe(settings.recipe)
+    if not recipe.tuned_by_sweep:  # nothing to tune: the recipe's own base, no run
+        return {"best_lr": recipe.lr_base, "runs": 0, "flops": 0.0, "interior_vertex": False, "recipe": recipe.name}
+    lrs = [recipe.lr_base * f for f in sorted(grid.lr_factors)]
+    jobs = [(reference_run(settings, recipe, shape, lr), settings, dict(datasets), f"{out_dir.rstrip('/')}/lr{i}",
+             f"{run_prefix}-lr{i}") for i, lr in enumerate(lrs)]
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+            counts = list(pool.map(_reference_point, jobs))
+    else:
+        counts = [_reference_point(job, run_fn, log) for job in jobs]
+    runs = [{"learning_rate": lr, "validation_loss": c["validation_loss"], "flops": c["flops"]}
+            for lr, c in zip(lrs, counts, strict=True)]
+    losses = [r["validation_loss"] for r in runs]
+    fit = fit_robust_quadratic(lrs, losses)
+    interior, why = fit.interior_minimum()
+    best = 10.0 ** fit.vertex_log10 if interior else lrs[int(np.argmin(losses))]
+    how = "parabola vertex in log10(LR)" if interior else f"lowest-loss LR of the grid ({why})"
+    out = {"recipe": recipe.name, "reference": {"width": recipe.lr_ref_width, "steps": recipe.lr_ref_steps},
+           "runs": runs, "best_lr": float(best), "chosen_by": how}
+    write_file(out_dir, "lr_sweep.json", json.dumps(out, indent=1))
+    log(f"lr_sweep {recipe.name}: losses {[round(x, 4) for x in losses]} at LRs {[f'{x:.3g}' for x in lrs]}: "
+        f"best {best:.4g} ({how})")
+    return {"best_lr": float(best), "runs": len(runs), "flops": float(sum(r["flops"] for r in runs)),
+            "interior_vertex": bool(interior), "recipe": recipe.name}
+
+
+def _reference_point(job: tuple, run_fn: Callable[..., dict] | None = None, log: Callable[[str], None] | None = None) -> dict:
+    """One lr_sweep run (a spawned worker's, or in this process): the candidate trained and scored."""
+    from marin_assets.scaling.sweep import held_out_streams, train_candidate
+
+    cand, settings, datasets, out, name = job
+    train = run_fn or train_candidate
+    return train(cand, settings, datasets, held_out_streams(datasets), out, run_name=name, seed=settings.seed,
+                 log=log or _silent)
+
+
+def _silent(line: str) -> None:
+    """A spawned run's progress lines: the parent logs the sweep's summary instead."""
 
 
 # ---------------------------------------------------------------- fit
 
 
 def runs_from_counts(counts_by_key: Mapping[str, Mapping[str, Any]]):
-    """The fits' ``Runs`` from sweep partitions' counts (validation loss is the fitted loss)."""
+    """The fits' ``Runs`` from sweep partitions' counts: one row per (budget, width), its loss
+    the mean validation loss over the ladder's seeds. Returns (runs, the point of each row)."""
     from marin_assets.scaling.data import validate_runs
 
-    keys = sorted(counts_by_key)
-    col = lambda name: [counts_by_key[k].get(name) for k in keys]
-    return validate_runs(params=col("params"), tokens=col("tokens"), flops=col("flops"),
-                         loss=col("validation_loss"), source="sweep"), keys
+    points = seed_groups(counts_by_key)
+    rows = sorted(points)
+    first = {name: [counts_by_key[points[p][0]].get(name) for p in rows] for name in ("params", "tokens", "flops")}
+    loss = [float(np.mean([counts_by_key[k]["validation_loss"] for k in points[p]])) for p in rows]
+    return validate_runs(first["params"], first["tokens"], first["flops"], loss, source="sweep"), rows
+
+
+def seed_groups(counts_by_key: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{"C<budget>-d<width>": its partition keys, one per seed}."""
+    out: dict[str, list[str]] = {}
+    for key in sorted(counts_by_key):
+        budget, width, _ = parse_seeded_key(key)
+        out.setdefault(partition_key(budget, width), []).append(key)
+    return out
 
 
 def loss_law(result) -> dict:
@@ -191,6 +306,13 @@ def loss_at(law: Mapping[str, Any], budget: float) -> float:
     return float(law["k"] * budget ** law["exponent"])
 
 
+def fit_summary_of(result) -> dict:
+    """What a prediction needs of an IsoFLOP fit: its laws, optima and the parabolas' mean
+    curvature in log10(N) (how fast the loss rises away from N* at a fixed budget)."""
+    curvature = float(np.mean([o.fit_params.a for o in result.optima]))
+    return result.as_dict() | {"loss_law": loss_law(result), "curvature_log10_params": curvature}
+
+
 def select_budgets(counts: Mapping[str, Mapping[str, Any]], fit_budgets: Sequence[str]) -> dict:
     """The runs of the named budget labels ([] = all); unknown labels are an error."""
     if not fit_budgets:
@@ -202,90 +324,147 @@ def select_budgets(counts: Mapping[str, Mapping[str, Any]], fit_budgets: Sequenc
     return {k: c for k, c in counts.items() if budget_label(parse_partition_key(k)[0]) in fit_budgets}
 
 
-def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *, target: float, out_dir: str,
+def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *, extrapolate_to: float, out_dir: str,
                log: Callable[[str], None] = print) -> dict:
-    """IsoFLOP fit of the runs: writes fit.json, isoflop.png and power_laws.png; returns counts."""
+    """IsoFLOP fit of the runs (seeds averaged per point): writes fit.json, isoflop.png and
+    power_laws.png; returns counts."""
     from marin_assets.scaling.fits import fit_isoflop
     from marin_assets.scaling.plots import plot_isoflop_curves, plot_power_laws
 
-    runs, keys = runs_from_counts(counts)
+    runs, _ = runs_from_counts(counts)
     result = fit_isoflop(runs, config)
-    law = loss_law(result)
-    summary = result.as_dict() | {"loss_law": law, "runs": [dict(counts[k]) | {"partition": k} for k in keys],
-                                  "extrapolate_to": target}
+    summary = fit_summary_of(result) | {"runs": [dict(counts[k]) | {"partition": k} for k in sorted(counts)],
+                                        "extrapolate_to": extrapolate_to, "isoflop_config": dataclasses.asdict(config)}
     write_file(out_dir, "fit.json", json.dumps(summary, indent=1, default=float))
     write_file(out_dir, "isoflop.png", plot_isoflop_curves(runs, result, bucket_base=config.bucket_base))
-    write_file(out_dir, "power_laws.png", plot_power_laws(result, extrapolate_to=target))
+    write_file(out_dir, "power_laws.png", plot_power_laws(result, extrapolate_to=extrapolate_to))
     for ex in result.excluded_budgets:
         log(f"scaling_fit: budget {ex['budget']:.3g} excluded: {ex['reason']}")
+    law = summary["loss_law"]
     log(f"scaling_fit: N* ~ C^{result.n_opt.exponent:.3f}, D* ~ C^{result.d_opt.exponent:.3f} "
         f"from {len(result.optima)} budgets; loss law {law}")
-    return {"runs": len(runs), "budgets_fitted": len(result.optima), "budgets_excluded": len(result.excluded_budgets),
-            "n_opt_exponent": result.n_opt.exponent, "d_opt_exponent": result.d_opt.exponent, "loss_law": law["kind"]}
+    return {"runs": len(counts), "points": len(runs), "budgets_fitted": len(result.optima),
+            "budgets_excluded": len(result.excluded_budgets), "n_opt_exponent": result.n_opt.exponent,
+            "d_opt_exponent": result.d_opt.exponent, "loss_law": law["kind"]}
 
 
-# ---------------------------------------------------------------- prediction and its check
+# ---------------------------------------------------------------- prediction
 
 
-def nearest_config(budget: float, params_opt: float, settings: SweepSettings, vocab_size: int) -> dict | None:
-    """The family member (planned at ``budget``) whose parameter count is closest to N*: the
-    sweep's family, with every width from head_dim to ``settings.max_width`` and the fitted
-    runs' vocabulary."""
-    from marin_assets.scaling.planner import plan_sweep
-
-    widths = tuple(range(settings.head_dim, settings.max_width + 1, settings.head_dim))
-    family = dataclasses.replace(sweep_family(widths[0], dataclasses.replace(settings, vocab_size=vocab_size)),
-                                 widths=widths)
-    plan = plan_sweep([budget], family, tolerance=settings.tolerance)
-    if not plan.candidates:
-        return None
-    return min(plan.candidates, key=lambda c: abs(math.log(c.params / params_opt))).as_dict()
+def loss_at_config(fit: Mapping[str, Any], flops: float, params: float) -> float:
+    """The fitted loss of a model of ``params`` trained with ``flops``: the envelope's loss at
+    that compute plus the IsoFLOP parabola's rise from N*(C) to ``params``."""
+    n_star = fit["n_opt_coefficient"] * flops ** fit["n_opt_exponent"]
+    off = math.log10(params) - math.log10(n_star)
+    return loss_at(fit["loss_law"], flops) + fit["curvature_log10_params"] * off * off
 
 
-def predict_at(fit_summary: Mapping[str, Any], target: float, target_label: str, settings: SweepSettings) -> dict:
-    """N*, D*, loss and the nearest family config at the target budget, from fit.json's summary."""
+def fitted_recipe(fit: Mapping[str, Any]) -> Recipe:
+    """The recipe (with its reference LR) every fitted run was trained with; they must agree."""
+    used = {(r.get("recipe"), r.get("lr_base")) for r in fit["runs"]}
+    if len(used) != 1 or None in next(iter(used)):
+        raise ValueError(f"prediction: the fitted runs do not share one recipe and reference LR: {sorted(map(str, used))}")
+    name, base = used.pop()
+    return get_recipe(name).with_base(float(base))
+
+
+def target_candidate(fit: Mapping[str, Any], target: Target, c_fit: float, settings: SweepSettings,
+                     ladder_shape: FamilyShape):
+    """The run a target trains: its width pinned, or the family member (widths from head_dim
+    to settings.max_width) whose parameter count is nearest N* at its budget."""
     from marin_assets.scaling.data import bucket_flops
 
-    vocabs = {r["vocab_size"] for r in fit_summary["runs"]}
+    vocabs = {r["vocab_size"] for r in fit["runs"]}
     if len(vocabs) != 1:
         raise ValueError(f"prediction: the fitted runs used different vocabularies {sorted(vocabs)}")
-    budget = bucket_flops(target)  # the bucket the target's runs are planned into
-    n_star = fit_summary["n_opt_coefficient"] * budget ** fit_summary["n_opt_exponent"]
-    d_star = fit_summary["d_opt_coefficient"] * budget ** fit_summary["d_opt_exponent"]
-    law = fit_summary["loss_law"]
-    in_sample = [{"budget": o["budget"], "predicted": loss_at(law, o["budget"]), "vertex_loss": o["loss_opt"]}
-                 for o in fit_summary["optima"]]
-    return {"budget": budget, "budget_label": target_label, "params_opt": n_star, "tokens_opt": d_star,
-            "loss": loss_at(law, budget), "loss_law": law, "in_sample": in_sample,
-            "config": nearest_config(budget, n_star, settings, vocabs.pop())}
+    settings = dataclasses.replace(settings, vocab_size=vocabs.pop())
+    recipe = fitted_recipe(fit)
+    shape = target.family or ladder_shape
+    budget = bucket_flops(target.multiple * c_fit)
+    if target.width is not None:
+        return plan_run(budget, target.width, settings, recipe, shape, batch_size=target.batch_size)
+    n_star = fit["n_opt_coefficient"] * budget ** fit["n_opt_exponent"]
+    plans = []
+    for width in range(shape.head_dim, settings.max_width + 1, shape.head_dim):
+        try:
+            plans.append(plan_run(budget, width, settings, recipe, shape, batch_size=target.batch_size))
+        except ValueError:
+            continue  # this width cannot spend the budget (too few steps or off the tolerance)
+    if not plans:
+        raise ValueError(f"prediction {target.name}: no family member up to width {settings.max_width} can spend "
+                         f"{budget:.3g} FLOPs")
+    return min(plans, key=lambda c: abs(math.log(c.params / n_star)))
 
 
-def check_prediction(pred: Mapping[str, Any], actual: Mapping[str, Mapping[str, Any] | None], bound: float) -> dict:
-    """Compare the prediction with the best actual run at its budget.
+def seed_interval(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, flops: float, params: float,
+                  n: int, seed: int = 0) -> dict | None:
+    """A percentile interval of the predicted loss from the ladder's seeds: each resample draws
+    every point's seeds with replacement, refits and predicts. None with one seed per point."""
+    from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
+    from marin_assets.scaling.data import validate_runs
+    from marin_assets.scaling.fits import fit_isoflop
 
-    ``actual`` maps the target's partition keys to their counts (None: not run yet).
-    Returns {"missing": [...]} while runs are missing, else the error and its evidence."""
-    missing = sorted(k for k, c in actual.items() if c is None)
-    if missing:
-        return {"missing": missing}
-    present = {k: c for k, c in actual.items() if c is not None}
-    best_key = min(present, key=lambda k: present[k]["validation_loss"])
-    best = present[best_key]
-    from marin_assets.scaling.predict import relative_error
+    groups = seed_groups(counts)
+    if n == 0 or min(len(keys) for keys in groups.values()) < 2:
+        return None
+    rows = sorted(groups)
+    first = {name: [counts[groups[p][0]][name] for p in rows] for name in ("params", "tokens", "flops")}
+    losses = [np.array([counts[k]["validation_loss"] for k in groups[p]]) for p in rows]
+    quiet = dataclasses.replace(config, bootstrap_n=0)
 
-    error = relative_error(pred["loss"], best["validation_loss"])
-    return {"missing": [], "relative_error": float(error), "passed": abs(error) <= bound, "bound": bound,
-            "predicted_loss": float(pred["loss"]), "actual_loss": float(best["validation_loss"]),
-            "actual_best_partition": best_key, "predicted_params": float(pred["params_opt"]),
-            "actual_best_params": float(best["params"]),
-            "actual_runs": {k: c["validation_loss"] for k, c in sorted(present.items())}}
+    def refit(rng: np.random.Generator) -> dict[str, float]:
+        loss = [float(rng.choice(x, size=x.size, replace=True).mean()) for x in losses]
+        runs = validate_runs(first["params"], first["tokens"], first["flops"], loss)
+        return {"loss": loss_at_config(fit_summary_of(fit_isoflop(runs, quiet)), flops, params)}
+
+    out = bootstrap(refit, BootstrapConfig(n=n, seed=seed))
+    if "loss" not in out["ci"]:
+        return None
+    low, high = out["ci"]["loss"]
+    return {"low": low, "high": high, "level": out["level"], "n": out["n"], "n_ok": out["n_ok"],
+            "seeds_per_point": min(len(keys) for keys in groups.values())}
 
 
-def predicted_vs_actual_png(pred: Mapping[str, Any], actual_loss: float) -> bytes:
-    """The fitted budgets (envelope vs parabola vertex, in sample) and the target (out of sample)."""
-    from marin_assets.scaling.plots import plot_predicted_vs_actual
+def predict_target(fit: Mapping[str, Any], ladder: Ladder, target: Target, settings: SweepSettings) -> dict:
+    """The prediction for one target, as it is frozen: the run's config, N*, D*, the loss at
+    that config, the envelope's optimum and the seed interval (resampled as the fit's
+    IsoFlopConfig bootstrap says), and what the ladder cost."""
+    from marin_assets.scaling.fits import IsoFlopConfig
 
-    budgets = [p["budget"] for p in pred["in_sample"]] + [pred["budget"]]
-    predicted = [p["predicted"] for p in pred["in_sample"]] + [pred["loss"]]
-    actual = [p["vertex_loss"] for p in pred["in_sample"]] + [actual_loss]
-    return plot_predicted_vs_actual(budgets, predicted, actual)
+    config = IsoFlopConfig(**fit["isoflop_config"])
+    cand = target_candidate(fit, target, ladder.c_fit, settings, ladder.family)
+    counts = {r["partition"]: r for r in fit["runs"]}
+    budget = cand.budget
+    return {
+        "ladder": ladder.name, "target": target.name, "multiple": target.multiple, "c_fit": ladder.c_fit,
+        "budget": budget, "recipe": fitted_recipe(fit).as_dict(), "family": (target.family or ladder.family).as_dict(),
+        "config": cand.as_dict(),
+        "params_opt": fit["n_opt_coefficient"] * budget ** fit["n_opt_exponent"],
+        "tokens_opt": fit["d_opt_coefficient"] * budget ** fit["d_opt_exponent"],
+        "loss": loss_at_config(fit, cand.flops, cand.params),
+        "loss_optimal": loss_at(fit["loss_law"], budget),
+        "loss_law": fit["loss_law"], "curvature_log10_params": fit["curvature_log10_params"],
+        "interval": seed_interval(counts, config, cand.flops, cand.params, config.bootstrap_n, config.bootstrap_seed),
+        "ladder_flops": float(sum(r["flops"] for r in fit["runs"])),
+        "lr_sweep_flops": float(max(r.get("lr_sweep_flops", 0.0) for r in fit["runs"])),
+        "in_sample": [{"budget": o["budget"], "predicted": loss_at(fit["loss_law"], o["budget"]),
+                       "vertex_loss": o["loss_opt"]} for o in fit["optima"]],
+    }
+
+
+def frozen_candidate(pred: Mapping[str, Any], settings: SweepSettings):
+    """The run a frozen prediction names, planned again from its recipe and family: any
+    difference (other settings, a changed planner) is refused rather than run under the
+    prediction's name."""
+    from marin_assets.scaling.planner import MoeShape
+
+    frozen, family = pred["config"], pred["family"]
+    shape = FamilyShape(head_dim=family["head_dim"], aspect_ratio=family["aspect_ratio"], ff_mult=family["ff_mult"],
+                        kv_group=family["kv_group"], moe=MoeShape(**family["moe"]) if family["moe"] else None)
+    cand = plan_run(pred["budget"], frozen["width"], settings, Recipe(**pred["recipe"]), shape, batch_size=frozen["batch_size"])
+    planned = json.loads(json.dumps(cand.as_dict()))
+    differ = sorted(k for k in frozen if planned.get(k) != frozen[k])
+    if differ:
+        raise ValueError(f"target {pred['target']}: these settings plan a run that differs from the frozen prediction in "
+                         f"{differ} (frozen {[frozen[k] for k in differ]}, planned {[planned.get(k) for k in differ]})")
+    return cand

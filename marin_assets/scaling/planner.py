@@ -14,6 +14,7 @@ fits group runs by bucket later.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,13 +22,50 @@ from typing import Any
 
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.data import bucket_flops
+from marin_assets.scaling.recipes import V1, Recipe
 
 _MAX_INT = 10**9
 
 
 @dataclass(frozen=True)
+class MoeShape:
+    """The routed part of an MoE family, as ratios of the width (the main run's shape, scaled)."""
+
+    routed_experts: int
+    shared_experts: int
+    top_k: int
+    expert_ff_mult: float  # routed expert width = expert_ff_mult * d_model
+
+    def __post_init__(self) -> None:
+        check_int("MoeShape.routed_experts", self.routed_experts, 1, 4096)
+        check_int("MoeShape.shared_experts", self.shared_experts, 0, 64)
+        check_int("MoeShape.top_k", self.top_k, 1, self.routed_experts)
+        check_float("MoeShape.expert_ff_mult", self.expert_ff_mult, 0, 1e3, lo_open=True)
+
+
+@dataclass(frozen=True)
+class FamilyShape:
+    """How a ladder's models follow from their width: the shape fields of ``ModelFamily``."""
+
+    head_dim: int = 8
+    aspect_ratio: float = 128.0  # d_model / n_layers; 128 keeps tiny CPU models at 1 layer
+    ff_mult: float = 4.0
+    kv_group: int = 1
+    moe: MoeShape | None = None
+
+    def family(self, widths: tuple[int, ...], **fields: Any) -> ModelFamily:
+        """The ModelFamily of these widths with this shape (``fields``: its other fields)."""
+        return ModelFamily(widths=widths, head_dim=self.head_dim, aspect_ratio=self.aspect_ratio, ff_mult=self.ff_mult,
+                           kv_group=self.kv_group, moe=self.moe, **fields)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class ModelFamily:
-    """A family of dense decoders indexed by width; the other shapes follow from it."""
+    """A family of decoders (dense, or MoE with ``moe``) indexed by width; the other shapes follow from it,
+    and the ``recipe`` gives each planned run its optimizer, init and peak LR."""
 
     widths: tuple[int, ...]
     vocab_size: int
@@ -38,13 +76,14 @@ class ModelFamily:
     ff_mult: float = 4.0  # SwiGLU hidden width = ff_mult * d_model, rounded to a multiple of 8
     batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)  # sequences per step
     min_steps: int = 50
-    # LR shrinks as 1/width past a reference width (muP-style rule for Adam on hidden weights).
-    lr_base: float = 3e-3
-    lr_ref_width: int = 256
+    # The optimizer, init and LR rule over (width, steps): marin_assets/scaling/recipes.py.
+    recipe: Recipe = V1
     model_overrides: dict = field(default_factory=dict)  # extra ModelConfig fields, e.g. MoE settings
+    moe: MoeShape | None = None  # None: dense
+    kv_group: int = 1  # query heads per key/value head (grouped-query attention)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "seq_len", "head_dim", "min_layers", "min_steps", "lr_ref_width"):
+        for name in ("vocab_size", "seq_len", "head_dim", "min_layers", "min_steps", "kv_group"):
             check_int(f"ModelFamily.{name}", getattr(self, name), 1, _MAX_INT)
         if not self.widths:
             raise ValueError("ModelFamily.widths is empty")
@@ -58,24 +97,36 @@ class ModelFamily:
             check_int(f"ModelFamily.batch_sizes[{i}]", batch, 1, _MAX_INT)
         check_float("ModelFamily.aspect_ratio", self.aspect_ratio, 0, 1e6, lo_open=True)
         check_float("ModelFamily.ff_mult", self.ff_mult, 0, 1e3, lo_open=True)
-        check_float("ModelFamily.lr_base", self.lr_base, 0, 10, lo_open=True)
+        if not isinstance(self.recipe, Recipe):
+            raise ValueError(f"ModelFamily.recipe must be a Recipe, got {self.recipe!r}")
 
     def shape(self, width: int) -> tuple[int, int, int]:
         """(width, depth, heads) for a width."""
         depth = max(self.min_layers, round(width / self.aspect_ratio))
         return width, depth, width // self.head_dim
 
-    def learning_rate(self, width: int) -> float:
-        return self.lr_base * min(1.0, self.lr_ref_width / width)
+    def learning_rate(self, width: int, steps: int) -> float:
+        """The recipe's peak LR for a run of ``width`` and ``steps`` optimizer steps."""
+        return self.recipe.learning_rate(width, steps)
 
     def build_config(self, width: int, depth: int, heads: int) -> Any:
         from marin_assets.model import ModelConfig
 
-        d_ff = max(8, int(round(self.ff_mult * width / 8)) * 8)
+        kv_heads = max(1, heads // self.kv_group)
         fields = dict(vocab_size=self.vocab_size, d_model=width, n_layers=depth, n_heads=heads,
-                      n_kv_heads=heads, d_ff=d_ff, n_routed_experts=0, max_seq_len=self.seq_len)
+                      n_kv_heads=kv_heads if heads % kv_heads == 0 else heads, d_ff=_round8(self.ff_mult * width),
+                      n_routed_experts=0, max_seq_len=self.seq_len)
+        if self.moe is not None:
+            fields.update(n_routed_experts=self.moe.routed_experts, n_shared_experts=self.moe.shared_experts,
+                          top_k=self.moe.top_k, expert_d_ff=_round8(self.moe.expert_ff_mult * width))
+        fields.update(self.recipe.model_fields(width))
         fields.update(self.model_overrides)
         return ModelConfig(**fields)
+
+
+def _round8(width: float) -> int:
+    """A hidden width: a multiple of 8, at least 8."""
+    return max(8, int(round(width / 8)) * 8)
 
 
 @dataclass(frozen=True)
@@ -91,6 +142,8 @@ class SweepCandidate:
     flops: float  # training FLOPs actually spent
     params: float  # N used in the fits
     config: Any  # the model config (ModelConfig by default)
+    recipe: str = "v1"  # the recipe's name (marin_assets/scaling/recipes.py)
+    optimizer: Any = None  # the recipe's OptimizerConfig
 
     @property
     def name(self) -> str:
@@ -98,7 +151,7 @@ class SweepCandidate:
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("budget", "width", "depth", "heads", "batch_size", "steps",
-                                              "learning_rate", "tokens", "flops", "params")} | {"name": self.name}
+                                              "learning_rate", "tokens", "flops", "params", "recipe")} | {"name": self.name}
 
 
 @dataclass
@@ -113,16 +166,18 @@ class SweepPlan:
         return out
 
 
-def _default_flops_per_token(config, seq_len: int) -> float:
+def training_flops_per_token(config, seq_len: int) -> float:
+    """Training FLOPs per token of a ModelConfig (the planner's default counter)."""
     from marin_assets.model import flops_per_token
 
-    return flops_per_token(config, seq_len)
+    return float(flops_per_token(config, seq_len))
 
 
-def _default_param_count(config) -> float:
+def active_params(config) -> float:
+    """Active parameters of a ModelConfig: what a token pays for (the N of the fits)."""
     from marin_assets.model import count_params
 
-    return float(count_params(config)[1])  # active parameters: what a token pays for
+    return float(count_params(config)[1])
 
 
 def plan_sweep(
@@ -148,8 +203,8 @@ def plan_sweep(
             f"tolerance must be in (0, {half_bucket:.4f}) so runs stay in their budget's bucket "
             f"(base {bucket_base}); got {tolerance}"
         )
-    fpt_fn = flops_per_token or _default_flops_per_token
-    count_fn = param_count or _default_param_count
+    fpt_fn = flops_per_token or training_flops_per_token
+    count_fn = param_count or active_params
     build = build_config or family.build_config
 
     candidates: list[SweepCandidate] = []
@@ -181,7 +236,8 @@ def plan_sweep(
             batch, steps, spent = choice
             candidates.append(SweepCandidate(
                 budget=budget, width=width, depth=depth, heads=heads, batch_size=batch, steps=steps,
-                learning_rate=family.learning_rate(width), tokens=batch * family.seq_len * steps,
+                learning_rate=family.learning_rate(width, steps), tokens=batch * family.seq_len * steps,
                 flops=spent, params=float(count_fn(config)), config=config,
+                recipe=family.recipe.name, optimizer=family.recipe.optimizer_config(),
             ))
     return SweepPlan(candidates, skipped)

@@ -97,3 +97,32 @@ def plot_predicted_vs_actual(budgets, predicted, actual, path: str | Path | None
     ax.set_ylabel("predicted loss")
     ax.set_title("Scaling-law prediction vs actual")
     return _save(fig, plt, path)
+
+
+def plot_extrapolation(fitted, law, targets, title: str = "", path: str | Path | None = None) -> bytes:
+    """Loss against compute: ``fitted`` (budget, vertex loss) optima, the fitted loss ``law``
+    drawn out past the targets, and ``targets`` (flops, predicted, low, high, actual, name):
+    each prediction with its interval (NaN: none) beside the loss its run reached."""
+    from marin_assets.scaling.ladder import loss_at
+
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    budgets = [b for b, _ in fitted] + [t[0] for t in targets]
+    xs = np.geomspace(min(budgets) / 1.2, max(budgets) * 1.2, 200)
+    ax.plot(xs, [loss_at(law, float(x)) for x in xs], color="gray", lw=1, label=f"fitted law ({law['kind']})")
+    ax.scatter([b for b, _ in fitted], [loss for _, loss in fitted], color="C0", zorder=3, label="ladder optima (fitted)")
+    for flops, predicted, low, high, actual, name in targets:
+        if np.isfinite(low) and np.isfinite(high):
+            ax.errorbar([flops], [predicted], yerr=[[predicted - low], [high - predicted]], color="C1", capsize=4)
+        ax.scatter([flops], [predicted], marker="s", color="C1", zorder=3)
+        ax.scatter([flops], [actual], marker="*", s=120, color="C3", zorder=4)
+        ax.annotate(f"{name}: {100 * (predicted - actual) / actual:+.2f}%", (flops, actual), fontsize=7,
+                    xytext=(5, -10), textcoords="offset points")
+    ax.scatter([], [], marker="s", color="C1", label="pre-registered prediction (seed interval)")
+    ax.scatter([], [], marker="*", s=120, color="C3", label="actual")
+    ax.set_xscale("log")
+    ax.set_xlabel("compute C (FLOPs)")
+    ax.set_ylabel("validation loss")
+    ax.set_title(title or "Extrapolation: predicted before the runs, then run")
+    ax.legend(fontsize=7)
+    return _save(fig, plt, path)

@@ -28,8 +28,7 @@ import jax.numpy as jnp
 import optax
 
 from marin_assets.numeric_checks import check_field_types
-
-NAMES = ("adamw", "adamh", "muon")
+from marin_assets.train.optimizer_names import NAMES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The scaling assets end to end on a tiny real corpus: the DataKit's datasets through the
-real ``mixture`` asset, sweep partitions -> fit -> prediction -> check, and ``run_ladder``.
+real ``mixture`` asset, lr_sweep -> sweep partitions -> fit -> pre-registered predictions ->
+target runs -> comparison, and ``run_ladder``.
 
 The data is real text (a few Python standard-library source files) in stand-in byte-level
 datasets (tests/support/datasets.py: real shard caches and dataset indexes), so the demo's
-download pipeline is not needed. The ladder is shrunk: one real training partition (a few dozen steps), and the whole
-fit -> prediction -> check path (also through ``run_ladder``) on a known loss law at the
-planner's real (N, D, C), where the answer is known.
+download pipeline is not needed. One real training partition (a few dozen steps) shows the
+recipe reaching the trainer; the whole protocol runs on a known loss law at the planner's
+real (N, D, C), where the answer is known.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import dagster as dg
 import pytest
 
 from assets.datakit.datasets import mixture_asset
-from assets.scaling import DEMO_LADDER, build_scaling_assets, scaling_assets, scaling_checks
-from demo.scaling import run_ladder
+from assets.scaling import DEMO_LADDER, MOE_LADDER, build_scaling_assets, scaling_assets, scaling_checks
+from demo.scaling import ladder_steps, run_ladder
 from jobs import scaling_job
+from marin_assets.experiments.lock import lock_path
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
-from marin_assets.scaling.ladder import Ladder, write_file
-from marin_assets.scaling.sweep import parse_partition_key, partition_key
-from marin_assets.store import ArtifactRef
+from marin_assets.scaling.extrapolation import STAMP_KEY, PredictionNotFrozen
+from marin_assets.scaling.ladder import Ladder, Target, write_file
+from marin_assets.scaling.sweep import parse_partition_key, parse_seeded_key, partition_key, plan_run
+from marin_assets.store import ArtifactRef, ArtifactStore
 from tests.support.byte_tokens import VOCAB_SIZE
 from tests.support.datasets import byte_datasets, mixture_run_config
 
@@ -33,27 +36,26 @@ VOCAB = VOCAB_SIZE  # the code location's byte tokenizer
 SEQ = 32
 STDLIB_FILES = {"textwrap": ["textwrap.py", "string.py"], "argparse": ["argparse.py"]}
 
-# Real training: one partition of this ladder (44 steps of a width-32 model) is trained.
-REAL_LADDER = Ladder(budgets=(2e9, 4e9, 8e9), widths=((8, 16, 32),) * 3)
+# Real training: one partition of this ladder (a width-32 model for a few dozen steps) is trained.
+REAL_LADDER = Ladder(name="real", budgets=(2e9, 4e9), widths=((8, 16, 32),) * 2)
 REAL_KEY = "C2e09-d32"
 
-# The fit path runs on a known law L(N, D) = E + A/N^alpha + B/D^beta at the planner's real
-# (N, D, C), with +-0.1% deterministic noise. 4 budgets a factor 2 apart: the envelope's 3
-# parameters are fitted on 3 budgets and extrapolated to the 4th. The widths bracket the
-# law's optimum at every fitted budget (16, 16, 24), so each parabola has an interior vertex.
+# The protocol runs on a known law L(N, D) = E + A/N^alpha + B/D^beta at the planner's real
+# (N, D, C), with +-0.1% deterministic noise per seed. 3 budgets a factor 2 apart, 2 seeds;
+# the widths bracket the law's optimum at every budget (16, 16, 24), so each parabola has
+# an interior vertex; two targets at 2x and 4x C_fit. The law's best loss along C is
+# E + A' C^-a' only approximately (N counts embeddings the FLOPs do not, the vertices are
+# noisy), so the targets are held to 1%: ten times the noise, far below the loss drop.
 LAW = dict(E=2.0, A=40.0, alpha=0.35, B=60.0, beta=0.30)
-LAW_LADDER = Ladder(
-    budgets=(8e9, 1.6e10, 3.2e10, 6.4e10),
-    widths=((8, 16, 32), (8, 16, 32), (16, 24, 40), (16, 24, 32)),
-    # The law's best loss along C is E + A' C^-a' only approximately (N counts embeddings the
-    # FLOPs do not, and the parabola vertices are +-0.1% noisy), so a factor-2 extrapolation
-    # is held to 1%: ten times the noise, yet far below the 8% loss drop per budget doubling.
-    max_relative_error=0.01,
-)
-SWEEP_CONFIG = {"seq_len": SEQ, "head_dim": 8, "batch_sizes": [8], "min_steps": 20,
-                "lr_base": 0.02, "lr_ref_width": 1024, "validation_windows": 64}
-
-
+LAW_LADDER = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+                    targets=(Target("x2", 2.0), Target("x4", 4.0)), seeds=(0, 1), max_relative_error=0.01)
+# The recipes' LR enters the law runs as a penalty around this optimum (the lr_sweep must find it).
+LR_OPT = 0.021
+SWEEP_CONFIG = {"seq_len": SEQ, "batch_sizes": [8], "min_steps": 20, "validation_windows": 64}
+LAW_RUN_CONFIG = {"ops": {op: {"config": cfg} for op, cfg in {
+    "scaling__law__lr_sweep": {"sweep": SWEEP_CONFIG}, "scaling__law__sweep": SWEEP_CONFIG, "scaling__law__fit": {"bootstrap_n": 20},
+    **{f"scaling__law__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "x4")},
+    **{f"scaling__law__{t}__target": SWEEP_CONFIG for t in ("x2", "x4")}}.items()}}
 
 
 def stdlib_blocks(files: list[str]) -> list[str]:
@@ -90,51 +92,97 @@ def resources(prefix: Path) -> dict:
 def test_partition_keys_round_trip_and_pass_store_validation():
     from marin_assets.store.names import validate_segment
 
-    for key in DEMO_LADDER.keys() + LAW_LADDER.keys():
+    for key in DEMO_LADDER.keys() + MOE_LADDER.keys() + LAW_LADDER.keys():
         assert validate_segment(key) == key
-        budget, width = parse_partition_key(key)
-        assert partition_key(budget, width) == key
+        budget, width, seed = parse_seeded_key(key)
+        assert partition_key(budget, width, seed) == key
     assert parse_partition_key("C2.5e11-d48") == (2.5e11, 48)
-    with pytest.raises(ValueError, match="C<budget>-d<width>"):
-        parse_partition_key("1e11|d32")
-    # The demo ladder: >= 3 budgets x 3 sizes, fitted on all but the largest.
-    assert len(DEMO_LADDER.budgets) >= 3 and all(len(w) >= 3 for w in DEMO_LADDER.widths)
-    assert DEMO_LADDER.target_label not in DEMO_LADDER.fit_labels
-    assert set(DEMO_LADDER.fit_keys).isdisjoint(DEMO_LADDER.target_keys)
+    assert parse_seeded_key("C2.5e11-d48-s3") == (2.5e11, 48, 3)
+    assert "C8e09-d8-s1" in LAW_LADDER.keys() and "C8e09-d8" in LAW_LADDER.keys()  # seed 0 keeps the plain key
+    for bad in ("1e11|d32", "C1e11-d32-s0", "C1e11-d32\n"):
+        with pytest.raises(ValueError, match=r"C<budget>-d<width>\[-s<seed>\]"):
+            parse_seeded_key(bad)
 
 
-def test_every_demo_partition_is_plannable_with_the_default_sweep_config():
+@pytest.mark.parametrize("ladder", [DEMO_LADDER, MOE_LADDER], ids=["dense", "moe"])
+def test_every_ladder_partition_is_plannable_with_the_default_sweep_config(ladder):
     from assets.scaling import SweepConfig
-    from marin_assets.scaling.sweep import plan_run
+    from marin_assets.scaling.ladder import SweepSettings, resolve_recipe
 
-    config = SweepConfig(vocab_size=VOCAB)
-    for key in DEMO_LADDER.keys():
-        budget, width = parse_partition_key(key)
-        cand = plan_run(budget, width, config)  # raises with the reason if the planner has no run
+    settings = dataclass_settings(SweepConfig(vocab_size=VOCAB))
+    recipe = resolve_recipe(settings, {"recipe": "v2", "best_lr": 0.03})  # an lr_sweep's counts
+    for key in ladder.keys():
+        budget, width, _ = parse_seeded_key(key)
+        cand = plan_run(budget, width, settings, recipe, ladder.family)  # raises with the reason if there is no run
         assert cand.budget == pytest.approx(budget, rel=0.05)  # snapped to its 1.1 bucket
-        assert abs(cand.flops / cand.budget - 1) <= config.tolerance and cand.steps >= config.min_steps
+        assert abs(cand.flops / cand.budget - 1) <= settings.tolerance and cand.steps >= settings.min_steps
+        assert cand.optimizer.name == "adamh" and cand.config.init_std == pytest.approx(width ** -0.5)
+        assert (cand.config.n_routed_experts > 0) == (ladder is MOE_LADDER)
+    assert isinstance(settings, SweepSettings)
+
+
+def dataclass_settings(config):
+    from marin_assets.orchestration.knob_configs import library_config
+    from marin_assets.scaling.ladder import SweepSettings
+
+    return library_config(config, SweepSettings)
+
+
+def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_runs_model():
+    from assets.training import ModelShapeConfig, TrainBaseConfig
+    from marin_assets.model import count_params, flops_per_token
+
+    main = ModelShapeConfig()
+    target = MOE_LADDER.targets[-1]
+    assert (target.name, target.multiple, target.width, target.batch_size) == ("main", 30, main.d_model,
+                                                                                TrainBaseConfig().batch_size)
+    family = target.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
+    model = family.build_config(*family.shape(main.d_model))
+    for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_routed_experts", "n_shared_experts", "top_k",
+                 "expert_d_ff"):
+        assert getattr(model, name) == getattr(main, name), name
+    # The ladder's members only split their width into smaller heads: at the main run's width,
+    # the same matrices (the q/k norm gains are per head size: 32 parameters fewer) and FLOPs.
+    rung = MOE_LADDER.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
+    member = rung.build_config(*rung.shape(main.d_model))
+    assert count_params(member)[1] == count_params(model)[1] - 2 * main.n_layers * 8
+    assert flops_per_token(member, 64) == pytest.approx(flops_per_token(model, 64), rel=1e-3)
+    assert member.n_heads == 2 * model.n_heads and MOE_LADDER.family.moe == target.family.moe
 
 
 def test_ladder_rejects_bad_shapes():
-    with pytest.raises(ValueError, match=">= 3 budgets"):
-        Ladder(budgets=(1e9, 2e9), widths=((8, 16, 32),) * 2)
-    with pytest.raises(ValueError, match=">= 3 on a fitted budget"):
-        Ladder(budgets=(1e9, 2e9, 4e9), widths=((8, 16, 32), (8, 16), (8, 16, 32)))
-    with pytest.raises(ValueError, match="must not be fitted on"):
-        Ladder(budgets=(1e9, 2e9, 4e9), widths=((8, 16, 32),) * 3, fit_budgets=(1e9, 4e9))
+    with pytest.raises(ValueError, match=">= 2 budgets"):
+        Ladder(name="x", budgets=(1e9,), widths=((8, 16, 32),))
+    with pytest.raises(ValueError, match=">= 3 distinct widths"):
+        Ladder(name="x", budgets=(1e9, 2e9), widths=((8, 16, 32), (8, 16)))
+    with pytest.raises(ValueError, match="distinct names"):
+        Ladder(name="x", budgets=(1e9, 2e9), widths=((8, 16, 32),) * 2, targets=(Target("a", 2), Target("a", 3)))
+    with pytest.raises(ValueError, match="invalid ladder name"):
+        Ladder(name="a/b", budgets=(1e9, 2e9), widths=((8, 16, 32),) * 2)
+    with pytest.raises(ValueError, match="multiple"):
+        Target("x1", 1.0)
 
 
-def test_exports_are_the_demo_ladder():
+def test_exports_are_the_demo_and_moe_ladders():
     keys = {a.key.to_user_string() for a in scaling_assets}
-    assert keys == {"sweep", "scaling_fit", "prediction"}
-    assert [c.check_specs_by_output_name for c in scaling_checks]
-    sweep = next(a for a in scaling_assets if a.key.to_user_string() == "sweep")
+    steps = {ladder.name: ["lr_sweep", "sweep", "fit", "comparison", *(f"{t}/{kind}" for t in ladder.target_keys
+                                                                      for kind in ("prediction", "target"))]
+             for ladder in (DEMO_LADDER, MOE_LADDER)}
+    assert keys == {f"scaling/{ladder}/{step}" for ladder, names in steps.items() for step in names}
+    assert DEMO_LADDER.target_keys == ["x3"] and MOE_LADDER.target_keys == ["x3", "x10", "main"]
+    assert {(c.asset_key.to_user_string(), c.name) for check in scaling_checks for c in check.check_specs} == {
+        (f"scaling/{ladder}/comparison", "prediction_error") for ladder in ("dense", "moe")}
+    sweep = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/dense/sweep")
     assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(DEMO_LADDER.keys())
-    assert sweep.dependency_keys == {dg.AssetKey("mixture")}  # the ladder reads the DataKit's datasets
+    assert sweep.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "dense", "lr_sweep"])}
+    target = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/main/target")
+    assert target.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "main", "prediction"])}
     defs = dg.Definitions(assets=[*scaling_assets, *DATA], asset_checks=scaling_checks,
                           jobs=[scaling_job], resources=resources(Path("/nonexistent")))
     defs.resolve_all_job_defs()
-    assert set(defs.resolve_job_def("scaling").asset_layer.executable_asset_keys) == {a.key for a in scaling_assets}
+    # The scaling job is the demo's ladder (one partitions definition per job: the MoE sweep's is its own group's).
+    assert {k.to_user_string() for k in defs.resolve_job_def("scaling").asset_layer.executable_asset_keys} == {
+        k for k in keys if k.startswith("scaling/dense/")}
 
 
 def test_the_ladder_reads_the_mixtures_datasets(data_store):
@@ -146,39 +194,33 @@ def test_the_ladder_reads_the_mixtures_datasets(data_store):
     assert all(path.endswith("dataset.json") for path in datasets.values())
 
 
-def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print):
-    """A sweep run whose loss is the known law at the planned (N, D): no training."""
-    from marin_assets.scaling.sweep import plan_run
-
-    cand = plan_run(budget, width, config)
-    noise = 1e-3 * math.sin(7.0 * width + math.log(budget))  # deterministic, |noise| <= 0.1%
-    loss = (LAW["E"] + LAW["A"] / cand.params ** LAW["alpha"] + LAW["B"] / cand.tokens ** LAW["beta"]) * (1 + noise)
-    write_file(out_dir, "run.json", json.dumps({"plan": cand.as_dict(), "validation_loss": {"mean": loss}}))
-    return {"budget": cand.budget, "width": width, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
-            "steps": cand.steps, "batch_size": cand.batch_size, "validation_loss": loss, "train_loss": loss,
-            "vocab_size": config.vocab_size}
-
-
-def test_real_sweep_partition_trains_to_its_budget(data_store):
+def test_real_sweep_partition_trains_with_its_recipe(data_store):
+    """The recipe chosen by name reaches the run's training config: v2 trains with AdamH (no
+    weight decay) at the fan-in init, at the LR the recipe gives its width and steps."""
     prefix, _ = data_store
-    (sweep, *_), _ = build_scaling_assets(REAL_LADDER)
+    lr_sweep, sweep, *_ = build_scaling_assets(REAL_LADDER)[0]
+    config = {**SWEEP_CONFIG, "recipe": "v2", "lr_base": 0.02}  # lr_base set: the lr_sweep is not read
     with dg.instance_for_test() as instance:
-        result = dg.materialize([*DATA, sweep], selection=[sweep.key],
-                                partition_key=REAL_KEY, instance=instance, resources=resources(prefix),
-                                run_config={"ops": {"sweep": {"config": SWEEP_CONFIG}}})
-    ref: ArtifactRef = result.output_for_node("sweep")
+        assert dg.materialize([*DATA, lr_sweep], selection=[lr_sweep.key], instance=instance, resources=resources(prefix),
+                              run_config={"ops": {"scaling__real__lr_sweep": {"config": {"sweep": {**config, "recipe": "v1"}}}}}).success
+        result = dg.materialize([*DATA, lr_sweep, sweep], selection=[sweep.key], partition_key=REAL_KEY, instance=instance,
+                                resources=resources(prefix), run_config={"ops": {"scaling__real__sweep": {"config": config}}})
+    ref: ArtifactRef = result.output_for_node("scaling__real__sweep")
     c = ref.counts
-    vocab = VOCAB
     assert c["vocab_size"] == VOCAB  # taken from the datasets' tokenizer, not configured
     assert (c["budget"], c["width"]) == (pytest.approx(2e9, rel=0.05), 32)
     assert abs(c["flops"] / c["budget"] - 1) <= 0.04
     assert c["tokens"] == c["steps"] * c["batch_size"] * SEQ
+    assert c["recipe"] == "v2" and c["optimizer"] == "adamh"
+    assert c["learning_rate"] == pytest.approx(0.02 * (16 / 32) ** 0.5 * (150 / c["steps"]) ** 0.5)
+    run = json.loads((Path(ref.data_path) / "run.json").read_text())
+    assert run["optimizer"]["name"] == "adamh" and run["optimizer"]["weight_decay"] == 0.0
+    assert run["model"]["init_std"] == pytest.approx(32 ** -0.5)
     # It learned: held-out loss well below a uniform guess over the vocabulary, and the
     # training loss fell from its first step.
-    assert c["validation_loss"] < math.log(vocab) - 0.5
+    assert c["validation_loss"] < math.log(VOCAB) - 0.5
     rows = [json.loads(line) for line in (Path(ref.data_path) / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == c["steps"] and rows[-1]["loss"] < rows[0]["loss"] - 0.5
-    run = json.loads((Path(ref.data_path) / "run.json").read_text())
     assert run["validation_loss"]["mean"] == pytest.approx(c["validation_loss"])
     assert run["train"]["counts"]["skipped_spike"] == 0  # the sweep turns the spike-skip test off
     assert set(run["validation_loss"]) == set(STDLIB_FILES) | {"mean"}
@@ -186,107 +228,117 @@ def test_real_sweep_partition_trains_to_its_budget(data_store):
     assert not (Path(ref.data_path) / "checkpoints").exists()  # weights of sweep runs are not kept
 
 
-def test_ladder_fit_predict_and_check(data_store, tmp_path):
-    prefix, _ = data_store
-    assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
-    sweep, scaling_fit, prediction = assets
-    res = resources(prefix)
-    sweep_cfg = {"ops": {"sweep": {"config": SWEEP_CONFIG}}}
-    fit_cfg = {"ops": {"scaling_fit": {"config": {"bootstrap_n": 20}},
-                       "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
-    everything = [*DATA, sweep, scaling_fit, prediction, *checks]
-
-    def fit_and_check():
-        return dg.materialize(everything, selection=[scaling_fit.key, prediction.key], instance=instance,
-                              resources=res, run_config=fit_cfg)
-
-    def run_sweep(keys):
-        for key in keys:
-            assert dg.materialize([*DATA, sweep], selection=[sweep.key], partition_key=key, instance=instance,
-                                  resources=res, run_config=sweep_cfg).success
-
-    with dg.instance_for_test() as instance:
-        # Only the fit budgets first: the prediction exists before the runs it predicts, and
-        # the check says so (a warning) rather than passing.
-        run_sweep(LAW_LADDER.fit_keys)
-        result = fit_and_check()
-        assert result.success
-        (early,) = result.get_asset_check_evaluations()
-        assert not early.passed and early.severity == dg.AssetCheckSeverity.WARN
-        assert set(early.metadata["missing"].value) == set(LAW_LADDER.target_keys)
-        fit = json.loads((Path(result.output_for_node("scaling_fit").data_path) / "fit.json").read_text())
-        pred = json.loads((Path(result.output_for_node("prediction").data_path) / "prediction.json").read_text())
-
-        run_sweep(LAW_LADDER.target_keys)
-        # The target's runs are not the fit's inputs: fit and prediction are cache hits, and
-        # the check now finds the actual runs and evaluates.
-        result = fit_and_check()
-        mats = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
-        assert mats["scaling_fit"]["cache_hit"].value and mats["prediction"]["cache_hit"].value
-        assert mats["scaling_fit"]["isoflop_curves"].value.count("data:image/png;base64,") == 1
-        assert mats["scaling_fit"]["power_laws"].value.count("data:image/png;base64,") == 1
-        (check,) = result.get_asset_check_evaluations()
-
-    # The fit saw the three smaller budgets only and found every vertex.
-    assert fit["n"] == len(LAW_LADDER.fit_keys) == 9
-    assert len(fit["optima"]) == 3 and not fit["excluded_budgets"]
-    assert fit["loss_law"]["kind"] == "envelope"
-    # Under C ~ 6ND the law's optimum is N* ~ C^(beta/(alpha+beta)) = C^0.46 and D* ~ C^0.54.
-    # Three budgets with the vertex of a 3-point parabola each: held to +-0.15.
-    assert fit["n_opt_exponent"] == pytest.approx(LAW["beta"] / (LAW["alpha"] + LAW["beta"]), abs=0.15)
-    assert fit["d_opt_exponent"] == pytest.approx(LAW["alpha"] / (LAW["alpha"] + LAW["beta"]), abs=0.15)
-    for o in fit["optima"]:  # each vertex lies inside its budget's sampled sizes
-        sizes = [r["params"] for r in fit["runs"] if abs(r["budget"] / o["budget"] - 1) < 0.01]
-        assert len(sizes) == 3 and min(sizes) < o["params_opt"] < max(sizes)
-
-    # The prediction extrapolates the fitted laws to the 4th budget.
-    assert pred["budget"] == pytest.approx(LAW_LADDER.target, rel=0.05)
-    assert pred["params_opt"] == pytest.approx(fit["n_opt_coefficient"] * pred["budget"] ** fit["n_opt_exponent"])
-    env = fit["loss_law"]
-    assert pred["loss"] == pytest.approx(env["E"] + env["A"] * pred["budget"] ** -env["alpha"])
-    assert pred["config"]["params"] == pytest.approx(pred["params_opt"], rel=0.5)
-
-    # The check compares with the best actual run at the target and reports the error.
-    meta = check.metadata
-    actual = meta["actual_runs"].value
-    assert set(actual) == set(LAW_LADDER.target_keys)
-    assert meta["actual_loss"].value == min(actual.values())
-    err = (pred["loss"] - meta["actual_loss"].value) / meta["actual_loss"].value
-    assert meta["relative_error"].value == pytest.approx(err)
-    assert "data:image/png;base64," in meta["predicted_vs_actual"].value
-    assert check.passed, f"extrapolation error {err:+.4f} on an exact law"
-    print(f"law ladder: predicted {pred['loss']:.4f}, actual best {meta['actual_loss'].value:.4f}, error {err:+.4%}")
+# ---------------------------------------------------------------- the protocol on a known law
 
 
-def test_run_ladder_materialises_everything_and_reports_the_error(tmp_path):
-    """``run_ladder`` (what ``marin demo`` calls) on the law ladder: every partition, fit,
-    prediction and the check, with the error it reports equal to the check's."""
-    assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run)
-    defs = dg.Definitions(assets=[*DATA, *assets], asset_checks=checks, jobs=[scaling_job], resources=resources(tmp_path / "store"))
-    run_config = {"ops": {"sweep": {"config": SWEEP_CONFIG},
-                          "scaling_fit": {"config": {"bootstrap_n": 20}},
-                          "prediction": {"config": {"sweep": SWEEP_CONFIG, "max_width": 64}}}}
+def law_loss(params: float, tokens: float, lr: float, seed: int) -> float:
+    noise = 1e-3 * math.sin(7.0 * params ** 0.5 + math.log(tokens) + 1.7 * seed)  # deterministic, |noise| <= 0.1%
+    penalty = 0.05 * math.log10(lr / LR_OPT) ** 2  # the loss rises away from the best LR
+    return (LAW["E"] + LAW["A"] / params ** LAW["alpha"] + LAW["B"] / tokens ** LAW["beta"]) * (1 + noise) + penalty
+
+
+def law_train(cand, config, train_caches, validation_caches, out_dir, *, run_name, seed, log=print, record=None):
+    """A ladder run whose loss is the known law at the planned (N, D) and LR: no training."""
+    loss = law_loss(cand.params, cand.tokens, cand.learning_rate, seed)
+    write_file(out_dir, "run.json", json.dumps({"plan": cand.as_dict(), "validation_loss": {"mean": loss}, **(record or {})}))
+    return {"budget": cand.budget, "width": cand.width, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
+            "steps": cand.steps, "batch_size": cand.batch_size, "validation_loss": loss, "train_loss": loss,
+            "vocab_size": config.vocab_size, "learning_rate": cand.learning_rate, "recipe": cand.recipe, "seed": seed}
+
+
+def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print, *, recipe, shape, seed, run_prefix):
+    cand = plan_run(budget, width, config, recipe, shape)
+    return law_train(cand, config, train_caches, validation_caches, out_dir, run_name=f"{run_prefix}-x", seed=seed) | {
+        "lr_base": recipe.lr_base}
+
+
+@pytest.fixture(scope="module")
+def law_protocol(data_store, tmp_path_factory):
+    """``run_ladder`` (what ``marin demo`` calls) over the law ladder in a fresh store."""
+    prefix = tmp_path_factory.mktemp("law-store")
+    assets, checks = build_scaling_assets(LAW_LADDER, run_fn=law_run, train_fn=law_train)
+    defs = dg.Definitions(assets=[*DATA, *assets], asset_checks=checks, jobs=[scaling_job], resources=resources(prefix))
     lines = []
     with dg.instance_for_test() as instance:
-        assert dg.materialize(DATA, instance=instance, resources=resources(tmp_path / "store"), run_config=DATA_CONFIG).success
+        assert dg.materialize(DATA, instance=instance, resources=resources(prefix), run_config=DATA_CONFIG).success
         marked = lambda run, tags: run({**tags, "test/mark": "ladder"})  # what the demo's progress reporter does
-        out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=run_config, execute=marked)
-        ladder_runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
-        assert len(ladder_runs) == 2  # every sweep partition in one range run, then fit + prediction
-        assert all(r.tags.get("test/mark") == "ladder" for r in ladder_runs)  # the hook's tags reach every run
-        done = instance.get_materialized_partitions(dg.AssetKey("sweep"))
-        check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [dg.AssetCheckKey(dg.AssetKey("prediction"), "prediction_error")])
+        out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=LAW_RUN_CONFIG, execute=marked)
+        runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
+        events = {key: instance.get_latest_materialization_event(dg.AssetKey.from_user_string(f"scaling/law/{key}"))
+                  for key in ("x2/prediction", "x4/prediction", "x2/target", "x4/target", "comparison")}
+    return {"out": out, "lines": lines, "runs": runs, "events": events, "store": ArtifactStore(str(prefix)), "defs": defs}
 
-    assert done == set(LAW_LADDER.keys())  # every partition, the held-out budget's too
-    (execution,) = check.values()
-    meta = execution.event.dagster_event.event_specific_data.metadata
-    assert out["relative_error"] == pytest.approx(meta["relative_error"].value)
-    assert out["relative_error"] == pytest.approx((out["prediction"] - out["actual"]) / out["actual"])
-    assert out["passed"] and abs(out["relative_error"]) <= LAW_LADDER.max_relative_error
-    assert out["budgets_fitted"] == 3 and out["budgets_excluded"] == 0
+
+def test_the_lr_sweep_retunes_the_reference_lr(law_protocol):
+    # The grid is 0.5x, 1x and 2x v2's written-down base (3e-2); the law's best LR is 0.021,
+    # and the parabola through the grid's three losses finds it.
+    assert law_protocol["out"]["best_lr"] == pytest.approx(LR_OPT, rel=0.02)
+
+
+def test_the_protocol_predicts_each_target_before_its_run(law_protocol):
+    out, store = law_protocol["out"], law_protocol["store"]
+    assert set(out["targets"]) == {"x2", "x4"}
+    for name, t in out["targets"].items():
+        assert abs(t["relative_error"]) <= LAW_LADDER.max_relative_error, (name, t)
+        assert t["relative_error"] == pytest.approx((t["predicted"] - t["actual"]) / t["actual"])
+        # Two seeds: the prediction carries an interval from resampling them.
+        assert t["interval"]["low"] < t["predicted"] < t["interval"]["high"] and t["interval"]["seeds_per_point"] == 2
+    assert out["passed"] and out["budgets_fitted"] == 3 and out["budgets_excluded"] == 0
     assert out["exponents"]["n_opt"] == pytest.approx(LAW["beta"] / (LAW["alpha"] + LAW["beta"]), abs=0.15)
-    assert out["seconds"] > 0
-    # One line per run (the sweep's range, the fit) plus the summary, which states the error.
-    assert len(lines) == 2 + 1 and "C8e09-d8 .. " in lines[0]
-    assert f"{out['relative_error']:+.2%}" in lines[-1]
+    # Ladder compute (its 18 runs and the lr_sweep's 3) over the two targets' compute.
+    comparison = json.loads((Path(ArtifactRef.from_json(json.loads(
+        (Path(store.partition_dir("scaling/law/comparison", None)) / "LATEST.json").read_text())).data_path)
+        / "comparison.json").read_text())
+    assert out["ladder_cost_fraction"] == pytest.approx(
+        (comparison["ladder_flops"] + comparison["lr_sweep_flops"]) / comparison["target_flops"])
+    assert comparison["target_flops"] == pytest.approx(sum(r["flops"] for r in comparison["rows"]))
+    assert out["ladder_cost_fraction"] > 1  # 18 runs and an LR sweep against two targets at 2x and 4x
+
+
+def test_each_prediction_is_locked_and_each_target_carries_its_hash(law_protocol):
+    from marin_assets.experiments.lock import read_lock
+
+    store = law_protocol["store"]
+    for name in LAW_LADDER.target_keys:
+        pred_ref = store.read_pointer(f"scaling/law/{name}/prediction", None)
+        target_ref = store.read_pointer(f"scaling/law/{name}/target", None)
+        lock = read_lock(store, pred_ref.counts["lock"])
+        assert lock["frozen"] == json.loads((Path(pred_ref.data_path) / "prediction.json").read_text())
+        run = json.loads((Path(target_ref.data_path) / "run.json").read_text())
+        assert run[STAMP_KEY]["frozen_hash"] == lock["frozen_hash"] == target_ref.counts["frozen_hash"]
+        # The target trained exactly the frozen config.
+        assert run["plan"] == lock["frozen"]["config"]
+
+
+def test_the_comparison_has_its_plot_and_the_runs_were_in_order(law_protocol):
+    events = law_protocol["events"]
+    meta = events["comparison"].asset_materialization.metadata
+    assert meta["predicted_vs_actual"].value.count("data:image/png;base64,") == 1
+    assert meta["count/ladder_cost_fraction"].value == pytest.approx(law_protocol["out"]["ladder_cost_fraction"])
+    # Every prediction was materialised before the first target run.
+    assert max(events[f"{t}/prediction"].timestamp for t in ("x2", "x4")) < min(events[f"{t}/target"].timestamp
+                                                                               for t in ("x2", "x4"))
+    runs = law_protocol["runs"]
+    assert len(runs) == 6 and all(r.tags.get("test/mark") == "ladder" for r in runs)
+    lines = law_protocol["lines"]
+    assert len(lines) == 6 + 1 and "C8e09-d8 .. " in lines[1]
+    assert all(f"{t['relative_error']:+.2%}" in lines[-1] for t in law_protocol["out"]["targets"].values())
+    assert ladder_steps(LAW_LADDER) == 1 + 18 + 1 + 2 * 2 + 1
+
+
+def test_a_target_refuses_to_run_without_its_frozen_prediction(law_protocol, tmp_path):
+    """Delete the lock of a registered prediction: its target run (a fresh version, so not a
+    cache hit) refuses to start, naming the missing lock."""
+    store, defs = law_protocol["store"], law_protocol["defs"]
+    pred_ref = store.read_pointer("scaling/law/x2/prediction", None)
+    path = Path(lock_path(store, pred_ref.counts["lock"]))
+    saved = path.read_bytes()
+    path.unlink()
+    try:
+        job = defs.resolve_job_def("scaling")
+        config = {"ops": {"scaling__law__x2__target": {"config": {**SWEEP_CONFIG, "seed": 7}}}}  # a new version of the target
+        with dg.instance_for_test() as instance, pytest.raises(PredictionNotFrozen, match="was not registered"):
+            job.execute_in_process(instance=instance, run_config=config,
+                                   asset_selection=[dg.AssetKey.from_user_string("scaling/law/x2/target")])
+    finally:
+        path.write_bytes(saved)

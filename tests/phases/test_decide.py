@@ -3,8 +3,18 @@ import math
 
 import pytest
 
-from marin_assets.phases import (ACTIONS, PhasePlan, PhaseSpec, RunState, Signals, decide, loss_spike,
-                                 normalise, phase_train_config)
+from marin_assets.phases import (
+    ACTIONS,
+    BandSignal,
+    PhasePlan,
+    PhaseSpec,
+    RunState,
+    Signals,
+    decide,
+    loss_spike,
+    normalise,
+    phase_train_config,
+)
 
 M = 1_000_000
 KESTREL = PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd_s",
@@ -24,9 +34,9 @@ def state(phase=KESTREL, phase_tokens=10 * M, trained=10 * M, done=(), cooldowns
                     cooldowns_done=cooldowns, last_good_checkpoint="ckpt/step-100")
 
 
-def signals(left=None, budget=1000 * M, hw=(), losses=FLAT):
+def signals(left=None, budget=1000 * M, hw=(), losses=FLAT, band=None):
     return Signals(tokens_left=dict(PLENTY if left is None else left), budget_tokens=budget,
-                   hardware_available=hw, recent_losses=losses)
+                   hardware_available=hw, recent_losses=losses, off_band=band)
 
 
 def test_continue_when_nothing_fires():
@@ -161,6 +171,7 @@ def test_every_action_is_reachable():
             decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M)).action}
     cd = dataclasses.replace(KESTREL, name="jellyfish", is_cooldown=True, schedule="linear_decay", token_budget=M)
     seen.add(decide(PLAN, state(phase=cd, phase_tokens=M, done=("kestrel",)), signals()).action)
+    seen.add(decide(PLAN, state(), signals(band=BandSignal("loss left the band", "hold"))).action)
     assert seen == set(ACTIONS)
 
 
@@ -285,3 +296,65 @@ def test_rewarm_is_capped_at_the_budget_left():
     d = decide(PLAN, st, signals(budget=130 * M))
     assert d.action == "re_warm" and d.next_phase.token_budget == 20 * M  # the plan's 50M does not fit
     assert decide(PLAN, st, signals(budget=1000 * M)).next_phase.token_budget == 50 * M
+
+
+# ---- the ladder watch's signal (marin_assets/scaling/trajectory.py, sensors/ladder_watch.py) ---
+
+OFF = "loss left the ladder's band at step 12: 7.1 > 5.8"
+
+
+def test_band_signal_rollback_restarts_the_phase_like_a_spike():
+    d = decide(PLAN, state(), signals(band=BandSignal(OFF, "rollback", 12)))
+    assert d.action == "roll_back" and d.next_phase == KESTREL
+    assert d.reason == f"off the ladder's band: {OFF}; restart kestrel from ckpt/step-100"
+
+
+def test_band_signal_hold_requests_no_next_phase_even_when_one_is_due():
+    hold = BandSignal(OFF, "hold", 12)
+    # kestrel used its tokens: without the signal the plan cools down
+    assert decide(PLAN, state(phase_tokens=100 * M), signals()).action == "cool_down"
+    d = decide(PLAN, state(phase_tokens=100 * M), signals(band=hold))
+    assert d.action == "hold" and d.next_phase is None
+    assert d.reason.startswith(f"off the ladder's band: {OFF}; no next phase until")
+    assert "released_holds names kestrel" in d.reason
+    # a spent budget still stops (nothing would be requested anyway); a spike still rolls back
+    assert decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M, band=hold)).action == "stop"
+    assert decide(PLAN, state(), signals(losses=FLAT + (50.0,), band=hold)).action == "roll_back"
+
+
+def test_band_signal_warn_changes_no_decision():
+    for st in (state(), state(phase_tokens=100 * M)):
+        assert decide(PLAN, st, signals(band=BandSignal(OFF, "warn", 12))) == decide(PLAN, st, signals())
+
+
+def test_end_phase_now_ends_on_a_rollback_band_signal_and_decide_rolls_the_ended_phase_back():
+    from marin_assets.phases import end_phase_now
+
+    live = dataclasses.replace(state(), step=40)
+    for action in ("hold", "warn"):
+        assert end_phase_now(PLAN, live, signals(band=BandSignal(OFF, action, 12))) is None
+    reason = end_phase_now(PLAN, live, signals(band=BandSignal(OFF, "rollback", 12)))
+    assert reason == f"off the ladder's band at step 40: {OFF}"
+    # stopped two steps later; the finished phase's own verdict is gone (e.g. not judged): still a roll-back
+    ended = dataclasses.replace(live, step=42, ended_early=reason)
+    d = decide(PLAN, ended, signals())
+    assert d.action == "roll_back" and d.reason.startswith(f"off the ladder's band at step 40: {OFF}; restart kestrel")
+
+
+def test_band_signal_names_a_known_action():
+    with pytest.raises(ValueError, match="BandSignal.action must be one of"):
+        BandSignal(OFF, "pause")
+
+
+def test_the_budget_file_lists_released_holds(tmp_path):
+    from marin_assets.phases.budget import Budget, load_budget, write_budget
+
+    path = tmp_path / "budget.yaml"
+    write_budget(path, Budget(budget_tokens=10, released_holds=("kestrel",)))
+    assert load_budget(path).released_holds == ("kestrel",)
+    path.write_text("budget_tokens: 10\nreleased_holds: kestrel\n")
+    with pytest.raises(ValueError, match=f"budget file {path}: released_holds must be a list of phase names"):
+        load_budget(path)
+    path.write_text("budget_tokens: 10\nreleased_holds: [3]\n")
+    with pytest.raises(ValueError, match=f"budget file {path}: released_holds must be a list of phase names"):
+        load_budget(path)

@@ -15,6 +15,7 @@ from marin_assets.scaling.data import drop_highest_loss, load_runs_csv, validate
 from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric
 from marin_assets.scaling.planner import ModelFamily, plan_sweep
+from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import parse_partition_key, partition_key
 from tests.scaling.scaling_synth import TRUE_LAW
 
@@ -95,7 +96,7 @@ def test_cli_fit_parametric_names_excluded_rows_when_too_few_remain(tmp_path, ca
     (lambda: BootstrapConfig(level=1.0), r"bootstrap level must be in \(0, 1\)"),
     (lambda: BootstrapConfig(n=10**9), r"bootstrap n must be in \[0, 100000\]"),
     (lambda: ModelFamily(widths=(64,), vocab_size=256, seq_len=64, aspect_ratio=math.nan), "ModelFamily.aspect_ratio must be a finite"),
-    (lambda: ModelFamily(widths=(64,), vocab_size=256, seq_len=64, lr_base=math.inf), "ModelFamily.lr_base must be a finite"),
+    (lambda: ModelFamily(widths=(64,), vocab_size=256, seq_len=64, recipe=V2.with_base(math.inf)), "recipe 'v2' lr_base must be a finite"),
     (lambda: ModelFamily(widths=(64,), vocab_size=256, seq_len=64, ff_mult=-1.0), r"ModelFamily.ff_mult must be in \(0,"),
     (lambda: ModelFamily(widths=(64.0,), vocab_size=256, seq_len=64), r"ModelFamily.widths\[0\] must be an integer"),
     (lambda: plan_sweep([1e13], ModelFamily(widths=(64,), vocab_size=256, seq_len=64), tolerance=math.nan), "tolerance must be a finite"),

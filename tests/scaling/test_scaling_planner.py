@@ -63,4 +63,5 @@ def test_tolerance_must_fit_inside_a_bucket():
 def test_family_validation():
     with pytest.raises(ValueError, match="multiple of head_dim"):
         ModelFamily(widths=(30,), vocab_size=256, seq_len=64, head_dim=16)
-    assert FAMILY.learning_rate(512) == pytest.approx(FAMILY.lr_base / 2)
+    # The default recipe is v1: the LR halves from width 1024 to 2048 and ignores the steps.
+    assert FAMILY.learning_rate(2048, 100) == pytest.approx(FAMILY.recipe.lr_base / 2) == FAMILY.learning_rate(2048, 10**4)

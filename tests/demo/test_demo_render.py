@@ -1,0 +1,19 @@
+"""The demo's summary states the scaling ladder's pre-registered prediction and its outcome."""
+
+from __future__ import annotations
+
+from demo.__main__ import render
+
+DATAKIT = {"success": True, "shards": 47, "partitions": 526, "cache_hits": 0, "runs": 9, "up_to_date_waves": 0,
+           "seconds": 58.0, "datasets_train_tokens": {"sotu": 100}}
+
+
+def test_the_summary_names_each_target_its_prediction_and_its_error():
+    scaling = {"targets": {"x3": {"multiple": 3.0, "predicted": 2.1, "actual": 2.2, "relative_error": (2.1 - 2.2) / 2.2,
+                                  "interval": None, "flops": 1.2e11, "width": 16}},
+               "passed": True, "bound": 0.05, "ladder_cost_fraction": 0.52}
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "scaling": scaling})
+    (line,) = [line for line in text.splitlines() if "scaling ladder" in line]
+    assert "x3 (3x the fitted compute) predicted loss 2.1000 before its run, actual 2.2000" in line
+    assert "relative error -4.55%, check passed" in line and "ladder compute 52% of the target's" in line

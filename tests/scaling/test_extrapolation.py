@@ -1,0 +1,167 @@
+"""Pre-registration with the experiment-record lock, the prediction at a target's config, the
+seed interval, and the comparison, on small hand-made inputs (no training)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from marin_assets.experiments.lock import LockFileError, RecordChangedError, content_hash, lock_path, read_lock
+from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp, compare, comparison_png, lock_name,
+                                                register_prediction, require_frozen)
+from marin_assets.scaling.fits import IsoFlopConfig
+from marin_assets.scaling.ladder import (Ladder, SweepSettings, Target, fit_summary_of, frozen_candidate, loss_at,
+                                         loss_at_config, predict_target, seed_interval)
+from marin_assets.scaling.recipes import V2
+from marin_assets.scaling.sweep import partition_key, plan_run
+from marin_assets.store import ArtifactStore
+
+PRED = {"ladder": "dense", "target": "x3", "loss": 2.5, "budget": 1.2e11, "config": {"width": 16}}
+
+
+@pytest.fixture
+def store(tmp_path) -> ArtifactStore:
+    return ArtifactStore(str(tmp_path / "store"))
+
+
+def test_a_registered_prediction_is_frozen(store):
+    name = lock_name("dense", "x3", "0123456789abcdef0123")
+    assert name == "scaling_dense_x3_0123456789abcdef"
+    stamp = register_prediction(store, name, PRED)
+    lock = read_lock(store, name)  # the experiment lock's own reader validates it
+    assert lock["frozen"] == PRED and stamp == {"experiment": name, "frozen_hash": content_hash(PRED)}
+    assert register_prediction(store, name, dict(PRED)) == stamp  # a rerun of the same prediction
+    with pytest.raises(RecordChangedError, match="never replaced"):
+        register_prediction(store, name, PRED | {"loss": 2.4})
+    assert read_lock(store, name)["frozen"] == PRED  # written once
+    assert require_frozen(store, name, PRED) == stamp
+
+
+def test_a_target_may_not_start_without_its_frozen_prediction(store):
+    name = lock_name("dense", "x3", "f" * 64)
+    with pytest.raises(PredictionNotFrozen, match="was not registered"):
+        require_frozen(store, name, PRED)
+    register_prediction(store, name, PRED)
+    with pytest.raises(RecordChangedError, match="refusing to run against it"):
+        require_frozen(store, name, PRED | {"loss": 2.0})  # handed another prediction than the frozen one
+
+
+def test_deleting_the_lock_after_the_run_unfreezes_nothing(store):
+    name = lock_name("dense", "x3", "a" * 64)
+    stamp = register_prediction(store, name, PRED)
+    check_stamp(store, "x3", stamp, PRED)
+    Path(lock_path(store, name)).unlink()
+    check_stamp(store, "x3", stamp, PRED)  # the run's own stamp still names the prediction
+    with pytest.raises(RecordChangedError, match="changed after its run"):
+        check_stamp(store, "x3", stamp, PRED | {"loss": 2.45})  # edited, then the lock deleted: still refused
+    with pytest.raises(RecordChangedError, match="carries no prediction stamp"):
+        check_stamp(store, "x3", None, PRED)
+
+
+def test_a_lock_rewritten_by_hand_is_refused(store):
+    name = lock_name("dense", "x3", "b" * 64)
+    stamp = register_prediction(store, name, PRED)
+    path = Path(lock_path(store, name))
+    lock = json.loads(path.read_text())
+    path.write_text(json.dumps(lock | {"frozen": PRED | {"loss": 9.0}}))  # its hash no longer matches
+    with pytest.raises(LockFileError):
+        check_stamp(store, "x3", stamp, PRED)
+    other = PRED | {"loss": 9.0}  # a consistent lock for another prediction
+    path.write_text(json.dumps({"experiment": name, "frozen": other, "frozen_hash": content_hash(other)}))
+    with pytest.raises(RecordChangedError, match="not the .* target x3 ran against"):
+        check_stamp(store, "x3", stamp, PRED)
+
+
+# ---------------------------------------------------------------- the prediction
+
+# A fit summary whose laws are known: N* = 10 C^0.5, envelope 2 + 1e3 C^-0.3, curvature 0.5.
+FIT = {"n_opt_coefficient": 10.0, "n_opt_exponent": 0.5, "d_opt_coefficient": 1 / 60, "d_opt_exponent": 0.5,
+       "loss_law": {"kind": "envelope", "E": 2.0, "A": 1e3, "alpha": 0.3}, "curvature_log10_params": 0.5}
+
+
+def test_the_loss_at_a_config_is_the_envelope_plus_the_parabolas_rise():
+    c = 1e12
+    n_star = 10 * c ** 0.5
+    assert loss_at_config(FIT, c, n_star) == pytest.approx(loss_at(FIT["loss_law"], c))
+    assert loss_at_config(FIT, c, 10 * n_star) == pytest.approx(loss_at(FIT["loss_law"], c) + 0.5)  # a decade off N*
+    assert loss_at_config(FIT, c, n_star / 10) == pytest.approx(loss_at(FIT["loss_law"], c) + 0.5)
+
+
+LAW = dict(E=2.0, A=40.0, alpha=0.35, B=60.0, beta=0.30)
+SETTINGS = SweepSettings(vocab_size=257, seq_len=32, batch_sizes=[8], min_steps=20, max_width=64)
+
+
+def law_counts(seeds: int, noise: float) -> dict:
+    """Sweep counts of a small ladder whose losses follow LAW, each seed offset by +-noise."""
+    counts = {}
+    recipe = V2
+    for budget, widths in ((8e9, (8, 16, 32)), (1.6e10, (8, 16, 32)), (3.2e10, (16, 24, 40))):
+        for width in widths:
+            cand = plan_run(budget, width, SETTINGS, recipe)
+            base = LAW["E"] + LAW["A"] / cand.params ** LAW["alpha"] + LAW["B"] / cand.tokens ** LAW["beta"]
+            for seed in range(seeds):
+                counts[partition_key(budget, width, seed)] = {
+                    "budget": cand.budget, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
+                    "validation_loss": base * (1 + noise * (-1) ** (seed + width // 8)), "vocab_size": 257,
+                    "recipe": "v2", "lr_base": recipe.lr_base, "lr_sweep_flops": 1e9}
+    return counts
+
+
+def fit_of(counts: dict) -> dict:
+    from marin_assets.scaling.fits import fit_isoflop
+    from marin_assets.scaling.ladder import runs_from_counts
+
+    runs, _ = runs_from_counts(counts)
+    config = IsoFlopConfig(bootstrap_n=0)
+    return fit_summary_of(fit_isoflop(runs, config)) | {
+        "runs": [dict(c) | {"partition": k} for k, c in counts.items()], "isoflop_config": config.__dict__ | {"bootstrap_n": 50}}
+
+
+def test_seeds_are_averaged_and_resampled_for_the_interval():
+    one, two = law_counts(1, 0.0), law_counts(2, 0.01)
+    # Two seeds +-1% around the law average to the law: the fits agree.
+    assert fit_of(two)["n_opt_exponent"] == pytest.approx(fit_of(one)["n_opt_exponent"], rel=1e-6)
+    config = IsoFlopConfig(bootstrap_n=50)
+    cand = plan_run(6.4e10, 24, SETTINGS, V2)
+    point = loss_at_config(fit_of(two), cand.flops, cand.params)
+    interval = seed_interval(two, config, cand.flops, cand.params, n=50)
+    assert interval["low"] < point < interval["high"] and interval["seeds_per_point"] == 2 and interval["n_ok"] > 40
+    assert seed_interval(one, config, cand.flops, cand.params, n=50) is None  # one seed: no interval from seeds
+
+
+def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
+    ladder = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+                    targets=(Target("x2", 2.0), Target("pinned", 4.0, width=32, batch_size=8)), seeds=(0, 1))
+    fit = fit_of(law_counts(2, 0.002))
+    pred = json.loads(json.dumps(predict_target(fit, ladder, ladder.targets[0], SETTINGS)))
+    assert pred["budget"] == pytest.approx(6.4e10, rel=0.05) and pred["recipe"]["name"] == "v2"
+    assert pred["config"]["params"] == pytest.approx(pred["params_opt"], rel=0.5)  # the member nearest N*
+    assert pred["loss"] == pytest.approx(loss_at_config(fit, pred["config"]["flops"], pred["config"]["params"]))
+    assert pred["ladder_flops"] == pytest.approx(sum(r["flops"] for r in fit["runs"])) and pred["lr_sweep_flops"] == 1e9
+    assert pred["interval"]["low"] < pred["loss"] < pred["interval"]["high"]
+    cand = frozen_candidate(pred, SETTINGS)
+    assert json.loads(json.dumps(cand.as_dict())) == pred["config"]
+    with pytest.raises(ValueError, match=r"differs from the frozen prediction in \[.*'steps'"):
+        frozen_candidate(pred, SweepSettings(vocab_size=257, seq_len=64, batch_sizes=[8], min_steps=20))
+    pinned = predict_target(fit, ladder, ladder.targets[1], SETTINGS)
+    assert (pinned["config"]["width"], pinned["config"]["batch_size"]) == (32, 8)
+
+
+def test_the_comparison_reports_errors_intervals_and_the_cost_fraction():
+    preds = {t: {"ladder": "law", "target": t, "multiple": m, "budget": b, "loss": p, "c_fit": 1e10, "recipe": {"name": "v2"},
+                 "interval": {"low": p - 0.05, "high": p + 0.05}, "ladder_flops": 6e10, "lr_sweep_flops": 1e10,
+                 "loss_law": FIT["loss_law"], "in_sample": [{"budget": 1e10, "vertex_loss": 3.0, "predicted": 3.0}]}
+             for t, m, b, p in (("x3", 3, 3e10, 2.6), ("x10", 10, 1e11, 2.4))}
+    actual = {"x3": {"validation_loss": 2.5, "flops": 3e10, "width": 16, "params": 1e4},
+              "x10": {"validation_loss": 2.41, "flops": 1e11, "width": 24, "params": 2e4}}
+    out = compare(preds, actual, bound=0.01)
+    rows = {r["target"]: r for r in out["rows"]}
+    assert rows["x3"]["relative_error"] == pytest.approx(0.04) and rows["x3"]["actual_in_interval"] is False
+    assert rows["x10"]["relative_error"] == pytest.approx(-0.01 / 2.41) and rows["x10"]["actual_in_interval"] is True
+    assert not out["passed"] and out["max_abs_relative_error"] == pytest.approx(0.04)
+    assert out["ladder_cost_fraction"] == pytest.approx((6e10 + 1e10) / 1.3e11)
+    assert comparison_png(out, preds)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert math.isfinite(out["target_flops"])
