@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Optional
+from typing import Any, Optional
 
 import dagster as dg
 
@@ -25,7 +25,9 @@ from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
-from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
+from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
+from marin_assets.phases.signals import DROP_RATE
+from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
 from marin_assets.store import ArtifactRef
 from marin_assets.store.fsutil import filesystem, is_local
 
@@ -64,6 +66,8 @@ class PhaseSpecConfig(dg.Config):
     z_loss: Optional[float] = None
     warmup_start_fraction: float = 0.0
     start_fraction: float = 1.0
+    model_changes: dict[str, Any] | None = None  # ModelConfig overrides from this phase on
+    transplant: str | None = None  # switch_architecture: carry the warm start over by this mapping
 
     @classmethod
     def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
@@ -132,7 +136,7 @@ class PhaseConfig(StageConfig):
 
     # These two were JSON strings (sort_keys=True) before they became nested configs: hashing
     # the same text keeps every phase's version.
-    version_as = {"phase": _as_json, "base": _as_json}
+    version_as = {"phase": lambda phase: _as_json(spec_record(phase)), "base": _as_json}
 
 
 def _train_metadata(ref: ArtifactRef) -> dict:
@@ -189,10 +193,13 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         if warm_ref is None:
             raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised")
         warm = warm_ref.data_path
+        if spec.transplant:  # switch_architecture: the warm start's weights carried into this phase's model
+            warm = transplanted_warm_start(warm, train_config, spec.transplant, ctx.scratch_dir)
     # Live metrics go under the run name the phase controller watches while the phase runs.
     job = TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
                     telemetry_run=phase_telemetry_run(RUN, spec.name))
     outcome = training_backend.run(ctx.dagster_context, job)
+    drop_transplanted(ctx.scratch_dir)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
     ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
             f"last loss {outcome.last_loss}")
@@ -200,7 +207,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         "phase": spec.name, "backend": outcome.backend, "final_step": outcome.final_step, "tokens_trained": outcome.tokens,
         "phase_start_step": outcome.phase_start_step,
         "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
-        "last_loss": outcome.last_loss, "recent_losses": _recent_losses(ctx.out_dir, spec.name, outcome),
+        "last_loss": outcome.last_loss, **_recent(ctx.out_dir, spec.name, outcome),
         "tokens_consumed": {s: datasets[s]["train_tokens"] - outcome.tokens_left.get(s, datasets[s]["train_tokens"])
                             for s in cache_dirs},
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
@@ -219,9 +226,10 @@ def _move_contents(src: str, dst: str) -> None:
         fs.mv(entry, join(dst_path, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
 
 
-def _recent_losses(out_dir: str, phase: str, outcome, keep: int = 64) -> list[float]:
-    """The phase's last losses: from the committed metrics.jsonl (it spans resumed attempts),
-    else from the rows the backend reported (a worker that wrote its metrics elsewhere)."""
+def _recent(out_dir: str, phase: str, outcome, keep: int = 64) -> dict[str, list[float]]:
+    """The phase's last losses and MoE drop rates (rows without the column left out: a dense model has none):
+    from the committed metrics.jsonl (it spans resumed attempts), else from the rows the backend reported (a
+    worker that wrote its metrics elsewhere)."""
     import tempfile
 
     from marin_assets.train.metrics import read_metrics
@@ -235,7 +243,9 @@ def _recent_losses(out_dir: str, phase: str, outcome, keep: int = 64) -> list[fl
             rows = read_metrics(f"{tmp}/metrics.jsonl")
     else:
         rows = list(outcome.metrics)
-    return [r["loss"] for r in rows if r.get("phase", phase) == phase][-keep:]
+    rows = [r for r in rows if r.get("phase", phase) == phase]
+    return {name: [r[column] for r in rows if column in r][-keep:]
+            for name, column in (("recent_losses", "loss"), ("recent_drop_rates", DROP_RATE))}
 
 
 class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "docs_per_source", "chars_per_doc"]))):

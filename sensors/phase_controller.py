@@ -16,6 +16,12 @@ loss spike, it terminates the run (``run_coordinator.cancel_run``: the trainer c
 step it is on and returns), records why, and waits for the stopped phase to materialise;
 ``decide`` then picks the successor, which warm-starts from that checkpoint.
 
+A roll-back retries the phase under its name with ``attempt`` + 1 (``RunState.rollbacks``). A
+``switch_architecture`` replaces the diverged phase in the chain by its successor, which starts from
+the same warm start (version and tokens) and carries its weights over by the spec's ``transplant``;
+the replaced name stays used. The finished phase's ``recent_drop_rates`` (its metrics' MoE drop rate)
+feed the plan's ``max_drop_rate`` hold, which a phase named in ``released_holds`` no longer gets.
+
 With a ``watch`` (sensors/ladder_watch.py), every tick also compares the phase with the ladder's
 expected trajectory, live and once it has materialised, records each new verdict with its plot,
 and hands ``decide``/``end_phase_now`` a ``BandSignal`` when the phase left the band.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -70,16 +77,21 @@ def phase_result(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: st
 
 def _run_state(history: list[dict], phase_tokens: int, tokens_trained: int, step: int | None,
                ended_early: str | None) -> RunState:
-    earlier = [_spec_from_json(h["spec"]) for h in history[:-1]]
+    specs = [_spec_from_json(h["spec"]) for h in history]
+    earlier, current = specs[:-1], specs[-1]
+    # A phase an architecture switch replaced left the chain but keeps its name (its partition exists).
+    names = [name for h, s in zip(history, specs, strict=True) for name in (*h.get("replaces", ()), s.name)]
     return RunState(
-        phase=_spec_from_json(history[-1]["spec"]),
+        phase=current,
         phase_tokens=phase_tokens,
         tokens_trained=tokens_trained,
-        phases_done=tuple(s.name for s in earlier),
+        phases_done=tuple(names[:-1]),
         cooldowns_done=sum(s.is_cooldown for s in earlier),
         last_good_checkpoint=earlier[-1].name if earlier else None,
         step=step,
         ended_early=ended_early,
+        rollbacks=int(history[-1].get("attempt", 0)),
+        switches_done=tuple(s.transplant for s in specs if s.transplant),
     )
 
 
@@ -90,11 +102,14 @@ def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunStat
     step = meta.get("count/final_step")
     state = _run_state(history, int(meta["count/phase_tokens"]), int(meta["count/tokens_trained"]),
                        int(step) if step is not None else None, ending.get("reason") if ending.get("terminated") else None)
+    # A phase a person released (the budget file's released_holds) is not held again for its drops.
+    drops = () if state.phase.name in budget.released_holds else meta.get("count/recent_drop_rates") or ()
     signals = Signals(
         tokens_left=budget.tokens_left(meta["count/tokens_consumed"], meta["count/tokens_available"]),
         budget_tokens=budget.budget_tokens,
         hardware_available=budget.hardware_available,
         recent_losses=tuple(meta["count/recent_losses"]),
+        recent_drop_rates=tuple(math.nan if x is None else x for x in drops),
     )
     return state, signals
 
@@ -180,11 +195,11 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
     train_key, op_name = train_asset.key, train_asset.op.name
 
     def request(cursor: dict, history: list[dict], decision: Decision, warm_version: str, attempt: int,
-                tokens_before: int) -> dg.SensorResult:
+                tokens_before: int, replaces: Sequence[str] = ()) -> dg.SensorResult:
         spec = decision.next_phase
         run_key = f"{plan.run}-{len(history)}-{spec.name}-{attempt}"
         entry = {"spec": _spec_to_json(spec), "run_key": run_key, "attempt": attempt, "warm_version": warm_version,
-                 "tokens_before": tokens_before}
+                 "tokens_before": tokens_before, **({"replaces": list(replaces)} if replaces else {})}
         config = {"phase": dataclasses.asdict(spec), "warm_start_version": warm_version, "attempt": attempt}
         run = dg.RunRequest(
             run_key=run_key,
@@ -257,6 +272,9 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if decision.action == "roll_back":  # retry the phase from the same warm start, fresh randomness
             return request(cursor, history[:-1], decision, current["warm_version"], current["attempt"] + 1,
                            int(current.get("tokens_before", 0)))
+        if decision.action == "switch_architecture":  # the diverged phase leaves the chain: its successor starts where it did
+            return request(cursor, history[:-1], decision, current["warm_version"], 0, int(current.get("tokens_before", 0)),
+                           replaces=[*current.get("replaces", ()), phase])
         return request(cursor, history, decision, meta["version"], 0, int(meta["count/tokens_trained"]))
 
     return _controller

@@ -3,7 +3,9 @@
 Public API
 ----------
 PhaseSpec, PhasePlan                       the declarative plan (plan.py)
+ArchitectureSwitch                         the plan's switch when roll-backs do not cure a spike (plan.py)
 Signals, RunState, loss_spike              what the controller observes (signals.py)
+drop_rate_alarm, DROP_RATE                 the MoE drop-rate signal and its metrics column (signals.py)
 BandSignal(reason, action, step)           the main run left the ladder's band (scaling/trajectory.py)
 decide(plan, state, signals) -> Decision   action in ACTIONS, reason, next_phase (decide.py)
 end_phase_now(plan, state, signals)         while a phase runs: why to end it now, or None
@@ -12,9 +14,16 @@ phase_train_config(base_train_config, spec) -> TrainConfig for the next phase
 """
 
 from marin_assets.phases.decide import ACTIONS, Decision, decide, end_phase_now
-from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise, phase_telemetry_run, phase_train_config
-from marin_assets.phases.signals import BandSignal, RunState, Signals, loss_spike
+from marin_assets.phases.plan import (
+    ArchitectureSwitch,
+    PhasePlan,
+    PhaseSpec,
+    normalise,
+    phase_telemetry_run,
+    phase_train_config,
+)
+from marin_assets.phases.signals import DROP_RATE, BandSignal, RunState, Signals, drop_rate_alarm, loss_spike
 
-__all__ = ["ACTIONS", "BandSignal", "Decision", "decide", "end_phase_now", "PhasePlan", "PhaseSpec", "normalise",
-           "phase_telemetry_run", "phase_train_config",
+__all__ = ["ACTIONS", "ArchitectureSwitch", "BandSignal", "DROP_RATE", "Decision", "decide", "drop_rate_alarm", "end_phase_now",
+           "PhasePlan", "PhaseSpec", "normalise", "phase_telemetry_run", "phase_train_config",
            "RunState", "Signals", "loss_spike"]

@@ -8,10 +8,18 @@ names the signal):
 1. ``roll_back``  the newest loss is non-finite or a spike, or the phase left the ladder's
                   band and the watch says ``rollback``: restart the current phase from its
                   last good checkpoint (no point planning ahead on a diverged model).
+1b. ``switch_architecture``  a loss spike after ``after_rollbacks`` roll-backs of the phase, and
+                  the plan's ``architecture_switch`` not made yet: the phase, under a new name,
+                  restarts from the same last good checkpoint on the switched model (the executor
+                  carries the weights over with the switch's ``transplant`` mapping), warming up
+                  anew. Without a checkpoint before the phase (the first one) it rolls back.
 2. ``stop``       the budget is spent (less than ``min_cooldown_tokens`` left) and the
                   current phase is over or is a cooldown that has reached its end.
 2b. ``hold``      the phase left the ladder's band and the watch says ``hold``: request no
                   next phase until a person releases it (the budget file's ``released_holds``).
+                  Likewise when the plan sets ``max_drop_rate`` and the MoE's mean drop rate
+                  over the phase's last ``spike_window`` steps is above it: a router that drops
+                  that much needs a person (capacity factor, balancing), not another phase.
 3. ``cool_down``  the budget no longer covers the current phase (budget cut): a linear
                   cooldown to 5% of peak that ends exactly when the budget does, on the
                   high-quality mix; a second or later cooldown adds z-loss (Starling). An
@@ -32,8 +40,9 @@ Every new phase warm-starts from the current one; the trainer keeps the data pos
 While a phase runs, ``end_phase_now(plan, state, signals)`` (the same signals, read live
 from the telemetry store) says whether to end it at its next checkpoint rather than let it
 run its course: a loss spike, the ladder's band left with ``rollback``, or a budget cut below
-what the phase still needs. The controller then stops the run, and ``decide`` on the stopped
-phase picks the successor, which starts from that checkpoint.
+what the phase still needs (not the drop rate: like the band's ``hold``, it waits for the
+phase's end). The controller then stops the run, and ``decide`` on the stopped phase picks the
+successor, which starts from that checkpoint.
 """
 
 from __future__ import annotations
@@ -42,11 +51,11 @@ import dataclasses
 import math
 
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise
-from marin_assets.phases.signals import RunState, Signals, loss_spike
+from marin_assets.phases.signals import RunState, Signals, drop_rate_alarm, loss_spike
 
 SPIKE = "loss spike"
 OFF_BAND = "off the ladder's band"
-ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop", "hold")
+ACTIONS = ("continue", "cool_down", "re_warm", "change_mix", "migrate", "roll_back", "stop", "hold", "switch_architecture")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +71,12 @@ class Decision:
 
 def _used(state: RunState) -> tuple[str, ...]:
     return (*state.phases_done, state.phase.name)
+
+
+def _successor(plan: PhasePlan, state: RunState, **changes) -> PhaseSpec:
+    """The current phase's spec as the next phase: warm-started from it, on its model (no transplant again)."""
+    return dataclasses.replace(state.phase, name=plan.name_after(_used(state)), warm_start_from=state.phase.name,
+                               transplant=None, **changes)
 
 
 def _active(mixture, signals: Signals) -> dict[str, float]:
@@ -87,7 +102,7 @@ def _cooldown(plan: PhasePlan, state: RunState, signals: Signals, tokens: int, w
     z_note = f", z-loss {z:g} (cooldown #{state.cooldowns_done + 1})" if state.cooldowns_done >= 1 else ""
     spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="linear_decay",
                      mixture=mix, batch_size=current.batch_size, hardware=current.hardware, token_budget=tokens,
-                     peak_lr=current.peak_lr, is_cooldown=True, z_loss=z)
+                     peak_lr=current.peak_lr, is_cooldown=True, z_loss=z, model_changes=current.model_changes)
     return Decision("cool_down", f"{why}: linear cooldown to 5% of peak over {tokens:,} tokens with {mix_note}"
                     f"{z_note}", spec)
 
@@ -103,7 +118,8 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
         spike = state.ended_early  # ended mid-phase on a spike: its last losses may look calm again
     where = state.last_good_checkpoint or "the phase's warm-start checkpoint"
     if spike is not None:
-        return Decision("roll_back", f"loss spike: {spike}; restart {current.name} from {where}", current)
+        rollback = Decision("roll_back", f"loss spike: {spike}; restart {current.name} from {where}", current)
+        return _switch(plan, state, spike, where) or rollback
     off_band = _band_roll_back(state, signals)
     if off_band is not None:
         return Decision("roll_back", f"{off_band}; restart {current.name} from {where}", current)
@@ -115,9 +131,9 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
                                 f"({plan.min_cooldown_tokens:,})")
 
     # 2b. the ladder's band was left and the watch holds the run for a person to look
-    if signals.off_band is not None and signals.off_band.action == "hold":
-        return Decision("hold", f"{OFF_BAND}: {signals.off_band.reason}; no next phase until the budget file's "
-                                f"released_holds names {current.name}")
+    held = _hold_reason(plan, signals)
+    if held is not None:
+        return Decision("hold", f"{held}; no next phase until the budget file's released_holds names {current.name}")
 
     # 3. budget cut below what the current phase needs
     if budget_left < phase_left:
@@ -126,9 +142,7 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
             why = (f"budget cut: {current.name} ended at step {state.step} by the controller ({state.ended_early}); "
                    f"{budget_left:,} tokens left of the {phase_left + state.phase_tokens:,} it planned")
         if current.is_cooldown:
-            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
-                                       token_budget=budget_left,
-                                       start_fraction=_lr_fraction_now(current, state))
+            spec = _successor(plan, state, token_budget=budget_left, start_fraction=_lr_fraction_now(current, state))
             return Decision("cool_down", f"{why}: re-time the running cooldown so it still ends at 5% of peak "
                                          f"after {budget_left:,} tokens", spec)
         return _cooldown(plan, state, signals, budget_left, why)
@@ -146,9 +160,8 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
     if exhausted:
         remaining = _active(current.mixture, signals)
         if remaining:
-            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
-                                       mixture=normalise(remaining), token_budget=max(phase_left, 1),
-                                       warmup_start_fraction=1.0)
+            spec = _successor(plan, state, mixture=normalise(remaining), token_budget=max(phase_left, 1),
+                              warmup_start_fraction=1.0)
             return Decision("change_mix", f"source(s) {', '.join(exhausted)} exhausted: drop from the mix, "
                                           f"renormalise to {_fmt_mix(spec.mixture)}", spec)
 
@@ -161,9 +174,8 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
             ratio = plan.hardware_ladder[target] / size_now
             batch = int(round(current.batch_size * ratio))
             lr = current.peak_lr * math.sqrt(batch / current.batch_size)
-            spec = dataclasses.replace(current, name=plan.name_after(_used(state)), warm_start_from=current.name,
-                                       hardware=target, batch_size=batch, peak_lr=lr,
-                                       token_budget=max(phase_left, 1), warmup_start_fraction=1.0 / math.sqrt(ratio))
+            spec = _successor(plan, state, hardware=target, batch_size=batch, peak_lr=lr,
+                              token_budget=max(phase_left, 1), warmup_start_fraction=1.0 / math.sqrt(ratio))
             return Decision("migrate", f"{target} is free ({ratio:g}x {current.hardware}): batch "
                                        f"{current.batch_size} -> {batch}, peak LR {current.peak_lr:.3g} -> {lr:.3g} "
                                        f"(sqrt rule)", spec)
@@ -177,7 +189,8 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
         base = _last_stable_lr(plan, state)
         spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="wsd",
                          mixture=normalise(mix), batch_size=current.batch_size, hardware=current.hardware,
-                         token_budget=tokens, peak_lr=base, warmup_start_fraction=plan.rewarm_start_fraction)
+                         token_budget=tokens, peak_lr=base, warmup_start_fraction=plan.rewarm_start_fraction,
+                         model_changes=current.model_changes)
         return Decision("re_warm", f"budget raised to {signals.budget_tokens:,} tokens ({budget_left:,} left) after "
                                    f"{current.name}'s cooldown: re-warm from {plan.rewarm_start_fraction:.0%} to peak "
                                    f"{base:.3g} with mix {_fmt_mix(spec.mixture)}", spec)
@@ -213,6 +226,32 @@ def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | N
     return None
 
 
+def _switch(plan: PhasePlan, state: RunState, spike: str, where: str) -> Decision | None:
+    """The plan's architecture switch, if roll-backs did not cure the spike and it was not made yet. The
+    switched phase starts where the roll-back would (the last good checkpoint, not the diverged phase's
+    end) and so gets the whole phase's token budget."""
+    switch, current = plan.architecture_switch, state.phase
+    if switch is None or state.rollbacks < switch.after_rollbacks or switch.mapping in state.switches_done:
+        return None
+    if current.warm_start_from is None:
+        return None  # no checkpoint before the first phase to carry over
+    spec = dataclasses.replace(current, name=plan.name_after(_used(state)), transplant=switch.mapping,
+                               model_changes={**(current.model_changes or {}), **switch.model_changes},
+                               warmup_start_fraction=switch.warmup_start_fraction)
+    return Decision("switch_architecture", f"{SPIKE}: {spike}; {state.rollbacks} roll-back(s) of {current.name} did not "
+                                           f"cure it: switch to the {switch.mapping} architecture "
+                                           f"({_fmt_changes(switch.model_changes)}) as {spec.name} from {where}", spec)
+
+
+def _hold_reason(plan: PhasePlan, signals: Signals) -> str | None:
+    """Why to hold the run for a person: the watch's ``hold`` on the ladder's band, or MoE drops above the plan's limit."""
+    if signals.off_band is not None and signals.off_band.action == "hold":
+        return f"{OFF_BAND}: {signals.off_band.reason}"
+    if plan.max_drop_rate is not None:
+        return drop_rate_alarm(signals.recent_drop_rates, plan.max_drop_rate, plan.spike_window)
+    return None
+
+
 def _band_roll_back(state: RunState, signals: Signals) -> str | None:
     """Why to roll back for the ladder's band: the watch says so now, or it ended the phase mid-way."""
     if signals.off_band is not None and signals.off_band.action == "rollback":
@@ -230,6 +269,10 @@ def _lr_fraction_now(phase: PhaseSpec, state: RunState) -> float:
 
 def _last_stable_lr(plan: PhasePlan, state: RunState) -> float:
     return state.phase.peak_lr
+
+
+def _fmt_changes(changes) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(changes.items()))
 
 
 def _fmt_mix(mix) -> str:

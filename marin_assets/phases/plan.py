@@ -6,12 +6,19 @@ the controller applies when a signal fires: which sources are high quality, how 
 cooldown mix they get, the mix for a re-warm, the z-loss for a late cooldown, and the
 hardware ladder for migrations. ``decide`` (decide.py) turns signals into the next
 ``PhaseSpec``; ``phase_train_config`` turns a spec into a runnable ``TrainConfig``.
+
+A phase may change the model (``model_changes``: ModelConfig overrides that hold from that phase
+on); one that does so on a checkpoint of another architecture names the ``transplant`` mapping
+(marin_assets/train/transplant.py) that carries the warm start's weights over. The plan's
+``architecture_switch`` says which switch ``decide`` may make when roll-backs do not cure a
+divergence (the 32B run's last resort: a warm start into a block with QK-norm).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+import math
+from typing import Any, Mapping
 
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.numeric_checks import check_field_types
@@ -25,6 +32,30 @@ def _check_mix(mixture: Mapping[str, float], where: str) -> Mixture:
         return Mixture.constant(mixture)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from e
+
+
+def _check_model_changes(changes: Mapping[str, Any] | None, where: str) -> None:
+    """Overrides of ModelConfig fields by name, with JSON scalar values (they travel in run configs and cursors);
+    the values themselves are checked by ModelConfig when the phase's TrainConfig is built."""
+    if changes is None:
+        return
+    from marin_assets.model.config import ModelConfig
+
+    if not isinstance(changes, Mapping) or not changes:
+        raise ValueError(f"{where}: model_changes must be a non-empty mapping of ModelConfig fields, got {changes!r}")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for field, value in changes.items():
+        if field not in known:
+            raise ValueError(f"{where}: model_changes names {field!r}, which is not a ModelConfig field")
+        if not isinstance(value, (bool, int, float, str)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"{where}: model_changes[{field!r}] must be a finite number, a bool or a string, got {value!r}")
+
+
+def _check_mapping_name(name: str, where: str) -> None:
+    from marin_assets.train.transplant import MAPPINGS  # imports JAX: only for a plan that names a mapping
+
+    if name not in MAPPINGS:
+        raise ValueError(f"{where}: transplant mapping {name!r} is not one of {sorted(MAPPINGS)}")
 
 
 def normalise(mixture: Mapping[str, float]) -> dict[str, float]:
@@ -46,11 +77,16 @@ class PhaseSpec:
     z_loss: float | None = None  # lm z-loss override (Starling), None = model default
     warmup_start_fraction: float = 0.0
     start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
+    model_changes: Mapping[str, Any] | None = None  # ModelConfig overrides, e.g. {"qk_norm": True}
+    transplant: str | None = None  # a train.transplant mapping: the warm start is of another architecture
 
     def __post_init__(self) -> None:
         check_field_types(self)
         if not self.name:
             raise ValueError("PhaseSpec.name must be non-empty")
+        _check_model_changes(self.model_changes, f"PhaseSpec {self.name}")
+        if self.transplant is not None and self.warm_start_from is None:
+            raise ValueError(f"PhaseSpec {self.name}: transplant {self.transplant!r} needs a warm_start_from to carry over")
         if self.schedule not in SCHEDULE_KINDS:
             raise ValueError(f"PhaseSpec {self.name}: schedule must be one of {SCHEDULE_KINDS}, got {self.schedule!r}")
         _check_mix(self.mixture, f"PhaseSpec {self.name}")
@@ -60,6 +96,38 @@ class PhaseSpec:
     @property
     def data_mixture(self) -> Mixture:
         return Mixture.constant(self.mixture)
+
+
+ARCHITECTURE_FIELDS = ("model_changes", "transplant")
+
+
+def spec_record(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A PhaseSpec's fields (``dataclasses.asdict`` or a config dump) as its version sees them: the
+    architecture fields only when set, so a phase that changes no architecture keeps the record (and
+    the content version) it had before the fields existed."""
+    return {k: v for k, v in spec.items() if not (k in ARCHITECTURE_FIELDS and v is None)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureSwitch:
+    """The switch ``decide`` makes when a loss spike survives ``after_rollbacks`` roll-backs of a phase:
+    the phase restarts from the same last good checkpoint, carried by ``mapping`` into the model with
+    ``model_changes``, warming up from ``warmup_start_fraction`` of peak (the optimizer state is new)."""
+
+    mapping: str
+    model_changes: Mapping[str, Any]
+    after_rollbacks: int = 2
+    warmup_start_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        _check_model_changes(self.model_changes, "PhasePlan.architecture_switch")
+        if self.after_rollbacks < 0:
+            raise ValueError(f"PhasePlan.architecture_switch.after_rollbacks must be >= 0, got {self.after_rollbacks}")
+        if not 0.0 <= self.warmup_start_fraction <= 1.0:
+            raise ValueError("PhasePlan.architecture_switch.warmup_start_fraction must be in [0, 1], "
+                             f"got {self.warmup_start_fraction}")
+        _check_mapping_name(self.mapping, "PhasePlan.architecture_switch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +147,15 @@ class PhasePlan:
     hardware_ladder: Mapping[str, float] = dataclasses.field(default_factory=dict)  # tag -> relative size
     spike_sigma: float = 6.0
     spike_window: int = 32
+    max_drop_rate: float | None = None  # MoE: mean "moe/drop_rate" of the last spike_window steps above this holds
+    architecture_switch: ArchitectureSwitch | None = None
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        if self.max_drop_rate is not None and not (math.isfinite(self.max_drop_rate) and 0.0 <= self.max_drop_rate <= 1.0):
+            raise ValueError(f"PhasePlan.max_drop_rate must be a finite fraction in [0, 1], got {self.max_drop_rate}")
+        if not isinstance(self.architecture_switch, (ArchitectureSwitch, type(None))):
+            raise ValueError(f"PhasePlan.architecture_switch must be an ArchitectureSwitch, got {self.architecture_switch!r}")
         if not 0.0 < self.cooldown_hq_fraction <= 1.0:
             raise ValueError(f"PhasePlan.cooldown_hq_fraction must be in (0, 1], got {self.cooldown_hq_fraction}")
         if self.cooldown_tokens <= 0 or self.rewarm_tokens <= 0 or self.min_cooldown_tokens <= 0:
@@ -124,6 +198,7 @@ def phase_train_config(base, spec: PhaseSpec):
                      "rewarm_steps": min(base.schedule.rewarm_steps, cycle - min(base.schedule.decay_steps, cycle))}
     changes = {"num_steps": steps, "batch_size": spec.batch_size, "mixture": spec.data_mixture,
                "schedule": schedule, "phase": spec.name}
-    if spec.z_loss is not None:
-        changes["model"] = {"lm_z_loss": spec.z_loss}
+    model = {**(spec.model_changes or {}), **({"lm_z_loss": spec.z_loss} if spec.z_loss is not None else {})}
+    if model:
+        changes["model"] = model
     return replace(base, **changes)

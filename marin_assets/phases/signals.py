@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Mapping, Sequence
+
+DROP_RATE = "moe/drop_rate"  # the train metrics' column: the fraction of routed tokens dropped at a step (0..1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Signals:
     hardware_available: tuple[str, ...] = ()  # hardware tags with free capacity now
     recent_losses: tuple[float, ...] = ()  # the current phase's latest per-step losses, oldest first
     off_band: BandSignal | None = None  # the phase left the ladder's band (None: inside, not watched or released)
+    recent_drop_rates: tuple[float, ...] = ()  # the phase's latest DROP_RATE values (none: not an MoE, or released)
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 0:
@@ -49,6 +53,8 @@ class RunState:
     last_good_checkpoint: str | None = None
     step: int | None = None  # the global step the phase has reached (live) or ended at
     ended_early: str | None = None  # why the controller ended this phase mid-way (None: it ran its course)
+    rollbacks: int = 0  # consecutive roll-backs of this phase (its attempt)
+    switches_done: tuple[str, ...] = ()  # transplant mappings of this and earlier phases (architecture switches made)
 
     @property
     def phase_finished(self) -> bool:
@@ -71,4 +77,17 @@ def loss_spike(losses: Sequence[float], sigma: float = 6.0, window: int = 32, mi
     limit = mean + sigma * std
     if last > limit and last - mean > 1e-6:
         return f"loss {last:.4g} > mean {mean:.4g} + {sigma:g}*std {std:.3g} = {limit:.4g} over the last {len(history)} steps"
+    return None
+
+
+def drop_rate_alarm(rates: Sequence[float], max_rate: float, window: int = 32) -> str | None:
+    """A reason string if the mean of the last ``window`` finite drop rates is above ``max_rate``; None
+    otherwise, and when there are none (a dense model, or metrics without the column). The mean, not the
+    newest value: one step's drops swing with its batch, a router that stopped balancing stays high."""
+    recent = [float(x) for x in list(rates)[-window:] if isinstance(x, numbers.Real) and math.isfinite(x)]
+    if not recent:
+        return None
+    mean = sum(recent) / len(recent)
+    if mean > max_rate:
+        return f"MoE drop rate {mean:.2%} (mean of the last {len(recent)} steps) > max_drop_rate {max_rate:.2%}"
     return None

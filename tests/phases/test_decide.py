@@ -5,12 +5,14 @@ import pytest
 
 from marin_assets.phases import (
     ACTIONS,
+    ArchitectureSwitch,
     BandSignal,
     PhasePlan,
     PhaseSpec,
     RunState,
     Signals,
     decide,
+    drop_rate_alarm,
     loss_spike,
     normalise,
     phase_train_config,
@@ -34,9 +36,9 @@ def state(phase=KESTREL, phase_tokens=10 * M, trained=10 * M, done=(), cooldowns
                     cooldowns_done=cooldowns, last_good_checkpoint="ckpt/step-100")
 
 
-def signals(left=None, budget=1000 * M, hw=(), losses=FLAT, band=None):
+def signals(left=None, budget=1000 * M, hw=(), losses=FLAT, band=None, drops=()):
     return Signals(tokens_left=dict(PLENTY if left is None else left), budget_tokens=budget,
-                   hardware_available=hw, recent_losses=losses, off_band=band)
+                   hardware_available=hw, recent_losses=losses, off_band=band, recent_drop_rates=drops)
 
 
 def test_continue_when_nothing_fires():
@@ -172,6 +174,7 @@ def test_every_action_is_reachable():
     cd = dataclasses.replace(KESTREL, name="jellyfish", is_cooldown=True, schedule="linear_decay", token_budget=M)
     seen.add(decide(PLAN, state(phase=cd, phase_tokens=M, done=("kestrel",)), signals()).action)
     seen.add(decide(PLAN, state(), signals(band=BandSignal("loss left the band", "hold"))).action)
+    seen.add(decide(SWITCHING, after(rollbacks=2), signals(losses=FLAT + (50.0,))).action)
     assert seen == set(ACTIONS)
 
 
@@ -358,3 +361,118 @@ def test_the_budget_file_lists_released_holds(tmp_path):
     path.write_text("budget_tokens: 10\nreleased_holds: [3]\n")
     with pytest.raises(ValueError, match=f"budget file {path}: released_holds must be a list of phase names"):
         load_budget(path)
+
+
+# ---- the architecture switch and the MoE drop-rate signal -----------------------------------
+
+SWITCHING = dataclasses.replace(PLAN, architecture_switch=ArchitectureSwitch(
+    mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2, warmup_start_fraction=0.1))
+OCELOT = dataclasses.replace(KESTREL, name="ocelot", warm_start_from="kestrel", model_changes={"qk_norm": False})
+SPIKE = FLAT + (50.0,)
+
+
+def after(rollbacks=0, switches=(), phase=OCELOT):
+    """Ocelot, warm-started from kestrel, after ``rollbacks`` roll-backs."""
+    return RunState(phase=phase, phase_tokens=10 * M, tokens_trained=110 * M, phases_done=("kestrel",),
+                    last_good_checkpoint="kestrel", rollbacks=rollbacks, switches_done=switches)
+
+
+def test_switch_architecture_after_the_planned_roll_backs_not_before():
+    for n in (0, 1):
+        d = decide(SWITCHING, after(rollbacks=n), signals(losses=SPIKE))
+        assert d.action == "roll_back" and d.next_phase == OCELOT
+    d = decide(SWITCHING, after(rollbacks=2), signals(losses=SPIKE))
+    assert d.action == "switch_architecture"
+    assert d.reason.startswith("loss spike: loss 50 > mean") and "2 roll-back(s) of ocelot did not cure it" in d.reason
+    assert "qk_norm architecture (qk_norm=True) as jellyfish from kestrel" in d.reason
+    nxt = d.next_phase
+    # the phase again under a new name, from the same last good checkpoint, on the switched model
+    assert nxt.name == "jellyfish" and nxt.warm_start_from == "kestrel" and nxt.transplant == "qk_norm"
+    assert nxt.model_changes == {"qk_norm": True} and nxt.warmup_start_fraction == 0.1
+    assert nxt.token_budget == OCELOT.token_budget and nxt.mixture == OCELOT.mixture
+
+
+def test_switch_architecture_is_made_once():
+    switched = dataclasses.replace(OCELOT, name="jellyfish", transplant="qk_norm", model_changes={"qk_norm": True})
+    for rollbacks in (2, 5):
+        d = decide(SWITCHING, after(rollbacks, switches=("qk_norm",), phase=switched), signals(losses=SPIKE))
+        # the switched phase is rolled back as it is: the same transplant from the same checkpoint
+        assert d.action == "roll_back" and d.next_phase == switched
+
+
+def test_no_switch_without_a_plan_for_it_on_the_first_phase_or_on_the_band():
+    assert decide(PLAN, after(rollbacks=9), signals(losses=SPIKE)).action == "roll_back"
+    first = RunState(phase=KESTREL, phase_tokens=M, tokens_trained=M, rollbacks=9)
+    assert decide(SWITCHING, first, signals(losses=SPIKE)).action == "roll_back"  # nothing before it to carry over
+    band = BandSignal("loss left the band", "rollback")
+    assert decide(SWITCHING, after(rollbacks=9), signals(band=band)).action == "roll_back"
+
+
+def test_phases_after_a_switch_keep_its_model_and_transplant_nothing():
+    switched = dataclasses.replace(OCELOT, name="jellyfish", transplant="qk_norm", model_changes={"qk_norm": True})
+    at_end = RunState(phase=switched, phase_tokens=100 * M, tokens_trained=200 * M, phases_done=("kestrel", "ocelot"))
+    cut = dataclasses.replace(at_end, phase_tokens=10 * M, tokens_trained=110 * M)
+    for d in (decide(SWITCHING, at_end, signals()),  # planned cooldown
+              decide(SWITCHING, cut, signals(left=dict(PLENTY, proofpile=0))),  # change_mix
+              decide(SWITCHING, cut, signals(hw=("v4-1536",)))):  # migrate
+        assert d.next_phase.model_changes == {"qk_norm": True} and d.next_phase.transplant is None, d.action
+        assert d.next_phase.warm_start_from == "jellyfish" and d.next_phase.name == "phoenix"
+
+
+def test_phase_train_config_applies_the_model_changes():
+    from marin_assets.train.config import TrainConfig
+
+    spec = dataclasses.replace(OCELOT, token_budget=64 * 8 * 10, batch_size=8, z_loss=1e-3,
+                               model_changes={"qk_norm": False, "n_routed_experts": 0})
+    cfg = phase_train_config(TrainConfig(seq_len=64), spec)
+    assert cfg.model.qk_norm is False and cfg.model.n_routed_experts == 0 and cfg.model.lm_z_loss == 1e-3
+    assert phase_train_config(TrainConfig(seq_len=64), KESTREL).model.qk_norm is True
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: dataclasses.replace(OCELOT, model_changes={"qk_nrom": True}), "model_changes names 'qk_nrom', which is not"),
+    (lambda: dataclasses.replace(OCELOT, model_changes={"init_std": math.nan}), r"model_changes\['init_std'\] must be a finite"),
+    (lambda: dataclasses.replace(KESTREL, transplant="qk_norm"), "transplant 'qk_norm' needs a warm_start_from"),
+    (lambda: ArchitectureSwitch(mapping="llama", model_changes={"qk_norm": True}), "mapping 'llama' is not one of"),
+    (lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, warmup_start_fraction=math.inf),
+     "warmup_start_fraction must be finite"),
+    (lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={}), "must be a non-empty mapping"),
+    (lambda: dataclasses.replace(PLAN, max_drop_rate=math.nan), "max_drop_rate must be finite"),
+    (lambda: dataclasses.replace(PLAN, max_drop_rate=1.5), r"max_drop_rate must be a finite fraction in \[0, 1\]"),
+])
+def test_architecture_and_drop_rate_settings_are_checked(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+DROPPY = dataclasses.replace(PLAN, max_drop_rate=0.2)
+
+
+def test_drop_rate_above_the_plan_limit_holds_the_run():
+    high = (0.1,) * 8 + (0.5,) * 24  # mean 0.4 over the last 32 steps
+    d = decide(DROPPY, state(phase_tokens=100 * M), signals(left=dict(PLENTY, proofpile=0), drops=high))
+    assert d.action == "hold" and d.next_phase is None
+    assert d.reason == ("MoE drop rate 40.00% (mean of the last 32 steps) > max_drop_rate 20.00%; no next phase until the "
+                        "budget file's released_holds names kestrel")
+
+
+def test_drop_rate_signal_stays_quiet_below_the_limit_without_the_column_or_a_limit():
+    due = state(phase_tokens=100 * M)  # the planned cooldown is due
+    assert decide(DROPPY, due, signals(drops=(0.9,) + (0.1,) * 32)).action == "cool_down"  # old blip
+    assert decide(DROPPY, due, signals(drops=(math.nan, math.inf))).action == "cool_down"
+    assert decide(DROPPY, due, signals()).action == "cool_down"  # no moe/drop_rate column: no signal
+    assert decide(PLAN, due, signals(drops=(0.9,) * 32)).action == "cool_down"  # no limit set
+
+
+def test_a_spike_and_a_spent_budget_still_beat_the_drop_rate_hold():
+    high = (0.9,) * 32
+    assert decide(DROPPY, state(), signals(losses=SPIKE, drops=high)).action == "roll_back"
+    assert decide(DROPPY, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M, drops=high)).action == "stop"
+
+
+def test_drop_rate_alarm_reads_the_mean_of_the_finite_recent_values():
+    assert drop_rate_alarm((), 0.1) is None
+    assert drop_rate_alarm((0.3, math.nan, 0.1), 0.1, window=3) == ("MoE drop rate 20.00% (mean of the last 2 steps) > "
+                                                                    "max_drop_rate 10.00%")
+    assert drop_rate_alarm((0.3, 0.1, 0.1), 0.2, window=3) is None
+    assert drop_rate_alarm((0.9, 0.1, 0.1), 0.2, window=2) is None  # outside the window

@@ -18,7 +18,7 @@ from demo.phases import decision_log, demo_budget, demo_cut, demo_raise, run_pha
 from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.phases.budget import load_budget
-from marin_assets.phases.plan import PhaseSpec
+from marin_assets.phases.plan import ArchitectureSwitch, PhasePlan, PhaseSpec
 from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
 
 CACHE_TOKENS = 1_000_000
@@ -85,7 +85,9 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     assert len(runs) == len(ran)
     for run in runs:
         phase = run.run_config["ops"]["train__demo"]["config"]["phase"]
-        old_text = json.dumps(dataclasses.asdict(PhaseSpec(**phase)), sort_keys=True)
+        # (the architecture fields came later still: unset, they stay out of the text)
+        before = {k: v for k, v in dataclasses.asdict(PhaseSpec(**phase)).items() if k not in ("model_changes", "transplant")}
+        old_text = json.dumps(before, sort_keys=True)
         assert PhaseConfig(phase=PhaseSpecConfig(**phase)).versioned_fields()["phase"] == old_text
     # Starling's cooldown is as long as the cut budget allows, with z-loss on.
     run = instance.get_runs(dg.RunsFilter(tags={"marin/phase": "starling"}))[0]
@@ -160,3 +162,92 @@ def test_phase_run_tags_size_the_backend_and_carry_the_retry_policy():
                     "marin/accelerator": "tpu-v5p", "marin/chips": "16", "marin/priority": "production"}
     # Hardware the sensor was not told the size of gets no chips tag (the launcher's default).
     assert "marin/chips" not in phase_run_tags(spec, "migrate", {"gb200-nvl72": 72}, {})
+
+
+# ---- switch_architecture: roll-backs that do not cure a spike end in a transplant ----------------
+
+switch_phases = dg.DynamicPartitionsDefinition(name="switch_phases")
+SWITCH_PLAN = PhasePlan(
+    run="sw", first=PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd", mixture={"web": 1.0}, batch_size=8,
+                              hardware="cpu", token_budget=1000, peak_lr=1e-3),
+    phase_names=("kestrel", "ocelot", "jellyfish", "phoenix"), cooldown_tokens=500, min_cooldown_tokens=100,
+    architecture_switch=ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2))
+
+
+@versioned_asset(key="train/sw", code_version="stub", config_cls=StubPhaseConfig, partitions_def=switch_phases)
+def spiking_train(ctx: StageContext, config: StubPhaseConfig):
+    """Every phase after the first spikes at its last step, unless it was transplanted into the new architecture."""
+    spec = config.phase.to_spec()
+    before = ctx.store.load("train/sw", spec.warm_start_from, config.warm_start_version).counts["tokens_trained"] \
+        if spec.warm_start_from else 0
+    spikes = spec.warm_start_from is not None and spec.transplant is None
+    losses = [2.9 + 0.01 * (i % 3) for i in range(12)] + ([50.0] if spikes else [])
+    return {"phase": spec.name, "tokens_trained": before + spec.token_budget, "phase_tokens": spec.token_budget,
+            "tokens_consumed": {"web": before + spec.token_budget}, "tokens_available": {"web": CACHE_TOKENS},
+            "recent_losses": losses, "last_loss": losses[-1], "is_cooldown": spec.is_cooldown}
+
+
+def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_path):
+    from marin_assets.phases.budget import Budget, write_budget
+
+    write_budget(tmp_path / "budget.yaml", Budget(budget_tokens=1500))
+    store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
+    job = dg.define_asset_job("sw_phase", selection=[spiking_train])
+    defs = dg.Definitions(assets=[spiking_train], jobs=[job],
+                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+    sensor = phase_controller_sensor(SWITCH_PLAN, spiking_train, name="sw_controller",
+                                     budget_file=lambda: tmp_path / "budget.yaml")
+    instance, cursor, ran, versions = dg.DagsterInstance.ephemeral(), None, [], {}
+    for _ in range(8):
+        result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+        cursor = result.cursor or cursor
+        if not result.run_requests:
+            break
+        (request,) = result.run_requests
+        instance.add_dynamic_partitions(switch_phases.name, [request.partition_key])
+        done = defs.resolve_job_def("sw_phase").execute_in_process(
+            run_config=request.run_config, partition_key=request.partition_key, instance=instance,
+            tags={**request.tags, "dagster/run_key": request.run_key})
+        [event] = done.get_asset_materialization_events()
+        versions[request.partition_key] = event.materialization.metadata["version"].value
+        ran.append((request.partition_key, request.tags["marin/action"], request.run_config["ops"]["train__sw"]["config"]))
+    assert [(phase, action) for phase, action, _ in ran] == [
+        ("kestrel", "continue"), ("ocelot", "cool_down"), ("ocelot", "roll_back"), ("ocelot", "roll_back"),
+        ("jellyfish", "switch_architecture")]
+    switched = ran[-1][2]
+    # the switch starts where ocelot's roll-backs did: kestrel's checkpoint (its version), carried over by qk_norm
+    assert switched["warm_start_version"] == versions["kestrel"] == ran[2][2]["warm_start_version"]
+    assert switched["attempt"] == 0 and switched["phase"]["warm_start_from"] == "kestrel"
+    assert switched["phase"]["transplant"] == "qk_norm" and switched["phase"]["model_changes"] == {"qk_norm": True}
+    # jellyfish trained on and the budget is spent
+    assert result.skip_reason.skip_message.startswith("stop: budget spent: 1,500 of 1,500 tokens")
+    history = json.loads(cursor)["history"]
+    assert [_name(h) for h in history] == ["kestrel", "jellyfish"] and history[-1]["replaces"] == ["ocelot"]
+    assert history[-1]["tokens_before"] == 1000
+    log = {(d["phase"], d["decision"]): d["reason"] for d in decision_log(instance, spiking_train.key)}
+    reason = log[("ocelot", "switch_architecture")]
+    assert "2 roll-back(s) of ocelot did not cure it: switch to the qk_norm architecture" in reason
+
+
+def _name(entry: dict) -> str:
+    return json.loads(entry["spec"])["name"]
+
+
+def test_the_controller_hands_decide_the_phases_drop_rates_until_a_person_releases_it(tmp_path):
+    import math
+
+    from marin_assets.phases.budget import Budget, write_budget
+    from sensors.phase_controller import _spec_to_json, observe
+
+    budget = tmp_path / "budget.yaml"
+    history = [{"spec": _spec_to_json(SWITCH_PLAN.first), "run_key": "k", "attempt": 1, "warm_version": ""}]
+    meta = {"count/phase_tokens": 10, "count/tokens_trained": 10, "count/tokens_consumed": {"web": 10},
+            "count/tokens_available": {"web": 90}, "count/recent_losses": [3.0], "count/recent_drop_rates": [0.5, None]}
+    write_budget(budget, Budget(budget_tokens=100))
+    state, signals = observe(meta, history, budget)
+    assert signals.recent_drop_rates[0] == 0.5 and math.isnan(signals.recent_drop_rates[1])  # null (a NaN) stays unreadable
+    assert state.rollbacks == 1 and state.switches_done == ()
+    write_budget(budget, Budget(budget_tokens=100, released_holds=("kestrel",)))
+    assert observe(meta, history, budget)[1].recent_drop_rates == ()
+    write_budget(budget, Budget(budget_tokens=100))
+    assert observe({k: v for k, v in meta.items() if k != "count/recent_drop_rates"}, history, budget)[1].recent_drop_rates == ()
