@@ -1,5 +1,11 @@
-"""Atomic checkpoints of the whole train state as one .npz per checkpoint, on any fsspec
-filesystem: a local dir, ``gs://bucket/run/checkpoints``, ``memory://`` in tests.
+"""Atomic checkpoints of the whole train state, and the commit rule every checkpoint folder obeys.
+
+Two formats share the folder names, meta.json and the COMMITTED marker: the sharded one that
+training writes on a local disk or ``gs://`` (``sharded_checkpoint.py``: each process writes
+its own shards; the marker names meta.json and every process's manifest of digests), and the
+single-file one below, which ``save`` writes on any fsspec filesystem (a local dir,
+``gs://bucket/run/checkpoints``, ``memory://`` in tests) from host arrays. ``marker_problem``,
+``latest_valid`` and ``load`` read both.
 
 Layout under ``<out>/checkpoints/``::
 
@@ -47,7 +53,7 @@ def _fs(where: str | os.PathLike):
     return filesystem(os.fspath(where))
 
 
-def _write(fs, path: str, data: bytes) -> None:
+def write_durable(fs, path: str, data: bytes) -> None:
     """One file, durable before the next is written (fsync locally; one PUT on object stores)."""
     if is_local(fs):
         with open(path, "wb") as f:
@@ -59,7 +65,8 @@ def _write(fs, path: str, data: bytes) -> None:
             f.write(data)
 
 
-def _sha256(fs, path: str) -> str:
+def sha256_of(fs, path: str) -> str:
+    """Hex sha256 of a file on any fsspec filesystem."""
     digest = hashlib.sha256()
     with fs.open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -90,8 +97,9 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
     keys, leaves = flatten(jax.device_get(state))
     buf = io.BytesIO()
     np.savez(buf, **{f"a{i}": _to_storable(x) for i, x in enumerate(leaves)})
-    full_meta = dict(meta, step=int(step), kind=kind, keys=keys,
-                     dtypes=[str(x.dtype) for x in leaves], shapes=[list(x.shape) for x in leaves])
+    full_meta = dict(
+        meta, step=int(step), kind=kind, keys=keys, dtypes=[str(x.dtype) for x in leaves], shapes=[list(x.shape) for x in leaves]
+    )
     files = {"state.npz": buf.getvalue(), "meta.json": json.dumps(full_meta, indent=1, sort_keys=True).encode()}
     if fs.exists(final):
         fs.rm(final, recursive=True)  # an invalid leftover from a crash
@@ -99,14 +107,14 @@ def save(root: str | os.PathLike, step: int, state, meta: dict, kind: str = "per
         staging = join(base, f".staging-{step:09d}-{uuid.uuid4().hex[:8]}")
         fs.makedirs(staging)
         for file, data in files.items():
-            _write(fs, join(staging, file), data)
+            write_durable(fs, join(staging, file), data)
         os.rename(staging, final)
     else:
         for file, data in files.items():
-            _write(fs, join(final, file), data)
+            write_durable(fs, join(final, file), data)
     marker = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
-    _write(fs, join(final, MARKER), json.dumps(marker).encode())
-    _prune_temporary(root, keep=name)
+    write_durable(fs, join(final, MARKER), json.dumps(marker).encode())
+    prune_temporary(root, keep=name)
     return child(root, name)
 
 
@@ -117,27 +125,47 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 def marker_problem(folder: str | os.PathLike) -> str | None:
     """Why ``folder`` is not a valid checkpoint, or None when it is.
 
-    The marker must be a JSON object naming exactly ``FILES``, each with a sha256 hex digest
-    that matches the stored file: an empty object, a list or a partial list is not a commit.
+    Single-file format: the marker must be a JSON object naming exactly ``FILES``, each with a
+    sha256 hex digest that matches the stored file: an empty object, a list or a partial list is
+    not a commit. Sharded format (``sharded_checkpoint.py``): it names meta.json and every
+    process's manifest, and the manifests together name every file of every leaf, each verified.
     """
+    from marin_assets.train import sharded_checkpoint as sharded
+
     fs, path = _fs(folder)
     try:
         with fs.open(join(path, MARKER), "rb") as f:
             expected = json.loads(f.read())
     except (OSError, ValueError) as e:
         return f"unreadable {MARKER} ({e.__class__.__name__})"
-    if not isinstance(expected, dict) or sorted(expected) != sorted(FILES):
-        return f"{MARKER} must map exactly {list(FILES)} to sha256 digests"
-    for name in FILES:
-        digest = expected[name]
+
+    def check(name: str, digest) -> str | None:
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             return f"{MARKER}: {name} has no sha256 digest"
         try:
-            if _sha256(fs, join(path, name)) != digest:
+            if sha256_of(fs, join(path, name)) != digest:
                 return f"{name} does not match its checksum"
         except OSError as e:
             return f"{name} unreadable ({e.__class__.__name__})"
+        return None
+
+    if isinstance(expected, dict) and sharded.is_sharded_marker(expected):
+        return sharded.problem(folder, expected, check)
+    if not isinstance(expected, dict) or sorted(expected) != sorted(FILES):
+        return f"{MARKER} must map exactly {list(FILES)} to sha256 digests"
+    for name in FILES:
+        found = check(name, expected[name])
+        if found is not None:
+            return found
     return None
+
+
+def is_sharded(folder: str | os.PathLike) -> bool:
+    """Whether a (verified) checkpoint folder is in the sharded format."""
+    from marin_assets.train import sharded_checkpoint as sharded
+
+    fs, path = _fs(folder)
+    return not fs.exists(join(path, "state.npz")) and sharded.read_meta(folder).get("format") == sharded.FORMAT
 
 
 def is_valid(folder: str | os.PathLike) -> bool:
@@ -163,7 +191,7 @@ def latest_valid(root: str | os.PathLike) -> Path | str | None:
     return None
 
 
-def _prune_temporary(root: str | os.PathLike, keep: str) -> None:
+def prune_temporary(root: str | os.PathLike, keep: str) -> None:
     fs, base = _fs(root)
     for folder in list_checkpoints(root):
         path = _fs(folder)[1]
@@ -181,10 +209,15 @@ def _prune_temporary(root: str | os.PathLike, keep: str) -> None:
 
 
 def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
-    """(key -> array, meta) of a checkpoint; raises if it does not verify."""
+    """(key -> whole host array, meta) of a checkpoint of either format; raises if it does not verify."""
     problem = marker_problem(folder)
     if problem is not None:
         raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
+    if is_sharded(folder):
+        from marin_assets.train import sharded_checkpoint as sharded
+
+        meta = sharded.read_meta(folder)
+        return sharded.load_arrays(folder, meta), meta
     fs, path = _fs(folder)
     with fs.open(join(path, "meta.json"), "rb") as f:
         meta = json.loads(f.read())
@@ -209,7 +242,6 @@ def restore_like(template, arrays: dict[str, np.ndarray], prefix: str = "", wher
         dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
         shape = tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
         if tuple(saved.shape) != shape or saved.dtype != dtype:
-            raise ValueError(f"{where}: {key} saved as {saved.dtype}{list(saved.shape)}, "
-                             f"expected {dtype}{list(shape)}")
+            raise ValueError(f"{where}: {key} saved as {saved.dtype}{list(saved.shape)}, expected {dtype}{list(shape)}")
         leaves.append(saved)
     return jax.tree_util.tree_unflatten(treedef, leaves)

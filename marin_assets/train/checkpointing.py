@@ -1,16 +1,24 @@
-"""When a phase writes its checkpoints: the checkpoint hook and the collective save it makes.
+"""When a phase writes its checkpoints: the checkpoint hook and the collective save it starts.
 
 Permanent checkpoints at every multiple of ``checkpoint_every_steps``, at the phase's last step
 and at the step a stop signal ends it on; temporary ones (each save prunes the older
-temporaries) once ``checkpoint_every_seconds`` have passed since the last save. The format is ``checkpoint.py``.
+temporaries) once ``checkpoint_every_seconds`` have passed since the last save.
+
+On a local disk or ``gs://`` a save is sharded and asynchronous (``sharded_checkpoint.py``): every
+process copies the shards it owns to host memory and training goes on while a background thread
+writes them; the next save, and the end of the phase, first wait for the previous one's commit.
+Elsewhere (``memory://``) the state is gathered and process 0 writes one file (``checkpoint.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
+from marin_assets.store.fsutil import child
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.emit import Emitter
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.restore import Run
@@ -23,21 +31,35 @@ class CheckpointCadence:
     def __init__(self, run: Run, emitter: Emitter) -> None:
         self.run, self.emitter = run, emitter
         self.last_save = time.monotonic()
+        self.pending: sharded.PendingSave | None = None
 
     def __call__(self, info: StepInfo) -> None:
-        """Save at ``info.step`` if the cadence says so; process 0 decides for all (a save is a
-        collective: every process gathers the state): its stop signal and its clock."""
+        """Start a save at ``info.step`` if the cadence says so; process 0 decides for all (a save is
+        a collective): its stop signal and its clock."""
         config = self.run.config
         permanent = info.step % config.checkpoint_every_steps == 0 or info.final
         if permanent or meshlib.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
+            self.wait()  # one save in flight at a time: checkpoints commit in step order
             self.emitter.sync()  # the metrics file and the store hold every step the checkpoint names
-            save(self.run, info.step, "permanent" if permanent else "temporary")
+            self.pending = save(self.run, info.step, "permanent" if permanent else "temporary")
             self.last_save = time.monotonic()
 
+    def wait(self, info: StepInfo | None = None) -> None:
+        """Block until the save in flight (if any) is committed; raise its error. Also a hook: run before a
+        caller's hooks, they see the step's checkpoint committed."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.wait()
 
-def save(run: Run, step: int, kind: str) -> None:
-    """Every process gathers the state (a collective); process 0 writes it; all wait for the commit."""
-    host = meshlib.host_state(run.state.to_dict())
+
+def save(run: Run, step: int, kind: str) -> sharded.PendingSave:
+    """Start the checkpoint of ``step`` on every process (a collective); ``wait()`` on the result commits it."""
+    state = run.state.to_dict()
+    if sharded.supported(run.ckpt_root):
+        prune = functools.partial(ckpt.prune_temporary, run.ckpt_root, f"step-{step:09d}")
+        return sharded.start_save(run.ckpt_root, step, state, run.meta(step), kind, on_commit=prune)
+    host = meshlib.host_state(state)  # a store tensorstore cannot write: gather, process 0 writes one file
     if meshlib.is_writer():
         ckpt.save(run.ckpt_root, step, host, run.meta(step), kind)
     meshlib.barrier(f"ckpt-{step}")
+    return sharded.PendingSave(child(run.ckpt_root, f"step-{step:09d}"), None)

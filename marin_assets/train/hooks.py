@@ -17,7 +17,9 @@ files should write on process 0 only (``mesh.is_writer``).
 ``train`` registers its own hooks first, in this order: the metrics emitter, the
 ``stop_at_step`` kill, the stop-signal check (it marks the step final), the checkpoint
 cadence, the held-out loss (at the end); a caller's hooks run after them, so they see whether
-the step ends the phase and the checkpoint of a step is committed before they run.
+the step ends the phase. A checkpoint is written in the background while training goes on;
+when a caller registers hooks, ``train`` waits for a step's checkpoint to commit before they
+run, so a hook may read it (without caller hooks the save overlaps the next steps).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ Mesh (``train/mesh.py``): the step runs on a ``("data", "expert")`` mesh of ever
 device, one process or many (one device is the 1 x 1 mesh of the same code). The state is
 laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
 replicated), the routed experts run through the mesh's EP transport, and each process reads
-only its rows of every batch. Checkpoints gather the state on every process and are written
-by process 0 alone; metrics, the loss curve and train_result.json too. The work dir (all
+only its rows of every batch. Checkpoints are sharded: each process writes the shards it owns
+while the next steps run (``checkpointing.py``, ``sharded_checkpoint.py``); metrics, the loss
+curve and train_result.json are written by process 0 alone. The work dir (all
 of those) is a local dir or any fsspec URL (``gs://``; ``memory://`` in tests).
 
 A cache is one Levanter split, or a DataKit cache folder (``train/`` + ``validation/``):
@@ -158,14 +159,20 @@ def train(
     with StopSignals() as stop:
         step_fn = make_train_step(config, opt, model, mesh, run.state_sh)
         held_out = HeldOutLoss(config, model, validation_dirs, mesh) if validation_dirs and stop_at_step is None else None
-        registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out)
+        cadence = CheckpointCadence(run, emitter)
+        registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out, cadence)
+        if hooks is not None and len(hooks):
+            registry.add_hook(cadence.wait, every=1)  # a caller's hooks see the step's checkpoint committed
         registry.extend(hooks)
         try:
             _run_steps(run, step_fn, loader, registry)
         except _Stop:
             pass
         finally:
-            emitter.close()  # also on an exception: the steps logged so far reach the store
+            try:
+                cadence.wait()  # the save in flight commits (or raises) before the phase returns
+            finally:
+                emitter.close()  # also on an exception: the steps logged so far reach the store
         stopped_by = stop.received if int(run.state.step) < run.end_step else None
         result = finish(
             run, loader, out_dir, emitter, first, stop_at_step is not None, stopped_by, held_out.loss if held_out else None
@@ -204,7 +211,12 @@ def _check_inputs(config: TrainConfig, mesh, cache_dirs, out_dir: str) -> tuple[
 
 
 def _builtin_hooks(
-    run: Run, emitter: Emitter, stop: StopSignals, stop_at_step: int | None, held_out: HeldOutLoss | None
+    run: Run,
+    emitter: Emitter,
+    stop: StopSignals,
+    stop_at_step: int | None,
+    held_out: HeldOutLoss | None,
+    cadence: CheckpointCadence,
 ) -> Hooks:
     """``train``'s own hooks, in the order they must run (see ``hooks.py``)."""
     hooks = Hooks()
@@ -212,7 +224,7 @@ def _builtin_hooks(
     if stop_at_step is not None:
         hooks.add_hook(functools.partial(_abandon_at, stop_at_step), every=1)
     hooks.add_hook(stop.mark, every=1)
-    hooks.add_hook(CheckpointCadence(run, emitter), every=1)
+    hooks.add_hook(cadence, every=1)
     hooks.add_hook(emitter.end, every=None, at_end=True)
     if held_out is not None:
         hooks.add_hook(held_out, every=None, at_end=True)

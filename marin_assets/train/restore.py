@@ -20,6 +20,7 @@ import numpy as np
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition
 from marin_assets.train.metrics import MetricsLogger
@@ -122,11 +123,11 @@ def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path 
 
 def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     """The whole state and bookkeeping of ``folder``; the metrics rows after its step are dropped."""
-    arrays, meta = ckpt.load(folder)
+    source = Source(folder, verified=True)  # latest_valid has just checked every digest
+    meta = source.meta
     run.check_tokenizers(meta, f"checkpoint {folder}")
-    host = meshlib.host_state(run.state)  # every process loads the same arrays
-    host = TrainState.from_dict(ckpt.restore_like(host.to_dict(), arrays, where=str(folder)))
-    run.state = meshlib.place_state(host, run.state_sh)
+    state = source.read(run.state.to_dict(), run.state_sh.to_dict())
+    run.state = TrainState.from_dict(state)
     run.position = DataPosition.from_json(meta["data_position"])
     run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
     if meshlib.is_writer():
@@ -134,24 +135,48 @@ def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     log.info("resumed from %s at step %d", folder, meta["step"])
 
 
-def _warm_start(run: Run, source: Path | str) -> None:
-    """Params, router bias, RNG, global step and data position from ``source``; the optimizer
+def _warm_start(run: Run, source_dir: Path | str) -> None:
+    """Params, router bias, RNG, global step and data position from ``source_dir``; the optimizer
     state too when the optimizer is the same; the schedule restarts at this phase's step 0."""
-    arrays, meta = ckpt.load(source)
-    run.check_tokenizers(meta, f"warm start {source}")
-    state, where = meshlib.host_state(run.state), str(source)
+    source = Source(source_dir)
+    meta = source.meta
+    run.check_tokenizers(meta, f"warm start {source_dir}")
+    state, sh = run.state, run.state_sh
     state = state.replace(
-        params=ckpt.restore_like(state.params, arrays, "['params']", where),
-        router_bias=ckpt.restore_like(state.router_bias, arrays, "['router_bias']", where),
-        rng=ckpt.restore_like(state.rng, arrays, "['rng']", where),
-        step=np.int32(int(meta["step"])),
+        params=source.read(state.params, sh.params, "['params']"),
+        router_bias=source.read(state.router_bias, sh.router_bias, "['router_bias']"),
+        rng=source.read(state.rng, sh.rng, "['rng']"),
+        step=meshlib.place_state(np.int32(int(meta["step"])), sh.step),
     )
     if meta.get("optimizer") == run.config.optimizer.name:
         try:
-            state = state.replace(opt_state=ckpt.restore_like(state.opt_state, arrays, "['opt_state']", where))
+            state = state.replace(opt_state=source.read(state.opt_state, sh.opt_state, "['opt_state']"))
         except ValueError as e:
             log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
-    run.state = meshlib.place_state(state, run.state_sh)
+    run.state = state
     run.position = DataPosition.from_json(meta["data_position"])
     run.phase_start, run.tokens_before = int(meta["step"]), int(meta["tokens"])
-    log.info("warm start from %s at step %d (data position kept: %s)", source, run.phase_start, run.position.to_json())
+    log.info("warm start from %s at step %d (data position kept: %s)", source_dir, run.phase_start, run.position.to_json())
+
+
+class Source:
+    """A verified checkpoint to start from, read straight into the run's layout: a sharded one slice by
+    slice (each process reads what its devices hold), a single-file one whole on every process."""
+
+    def __init__(self, folder: Path | str, verified: bool = False) -> None:
+        problem = None if verified else ckpt.marker_problem(folder)
+        if problem is not None:
+            raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
+        self.folder, self.where = folder, str(folder)
+        self.arrays = None
+        if ckpt.is_sharded(folder):
+            self.meta = sharded.read_meta(folder)
+        else:
+            self.arrays, self.meta = ckpt.load(folder)
+
+    def read(self, template, shardings, prefix: str = ""):
+        """``template``'s tree (arrays or shapes) from the saved leaves ``prefix + key``, laid out by ``shardings``."""
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), template)
+        if self.arrays is None:
+            return sharded.restore(self.folder, self.meta, shapes, shardings, prefix, self.where)
+        return meshlib.place_state(ckpt.restore_like(shapes, self.arrays, prefix, self.where), shardings)
