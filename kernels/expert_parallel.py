@@ -22,7 +22,10 @@ Two transports:
     sources (row 0 of every source, then row 1, ...), and drops the rest.
 
 Dropped assignments contribute zero to their token's output and are counted (exactly,
-summed over devices).
+summed over devices), by the side whose limit dropped them (``with_drop_kinds``): ``pooled``
+drops at the sender (pool overflow) and at the receiver (past its capacity); ``ragged`` has
+no sender limit, so its sender count is always 0 and every drop is a receiver-capacity drop
+(applied before sending, since the counts are exchanged first).
 
 On a mesh with more axes (``("data", "expert")`` in training) pass ``token_axes``: the
 tokens are sharded over all of them, the experts over ``axis`` only (replicated over the
@@ -147,6 +150,11 @@ class ExpertParallel:
         return math.prod(self.mesh.shape[a] for a in self.tokens)
 
     def __call__(self, x, expert_ids, weights, w_gate, w_up, w_down):
+        out, sender, receiver = self.with_drop_kinds(x, expert_ids, weights, w_gate, w_up, w_down)
+        return out, sender + receiver
+
+    def with_drop_kinds(self, x, expert_ids, weights, w_gate, w_up, w_down):
+        """As ``__call__``, with the global drop count split: (out, dropped_sender, dropped_receiver)."""
         T, E = x.shape[0], w_gate.shape[0]
         if T % self.token_shards or E % self.size:
             raise ValueError(f"ExpertParallel: tokens ({T}) must be divisible by the {self.token_shards} "
@@ -155,7 +163,7 @@ class ExpertParallel:
         body = self._pooled if self.transport == "pooled" else self._ragged
         tok, exp = P(self.tokens), P(self.axis)
         fn = jax.shard_map(body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp),
-                           out_specs=(tok, P()), check_vma=False)
+                           out_specs=(tok, P(), P()), check_vma=False)
         return fn(x, expert_ids, weights, w_gate, w_up, w_down)
 
     def _total(self, count):
@@ -198,8 +206,8 @@ class ExpertParallel:
         out = _local_experts(r_rows.reshape(-1, D), ids, El, w_gate, w_up, w_down, self.grouped_matmul)
         back = _exchange(out.reshape(Pn, pool, D), self.axis, self.waves).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
-        dropped = (A - jnp.sum(sent)) + (jnp.sum(valid) - jnp.sum(accept))
-        return self._combine(out_assign, weights), self._total(dropped)
+        sender, receiver = A - jnp.sum(sent), jnp.sum(valid) - jnp.sum(accept)
+        return self._combine(out_assign, weights), self._total(sender), self._total(receiver)
 
     def _ragged(self, x, expert_ids, weights, w_gate, w_up, w_down):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
@@ -232,5 +240,6 @@ class ExpertParallel:
         out_blocks = jnp.take(out, where, axis=0, mode="fill", fill_value=0).reshape(Pn, block, D)
         back = _exchange(out_blocks, self.axis, 1).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
-        dropped = A - jnp.sum(sent)
-        return self._combine(out_assign, weights), self._total(dropped)
+        # Only the receiver's capacity binds; the sender holds back what the receiver refuses.
+        receiver = A - jnp.sum(sent)
+        return self._combine(out_assign, weights), self._total(jnp.int32(0)), self._total(receiver)

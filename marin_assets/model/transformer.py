@@ -62,7 +62,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
 
     aux (per layer, stacked on axis 0; all zeros/empty for a dense model):
       expert_load [L, E] assignments chosen per expert; dropped [L] assignments lost to
-      capacity; balance_shift [L, E] quantile correction for ``next_router_bias``;
+      capacity, split by the limit that dropped them as dropped_sender [L] and
+      dropped_receiver [L] (``moe_mlp``); balance_shift [L, E] quantile correction for ``next_router_bias``;
       router_z [L] router z-loss terms; load_cv [L] std/mean of expert load.
     """
     if tokens.ndim != 2:
@@ -82,8 +83,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
             y, stats = moe_mlp(p, h, config, bias, ep)
         else:
             y = swiglu(h, p["w_gate"], p["w_up"], p["w_down"])
-            stats = {"load": jnp.zeros((0,), jnp.int32), "dropped": jnp.int32(0),
-                     "shift": jnp.zeros((0,), jnp.float32), "router_z": jnp.float32(0.0)}
+            stats = {"load": jnp.zeros((0,), jnp.int32), "dropped": jnp.int32(0), "dropped_sender": jnp.int32(0),
+                     "dropped_receiver": jnp.int32(0), "shift": jnp.zeros((0,), jnp.float32), "router_z": jnp.float32(0.0)}
         return x + y, stats
 
     bias = router_bias if E > 0 else jnp.zeros((config.n_layers, 0), jnp.float32)
@@ -92,6 +93,7 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     # Logits in fp32 (accumulated in fp32 from bf16 operands): the loss's logsumexp and z-loss read them.
     logits = jnp.matmul(x, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
     aux = {"expert_load": stats["load"], "dropped": stats["dropped"],
+           "dropped_sender": stats["dropped_sender"], "dropped_receiver": stats["dropped_receiver"],
            "balance_shift": stats["shift"], "router_z": stats["router_z"],
            "load_cv": load_cv(stats["load"]) if E > 0 else jnp.zeros((config.n_layers,))}
     return logits, aux

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from marin_assets.store.names import validate_segment
-from marin_assets.telemetry.segments import INT64_MAX, SourceRange
+from marin_assets.telemetry.segments import INT64_MAX, SourceRange, validate_metric_name
 from marin_assets.telemetry.store import TelemetryStore
 from marin_assets.telemetry.writer import NO_TIME, TelemetryWriter
 
@@ -272,7 +272,7 @@ def _flatten(obj: dict, prefix: str, out: dict[str, float], ignored: Counter) ->
 @functools.lru_cache(maxsize=4096)
 def _valid_name(name: str) -> bool:
     try:
-        validate_segment(name, "metric name")
+        validate_metric_name(name)
     except ValueError:
         return False
     return True

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from marin_assets.store.names import validate_segment
-from marin_assets.telemetry.segments import READ_ERRORS, SCHEMA, SegmentInfo, empty_frame
+from marin_assets.telemetry.segments import READ_ERRORS, SCHEMA, SegmentInfo, empty_frame, validate_metric_name
 from marin_assets.telemetry.store_files import DamagedSegmentError, StoreFiles, damage_reason
 
 
@@ -21,7 +21,8 @@ def _names(value: str | Iterable[str] | None, what: str) -> frozenset[str] | Non
     values = [value] if isinstance(value, str) else list(value)
     if not values:
         raise ValueError(f"{what}: give at least one name or none at all")
-    return frozenset(validate_segment(v, what) for v in values)
+    check = validate_metric_name if what == "metric name" else lambda v: validate_segment(v, what)
+    return frozenset(check(v) for v in values)
 
 
 def check_steps(steps: tuple[int | None, int | None] | None) -> tuple[int | None, int | None]:

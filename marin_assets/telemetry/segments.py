@@ -31,6 +31,25 @@ FORMAT = 1
 # Rows are sorted by (metric, step) and split into row groups this size, so a step-range
 # query reads only the row groups whose step statistics overlap the range.
 ROW_GROUP_ROWS = 65_536
+METRIC_NAME_MAX = 256
+
+
+def validate_metric_name(name: str) -> str:
+    """Return ``name`` if it is a valid metric name, else raise ValueError naming it.
+
+    A metric name is never a path, but it is held to the same characters: one or more
+    ``/``-separated parts (``moe/layer0/load_cv``, as wandb groups them), each a valid name
+    segment (``store.names.validate_segment``), ``METRIC_NAME_MAX`` characters at most."""
+    if not isinstance(name, str):
+        raise ValueError(f"metric name must be a string, got {type(name).__name__}: {name!r}")
+    if len(name) > METRIC_NAME_MAX:
+        raise ValueError(f"invalid metric name {name[:40]!r}...: longer than {METRIC_NAME_MAX} characters")
+    try:
+        for part in name.split("/"):
+            validate_segment(part, "metric name part")
+    except ValueError as err:
+        raise ValueError(f"invalid metric name {name!r}: {err}") from None
+    return name
 
 SCHEMA = pa.schema([
     ("run", pa.string()),
@@ -81,7 +100,7 @@ class SegmentInfo:
     def __post_init__(self) -> None:
         validate_segment(self.run, "run")
         for metric in self.metrics:
-            validate_segment(metric, "metric name")
+            validate_metric_name(metric)
         if not self.path.startswith("segments/") or ".." in self.path or not self.path.endswith(".parquet"):
             raise ValueError(f"segment path {self.path!r} must be segments/.../*.parquet without '..'")
         if self.rows <= 0:

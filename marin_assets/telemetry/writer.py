@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_assets.store.names import validate_segment
-from marin_assets.telemetry.segments import INT64_MAX, SCHEMA, SegmentInfo, SourceRange, finite_or_null
+from marin_assets.telemetry.segments import INT64_MAX, SCHEMA, SegmentInfo, SourceRange, finite_or_null, validate_metric_name
 from marin_assets.telemetry.store import TelemetryStore
 
 _PLAIN_NUMBERS = (float, int)
@@ -75,7 +75,7 @@ class TelemetryWriter:
         known = self._known_names
         for name, value in metrics.items():
             if name not in known:
-                validate_segment(name, "metric name")
+                validate_metric_name(name)
                 known.add(name)
             if type(value) not in _PLAIN_NUMBERS:
                 _check_number(self.run, step, name, value)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
+from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
@@ -34,9 +35,12 @@ def compute_options(config: TrainConfig) -> dict:
     return {name: value for name, (value, default) in given.items() if value != default}
 
 
-def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
+def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh, *, moe_telemetry: bool = True):
     """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
     ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``).
+
+    ``moe_telemetry``: add ``metrics["moe"]`` (``model.moe.moe_step_metrics``) for a MoE; off only
+    to measure what it costs (``benchmarks/telemetry_overhead.py``).
 
     The params (and so the gradients, the optimizer state and the update) stay in their stored
     dtype (``config.param_dtype``); the model casts them to ``config.compute_dtype`` per use."""
@@ -74,9 +78,18 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
             # routed-expert assignments lost to EP capacity, summed over layers
             "dropped": jnp.sum(aux["dropped"]) if isinstance(aux, dict) and "dropped" in aux else 0,
         }
+        if moe_telemetry and model_cfg.is_moe and has_moe_stats(aux):
+            # computed here from the step's own aux: they come back in the one metrics fetch
+            metrics["moe"] = moe_step_metrics(aux)
         return new_state, metrics
 
     return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
+
+
+def has_moe_stats(aux) -> bool:
+    """Whether a loss_fn's aux carries what ``moe_step_metrics`` reads (a test's stand-in model may not)."""
+    needed = ("expert_load", "dropped_sender", "dropped_receiver", "router_z")
+    return isinstance(aux, dict) and all(name in aux for name in needed)
 
 
 def phase_lrs(config: TrainConfig, phase_start: int, start: int, end_step: int) -> np.ndarray:

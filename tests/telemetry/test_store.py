@@ -110,6 +110,35 @@ def test_log_rejects_bad_input_by_name(tmp_path, step, metrics, kwargs, message)
     assert w.flush() is None  # the rejected step buffered nothing
 
 
+@pytest.mark.parametrize("bad", ["/loss", "moe/", "moe//load_cv", "moe/../x", "moe/.x", "moe/a b", "moe\\x", "x" * 257])
+def test_grouped_metric_names_refuse_empty_hidden_or_parent_parts(tmp_path, bad):
+    w = TelemetryWriter(str(tmp_path), "r1")
+    with pytest.raises(ValueError, match="invalid metric name"):
+        w.log(1, {bad: 1.0})
+    with pytest.raises(ValueError, match="invalid metric name"):
+        TelemetryStore(str(tmp_path)).query(metric=bad)
+
+
+def test_grouped_metric_names_are_written_queried_and_ingested(tmp_path):
+    """The per-step MoE telemetry's names (``moe/drop_rate``, ``moe/layer0/load_cv``), wandb-style groups."""
+    import json
+
+    from marin_assets.telemetry import import_metrics_jsonl
+
+    names = {"moe/drop_rate": 0.25, "moe/layer0/load_cv": 1.5, "tokens_per_s": 900.0}
+    with TelemetryWriter(str(tmp_path / "w"), "r1") as w:
+        w.log(1, names, phase="main")
+    store = TelemetryStore(str(tmp_path / "w"))
+    frame = store.query(run="r1", metric=["moe/layer0/load_cv", "moe/drop_rate"])
+    assert dict(zip(frame["metric"], frame["value"])) == {"moe/drop_rate": 0.25, "moe/layer0/load_cv": 1.5}
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "phase": "main", "loss": 2.0, **names}) + "\n")
+    report = import_metrics_jsonl(str(tmp_path / "i"), "r1", path)
+    assert report.ignored_fields == {}
+    frame = TelemetryStore(str(tmp_path / "i")).query(metric="moe/layer0/load_cv")
+    assert frame["value"].to_list() == [1.5]
+
+
 def test_writer_accepts_numpy_and_bools(tmp_path):
     import numpy as np
 
