@@ -141,8 +141,9 @@ class PhaseConfig(StageConfig):
 
 def _train_metadata(ref: ArtifactRef) -> dict:
     fs, data = filesystem(ref.data_path)
-    png = join(data, "loss_curve.png")
-    return {"loss_curve": png_markdown("Loss curve", fs.cat_file(png))} if fs.exists(png) else {}
+    plots = {"loss_curve": ("Loss curve", "loss_curve.png"), "moe_telemetry": ("MoE telemetry", "moe_telemetry.png")}
+    return {key: png_markdown(title, fs.cat_file(join(data, name)))
+            for key, (title, name) in plots.items() if fs.exists(join(data, name))}
 
 
 def _own_sources(config: PhaseConfig) -> list[str] | None:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import jax
 
-from marin_assets.store.fsutil import child, filesystem, join, write_json_atomic
+from marin_assets.store.fsutil import child, filesystem, join, write_bytes_atomic, write_json_atomic
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.data import MixedLoader
 from marin_assets.train.emit import Emitter, dir_name
 from marin_assets.train.guards import COUNTERS
 from marin_assets.train.metrics import plot_loss_curve, read_metrics, telemetry_rows
+from marin_assets.train.moe_plots import moe_telemetry_png
 from marin_assets.train.restore import Run
 
 SKIP_COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch")
@@ -114,10 +115,16 @@ def finish(
 
 def _loss_curve(run: Run, emitter: Emitter, out_dir: str, final_step: int) -> Path | str | None:
     """loss_curve.png of this phase's steps (a run name may hold earlier phases, or a longer
-    rolled-back attempt), from the telemetry store; None when it holds none."""
+    rolled-back attempt), from the telemetry store; None when it holds none. An MoE run also gets
+    moe_telemetry.png (drop rate, expert-load CV)."""
     steps = (run.phase_start + 1, max(final_step, run.phase_start + 1))
     curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True, steps=steps))
-    return plot_loss_curve(curve, child(out_dir, "loss_curve.png"), title=dir_name(out_dir)) if curve else None
+    if not curve:
+        return None
+    if any("moe/drop_rate" in row for row in curve):  # an MoE run: its drop rate and expert load beside the loss
+        fs, where = filesystem(child(out_dir, "moe_telemetry.png"))
+        write_bytes_atomic(fs, where, moe_telemetry_png(curve, title=f"{dir_name(out_dir)}: MoE telemetry"))
+    return plot_loss_curve(curve, child(out_dir, "loss_curve.png"), title=dir_name(out_dir))
 
 
 def _phase_skips(rows: list[dict], run: Run) -> tuple[int, int]:

@@ -52,7 +52,8 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     assert first["count/backend"].value == "local" and first["count/steps_reported"].value == 8
     losses = first["count/recent_losses"].value
     assert len(losses) == 8 and all(np.isfinite(losses))
-    assert "loss_curve" in first  # PNG attached
+    assert "loss_curve" in first and "moe_telemetry" in first  # PNGs attached: the loss; the MoE drop rate and load
+    assert "![MoE telemetry](data:image/png;base64," in first["moe_telemetry"].value
     data = Path(first["path"].value, "data")
     assert (data / "metrics.jsonl").exists() and (data / "loss_curve.png").exists() and list((data / "checkpoints").iterdir())
     assert not Path(first["path"].value, ".work").exists()  # scratch removed after commit

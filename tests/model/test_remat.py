@@ -20,6 +20,9 @@ from marin_assets.train.optimizers import make_optimizer
 MODEL = {"vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
          "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 128}
 SEQ, BATCH = 128, 2
+# The memory test's model: the same without experts. Remat's saving is in the activations either way
+# (measured: temp bytes full/none 0.32 dense, 0.31 MoE), and a dense step compiles in half the time.
+DENSE = {**MODEL, "n_routed_experts": 0, "n_shared_experts": 0, "top_k": 0, "expert_d_ff": 0}
 
 
 def _grads(remat: str):
@@ -43,7 +46,7 @@ def test_losses_and_grads_agree_across_policies():
 
 
 def _temp_bytes(remat: str) -> int:
-    config = config_from_dict({"model": MODEL, "seq_len": SEQ, "batch_size": BATCH, "num_steps": 2, "remat": remat,
+    config = config_from_dict({"model": DENSE, "seq_len": SEQ, "batch_size": BATCH, "num_steps": 2, "remat": remat,
                                "schedule": {"warmup_steps": 1, "decay_steps": 1}})
     model = default_model()
     opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))

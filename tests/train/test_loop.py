@@ -60,6 +60,8 @@ def test_nan_loss_steps_are_skipped_counted_and_training_continues(caches, tiny_
     assert result.counts["skipped_nonfinite"] == len(expected)
     assert all(np.isfinite(r["loss"]) for r in rows if not r["skipped"])
     assert result.final_step == 12
+    # An MoE run draws its drop rate and expert load too, the skipped steps' NaNs as gaps.
+    assert (tmp_path / "nan" / "moe_telemetry.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_warm_start_keeps_data_position_and_restarts_schedule(caches, tiny_config, tmp_path):
