@@ -12,7 +12,8 @@ import dagster as dg
 from assets.datakit import WATCHED_SOURCE, code_location_datakit
 from assets.datakit.index import INDEX_KEY
 from assets.experiments import experiment_assets
-from assets.scaling import MOE_LADDER, SCALING_GROUP, scaling_assets, scaling_checks
+from assets.scaling import SCALING_GROUP, scaling_assets, scaling_checks
+from assets.scaling_ladders import MOE_LADDER
 from assets.training import DEMO_PLAN, TrainBaseConfig, eval_phase, train_phase, training_assets
 from jobs import PHASE_RETRY_TAGS, all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
@@ -20,9 +21,10 @@ from sensors import LadderWatch, all_schedules, automation, ladder_band_check, p
 
 artifact_store = ArtifactStoreResource()
 
-# The ladder watches the main run: the MoE ladder over the main run's family (its sweep's runs) gives
-# the expected trajectory at the main run's size; the ladder_band check judges each phase in its run
-# and the controller acts on leaving the band (LadderWatchSettings.action; default: warn).
+# The ladder watches the main run: the demo's ladder over the main run's MoE family (its sweep's runs,
+# which the demo materialises before the main run) gives the expected trajectory at the main run's
+# size; the ladder_band check judges each phase in its run and the controller acts on leaving the
+# band (LadderWatchSettings.action; default: warn).
 ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), TrainBaseConfig().model.model_dump())
 # The demo run's controller: one use of the factory (a user's run is another plan + asset).
 phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS,

@@ -22,9 +22,10 @@ trains on (uniformly over the mixture's sources) and score on their held-out spl
 code location's byte tokens (with a 4096-token BPE the LM head is most of a tiny model's
 FLOPs and the narrowest model won every CPU-sized budget: no interior optimum).
 
-``scaling_assets`` / ``scaling_checks`` are the demo's dense ladder (``DEMO_LADDER``, group
-``scaling``: the scaling job) and the MoE ladder over the main run's family (``MOE_LADDER``,
-its own group); ``benchmarks/ladder.py`` runs the long protocols.
+``scaling_assets`` / ``scaling_checks`` are the demo's ladder, over the main run's MoE family
+(``MOE_LADDER``, group ``scaling``: the scaling job; the ladder watch reads its sweep), and a
+dense ladder (``DENSE_LADDER``, its own group), both defined in ``assets/scaling_ladders.py``;
+``benchmarks/ladder.py`` runs the long protocols.
 """
 
 from __future__ import annotations
@@ -37,62 +38,26 @@ from typing import Any
 import dagster as dg
 
 from assets.datakit.datasets import dataset_versions, weighted_sources
-from assets.training import ModelShapeConfig, TrainBaseConfig
+from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
 from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.experiments.lock import content_hash
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config, stage_config
+from marin_assets.scaling.artifact_files import read_bytes, read_json, write_file
 from marin_assets.scaling.extrapolation import (STAMP_KEY, as_json, check_stamp, compare, comparison_counts, comparison_png,
                                                 lock_name, register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import (Ladder, LrSweepSettings, SweepSettings, Target, fit_ladder, frozen_candidate,
-                                         predict_target, read_bytes, read_json, resolve_recipe, run_lr_sweep, select_budgets,
-                                         uses_lr_sweep, write_file)
-from marin_assets.scaling.planner import FamilyShape, MoeShape
-from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, train_candidate
+from marin_assets.scaling.ladder import (Ladder, LrSweepSettings, SweepSettings, Target, fit_ladder, resolve_recipe,
+                                         run_lr_sweep, select_budgets, uses_lr_sweep)
+from marin_assets.scaling.ladder_predict import frozen_candidate, predict_target
+from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
 
-SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder
-MOE_GROUP = "scaling_moe"  # its own group: a job covers one partitions definition, and the sweeps' differ
+SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder (MoE), watched by the ladder watch
+DENSE_GROUP = "scaling_dense"  # its own group: a job covers one partitions definition, and the sweeps' differ
 DATA_KEY = "mixture"
 
-# The demo's ladder: tiny dense 1-layer models (seq 64, head 8, batch 16) under recipe v2 on
-# the mixture's datasets (byte tokens, vocabulary 257): 2 budgets a factor 2 apart, widths a
-# factor 2 apart, fitted up to C_fit = 4e10 and predicting one held-out run at 3x C_fit
-# (the long protocol, 3x/10x/30x with seeds, is benchmarks/ladder.py). Measured under v2 at
-# lr_base 3e-2 on these datasets (validation loss, d8/d16/d24/d32): 1e10 2.613/2.657/2.780/
-# 2.784 (optimum below the narrowest width: no vertex, so no 1e10 rung), 2e10 2.549/2.497/
-# 2.567/2.663 and 4e10 2.495/2.335/2.408/2.422 (interior vertices). Two budgets fit a pure
-# power law through the vertices (no floor), which errs low the further it extrapolates.
-DEMO_LADDER = Ladder(
-    name="dense",
-    budgets=(2e10, 4e10),
-    widths=((8, 16, 32),) * 2,
-    targets=(Target("x3", 3.0),),
-)
-
-# The MoE family of the demo's main run (assets/training.py ModelShapeConfig) scaled by width:
-# its experts, top-k, shared experts, expert and shared widths per d_model, query heads per KV
-# head and d_model / n_layers; at width d_model it is the main run's model. The ladder splits
-# widths into heads of 8, not 16 (the same matrices and FLOPs), so widths 8 and 24 exist: on the
-# demo's data width 16 beat 32 and 48 by 0.29 and 0.65 nats at 8e9 FLOPs (no vertex).
-_MAIN = ModelShapeConfig()
-MAIN_RUN_FAMILY = FamilyShape(
-    head_dim=_MAIN.d_model // _MAIN.n_heads, aspect_ratio=_MAIN.d_model / _MAIN.n_layers,
-    ff_mult=_MAIN.d_ff / _MAIN.d_model, kv_group=_MAIN.n_heads // _MAIN.n_kv_heads,
-    moe=MoeShape(routed_experts=_MAIN.n_routed_experts, shared_experts=_MAIN.n_shared_experts, top_k=_MAIN.top_k,
-                 expert_ff_mult=_MAIN.expert_d_ff / _MAIN.d_model),
-)
-# Its last target is the main run's model (its family, width d_model, its batch) at 30x C_fit.
-MOE_LADDER = Ladder(
-    name="moe",
-    budgets=(1e10, 2e10, 4e10),
-    widths=((8, 16, 32),) * 3,
-    targets=(Target("x3", 3.0), Target("x10", 10.0),
-             Target("main", 30.0, width=_MAIN.d_model, batch_size=TrainBaseConfig().batch_size, family=MAIN_RUN_FAMILY)),
-    family=dataclasses.replace(MAIN_RUN_FAMILY, head_dim=8),
-)
 
 _SWEEP_KNOBS = ["vocab_size", "seq_len", "batch_sizes", "min_steps", "tolerance", "recipe", "lr_base", "decay_fraction",
                 "skip_sigma", "seed", "validation_windows"]
@@ -153,13 +118,15 @@ def target_version(config, partition: str | None, inputs) -> dict[str, str]:
 
 
 def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_GROUP,
-                         automation_condition: dg.AutomationCondition | None = None, run_fn=None, train_fn=None):
+                         automation_condition: dg.AutomationCondition | None = None, run_fn=None, train_fn=None,
+                         score_fn=None):
     """(assets, checks) of one ladder: lr_sweep, sweep, fit, prediction, target, comparison and
     the comparison's prediction_error check, keyed ``scaling/<ladder.name>/...``.
 
     ``run_fn`` has ``run_sweep_point``'s signature and ``train_fn`` ``train_candidate``'s (the
     lr_sweep's and the targets' runs); each returns its counts (at least params, tokens,
-    flops, validation_loss, vocab_size); tests pass a known law to check the protocol.
+    flops, validation_loss, vocab_size); tests pass a known law to check the protocol, and a
+    ``score_fn`` of ``score_trained_run``'s signature for an observed target's run.
     """
     injected = train_fn is not None
     run_fn = run_fn or run_sweep_point
@@ -214,7 +181,8 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
                           extrapolate_to=max(t.multiple for t in ladder.targets) * ladder.c_fit, out_dir=ctx.out_dir, log=ctx.log)
 
     predictions = [prediction_asset(ladder, t, prefix, common) for t in ladder.targets]
-    targets = [target_asset(ladder, t, prefix, common, train_fn) for t in ladder.targets]
+    targets = [main_run_asset(ladder, t, prefix, common, score_fn or score_trained_run) if t.observed
+               else target_asset(ladder, t, prefix, common, train_fn) for t in ladder.targets]
 
     pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
 
@@ -293,7 +261,31 @@ def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[st
     return target_run
 
 
-_dense_assets, _dense_checks = build_scaling_assets(DEMO_LADDER)
-_moe_assets, _moe_checks = build_scaling_assets(MOE_LADDER, group=MOE_GROUP)
+def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], score_fn) -> dg.AssetsDefinition:
+    """``<prefix>/<target>/target`` of a target the ladder does not train: the run ``target.observed``
+    (its newest phase: the run's end), scored as the ladder's runs are, against its frozen prediction."""
+    observed = str(target.observed)  # set: only observed targets get this asset
+    newest = dg.AssetIn(key=dg.AssetKey(observed.split("/")), partition_mapping=dg.LastPartitionMapping())
+
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="1", config_cls=SweepConfig,
+                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common)
+    def main_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef,
+                 run: Mapping[str, ArtifactRef]):
+        """The main run's final loss on the ladder's held-out windows; refused without its frozen prediction."""
+        pred = read_json(prediction, "prediction.json")
+        stamp = require_frozen(ctx.store, lock_name(ladder.name, target.name, prediction.version), pred)
+        ((phase, ref),) = run.items()
+        record = {STAMP_KEY: stamp, "target": target.name, "run": observed, "phase": phase, "version": ref.version}
+        counts = score_fn(ref.data_path, run_settings(config, mixture), held_out_streams(ladder_data(mixture)[0]),
+                          int(ref.counts["tokens_trained"]), ctx.out_dir, record=record)
+        ctx.log(f"{prefix}/{target.name}: {observed}[{phase}] after {counts['tokens']:,} tokens: validation loss "
+                f"{counts['validation_loss']:.4f} (predicted {pred['loss']:.4f} before it ran)")
+        return counts | stamp | {"phase": phase}
+
+    return main_run
+
+
+_dense_assets, _dense_checks = build_scaling_assets(DENSE_LADDER, group=DENSE_GROUP)
+_moe_assets, _moe_checks = build_scaling_assets(MOE_LADDER)
 scaling_assets = [*_dense_assets, *_moe_assets]
 scaling_checks = [*_dense_checks, *_moe_checks]

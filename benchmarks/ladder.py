@@ -12,10 +12,11 @@ leaves under $MARIN_PREFIX, read as the ladder assets read them) or the screens'
 
 Ladders, sized for a shared 2-core CPU: the demo's dense 1-layer family (head size 4, batch
 16) fitted on 5e9, 1e10 and 2e10 FLOPs, 4 widths each, under v2 and under v1 (same budgets,
-widths and seeds); and the MoE family of the demo's main run (assets/scaling.py MOE_LADDER: 4
-routed experts, top-2, 1 shared, the main run's expert widths, KV grouping and aspect ratio)
+widths and seeds); and the MoE family of the demo's main run (assets/scaling_ladders.py MOE_LADDER:
+4 routed experts, top-2, 1 shared, the main run's expert widths, KV grouping and aspect ratio)
 under v2 on 4e9, 8e9 and 1.6e10, whose last target is the main run's own model (width 64, its
-batch 8) at 30x C_fit. Every ladder run at --seeds seeds (default 2).
+batch 8) at 30x C_fit, trained here (the demo's ladder observes the demo's main run instead).
+Every ladder run at --seeds seeds (default 2).
 
 One JSON line per figure (ratio > 1: we are better):
   prediction_error_3x, _10x, _30x   |predicted - actual| / actual in % of the dense v2 ladder
@@ -54,7 +55,7 @@ from _common import emit  # noqa: E402
 
 def ladders(quick: bool, seeds: int):
     """(name, Ladder, recipe) of each ladder the benchmark runs."""
-    from assets.scaling import MOE_LADDER
+    from assets.scaling_ladders import MOE_LADDER
     from marin_assets.scaling.ladder import Ladder, Target
     from marin_assets.scaling.planner import FamilyShape
 
@@ -70,7 +71,7 @@ def ladders(quick: bool, seeds: int):
             budgets=(4e9, 8e9),
             widths=((8, 16, 24),) * 2,
             seeds=(0,),
-            targets=(Target("x2", 2), dataclasses.replace(MOE_LADDER.targets[-1], multiple=3.0)),
+            targets=(Target("x2", 2), main_run_model(MOE_LADDER, 3.0)),
         )
     else:
         targets = (Target("x3", 3), Target("x10", 10), Target("x30", 30))
@@ -80,14 +81,25 @@ def ladders(quick: bool, seeds: int):
             seeds=tuple(range(seeds)),
             targets=targets,
         )
-        # The code location's MoE ladder (widths 8, 16, 32; x3, x10 and the main run's model at 30x) at a
-        # quarter of its budgets.
-        moe = dataclasses.replace(MOE_LADDER, budgets=(4e9, 8e9, 1.6e10), seeds=tuple(range(seeds)))
+        # The main run's MoE family (widths 8, 16, 32; x3, x10 and the main run's model at 30x).
+        moe = dataclasses.replace(
+            MOE_LADDER,
+            budgets=(4e9, 8e9, 1.6e10),
+            widths=((8, 16, 32),) * 3,
+            seeds=tuple(range(seeds)),
+            targets=(Target("x3", 3), Target("x10", 10), main_run_model(MOE_LADDER, 30.0)),
+        )
     return [
         ("dense_v2", Ladder(name="dense_v2", family=dense_family, **dense), "v2"),
         ("dense_v1", Ladder(name="dense_v1", family=dense_family, **dense), "v1"),
         ("moe_v2", dataclasses.replace(moe, name="moe_v2"), "v2"),
     ]
+
+
+def main_run_model(ladder, multiple: float):
+    """The ladder's main-run target as a run the benchmark trains: the main run's model (its family,
+    width and batch) at ``multiple`` x C_fit (the demo's ladder observes the demo's run instead)."""
+    return dataclasses.replace(ladder.targets[-1], multiple=multiple, tokens=None, observed=None)
 
 
 # Every run of a dense ladder at one batch, the demo's (the LR rule is in steps: one batch keeps
@@ -124,7 +136,7 @@ def run_job(job: dict) -> dict:
             run_prefix=job["name"],
         )
     from marin_assets.scaling.extrapolation import STAMP_KEY, require_frozen
-    from marin_assets.scaling.ladder import frozen_candidate
+    from marin_assets.scaling.ladder_predict import frozen_candidate
     from marin_assets.scaling.sweep import train_candidate
     from marin_assets.store import ArtifactStore
 
@@ -302,7 +314,8 @@ def frozen_predictions(store, name: str, ladder, settings, sweeps, sweep_jobs, l
     from marin_assets.experiments.lock import content_hash
     from marin_assets.scaling.extrapolation import as_json, lock_name, register_prediction
     from marin_assets.scaling.fits import IsoFlopConfig
-    from marin_assets.scaling.ladder import fit_ladder, predict_target
+    from marin_assets.scaling.ladder import fit_ladder
+    from marin_assets.scaling.ladder_predict import predict_target
     from marin_assets.scaling.sweep import partition_key
 
     counts = {

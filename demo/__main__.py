@@ -40,7 +40,7 @@ def tagged(instance: dg.DagsterInstance, progress: Progress, session: str) -> Ex
 
 
 def run_all(args: argparse.Namespace, out: TextIO) -> dict:
-    from assets.scaling import DEMO_LADDER
+    from assets.scaling_ladders import DEMO_LADDER
     from assets.training import TRAIN_KEY
     from definitions import defs
     from demo.datakit import run_datakit
@@ -56,18 +56,24 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
             "local processes")
         datakit = run_datakit(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
         summary = {"datakit": datakit, "success": datakit["success"]}
-        if summary["success"] and not args.skip_scaling:  # predict before you train (and fork before JAX starts here)
-            steps = ladder_steps(DEMO_LADDER)  # the LR sweep, every sweep partition, fit, predictions, targets, comparison
-            say(f"the scaling ladder (recipe v2): {steps} assets, the sweep's runs on local worker processes; each "
-                f"prediction is frozen before its target run starts")
-            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say,
-                                            execute=tagged(instance, Progress(steps, out), session))
-        if summary["success"] and not args.skip_training:
-            say("the Tootsie run: the phase controller decides each phase of train/demo")
+
+        def tootsie() -> None:
+            say("the Tootsie run: the phase controller decides each phase of train/demo; the ladder watch judges each "
+                "phase against the ladder's runs")
             phases = run_demo_phases(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), budget_path(), log=say,
                                      execute=tagged(instance, Progress(None, out), session))
             summary["phases"] = [t.get("phase") for t in phases["ticks"] if t.get("phase")]
             summary["decisions"] = phases["decisions"]
+
+        main_run = None if args.skip_training else tootsie
+        if summary["success"] and not args.skip_scaling:  # predict before you train (and fork before JAX starts here)
+            steps = ladder_steps(DEMO_LADDER)  # the LR sweep, every sweep partition, fit, predictions, targets, comparison
+            say(f"the scaling ladder (recipe v2, the main run's MoE family): {steps} assets, the sweep's runs on local "
+                f"worker processes; each prediction is frozen before its target run starts, the main run's among them")
+            summary["scaling"] = run_ladder(defs, instance, DEMO_LADDER, log=say, main_run=main_run,
+                                            execute=tagged(instance, Progress(steps, out), session))
+        elif summary["success"] and main_run is not None:
+            main_run()
     return summary
 
 
@@ -108,9 +114,13 @@ def render(summary: dict) -> str:
     if "scaling" in summary:
         sc = summary["scaling"]
         for name, t in sc["targets"].items():
-            lines.append(f"  scaling ladder: {name} ({t['multiple']:g}x the fitted compute) predicted loss {t['predicted']:.4f} "
-                         f"before its run, actual {t['actual']:.4f} (relative error {t['relative_error']:+.2%}, check "
-                         f"{'passed' if sc['passed'] else 'FAILED'}); ladder compute {sc['ladder_cost_fraction']:.0%} of the target's")
+            check = "passed" if sc["passed"] else "FAILED"
+            lines.append(f"  scaling ladder: {name} ({t['multiple']:.3g}x the fitted compute) predicted loss "
+                         f"{t['predicted']:.4f} before its run, actual {t['actual']:.4f} (relative error "
+                         f"{t['relative_error']:+.2%}, check {check}); ladder compute {sc['ladder_cost_fraction']:.0%} "
+                         f"of the targets'")
+        if sc.get("waiting_for"):
+            lines.append(f"  scaling ladder: predictions frozen; the comparison waits for {', '.join(sc['waiting_for'])}")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     lines.append(f"Dagster's event log (every DEBUG event of these runs): {summary['event_log']}")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """The demo's scaling ladder, in process: the LR sweep, every sweep partition, the fit, the
-pre-registered predictions, their target runs and the comparison."""
+pre-registered predictions, then the main run (its last target), the other target runs and the
+comparison."""
 
 from __future__ import annotations
 
@@ -28,13 +29,17 @@ def run_ladder(
     run_config: Mapping[str, Any] | None = None,
     job_name: str = "scaling",
     execute: Execute = run_directly,
+    main_run: Callable[[], object] | None = None,
 ) -> dict:
     """Materialise ``ladder`` (on the DataKit's mixture, materialised first), one run per step:
     the lr_sweep; every sweep partition in one range run, fanned out over $MARIN_LOCAL_WORKERS
     processes (so the demo runs the ladder before anything starts JAX in this process, which
     would rule out forking); the fit; the predictions (each frozen by its lock as it is
-    written); only then their target runs; and the comparison, whose check holds every
-    target to the ladder's bound.
+    written); then ``main_run()``, the run a target observes (``Target.observed``: the demo's
+    Tootsie run, started only now that its prediction is frozen); only then the target runs
+    (an observed target scores the run's newest phase); and the comparison, whose check holds
+    every target to the ladder's bound. A ladder with an observed target and no ``main_run``
+    stops after the predictions: {"targets": {}, "waiting_for": [the observed runs], ...}.
 
     Uses the job ``job_name`` of ``defs``; ``run_config``'s {"ops": {op: ...}} entries go to
     the steps that run those ops, its other entries (e.g. loggers) to every run. Returns
@@ -79,6 +84,15 @@ def run_ladder(
     run([f"{prefix}/sweep"], ladder.keys())
     fit = run([f"{prefix}/fit"]).output_for_node(node(f"{prefix}/fit")).counts
     run([f"{prefix}/{t}/prediction" for t in ladder.target_keys])  # each frozen before any target run exists
+    observed = sorted({t.observed for t in ladder.targets if t.observed})
+    if observed and main_run is None:
+        log(f"scaling ladder: predictions frozen; the comparison waits for {', '.join(observed)}")
+        return {"targets": {}, "waiting_for": observed, "best_lr": lr["best_lr"], "seconds": round(time.monotonic() - started, 1)}
+    main_s = 0.0  # the main run's time is its own, not the ladder's
+    if main_run is not None:
+        t0 = time.monotonic()
+        main_run()
+        main_s = time.monotonic() - t0
     run([f"{prefix}/{t}/target" for t in ladder.target_keys])
     result = run([f"{prefix}/comparison"])
     checks = [e for e in result.get_asset_check_evaluations() if e.check_name == "prediction_error"]
@@ -97,7 +111,7 @@ def run_ladder(
         "exponents": {"n_opt": fit["n_opt_exponent"], "d_opt": fit["d_opt_exponent"]},
         "budgets_fitted": fit["budgets_fitted"],
         "budgets_excluded": fit["budgets_excluded"],
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": round(time.monotonic() - started - main_s, 1),
     }
     summary = "; ".join(
         f"{name} (C={r['flops']:.2g}): predicted {r['predicted']:.4f}, actual {r['actual']:.4f}, {r['relative_error']:+.2%}"

@@ -40,8 +40,8 @@ from marin_assets.scaling.trajectory import (
     Verdict,
     check_trajectory,
     expected_trajectory,
-    trajectory_png,
 )
+from marin_assets.scaling.trajectory_plot import trajectory_png
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactStore
 from marin_assets.telemetry import TelemetryStore

@@ -3,9 +3,9 @@
 ``Ladder`` is the static shape of the protocol: the budgets the fit sees (up to C_fit), the
 widths run at each, the seeds, the model family, and the held-out targets at multiples of
 C_fit. ``run_lr_sweep`` re-tunes the recipe's reference LR; ``fit_ladder`` fits the sweep's
-runs; ``predict_target`` extrapolates the fit to one target (its config, its loss there and
-an interval from the ladder's seeds). Pre-registration and the comparison with the target
-runs are ``marin_assets.scaling.extrapolation``. The assets in ``assets/scaling.py`` are thin
+runs; ``marin_assets.scaling.ladder_predict.predict_target`` extrapolates the fit to one target
+(its config, its loss there and an interval from the ladder's seeds). Pre-registration and the
+comparison with the target runs are ``marin_assets.scaling.extrapolation``. The assets in ``assets/scaling.py`` are thin
 wrappers.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -21,11 +20,11 @@ import numpy as np
 
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.scaling.artifact_files import write_file
 from marin_assets.scaling.planner import FamilyShape
 from marin_assets.scaling.recipes import RECIPES, Recipe, get_recipe
-from marin_assets.scaling.sweep import budget_label, parse_partition_key, parse_seeded_key, partition_key, plan_run
-from marin_assets.store import ArtifactRef
-from marin_assets.store.names import validate_segment
+from marin_assets.scaling.sweep import budget_label, parse_partition_key, parse_seeded_key, partition_key
+from marin_assets.store.names import validate_asset_key, validate_segment
 
 if TYPE_CHECKING:
     from marin_assets.scaling.fits import IsoFlopConfig
@@ -103,13 +102,18 @@ class Target:
     """A held-out run the ladder predicts: at ``multiple`` x C_fit, with the family member
     nearest the predicted N* (or a pinned ``width``, ``batch_size`` and ``family``: a main
     run's model, whose shape may differ from the ladder's in ways its N and FLOPs do not see,
-    such as how its width splits into heads)."""
+    such as how its width splits into heads). ``tokens`` pins a pinned model's run length (a main
+    run's tokens): its budget is then exactly what those tokens cost, ``multiple`` only nominal.
+    ``observed`` names a training run's asset key that *is* the target (the demo's main run): the
+    ladder trains nothing for it; the run's newest phase is scored once it has run."""
 
     name: str  # its asset key segment, e.g. "x3"
     multiple: float
     width: int | None = None
     batch_size: int | None = None
     family: FamilyShape | None = None  # None: the ladder's
+    tokens: int | None = None
+    observed: str | None = None
 
     def __post_init__(self) -> None:
         validate_segment(self.name, "target name")
@@ -118,6 +122,12 @@ class Target:
             check_int(f"target {self.name} width", self.width, 1, 10**9)
         if self.batch_size is not None:
             check_int(f"target {self.name} batch_size", self.batch_size, 1, 10**9)
+        if self.observed is not None:
+            validate_asset_key(self.observed)
+        if self.tokens is not None:
+            check_int(f"target {self.name} tokens", self.tokens, 1, 10**15)
+            if self.width is None or self.batch_size is None:
+                raise ValueError(f"target {self.name}: pinned tokens need a pinned width and batch_size")
 
 
 DEFAULT_TARGETS = (Target("x3", 3.0), Target("x10", 10.0), Target("x30", 30.0))
@@ -177,28 +187,6 @@ class Ladder:
     @property
     def target_keys(self) -> list[str]:
         return [t.name for t in self.targets]
-
-
-# ---------------------------------------------------------------- artifact files
-
-
-def read_json(ref: ArtifactRef, name: str) -> dict:
-    return json.loads(read_bytes(ref, name))
-
-
-def read_bytes(ref: ArtifactRef, name: str) -> bytes:
-    import fsspec
-
-    with fsspec.open(f"{ref.data_path.rstrip('/')}/{name}", "rb") as f:
-        return f.read()
-
-
-def write_file(root: str, name: str, data: str | bytes) -> None:
-    """Write ``root/name`` (any fsspec URL): text or bytes."""
-    import fsspec
-
-    with fsspec.open(f"{root.rstrip('/')}/{name}", "w" if isinstance(data, str) else "wb") as f:
-        f.write(data)
 
 
 # ---------------------------------------------------------------- the reference LR
@@ -346,125 +334,3 @@ def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *
     return {"runs": len(counts), "points": len(runs), "budgets_fitted": len(result.optima),
             "budgets_excluded": len(result.excluded_budgets), "n_opt_exponent": result.n_opt.exponent,
             "d_opt_exponent": result.d_opt.exponent, "loss_law": law["kind"]}
-
-
-# ---------------------------------------------------------------- prediction
-
-
-def loss_at_config(fit: Mapping[str, Any], flops: float, params: float) -> float:
-    """The fitted loss of a model of ``params`` trained with ``flops``: the envelope's loss at
-    that compute plus the IsoFLOP parabola's rise from N*(C) to ``params``."""
-    n_star = fit["n_opt_coefficient"] * flops ** fit["n_opt_exponent"]
-    off = math.log10(params) - math.log10(n_star)
-    return loss_at(fit["loss_law"], flops) + fit["curvature_log10_params"] * off * off
-
-
-def fitted_recipe(fit: Mapping[str, Any]) -> Recipe:
-    """The recipe (with its reference LR) every fitted run was trained with; they must agree."""
-    used = {(r.get("recipe"), r.get("lr_base")) for r in fit["runs"]}
-    if len(used) != 1 or None in next(iter(used)):
-        raise ValueError(f"prediction: the fitted runs do not share one recipe and reference LR: {sorted(map(str, used))}")
-    name, base = used.pop()
-    return get_recipe(name).with_base(float(base))
-
-
-def target_candidate(fit: Mapping[str, Any], target: Target, c_fit: float, settings: SweepSettings,
-                     ladder_shape: FamilyShape):
-    """The run a target trains: its width pinned, or the family member (widths from head_dim
-    to settings.max_width) whose parameter count is nearest N* at its budget."""
-    from marin_assets.scaling.data import bucket_flops
-
-    vocabs = {r["vocab_size"] for r in fit["runs"]}
-    if len(vocabs) != 1:
-        raise ValueError(f"prediction: the fitted runs used different vocabularies {sorted(vocabs)}")
-    settings = dataclasses.replace(settings, vocab_size=vocabs.pop())
-    recipe = fitted_recipe(fit)
-    shape = target.family or ladder_shape
-    budget = bucket_flops(target.multiple * c_fit)
-    if target.width is not None:
-        return plan_run(budget, target.width, settings, recipe, shape, batch_size=target.batch_size)
-    n_star = fit["n_opt_coefficient"] * budget ** fit["n_opt_exponent"]
-    plans = []
-    for width in range(shape.head_dim, settings.max_width + 1, shape.head_dim):
-        try:
-            plans.append(plan_run(budget, width, settings, recipe, shape, batch_size=target.batch_size))
-        except ValueError:
-            continue  # this width cannot spend the budget (too few steps or off the tolerance)
-    if not plans:
-        raise ValueError(f"prediction {target.name}: no family member up to width {settings.max_width} can spend "
-                         f"{budget:.3g} FLOPs")
-    return min(plans, key=lambda c: abs(math.log(c.params / n_star)))
-
-
-def seed_interval(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, flops: float, params: float,
-                  n: int, seed: int = 0) -> dict | None:
-    """A percentile interval of the predicted loss from the ladder's seeds: each resample draws
-    every point's seeds with replacement, refits and predicts. None with one seed per point."""
-    from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
-    from marin_assets.scaling.data import validate_runs
-    from marin_assets.scaling.fits import fit_isoflop
-
-    groups = seed_groups(counts)
-    if n == 0 or min(len(keys) for keys in groups.values()) < 2:
-        return None
-    rows = sorted(groups)
-    first = {name: [counts[groups[p][0]][name] for p in rows] for name in ("params", "tokens", "flops")}
-    losses = [np.array([counts[k]["validation_loss"] for k in groups[p]]) for p in rows]
-    quiet = dataclasses.replace(config, bootstrap_n=0)
-
-    def refit(rng: np.random.Generator) -> dict[str, float]:
-        loss = [float(rng.choice(x, size=x.size, replace=True).mean()) for x in losses]
-        runs = validate_runs(first["params"], first["tokens"], first["flops"], loss)
-        return {"loss": loss_at_config(fit_summary_of(fit_isoflop(runs, quiet)), flops, params)}
-
-    out = bootstrap(refit, BootstrapConfig(n=n, seed=seed))
-    if "loss" not in out["ci"]:
-        return None
-    low, high = out["ci"]["loss"]
-    return {"low": low, "high": high, "level": out["level"], "n": out["n"], "n_ok": out["n_ok"],
-            "seeds_per_point": min(len(keys) for keys in groups.values())}
-
-
-def predict_target(fit: Mapping[str, Any], ladder: Ladder, target: Target, settings: SweepSettings) -> dict:
-    """The prediction for one target, as it is frozen: the run's config, N*, D*, the loss at
-    that config, the envelope's optimum and the seed interval (resampled as the fit's
-    IsoFlopConfig bootstrap says), and what the ladder cost."""
-    from marin_assets.scaling.fits import IsoFlopConfig
-
-    config = IsoFlopConfig(**fit["isoflop_config"])
-    cand = target_candidate(fit, target, ladder.c_fit, settings, ladder.family)
-    counts = {r["partition"]: r for r in fit["runs"]}
-    budget = cand.budget
-    return {
-        "ladder": ladder.name, "target": target.name, "multiple": target.multiple, "c_fit": ladder.c_fit,
-        "budget": budget, "recipe": fitted_recipe(fit).as_dict(), "family": (target.family or ladder.family).as_dict(),
-        "config": cand.as_dict(),
-        "params_opt": fit["n_opt_coefficient"] * budget ** fit["n_opt_exponent"],
-        "tokens_opt": fit["d_opt_coefficient"] * budget ** fit["d_opt_exponent"],
-        "loss": loss_at_config(fit, cand.flops, cand.params),
-        "loss_optimal": loss_at(fit["loss_law"], budget),
-        "loss_law": fit["loss_law"], "curvature_log10_params": fit["curvature_log10_params"],
-        "interval": seed_interval(counts, config, cand.flops, cand.params, config.bootstrap_n, config.bootstrap_seed),
-        "ladder_flops": float(sum(r["flops"] for r in fit["runs"])),
-        "lr_sweep_flops": float(max(r.get("lr_sweep_flops", 0.0) for r in fit["runs"])),
-        "in_sample": [{"budget": o["budget"], "predicted": loss_at(fit["loss_law"], o["budget"]),
-                       "vertex_loss": o["loss_opt"]} for o in fit["optima"]],
-    }
-
-
-def frozen_candidate(pred: Mapping[str, Any], settings: SweepSettings):
-    """The run a frozen prediction names, planned again from its recipe and family: any
-    difference (other settings, a changed planner) is refused rather than run under the
-    prediction's name."""
-    from marin_assets.scaling.planner import MoeShape
-
-    frozen, family = pred["config"], pred["family"]
-    shape = FamilyShape(head_dim=family["head_dim"], aspect_ratio=family["aspect_ratio"], ff_mult=family["ff_mult"],
-                        kv_group=family["kv_group"], moe=MoeShape(**family["moe"]) if family["moe"] else None)
-    cand = plan_run(pred["budget"], frozen["width"], settings, Recipe(**pred["recipe"]), shape, batch_size=frozen["batch_size"])
-    planned = json.loads(json.dumps(cand.as_dict()))
-    differ = sorted(k for k in frozen if planned.get(k) != frozen[k])
-    if differ:
-        raise ValueError(f"target {pred['target']}: these settings plan a run that differs from the frozen prediction in "
-                         f"{differ} (frozen {[frozen[k] for k in differ]}, planned {[planned.get(k) for k in differ]})")
-    return cand

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from marin_assets.scaling.artifact_files import write_file
 from marin_assets.scaling.planner import FamilyShape, training_flops_per_token
 from marin_assets.scaling.recipes import V1, Recipe
 from marin_assets.store.names import validate_segment
@@ -87,16 +88,24 @@ def plan_run(budget: float, width: int, config, recipe: Recipe = V1, shape: Fami
 def reference_run(config, recipe: Recipe, shape: FamilyShape, learning_rate: float):
     """A run at the recipe's reference shape (lr_ref_width for lr_ref_steps steps, the widest
     batch) at ``learning_rate``: what the lr_sweep asset trains. Its budget is what it spends."""
+    return pinned_run(config, recipe, shape, recipe.lr_ref_width, max(config.batch_sizes), recipe.lr_ref_steps,
+                      learning_rate=learning_rate)
+
+
+def pinned_run(config, recipe: Recipe, shape: FamilyShape, width: int, batch_size: int, steps: int,
+               learning_rate: float | None = None):
+    """The run of ``width`` for exactly ``steps`` steps of ``batch_size`` (no budget bucket): its
+    budget is what it spends; its LR the recipe's for (width, steps) unless given."""
     from marin_assets.scaling.planner import SweepCandidate, active_params
 
-    family = sweep_family(recipe.lr_ref_width, config, recipe, shape)
-    width, depth, heads = family.shape(recipe.lr_ref_width)
+    family = sweep_family(width, config, recipe, shape)
+    width, depth, heads = family.shape(width)
     model = family.build_config(width, depth, heads)
-    batch, steps = max(config.batch_sizes), recipe.lr_ref_steps
-    tokens = batch * config.seq_len * steps
+    tokens = batch_size * config.seq_len * steps
     flops = training_flops_per_token(model, config.seq_len) * tokens
-    return SweepCandidate(budget=flops, width=width, depth=depth, heads=heads, batch_size=batch, steps=steps,
-                          learning_rate=learning_rate, tokens=tokens, flops=flops, params=active_params(model),
+    lr = family.learning_rate(width, steps) if learning_rate is None else learning_rate
+    return SweepCandidate(budget=flops, width=width, depth=depth, heads=heads, batch_size=batch_size, steps=steps,
+                          learning_rate=lr, tokens=tokens, flops=flops, params=active_params(model),
                           config=model, recipe=recipe.name, optimizer=recipe.optimizer_config())
 
 
@@ -133,6 +142,26 @@ def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: in
         out[name] = total / n
     out["mean"] = sum(out.values()) / len(out)
     return out
+
+
+def score_trained_run(checkpoint_dir: str, config, validation_caches: Mapping[str, str], tokens: int, out_dir: str,
+                      *, record: Mapping | None = None) -> dict:
+    """A run the ladder did not train (a main run's newest phase), scored as its own runs are: the
+    validation losses of its checkpoint on the same held-out windows, its active N and the FLOPs of
+    ``tokens`` trained tokens. Writes run.json (with ``record``, e.g. a prediction's stamp); returns
+    the counts the comparison reads."""
+    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.scaling.planner import active_params
+
+    params, model_config, _, meta = load_model_from_checkpoint(checkpoint_dir)
+    val = validation_loss(params, model_config, validation_caches, config.seq_len, config.validation_windows)
+    flops = training_flops_per_token(model_config, config.seq_len) * tokens
+    run = {"checkpoint": str(checkpoint_dir), "step": meta.get("step"), "tokens": tokens, "flops": flops,
+           "validation_loss": val, **(record or {})}
+    write_file(out_dir, "run.json", json.dumps(run, indent=1, default=str))
+    return {"width": model_config.d_model, "depth": model_config.n_layers, "params": active_params(model_config),
+            "vocab_size": model_config.vocab_size, "tokens": int(tokens), "flops": flops, "step": meta.get("step"),
+            "validation_loss": float(val["mean"])}
 
 
 def held_out_streams(datasets: Mapping[str, str]) -> dict:
@@ -218,7 +247,7 @@ def train_candidate(cand, config, train_caches: Mapping[str, str], validation_ca
         writer.log(result.final_step, {"validation_loss": val["mean"], "flops": spent,
                                        **{f"validation_loss.{k}": v for k, v in val.items() if k != "mean"}},
                    phase=train_config.phase)
-    _write_text(out_dir, "run.json", json.dumps(run, indent=1))
+    write_file(out_dir, "run.json", json.dumps(run, indent=1))
     log(f"{run_name}: train loss {last_loss:.4f}, validation {val['mean']:.4f} in {train_s:.1f}s")
     return {
         "budget": cand.budget, "width": cand.width, "depth": cand.depth, "params": cand.params,
@@ -230,21 +259,7 @@ def train_candidate(cand, config, train_caches: Mapping[str, str], validation_ca
     }
 
 
-def _write_text(root: str, name: str, text: str) -> None:
-    import fsspec
-
-    with fsspec.open(f"{root.rstrip('/')}/{name}", "w") as f:
-        f.write(text)
-
-
-def _write_bytes(root: str, name: str, data: bytes) -> None:
-    import fsspec
-
-    with fsspec.open(f"{root.rstrip('/')}/{name}", "wb") as f:
-        f.write(data)
-
-
 def _upload(local: Path, root: str, names: Sequence[str]) -> None:
     for name in names:
         if (local / name).exists():
-            _write_bytes(root, name, (local / name).read_bytes())
+            write_file(root, name, (local / name).read_bytes())

@@ -5,7 +5,7 @@ the live telemetry, and the phase controller acts on the verdict.
 
     expected_trajectory(ladder_curves, target_params, settings) -> Expected
     check_trajectory(expected, main_curve, settings) -> Verdict (inside/outside per metric, first step, reason)
-    trajectory_png(expected, main_curve, verdict, settings) -> PNG bytes
+    trajectory_plot.trajectory_png(expected, main_curve, verdict, settings) -> PNG bytes
 
 What "expected" means, per metric (issue 23: Delphi compares the main run's loss, gradient norm and
 token drops with the ladder's patterns; this is our reading of that):
@@ -222,7 +222,7 @@ class Expected:
         return np.full(b.shape, -math.inf), np.array([self.drop_rate_max[i] for i in b]) + settings.drop_rate_floor
 
 
-def _smoothed(curve: Curve, metric: str, settings: LadderWatchSettings, expected: Expected | None = None) -> np.ndarray:
+def smoothed_series(curve: Curve, metric: str, settings: LadderWatchSettings, expected: Expected | None = None) -> np.ndarray:
     """The smoothed series a band is compared with (the module docstring says how); the loss is
     smoothed about the law at ``expected.params`` (a ladder run's own size when fitting)."""
     values, window = curve.series(metric), curve.window(settings)
@@ -236,7 +236,7 @@ def _smoothed(curve: Curve, metric: str, settings: LadderWatchSettings, expected
 
 
 # The law's L-BFGS starts: 162 of the published grid's 4,500. Measured on two real 40-step ladder
-# runs (tests/scaling/test_trajectory.py's shapes): the same residual RMS (0.1313) and a law within
+# runs (widths 16 and 32, as tests/scaling/test_trajectory.py trains them): the same residual RMS (0.1313) and a law within
 # 0.03 nats of the full grid's at 1e3..1e5 tokens, in 1.0 s instead of 12 s on a busy 2-core machine.
 WATCH_FIT_GRID = {
     "a": (0.0, 10.0, 20.0),
@@ -285,7 +285,7 @@ def expected_trajectory(
     residuals = []
     for curve in ladder:
         at_own_size = dataclasses.replace(provisional, params=curve.params)
-        smoothed = _smoothed(curve, "loss", settings, at_own_size) - at_own_size.loss(curve.tokens)
+        smoothed = smoothed_series(curve, "loss", settings, at_own_size) - at_own_size.loss(curve.tokens)
         residuals += list(smoothed[(curve.fraction() >= settings.min_fraction) & np.isfinite(smoothed)])
     sigma = float(np.sqrt(np.mean(np.square(residuals)))) if residuals else 0.0
     return dataclasses.replace(provisional, loss_sigma=sigma)
@@ -298,7 +298,7 @@ def _fraction_bands(ladder: Sequence[Curve], settings: LadderWatchSettings):
     for curve in ladder:
         b = np.clip((curve.fraction() * bins).astype(int), 0, bins - 1)
         for metric, into in (("grad_norm", norms), ("drop_rate", drops)):
-            smoothed = _smoothed(curve, metric, settings)
+            smoothed = smoothed_series(curve, metric, settings)
             for i in np.flatnonzero(np.isfinite(smoothed)):
                 into[b[i]].append(float(smoothed[i]))
     norms, drops = _fill_empty(norms, "grad_norm"), _fill_empty(drops, "drop_rate")
@@ -364,13 +364,13 @@ def _check_metric(expected: Expected, main: Curve, metric: str, settings: Ladder
     fraction = main.fraction()
     judged = (fraction >= settings.min_fraction) & main.measured(metric)
     if not judged.any():
-        return MetricVerdict(metric, True, 0, reason=f"{_label(metric)} not measured")
-    raw, smoothed = main.series(metric), _smoothed(main, metric, settings, expected)
+        return MetricVerdict(metric, True, 0, reason=f"{metric_label(metric)} not measured")
+    raw, smoothed = main.series(metric), smoothed_series(main, metric, settings, expected)
     low, high = expected.bands(metric, main.tokens, fraction, settings)
     out = judged & (~np.isfinite(raw) | (smoothed < low) | (smoothed > high))
     first = _first_streak(out[judged], settings.patience)
     if first is None:
-        return MetricVerdict(metric, True, int(judged.sum()), reason=f"{_label(metric)} inside")
+        return MetricVerdict(metric, True, int(judged.sum()), reason=f"{metric_label(metric)} inside")
     i = int(np.flatnonzero(judged)[first])
     value = float(smoothed[i]) if math.isfinite(raw[i]) else math.nan
     side = (
@@ -391,7 +391,7 @@ def _check_metric(expected: Expected, main: Curve, metric: str, settings: Ladder
         value,
         _finite_or_none(low[i]),
         _finite_or_none(high[i]),
-        f"{_label(metric)} left the ladder's band at step {main.steps[i]}: {side} {where}",
+        f"{metric_label(metric)} left the ladder's band at step {main.steps[i]}: {side} {where}",
     )
 
 
@@ -408,66 +408,6 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _label(metric: str) -> str:
+def metric_label(metric: str) -> str:
+    """How a metric is named in verdicts and plots."""
     return {"loss": "loss", "grad_norm": "gradient norm", "drop_rate": "drop rate"}[metric]
-
-
-def trajectory_png(
-    expected: Expected, main: Curve, verdict: Verdict, settings: LadderWatchSettings, ladder: Sequence[Curve] = ()
-) -> bytes:
-    """Loss against tokens, gradient norm and drop rate against the fraction of the phase: the
-    ladder's band (shaded), the ladder's runs (grey, given), the main run raw (faint) and smoothed,
-    and a red line where a metric left the band."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    fraction = main.fraction()
-    for ax, metric in zip(axes, METRICS, strict=True):
-        x = np.asarray(main.tokens) if metric == "loss" else fraction
-        judged = fraction >= settings.min_fraction
-        low, high = expected.bands(metric, main.tokens, fraction, settings)
-        for curve in ladder:
-            ax.plot(curve.tokens if metric == "loss" else curve.fraction(), curve.series(metric), color="0.75", lw=0.6)
-        if metric == "loss":
-            ax.plot(
-                x[judged], expected.loss(main.tokens)[judged], color="C2", lw=1, label=f"ladder law at N={expected.params:.3g}"
-            )
-        floor = expected.loss(main.tokens) if metric == "loss" else np.zeros(low.shape)  # one-sided: from the law / 0
-        ax.fill_between(
-            x[judged], np.where(np.isfinite(low), low, floor)[judged], high[judged], color="C2", alpha=0.2, label="ladder band"
-        )
-        raw = main.series(metric)
-        ax.plot(x, raw, color="C0", lw=0.6, alpha=0.4, label=f"{main.name} (raw)")
-        ax.plot(x, _smoothed(main, metric, settings, expected), color="C0", lw=1.5, label="smoothed")
-        bad = main.measured(metric) & ~np.isfinite(raw)
-        if bad.any():  # not finite: drawn on the top edge
-            ax.scatter(
-                x[bad],
-                np.full(int(bad.sum()), np.nanmax(high[judged])),
-                marker="x",
-                color="red",
-                s=14,
-                label="not finite",
-                zorder=3,
-            )
-        if metric == "grad_norm":
-            ax.set_yscale("log")
-        mv = verdict.metric(metric)
-        if mv.first_step is not None:
-            ax.axvline(x[main.steps.index(mv.first_step)], color="red", ls="--", lw=1, label=f"left at step {mv.first_step}")
-        ax.set_xlabel("tokens" if metric == "loss" else "fraction of the phase")
-        ax.set_title(f"{_label(metric)}: {'inside' if mv.inside else 'OUTSIDE'}", color="black" if mv.inside else "red")
-        ax.legend(fontsize=7, loc="best")
-    fig.suptitle(
-        ("inside the ladder's band" if verdict.inside else f"left the ladder's band at step {verdict.first_step}"), fontsize=10
-    )
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()

@@ -20,13 +20,15 @@ import dagster as dg
 import pytest
 
 from assets.datakit.datasets import mixture_asset
-from assets.scaling import DEMO_LADDER, MOE_LADDER, build_scaling_assets, scaling_assets, scaling_checks
+from assets.scaling import build_scaling_assets, scaling_assets, scaling_checks
+from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
 from demo.scaling import ladder_steps, run_ladder
 from jobs import scaling_job
 from marin_assets.experiments.lock import lock_path
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.scaling.extrapolation import STAMP_KEY, PredictionNotFrozen
-from marin_assets.scaling.ladder import Ladder, Target, write_file
+from marin_assets.scaling.artifact_files import write_file
+from marin_assets.scaling.ladder import Ladder, Target
 from marin_assets.scaling.sweep import parse_partition_key, parse_seeded_key, partition_key, plan_run
 from marin_assets.store import ArtifactRef, ArtifactStore
 from tests.support.byte_tokens import VOCAB_SIZE
@@ -92,7 +94,7 @@ def resources(prefix: Path) -> dict:
 def test_partition_keys_round_trip_and_pass_store_validation():
     from marin_assets.store.names import validate_segment
 
-    for key in DEMO_LADDER.keys() + MOE_LADDER.keys() + LAW_LADDER.keys():
+    for key in DENSE_LADDER.keys() + MOE_LADDER.keys() + LAW_LADDER.keys():
         assert validate_segment(key) == key
         budget, width, seed = parse_seeded_key(key)
         assert partition_key(budget, width, seed) == key
@@ -104,7 +106,7 @@ def test_partition_keys_round_trip_and_pass_store_validation():
             parse_seeded_key(bad)
 
 
-@pytest.mark.parametrize("ladder", [DEMO_LADDER, MOE_LADDER], ids=["dense", "moe"])
+@pytest.mark.parametrize("ladder", [DENSE_LADDER, MOE_LADDER], ids=["dense", "moe"])
 def test_every_ladder_partition_is_plannable_with_the_default_sweep_config(ladder):
     from assets.scaling import SweepConfig
     from marin_assets.scaling.ladder import SweepSettings, resolve_recipe
@@ -129,25 +131,27 @@ def dataclass_settings(config):
 
 
 def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_runs_model():
+    from assets.scaling_ladders import MAIN_RUN_TOKENS
     from assets.training import ModelShapeConfig, TrainBaseConfig
     from marin_assets.model import count_params, flops_per_token
 
     main = ModelShapeConfig()
     target = MOE_LADDER.targets[-1]
-    assert (target.name, target.multiple, target.width, target.batch_size) == ("main", 30, main.d_model,
-                                                                                TrainBaseConfig().batch_size)
+    assert (target.name, target.width, target.batch_size, target.tokens) == ("main", main.d_model,
+                                                                              TrainBaseConfig().batch_size, MAIN_RUN_TOKENS)
+    assert DEMO_LADDER is MOE_LADDER  # the demo runs it: the watch judges the demo's run against its sweep
     family = target.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
     model = family.build_config(*family.shape(main.d_model))
     for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_routed_experts", "n_shared_experts", "top_k",
                  "expert_d_ff"):
         assert getattr(model, name) == getattr(main, name), name
-    # The ladder's members only split their width into smaller heads: at the main run's width,
-    # the same matrices (the q/k norm gains are per head size: 32 parameters fewer) and FLOPs.
+    # The ladder's members only split their width into smaller heads (4, not 16): at the main run's
+    # width, the same matrices (the q/k norm gains are per head size: 2 x 12 per layer fewer) and FLOPs.
     rung = MOE_LADDER.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
     member = rung.build_config(*rung.shape(main.d_model))
-    assert count_params(member)[1] == count_params(model)[1] - 2 * main.n_layers * 8
+    assert count_params(member)[1] == count_params(model)[1] - 2 * main.n_layers * (16 - 4)
     assert flops_per_token(member, 64) == pytest.approx(flops_per_token(model, 64), rel=1e-3)
-    assert member.n_heads == 2 * model.n_heads and MOE_LADDER.family.moe == target.family.moe
+    assert member.n_heads == 4 * model.n_heads and MOE_LADDER.family.moe == target.family.moe
 
 
 def test_ladder_rejects_bad_shapes():
@@ -167,22 +171,28 @@ def test_exports_are_the_demo_and_moe_ladders():
     keys = {a.key.to_user_string() for a in scaling_assets}
     steps = {ladder.name: ["lr_sweep", "sweep", "fit", "comparison", *(f"{t}/{kind}" for t in ladder.target_keys
                                                                       for kind in ("prediction", "target"))]
-             for ladder in (DEMO_LADDER, MOE_LADDER)}
+             for ladder in (DENSE_LADDER, MOE_LADDER)}
     assert keys == {f"scaling/{ladder}/{step}" for ladder, names in steps.items() for step in names}
-    assert DEMO_LADDER.target_keys == ["x3"] and MOE_LADDER.target_keys == ["x3", "x10", "main"]
+    assert DENSE_LADDER.target_keys == ["x3"] and MOE_LADDER.target_keys == ["x3", "main"]
     assert {(c.asset_key.to_user_string(), c.name) for check in scaling_checks for c in check.check_specs} == {
         (f"scaling/{ladder}/comparison", "prediction_error") for ladder in ("dense", "moe")}
-    sweep = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/dense/sweep")
-    assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(DEMO_LADDER.keys())
-    assert sweep.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "dense", "lr_sweep"])}
-    target = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/main/target")
-    assert target.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "main", "prediction"])}
-    defs = dg.Definitions(assets=[*scaling_assets, *DATA], asset_checks=scaling_checks,
+    sweep = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/sweep")
+    assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(MOE_LADDER.keys())
+    assert sweep.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "lr_sweep"])}
+    target = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/x3/target")
+    assert target.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "x3", "prediction"])}
+    main = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/main/target")  # the demo's run itself
+    assert main.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "main", "prediction"]),
+                                    dg.AssetKey(["train", "demo"])}
+    from assets.partitions import demo_phases
+
+    main_run = dg.AssetSpec(["train", "demo"], partitions_def=demo_phases)  # the run the main target observes
+    defs = dg.Definitions(assets=[*scaling_assets, *DATA, main_run], asset_checks=scaling_checks,
                           jobs=[scaling_job], resources=resources(Path("/nonexistent")))
     defs.resolve_all_job_defs()
-    # The scaling job is the demo's ladder (one partitions definition per job: the MoE sweep's is its own group's).
+    # The scaling job is the demo's ladder (one partitions definition per job: the dense sweep's is its own group's).
     assert {k.to_user_string() for k in defs.resolve_job_def("scaling").asset_layer.executable_asset_keys} == {
-        k for k in keys if k.startswith("scaling/dense/")}
+        k for k in keys if k.startswith("scaling/moe/")}
 
 
 def test_the_ladder_reads_the_mixtures_datasets(data_store):
@@ -342,3 +352,77 @@ def test_a_target_refuses_to_run_without_its_frozen_prediction(law_protocol, tmp
                                    asset_selection=[dg.AssetKey.from_user_string("scaling/law/x2/target")])
     finally:
         path.write_bytes(saved)
+
+
+# ---------------------------------------------------------------- a target that is the main run itself
+
+OBS_MAIN_TOKENS = 81 * 8 * SEQ  # the main run's tokens: 81 steps of 8 x 32
+OBS_LADDER = Ladder(name="obs", budgets=(8e9, 1.6e10), widths=((8, 16, 32),) * 2, max_relative_error=0.5,
+                    targets=(Target("x2", 2.0), Target("main", 4.0, width=32, batch_size=8, tokens=OBS_MAIN_TOKENS,
+                                                       observed="train/stub")))
+OBS_RUN_CONFIG = {"ops": {op: {"config": cfg} for op, cfg in {
+    "scaling__obs__lr_sweep": {"sweep": SWEEP_CONFIG}, "scaling__obs__sweep": SWEEP_CONFIG, "scaling__obs__fit": {"bootstrap_n": 0},
+    **{f"scaling__obs__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "main")},
+    **{f"scaling__obs__{t}__target": SWEEP_CONFIG for t in ("x2", "main")}}.items()}}
+stub_phases = dg.DynamicPartitionsDefinition(name="stub_phases")
+
+
+def stub_main_run(store: ArtifactStore):
+    """A main run of phases (no training): each phase's counts say the run's tokens so far; it
+    checks, as it starts, that the main target's prediction is already frozen."""
+    from marin_assets.experiments.lock import read_lock
+    from marin_assets.orchestration import StageContext, versioned_asset
+
+    @versioned_asset(key="train/stub", code_version="1", partitions_def=stub_phases, group_name="training")
+    def stub(ctx: StageContext):
+        pred = store.read_pointer("scaling/obs/main/prediction", None)
+        assert pred is not None and read_lock(store, pred.counts["lock"]) is not None  # frozen before the run starts
+        return {"tokens_trained": {"p1": OBS_MAIN_TOKENS // 2, "p2": OBS_MAIN_TOKENS}[ctx.partition_key]}
+
+    return stub
+
+
+def law_score(data_path, config, validation_caches, tokens, out_dir, *, record=None):
+    """The observed run scored: the known law at the main model's N and the run's tokens."""
+    cand = plan_run(1e10, 32, config)  # the pinned model (width 32 of the ladder's dense family); its N
+    loss = law_loss(cand.params, tokens, LR_OPT, seed=3)
+    write_file(out_dir, "run.json", json.dumps({"tokens": tokens, "validation_loss": {"mean": loss}, **(record or {})}))
+    return {"width": 32, "params": cand.params, "tokens": tokens, "flops": cand.flops / cand.tokens * tokens,
+            "validation_loss": loss}
+
+
+@pytest.mark.slow
+def test_the_main_run_is_a_target_predicted_before_it_starts_and_scored_after(data_store, tmp_path):
+    """An observed target: its prediction is frozen before ``main_run`` starts (the stub checks), the
+    ladder trains nothing for it, and its actual is the main run's newest phase; without a main run
+    ``run_ladder`` stops after the predictions."""
+    from marin_assets.experiments.lock import read_lock
+
+    store = ArtifactStore(str(tmp_path))
+    stub = stub_main_run(store)
+    assets, checks = build_scaling_assets(OBS_LADDER, run_fn=law_run, train_fn=law_train, score_fn=law_score)
+    defs = dg.Definitions(assets=[*DATA, *assets, stub], asset_checks=checks, jobs=[scaling_job], resources=resources(tmp_path))
+    with dg.instance_for_test() as instance:
+        assert dg.materialize(DATA, instance=instance, resources=resources(tmp_path), run_config=DATA_CONFIG).success
+        waiting = run_ladder(defs, instance, OBS_LADDER, run_config=OBS_RUN_CONFIG, log=lambda line: None)
+        assert waiting["targets"] == {} and waiting["waiting_for"] == ["train/stub"]
+
+        def main_run():
+            instance.add_dynamic_partitions("stub_phases", ["p1", "p2"])
+            for phase in ("p1", "p2"):
+                assert dg.materialize([stub], instance=instance, resources=resources(tmp_path), partition_key=phase).success
+
+        out = run_ladder(defs, instance, OBS_LADDER, run_config=OBS_RUN_CONFIG, log=lambda line: None, main_run=main_run)
+    main = out["targets"]["main"]
+    pred_ref = store.read_pointer("scaling/obs/main/prediction", None)
+    pred = json.loads((Path(pred_ref.data_path) / "prediction.json").read_text())
+    assert pred["config"]["tokens"] == OBS_MAIN_TOKENS and main["predicted"] == pytest.approx(pred["loss"])
+    target_ref = store.read_pointer("scaling/obs/main/target", None)
+    run = json.loads((Path(target_ref.data_path) / "run.json").read_text())
+    assert (run["phase"], run["tokens"], target_ref.counts["phase"]) == ("p2", OBS_MAIN_TOKENS, "p2")  # the newest phase
+    assert run[STAMP_KEY]["frozen_hash"] == read_lock(store, pred_ref.counts["lock"])["frozen_hash"]
+    from marin_assets.scaling.ladder import SweepSettings
+
+    params = plan_run(1e10, 32, SweepSettings(vocab_size=VOCAB, **SWEEP_CONFIG)).params
+    assert main["actual"] == pytest.approx(law_loss(params, OBS_MAIN_TOKENS, LR_OPT, 3))
+    assert set(out["targets"]) == {"x2", "main"}

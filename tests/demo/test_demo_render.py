@@ -10,10 +10,20 @@ DATAKIT = {"success": True, "shards": 47, "partitions": 526, "cache_hits": 0, "r
 
 def test_the_summary_names_each_target_its_prediction_and_its_error():
     scaling = {"targets": {"x3": {"multiple": 3.0, "predicted": 2.1, "actual": 2.2, "relative_error": (2.1 - 2.2) / 2.2,
-                                  "interval": None, "flops": 1.2e11, "width": 16}},
+                                  "interval": None, "flops": 1.2e11, "width": 16},
+                           "main": {"multiple": 9.718382592, "predicted": 2.5, "actual": 2.4, "relative_error": 0.1 / 2.4,
+                                    "interval": None, "flops": 3.9e10, "width": 64}},
                "passed": True, "bound": 0.05, "ladder_cost_fraction": 0.52}
     text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
                    "event_log": "e", "scaling": scaling})
-    (line,) = [line for line in text.splitlines() if "scaling ladder" in line]
-    assert "x3 (3x the fitted compute) predicted loss 2.1000 before its run, actual 2.2000" in line
-    assert "relative error -4.55%, check passed" in line and "ladder compute 52% of the target's" in line
+    x3, main = [line for line in text.splitlines() if "scaling ladder" in line]
+    assert "x3 (3x the fitted compute) predicted loss 2.1000 before its run, actual 2.2000" in x3
+    assert "relative error -4.55%, check passed" in x3 and "ladder compute 52% of the targets'" in x3
+    assert "main (9.72x the fitted compute) predicted loss 2.5000 before its run, actual 2.4000" in main
+
+
+def test_without_the_main_run_the_summary_says_the_comparison_waits():
+    scaling = {"targets": {}, "waiting_for": ["train/demo"], "best_lr": 0.03, "seconds": 80.0}
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "scaling": scaling})
+    assert "scaling ladder: predictions frozen; the comparison waits for train/demo" in text

@@ -13,8 +13,8 @@ from marin_assets.experiments.lock import LockFileError, RecordChangedError, con
 from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp, compare, comparison_png, lock_name,
                                                 register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import (Ladder, SweepSettings, Target, fit_summary_of, frozen_candidate, loss_at,
-                                         loss_at_config, predict_target, seed_interval)
+from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at
+from marin_assets.scaling.ladder_predict import frozen_candidate, loss_at_config, predict_target, seed_interval
 from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import partition_key, plan_run
 from marin_assets.store import ArtifactStore
@@ -148,6 +148,25 @@ def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
         frozen_candidate(pred, SweepSettings(vocab_size=257, seq_len=64, batch_sizes=[8], min_steps=20))
     pinned = predict_target(fit, ladder, ladder.targets[1], SETTINGS)
     assert (pinned["config"]["width"], pinned["config"]["batch_size"]) == (32, 8)
+
+
+def test_a_target_of_pinned_tokens_trains_exactly_them_and_replans_exactly_them():
+    """A main run's target: its model and batch for its tokens, not the nearest 1.1 budget bucket
+    (a bucket is up to 5% off: 82 steps instead of the main run's 81)."""
+    ladder = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+                    targets=(Target("main", 4.0, width=32, batch_size=8, tokens=81 * 8 * 32),), seeds=(0, 1))
+    fit = fit_of(law_counts(2, 0.002))
+    pred = json.loads(json.dumps(predict_target(fit, ladder, ladder.targets[0], SETTINGS)))
+    assert (pred["config"]["steps"], pred["config"]["tokens"], pred["pinned_tokens"]) == (81, 81 * 8 * 32, 81 * 8 * 32)
+    assert pred["budget"] == pred["config"]["flops"] and pred["multiple"] == pytest.approx(pred["budget"] / 3.2e10)
+    assert pred["loss"] == pytest.approx(loss_at_config(fit, pred["config"]["flops"], pred["config"]["params"]))
+    assert json.loads(json.dumps(frozen_candidate(pred, SETTINGS).as_dict())) == pred["config"]
+    with pytest.raises(ValueError, match=r"differs from the frozen prediction in \[.*'tokens'"):
+        frozen_candidate(pred, SweepSettings(vocab_size=257, seq_len=64))
+    with pytest.raises(ValueError, match="not whole steps of 256"):
+        predict_target(fit, ladder, Target("main", 4.0, width=32, batch_size=8, tokens=1000), SETTINGS)
+    with pytest.raises(ValueError, match="pinned tokens need a pinned width and batch_size"):
+        Target("main", 4.0, tokens=512)
 
 
 def test_the_comparison_reports_errors_intervals_and_the_cost_fraction():

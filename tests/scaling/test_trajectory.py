@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from marin_assets.scaling.trajectory import Curve, LadderWatchSettings, check_trajectory, expected_trajectory, trajectory_png
+from marin_assets.scaling.trajectory import Curve, LadderWatchSettings, check_trajectory, expected_trajectory
+from marin_assets.scaling.trajectory_plot import trajectory_png
 
 E, A, ALPHA, B, BETA = 1.8, 400.0, 0.5, 60.0, 0.4
 TOKENS_PER_STEP = 512
@@ -151,7 +152,9 @@ def test_bad_rows_and_settings_are_named():
 # ---------------------------------------------------------------- real tiny runs
 
 WIDTHS = {"ladder": (16, 32), "main": 24}
-STEPS_REAL = 40
+# Each run's cost is mostly tracing its step (seconds, whatever its length), so the runs are as
+# few as the property needs (two ladder sizes, a normal and a too-high main run) and short.
+STEPS_REAL = 20
 
 
 def _model(width: int) -> dict:
@@ -175,7 +178,7 @@ def _train(caches, out, width: int, lr: float, seed: int) -> Curve:
     config = config_from_dict({
         "model": _model(width), "seq_len": 32, "batch_size": 8, "num_steps": STEPS_REAL, "seed": seed, "data_seed": seed,
         "checkpoint_every_steps": STEPS_REAL, "guards": {"max_skipped_fraction": 1.0},  # let a diverging run log every step
-        "schedule": {"kind": "wsd", "peak_lr": lr, "warmup_steps": 4, "decay_steps": 8}}, "run")
+        "schedule": {"kind": "wsd", "peak_lr": lr, "warmup_steps": 2, "decay_steps": 4}}, "run")
     result = train(config, caches, out, resume=False, telemetry_root=str(out / "telemetry"))
     return Curve.from_rows(f"d{width}-lr{lr:g}-s{seed}", _active_params(width), read_metrics(result.metrics_path),
                            planned_tokens=STEPS_REAL * 8 * 32)
@@ -183,11 +186,11 @@ def _train(caches, out, width: int, lr: float, seed: int) -> Curve:
 
 @pytest.mark.slow
 def test_real_runs_a_100x_lr_leaves_the_band_within_10_steps_and_a_normal_lr_stays_inside(tmp_path):
-    """Measured here (seed 1): LR 1e-2 stays inside; LR 1.0 climbs to ~27 nats by step 7 (the
-    ladder's law: 5.4 falling to 3.3) and is still above the band at step 40; it leaves at step 4,
-    the first judged step, and its gradient norm at step 5. A 10x LR (0.1) trains about as well on
-    these 40-step runs and sits on the gradient norm's lower edge (0.27 against 0.27 from step 30:
-    just outside with seed 1, just inside with seed 0), so it is not asserted either way."""
+    """Measured here on 20-step runs: LR 1e-2 stays inside with main seeds 0, 1 and 2; LR 1.0 leaves
+    at step 3 with each (its gradient norm, 4.9 > 2.9 with seed 1; its loss at step 5, 6.75 > 5.19).
+    The loss-spike detector sees nothing with seeds 1 and 2 (with seed 0 it fires too). On 40-step
+    runs a 10x LR (0.1) trained about as well and sat on the gradient norm's lower edge, so it is
+    not asserted either way."""
     from marin_assets.phases.signals import loss_spike
     from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
 
@@ -203,7 +206,7 @@ def test_real_runs_a_100x_lr_leaves_the_band_within_10_steps_and_a_normal_lr_sta
     assert inside.inside, inside.reason
     outside = check_trajectory(expected, too_high, SETTINGS)
     assert not outside.inside and outside.first_step <= 10, outside.reason
-    assert outside.metric("loss").first_step <= 10 and outside.reason.startswith("loss left the ladder's band at step")
+    assert outside.metric("loss").first_step <= 10 and "loss left the ladder's band at step" in outside.reason
     # The phase controller's own detector compares a run with its own recent past: a run that is
     # bad from the start and stays bad never spikes against it.
     losses = list(too_high.series("loss"))

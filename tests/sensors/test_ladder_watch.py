@@ -49,7 +49,7 @@ phases = dg.DynamicPartitionsDefinition(name="watch_phases")
 @versioned_asset(key="sweep_stub", code_version="1", partitions_def=dg.StaticPartitionsDefinition(list(LADDER)),
                  group_name="scaling")
 def sweep_stub(ctx: StageContext):
-    from marin_assets.scaling.ladder import write_file
+    from marin_assets.scaling.artifact_files import write_file
 
     params = LADDER[ctx.partition_key]
     lines = [json.dumps(r) for r in rows(params, seed=int(ctx.partition_key[-1]))]
@@ -277,3 +277,14 @@ def test_before_the_ladder_has_run_nothing_is_judged_and_the_plan_goes_on(tmp_pa
     assert in_run.description == ("not judged: no ladder trajectory yet: the ladder watch needs runs of >= 2 model sizes, "
                                   "got [] from 0 run(s) (left out 4 of 4 ladder runs: C1-d1, C1-d2, C1-d3, C1-d4)")
     assert h.observations("ladder_watch") == []
+
+
+def test_the_code_locations_watch_reads_the_ladder_the_demo_runs():
+    """The demo materialises its ladder's sweep before the main run: the watch judges the demo's run
+    against those runs (a ladder the demo did not run would leave every phase not judged)."""
+    from assets.scaling_ladders import DEMO_LADDER
+    from definitions import ladder_watch
+
+    assert ladder_watch.sweep_key == f"scaling/{DEMO_LADDER.name}/sweep"
+    assert list(ladder_watch.partitions) == DEMO_LADDER.keys()
+    assert DEMO_LADDER.targets[-1].observed == "train/demo"  # and its last prediction is that run's final loss
