@@ -44,7 +44,6 @@ from marin_assets.experiments.lock import content_hash
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config, stage_config
-from marin_assets.scaling.artifact_files import read_bytes, read_json, write_file
 from marin_assets.scaling.extrapolation import (STAMP_KEY, as_json, check_stamp, compare, comparison_counts, comparison_png,
                                                 lock_name, register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
@@ -53,6 +52,7 @@ from marin_assets.scaling.ladder import (Ladder, LrSweepSettings, SweepSettings,
 from marin_assets.scaling.ladder_predict import frozen_candidate, predict_target
 from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
+from marin_assets.store.artifact_files import read_bytes, read_json, write_file
 
 SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder (MoE), watched by the ladder watch
 DENSE_GROUP = "scaling_dense"  # its own group: a job covers one partitions definition, and the sweeps' differ

@@ -29,6 +29,7 @@ from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, 
 from marin_assets.phases.signals import DROP_RATE
 from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
 from marin_assets.store import ArtifactRef
+from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 
 RUN = "demo"
@@ -141,9 +142,8 @@ class PhaseConfig(StageConfig):
 
 def _train_metadata(ref: ArtifactRef) -> dict:
     fs, data = filesystem(ref.data_path)
-    plots = {"loss_curve": ("Loss curve", "loss_curve.png"), "moe_telemetry": ("MoE telemetry", "moe_telemetry.png")}
-    return {key: png_markdown(title, fs.cat_file(join(data, name)))
-            for key, (title, name) in plots.items() if fs.exists(join(data, name))}
+    drawn = {"loss_curve": "Loss curve", "moe_telemetry": "MoE telemetry"}  # <key>.png, when the run drew it
+    return {k: png_markdown(t, read_bytes(ref, f"{k}.png")) for k, t in drawn.items() if fs.exists(join(data, f"{k}.png"))}
 
 
 def _own_sources(config: PhaseConfig) -> list[str] | None:

@@ -20,10 +20,10 @@ import numpy as np
 
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.scaling.artifact_files import write_file
 from marin_assets.scaling.planner import FamilyShape
 from marin_assets.scaling.recipes import RECIPES, Recipe, get_recipe
 from marin_assets.scaling.sweep import budget_label, parse_partition_key, parse_seeded_key, partition_key
+from marin_assets.store.artifact_files import write_file
 from marin_assets.store.names import validate_asset_key, validate_segment
 
 if TYPE_CHECKING:

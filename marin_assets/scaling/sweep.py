@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from marin_assets.scaling.artifact_files import write_file
 from marin_assets.scaling.planner import FamilyShape, training_flops_per_token
 from marin_assets.scaling.recipes import V1, Recipe
+from marin_assets.store.artifact_files import write_file
 from marin_assets.store.names import validate_segment
 from marin_assets.telemetry import TelemetryWriter
 from marin_assets.telemetry import default_root as default_telemetry_root

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import jax
@@ -122,7 +123,7 @@ def _loss_curve(run: Run, emitter: Emitter, out_dir: str, final_step: int) -> Pa
     if not curve:
         return None
     if any("moe/drop_rate" in row for row in curve):  # an MoE run: its drop rate and expert load beside the loss
-        fs, where = filesystem(child(out_dir, "moe_telemetry.png"))
+        fs, where = filesystem(os.fspath(child(out_dir, "moe_telemetry.png")))
         write_bytes_atomic(fs, where, moe_telemetry_png(curve, title=f"{dir_name(out_dir)}: MoE telemetry"))
     return plot_loss_curve(curve, child(out_dir, "loss_curve.png"), title=dir_name(out_dir))
 

@@ -27,10 +27,10 @@ from jobs import scaling_job
 from marin_assets.experiments.lock import lock_path
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.scaling.extrapolation import STAMP_KEY, PredictionNotFrozen
-from marin_assets.scaling.artifact_files import write_file
 from marin_assets.scaling.ladder import Ladder, Target
 from marin_assets.scaling.sweep import parse_partition_key, parse_seeded_key, partition_key, plan_run
 from marin_assets.store import ArtifactRef, ArtifactStore
+from marin_assets.store.artifact_files import write_file
 from tests.support.byte_tokens import VOCAB_SIZE
 from tests.support.datasets import byte_datasets, mixture_run_config
 

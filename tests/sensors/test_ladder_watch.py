@@ -49,7 +49,7 @@ phases = dg.DynamicPartitionsDefinition(name="watch_phases")
 @versioned_asset(key="sweep_stub", code_version="1", partitions_def=dg.StaticPartitionsDefinition(list(LADDER)),
                  group_name="scaling")
 def sweep_stub(ctx: StageContext):
-    from marin_assets.scaling.artifact_files import write_file
+    from marin_assets.store.artifact_files import write_file
 
     params = LADDER[ctx.partition_key]
     lines = [json.dumps(r) for r in rows(params, seed=int(ctx.partition_key[-1]))]

@@ -1,4 +1,4 @@
-"""The scaling assets' files: read from a committed artifact's data, written into a run's output
+"""An asset's files: read from a committed artifact's data folder, written into a run's output
 folder (any fsspec URL). Thin over ``marin_assets.store.fsutil``: one way to join, open and
 write atomically, shared with the store.
 """
