@@ -15,11 +15,21 @@ Layout (what is sharded where, and why):
   group to hold different tokens anyway.
 - Routed-expert weights ``e_gate/e_up/e_down`` [L, E, ...] (and their optimizer state)
   are sharded on E over ``expert`` and replicated over ``data``.
-- Everything else is replicated. At the sizes this lab trains the routed experts are most
-  of the parameters and they are already split; replicating the rest keeps the step's
-  collectives to the gradient all-reduce plus the EP all-to-alls, with no per-layer
-  all-gather. FSDP would be a change to ``param_spec`` alone (shard a weight axis over
-  ``data``) once dense weights outgrow one device.
+- Everything else is replicated by default. At the sizes this lab trains the routed experts
+  are most of the parameters and they are already split; replicating the rest keeps the
+  step's collectives to the gradient all-reduce plus the EP all-to-alls, with no per-layer
+  all-gather (and the losses bit-identical to what they were).
+- FSDP (``fsdp=True``, or MARIN_FSDP=1 for every layout this process makes): the params and
+  the optimizer state are stored split over every device. A non-expert leaf splits one axis
+  over ``("data", "expert")`` together (the expert axis is a data-parallel axis for it), else
+  over ``data``; stacked layer weights [L, ...] never split L, so each scan iteration slices
+  one layer and gathers only that layer. Routed-expert leaves keep E on ``expert`` and split
+  one more axis over ``data``. The step stays a plain jit over these NamedShardings: XLA's
+  SPMD partitioner inserts each weight's all-gather before its use and reduces its gradient
+  back onto the shards (measured on the 2 x 2 tiny-MoE step: 31 of its 35 all-gathers are
+  inside the layer scans' loop bodies, i.e. per layer). Replicated by
+  design: the run's small values (``REPLICATED_FIELDS``: guard windows, router bias, step,
+  RNG key), scalars (the optimizer's count) and any leaf no axis of which divides.
 - One device is the degenerate 1 x 1 mesh of the same code: the same shard_map EP
   layer runs with an expert axis of size 1.
 
@@ -36,6 +46,8 @@ Environment (what the pod env of marin_assets/cluster/jax_env.py sets):
       (--xla_force_host_platform_device_count, set before the backend starts)
   MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
       device count that divides n_routed_experts and fits in one process)
+  MARIN_FSDP                 1: the FSDP layout above for state laid out without an explicit
+      ``fsdp`` (default 0: replicated non-expert state)
   MARIN_HEARTBEAT_TIMEOUT_S  a peer silent this long fails every process (default 30)
   MARIN_INIT_TIMEOUT_S       how long processes wait for each other at start (default 120)
 """
@@ -44,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import math
 import os
@@ -59,6 +72,9 @@ log = logging.getLogger(__name__)
 AXES = ("data", "expert")
 BATCH_AXES = AXES  # the batch is split over both (see the module docstring)
 EXPERT_WEIGHTS = ("e_gate", "e_up", "e_down")  # [L, E, ...]: sharded on axis 1
+# Top-level state fields FSDP leaves replicated: small, and read whole by every device each step.
+REPLICATED_FIELDS = ("guard", "router_bias", "step", "rng")
+FSDP_ENV = "MARIN_FSDP"
 DEFAULT_HEARTBEAT_S = 30
 DEFAULT_INIT_TIMEOUT_S = 120
 _FORCE_FLAG = "--xla_force_host_platform_device_count"
@@ -225,30 +241,87 @@ def _key_names(path) -> list[str]:
     return [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
 
 
-def param_spec(path, leaf):
-    """PartitionSpec of one state leaf: expert weights (and their optimizer moments, which
-    share their names and shapes) split on E; everything else replicated."""
+def fsdp_from_env(env: Mapping[str, str] | None = None) -> bool:
+    """MARIN_FSDP: "1" for the FSDP layout, "0" or unset for replicated non-expert state."""
+    raw = (os.environ if env is None else env).get(FSDP_ENV, "")
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"environment variable {FSDP_ENV} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def _largest_divisible_axis(shape, axes, size: int) -> int | None:
+    """The largest of ``axes`` of ``shape`` that splits evenly into ``size`` non-empty parts."""
+    fits = [a for a in axes if shape[a] >= size and shape[a] % size == 0]
+    return max(fits, key=lambda a: shape[a], default=None)
+
+
+def _spec_with(ndim: int, axis: int, entry, base=()):
     from jax.sharding import PartitionSpec as P
 
-    if np.ndim(leaf) == 4 and any(name in EXPERT_WEIGHTS for name in _key_names(path)):
-        return P(None, "expert")
+    entries = list(base) + [None] * (ndim - len(base))
+    entries[axis] = entry
+    return P(*entries)
+
+
+def _fsdp_spec(names: list[str], shape, mesh, expert_weight: bool):
+    """The FSDP layout of one params/optimizer leaf (see the module docstring)."""
+    from jax.sharding import PartitionSpec as P
+
+    ndim, data, everyone = len(shape), mesh.shape["data"], mesh.shape["data"] * mesh.shape["expert"]
+    if expert_weight:
+        axis = _largest_divisible_axis(shape, range(2, ndim), data)
+        return P(None, "expert") if axis is None or data == 1 else _spec_with(ndim, axis, "data", (None, "expert"))
+    first = 1 if "layers" in names and ndim > 1 else 0  # stacked [L, ...]: a scan step reads one layer
+    axes = range(first, ndim)
+    for entry, size in ((("data", "expert"), everyone), ("data", data)):
+        axis = _largest_divisible_axis(shape, axes, size)
+        if axis is not None and size > 1:
+            return _spec_with(ndim, axis, entry)
     return P()
 
 
-def state_shardings(mesh, state) -> Any:
+def param_spec(path, leaf, mesh=None, fsdp: bool = False):
+    """PartitionSpec of one state leaf. Default: expert weights (and their optimizer moments,
+    which share their names and shapes) split on E over ``expert``, everything else replicated;
+    ``fsdp`` (needs ``mesh``): ``_fsdp_spec`` for every leaf outside ``REPLICATED_FIELDS``."""
+    from jax.sharding import PartitionSpec as P
+
+    names = _key_names(path)
+    expert_weight = np.ndim(leaf) == 4 and any(name in EXPERT_WEIGHTS for name in names)
+    if fsdp and np.ndim(leaf) > 0 and not (names and names[0] in REPLICATED_FIELDS):
+        return _fsdp_spec(names, np.shape(leaf), mesh, expert_weight)
+    return P(None, "expert") if expert_weight else P()
+
+
+def state_shardings(mesh, state, fsdp: bool | None = None) -> Any:
     """A NamedSharding per leaf of ``state`` (arrays or ShapeDtypeStructs; any pytree,
-    dict or dataclass)."""
+    dict or dataclass). fsdp: the FSDP layout (module docstring); None reads MARIN_FSDP."""
     import jax
     from jax.sharding import NamedSharding
 
+    fsdp = fsdp_from_env() if fsdp is None else fsdp
+
     def one(path, leaf):
-        spec = param_spec(path, leaf)
-        if spec and leaf.shape[1] % mesh.shape["expert"]:
-            raise ValueError(f"state leaf {jax.tree_util.keystr(path)} {leaf.shape}: axis 1 is not "
-                             f"divisible by the expert axis ({mesh.shape['expert']})")
+        spec = param_spec(path, leaf, mesh, fsdp)
+        for axis, entry in enumerate(spec):
+            parts = math.prod(mesh.shape[a] for a in ((entry,) if isinstance(entry, str) else entry or ()))
+            if leaf.shape[axis] % parts:
+                raise ValueError(f"state leaf {jax.tree_util.keystr(path)} {leaf.shape}: axis {axis} is not "
+                                 f"divisible by the {entry} axis ({parts})")
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(one, state)
+
+
+def per_device_bytes(state, shardings) -> int:
+    """Bytes of ``state`` (arrays or ShapeDtypeStructs) one device holds under ``shardings``
+    (the largest shard of each leaf, summed)."""
+    import jax
+
+    def one(leaf, sharding) -> int:
+        return math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+
+    return sum(jax.tree.leaves(jax.tree.map(one, state, shardings)))
 
 
 def replicated(mesh):
@@ -325,24 +398,41 @@ def is_writer() -> bool:
 
 
 def agree(value):
-    """Process 0's value of a small host value (bool/int/float array) on every process."""
+    """Process 0's value of a small host value (bool/int/float) on every process."""
     import jax
-    from jax.experimental import multihost_utils
 
     if jax.process_count() == 1:
         return value
-    return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
+    return json.loads(_exchange(json.dumps(np.asarray(value).item()))[0])
 
 
 def all_processes(flag: bool) -> bool:
     """True only if ``flag`` is true on every process (e.g. each process's rows of a batch
     were clean, so the step's batch_ok is the same everywhere)."""
     import jax
-    from jax.experimental import multihost_utils
 
     if jax.process_count() == 1:
         return bool(flag)
-    return bool(np.all(multihost_utils.process_allgather(np.asarray(bool(flag)))))
+    return all(v == "1" for v in _exchange("1" if flag else "0"))
+
+
+_HOST_SYNCS = itertools.count()
+
+
+def _exchange(value: str) -> list[str]:
+    """Every process's ``value`` for this call (the n-th host exchange: every process makes the
+    same calls in the same order), through the coordination service's key-value store. Not a
+    device collective: the first collective over a device group builds a gloo context that
+    waits only a fixed 30 s for its peers, which a peer still loading data or compiling on a
+    loaded host misses (measured: a 2 x 2 run failed so at load 11 on 2 cores)."""
+    import jax
+
+    client, me, n = distributed_client(), jax.process_index(), next(_HOST_SYNCS)
+    client.key_value_set(f"marin/sync/{n}/{me}", value)
+    if n >= 2:  # every process has read it: each set its key of n - 1 only after reading those of n - 2
+        client.key_value_delete(f"marin/sync/{n - 2}/{me}")
+    timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
+    return [client.blocking_key_value_get(f"marin/sync/{n}/{p}", timeout_ms) for p in range(jax.process_count())]
 
 
 BARRIER_TIMEOUT_S = 600.0
@@ -398,10 +488,10 @@ def _compile_then_meet(jitted: Callable) -> Callable:
     return run
 
 
-def init_sharded(init: Callable[[], Any], mesh) -> Any:
-    """Run ``init()`` (deterministic, e.g. from a seed) straight into the mesh's layout, so
-    no process ever holds an unsharded copy on device."""
+def init_sharded(init: Callable[[], Any], mesh, fsdp: bool | None = None) -> Any:
+    """Run ``init()`` (deterministic, e.g. from a seed) straight into the mesh's layout
+    (``state_shardings``), so no process ever holds an unsharded copy on device."""
     import jax
 
     shape = jax.eval_shape(init)
-    return jax.jit(init, out_shardings=state_shardings(mesh, shape))()
+    return jax.jit(init, out_shardings=state_shardings(mesh, shape, fsdp))()

@@ -1,7 +1,11 @@
+import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from marin_assets.train.compile_cache import CACHE_ENV
 
@@ -31,3 +35,51 @@ def tiny_config(jax_cache):
     from marin_assets.train.config import config_from_dict
 
     return config_from_dict(TINY_TRAIN)
+
+
+# The mesh equivalence runs (tests/train/train_check.py): the one-process meshes share one
+# 4-device process; 2x2 is 2 processes x 2 devices. Runs: both transports, and FSDP on ragged.
+MESH_GROUPS = ((1, 4, "1x1,1x4"), (2, 2, "2x2"))
+
+
+def _train_every_layout(caches: dict, root: Path) -> None:
+    from tests.train.test_mesh import PROC_TIMEOUT_S, finish, launch_argv
+    from tests.train.train_check import STEPS
+
+    root.mkdir(parents=True)
+    caches_json = root / "caches.json"
+    caches_json.write_text(json.dumps({k: str(v) for k, v in caches.items()}))
+    for n_processes, devices, layouts in MESH_GROUPS:
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.train.train_check",
+            "--caches",
+            str(caches_json),
+            "--out",
+            str(root),
+            "--steps",
+            str(STEPS),
+            "--layouts",
+            layouts,
+        ]
+        finish(launch_argv(n_processes, devices, argv), PROC_TIMEOUT_S)
+    (root / "done").write_text("")
+
+
+@pytest.fixture(scope="session")
+def mesh_runs(caches, tmp_path_factory) -> Path:
+    """The folder of ``train_check``'s runs on 1x1, 1x4 and 2x2 (read with ``train_check.load_layout``),
+    trained once per ``pytest`` invocation: the equivalence tests of test_mesh.py and test_fsdp.py
+    all assert on these. Under xdist the workers share it through their common base temp folder (the
+    pytest-xdist docs' pattern): the first to ask trains, under a file lock the others wait on."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        root = tmp_path_factory.mktemp("mesh_runs") / "runs"
+        _train_every_layout(caches, root)
+        return root
+    root = tmp_path_factory.getbasetemp().parent / "mesh_runs"
+    with FileLock(f"{root}.lock"):
+        if not (root / "done").exists():
+            shutil.rmtree(root, ignore_errors=True)  # an earlier worker's failed attempt
+            _train_every_layout(caches, root)
+    return root

@@ -1,4 +1,5 @@
-"""One training-step harness on the ("data", "expert") mesh, run as a subprocess.
+"""One training-step harness on the ("data", "expert") mesh, run as a subprocess (test_mesh.py's
+kill test runs it with --forever; the equivalence tests train through ``loop.train``, train_check.py).
 
 The environment says how many processes and devices (as the manifests do:
 JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX, MARIN_DEVICES_PER_PROCESS),
@@ -54,18 +55,19 @@ def run(setup, args, transport: str, bad_rows: bool = False) -> dict:
 
     def init():
         params = init_params(cfg, jax.random.PRNGKey(0))
-        return {"params": params, "opt": opt.init(params), "bias": init_router_bias(cfg)}
+        # TrainState's field names: mesh.state_shardings keeps "router_bias" replicated under FSDP too
+        return {"params": params, "opt_state": opt.init(params), "router_bias": init_router_bias(cfg)}
 
     state = meshlib.init_sharded(init, mesh)
     state_sh = meshlib.state_shardings(mesh, state)
 
     def step(state, tokens):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state["params"], tokens, cfg, state["bias"], None, ep)
-        updates, opt_state = opt.update(grads, state["opt"], state["params"], 3e-3)
+            state["params"], tokens, cfg, state["router_bias"], None, ep)
+        updates, opt_state = opt.update(grads, state["opt_state"], state["params"], 3e-3)
         params = jax.tree.map(lambda p, u: p + u, state["params"], updates)
-        bias = next_router_bias(state["bias"], aux, cfg)
-        return ({"params": params, "opt": opt_state, "bias": bias},
+        bias = next_router_bias(state["router_bias"], aux, cfg)
+        return ({"params": params, "opt_state": opt_state, "router_bias": bias},
                 {"loss": loss, "dropped": jax.numpy.sum(aux["dropped"])})
 
     step_fn = meshlib.jit_step(step, mesh, state_sh, n_scalars=0, donate=False)

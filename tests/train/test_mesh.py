@@ -1,5 +1,6 @@
-"""The ("data", "expert") training mesh: 1 x 1, 1 x 4 and 2 processes x 2 devices agree;
-a killed peer fails the survivor in bounded time; env parsing and shardings."""
+"""The ("data", "expert") training mesh: 1 x 1, 1 x 4 and 2 processes x 2 devices agree (the
+session's one set of ``loop.train`` runs, tests/train/conftest.py ``mesh_runs``); a killed peer
+fails the survivor in bounded time; env parsing and shardings."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from marin_assets.train import mesh as meshlib
+from tests.train.train_check import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = "tests.train.mesh_check"  # run as a module from ROOT (launch_argv: cwd and PYTHONPATH)
-STEPS = 20
 PROC_TIMEOUT_S = 900  # a few compiles; generous for a loaded 2-core CI machine
 
 
@@ -71,62 +72,63 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> None:
         assert p.returncode == 0, err[-3000:]
 
 
+def losses(run: dict) -> np.ndarray:
+    return np.array([r["loss"] for r in run["rows"]])
+
+
+def assert_same_training(ref: dict, other: dict, name: str) -> list[float]:
+    """``other`` trained as ``ref`` did: step-0 loss within 1e-6, every step within 1e-4 and the
+    final params within 1e-4, with nothing dropped; returns the per-step loss differences."""
+    assert [r["step"] for r in other["rows"]] == list(range(1, STEPS + 1))  # one writer: no duplicate rows
+    assert [r["dropped"] for r in other["rows"]] == [0] * STEPS  # capacity large enough that nothing drops
+    diff = np.abs(losses(other) - losses(ref))
+    assert diff[0] <= 1e-6, (name, diff[0])
+    assert np.max(diff[1:]) <= 1e-4, (name, diff.tolist())
+    assert other["params"].keys() == ref["params"].keys()
+    param_diff = max(float(np.max(np.abs(other["params"][k] - ref["params"][k]))) for k in ref["params"])
+    assert param_diff < 1e-4, (name, param_diff)
+    return [float(f"{d:.2e}") for d in diff]
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """{name: per-transport results, final params} for the three layouts, 20 steps each."""
-    root = tmp_path_factory.mktemp("mesh")
-    layouts = {"1x1": (1, 1, 1, []), "1x4": (1, 4, 4, []), "2x2": (2, 2, 2, ["--bad-rows"])}
-    out = {}
-    for name, (n_proc, devices, expert, extra) in layouts.items():
-        path = root / f"{name}.json"
-        finish(launch(n_proc, devices, ["--steps", str(STEPS), "--expert", str(expert), "--out", str(path),
-                                        *extra]), PROC_TIMEOUT_S)
-        result = json.loads(path.read_text())
-        for transport in ("ragged", "pooled"):
-            with np.load(f"{path}.{transport}.npz") as z:
-                result[transport]["params"] = {k: z[k] for k in z.files}
-        out[name] = result
-    return out
+def layouts(mesh_runs):
+    """{layout: train_check.load_layout(...)} for 1x1, 1x4 and 2x2 (tests/train/conftest.py)."""
+    from tests.train.train_check import load_layout
+
+    return {name: load_layout(mesh_runs, name) for name in ("1x1", "1x4", "2x2")}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["ragged", "pooled"])
-def test_meshes_give_the_same_losses_and_params(runs, transport):
-    ref = runs["1x1"][transport]
-    assert ref["mesh"] == {"data": 1, "expert": 1}
-    assert runs["1x4"][transport]["mesh"] == {"data": 1, "expert": 4}
-    two = runs["2x2"][transport]
+def test_meshes_give_the_same_losses_and_params(layouts, transport):
+    """``loop.train`` on 1 x 1, 1 x 4 and 2 processes x 2 devices: the same losses and final params."""
+    assert layouts["1x1"]["mesh"] == {"data": 1, "expert": 1}
+    assert layouts["1x4"]["mesh"] == {"data": 1, "expert": 4}
+    two = layouts["2x2"]
     assert two["mesh"] == {"data": 2, "expert": 2} and two["processes"] == 2 and two["devices"] == 4
     assert two["rows"] == [0, 4]  # process 0 read only its half of each batch
-    ref_losses = np.array(ref["losses"])
-    assert len(ref_losses) == STEPS and np.all(np.isfinite(ref_losses))
-    assert ref_losses[-1] < ref_losses[0]  # it trains
-    report = {}
-    for name in ("1x4", "2x2"):
-        r = runs[name][transport]
-        assert r["dropped"] == [0] * STEPS  # capacity large enough that nothing drops
-        diff = np.abs(np.array(r["losses"]) - ref_losses)
-        report[name] = diff.tolist()
-        assert diff[0] <= 1e-6, (name, diff[0])
-        assert np.max(diff[1:]) <= 1e-4, (name, diff.tolist())
-        param_diff = max(float(np.max(np.abs(r["params"][k] - ref["params"][k]))) for k in ref["params"])
-        assert param_diff < 1e-4, (name, param_diff)
-    print(json.dumps({"transport": transport, "max_loss_diff_per_step": report}))
+    ref = layouts["1x1"]["runs"][transport]
+    assert len(ref["rows"]) == STEPS and np.all(np.isfinite(losses(ref)))
+    assert [r["dropped"] for r in ref["rows"]] == [0] * STEPS
+    assert losses(ref)[-1] < losses(ref)[0]  # it trains
+    report = {name: assert_same_training(ref, layouts[name]["runs"][transport], name) for name in ("1x4", "2x2")}
+    print(json.dumps({"transport": transport, "abs_loss_diff_vs_1x1_per_step": report}))
 
 
 @pytest.mark.slow
-def test_processes_agree_on_host_values(runs):
-    assert runs["2x2"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": False}
-    assert runs["1x1"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": True}
+def test_processes_agree_on_host_values(layouts):
+    assert layouts["2x2"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": False}
+    assert layouts["1x1"]["agree"] == {"process0_value": 7, "all_true": True, "one_false": True}
 
 
 @pytest.mark.slow
-def test_a_wrong_batch_slice_is_caught(runs):
+def test_a_wrong_batch_slice_is_caught(layouts):
     """Negative control: both processes reading rows [0, 4) changes the loss by far more
     than the tolerance above."""
-    for transport in ("ragged", "pooled"):
-        good = runs["2x2"][transport]["losses"][0]
-        assert abs(runs["2x2"][transport]["bad_rows_loss0"] - good) > 1e-3
+    controls = layouts["2x2"]["wrong_slice"]
+    assert set(controls) == {"ragged", "pooled"}
+    for control in controls.values():
+        assert abs(control["bad"] - control["good"]) > 1e-3
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
-"""``loop.train`` on the ("data", "expert") mesh, for real across processes:
-1 x 1, 1 x 4 and 2 processes x 2 devices give the same losses; the worker runs 2 processes
-and reports through Pipes; a worker killed with SIGKILL fails its peer within 60 s, and a
-resumed rerun ends bit-identical to an uninterrupted run."""
+"""The training worker on the ("data", "expert") mesh, for real across processes: it runs 2
+processes and reports through Pipes; a worker killed with SIGKILL fails its peer within 60 s,
+and a resumed rerun ends bit-identical to an uninterrupted run. (That ``loop.train`` gives the
+same losses on 1 x 1, 1 x 4 and 2 x 2 is test_mesh.py's, on the session's shared runs.)"""
 
 from __future__ import annotations
 
@@ -23,45 +23,13 @@ from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import PROC_TIMEOUT_S, finish
 from tests.train.test_mesh import launch_argv as launch
 
-CHECK = "tests.train.train_check"
-STEPS = 20
-TRANSPORTS = ("ragged", "pooled")
-
-
-@pytest.fixture(scope="module")
-def layouts(caches, tmp_path_factory):
-    """{layout: {transport: metrics rows}} from train() on 1x1, 1x4 and 2x2."""
-    root = tmp_path_factory.mktemp("train_mesh")
-    caches_json = root / "caches.json"
-    caches_json.write_text(json.dumps({k: str(v) for k, v in caches.items()}))
-    out = {}
-    for name, (n_proc, devices, expert) in {"1x1": (1, 1, 1), "1x4": (1, 4, 4), "2x2": (2, 2, 2)}.items():
-        argv = [sys.executable, "-m", CHECK, "--caches", str(caches_json), "--out", str(root / name),
-                "--steps", str(STEPS), "--expert", str(expert)]
-        finish(launch(n_proc, devices, argv), PROC_TIMEOUT_S)
-        out[name] = {t: read_metrics(root / name / t / "metrics.jsonl") for t in TRANSPORTS}
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_train_on_every_mesh_gives_the_same_losses(layouts, transport):
-    ref = np.array([r["loss"] for r in layouts["1x1"][transport]])
-    assert len(ref) == STEPS and np.all(np.isfinite(ref)) and ref[-1] < ref[0]
-    report = {}
-    for name in ("1x4", "2x2"):
-        rows = layouts[name][transport]
-        assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # one writer: no duplicate rows
-        assert [r["dropped"] for r in rows] == [0] * STEPS  # capacity large enough that nothing drops
-        diff = np.abs(np.array([r["loss"] for r in rows]) - ref)
-        report[name] = [float(f"{d:.2e}") for d in diff]
-        assert diff[0] <= 1e-6, (name, diff[0])
-        assert np.max(diff[1:]) <= 1e-4, (name, diff.tolist())
-    print(json.dumps({"transport": transport, "abs_loss_diff_vs_1x1_per_step": report}))
+# Enough steps that the kill lands mid-run: it comes as soon as the step-20 checkpoint is
+# committed, and the survivor cannot step past it without its peer.
+WORKER_STEPS = 100
 
 
 def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
-    config = dict(TINY_TRAIN, num_steps=400, checkpoint_every_steps=20, batch_size=8)
+    config = dict(TINY_TRAIN, num_steps=WORKER_STEPS, checkpoint_every_steps=20, batch_size=8)
     return {"config": config, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
             "resume": resume, "warm_start": None}
 
@@ -93,12 +61,12 @@ def straight(caches, tmp_path_factory):
 def test_two_worker_processes_train_one_run_and_process_0_reports(straight):
     sent = [json.loads(line) for line in (straight / "messages.jsonl").read_text().splitlines()]
     rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
-    assert [r["step"] for r in rows] == list(range(1, 401))
+    assert [r["step"] for r in rows] == list(range(1, WORKER_STEPS + 1))
     (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
     assert meta["mesh"] == {"data": 2, "expert": 2} and meta["devices"] == 4
-    assert meta["final_step"] == 400 and meta["tokens"] == 400 * 8 * TINY_TRAIN["seq_len"]
-    assert [r["step"] for r in read_metrics(straight / "out" / "metrics.jsonl")] == list(range(1, 401))
+    assert meta["final_step"] == WORKER_STEPS and meta["tokens"] == WORKER_STEPS * 8 * TINY_TRAIN["seq_len"]
+    assert [r["step"] for r in read_metrics(straight / "out" / "metrics.jsonl")] == list(range(1, WORKER_STEPS + 1))
     assert rows[-1]["loss"] < rows[0]["loss"]
 
 
@@ -129,7 +97,7 @@ def test_killed_worker_fails_its_peer_and_the_resumed_run_is_bit_identical(cache
     assert rc not in (None, 0), f"survivor still running {elapsed:.0f} s after the kill"
     assert elapsed < 60
     resumed_from = int(ckpt.latest_valid(out / "checkpoints").name.split("-")[1])
-    assert 0 < resumed_from < 400  # the kill landed mid-run
+    assert 0 < resumed_from < WORKER_STEPS  # the kill landed mid-run
     finish(run_workers(worker_spec(caches, out, resume=True), tmp_path / "spec.json"), PROC_TIMEOUT_S)
     a, b = final_arrays(straight / "out"), final_arrays(out)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -1,49 +1,197 @@
-"""``loop.train`` on the ("data", "expert") mesh the environment describes, run as a subprocess.
+"""``loop.train`` on one or two ("data", "expert") meshes, run as a subprocess: the mesh
+equivalence tests' one harness (tests/train/conftest.py ``mesh_runs`` runs it once per test
+session for every assertion of test_mesh.py, test_train_mesh.py and test_fsdp.py).
 
-The environment says how many processes and devices (as the manifests do), because
-XLA_FLAGS and jax.distributed must be set before JAX starts its backend. For each
-transport it trains ``--steps`` steps of the tiny MoE on the test caches with capacity
-factors equal to the expert axis size (nothing can drop), into ``--out/<transport>``;
-every process calls ``train`` alike and process 0 writes the run's files.
+The environment says how many processes and devices (as the manifests do), because XLA_FLAGS
+and jax.distributed must be set before JAX starts its backend. Each ``--layouts`` entry is a
+``DATAxEXPERT`` mesh over the first DATA*EXPERT global devices (``1x1`` in a 4-device process
+is the one-device mesh). On each, every run of ``--runs`` trains ``--steps`` steps of a
+2-layer tiny MoE on the test caches, capacity factors 4 (the largest expert axis: nothing can
+drop), into ``--out/<layout>/<run>``; a run is a transport (``ragged``, ``pooled``) or
+``fsdp_<transport>`` (the same with the FSDP state layout). Every process calls ``train`` alike
+and process 0 writes the run's files, plus, from a hook at the last step, the final params
+(``<run>.params.npz``) and the state's layout read from its arrays (``<run>.state.json``).
 
-  python -m tests.train.train_check --caches caches.json --out DIR --steps 20 --expert 4
+Per layout, ``--out/<layout>.json``: the mesh and process facts, host-side agreement across
+processes and, with several processes, a negative control per transport: the loss of a random
+batch with each process feeding its own rows vs. the first rows (a wrong slice).
+
+  python -m tests.train.train_check --caches caches.json --out DIR --layouts 1x1,1x4 --steps 20
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from pathlib import Path
+
+import numpy as np
 
 from marin_assets.train import mesh as meshlib
 from tests.support.configs import TINY_TRAIN
 
+CAPACITY = 4.0  # = the largest expert axis of the layouts: no assignment can drop
+BATCH = 8
+STEPS = 20  # what the equivalence tests train, as the issue's criterion reads
 
-def config(transport: str, steps: int, capacity: float):
+
+def config(transport: str, steps: int):
     from marin_assets.train.config import config_from_dict
 
-    model = dict(TINY_TRAIN["model"], ep_transport=transport, capacity_factor_send=capacity,
-                 capacity_factor_recv=capacity)
-    return config_from_dict(dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=8, checkpoint_every_steps=10))
+    # Two layers: the scan carries (and FSDP gathers) the stacked layer weights one layer at a time.
+    model = dict(TINY_TRAIN["model"], n_layers=2, ep_transport=transport, capacity_factor_send=CAPACITY,
+                 capacity_factor_recv=CAPACITY)
+    return config_from_dict(dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=BATCH,
+                                 checkpoint_every_steps=steps))
+
+
+def layout_mesh(name: str, model_config):
+    """``"DATAxEXPERT"`` -> that mesh over the first DATA*EXPERT global devices."""
+    import jax
+
+    data, expert = (int(x) for x in name.split("x"))
+    return meshlib.make_mesh(model_config, expert=expert, devices=jax.devices()[:data * expert])
+
+
+@contextlib.contextmanager
+def fsdp_env(enabled: bool):
+    """MARIN_FSDP for the runs ``train`` lays out (it reads the layout from the environment)."""
+    before = os.environ.get(meshlib.FSDP_ENV)
+    os.environ[meshlib.FSDP_ENV] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(meshlib.FSDP_ENV, None)
+        else:
+            os.environ[meshlib.FSDP_ENV] = before
+
+
+def state_layout(state) -> dict:
+    """Per leaf of a state (its arrays): shape, itemsize, PartitionSpec and per-device shard shape."""
+    import jax
+
+    out = {}
+    for path, x in jax.tree_util.tree_leaves_with_path(state):
+        out[jax.tree_util.keystr(path)] = {"shape": list(x.shape), "itemsize": x.dtype.itemsize,
+                                           "spec": [e if e is None or isinstance(e, str) else list(e)
+                                                    for e in x.sharding.spec],
+                                           "shard": list(x.sharding.shard_shape(x.shape))}
+    return out
+
+
+def final_state_hook(out: Path, transport: str, control: dict | None):
+    """A hook for the last step: the final params (npz) and the state layout, written by process 0;
+    with ``control`` (a dict), fills it with ``wrong_slice_control`` on the final state."""
+    import jax
+
+    from marin_assets.train.hooks import Hooks
+
+    hooks = Hooks()
+
+    @hooks.add_hook(every=None, at_end=True)
+    def save(info) -> None:
+        if control is not None:
+            control.update(wrong_slice_control(info.state, transport))
+        params = meshlib.host_state(info.state.params)  # a collective: every process calls it
+        if meshlib.is_writer():
+            flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)}
+            np.savez(f"{out}.params.npz", **flat)
+            state = info.state.to_dict()
+            Path(f"{out}.state.json").write_text(json.dumps({
+                "layout": state_layout(state), "per_device_bytes": meshlib.per_device_bytes(
+                    state, jax.tree.map(lambda x: x.sharding, state))}))
+
+    return hooks
+
+
+def wrong_slice_control(state, transport: str) -> dict:
+    """The loss of one random batch under ``state`` with each process feeding its own rows
+    ("good") and the first rows of the batch ("bad"): what a wrong slice does to the losses."""
+    import jax
+
+    from marin_assets.model import loss_fn
+
+    mesh = state.router_bias.sharding.mesh
+    cfg = config(transport, TINY_TRAIN["num_steps"]).model
+    ep = meshlib.expert_parallel(mesh, cfg)
+    weights = (state.params, state.router_bias)
+
+    def step(weights, tokens):  # jit_step's shape: compiled once, then every process meets
+        return weights, {"loss": loss_fn(weights[0], tokens, cfg, weights[1], None, ep)[0]}
+
+    loss = meshlib.jit_step(step, mesh, jax.tree.map(lambda x: x.sharding, weights), n_scalars=0, donate=False)
+    batch = np.random.default_rng([1234, 0]).integers(0, cfg.vocab_size, (BATCH, TINY_TRAIN["seq_len"]),
+                                                      dtype=np.int32)
+    rows = meshlib.process_rows(mesh, BATCH)
+    good = loss(weights, meshlib.shard_batch(mesh, batch[rows], BATCH))[1]["loss"]
+    bad = loss(weights, meshlib.shard_batch(mesh, batch[:rows.stop - rows.start], BATCH))[1]["loss"]
+    return {"good": float(good), "bad": float(bad)}
+
+
+def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, setup) -> dict:
+    """Train every run of ``runs`` on layout ``name``; returns the layout's facts. With several
+    processes, each non-FSDP run also does the wrong-slice control on its final state."""
+    import jax
+
+    from marin_assets.train.loop import train
+
+    controls = {}
+    for run in runs:
+        transport = run.removeprefix("fsdp_")
+        cfg = config(transport, steps)
+        mesh = layout_mesh(name, cfg.model)
+        fsdp = run.startswith("fsdp_")
+        if fsdp and mesh.size == 1:
+            continue  # one device: the FSDP layout is the replicated one (nothing to split)
+        control = controls.setdefault(transport, {}) if setup.num_processes > 1 and not fsdp else None
+        hooks = final_state_hook(out / name / run, transport, control)
+        with fsdp_env(fsdp):
+            train(cfg, caches, out / name / run, resume=False, mesh=mesh, hooks=hooks)
+    rows = meshlib.process_rows(mesh, BATCH)
+    return {"mesh": dict(mesh.shape), "processes": setup.num_processes, "devices": mesh.size,
+            "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls}
+
+
+def load_layout(root: Path, name: str) -> dict:
+    """What the runs of layout ``name`` left under ``root``: the layout's JSON, and per run its
+    metrics rows, final params and state layout (runs a layout skipped are absent)."""
+    from marin_assets.train.metrics import read_metrics
+
+    out = json.loads((root / f"{name}.json").read_text())
+    out["runs"] = {}
+    for metrics in sorted((root / name).glob("*/metrics.jsonl")):
+        run = root / name / metrics.parent.name
+        with np.load(f"{run}.params.npz") as z:
+            params = {k: z[k] for k in z.files}
+        out["runs"][metrics.parent.name] = {"rows": read_metrics(metrics), "params": params,
+                                            "state": json.loads(Path(f"{run}.state.json").read_text())}
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--caches", required=True, help="JSON file: {source: cache dir}")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--expert", type=int, required=True)
-    ap.add_argument("--transports", default="ragged,pooled")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--layouts", required=True, help="comma-separated DATAxEXPERT meshes, e.g. 1x1,1x4")
+    ap.add_argument("--runs", default="ragged,pooled,fsdp_ragged")
     args = ap.parse_args()
 
-    meshlib.init_distributed()
-    from marin_assets.train.loop import train
-
+    setup = meshlib.init_distributed()
     caches = json.loads(Path(args.caches).read_text())
-    for transport in args.transports.split(","):
-        cfg = config(transport, args.steps, capacity=float(args.expert))
-        mesh = meshlib.make_mesh(cfg.model, expert=args.expert)
-        train(cfg, caches, Path(args.out) / transport, resume=False, mesh=mesh)
+    out = Path(args.out)
+    for name in args.layouts.split(","):
+        result = run_layout(name, args.runs.split(","), args.steps, caches, out, setup)
+        # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
+        result["agree"] = {"process0_value": meshlib.agree(setup.process_id + 7),
+                           "all_true": meshlib.all_processes(True),
+                           "one_false": meshlib.all_processes(setup.process_id != 1)}
+        if meshlib.is_writer():
+            (out / f"{name}.json").write_text(json.dumps(result))
+    meshlib.barrier("train_check_done")
     return 0
 
 
