@@ -138,7 +138,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
     def lr_version(config, partition, inputs) -> dict[str, str]:
         return _data_version(config, partition, inputs) | family_version
 
-    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="1", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
+    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="2", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
                      version_inputs=lr_version, **common)
     def lr_sweep(ctx: StageContext, config: LrSweepConfig, mixture: ArtifactRef):
         """The recipe's reference shape trained at a few LRs; the best becomes the recipe's lr_base (v2)."""
@@ -154,7 +154,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
             out["lr_sweep"] = inputs["lr_sweep"].version
         return out
 
-    @versioned_asset(key=f"{prefix}/sweep", code_version="3", config_cls=SweepConfig,
+    @versioned_asset(key=f"{prefix}/sweep", code_version="4", config_cls=SweepConfig,
                      ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"}, version_inputs=sweep_version,
                      partitions_def=dg.StaticPartitionsDefinition(ladder.keys()), **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
@@ -172,7 +172,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
         return {"isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
                 "power_laws": png_markdown("Power laws and extrapolation", read_bytes(ref, "power_laws.png"))}
 
-    @versioned_asset(key=f"{prefix}/fit", code_version="2", config_cls=FitConfig, ins={"sweep": f"{prefix}/sweep"},
+    @versioned_asset(key=f"{prefix}/fit", code_version="3", config_cls=FitConfig, ins={"sweep": f"{prefix}/sweep"},
                      **common, extra_metadata=fit_metadata)
     def fit(ctx: StageContext, config: FitConfig, sweep: Mapping[str, ArtifactRef]):
         """IsoFLOP fit (Huber parabolas, vertices, N*/D* power laws, loss envelope) of every budget up to C_fit."""
@@ -186,7 +186,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
 
     pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
 
-    @versioned_asset(key=f"{prefix}/comparison", code_version="1", ins=pairs, **common,
+    @versioned_asset(key=f"{prefix}/comparison", code_version="2", ins=pairs, **common,
                      extra_metadata=lambda ref: {"predicted_vs_actual": png_markdown(
                          "Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))})
     def comparison(ctx: StageContext, **refs: ArtifactRef):
@@ -220,7 +220,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
 def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any]) -> dg.AssetsDefinition:
     """``<prefix>/<target>/prediction``: the target's run and loss, registered with the lock as it is written."""
 
-    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="1", config_cls=PredictionConfig,
+    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="2", config_cls=PredictionConfig,
                      ins={"fit": f"{prefix}/fit"}, **common)
     def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
         """The target's config, N*, D*, loss and seed interval, frozen by the experiment-record lock as it is written."""
@@ -242,7 +242,7 @@ def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mappin
 def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], train_fn) -> dg.AssetsDefinition:
     """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
 
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="1", config_cls=SweepConfig,
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="2", config_cls=SweepConfig,
                      ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
                      version_inputs=target_version, **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
@@ -267,7 +267,7 @@ def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[
     observed = str(target.observed)  # set: only observed targets get this asset
     newest = dg.AssetIn(key=dg.AssetKey(observed.split("/")), partition_mapping=dg.LastPartitionMapping())
 
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="1", config_cls=SweepConfig,
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="2", config_cls=SweepConfig,
                      ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common)
     def main_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef,
                  run: Mapping[str, ArtifactRef]):

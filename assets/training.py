@@ -168,7 +168,7 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
     return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="3", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
+@versioned_asset(key=TRAIN_KEY, code_version="4", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
                  resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
@@ -253,7 +253,7 @@ class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "d
     """What eval/<run> scores: the knobs of marin_assets.evaluation.run.EvalSettings (one declaration each)."""
 
 
-@versioned_asset(key=EVAL_KEY, code_version="4", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
+@versioned_asset(key=EVAL_KEY, code_version="5", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training")
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """Bits-per-byte per held-out domain (every source of the mixture, Paloma-style; micro and macro) and any
@@ -280,7 +280,7 @@ class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
     """How much of its task an eval/<run>/tasks partition scores (default: all of it)."""
 
 
-@versioned_asset(key=TASKS_KEY, code_version="1", config_cls=TaskEvalConfig,
+@versioned_asset(key=TASKS_KEY, code_version="2", config_cls=TaskEvalConfig,
                  ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=dg.LastPartitionMapping()),
                       "tok": "tokenizer"},
                  partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")

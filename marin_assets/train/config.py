@@ -49,6 +49,8 @@ class TrainConfig:
                             f"checkpoints keep), one of {DTYPE_NAMES}")
     remat: str = knob(DEFAULT_REMAT, versioned=False, help=f"activation rematerialisation per layer, one of {REMAT_NAMES}: "
                       "full recomputes the layer in the backward, save_matmuls keeps the weight matmuls' outputs")
+    fsdp: bool = knob(False, versioned=False, help="FSDP: params and optimizer state split over every device of the mesh "
+                      "(routed experts over expert x data) and gathered per layer in the step (train/mesh.py)")
 
     def __post_init__(self) -> None:
         for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),

@@ -39,6 +39,7 @@ import numpy as np
 from marin_assets.store.fsutil import child, filesystem
 from marin_assets.telemetry import TelemetryWriter
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from marin_assets.train.checkpointing import CheckpointCadence
 from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
@@ -192,7 +193,7 @@ def _emitter(
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run, flush_seconds=TELEMETRY_FLUSH_SECONDS)
     logger = MetricsLogger(
         out_dir,
-        use_wandb=config.wandb and meshlib.is_writer(),
+        use_wandb=config.wandb and processes.is_writer(),
         run_name=f"{dir_name(out_dir)}-{config.phase}",
         config=config_to_dict(config),
     )
@@ -249,7 +250,7 @@ def _run_steps(run: Run, step_fn, loader: MixedLoader, hooks: Hooks) -> None:
             for step in range(begin + 1, end_step + 1):
                 local, ok, next_position = next(batches)  # this process's rows of the global batch
                 tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
-                ok = meshlib.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
+                ok = processes.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
                 run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), lrs[step - begin - 1])
                 run.position = next_position
                 row_fn = functools.partial(host_row, step, metrics, config, run.tokens_at(step))

@@ -1,6 +1,6 @@
 """The training device mesh: ``("data", "expert")``, one or many processes.
 
-    setup = init_distributed()                     # before anything touches a JAX backend
+    setup = processes.init_distributed()           # before anything touches a JAX backend
     mesh = make_mesh(config.model)                 # all global devices
     ep = expert_parallel(mesh, config.model)       # the routed experts' shard_map transport
     state_sh = state_shardings(mesh, state)        # state: arrays or jax.eval_shape output
@@ -19,7 +19,7 @@ Layout (what is sharded where, and why):
   are most of the parameters and they are already split; replicating the rest keeps the
   step's collectives to the gradient all-reduce plus the EP all-to-alls, with no per-layer
   all-gather (and the losses bit-identical to what they were).
-- FSDP (``fsdp=True``, or MARIN_FSDP=1 for every layout this process makes): the params and
+- FSDP (``fsdp=True``: ``TrainConfig.fsdp``, off by default): the params and
   the optimizer state are stored split over every device. A non-expert leaf splits one axis
   over ``("data", "expert")`` together (the expert axis is a data-parallel axis for it), else
   over ``data``; stacked layer weights [L, ...] never split L, so each scan iteration slices
@@ -36,36 +36,25 @@ Layout (what is sharded where, and why):
 Processes: every process runs the same program on the same global batch order; each
 reads only its own rows (``process_rows``) and ``shard_batch`` assembles the global array.
 State leaves become host numpy through ``host_state`` (a collective: every process calls
-it); only ``is_writer()`` writes; ``agree`` makes a host-side decision (e.g. a
-time-based checkpoint) process 0's decision everywhere.
+it). Joining the job and the host-side syncs (``is_writer``, ``agree``, ``barrier``) are
+``marin_assets/train/processes.py``.
 
-Environment (what the pod env of marin_assets/cluster/jax_env.py sets):
-  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JOB_COMPLETION_INDEX (+ MARIN_PROCESS_OFFSET)
-      -> jax.distributed.initialize (absent or JAX_NUM_PROCESSES=1: single process)
-  MARIN_DEVICES_PER_PROCESS  CPU only: host devices per process
-      (--xla_force_host_platform_device_count, set before the backend starts)
+Environment:
   MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
       device count that divides n_routed_experts and fits in one process)
-  MARIN_FSDP                 1: the FSDP layout above for state laid out without an explicit
-      ``fsdp`` (default 0: replicated non-expert state)
-  MARIN_HEARTBEAT_TIMEOUT_S  a peer silent this long fails every process (default 30)
-  MARIN_INIT_TIMEOUT_S       how long processes wait for each other at start (default 120)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import json
 import logging
 import math
 import os
-import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from marin_assets.compat import distributed_client, xla_backends_started
+from marin_assets.train.processes import barrier, positive_env
 
 log = logging.getLogger(__name__)
 
@@ -74,105 +63,6 @@ BATCH_AXES = AXES  # the batch is split over both (see the module docstring)
 EXPERT_WEIGHTS = ("e_gate", "e_up", "e_down")  # [L, E, ...]: sharded on axis 1
 # Top-level state fields FSDP leaves replicated: small, and read whole by every device each step.
 REPLICATED_FIELDS = ("guard", "router_bias", "step", "rng")
-FSDP_ENV = "MARIN_FSDP"
-DEFAULT_HEARTBEAT_S = 30
-DEFAULT_INIT_TIMEOUT_S = 120
-_FORCE_FLAG = "--xla_force_host_platform_device_count"
-
-
-@dataclasses.dataclass(frozen=True)
-class Distributed:
-    """Who this process is. ``coordinator`` is None for a single process."""
-
-    process_id: int = 0
-    num_processes: int = 1
-    coordinator: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_processes < 1 or not 0 <= self.process_id < self.num_processes:
-            raise ValueError(f"Distributed: process_id {self.process_id} outside [0, {self.num_processes})")
-        if self.num_processes > 1 and not self.coordinator:
-            raise ValueError("Distributed: several processes need a coordinator address")
-
-
-def _int_env(env: Mapping[str, str], name: str, default: int | None, least: int = 1) -> int | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < least:
-        kind = "a positive integer" if least == 1 else f"an integer >= {least}"
-        raise ValueError(f"environment variable {name} must be {kind}, got {raw!r}")
-    return int(raw)
-
-
-def _positive_env(env: Mapping[str, str], name: str, default: int | None) -> int | None:
-    return _int_env(env, name, default, least=1)
-
-
-def distributed_from_env(env: Mapping[str, str]) -> Distributed:
-    """The process's place in the job, from the manifests' environment (pure: no JAX)."""
-    from marin_assets.cluster.jax_env import jax_distributed_args
-
-    if _positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
-        return Distributed()
-    for name in ("JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_NUM_PROCESSES"):
-        if name in env and not re.fullmatch(r"[0-9]+", env[name]):  # before jax_distributed_args's int()
-            raise ValueError(f"environment variable {name} must be a non-negative integer, got {env[name]!r}")
-    args = jax_distributed_args(env)
-    return Distributed(args["process_id"], args["num_processes"], args["coordinator_address"])
-
-
-def local_env(process_id: int, num_processes: int, port: int, devices_per_process: int | None = None,
-              host: str = "127.0.0.1") -> dict[str, str]:
-    """The variables a manifest would set, for process ``process_id`` of a job on this host
-    (the ``processes`` backend, tests, benchmarks)."""
-    env = {"JAX_COORDINATOR_ADDRESS": f"{host}:{port}", "JAX_NUM_PROCESSES": str(num_processes),
-           "JOB_COMPLETION_INDEX": str(process_id), "MARIN_PROCESS_OFFSET": "0"}
-    if devices_per_process is not None:
-        env["MARIN_DEVICES_PER_PROCESS"] = str(devices_per_process)
-    distributed_from_env(env)  # validates
-    return env
-
-
-def force_host_devices(count: int) -> None:
-    """Ask XLA:CPU for ``count`` devices; must run before the first JAX backend starts."""
-    flags = re.sub(rf"{_FORCE_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).strip()
-    os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_FLAG}={count}".strip()
-    if xla_backends_started():
-        import jax
-
-        if jax.local_device_count() != count and jax.default_backend() == "cpu":
-            raise RuntimeError(f"MARIN_DEVICES_PER_PROCESS={count} came after JAX started its backend "
-                               f"with {jax.local_device_count()} devices; set it before importing/using jax")
-
-
-def init_distributed(env: Mapping[str, str] | None = None) -> Distributed:
-    """Join the job described by ``env`` (default os.environ); call before any JAX computation.
-
-    CPU: gloo collectives and MARIN_DEVICES_PER_PROCESS host devices. A peer that dies
-    makes the others fail after MARIN_HEARTBEAT_TIMEOUT_S instead of hanging in a
-    collective (the coordination service stops every process).
-    """
-    import jax
-
-    env = os.environ if env is None else env
-    setup = distributed_from_env(env)
-    per_process = _positive_env(env, "MARIN_DEVICES_PER_PROCESS", None)
-    if per_process is not None:
-        force_host_devices(per_process)
-    if setup.num_processes == 1:
-        return setup
-    platforms = env.get("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", ""))
-    if platforms in ("", "cpu") or per_process is not None:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=setup.coordinator, num_processes=setup.num_processes,
-        process_id=setup.process_id,
-        initialization_timeout=_positive_env(env, "MARIN_INIT_TIMEOUT_S", DEFAULT_INIT_TIMEOUT_S),
-        heartbeat_timeout_seconds=_positive_env(env, "MARIN_HEARTBEAT_TIMEOUT_S", DEFAULT_HEARTBEAT_S))
-    log.info("process %d of %d joined %s (%d global devices)", setup.process_id, setup.num_processes,
-             setup.coordinator, jax.device_count())
-    return setup
 
 
 # -- the mesh ---------------------------------------------------------------------------
@@ -199,7 +89,7 @@ def make_mesh(model_config=None, expert: int | None = None, devices=None, env: M
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
     if expert is None:
-        expert = _positive_env(env, "MARIN_EXPERT_PARALLEL", None)
+        expert = positive_env(env, "MARIN_EXPERT_PARALLEL", None)
     if expert is None:
         expert = default_expert_size(model_config, n, jax.local_device_count())
     if expert < 1 or n % expert:
@@ -239,14 +129,6 @@ def check_fits(mesh, model_config, batch_size: int, seq_len: int) -> None:
 
 def _key_names(path) -> list[str]:
     return [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
-
-
-def fsdp_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """MARIN_FSDP: "1" for the FSDP layout, "0" or unset for replicated non-expert state."""
-    raw = (os.environ if env is None else env).get(FSDP_ENV, "")
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"environment variable {FSDP_ENV} must be 0 or 1, got {raw!r}")
-    return raw == "1"
 
 
 def _largest_divisible_axis(shape, axes, size: int) -> int | None:
@@ -293,13 +175,12 @@ def param_spec(path, leaf, mesh=None, fsdp: bool = False):
     return P(None, "expert") if expert_weight else P()
 
 
-def state_shardings(mesh, state, fsdp: bool | None = None) -> Any:
+def state_shardings(mesh, state, fsdp: bool = False) -> Any:
     """A NamedSharding per leaf of ``state`` (arrays or ShapeDtypeStructs; any pytree,
-    dict or dataclass). fsdp: the FSDP layout (module docstring); None reads MARIN_FSDP."""
+    dict or dataclass). fsdp: the FSDP layout (module docstring; ``TrainConfig.fsdp``)."""
     import jax
     from jax.sharding import NamedSharding
 
-    fsdp = fsdp_from_env() if fsdp is None else fsdp
 
     def one(path, leaf):
         spec = param_spec(path, leaf, mesh, fsdp)
@@ -390,67 +271,6 @@ def host_state(state):
     return jax.tree.map(get, state)
 
 
-def is_writer() -> bool:
-    """Only process 0 writes checkpoints, metrics and results."""
-    import jax
-
-    return jax.process_index() == 0
-
-
-def agree(value):
-    """Process 0's value of a small host value (bool/int/float) on every process."""
-    import jax
-
-    if jax.process_count() == 1:
-        return value
-    return json.loads(_exchange(json.dumps(np.asarray(value).item()))[0])
-
-
-def all_processes(flag: bool) -> bool:
-    """True only if ``flag`` is true on every process (e.g. each process's rows of a batch
-    were clean, so the step's batch_ok is the same everywhere)."""
-    import jax
-
-    if jax.process_count() == 1:
-        return bool(flag)
-    return all(v == "1" for v in _exchange("1" if flag else "0"))
-
-
-_HOST_SYNCS = itertools.count()
-
-
-def _exchange(value: str) -> list[str]:
-    """Every process's ``value`` for this call (the n-th host exchange: every process makes the
-    same calls in the same order), through the coordination service's key-value store. Not a
-    device collective: the first collective over a device group builds a gloo context that
-    waits only a fixed 30 s for its peers, which a peer still loading data or compiling on a
-    loaded host misses (measured: a 2 x 2 run failed so at load 11 on 2 cores)."""
-    import jax
-
-    client, me, n = distributed_client(), jax.process_index(), next(_HOST_SYNCS)
-    client.key_value_set(f"marin/sync/{n}/{me}", value)
-    if n >= 2:  # every process has read it: each set its key of n - 1 only after reading those of n - 2
-        client.key_value_delete(f"marin/sync/{n - 2}/{me}")
-    timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
-    return [client.blocking_key_value_get(f"marin/sync/{n}/{p}", timeout_ms) for p in range(jax.process_count())]
-
-
-BARRIER_TIMEOUT_S = 600.0
-
-
-def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
-    """Every process reaches ``name`` before any goes on (e.g. after a checkpoint is written).
-
-    A host-side barrier of the coordination service, not a device collective: a collective's
-    first use builds a gloo context whose key-value wait is fixed at 30 s, which a peer that
-    is still compiling on a loaded host can miss. A dead peer still fails it (heartbeats).
-    """
-    import jax
-
-    if jax.process_count() > 1:
-        distributed_client().wait_at_barrier(name, int(timeout_s * 1000))
-
-
 # -- the step -------------------------------------------------------------------------------
 
 def jit_step(step: Callable, mesh, state_sh, n_scalars: int = 2, donate: bool = True) -> Callable:
@@ -488,7 +308,7 @@ def _compile_then_meet(jitted: Callable) -> Callable:
     return run
 
 
-def init_sharded(init: Callable[[], Any], mesh, fsdp: bool | None = None) -> Any:
+def init_sharded(init: Callable[[], Any], mesh, fsdp: bool = False) -> Any:
     """Run ``init()`` (deterministic, e.g. from a seed) straight into the mesh's layout
     (``state_shardings``), so no process ever holds an unsharded copy on device."""
     import jax

@@ -35,6 +35,7 @@ from marin_assets.numeric_checks import check_int
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from marin_assets.train.config import TrainConfig, config_from_dict
 from marin_assets.train.data import DataPosition, MixedLoader
 from marin_assets.train.guards import clip_grads, global_norm
@@ -132,7 +133,7 @@ def _next_batches(loader: MixedLoader, mesh, position: DataPosition, n: int, bat
     rows = meshlib.process_rows(mesh, batch_size)
     for _ in range(n):
         local, ok, position = loader.next_batch(position, rows)
-        yield meshlib.shard_batch(mesh, local, batch_size), meshlib.all_processes(ok)
+        yield meshlib.shard_batch(mesh, local, batch_size), processes.all_processes(ok)
 
 
 def check_new_out(out: str, tool: str) -> None:
@@ -171,7 +172,7 @@ def necromancy(
     run = _run_of(config, host, mesh, out, meta, data_identity(sources), allow_tokenizer_change)
     run.check_tokenizers(meta, f"checkpoint {folder}")
     # Only what the gradients read goes to the devices: the old optimizer state is thrown away.
-    params = meshlib.place_state(host.params, meshlib.state_shardings(mesh, host.params))
+    params = meshlib.place_state(host.params, meshlib.state_shardings(mesh, host.params, fsdp=config.fsdp))
     router_bias = meshlib.place_state(host.router_bias, meshlib.replicated(mesh))
     batches = _next_batches(train_loader(config, sources), mesh, run.position, n_steps, config.batch_size)
     stream = BatchGradients(config, model, mesh, params, router_bias, batches)

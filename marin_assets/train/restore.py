@@ -20,6 +20,7 @@ import numpy as np
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition
@@ -92,8 +93,8 @@ def fresh_run(config: TrainConfig, model: Model, mesh, ckpt_root: Path | str, **
     def init() -> TrainState:  # traced: the state is created in its mesh layout
         return init_state(config, opt, model)
 
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    return Run(config, meshlib.init_sharded(init, mesh), mesh, state_sh, ckpt_root, **bookkeeping), opt
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), fsdp=config.fsdp)
+    return Run(config, meshlib.init_sharded(init, mesh, fsdp=config.fsdp), mesh, state_sh, ckpt_root, **bookkeeping), opt
 
 
 def resolve_checkpoint(path: str | Path) -> Path | str:
@@ -115,7 +116,7 @@ def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path 
     if latest is not None:
         _resume(run, latest, logger)
         return
-    if meshlib.is_writer():
+    if processes.is_writer():
         logger.truncate_after(-1)  # a fresh start owns the file
     if warm_start is not None:
         _warm_start(run, resolve_checkpoint(warm_start))
@@ -130,7 +131,7 @@ def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     run.state = TrainState.from_dict(state)
     run.position = DataPosition.from_json(meta["data_position"])
     run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
-    if meshlib.is_writer():
+    if processes.is_writer():
         logger.truncate_after(int(meta["step"]))
     log.info("resumed from %s at step %d", folder, meta["step"])
 

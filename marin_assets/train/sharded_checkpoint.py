@@ -180,15 +180,15 @@ class PendingSave:
 
 
 def _barrier(name: str) -> None:
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train import processes
 
-    meshlib.barrier(name)
+    processes.barrier(name)
 
 
 def _agree(value: bool) -> bool:
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train import processes
 
-    return bool(meshlib.agree(value))
+    return bool(processes.agree(value))
 
 
 def start_save(

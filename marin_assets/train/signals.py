@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 
-from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from marin_assets.train.hooks import StepInfo
 
 log = logging.getLogger(__name__)
@@ -40,5 +40,5 @@ class StopSignals:
     def mark(self, info: StepInfo) -> None:
         """The stop-signal hook: a signal received so far makes this step the phase's last.
         Process 0's signal decides for all (the stop's checkpoint is a collective)."""
-        if meshlib.agree(self.received is not None):
+        if processes.agree(self.received is not None):
             info.stopped_by = self.received or "process 0's signal"

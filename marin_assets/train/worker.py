@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None, open_reporter: Callable[[], ContextManag
         print(f"marin train worker: bad spec: {e}", file=sys.stderr)
         return EXIT_BAD_SPEC
 
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train import processes
 
-    setup = meshlib.init_distributed()  # before anything starts a JAX backend
+    setup = processes.init_distributed()  # before anything starts a JAX backend
     if setup.process_id != 0 or open_reporter is None:
         return run(spec)
     with open_reporter() as pipes:  # reports an exception raised inside (to Dagster)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 
 BATCH, SEQ = 8, 16
 
@@ -91,7 +92,7 @@ def run(setup, args, transport: str, bad_rows: bool = False) -> dict:
         i += 1
 
     host = meshlib.host_state(state["params"])
-    if meshlib.is_writer() and args.out:
+    if processes.is_writer() and args.out:
         flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(host)}
         np.savez(f"{args.out}.{transport}.npz", **flat)
     return {"losses": losses, "dropped": dropped, "mesh": dict(mesh.shape),
@@ -111,15 +112,15 @@ def main() -> int:
                     help="also evaluate step 0 with every process reading the first rows (a wrong slice)")
     args = ap.parse_args()
 
-    setup = meshlib.init_distributed()
+    setup = processes.init_distributed()
     results = {t: run(setup, args, t, bad_rows=args.bad_rows) for t in args.transports.split(",")}
     # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
-    results["agree"] = {"process0_value": meshlib.agree(setup.process_id + 7),
-                        "all_true": meshlib.all_processes(True),
-                        "one_false": meshlib.all_processes(setup.process_id != 1)}
-    if meshlib.is_writer() and args.out:
+    results["agree"] = {"process0_value": processes.agree(setup.process_id + 7),
+                        "all_true": processes.all_processes(True),
+                        "one_false": processes.all_processes(setup.process_id != 1)}
+    if processes.is_writer() and args.out:
         Path(args.out).write_text(json.dumps(results))
-    meshlib.barrier("mesh_check_done")
+    processes.barrier("mesh_check_done")
     return 0
 
 

@@ -107,18 +107,18 @@ def test_fsdp_falls_back_to_the_data_axis_then_replicates():
     assert sh["router_bias"].spec == P()
 
 
-def test_fsdp_env_knob(monkeypatch):
+def test_the_fsdp_knob_is_a_train_config_field_that_reaches_the_layout():
+    """``fsdp: true`` in a run's YAML lays the run's state out split; the default stays replicated."""
     from jax.sharding import PartitionSpec as P
 
+    from marin_assets.train.config import config_from_dict
+
     mesh, shapes = abstract_mesh(2, 2), tiny_state_shapes()
-    monkeypatch.setenv(meshlib.FSDP_ENV, "1")
-    assert meshlib.state_shardings(mesh, shapes).params["embed"].spec == P(None, ("data", "expert"))
-    assert meshlib.state_shardings(mesh, shapes, fsdp=False).params["embed"].spec == P()
-    monkeypatch.setenv(meshlib.FSDP_ENV, "0")
-    assert meshlib.state_shardings(mesh, shapes).params["embed"].spec == P()
-    monkeypatch.setenv(meshlib.FSDP_ENV, "yes")
-    with pytest.raises(ValueError, match="environment variable MARIN_FSDP must be 0 or 1, got 'yes'"):
-        meshlib.state_shardings(mesh, shapes)
+    assert config_from_dict(TINY_TRAIN).fsdp is False and config_from_dict({**TINY_TRAIN, "fsdp": True}).fsdp is True
+    for fsdp, spec in ((False, P()), (True, P(None, ("data", "expert")))):
+        assert meshlib.state_shardings(mesh, shapes, fsdp=fsdp).params["embed"].spec == spec
+    with pytest.raises(ValueError, match="TrainConfig.fsdp must be bool"):
+        config_from_dict({**TINY_TRAIN, "fsdp": "yes"})
 
 
 # -- the shared multi-process runs ------------------------------------------------------------

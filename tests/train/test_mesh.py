@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from tests.train.train_check import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def launch_argv(n_processes: int, devices: int, argv: list[str], **env_extra) ->
     for pid in range(n_processes):
         env = base_env(**env_extra)
         if n_processes > 1:
-            env.update(meshlib.local_env(pid, n_processes, port, devices))
+            env.update(processes.local_env(pid, n_processes, port, devices))
         else:
             env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
         procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -160,16 +161,16 @@ def test_killing_one_worker_fails_the_other_within_60s():
 # -- in-process (one CPU device) -------------------------------------------------------------
 
 def test_env_single_process_and_errors():
-    assert meshlib.distributed_from_env({}) == meshlib.Distributed()
-    env = meshlib.local_env(1, 2, 1234, 2)
+    assert processes.distributed_from_env({}) == processes.Distributed()
+    env = processes.local_env(1, 2, 1234, 2)
     assert env["MARIN_DEVICES_PER_PROCESS"] == "2"
-    assert meshlib.distributed_from_env(env) == meshlib.Distributed(1, 2, "127.0.0.1:1234")
+    assert processes.distributed_from_env(env) == processes.Distributed(1, 2, "127.0.0.1:1234")
     with pytest.raises(ValueError, match="process id 2 is outside"):
-        meshlib.local_env(2, 2, 1234)
+        processes.local_env(2, 2, 1234)
     with pytest.raises(ValueError, match="MARIN_DEVICES_PER_PROCESS must be a positive integer"):
-        meshlib.init_distributed({"MARIN_DEVICES_PER_PROCESS": "two"})
+        processes.init_distributed({"MARIN_DEVICES_PER_PROCESS": "two"})
     with pytest.raises(ValueError, match="lacks 'JOB_COMPLETION_INDEX'"):
-        meshlib.distributed_from_env({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"})
+        processes.distributed_from_env({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"})
 
 
 @settings(max_examples=60, deadline=None)
@@ -178,7 +179,7 @@ def test_env_single_process_and_errors():
                        st.text(alphabet="0123456789-x: ", max_size=4)))
 def test_env_parser_accepts_or_names_the_problem(env):
     try:
-        d = meshlib.distributed_from_env(env)
+        d = processes.distributed_from_env(env)
     except ValueError as e:
         assert any(k in str(e) for k in ("JAX_", "JOB_", "process id", "coordinator", "environment")), str(e)
     else:
@@ -217,8 +218,8 @@ def test_one_device_mesh_shardings_and_batch():
         meshlib.shard_batch(mesh, tokens[:4], 8)
     host = meshlib.host_state({"a": arr})
     assert isinstance(host["a"], np.ndarray) and np.array_equal(host["a"], tokens)
-    assert meshlib.agree(np.bool_(True)) and meshlib.is_writer()
-    assert meshlib.all_processes(True) is True and meshlib.all_processes(False) is False
+    assert processes.agree(np.bool_(True)) and processes.is_writer()
+    assert processes.all_processes(True) is True and processes.all_processes(False) is False
 
 
 def test_mesh_rejects_shapes_that_do_not_divide():

@@ -86,8 +86,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from marin_assets.train import mesh as meshlib
+    from marin_assets.train import processes
 
-    meshlib.init_distributed()
+    processes.init_distributed()
     import jax
 
     from marin_assets.train.loop import train

@@ -11,12 +11,20 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 
 from demo.phases import decision_log, run_phase_demo
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 from marin_assets.phases.budget import Budget
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.telemetry import TelemetryStore
@@ -50,6 +58,8 @@ class Phase(dg.Config):
     z_loss: float | None = None
     warmup_start_fraction: float = 0.0
     start_fraction: float = 1.0
+    model_changes: dict[str, Any] | None = None
+    transplant: str | None = None
 
 
 class WcPhaseConfig(StageConfig):

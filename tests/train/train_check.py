@@ -22,14 +22,13 @@ batch with each process feeding its own rows vs. the first rows (a wrong slice).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import processes
 from tests.support.configs import TINY_TRAIN
 
 CAPACITY = 4.0  # = the largest expert axis of the layouts: no assignment can drop
@@ -37,14 +36,14 @@ BATCH = 8
 STEPS = 20  # what the equivalence tests train, as the issue's criterion reads
 
 
-def config(transport: str, steps: int):
+def config(transport: str, steps: int, fsdp: bool = False):
     from marin_assets.train.config import config_from_dict
 
     # Two layers: the scan carries (and FSDP gathers) the stacked layer weights one layer at a time.
     model = dict(TINY_TRAIN["model"], n_layers=2, ep_transport=transport, capacity_factor_send=CAPACITY,
                  capacity_factor_recv=CAPACITY)
     return config_from_dict(dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=BATCH,
-                                 checkpoint_every_steps=steps))
+                                 checkpoint_every_steps=steps, fsdp=fsdp))
 
 
 def layout_mesh(name: str, model_config):
@@ -53,20 +52,6 @@ def layout_mesh(name: str, model_config):
 
     data, expert = (int(x) for x in name.split("x"))
     return meshlib.make_mesh(model_config, expert=expert, devices=jax.devices()[:data * expert])
-
-
-@contextlib.contextmanager
-def fsdp_env(enabled: bool):
-    """MARIN_FSDP for the runs ``train`` lays out (it reads the layout from the environment)."""
-    before = os.environ.get(meshlib.FSDP_ENV)
-    os.environ[meshlib.FSDP_ENV] = "1" if enabled else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(meshlib.FSDP_ENV, None)
-        else:
-            os.environ[meshlib.FSDP_ENV] = before
 
 
 def state_layout(state) -> dict:
@@ -96,7 +81,7 @@ def final_state_hook(out: Path, transport: str, control: dict | None):
         if control is not None:
             control.update(wrong_slice_control(info.state, transport))
         params = meshlib.host_state(info.state.params)  # a collective: every process calls it
-        if meshlib.is_writer():
+        if processes.is_writer():
             flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)}
             np.savez(f"{out}.params.npz", **flat)
             state = info.state.to_dict()
@@ -140,16 +125,14 @@ def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, 
 
     controls = {}
     for run in runs:
-        transport = run.removeprefix("fsdp_")
-        cfg = config(transport, steps)
+        transport, fsdp = run.removeprefix("fsdp_"), run.startswith("fsdp_")
+        cfg = config(transport, steps, fsdp)
         mesh = layout_mesh(name, cfg.model)
-        fsdp = run.startswith("fsdp_")
         if fsdp and mesh.size == 1:
             continue  # one device: the FSDP layout is the replicated one (nothing to split)
         control = controls.setdefault(transport, {}) if setup.num_processes > 1 and not fsdp else None
         hooks = final_state_hook(out / name / run, transport, control)
-        with fsdp_env(fsdp):
-            train(cfg, caches, out / name / run, resume=False, mesh=mesh, hooks=hooks)
+        train(cfg, caches, out / name / run, resume=False, mesh=mesh, hooks=hooks)
     rows = meshlib.process_rows(mesh, BATCH)
     return {"mesh": dict(mesh.shape), "processes": setup.num_processes, "devices": mesh.size,
             "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls}
@@ -180,18 +163,18 @@ def main() -> int:
     ap.add_argument("--runs", default="ragged,pooled,fsdp_ragged")
     args = ap.parse_args()
 
-    setup = meshlib.init_distributed()
+    setup = processes.init_distributed()
     caches = json.loads(Path(args.caches).read_text())
     out = Path(args.out)
     for name in args.layouts.split(","):
         result = run_layout(name, args.runs.split(","), args.steps, caches, out, setup)
         # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
-        result["agree"] = {"process0_value": meshlib.agree(setup.process_id + 7),
-                           "all_true": meshlib.all_processes(True),
-                           "one_false": meshlib.all_processes(setup.process_id != 1)}
-        if meshlib.is_writer():
+        result["agree"] = {"process0_value": processes.agree(setup.process_id + 7),
+                           "all_true": processes.all_processes(True),
+                           "one_false": processes.all_processes(setup.process_id != 1)}
+        if processes.is_writer():
             (out / f"{name}.json").write_text(json.dumps(result))
-    meshlib.barrier("train_check_done")
+    processes.barrier("train_check_done")
     return 0
 
 
