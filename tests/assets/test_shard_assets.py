@@ -222,6 +222,7 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
     assert final_texts.count(prose(NEAR_TARGET)) + final_texts.count(near_text) == 1
 
 
+@pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
 @pytest.mark.parametrize("state", ["before", "after"])
 def test_sharded_final_documents_equal_the_in_memory_reference(graph, state):
     store, run = graph["store"], graph[state]
@@ -237,6 +238,7 @@ def test_sharded_final_documents_equal_the_in_memory_reference(graph, state):
 PER_SHARD_CACHED_UNLESS_CHANGED = ("shards/normalized", "shards/quality", "shards/exact_map")
 
 
+@pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
 def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     store, before, after = graph["store"], graph["before"], graph["after"]
     [new] = sorted(set(after["shards"]) - set(before["shards"]))
@@ -292,6 +294,7 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     assert all(not meta["cache_hit"] for (key, _), meta in before["seen"].items())
 
 
+@pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
 @pytest.mark.parametrize("state", ["before", "after"])
 def test_every_shard_accounts_for_every_record(graph, state):
     run = graph[state]
@@ -313,6 +316,7 @@ def test_every_shard_accounts_for_every_record(graph, state):
 
 
 
+@pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
 def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
     """The index is a cache hit there (its body does not run): its on_ref hook registers the keys."""
     store = graph["store"]
@@ -335,6 +339,7 @@ def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
     assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == index_keys(ref)  # checked before any change
 
 
+@pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
 def test_range_runs_give_every_partition_the_version_of_its_single_run(graph, tmp_path, monkeypatch):
     """The same graph, each stage one run over all its partitions on two local worker processes
     (backfill policy single_run, fanout.py), into a fresh store: every partition gets the very

@@ -67,6 +67,7 @@ def sharded(runs):
     return {"code": code, "summary": json.loads(out.getvalue()), "err": err.getvalue()}
 
 
+@pytest.mark.slow  # the module's runs: the sharded graph on worker processes, then a rerun
 def test_the_run_keeps_what_the_in_memory_reference_keeps(runs, sharded):
     from marin_assets.datakit.datasets import read_dataset
     from marin_assets.store import ArtifactStore
@@ -90,6 +91,7 @@ def test_the_run_keeps_what_the_in_memory_reference_keeps(runs, sharded):
 
 
 
+@pytest.mark.slow  # the module's runs: the sharded graph on worker processes, then a rerun
 def test_the_run_covers_several_shards_on_the_requested_workers(runs, sharded):
     record = json.loads((runs["tmp"] / "P" / "summary.json").read_text())
     shards = record["shards"]
@@ -99,6 +101,7 @@ def test_the_run_covers_several_shards_on_the_requested_workers(runs, sharded):
     assert record["summary"]["store"] == str(runs["tmp"] / "P" / "store")
 
 
+@pytest.mark.slow  # the module's runs: the sharded graph on worker processes, then a rerun
 def test_a_rerun_into_the_same_prefix_is_served_from_the_store(runs, sharded, capsys):
     store = runs["tmp"] / "P" / "store"
     before = sorted(str(p.relative_to(store)) for p in store.rglob("STATUS.json"))
