@@ -204,6 +204,7 @@ def test_the_ladder_reads_the_mixtures_datasets(data_store):
     assert all(path.endswith("dataset.json") for path in datasets.values())
 
 
+@pytest.mark.slow  # a real sweep run trained through its asset
 def test_real_sweep_partition_trains_with_its_recipe(data_store):
     """The recipe chosen by name reaches the run's training config: v2 trains with AdamH (no
     weight decay) at the fan-in init, at the LR the recipe gives its width and steps."""

@@ -155,6 +155,7 @@ def test_a_phase_that_skips_most_steps_raises_with_counts(caches, tiny_config, t
     assert train(lenient, caches, tmp_path / "lenient", model=nan_loss).counts["skipped_nonfinite"] == 4
 
 
+@pytest.mark.slow  # a run abandoned and resumed: two trainings
 def test_a_work_dir_on_an_fsspec_filesystem_resumes_bit_exact(caches, tiny_config, tmp_path):
     """The whole work dir on fsspec's memory filesystem (as a pod writes gs://): checkpoints,
     metrics.jsonl, the loss curve and train_result.json; kill, resume, same run as on disk."""

@@ -20,6 +20,7 @@ def _signal_at(step: int, signum=signal.SIGTERM):
     return log_fn
 
 
+@pytest.mark.slow  # a phase stopped by a signal, then its successor: two trainings
 def test_sigterm_checkpoints_the_step_and_the_successor_starts_after_it(caches, tiny_config, tmp_path):
     before = signal.getsignal(signal.SIGTERM)
     store = tmp_path / "telemetry"
@@ -52,6 +53,7 @@ def test_sigterm_checkpoints_the_step_and_the_successor_starts_after_it(caches, 
     assert successor.final_step == 9
 
 
+@pytest.mark.slow  # two trainings (a SIGINT, an error)
 def test_sigint_stops_the_same_way_and_an_error_still_flushes_telemetry(caches, tiny_config, tmp_path):
     store = tmp_path / "telemetry"
     result = train(replace(tiny_config, checkpoint_every_steps=8), caches, tmp_path / "a", log_fn=_signal_at(2, signal.SIGINT),
