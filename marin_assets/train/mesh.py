@@ -181,7 +181,6 @@ def state_shardings(mesh, state, fsdp: bool = False) -> Any:
     import jax
     from jax.sharding import NamedSharding
 
-
     def one(path, leaf):
         spec = param_spec(path, leaf, mesh, fsdp)
         for axis, entry in enumerate(spec):
