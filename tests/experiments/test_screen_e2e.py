@@ -129,12 +129,10 @@ def test_editing_a_started_record_is_refused(screen, tmp_path):
 
 
 def test_a_failing_control_exits_3(screen, tmp_path):
-    """Runs judged by an impossible expectation: the screen is not trusted. Another record (the
-    first is locked), on the shortest budgets the screen accepts: 4-10 steps, not 10-40."""
+    """The same runs (cache hits) judged by an impossible expectation: the screen is not trusted."""
     path, store, _ = screen
     data = yaml.safe_load(path.read_text())
     data["name"] = "tiny_screen_strict"
-    data["budgets"] = [1.2e7, 1.8e7, 3.0e7]
     data["arms"]["control_harm"]["expect"] = {"ci_low_above": 1.0}
     strict = tmp_path / "tiny_screen_strict.yaml"
     strict.write_text(yaml.safe_dump(data))
