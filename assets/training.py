@@ -26,11 +26,11 @@ from marin_assets.orchestration import StageConfig, StageContext, png_markdown, 
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
-from marin_assets.phases.signals import DROP_RATE
 from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
+from marin_assets.train.metrics import DROP_RATE
 
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"

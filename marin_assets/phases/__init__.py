@@ -22,8 +22,9 @@ from marin_assets.phases.plan import (
     phase_telemetry_run,
     phase_train_config,
 )
-from marin_assets.phases.signals import DROP_RATE, BandSignal, RunState, Signals, drop_rate_alarm, loss_spike
+from marin_assets.phases.signals import BandSignal, RunState, Signals, drop_rate_alarm, loss_spike
 
 __all__ = ["ACTIONS", "ArchitectureSwitch", "BandSignal", "DROP_RATE", "Decision", "decide", "drop_rate_alarm", "end_phase_now",
            "PhasePlan", "PhaseSpec", "normalise", "phase_telemetry_run", "phase_train_config",
            "RunState", "Signals", "loss_spike"]
+from marin_assets.train.metrics import DROP_RATE  # the column the drop-rate hold reads

@@ -7,8 +7,6 @@ import math
 import numbers
 from typing import Mapping, Sequence
 
-DROP_RATE = "moe/drop_rate"  # the train metrics' column: the fraction of routed tokens dropped at a step (0..1)
-
 
 @dataclasses.dataclass(frozen=True)
 class BandSignal:

@@ -16,6 +16,8 @@ from pathlib import Path
 from marin_assets.store.fsutil import child, filesystem, is_local, write_bytes_atomic
 
 METRICS_FILE = "metrics.jsonl"
+# An MoE step's drop rate as its row names it (metrics["moe"]["drop_rate"] flattened): dropped / routed assignments.
+DROP_RATE = "moe/drop_rate"
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:

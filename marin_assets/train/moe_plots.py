@@ -11,10 +11,10 @@ import math
 import re
 from collections.abc import Sequence
 
-from marin_assets.train.metrics import telemetry_rows
+from marin_assets.train.metrics import DROP_RATE, telemetry_rows
 
 DROP_SERIES = (
-    ("moe/drop_rate", "all", "C0"),
+    (DROP_RATE, "all", "C0"),
     ("moe/drop_rate_sender", "sender", "C1"),
     ("moe/drop_rate_receiver", "receiver", "C2"),
 )
@@ -38,7 +38,7 @@ def moe_telemetry_png(rows, title: str = "MoE telemetry") -> bytes:
     the ``moe/...`` columns) or a long-format telemetry query (a polars frame)."""
     if not isinstance(rows, (list, tuple)) and hasattr(rows, "iter_rows"):
         rows = telemetry_rows(rows)
-    steps, _ = _series(rows, "moe/drop_rate")
+    steps, _ = _series(rows, DROP_RATE)
     if not steps:
         raise ValueError(
             "moe_telemetry_png: no row has a moe/drop_rate value (a dense run, or rows from before the MoE telemetry)"

@@ -15,7 +15,7 @@ from marin_assets.train import processes
 from marin_assets.train.data import MixedLoader
 from marin_assets.train.emit import Emitter, dir_name
 from marin_assets.train.guards import COUNTERS
-from marin_assets.train.metrics import plot_loss_curve, read_metrics, telemetry_rows
+from marin_assets.train.metrics import DROP_RATE, plot_loss_curve, read_metrics, telemetry_rows
 from marin_assets.train.moe_plots import moe_telemetry_png
 from marin_assets.train.restore import Run
 
@@ -122,7 +122,7 @@ def _loss_curve(run: Run, emitter: Emitter, out_dir: str, final_step: int) -> Pa
     curve = telemetry_rows(emitter.telemetry.store.query(run=emitter.telemetry.run, latest=True, steps=steps))
     if not curve:
         return None
-    if any("moe/drop_rate" in row for row in curve):  # an MoE run: its drop rate and expert load beside the loss
+    if any(DROP_RATE in row for row in curve):  # an MoE run: its drop rate and expert load beside the loss
         fs, where = filesystem(os.fspath(child(out_dir, "moe_telemetry.png")))
         write_bytes_atomic(fs, where, moe_telemetry_png(curve, title=f"{dir_name(out_dir)}: MoE telemetry"))
     return plot_loss_curve(curve, child(out_dir, "loss_curve.png"), title=dir_name(out_dir))
