@@ -51,6 +51,9 @@ class TrainConfig:
                       "full recomputes the layer in the backward, save_matmuls keeps the weight matmuls' outputs")
     fsdp: bool = knob(False, versioned=False, help="FSDP: params and optimizer state split over every device of the mesh "
                       "(routed experts over expert x data) and gathered per layer in the step (train/mesh.py)")
+    offload_optimizer: bool = knob(False, versioned=False, help="keep the optimizer state in pinned host memory between "
+                                   "steps, copied to the device inside the step (train/offload.py; refused where the "
+                                   "backend cannot compile it, e.g. XLA:CPU)")
 
     def __post_init__(self) -> None:
         for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),

@@ -20,7 +20,7 @@ import numpy as np
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
+from marin_assets.train import offload, processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition
@@ -94,7 +94,12 @@ def fresh_run(config: TrainConfig, model: Model, mesh, ckpt_root: Path | str, **
         return init_state(config, opt, model)
 
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), fsdp=config.fsdp)
-    return Run(config, meshlib.init_sharded(init, mesh, fsdp=config.fsdp), mesh, state_sh, ckpt_root, **bookkeeping), opt
+    state = meshlib.init_sharded(init, mesh, fsdp=config.fsdp)
+    if config.offload_optimizer:  # the moments move to host memory before the first step
+        offload.check_supported(mesh)
+        state_sh = offload.offloaded(state_sh)
+        state = state.replace(opt_state=jax.device_put(state.opt_state, state_sh.opt_state))
+    return Run(config, state, mesh, state_sh, ckpt_root, **bookkeeping), opt
 
 
 def resolve_checkpoint(path: str | Path) -> Path | str:

@@ -16,6 +16,7 @@ import numpy as np
 from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import mesh as meshlib
+from marin_assets.train import offload
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.optimizers import Optimizer
@@ -43,10 +44,13 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     to measure what it costs (``benchmarks/telemetry_overhead.py``).
 
     The params (and so the gradients, the optimizer state and the update) stay in their stored
-    dtype (``config.param_dtype``); the model casts them to ``config.compute_dtype`` per use."""
+    dtype (``config.param_dtype``); the model casts them to ``config.compute_dtype`` per use.
+    With ``config.offload_optimizer`` the optimizer state comes in and goes out in host memory
+    (train/offload.py) and is copied to the device for the update."""
     model_cfg, guard_cfg = config.model, config.guards
     ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
     options = compute_options(config)
+    offloaded = config.offload_optimizer  # state_sh then holds the moments in host memory (restore.fresh_run)
 
     def step(state: TrainState, tokens, batch_ok, lr):
         params = state.params
@@ -57,11 +61,14 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
         decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
         skip = decision["skip"]
         grads, grad_clipped = clip_grads(guard_cfg, grads, grad_norm, skip)
-        updates, new_opt = opt.update(grads, state.opt_state, params, lr)
+        opt_state = offload.to_device(state.opt_state, state_sh.opt_state) if offloaded else state.opt_state
+        updates, new_opt = opt.update(grads, opt_state, params, lr)
         updates, update_norm, update_clipped = clip_updates(guard_cfg, state.guard, updates)
         # Skip-step: zero update AND the optimizer state stays as it was.
         new_params = jax.tree.map(lambda p, u: jnp.where(skip, p, p + u.astype(p.dtype)), params, updates)
-        new_opt = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state.opt_state, new_opt)
+        new_opt = jax.tree.map(lambda old, new: jnp.where(skip, old, new), opt_state, new_opt)
+        if offloaded:
+            new_opt = offload.to_host(new_opt, state_sh.opt_state)
         new_bias = jnp.where(skip, state.router_bias, model.next_router_bias(state.router_bias, aux, model_cfg))
         guard = record(guard_cfg, state.guard, decision, loss, grad_norm, update_norm, grad_clipped, update_clipped)
         rng, _ = jax.random.split(state.rng)
