@@ -4,28 +4,42 @@ Tokens and experts are both sharded over the axis: device i holds T/P tokens and
 [i*E/P, (i+1)*E/P). Each assignment (token, slot) travels to the device owning its
 expert, is processed there by a grouped matmul, and comes back to be combined.
 
+Receiver capacity, the same in both transports: each local expert accepts at most
+``ceil(cf_recv * A * P / E)`` rows, where A is the assignments per device, so A * P / E is
+the rows one expert receives under a perfectly even load (all assignments over the axis /
+experts). An expert's capacity is shared round-robin across sources: its first row from
+every source (in source order), then its second, ...
+
 Two transports:
 
-``"ragged"``  Counts first: every device learns the full [src, dst] count matrix
-    (all_gather), the receiver capacity ``ceil(cf_recv * A)`` (A = assignments per
-    device) is shared round-robin across sources, and exactly the accepted rows are sent.
-    Only the receiver capacity binds. XLA:CPU has no ``ragged-all-to-all`` op, so the
-    row exchange is a dense all_to_all of per-destination blocks padded to the
-    largest possible block, then compacted on arrival; the semantics (what is accepted,
-    what drops) are those of a ragged exchange.
+``"ragged"``  Counts first: every device learns the full [src, expert] count matrix
+    (all_gather), each expert's capacity is shared round-robin across sources, and exactly
+    the accepted rows are sent. Only the receiver capacity binds. XLA:CPU has no
+    ``ragged-all-to-all`` op, so the row exchange is a dense all_to_all of per-destination
+    blocks padded to the largest possible block, then compacted on arrival; the
+    semantics (what is accepted, what drops) are those of a ragged exchange, but the
+    memory is that of the padded blocks.
 
 ``"pooled"``  The fixed pooled-wave all-to-all: no counts or metadata are exchanged.
     Each sender fills one fixed pool per destination device (``ceil(cf_send * A / P)``
-    rows; overflow drops at the sender) with the local expert id packed into the payload
-    (bit-cast into extra columns). The pool travels in ``waves`` all_to_alls of identical
-    shape. The receiver accepts up to ``ceil(cf_recv * A)`` rows, round-robin across
-    sources (row 0 of every source, then row 1, ...), and drops the rest.
+    rows, rounded up to a multiple of ``waves``; overflow drops at the sender) with the
+    local expert id packed into the payload (bit-cast into an extra column). The pool
+    travels in ``waves`` all_to_alls of identical shape, inside a ``lax.scan``: the
+    receiver runs its local experts on wave w and sends its results back before wave w+1
+    arrives, so only one wave's expert activations are live. Each wave's arrivals take
+    what is left of each expert's capacity (the per-expert counts run through the scan),
+    round-robin across sources within the wave; earlier waves come first. For the
+    backward the scan body is rematerialised (``jax.checkpoint``) keeping only each
+    wave's received rows: the expert pass runs once more per wave instead of keeping
+    every wave's activations until the backward. ``waves=1`` is the same exchange with
+    all waves at once (one all_to_all of the whole pool, one expert pass over it):
+    ``benchmarks/pooled_wave_memory.py`` compares the two at an equal pool size.
 
 Dropped assignments contribute zero to their token's output and are counted (exactly,
 summed over devices), by the side whose limit dropped them (``with_drop_kinds``): ``pooled``
-drops at the sender (pool overflow) and at the receiver (past its capacity); ``ragged`` has
-no sender limit, so its sender count is always 0 and every drop is a receiver-capacity drop
-(applied before sending, since the counts are exchanged first).
+drops at the sender (pool overflow) and at the receiver (past an expert's capacity);
+``ragged`` has no sender limit, so its sender count is always 0 and every drop is a
+receiver-capacity drop (applied before sending, since the counts are exchanged first).
 
 On a mesh with more axes (``("data", "expert")`` in training) pass ``token_axes``: the
 tokens are sharded over all of them, the experts over ``axis`` only (replicated over the
@@ -38,19 +52,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from kernels.dispatch import position_in_group
 from kernels.grouped_matmul import IMPLS, expert_swiglu
 
 TRANSPORTS = ("ragged", "pooled")
+_WAVE_ARRIVED = "expert_parallel_wave_arrived"  # the one value a wave keeps for its backward
 
 
-def round_robin_counts(counts: jax.Array, capacity: int) -> jax.Array:
+def round_robin_counts(counts: jax.Array, capacity: int | jax.Array) -> jax.Array:
     """How many rows of each source a receiver with ``capacity`` slots accepts.
 
     Rows are taken round-robin: row 0 of every source (in source order), then row 1, ...
@@ -58,7 +74,9 @@ def round_robin_counts(counts: jax.Array, capacity: int) -> jax.Array:
     sum(min(counts, L)) <= capacity, then one extra row for the first sources above L.
     """
     counts = counts.astype(jnp.int32)
-    filled = lambda level: jnp.sum(jnp.minimum(counts, level))
+
+    def filled(level):
+        return jnp.sum(jnp.minimum(counts, level))
 
     def search(_, lo_hi):  # binary search for L in [0, max(counts)]
         lo, hi = lo_hi
@@ -71,6 +89,29 @@ def round_robin_counts(counts: jax.Array, capacity: int) -> jax.Array:
     above = counts > level
     extra = above & (jnp.cumsum(above) <= left)
     return jnp.minimum(counts, level) + extra.astype(jnp.int32)
+
+
+def round_robin_per_expert(counts: jax.Array, capacity: int | jax.Array) -> jax.Array:
+    """``round_robin_counts`` for each expert: counts [src, E], capacity scalar or [E] -> accepted [src, E]."""
+    capacity = jnp.broadcast_to(jnp.asarray(capacity, jnp.int32), counts.shape[1:])
+    return jax.vmap(round_robin_counts, in_axes=(1, 0), out_axes=1)(counts, capacity)
+
+
+def _accept_wave(tags: jax.Array, taken: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
+    """Which rows of one arrived wave the local experts take.
+
+    tags: [src, rows] local expert id + 1 (0: empty slot); taken: [n_local] rows each expert
+    accepted in earlier waves. Returns (expert id per row [src * rows], n_local where not
+    taken; rows accepted per expert in this wave [n_local]).
+    """
+    n_local = taken.shape[0]
+    key = jnp.where(tags > 0, tags - 1, n_local)  # empty slots group after the experts
+    counts = jax.vmap(lambda k: jnp.bincount(k, length=n_local + 1))(key)[:, :n_local]
+    accepted = round_robin_per_expert(counts, capacity - taken)  # [src, n_local]
+    rank = jax.vmap(position_in_group, in_axes=(0, None))(key, n_local + 1)  # among its source's rows
+    limit = jnp.take_along_axis(accepted, jnp.minimum(key, n_local - 1), axis=1)
+    take = (key < n_local) & (rank < limit)
+    return jnp.where(take, key, n_local).reshape(-1), jnp.sum(accepted, axis=0)
 
 
 def _pack(rows: jax.Array, tags: jax.Array) -> jax.Array:
@@ -95,11 +136,9 @@ def _local_experts(rows, local_ids, n_local, w_gate, w_up, w_down, impl="auto"):
     return jnp.zeros_like(out_sorted).at[order].set(out_sorted)
 
 
-def _exchange(blocks: jax.Array, axis: str, waves: int) -> jax.Array:
-    """all_to_all over leading [P, rows, ...] blocks, in ``waves`` equal chunks of rows."""
-    chunks = jnp.split(blocks, waves, axis=1)
-    moved = [jax.lax.all_to_all(c, axis, 0, 0, tiled=True) for c in chunks]
-    return jnp.concatenate(moved, axis=1)
+def _all_to_all(blocks: jax.Array, axis: str) -> jax.Array:
+    """Block i of the leading [P, ...] axis goes to device i; the result's block j came from device j."""
+    return jax.lax.all_to_all(blocks, axis, 0, 0, tiled=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +173,10 @@ class ExpertParallel:
             raise ValueError(f"ExpertParallel.grouped_matmul must be one of {IMPLS}, got {self.grouped_matmul!r}")
         tokens = self.tokens
         if self.axis not in tokens or any(a not in self.mesh.shape for a in tokens) or len(set(tokens)) != len(tokens):
-            raise ValueError(f"ExpertParallel.token_axes {tokens} must be distinct axes of the mesh "
-                             f"{tuple(self.mesh.shape)} and include {self.axis!r}")
+            raise ValueError(
+                f"ExpertParallel.token_axes {tokens} must be distinct axes of the mesh "
+                f"{tuple(self.mesh.shape)} and include {self.axis!r}"
+            )
 
     @property
     def size(self) -> int:
@@ -149,6 +190,15 @@ class ExpertParallel:
     def token_shards(self) -> int:
         return math.prod(self.mesh.shape[a] for a in self.tokens)
 
+    def pool_rows(self, assignments: int) -> int:
+        """``pooled``: rows of one sender's pool for one destination, given A assignments per device."""
+        pool = math.ceil(self.capacity_factor_send * assignments / self.size)
+        return self.waves * math.ceil(pool / self.waves)  # waves of identical shape
+
+    def expert_capacity(self, assignments: int, n_local: int) -> int:
+        """Rows one local expert accepts: cf_recv times its even share, A * P / E = A / n_local."""
+        return math.ceil(self.capacity_factor_recv * assignments / n_local)
+
     def __call__(self, x, expert_ids, weights, w_gate, w_up, w_down):
         out, sender, receiver = self.with_drop_kinds(x, expert_ids, weights, w_gate, w_up, w_down)
         return out, sender + receiver
@@ -157,13 +207,16 @@ class ExpertParallel:
         """As ``__call__``, with the global drop count split: (out, dropped_sender, dropped_receiver)."""
         T, E = x.shape[0], w_gate.shape[0]
         if T % self.token_shards or E % self.size:
-            raise ValueError(f"ExpertParallel: tokens ({T}) must be divisible by the {self.token_shards} "
-                             f"token shards over {self.tokens} and experts ({E}) by the {self.axis!r} "
-                             f"axis size ({self.size})")
+            raise ValueError(
+                f"ExpertParallel: tokens ({T}) must be divisible by the {self.token_shards} "
+                f"token shards over {self.tokens} and experts ({E}) by the {self.axis!r} "
+                f"axis size ({self.size})"
+            )
         body = self._pooled if self.transport == "pooled" else self._ragged
         tok, exp = P(self.tokens), P(self.axis)
-        fn = jax.shard_map(body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp),
-                           out_specs=(tok, P(), P()), check_vma=False)
+        fn = jax.shard_map(
+            body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp), out_specs=(tok, P(), P()), check_vma=False
+        )
         return fn(x, expert_ids, weights, w_gate, w_up, w_down)
 
     def _total(self, count):
@@ -185,9 +238,8 @@ class ExpertParallel:
     def _pooled(self, x, expert_ids, weights, w_gate, w_up, w_down):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
         A = expert_ids.size
-        pool = math.ceil(self.capacity_factor_send * A / Pn)
-        pool = self.waves * math.ceil(pool / self.waves)  # waves of identical shape
-        recv_cap = math.ceil(self.capacity_factor_recv * A)
+        pool, cap = self.pool_rows(A), self.expert_capacity(A, El)
+        per_wave = pool // self.waves
         dest, local_e, rows = self._route(x, expert_ids, El)
 
         pos = position_in_group(dest, Pn)
@@ -195,51 +247,78 @@ class ExpertParallel:
         slot = jnp.where(sent, dest * pool + pos, Pn * pool)  # out of range: dropped
         buf = jnp.zeros((Pn * pool, D), x.dtype).at[slot].set(rows, mode="drop")
         tag = jnp.zeros((Pn * pool,), jnp.int32).at[slot].set(local_e + 1, mode="drop")
-        recv = _exchange(_pack(buf, tag).reshape(Pn, pool, -1), self.axis, self.waves)
-        r_rows, r_tag = _unpack(recv, D)  # [Pn(src), pool, D], [Pn, pool]
+        # [waves, Pn(dst), per_wave, D + 1]: wave w carries rows [w * per_wave, (w + 1) * per_wave) of every pool.
+        outgoing = _pack(buf, tag).reshape(Pn, self.waves, per_wave, -1).swapaxes(0, 1)
 
-        # Pools are front-packed, so "row j of every source" order is round-robin.
-        valid = r_tag > 0
-        accepted = round_robin_counts(jnp.sum(valid, axis=1), recv_cap)
-        accept = jnp.arange(pool)[None, :] < accepted[:, None]
-        ids = jnp.where(accept, r_tag - 1, El).reshape(-1)
-        out = _local_experts(r_rows.reshape(-1, D), ids, El, w_gate, w_up, w_down, self.grouped_matmul)
-        back = _exchange(out.reshape(Pn, pool, D), self.axis, self.waves).reshape(-1, D)
+        def one_wave(carry, wave):
+            taken, arrived = carry
+            r_rows, r_tag = _unpack(checkpoint_name(_all_to_all(wave, self.axis), _WAVE_ARRIVED), D)
+            ids, accepted = _accept_wave(r_tag, taken, cap)
+            out = _local_experts(r_rows.reshape(-1, D), ids, El, w_gate, w_up, w_down, self.grouped_matmul)
+            back = _all_to_all(out.reshape(Pn, per_wave, D), self.axis)
+            return (taken + accepted, arrived + jnp.sum(r_tag > 0)), back
+
+        keep_arrivals = jax.checkpoint_policies.save_only_these_names(_WAVE_ARRIVED)
+        start = (jnp.zeros((El,), jnp.int32), jnp.int32(0))
+        (taken, arrived), back = jax.lax.scan(jax.checkpoint(one_wave, policy=keep_arrivals), start, outgoing)
+        back = back.swapaxes(0, 1).reshape(Pn * pool, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
-        sender, receiver = A - jnp.sum(sent), jnp.sum(valid) - jnp.sum(accept)
+        sender, receiver = A - jnp.sum(sent), arrived - jnp.sum(taken)
         return self._combine(out_assign, weights), self._total(sender), self._total(receiver)
 
     def _ragged(self, x, expert_ids, weights, w_gate, w_up, w_down):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
         A = expert_ids.size
-        recv_cap = math.ceil(self.capacity_factor_recv * A)
-        block = min(A, recv_cap)  # the most one source can ever send to one receiver
+        cap = self.expert_capacity(A, El)
+        recv_rows = El * cap  # the most a device can accept
+        block = min(A, recv_rows)  # the most one source can ever send to one receiver
         me = jax.lax.axis_index(self.axis)
+        flat = expert_ids.reshape(-1)
         dest, local_e, rows = self._route(x, expert_ids, El)
 
-        counts = jnp.bincount(dest, length=Pn).astype(jnp.int32)
-        matrix = jax.lax.all_gather(counts, self.axis)  # [src, dst]
-        accepted = jax.vmap(lambda c: round_robin_counts(c, recv_cap), in_axes=1, out_axes=1)(matrix)
-        pos = position_in_group(dest, Pn)
-        sent = pos < accepted[me][dest]
+        matrix = jax.lax.all_gather(jnp.bincount(flat, length=Pn * El).astype(jnp.int32), self.axis)  # [src, E]
+        accepted = round_robin_per_expert(matrix, cap)
+        sent = position_in_group(flat, Pn * El) < accepted[me][flat]
+        pos = position_in_group(jnp.where(sent, dest, Pn), Pn + 1)  # among the rows sent to dest
         slot = jnp.where(sent, dest * block + pos, Pn * block)
         buf = jnp.zeros((Pn * block, D), x.dtype).at[slot].set(rows, mode="drop")
         tag = jnp.zeros((Pn * block,), jnp.int32).at[slot].set(local_e, mode="drop")
-        recv = _exchange(_pack(buf, tag).reshape(Pn, block, -1), self.axis, 1)
-        r_rows, r_tag = _unpack(recv, D)
+        r_rows, r_tag = _unpack(_all_to_all(_pack(buf, tag).reshape(Pn, block, -1), self.axis), D)
 
         # Compact on arrival: source s's rows go to [offset[s], offset[s] + n[s]).
-        n_in = accepted[:, me]
+        n_in = jnp.sum(jax.lax.dynamic_slice_in_dim(accepted, me * El, El, axis=1), axis=1)
         offset = jnp.cumsum(n_in) - n_in
         j = jnp.arange(block)[None, :]
         valid = j < n_in[:, None]
-        where = jnp.where(valid, offset[:, None] + j, recv_cap).reshape(-1)
-        compact = jnp.zeros((recv_cap, D), x.dtype).at[where].set(r_rows.reshape(-1, D), mode="drop")
-        ids = jnp.full((recv_cap,), El, jnp.int32).at[where].set(r_tag.reshape(-1), mode="drop")
+        where = jnp.where(valid, offset[:, None] + j, recv_rows).reshape(-1)
+        compact = jnp.zeros((recv_rows, D), x.dtype).at[where].set(r_rows.reshape(-1, D), mode="drop")
+        ids = jnp.full((recv_rows,), El, jnp.int32).at[where].set(r_tag.reshape(-1), mode="drop")
         out = _local_experts(compact, ids, El, w_gate, w_up, w_down, self.grouped_matmul)
         out_blocks = jnp.take(out, where, axis=0, mode="fill", fill_value=0).reshape(Pn, block, D)
-        back = _exchange(out_blocks, self.axis, 1).reshape(-1, D)
+        back = _all_to_all(out_blocks, self.axis).reshape(-1, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         # Only the receiver's capacity binds; the sender holds back what the receiver refuses.
         receiver = A - jnp.sum(sent)
         return self._combine(out_assign, weights), self._total(jnp.int32(0)), self._total(receiver)
+
+
+def compiled_temp_bytes(layer, T: int, D: int, E: int, F: int, k: int, train: bool = True) -> int:
+    """Temp bytes XLA's compiled layer needs at these shapes (``memory_analysis().temp_size_in_bytes``:
+    what is live beyond its inputs and outputs), compiled only, never run.
+
+    layer: an ``ExpertParallel`` (or ``kernels.dispatch.moe_local``); x: [T, D], top-k routing,
+    E experts of width F. train: the forward + backward (gradients of a sum of the output for x,
+    the routing weights and the expert weights), else the forward alone.
+    """
+
+    def forward(x, ids, weights, w_gate, w_up, w_down):
+        return layer(x, ids, weights, w_gate, w_up, w_down)
+
+    def gradients(x, ids, weights, w_gate, w_up, w_down):
+        loss = lambda x, weights, *experts: jnp.sum(layer(x, ids, weights, *experts)[0])  # noqa: E731
+        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(x, weights, w_gate, w_up, w_down)
+
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
+    shapes = (f32(T, D), jax.ShapeDtypeStruct((T, k), jnp.int32), f32(T, k), f32(E, D, F), f32(E, D, F), f32(E, F, D))
+    compiled = jax.jit(gradients if train else forward).lower(*shapes).compile()
+    return int(compiled.memory_analysis().temp_size_in_bytes)
