@@ -16,7 +16,9 @@ Fleet file schema (YAML or JSON)::
         domain_chips: 72       # optional, default per accelerator (TPU: product of topology)
         chips_per_host: 4      # optional, default per accelerator
         topology: 16x16        # TPU only (required there): e.g. 16x16 (v5e), 4x8x8 (v5p)
-        ep_domain_chips: 64    # optional: expert-parallel group inside a domain (GB200: 64)
+        ep_domain_chips: 64    # optional: expert-parallel group inside a domain (GB200: 64): whole
+                               # hosts, or part of one; the pods' MARIN_EP_DOMAIN_CHIPS, the bound
+                               # of the training mesh's expert axis (default: one host's chips)
         whole_domain: true     # optional: jobs take whole domains (default: true for TPU)
 """
 
@@ -122,6 +124,11 @@ class Pool:
             )
         if self.ep_domain_chips is not None and not 1 <= self.ep_domain_chips <= self.domain_chips:
             raise ValueError(f"{where}: ep_domain_chips must be in [1, domain_chips={self.domain_chips}]")
+        if self.ep_domain_chips is not None and self.ep_domain_chips % self.chips_per_host and \
+                self.chips_per_host % self.ep_domain_chips:
+            # An expert group is a run of whole, consecutive processes (one per host) or part of one.
+            raise ValueError(f"{where}: ep_domain_chips {self.ep_domain_chips} is neither whole hosts nor part of one "
+                             f"(chips_per_host {self.chips_per_host})")
         if self.whole_domain is None:
             object.__setattr__(self, "whole_domain", spec.is_tpu)
 

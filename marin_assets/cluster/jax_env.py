@@ -3,7 +3,9 @@ pod is told (``pod_env``) and what the pod makes of it (``jax_distributed_args``
 
 Process 0 of domain 0 (pod ``<job>-r0-0`` behind the job's headless Service) is the JAX
 coordinator. The Job also sets ``MARIN_PROCESS_OFFSET`` (domain * hosts per domain) and
-Kubernetes sets ``JOB_COMPLETION_INDEX``; their sum is the pod's JAX process id.
+Kubernetes sets ``JOB_COMPLETION_INDEX``; their sum is the pod's JAX process id. A pool with an
+``ep_domain_chips`` tells its pods ``MARIN_EP_DOMAIN_CHIPS``: the devices the training mesh's
+expert axis may span (marin_assets/train/mesh.py ``expert_axis_size``).
 """
 
 from __future__ import annotations
@@ -29,16 +31,20 @@ def pod_env(
     domains: int,
     hosts: int,
     tpu: bool,
+    ep_domain_chips: int | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The variables every pod of domain ``domain`` of job ``name`` gets (``extra`` added last,
-    except that a multislice TPU job's slice id and worker hostnames are always its own)."""
+    except that a multislice TPU job's slice id and worker hostnames are always its own).
+    ``ep_domain_chips``: the pool's expert-parallel domain, as MARIN_EP_DOMAIN_CHIPS."""
     env = {
         "JAX_COORDINATOR_ADDRESS": f"{name}-r0-0.{service}.{namespace}.svc:{COORDINATOR_PORT}",
         "JAX_NUM_PROCESSES": str(domains * hosts),
         "MARIN_HOSTS_PER_DOMAIN": str(hosts),
         "MARIN_NUM_DOMAINS": str(domains),
     }
+    if ep_domain_chips is not None:
+        env["MARIN_EP_DOMAIN_CHIPS"] = str(ep_domain_chips)
     if tpu:
         env["TPU_WORKER_HOSTNAMES"] = ",".join(f"{name}-r0-{i}.{service}" for i in range(hosts))
         if domains > 1:  # multislice: slices talk over DCN through the megascale coordinator

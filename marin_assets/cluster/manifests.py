@@ -14,7 +14,9 @@ Shape of a JAX job (one per domain, so the scheduler can never spread a domain's
 TPU pods select their slice with the GKE labels ``cloud.google.com/gke-tpu-accelerator`` and
 ``cloud.google.com/gke-tpu-topology`` and request ``google.com/tpu`` chips per host. GB200
 pods request ``nvidia.com/gpu`` and are pinned to one NVLink domain per rack with a required
-pod affinity on ``nvidia.com/gpu.clique``; NCCL is told to use multi-node NVLink.
+pod affinity on ``nvidia.com/gpu.clique``; NCCL is told to use multi-node NVLink. A pool's
+``ep_domain_chips`` reaches every pod as ``MARIN_EP_DOMAIN_CHIPS``, the bound of the training
+mesh's expert axis (which then spans the processes of one EP domain).
 
 Commands are argument lists (never a shell string). Names and the image are checked before
 any object is built, against the rules the API server and the container runtime apply
@@ -163,7 +165,17 @@ def multihost_jax_manifests(
                     ]
                 )
             )
-        domain_env = pod_env(name, service, namespace, domain=d, domains=domains, hosts=hosts, tpu=spec.is_tpu, extra=env)
+        domain_env = pod_env(
+            name,
+            service,
+            namespace,
+            domain=d,
+            domains=domains,
+            hosts=hosts,
+            tpu=spec.is_tpu,
+            ep_domain_chips=pool.ep_domain_chips,
+            extra=env,
+        )
         objects.append(
             domain_job(
                 name=name,

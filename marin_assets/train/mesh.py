@@ -41,7 +41,12 @@ it). Joining the job and the host-side syncs (``is_writer``, ``agree``, ``barrie
 
 Environment:
   MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
-      device count that divides n_routed_experts and fits in one process)
+      device count that divides n_routed_experts and fits in one EP domain)
+  MARIN_EP_DOMAIN_CHIPS      devices of one EP domain, the expert axis's bound (default: one
+      process's); the manifests set it from the fleet pool's ``ep_domain_chips``. The devices
+      are laid out process by process, so an expert axis larger than a process's devices spans
+      consecutive processes (the shard_map all-to-all then crosses them).
+  MARIN_HOSTS_PER_DOMAIN     processes of one interconnect domain: no expert group straddles two
 """
 
 from __future__ import annotations
@@ -67,20 +72,48 @@ REPLICATED_FIELDS = ("guard", "router_bias", "step", "rng")
 
 # -- the mesh ---------------------------------------------------------------------------
 
-def default_expert_size(model_config, n_devices: int, per_process: int) -> int:
-    """Largest e dividing the device count and the expert count, within one process
-    (the EP all-to-all stays on the fastest links); 1 for a dense model."""
+def default_expert_size(model_config, n_devices: int, ep_domain: int, domain_devices: int | None = None) -> int:
+    """Largest e dividing the device count and the expert count, within one EP domain (``ep_domain``
+    devices: one process's, or the fleet's ``ep_domain_chips``, so the EP all-to-all stays on the
+    fastest links) and, on a job of several interconnect domains of ``domain_devices`` each,
+    dividing one (no expert group straddles two domains); 1 for a dense model."""
     experts = getattr(model_config, "n_routed_experts", 0)
     if experts <= 0:
         return 1
-    return max(e for e in range(1, min(n_devices, per_process) + 1)
-               if n_devices % e == 0 and experts % e == 0)
+    per_domain = domain_devices or n_devices
+    return max(e for e in range(1, min(n_devices, ep_domain) + 1)
+               if n_devices % e == 0 and experts % e == 0 and per_domain % e == 0)
+
+
+def expert_axis_size(model_config, n_devices: int, per_process: int, env: Mapping[str, str]) -> int:
+    """The expert axis size a job's environment asks for (pure: no JAX): MARIN_EXPERT_PARALLEL,
+    else ``default_expert_size`` within an EP domain of MARIN_EP_DOMAIN_CHIPS devices (the fleet
+    pool's ``ep_domain_chips``, which the manifests put in every pod's env), else of one process.
+    Raises a ValueError naming the variable when an explicit size leaves its EP domain."""
+    ep_domain = positive_env(env, "MARIN_EP_DOMAIN_CHIPS", None)
+    expert = positive_env(env, "MARIN_EXPERT_PARALLEL", None)
+    if expert is not None:
+        if ep_domain is not None and expert > ep_domain:
+            raise ValueError(f"MARIN_EXPERT_PARALLEL={expert} is larger than the EP domain "
+                             f"(MARIN_EP_DOMAIN_CHIPS={ep_domain})")
+        return expert
+    hosts = positive_env(env, "MARIN_HOSTS_PER_DOMAIN", None)
+    # Only a mesh over whole domains has domains to keep groups inside (not a subset of the devices).
+    domain_devices = hosts * per_process if hosts is not None and n_devices % (hosts * per_process) == 0 else None
+    return default_expert_size(model_config, n_devices, ep_domain or per_process, domain_devices)
+
+
+def ep_device_order(devices: list) -> list:
+    """Devices process by process (then by id): a row of the mesh's expert axis is then a run of
+    whole, consecutive processes (an EP domain), or part of one process."""
+    return sorted(devices, key=lambda d: (d.process_index, d.id))
 
 
 def make_mesh(model_config=None, expert: int | None = None, devices=None, env: Mapping[str, str] | None = None):
     """A ``("data", "expert")`` mesh over ``devices`` (default: every global device).
 
-    expert: the expert axis size; None reads MARIN_EXPERT_PARALLEL, else the default above.
+    expert: the expert axis size; None: ``expert_axis_size`` of the environment (module docstring).
+    The expert axis is the mesh's minor axis over ``ep_device_order``, so it may span processes.
     """
     import jax
     from jax.sharding import Mesh
@@ -89,17 +122,15 @@ def make_mesh(model_config=None, expert: int | None = None, devices=None, env: M
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
     if expert is None:
-        expert = positive_env(env, "MARIN_EXPERT_PARALLEL", None)
-    if expert is None:
-        expert = default_expert_size(model_config, n, jax.local_device_count())
+        expert = expert_axis_size(model_config, n, jax.local_device_count(), env)
     if expert < 1 or n % expert:
         raise ValueError(f"expert axis size {expert} does not divide the {n} devices")
     experts = getattr(model_config, "n_routed_experts", 0)
     if experts and experts % expert:
         raise ValueError(f"expert axis size {expert} does not divide n_routed_experts={experts}")
-    if devices == list(jax.devices()):
-        return jax.make_mesh((n // expert, expert), AXES)  # topology-aware order on TPU/GPU
-    return Mesh(np.asarray(devices).reshape(n // expert, expert), AXES)
+    if devices == list(jax.devices()) and devices[0].platform == "tpu":
+        return jax.make_mesh((n // expert, expert), AXES)  # the slice's topology-aware order
+    return Mesh(np.asarray(ep_device_order(devices)).reshape(n // expert, expert), AXES)
 
 
 def expert_parallel(mesh, model_config):

@@ -93,6 +93,31 @@ def test_two_rack_gb200_job():
     assert ids == set(range(36))  # every process id exactly once across both racks
 
 
+def test_ep_domain_reaches_the_pods_and_their_mesh():
+    """The pool's ep_domain_chips is every pod's MARIN_EP_DOMAIN_CHIPS, and the expert axis the
+    worker derives from that environment spans the processes of one EP domain."""
+    from marin_assets.model import ModelConfig
+    from marin_assets.train.mesh import expert_axis_size
+
+    pool = Pool("gb200", "gb200-nvl72", "us-central1", 11, ep_domain_chips=64)
+    objs = multihost_jax_manifests("moe", pool, image="marin:1", command=["python", "train.py"], chips=64)
+    [job] = [o for o in objs if isinstance(o, k8s.V1Job)]
+    _validate_strict(job)
+    env = _env(job.spec.template.spec.containers[0])
+    assert env["MARIN_EP_DOMAIN_CHIPS"] == "64" and env["JAX_NUM_PROCESSES"] == "16"
+    moe = ModelConfig(n_routed_experts=64, top_k=2)
+    assert expert_axis_size(moe, n_devices=64, per_process=4, env=env) == 64  # 16 processes of 4 chips
+    assert expert_axis_size(moe, n_devices=64, per_process=4, env={}) == 4  # without it: one process
+    # Two whole racks (72 chips each): an expert group stays inside one rack and one EP domain.
+    racks = multihost_jax_manifests("moe", pool, image="marin:1", command=["python"], domains=2)
+    env = _env(next(o for o in racks if isinstance(o, k8s.V1Job)).spec.template.spec.containers[0])
+    assert expert_axis_size(ModelConfig(n_routed_experts=72, top_k=2), 144, 4, env) == 36
+    no_ep = multihost_jax_manifests("moe", Pool("gb200", "gb200-nvl72", "us-central1", 1), image="marin:1",
+                                    command=["python"], chips=8)
+    [job] = [o for o in no_ep if isinstance(o, k8s.V1Job)]
+    assert "MARIN_EP_DOMAIN_CHIPS" not in _env(job.spec.template.spec.containers[0])
+
+
 def test_cpu_pod_and_step_config():
     pod = cpu_pod("dedup-step", image="marin:1", command=["dagster", "api"], cores=8, memory_gib=32,
                   node_pool="cpu-pool")

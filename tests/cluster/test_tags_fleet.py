@@ -54,6 +54,9 @@ def test_pool_defaults_and_validation():
         Pool("t", "tpu-v5p", "us-east5", 1, topology="4x8x8", domain_chips=512)
     with pytest.raises(ValueError, match="ep_domain_chips"):
         Pool("g", "gb200-nvl72", "us-central1", 1, ep_domain_chips=80)
+    with pytest.raises(ValueError, match="ep_domain_chips 6 is neither whole hosts nor part of one .chips_per_host 4"):
+        Pool("g", "gb200-nvl72", "us-central1", 1, ep_domain_chips=6)
+    assert Pool("g", "gb200-nvl72", "us-central1", 1, ep_domain_chips=2).ep_domain_chips == 2  # half a host
     with pytest.raises(ValueError, match="unknown accelerator"):
         Pool("g", "gb300", "us-central1", 1)
     with pytest.raises(ValueError, match="must divide"):

@@ -39,7 +39,11 @@ def tiny_config(jax_cache):
 
 # The mesh equivalence runs (tests/train/train_check.py): the one-process meshes share one
 # 4-device process; 2x2 is 2 processes x 2 devices. Runs: both transports, and FSDP on ragged.
-MESH_GROUPS = ((1, 4, "1x1,1x4"), (2, 2, "2x2"))
+# "env" is the mesh a pod of a fleet pool with ep_domain_chips=4 builds from its environment on
+# 2 processes x 2 devices: an expert axis of 4 across both processes (both transports).
+MESH_GROUPS = ((1, 4, "1x1,1x4", "ragged,pooled,fsdp_ragged", {}),
+               (2, 2, "2x2", "ragged,pooled,fsdp_ragged", {}),
+               (2, 2, "env", "ragged,pooled", {"MARIN_EP_DOMAIN_CHIPS": "4"}))
 
 
 def _train_every_layout(caches: dict, root: Path) -> None:
@@ -49,7 +53,7 @@ def _train_every_layout(caches: dict, root: Path) -> None:
     root.mkdir(parents=True)
     caches_json = root / "caches.json"
     caches_json.write_text(json.dumps({k: str(v) for k, v in caches.items()}))
-    for n_processes, devices, layouts in MESH_GROUPS:
+    for n_processes, devices, layouts, runs, env in MESH_GROUPS:
         argv = [
             sys.executable,
             "-m",
@@ -62,14 +66,16 @@ def _train_every_layout(caches: dict, root: Path) -> None:
             str(STEPS),
             "--layouts",
             layouts,
+            "--runs",
+            runs,
         ]
-        finish(launch_argv(n_processes, devices, argv), PROC_TIMEOUT_S)
+        finish(launch_argv(n_processes, devices, argv, **env), PROC_TIMEOUT_S)
     (root / "done").write_text("")
 
 
 @pytest.fixture(scope="session")
 def mesh_runs(caches, tmp_path_factory) -> Path:
-    """The folder of ``train_check``'s runs on 1x1, 1x4 and 2x2 (read with ``train_check.load_layout``),
+    """The folder of ``train_check``'s runs on 1x1, 1x4, 2x2 and env (read with ``train_check.load_layout``),
     trained once per ``pytest`` invocation: the equivalence tests of test_mesh.py and test_fsdp.py
     all assert on these. Under xdist the workers share it through their common base temp folder (the
     pytest-xdist docs' pattern): the first to ask trains, under a file lock the others wait on."""

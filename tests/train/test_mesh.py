@@ -93,10 +93,10 @@ def assert_same_training(ref: dict, other: dict, name: str) -> list[float]:
 
 @pytest.fixture(scope="module")
 def layouts(mesh_runs):
-    """{layout: train_check.load_layout(...)} for 1x1, 1x4 and 2x2 (tests/train/conftest.py)."""
+    """{layout: train_check.load_layout(...)} for 1x1, 1x4, 2x2 and env (tests/train/conftest.py)."""
     from tests.train.train_check import load_layout
 
-    return {name: load_layout(mesh_runs, name) for name in ("1x1", "1x4", "2x2")}
+    return {name: load_layout(mesh_runs, name) for name in ("1x1", "1x4", "2x2", "env")}
 
 
 @pytest.mark.slow
@@ -114,6 +114,22 @@ def test_meshes_give_the_same_losses_and_params(layouts, transport):
     assert losses(ref)[-1] < losses(ref)[0]  # it trains
     report = {name: assert_same_training(ref, layouts[name]["runs"][transport], name) for name in ("1x4", "2x2")}
     print(json.dumps({"transport": transport, "abs_loss_diff_vs_1x1_per_step": report}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["ragged", "pooled"])
+def test_an_ep_domain_of_two_processes_gives_the_same_losses(layouts, transport):
+    """2 processes x 2 devices whose environment says MARIN_EP_DOMAIN_CHIPS=4 (a fleet pool's
+    ep_domain_chips, as the manifests set it): the worker's own mesh has an expert axis of 4 that
+    spans both processes, and trains as 1 x 1 does."""
+    ep = layouts["env"]
+    assert ep["mesh"] == {"data": 1, "expert": 4} and ep["processes"] == 2 and ep["devices"] == 4
+    assert ep["expert_group_processes"] == [[0, 0, 1, 1]]  # one expert group: process 0's devices, then 1's
+    assert ep["rows"] == [0, 4]
+    control = ep["wrong_slice"][transport]
+    assert abs(control["bad"] - control["good"]) > 1e-3  # a wrong slice would show in the losses
+    diff = assert_same_training(layouts["1x1"]["runs"][transport], ep["runs"][transport], "env")
+    print(json.dumps({"transport": transport, "abs_loss_diff_env_ep4_vs_1x1_per_step": diff}))
 
 
 @pytest.mark.slow
@@ -190,9 +206,36 @@ def test_default_expert_axis():
     from marin_assets.model import ModelConfig
 
     moe = ModelConfig(n_routed_experts=6, top_k=2)
-    assert meshlib.default_expert_size(moe, n_devices=8, per_process=8) == 2  # divides 8 and 6
-    assert meshlib.default_expert_size(moe, n_devices=12, per_process=4) == 3  # within a process
+    assert meshlib.default_expert_size(moe, n_devices=8, ep_domain=8) == 2  # divides 8 and 6
+    assert meshlib.default_expert_size(moe, n_devices=12, ep_domain=4) == 3  # within an EP domain
+    assert meshlib.default_expert_size(moe, n_devices=12, ep_domain=12, domain_devices=4) == 2  # in one domain
     assert meshlib.default_expert_size(ModelConfig(n_routed_experts=0), 8, 8) == 1
+
+
+def test_ep_domain_env_sets_the_expert_axis():
+    """MARIN_EP_DOMAIN_CHIPS (the fleet's ep_domain_chips in a pod's env) lets the expert axis span
+    processes; without it the axis stays inside one process; MARIN_EXPERT_PARALLEL is exact."""
+    from marin_assets.model import ModelConfig
+
+    moe = ModelConfig(n_routed_experts=4, top_k=2)
+    assert meshlib.expert_axis_size(moe, n_devices=4, per_process=2, env={}) == 2
+    assert meshlib.expert_axis_size(moe, 4, 2, {"MARIN_EP_DOMAIN_CHIPS": "4"}) == 4
+    assert meshlib.expert_axis_size(moe, 8, 2, {"MARIN_EP_DOMAIN_CHIPS": "8"}) == 4  # and divides the experts
+    assert meshlib.expert_axis_size(moe, 4, 2, {"MARIN_EXPERT_PARALLEL": "1", "MARIN_EP_DOMAIN_CHIPS": "4"}) == 1
+    # Two interconnect domains of 2 processes x 1 device: no expert group straddles them.
+    assert meshlib.expert_axis_size(moe, 4, 1, {"MARIN_EP_DOMAIN_CHIPS": "4", "MARIN_HOSTS_PER_DOMAIN": "2"}) == 2
+    with pytest.raises(ValueError, match="MARIN_EXPERT_PARALLEL=4 is larger than the EP domain .MARIN_EP_DOMAIN_CHIPS=2"):
+        meshlib.expert_axis_size(moe, 4, 2, {"MARIN_EXPERT_PARALLEL": "4", "MARIN_EP_DOMAIN_CHIPS": "2"})
+    with pytest.raises(ValueError, match="MARIN_EP_DOMAIN_CHIPS must be a positive integer"):
+        meshlib.expert_axis_size(moe, 4, 2, {"MARIN_EP_DOMAIN_CHIPS": "four"})
+
+
+def test_expert_groups_are_consecutive_processes():
+    from types import SimpleNamespace
+
+    devices = [SimpleNamespace(process_index=p, id=i) for p, i in ((1, 9), (0, 1), (1, 8), (0, 0))]
+    ordered = meshlib.ep_device_order(devices)
+    assert [(d.process_index, d.id) for d in ordered] == [(0, 0), (0, 1), (1, 8), (1, 9)]
 
 
 def test_one_device_mesh_shardings_and_batch():
@@ -234,6 +277,8 @@ def test_mesh_rejects_shapes_that_do_not_divide():
     meshlib.check_fits(mesh, cfg, batch_size=5, seq_len=8)  # 1 shard: anything fits
     with pytest.raises(ValueError, match="MARIN_EXPERT_PARALLEL must be a positive integer"):
         meshlib.make_mesh(cfg, env={"MARIN_EXPERT_PARALLEL": "0"})
+    with pytest.raises(ValueError, match="expert axis size 2 does not divide n_routed_experts=3"):
+        meshlib.make_mesh(cfg, expert=2, devices=jax.devices() * 2)
     from kernels.expert_parallel import ExpertParallel
 
     with pytest.raises(ValueError, match="token_axes .* include 'expert'"):

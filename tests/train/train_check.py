@@ -5,9 +5,10 @@ session for every assertion of test_mesh.py, test_train_mesh.py and test_fsdp.py
 The environment says how many processes and devices (as the manifests do), because XLA_FLAGS
 and jax.distributed must be set before JAX starts its backend. Each ``--layouts`` entry is a
 ``DATAxEXPERT`` mesh over the first DATA*EXPERT global devices (``1x1`` in a 4-device process
-is the one-device mesh). On each, every run of ``--runs`` trains ``--steps`` steps of a
-2-layer tiny MoE on the test caches, capacity factors 4 (the largest expert axis: nothing can
-drop), into ``--out/<layout>/<run>``; a run is a transport (``ragged``, ``pooled``) or
+is the one-device mesh), or ``env``: the mesh the environment asks for, as a training pod builds
+it (``make_mesh(model)``: MARIN_EXPERT_PARALLEL / MARIN_EP_DOMAIN_CHIPS). On each, every run
+of ``--runs`` trains ``--steps`` steps of a 2-layer tiny MoE on the test caches, capacity factors 4
+(the largest expert axis: nothing can drop), into ``--out/<layout>/<run>``; a run is a transport (``ragged``, ``pooled``) or
 ``fsdp_<transport>`` (the same with the FSDP state layout). Every process calls ``train`` alike
 and process 0 writes the run's files, plus, from a hook at the last step, the final params
 (``<run>.params.npz``) and the state's layout read from its arrays (``<run>.state.json``).
@@ -47,9 +48,12 @@ def config(transport: str, steps: int, fsdp: bool = False):
 
 
 def layout_mesh(name: str, model_config):
-    """``"DATAxEXPERT"`` -> that mesh over the first DATA*EXPERT global devices."""
+    """``"DATAxEXPERT"`` -> that mesh over the first DATA*EXPERT global devices; ``"env"`` -> the
+    environment's mesh over every global device."""
     import jax
 
+    if name == "env":
+        return meshlib.make_mesh(model_config)
     data, expert = (int(x) for x in name.split("x"))
     return meshlib.make_mesh(model_config, expert=expert, devices=jax.devices()[:data * expert])
 
@@ -134,8 +138,11 @@ def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, 
         hooks = final_state_hook(out / name / run, transport, control)
         train(cfg, caches, out / name / run, resume=False, mesh=mesh, hooks=hooks)
     rows = meshlib.process_rows(mesh, BATCH)
+    # Per row of the expert axis (an expert group), the process of each of its devices.
+    groups = [[d.process_index for d in row] for row in mesh.devices]
     return {"mesh": dict(mesh.shape), "processes": setup.num_processes, "devices": mesh.size,
-            "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls}
+            "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls,
+            "expert_group_processes": groups}
 
 
 def load_layout(root: Path, name: str) -> dict:
@@ -159,7 +166,7 @@ def main() -> int:
     ap.add_argument("--caches", required=True, help="JSON file: {source: cache dir}")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=STEPS)
-    ap.add_argument("--layouts", required=True, help="comma-separated DATAxEXPERT meshes, e.g. 1x1,1x4")
+    ap.add_argument("--layouts", required=True, help="comma-separated DATAxEXPERT meshes or env, e.g. 1x1,1x4")
     ap.add_argument("--runs", default="ragged,pooled,fsdp_ragged")
     args = ap.parse_args()
 
