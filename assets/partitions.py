@@ -12,8 +12,59 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-# One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them.
+from marin_assets.phases.branches import is_branch_partition
+
+# One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them, and one per
+# branch off the main run ("<phase>+<branch>", marin_assets/phases/branches.py).
 demo_phases = dg.DynamicPartitionsDefinition(name="demo_phases")
+
+
+class NewestMainPhase(dg.PartitionMapping):
+    """Every downstream partition reads the newest phase of the main run: the last-added partition of a phase set
+    that is not a branch. ``LastPartitionMapping`` reads the last-added partition of any kind, so a branch added
+    after the main run's newest phase (an early cooldown off it) would silently become what is scored.
+
+    Dagster has no built-in mapping for this and calls one of ours unsupported: it works in runs and in-process
+    planning (both call these methods), but the code location's snapshot leaves it out, so the UI and the
+    automation daemon infer Dagster's default mapping for the dependency. Its users are scored on request, never
+    by automation (tests/evaluation/test_eval_assets.py). Each method delegates to the built-in
+    ``SpecificPartitionsPartitionMapping`` of the one key it picks, so no private Dagster name is needed."""
+
+    def _pick(self, upstream: dg.PartitionsDefinition, current_time, store) -> dg.SpecificPartitionsPartitionMapping:
+        keys = upstream.get_partition_keys(current_time=current_time, dynamic_partitions_store=store)
+        main = [key for key in keys if not is_branch_partition(key)]
+        return dg.SpecificPartitionsPartitionMapping(main[-1:])
+
+    def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def) -> None:
+        if not isinstance(upstream_partitions_def, dg.DynamicPartitionsDefinition):
+            raise ValueError(f"NewestMainPhase maps from a phase set (a DynamicPartitionsDefinition), "
+                             f"got {type(upstream_partitions_def).__name__}")
+
+    def get_upstream_mapped_partitions_result_for_partitions(self, downstream_partitions_subset, downstream_partitions_def,
+                                                             upstream_partitions_def, current_time=None,
+                                                             dynamic_partitions_store=None):
+        picked = self._pick(upstream_partitions_def, current_time, dynamic_partitions_store)
+        return picked.get_upstream_mapped_partitions_result_for_partitions(
+            downstream_partitions_subset, downstream_partitions_def, upstream_partitions_def, current_time,
+            dynamic_partitions_store)
+
+    def get_downstream_partitions_for_partitions(self, upstream_partitions_subset, upstream_partitions_def,
+                                                 downstream_partitions_def, current_time=None, dynamic_partitions_store=None):
+        picked = self._pick(upstream_partitions_def, current_time, dynamic_partitions_store)
+        return picked.get_downstream_partitions_for_partitions(
+            upstream_partitions_subset, upstream_partitions_def, downstream_partitions_def, current_time,
+            dynamic_partitions_store)
+
+    @property
+    def description(self) -> str:
+        return "Each downstream partition depends on the newest partition of the main run (not a branch) upstream."
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
 
 # One partition per DataKit shard, keys "<source>-<file label>-<nnnnn>"; shards/index registers them.
 datakit_shards = dg.DynamicPartitionsDefinition(name="datakit_shards")

@@ -38,6 +38,7 @@ from typing import Any
 import dagster as dg
 
 from assets.datakit.datasets import dataset_versions, weighted_sources
+from assets.partitions import NewestMainPhase
 from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
 from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.experiments.lock import content_hash
@@ -73,7 +74,7 @@ class _LrSweepRuns(StageConfig):
     sweep: SweepConfig = versioned(SweepConfig(), description="the ladder's run settings (its recipe among them)")
 
 
-class LrSweepConfig(stage_config("LrSweepConfig", (LrSweepSettings, ["lr_factors"]), base=_LrSweepRuns)):
+class LrSweepConfig(stage_config("LrSweepConfig", (LrSweepSettings, ["lr_factors", "edge_extensions"]), base=_LrSweepRuns)):
     """The ladder's run settings and the LR grid (knobs of marin_assets.scaling.ladder.LrSweepSettings)."""
 
 
@@ -138,7 +139,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
     def lr_version(config, partition, inputs) -> dict[str, str]:
         return _data_version(config, partition, inputs) | family_version
 
-    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="2", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
+    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="3", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
                      version_inputs=lr_version, **common)
     def lr_sweep(ctx: StageContext, config: LrSweepConfig, mixture: ArtifactRef):
         """The recipe's reference shape trained at a few LRs; the best becomes the recipe's lr_base (v2)."""
@@ -154,7 +155,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
             out["lr_sweep"] = inputs["lr_sweep"].version
         return out
 
-    @versioned_asset(key=f"{prefix}/sweep", code_version="4", config_cls=SweepConfig,
+    @versioned_asset(key=f"{prefix}/sweep", code_version="5", config_cls=SweepConfig,
                      ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"}, version_inputs=sweep_version,
                      partitions_def=dg.StaticPartitionsDefinition(ladder.keys()), **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
@@ -242,7 +243,7 @@ def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mappin
 def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], train_fn) -> dg.AssetsDefinition:
     """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
 
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="2", config_cls=SweepConfig,
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="3", config_cls=SweepConfig,
                      ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
                      version_inputs=target_version, **common,
                      extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
@@ -263,9 +264,10 @@ def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[st
 
 def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], score_fn) -> dg.AssetsDefinition:
     """``<prefix>/<target>/target`` of a target the ladder does not train: the run ``target.observed``
-    (its newest phase: the run's end), scored as the ladder's runs are, against its frozen prediction."""
+    (its newest main-run phase, not a branch: the run's end), scored as the ladder's runs are, against its frozen
+    prediction."""
     observed = str(target.observed)  # set: only observed targets get this asset
-    newest = dg.AssetIn(key=dg.AssetKey(observed.split("/")), partition_mapping=dg.LastPartitionMapping())
+    newest = dg.AssetIn(key=dg.AssetKey(observed.split("/")), partition_mapping=NewestMainPhase())
 
     @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="2", config_cls=SweepConfig,
                      ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common)

@@ -4,8 +4,7 @@ Phases are not planned in advance (Tootsie): the phase controller sensor decides
 phase, adds its partition and requests a run whose config carries the phase spec and
 the content version of the checkpoint it warm-starts from, so a phase's version chains
 to its predecessor's. Training writes into the version's scratch directory and resumes
-from its newest valid checkpoint after a kill; the committed artifact holds the
-checkpoints, metrics.jsonl and the loss-curve PNG.
+from its newest valid checkpoint after a kill; the artifact: checkpoints, metrics.jsonl, plots.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any, Optional
 import dagster as dg
 
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
-from assets.partitions import demo_phases
+from assets.partitions import NewestMainPhase, demo_phases
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
@@ -69,6 +68,7 @@ class PhaseSpecConfig(dg.Config):
     start_fraction: float = 1.0
     model_changes: dict[str, Any] | None = None  # ModelConfig overrides from this phase on
     transplant: str | None = None  # switch_architecture: carry the warm start over by this mapping
+    seq_len: int | None = None  # a context phase's sequence length (None: the base's)
 
     @classmethod
     def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
@@ -168,7 +168,7 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
     return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="4", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
+@versioned_asset(key=TRAIN_KEY, code_version="5", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
                  resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
@@ -270,8 +270,8 @@ def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: Ar
     return result_metadata(result)
 
 
-# One static partition per task of the suite (marin_assets.datakit.eval_sets.TASKS), scoring the run's newest
-# phase (LastPartitionMapping): a phase x task MultiPartitionsDefinition would name partitions "kestrel|copa",
+# One static partition per task of the suite (marin_assets.datakit.eval_sets.TASKS), scoring the run's newest main
+# phase (NewestMainPhase, never a branch): a phase x task MultiPartitionsDefinition would name partitions "kestrel|copa",
 # which the store refuses, and the phase controller requests train + eval/<run> under one phase key. Scored on
 # request (the UI, a job, `marin eval score`), not by automation: the full suite is ~10 CPU-minutes per phase
 # here (measured: 606 s for 42 tasks), too much to start behind a user's back; the store keeps each phase's
@@ -281,11 +281,11 @@ class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
 
 
 @versioned_asset(key=TASKS_KEY, code_version="2", config_cls=TaskEvalConfig,
-                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=dg.LastPartitionMapping()),
+                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=NewestMainPhase()),
                       "tok": "tokenizer"},
                  partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")
 def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, ArtifactRef], tok: ArtifactRef):
-    """One eval task (the partition) at its full size on the run's newest phase: accuracy and length-normalised
+    """One eval task (the partition) at its full size on the run's newest main phase: accuracy and length-normalised
     accuracy (multiple choice), bits-per-byte of the gold answers."""
     from marin_assets.datakit.tokenize import load_encoder
     from marin_assets.evaluation.run import evaluate

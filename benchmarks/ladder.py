@@ -24,9 +24,14 @@ One JSON line per figure (ratio > 1: we are better):
                    losses and seed intervals.
   prediction_error_moe_main         the MoE ladder's |error| in % on the main run's model
                    (ours) vs the issue's 1% target (reference); extra: its 3x and 10x errors.
+  holdout_error_top_budget          the ladder's own check, made before any target runs: the fit
+                   without C_fit predicting C_fit's runs (2x out; mean |error| in % over its widths) of
+                   dense v2 (ours) vs dense v1 (reference). Extra: the signed errors of all three
+                   ladders and their seed spread (two seeds' loss range over their mean, in %).
   ladder_cost_fraction              the dense v2 ladder's FLOPs (its runs and LR sweep) over
                    its three targets' FLOPs (ours) vs Delphi's ~1% of the main run (reference).
-The comparisons (JSON) and their plots (PNG) are written under --out/<ladder>/. A ladder
+The LR sweep trains past its grid's edge while the best LR sits on it (LrSweepSettings.edge_extensions).
+The comparisons (JSON), their plots (PNG) and the holdout checks (holdout.json) are written under --out/<ladder>/. A ladder
 whose fit finds fewer than two budgets with a vertex predicts nothing: its figures are
 missing, the reason goes to stderr and the exit status is 1.
 
@@ -198,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     with cf.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         results = protocol(pool, store, data, setups, out, quick=args.quick)
     elapsed = time.monotonic() - started
-    figures(results, quick=args.quick, seconds=elapsed, data=data["what"])
+    figures(results, quick=args.quick, seconds=elapsed, data=data["what"], out=out)
     failed = {name: r["failed"] for name, r in results.items() if "failed" in r}
     for name, why in failed.items():
         print(f"ladder: {name} made no prediction ({why}); its figures are missing", file=sys.stderr)
@@ -333,6 +338,7 @@ def frozen_predictions(store, name: str, ladder, settings, sweeps, sweep_jobs, l
         log=_quiet,
     )
     fit = json.loads((fit_dir / "fit.json").read_text())
+    write_holdout(name, counts, out)
     frozen = {}
     for target in ladder.targets:
         pred = as_json(predict_target(fit, ladder, target, settings))
@@ -342,6 +348,20 @@ def frozen_predictions(store, name: str, ladder, settings, sweeps, sweep_jobs, l
         frozen[target.name] = (lock, pred)
         _quiet(f"{name}: {target.name} frozen as {lock}: width {pred['config']['width']}, loss {pred['loss']:.4f}")
     return frozen
+
+
+def write_holdout(name: str, counts: dict, out: Path) -> None:
+    """The ladder's own check, before its targets run: the fit without its largest budget
+    predicting that budget's runs (2x out), and how far apart its seeds land."""
+    from marin_assets.scaling.fits import IsoFlopConfig
+    from marin_assets.scaling.ladder_predict import seed_spread, top_budget_holdout
+
+    try:
+        result = top_budget_holdout(counts, IsoFlopConfig())
+    except ValueError as err:  # too few vertices below the top budget: the check is missing, not failed
+        result = {"missing": f"{type(err).__name__}: {err}"}
+    result["seed_spread"] = seed_spread(counts)
+    (out / name / "holdout.json").write_text(json.dumps(result, indent=1))
 
 
 def comparison(store, name: str, ladder, predictions: dict, targets, target_jobs, out: Path) -> dict:
@@ -358,7 +378,7 @@ def comparison(store, name: str, ladder, predictions: dict, targets, target_jobs
     return result
 
 
-def figures(results: dict, *, quick: bool, seconds: float, data: str) -> None:
+def figures(results: dict, *, quick: bool, seconds: float, data: str, out: Path) -> None:
     """The benchmark's JSON lines (those of a ladder that made no prediction are missing)."""
     v2, v1, moe = ({r["target"]: r for r in results[name].get("rows", [])} for name in ("dense_v2", "dense_v1", "moe_v2"))
     for target in v2 if v1 else []:
@@ -385,6 +405,7 @@ def figures(results: dict, *, quick: bool, seconds: float, data: str) -> None:
         )
     if moe:
         moe_figure(moe, quick)
+    holdout_figure(out, quick)
     dense = results["dense_v2"]
     if "rows" in dense:
         emit(
@@ -401,6 +422,37 @@ def figures(results: dict, *, quick: bool, seconds: float, data: str) -> None:
             seconds=round(seconds, 1),
             quick=quick,
         )
+
+
+def holdout_figure(out: Path, quick: bool) -> None:
+    """The ladders' own 2x check (write_holdout): dense v2's mean |error| vs dense v1's; a ladder's
+    check that is missing leaves the figure out."""
+    checks = {}
+    for name in ("dense_v2", "dense_v1", "moe_v2"):
+        path = out / name / "holdout.json"
+        checks[name] = json.loads(path.read_text()) if path.exists() else {"missing": "no fit"}
+    v2, v1 = checks["dense_v2"], checks["dense_v1"]
+    if "rows" not in v2 or "rows" not in v1:
+        return
+
+    def signed(check: dict) -> list[float] | None:
+        return [round(100 * r["relative_error"], 3) for r in check["rows"]] if "rows" in check else None
+
+    emit(
+        "holdout_error_top_budget",
+        "%",
+        100 * v2["mean_abs_relative_error"],
+        100 * v1["mean_abs_relative_error"],
+        higher_is_better=False,
+        reference_is="recipe v1's ladder, the same check",
+        what="the fit without C_fit predicting C_fit's runs (2x out), mean |error| over its widths",
+        v2_signed_pct=signed(v2),
+        v1_signed_pct=signed(v1),
+        moe_signed_pct=signed(checks["moe_v2"]),
+        params=[r["params"] for r in v2["rows"]],
+        seed_spread_pct={n: c.get("seed_spread") and round(100 * c["seed_spread"], 3) for n, c in checks.items()},
+        quick=quick,
+    )
 
 
 def moe_figure(moe: dict, quick: bool) -> None:

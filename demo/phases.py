@@ -166,9 +166,11 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
                 raise RuntimeError(f"phase {request.partition_key} failed (run {run.run_id})")
             meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in run.get_asset_materialization_events()}
             train_meta = next(m for k, m in meta.items() if k.startswith("train/"))
-            last_tokens = train_meta["count/tokens_trained"].value
+            tokens_trained = train_meta["count/tokens_trained"].value
+            if "marin/branch_of" not in request.tags:  # a branch's tokens are not the main run's
+                last_tokens = tokens_trained
             entry = {"action": action, "phase": request.partition_key,
-                     "tokens_trained": last_tokens, "last_loss": train_meta["count/last_loss"].value}
+                     "tokens_trained": tokens_trained, "last_loss": train_meta["count/last_loss"].value}
             if "count/final_step" in train_meta:
                 entry["final_step"] = train_meta["count/final_step"].value
             if mid is not None and mid.cut_step is not None:

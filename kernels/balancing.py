@@ -87,3 +87,25 @@ def load_cv(load: jax.Array) -> jax.Array:
     """Coefficient of variation (std / mean) of per-expert load, along the last axis."""
     load = load.astype(jnp.float32)
     return jnp.std(load, axis=-1) / jnp.maximum(jnp.mean(load, axis=-1), 1e-9)
+
+
+def sequence_balance_loss(logits: jax.Array, expert_ids: jax.Array, n_sequences: int) -> jax.Array:
+    """DeepSeek-V3's complementary sequence-wise balance loss (arXiv:2412.19437, section 2.1.2), before its
+    coefficient: the mean over sequences of ``sum_e f_e * P_e``, where for one sequence of S tokens
+    ``f_e = E / (k * S) * #{tokens that chose e}`` and ``P_e`` is the mean over its tokens of the normalised
+    sigmoid affinity ``s_e / sum_j s_j``. It is 1 when a sequence's affinities are even and grows as one
+    sequence piles onto a few experts: the per-sequence skew that quantile balancing of the whole batch
+    leaves alone and a device holding few long sequences pays for in drops.
+
+    logits: [T, E] router logits of ``n_sequences`` consecutive sequences; expert_ids: [T, k] the chosen experts.
+    """
+    T, E = logits.shape
+    k = expert_ids.shape[-1]
+    if n_sequences < 1 or T % n_sequences:
+        raise ValueError(f"sequence_balance_loss: {T} tokens do not split into {n_sequences} sequences")
+    S = T // n_sequences
+    scores = jax.nn.sigmoid(logits.astype(jnp.float32))
+    affinity = (scores / jnp.sum(scores, axis=-1, keepdims=True)).reshape(n_sequences, S, E)
+    chosen = jnp.sum(jax.nn.one_hot(expert_ids, E, dtype=jnp.float32), axis=1).reshape(n_sequences, S, E)
+    f = jax.lax.stop_gradient(jnp.sum(chosen, axis=1) * E / (k * S))  # [n_sequences, E]: counts carry no gradient
+    return jnp.mean(jnp.sum(f * jnp.mean(affinity, axis=1), axis=-1))

@@ -260,7 +260,7 @@ class ExpertParallel:
 
         keep_arrivals = jax.checkpoint_policies.save_only_these_names(_WAVE_ARRIVED)
         start = (jnp.zeros((El,), jnp.int32), jnp.int32(0))
-        (taken, arrived), back = jax.lax.scan(jax.checkpoint(one_wave, policy=keep_arrivals), start, outgoing)
+        (taken, arrived), back = jax.lax.scan(jax.remat(one_wave, policy=keep_arrivals), start, outgoing)
         back = back.swapaxes(0, 1).reshape(Pn * pool, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         sender, receiver = A - jnp.sum(sent), arrived - jnp.sum(taken)
@@ -321,4 +321,7 @@ def compiled_temp_bytes(layer, T: int, D: int, E: int, F: int, k: int, train: bo
     f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
     shapes = (f32(T, D), jax.ShapeDtypeStruct((T, k), jnp.int32), f32(T, k), f32(E, D, F), f32(E, D, F), f32(E, F, D))
     compiled = jax.jit(gradients if train else forward).lower(*shapes).compile()
-    return int(compiled.memory_analysis().temp_size_in_bytes)
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        raise RuntimeError(f"the {jax.default_backend()} backend reports no memory analysis for a compiled program")
+    return int(analysis.temp_size_in_bytes)

@@ -46,8 +46,12 @@ SETTINGS: dict[str, Setting] = _settings(
     Setting("MARIN_PROCESS_OFFSET", "0", "process id = offset + JOB_COMPLETION_INDEX (offset = domain * hosts)", "internal"),
     Setting("MARIN_DEVICES_PER_PROCESS", "JAX's default", "CPU only: host devices per training process", "internal"),
     Setting("MARIN_EXPERT_PARALLEL", "the largest divisor of the expert count that fits", "the expert axis size"),
-    Setting("MARIN_EP_DOMAIN_CHIPS", "one process's devices", "devices of one EP domain: the expert axis's bound "
-            "(the fleet pool's ep_domain_chips, written into the pod's env)", "internal"),
+    Setting(
+        "MARIN_EP_DOMAIN_CHIPS",
+        "one process's devices",
+        "devices of one EP domain: the expert axis's bound (the fleet pool's ep_domain_chips, written into the pod's env)",
+        "internal",
+    ),
     Setting("MARIN_HEARTBEAT_TIMEOUT_S", "30", "a silent peer fails every training process after this many seconds"),
     Setting("MARIN_INIT_TIMEOUT_S", "120", "how long training processes wait for each other at start"),
     Setting("MARIN_HOSTS_PER_DOMAIN", "set per pod", "hosts of one compute domain (written into the pod's env)", "internal"),

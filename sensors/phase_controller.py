@@ -41,6 +41,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from marin_assets.phases.branches import branch_starts
 from marin_assets.phases.budget import load_budget
 from marin_assets.phases.decide import Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
@@ -248,9 +249,28 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         cursor = {**cursor, "history": [*history[:-1], {**current, "ending": ending}]}
         return dg.SensorResult(skip_reason=f"end_phase: {reason}: {outcome}", cursor=json.dumps(cursor))
 
+    def with_branches(context: dg.SensorEvaluationContext, result: dg.SensorResult | dg.SkipReason):
+        """The main run's tick (it never sees a branch), plus a run for each branch that leaves now (phases/branches.py)."""
+        cursor = json.loads(result.cursor if isinstance(result, dg.SensorResult) and result.cursor else context.cursor or "{}")
+        starts = branch_starts(plan, cursor, lambda p, k: (phase_result(context.instance, train_key, p, k) or {}).get("version"))
+        for s in starts:  # its lineage, on its partition: the source phase and the version it leaves from
+            context.instance.report_runless_asset_event(dg.AssetObservation(train_key, partition=s.partition, metadata=s.lineage))
+        runs = [dg.RunRequest(run_key=s.run_key, partition_key=s.partition, run_config={"ops": {op_name: {"config": s.config}}},
+                              tags=phase_run_tags(s.spec, "branch", chips or {}, {**(run_tags or {}), **s.tags})) for s in starts]
+        if not runs:
+            return result
+        main = result if isinstance(result, dg.SensorResult) else dg.SensorResult()  # runs and a skip reason: refused
+        cursor["branches"] = {**cursor.get("branches", {}), **{s.partition: s.run_key for s in starts}}
+        return dg.SensorResult(run_requests=[*(main.run_requests or []), *runs], cursor=json.dumps(cursor),
+                               dynamic_partitions_requests=[*(main.dynamic_partitions_requests or []),
+                                                            partitions.build_add_request([s.partition for s in starts])])
+
     @dg.sensor(name=name, asset_selection=[train_asset, *also], minimum_interval_seconds=minimum_interval_seconds,
                default_status=dg.DefaultSensorStatus.STOPPED, description=f"Decides each phase of the {plan.run!r} run.")
     def _controller(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        return with_branches(context, main_tick(context)) if plan.branches else main_tick(context)
+
+    def main_tick(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {"history": [], "last": None}
         history: list[dict] = cursor["history"]
         if not history:

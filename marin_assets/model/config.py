@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from kernels.expert_parallel import TRANSPORTS as _EP_TRANSPORTS
@@ -35,6 +36,9 @@ class ModelConfig:
     top_k: int = 2
     expert_d_ff: int = 64
     latent_dim: int | None = None  # routed input projected to this width before dispatch
+    # Expert-parallel capacities (kernels/expert_parallel.py). send: a pooled sender's fixed pool per
+    # destination device, ceil(cf * A / P) rows (A assignments per device, P devices on the expert axis).
+    # recv, both transports: each local expert accepts ceil(cf * A * P / E) rows, cf times its even share.
     capacity_factor_send: float = 1.10
     capacity_factor_recv: float = 1.15
     router_z_loss: float = 0.0
@@ -48,12 +52,17 @@ class ModelConfig:
     # Fraction of the measured quantile shift applied per step. 1.0 is the full
     # correction; a little damping stops experts from oscillating around their share.
     balancing_rate: float = 0.5
+    # Coefficient of the sequence-wise balance loss (kernels/balancing.sequence_balance_loss, DeepSeek-V3's
+    # complementary loss; they use a tiny one): evens each sequence's routing, which the batch-wide quantile
+    # bias cannot. 0 = off.
+    sequence_balance_loss: float = 0.0
     # Routed-expert grouped matmul (kernels/grouped_matmul.py): "auto" = jax.lax.ragged_dot
     # on TPU, the blocked batched matmul elsewhere (ragged_dot is lowered densely there, G
     # times the FLOPs); "ragged_dot" / "blocked" force one. Same math either way.
     grouped_matmul: str = "auto"
-    # How routed tokens travel between the devices of a mesh's expert axis
-    # (kernels/expert_parallel.py); capacity_factor_send/recv above bound what they carry.
+    # How routed tokens travel between the devices of a mesh's expert axis (kernels/expert_parallel.py):
+    # "ragged" exchanges counts first and sends exactly what the experts accept; "pooled" sends fixed
+    # pools in 3 waves, running the experts on each wave as it arrives. capacity_factor_send/recv bound them.
     ep_transport: str = "ragged"
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -109,6 +118,8 @@ class ModelConfig:
         if self.ep_transport not in _EP_TRANSPORTS:
             raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
                              f"got {self.ep_transport!r}")
+        if not (math.isfinite(self.sequence_balance_loss) and self.sequence_balance_loss >= 0.0):
+            raise ValueError(f"ModelConfig.sequence_balance_loss must be a finite number >= 0, got {self.sequence_balance_loss}")
         if not 0.0 < self.balancing_rate <= 1.0:
             raise ValueError(f"ModelConfig.balancing_rate must be in (0, 1], got {self.balancing_rate}")
 

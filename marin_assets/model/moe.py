@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.balancing import load_cv, quantile_shift_exact, quantile_shift_histogram
+from kernels.balancing import load_cv, quantile_shift_exact, quantile_shift_histogram, sequence_balance_loss
 from kernels.dispatch import moe_local
 from kernels.routing import expert_load, route_topk, z_loss
 from marin_assets.model.config import ModelConfig
@@ -22,7 +22,8 @@ def moe_mlp(p: dict, x: jax.Array, config: ModelConfig, bias: jax.Array, ep=None
     dropped_receiver (the same split by the limit that dropped them; the single-device path
     is dropless, and an ``ep`` without ``with_drop_kinds`` reports its drops as receiver
     drops), shift [E] (the quantile balancing correction, zeros when balancing is off),
-    router_z (router z-loss term).
+    router_z (router z-loss term), seq_balance (the sequence-wise balance loss, before its
+    coefficient; 0 when ``sequence_balance_loss`` is off).
     """
     B, S, D = x.shape
     xt = x.reshape(B * S, D)
@@ -58,6 +59,7 @@ def moe_mlp(p: dict, x: jax.Array, config: ModelConfig, bias: jax.Array, ep=None
         "dropped_receiver": jnp.asarray(dropped_receiver, jnp.int32),
         "shift": jax.lax.stop_gradient(shift),
         "router_z": z_loss(logits),
+        "seq_balance": sequence_balance_loss(logits, ids, B) if config.sequence_balance_loss > 0 else jnp.float32(0.0),
     }
     return out.reshape(B, S, D), stats
 

@@ -64,7 +64,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
       expert_load [L, E] assignments chosen per expert; dropped [L] assignments lost to
       capacity, split by the limit that dropped them as dropped_sender [L] and
       dropped_receiver [L] (``moe_mlp``); balance_shift [L, E] quantile correction for ``next_router_bias``;
-      router_z [L] router z-loss terms; load_cv [L] std/mean of expert load.
+      router_z [L] router z-loss terms; seq_balance [L] sequence-wise balance loss terms (0 when off);
+      load_cv [L] std/mean of expert load.
     """
     if tokens.ndim != 2:
         raise ValueError(f"forward: tokens must be [batch, seq], got shape {tokens.shape}")
@@ -84,7 +85,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
         else:
             y = swiglu(h, p["w_gate"], p["w_up"], p["w_down"])
             stats = {"load": jnp.zeros((0,), jnp.int32), "dropped": jnp.int32(0), "dropped_sender": jnp.int32(0),
-                     "dropped_receiver": jnp.int32(0), "shift": jnp.zeros((0,), jnp.float32), "router_z": jnp.float32(0.0)}
+                     "dropped_receiver": jnp.int32(0), "shift": jnp.zeros((0,), jnp.float32), "router_z": jnp.float32(0.0),
+                     "seq_balance": jnp.float32(0.0)}
         return x + y, stats
 
     bias = router_bias if E > 0 else jnp.zeros((config.n_layers, 0), jnp.float32)
@@ -94,7 +96,7 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     logits = jnp.matmul(x, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
     aux = {"expert_load": stats["load"], "dropped": stats["dropped"],
            "dropped_sender": stats["dropped_sender"], "dropped_receiver": stats["dropped_receiver"],
-           "balance_shift": stats["shift"], "router_z": stats["router_z"],
+           "balance_shift": stats["shift"], "router_z": stats["router_z"], "seq_balance": stats["seq_balance"],
            "load_cv": load_cv(stats["load"]) if E > 0 else jnp.zeros((config.n_layers,))}
     return logits, aux
 
@@ -102,7 +104,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
 def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
             loss_mask: jax.Array | None = None, ep=None, *, compute_dtype: str = DEFAULT_DTYPE,
             remat: str = DEFAULT_REMAT) -> tuple[jax.Array, dict]:
-    """Next-token cross-entropy + LM-logit z-loss + router z-loss, computed in fp32 from fp32 logits.
+    """Next-token cross-entropy + LM-logit z-loss + router z-loss + sequence-wise balance loss (when on),
+    computed in fp32 from fp32 logits.
 
     Position s predicts token s+1; ``loss_mask`` [B, S] (1 = count) masks the *targets*.
     ``compute_dtype`` and ``remat`` as in ``forward``.
@@ -119,6 +122,8 @@ def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     lm_z = jnp.sum(jnp.square(lse) * mask) / n
     router_z = jnp.mean(aux["router_z"]) if config.is_moe else jnp.float32(0.0)
     loss = ce + config.lm_z_loss * lm_z + config.router_z_loss * router_z
+    if config.is_moe and config.sequence_balance_loss > 0:  # off: the loss (and its graph) as before
+        loss = loss + config.sequence_balance_loss * jnp.mean(aux["seq_balance"])
     aux = aux | {"ce_loss": ce, "lm_z_loss": lm_z, "router_z_loss": router_z, "n_tokens": n}
     return loss, aux
 

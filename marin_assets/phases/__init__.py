@@ -4,6 +4,8 @@ Public API
 ----------
 PhaseSpec, PhasePlan                       the declarative plan (plan.py)
 ArchitectureSwitch                         the plan's switch when roll-backs do not cure a spike (plan.py)
+BranchSpec                                 a branch off a main-run phase, e.g. an early cooldown (plan.py)
+branch_phase, is_branch_partition          a branch's PhaseSpec; whether a partition key is a branch (branches.py)
 Signals, RunState, loss_spike              what the controller observes (signals.py)
 drop_rate_alarm, DROP_RATE                 the MoE drop-rate signal and its metrics column (signals.py)
 BandSignal(reason, action, step)           the main run left the ladder's band (scaling/trajectory.py)
@@ -13,9 +15,11 @@ phase_telemetry_run(run, phase)             the telemetry run name a phase's tra
 phase_train_config(base_train_config, spec) -> TrainConfig for the next phase
 """
 
+from marin_assets.phases.branches import branch_phase, is_branch_partition
 from marin_assets.phases.decide import ACTIONS, Decision, decide, end_phase_now
 from marin_assets.phases.plan import (
     ArchitectureSwitch,
+    BranchSpec,
     PhasePlan,
     PhaseSpec,
     normalise,
@@ -24,7 +28,8 @@ from marin_assets.phases.plan import (
 )
 from marin_assets.phases.signals import BandSignal, RunState, Signals, drop_rate_alarm, loss_spike
 
-__all__ = ["ACTIONS", "ArchitectureSwitch", "BandSignal", "DROP_RATE", "Decision", "decide", "drop_rate_alarm", "end_phase_now",
+__all__ = ["ACTIONS", "ArchitectureSwitch", "BandSignal", "BranchSpec", "branch_phase", "is_branch_partition",
+           "DROP_RATE", "Decision", "decide", "drop_rate_alarm", "end_phase_now",
            "PhasePlan", "PhaseSpec", "normalise", "phase_telemetry_run", "phase_train_config",
            "RunState", "Signals", "loss_spike"]
 from marin_assets.train.metrics import DROP_RATE  # the column the drop-rate hold reads

@@ -12,12 +12,17 @@ on); one that does so on a checkpoint of another architecture names the ``transp
 (marin_assets/train/transplant.py) that carries the warm start's weights over. The plan's
 ``architecture_switch`` says which switch ``decide`` may make when roll-backs do not cure a
 divergence (the 32B run's last resort: a warm start into a block with QK-norm).
+
+A plan's ``branches`` (``BranchSpec``) leave the main run from one of its checkpoints (an early cooldown)
+and lead nowhere: the controller runs each once the main run accepts its source phase, and its phases,
+versions and artifacts are the same with and without them (marin_assets/phases/branches.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Mapping
 
 from marin_assets.datakit.mixture import Mixture
@@ -79,11 +84,14 @@ class PhaseSpec:
     start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
     model_changes: Mapping[str, Any] | None = None  # ModelConfig overrides, e.g. {"qk_norm": True}
     transplant: str | None = None  # a train.transplant mapping: the warm start is of another architecture
+    seq_len: int | None = None  # a context phase's sequence length (None: the base's); tokens per batch kept
 
     def __post_init__(self) -> None:
         check_field_types(self)
         if not self.name:
             raise ValueError("PhaseSpec.name must be non-empty")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise ValueError(f"PhaseSpec {self.name}: seq_len must be >= 2 (one input and one target token), got {self.seq_len}")
         _check_model_changes(self.model_changes, f"PhaseSpec {self.name}")
         if self.transplant is not None and self.warm_start_from is None:
             raise ValueError(f"PhaseSpec {self.name}: transplant {self.transplant!r} needs a warm_start_from to carry over")
@@ -99,13 +107,14 @@ class PhaseSpec:
 
 
 ARCHITECTURE_FIELDS = ("model_changes", "transplant")
+RECORDED_WHEN_SET = (*ARCHITECTURE_FIELDS, "seq_len")  # fields added after phases were versioned
 
 
 def spec_record(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A PhaseSpec's fields (``dataclasses.asdict`` or a config dump) as its version sees them: the
-    architecture fields only when set, so a phase that changes no architecture keeps the record (and
+    architecture fields and seq_len only when set, so a phase that changes neither keeps the record (and
     the content version) it had before the fields existed."""
-    return {k: v for k, v in spec.items() if not (k in ARCHITECTURE_FIELDS and v is None)}
+    return {k: v for k, v in spec.items() if not (k in RECORDED_WHEN_SET and v is None)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +139,54 @@ class ArchitectureSwitch:
         _check_mapping_name(self.mapping, "PhasePlan.architecture_switch")
 
 
+BRANCH_MARK = "+"  # a branch's partition is "<from phase>+<branch name>"; no main phase name has it
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchSpec:
+    """A phase that leaves the main run from ``from_phase``'s final checkpoint and leads nowhere: no main phase
+    warm-starts from it (Marin's early cooldown off the 535B run, for an RL checkpoint, left the main run as it was).
+
+    Its partition is ``"<from_phase>+<name>"`` (``partition``). Unset fields take the source phase's values
+    (mix, peak LR, z-loss); batch size, hardware and model are always the source's."""
+
+    name: str
+    from_phase: str
+    token_budget: int
+    schedule: str = "linear_decay"
+    is_cooldown: bool = True
+    mixture: Mapping[str, float] | None = None  # None: the source phase's mix
+    peak_lr: float | None = None  # None: the source phase's
+    start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
+    z_loss: float | None = None  # None: the source phase's
+
+    def __post_init__(self) -> None:
+        from marin_assets.store.names import validate_segment
+
+        check_field_types(self)
+        where = f"BranchSpec {self.name!r}"
+        validate_segment(self.name, "branch name")
+        if BRANCH_MARK in self.name or BRANCH_MARK in self.from_phase:
+            raise ValueError(f"{where}: name and from_phase must not contain {BRANCH_MARK!r} (it joins them in the partition)")
+        validate_segment(self.partition, "branch partition key")
+        if self.schedule not in SCHEDULE_KINDS:
+            raise ValueError(f"{where}: schedule must be one of {SCHEDULE_KINDS}, got {self.schedule!r}")
+        if self.token_budget <= 0:
+            raise ValueError(f"{where}: token_budget must be > 0, got {self.token_budget}")
+        if self.peak_lr is not None and self.peak_lr <= 0:
+            raise ValueError(f"{where}: peak_lr must be > 0, got {self.peak_lr}")
+        if not 0.0 < self.start_fraction <= 1.0:
+            raise ValueError(f"{where}: start_fraction must be in (0, 1], got {self.start_fraction}")
+        if self.z_loss is not None and self.z_loss < 0:
+            raise ValueError(f"{where}: z_loss must be >= 0, got {self.z_loss}")
+        if self.mixture is not None:
+            _check_mix(self.mixture, where)
+
+    @property
+    def partition(self) -> str:
+        return f"{self.from_phase}{BRANCH_MARK}{self.name}"
+
+
 @dataclasses.dataclass(frozen=True)
 class PhasePlan:
     run: str
@@ -149,6 +206,7 @@ class PhasePlan:
     spike_window: int = 32
     max_drop_rate: float | None = None  # MoE: mean "moe/drop_rate" of the last spike_window steps above this holds
     architecture_switch: ArchitectureSwitch | None = None
+    branches: tuple[BranchSpec, ...] = ()  # phases off the main run, each from one of its checkpoints
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -167,6 +225,26 @@ class PhasePlan:
                              f"{sorted(self.hardware_ladder)}")
         if len(set(self.phase_names)) != len(self.phase_names):
             raise ValueError("PhasePlan.phase_names must be unique")
+        if any(BRANCH_MARK in name for name in (self.first.name, *self.phase_names)):
+            raise ValueError(f"PhasePlan: main phase names must not contain {BRANCH_MARK!r}, which marks a branch's partition")
+        self._check_branches()
+
+    def _check_branches(self) -> None:
+        """Each branch leaves from a phase the main run can have, under a partition of its own."""
+        if not isinstance(self.branches, tuple) or not all(isinstance(b, BranchSpec) for b in self.branches):
+            raise ValueError(f"PhasePlan.branches must be a tuple of BranchSpec, got {self.branches!r}")
+        partitions = [b.partition for b in self.branches]
+        if len(set(partitions)) != len(partitions):
+            raise ValueError(f"PhasePlan.branches: two branches share a partition: {sorted(partitions)}")
+        for branch in self.branches:
+            if not self.is_main_phase_name(branch.from_phase):
+                raise ValueError(f"PhasePlan.branches: {branch.name!r} leaves from {branch.from_phase!r}, which is not a "
+                                 f"phase of the main run ({self.first.name!r}, phase_names or phase<n>)")
+
+    def is_main_phase_name(self, name: str) -> bool:
+        """Whether the main run can name a phase ``name``: its first phase, a name of ``phase_names``, or
+        ``name_after``'s fallback ``phase<n>``."""
+        return name in (self.first.name, *self.phase_names) or re.fullmatch(r"phase[0-9]+", name) is not None
 
     def name_after(self, used: tuple[str, ...]) -> str:
         for name in self.phase_names:
@@ -183,11 +261,28 @@ def phase_telemetry_run(run: str, phase: str) -> str:
     return validate_segment(f"{run}-{phase}", "telemetry run")
 
 
+def _context_batch(base, spec: PhaseSpec) -> tuple[int, int]:
+    """(seq_len, batch_size) of the phase: a context phase keeps the tokens per batch of
+    ``spec.batch_size`` sequences of the base's seq_len, so its schedule and token budget mean what they did."""
+    if spec.seq_len is None or spec.seq_len == base.seq_len:
+        return base.seq_len, spec.batch_size
+    tokens = spec.batch_size * base.seq_len
+    max_seq_len = (spec.model_changes or {}).get("max_seq_len", base.model.max_seq_len)
+    if spec.seq_len > max_seq_len:
+        raise ValueError(f"PhaseSpec {spec.name}: seq_len {spec.seq_len} exceeds the model's max_seq_len {max_seq_len}")
+    if tokens % spec.seq_len:
+        raise ValueError(f"PhaseSpec {spec.name}: seq_len {spec.seq_len} does not divide the {tokens} tokens per batch "
+                         f"(batch_size {spec.batch_size} x base seq_len {base.seq_len})")
+    return spec.seq_len, tokens // spec.seq_len
+
+
 def phase_train_config(base, spec: PhaseSpec):
-    """A TrainConfig for ``spec`` from a base TrainConfig (model, optimizer, guards, seq_len)."""
+    """A TrainConfig for ``spec`` from a base TrainConfig (model, optimizer, guards, seq_len); a context phase
+    (``spec.seq_len``) trains on sequences of that length, with the tokens per batch of the base's."""
     from marin_assets.train.config import replace
 
-    steps = max(1, spec.token_budget // (spec.batch_size * base.seq_len))
+    seq_len, batch_size = _context_batch(base, spec)
+    steps = max(1, spec.token_budget // (batch_size * seq_len))
     warmup = 0 if spec.schedule == "linear_decay" else min(base.schedule.warmup_steps, steps // 4)
     schedule = {"kind": spec.schedule, "peak_lr": spec.peak_lr, "total_steps": steps, "warmup_steps": warmup,
                 "warmup_start_fraction": spec.warmup_start_fraction, "start_fraction": spec.start_fraction,
@@ -196,7 +291,7 @@ def phase_train_config(base, spec: PhaseSpec):
         cycle = max(base.schedule.cycle_steps, 1)
         schedule |= {"cycle_steps": cycle, "decay_steps": min(base.schedule.decay_steps, cycle),
                      "rewarm_steps": min(base.schedule.rewarm_steps, cycle - min(base.schedule.decay_steps, cycle))}
-    changes = {"num_steps": steps, "batch_size": spec.batch_size, "mixture": spec.data_mixture,
+    changes = {"num_steps": steps, "batch_size": batch_size, "seq_len": seq_len, "mixture": spec.data_mixture,
                "schedule": schedule, "phase": spec.name}
     model = {**(spec.model_changes or {}), **({"lm_z_loss": spec.z_loss} if spec.z_loss is not None else {})}
     if model:

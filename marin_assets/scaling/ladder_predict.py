@@ -184,3 +184,51 @@ def frozen_candidate(pred: Mapping[str, Any], settings: SweepSettings):
             f"{differ} (frozen {[frozen[k] for k in differ]}, planned {[planned.get(k) for k in differ]})"
         )
     return cand
+
+
+def top_budget_holdout(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig) -> dict:
+    """The ladder's own extrapolation check, before any target runs: the same fit on every budget
+    but the largest predicts the largest budget's runs (seeds averaged) at their (FLOPs, N).
+    Returns {"fitted_budgets", "held_out_budget", "rows": [{params, predicted, actual,
+    relative_error}], "mean_abs_relative_error", "n_opt_exponent"}; a ValueError (as the fit's)
+    when the lower budgets leave fewer than two vertices."""
+    from marin_assets.scaling.data import bucket_flops
+    from marin_assets.scaling.fits import fit_isoflop
+    from marin_assets.scaling.ladder import runs_from_counts
+
+    labels = {k: bucket_flops(float(c["flops"]), config.bucket_base) for k, c in counts.items()}
+    top = max(labels.values())
+    lower = {k: c for k, c in counts.items() if labels[k] < top}
+    if len({labels[k] for k in lower}) < 2:
+        raise ValueError(f"holdout: {len({labels[k] for k in lower})} budget(s) below the largest; the fit needs >= 2")
+    fit = fit_summary_of(fit_isoflop(runs_from_counts(lower)[0], dataclasses.replace(config, bootstrap_n=0)))
+    held, _ = runs_from_counts({k: c for k, c in counts.items() if labels[k] == top})
+    rows = []
+    for params, flops, actual in zip(held.params, held.flops, held.loss, strict=True):
+        predicted = loss_at_config(fit, float(flops), float(params))
+        rows.append(
+            {
+                "params": float(params),
+                "predicted": predicted,
+                "actual": float(actual),
+                "relative_error": (predicted - float(actual)) / float(actual),
+            }
+        )
+    rows.sort(key=lambda r: r["params"])
+    return {
+        "fitted_budgets": sorted({labels[k] for k in lower}),
+        "held_out_budget": top,
+        "rows": rows,
+        "mean_abs_relative_error": float(np.mean([abs(r["relative_error"]) for r in rows])),
+        "n_opt_exponent": fit["n_opt_exponent"],
+    }
+
+
+def seed_spread(counts: Mapping[str, Mapping[str, Any]]) -> float | None:
+    """Mean over the ladder's (budget, width) points of their seeds' loss range over its mean:
+    how far apart two runs that differ only by seed land. None with one seed per point."""
+    groups = seed_groups(counts)
+    spreads = [
+        np.ptp(x) / np.mean(x) for x in ([counts[k]["validation_loss"] for k in keys] for keys in groups.values()) if len(x) > 1
+    ]
+    return float(np.mean(spreads)) if spreads else None

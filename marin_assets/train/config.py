@@ -35,6 +35,10 @@ class TrainConfig:
     mixture: Mixture | None = None
     seed: int = 0
     data_seed: int = 0
+    # The data shuffle's block in tokens, fixed for the whole run (None: the first phase's seq_len). A phase
+    # of longer context reads windows of several consecutive blocks, so set it to the run's longest seq_len
+    # for every window to be contiguous text (train/data.py).
+    data_block_tokens: int | None = None
     checkpoint_every_steps: int = 100  # permanent checkpoints
     checkpoint_every_seconds: float = 600.0  # temporary checkpoints
     prefetch: int = 2
@@ -66,6 +70,8 @@ class TrainConfig:
         for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps", "prefetch"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.data_block_tokens is not None and self.data_block_tokens <= 0:
+            raise ValueError(f"TrainConfig.data_block_tokens must be a positive int or unset, got {self.data_block_tokens!r}")
         if self.seq_len < 2:
             raise ValueError("TrainConfig.seq_len must be >= 2 (one input and one target token)")
         if self.seq_len > self.model.max_seq_len:

@@ -66,8 +66,10 @@ def check_supported(mesh) -> None:
     problem = host_offload_problem(mesh)
     if problem is not None:
         platform = mesh.devices.flat[0].platform
-        raise ValueError(f"TrainConfig.offload_optimizer: the {platform} backend cannot keep the optimizer state in "
-                         f"host memory inside the jitted step ({problem}); train with offload_optimizer: false here")
+        raise ValueError(
+            f"TrainConfig.offload_optimizer: the {platform} backend cannot keep the optimizer state in "
+            f"host memory inside the jitted step ({problem}); train with offload_optimizer: false here"
+        )
 
 
 def with_kind(shardings: Any, kind: str) -> Any:

@@ -127,6 +127,16 @@ def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path 
         _warm_start(run, resolve_checkpoint(warm_start))
 
 
+def checkpoint_position(meta: Mapping[str, Any]) -> DataPosition:
+    """A checkpoint's data position. One written before context phases counts windows of the seq_len it
+    was trained at, which its config records: read it in those units, whatever this run's seq_len is."""
+    position = DataPosition.from_json(meta["data_position"])
+    if position.unit_tokens is None:
+        seq_len = int(meta["config"]["seq_len"])
+        position = dataclasses.replace(position, unit_tokens=seq_len, block_tokens=seq_len)
+    return position
+
+
 def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     """The whole state and bookkeeping of ``folder``; the metrics rows after its step are dropped."""
     source = Source(folder, verified=True)  # latest_valid has just checked every digest
@@ -134,7 +144,7 @@ def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     run.check_tokenizers(meta, f"checkpoint {folder}")
     state = source.read(run.state.to_dict(), run.state_sh.to_dict())
     run.state = TrainState.from_dict(state)
-    run.position = DataPosition.from_json(meta["data_position"])
+    run.position = checkpoint_position(meta)
     run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
     if processes.is_writer():
         logger.truncate_after(int(meta["step"]))
@@ -160,7 +170,7 @@ def _warm_start(run: Run, source_dir: Path | str) -> None:
         except ValueError as e:
             log.warning("warm start: optimizer state not reusable (%s); starting it fresh", e)
     run.state = state
-    run.position = DataPosition.from_json(meta["data_position"])
+    run.position = checkpoint_position(meta)
     run.phase_start, run.tokens_before = int(meta["step"]), int(meta["tokens"])
     log.info("warm start from %s at step %d (data position kept: %s)", source_dir, run.phase_start, run.position.to_json())
 

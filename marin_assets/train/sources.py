@@ -26,6 +26,7 @@ def train_loader(config: TrainConfig, sources: Mapping[str, SourceData]) -> Mixe
         config.mixture,
         config.data_seed,
         vocab_size=config.model.vocab_size,
+        block_tokens=config.data_block_tokens,
     )
 
 

@@ -14,7 +14,8 @@ from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp
                                                 register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at
-from marin_assets.scaling.ladder_predict import frozen_candidate, loss_at_config, predict_target, seed_interval
+from marin_assets.scaling.ladder_predict import (frozen_candidate, loss_at_config, predict_target, seed_interval, seed_spread,
+                                                top_budget_holdout)
 from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import partition_key, plan_run
 from marin_assets.store import ArtifactStore
@@ -94,11 +95,11 @@ LAW = dict(E=2.0, A=40.0, alpha=0.35, B=60.0, beta=0.30)
 SETTINGS = SweepSettings(vocab_size=257, seq_len=32, batch_sizes=[8], min_steps=20, max_width=64)
 
 
-def law_counts(seeds: int, noise: float) -> dict:
+def law_counts(seeds: int, noise: float, top_widths: tuple[int, ...] = (16, 24, 40)) -> dict:
     """Sweep counts of a small ladder whose losses follow LAW, each seed offset by +-noise."""
     counts = {}
     recipe = V2
-    for budget, widths in ((8e9, (8, 16, 32)), (1.6e10, (8, 16, 32)), (3.2e10, (16, 24, 40))):
+    for budget, widths in ((8e9, (8, 16, 32)), (1.6e10, (8, 16, 32)), (3.2e10, top_widths)):
         for width in widths:
             cand = plan_run(budget, width, SETTINGS, recipe)
             base = LAW["E"] + LAW["A"] / cand.params ** LAW["alpha"] + LAW["B"] / cand.tokens ** LAW["beta"]
@@ -130,6 +131,37 @@ def test_seeds_are_averaged_and_resampled_for_the_interval():
     interval = seed_interval(two, config, cand.flops, cand.params, n=50)
     assert interval["low"] < point < interval["high"] and interval["seeds_per_point"] == 2 and interval["n_ok"] > 40
     assert seed_interval(one, config, cand.flops, cand.params, n=50) is None  # one seed: no interval from seeds
+
+
+def test_the_top_budget_holdout_predicts_the_largest_budgets_runs_from_the_others():
+    counts = law_counts(2, 0.01)
+    out = top_budget_holdout(counts, IsoFlopConfig(bootstrap_n=0))
+    lower = {k: c for k, c in counts.items() if c["budget"] < 3e10}
+    fit = fit_of(lower)
+    assert len(out["fitted_budgets"]) == 2 and out["held_out_budget"] == pytest.approx(3.2e10, rel=0.05)
+    assert out["n_opt_exponent"] == pytest.approx(fit["n_opt_exponent"])
+    top = {k: c for k, c in counts.items() if c["budget"] > 3e10}
+    assert [r["params"] for r in out["rows"]] == sorted({c["params"] for c in top.values()})  # widths 16, 24, 40
+    # Rows in order of N, not of their keys' text ("C3.2e10-d16" sorts before "C3.2e10-d8").
+    rows = top_budget_holdout(law_counts(1, 0.0, top_widths=(8, 16, 32)), IsoFlopConfig(bootstrap_n=0))["rows"]
+    assert [r["params"] for r in rows] == sorted(r["params"] for r in rows) and len(rows) == 3
+    for row in out["rows"]:
+        runs = [c for c in top.values() if c["params"] == row["params"]]
+        # The seeds' +-1% cancel in the mean; the prediction is the lower budgets' fit at that run.
+        assert row["actual"] == pytest.approx(sum(c["validation_loss"] for c in runs) / 2)
+        assert row["predicted"] == pytest.approx(loss_at_config(fit, runs[0]["flops"], row["params"]))
+        assert row["relative_error"] == pytest.approx((row["predicted"] - row["actual"]) / row["actual"])
+    assert out["mean_abs_relative_error"] == pytest.approx(sum(abs(r["relative_error"]) for r in out["rows"]) / 3)
+    # A law with a floor, fitted on two budgets by a floorless power law: it extrapolates 2x to within ~2%.
+    assert 0 < out["mean_abs_relative_error"] < 0.02
+    with pytest.raises(ValueError, match=r"1 budget\(s\) below the largest; the fit needs >= 2"):
+        top_budget_holdout({k: c for k, c in counts.items() if c["budget"] > 1e10}, IsoFlopConfig(bootstrap_n=0))
+
+
+def test_seed_spread_is_the_seeds_range_over_their_mean():
+    assert seed_spread(law_counts(1, 0.0)) is None  # one seed: no spread
+    # Two seeds at +-1% of the law: the range is 2% of the mean at every point.
+    assert seed_spread(law_counts(2, 0.01)) == pytest.approx(0.02)
 
 
 def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():

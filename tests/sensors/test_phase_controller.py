@@ -18,7 +18,7 @@ from demo.phases import decision_log, demo_budget, demo_cut, demo_raise, run_pha
 from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.phases.budget import load_budget
-from marin_assets.phases.plan import ArchitectureSwitch, PhasePlan, PhaseSpec
+from marin_assets.phases.plan import RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
 from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
 
 CACHE_TOKENS = 1_000_000
@@ -85,8 +85,8 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     assert len(runs) == len(ran)
     for run in runs:
         phase = run.run_config["ops"]["train__demo"]["config"]["phase"]
-        # (the architecture fields came later still: unset, they stay out of the text)
-        before = {k: v for k, v in dataclasses.asdict(PhaseSpec(**phase)).items() if k not in ("model_changes", "transplant")}
+        # (the architecture fields and seq_len came later still: unset, they stay out of the text)
+        before = {k: v for k, v in dataclasses.asdict(PhaseSpec(**phase)).items() if k not in RECORDED_WHEN_SET}
         old_text = json.dumps(before, sort_keys=True)
         assert PhaseConfig(phase=PhaseSpecConfig(**phase)).versioned_fields()["phase"] == old_text
     # Starling's cooldown is as long as the cut budget allows, with z-loss on.
