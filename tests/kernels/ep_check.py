@@ -15,7 +15,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from kernels.dispatch import moe_local  # noqa: E402
-from kernels.expert_parallel import ExpertParallel, compiled_temp_bytes  # noqa: E402
+from kernels.expert_parallel import ExpertParallel  # noqa: E402
 from kernels.routing import route_topk  # noqa: E402
 from marin_assets.model import ModelConfig, init_params, init_router_bias, loss_fn  # noqa: E402
 
@@ -107,20 +107,6 @@ for waves in (1, 3):  # pools that hold every row (10 and 12 rows), so only the 
         contended[:, None], 2 * P_DEV, transport="pooled", capacity_factor_send=8.0, waves=waves
     )
 
-
-# 30 tokens x top-2 per device: a pool of ceil(1.10 * 60 / 8) = 9 rows, a multiple of 3.
-MT, MD, ME, MF, MK = 8 * 30, 32, 16, 64, 2
-memory = {
-    "pool_rows_waves1": ExpertParallel(mesh, transport="pooled", waves=1).pool_rows(MT // P_DEV * MK),
-    "pool_rows_waves3": ExpertParallel(mesh, transport="pooled", waves=3).pool_rows(MT // P_DEV * MK),
-}
-for name, kwargs in (
-    ("pooled_waves3", {"transport": "pooled", "waves": 3}),
-    ("pooled_waves1", {"transport": "pooled", "waves": 1}),
-    ("ragged", {"transport": "ragged"}),
-):
-    memory[name] = compiled_temp_bytes(ExpertParallel(mesh, **kwargs), MT, MD, ME, MF, MK)
-result["memory"] = memory
 
 # The whole model: expert-parallel loss and gradients equal the single-device ones.
 cfg = ModelConfig(

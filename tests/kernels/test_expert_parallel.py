@@ -150,10 +150,3 @@ def test_two_experts_per_device_drop_round_robin_per_expert_in_wave_order(ep_res
         r = ep_result[f"drops2_{name}"]
         assert (r["sender"], r["receiver"], r["zero_tokens"]) == (0, 19, tokens), (name, r)
         assert r["kept_err"] < 1e-5, (name, r)
-
-
-@pytest.mark.slow
-def test_pooled_waves_hold_less_memory_on_8_devices(ep_result):
-    m = ep_result["memory"]
-    assert m["pool_rows_waves3"] == m["pool_rows_waves1"]
-    assert m["pooled_waves3"] < m["pooled_waves1"] and m["pooled_waves3"] < m["ragged"], m

@@ -60,6 +60,7 @@ class Phase(dg.Config):
     start_fraction: float = 1.0
     model_changes: dict[str, Any] | None = None
     transplant: str | None = None
+    seq_len: int | None = None
 
 
 class WcPhaseConfig(StageConfig):
