@@ -2,7 +2,7 @@
 process writes its own shards and the marker comes after both; the checkpoint restores onto 1 x 4 and
 1 x 1 and trains on with the same losses; a process killed with SIGKILL
 while a save is being written leaves the previous checkpoint the newest valid one, and training went
-on during that save. On the GCS emulator the same save commits and restores.
+on during that save. On the GCS emulator: tests/gcs/test_sharded_checkpoint_on_gcs.py.
 
 Run as a script (every process of a layout, with the manifests' environment):
 
@@ -24,12 +24,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
-from tests.gcs.conftest import gcs_prefix, gcs_server  # noqa: F401 - fixtures
 from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import PROC_TIMEOUT_S, finish
 from tests.train.test_mesh import launch_argv as launch
@@ -227,31 +225,6 @@ def test_kill_dash_nine_mid_save_keeps_the_previous_checkpoint(caches_json, tmp_
     assert sorted(resumed) == list(range(1, 25))
     assert all(resumed[s] == printed[s] for s in printed if s > every)  # recomputed from step 4: bit-exact
     assert ckpt.latest_valid(out / "checkpoints").name == f"step-{24:09d}"
-
-
-@pytest.mark.slow
-def test_sharded_checkpoint_on_the_gcs_emulator(gcs_prefix):  # noqa: F811 - the fixture
-    """tensorstore's gcs kvstore writes the shards, gcsfs the manifests and the marker."""
-    import jax
-    import jax.numpy as jnp
-
-    from marin_assets.train import sharded_checkpoint as sharded
-
-    root = f"{gcs_prefix}/run/checkpoints"
-    state = {"w": jnp.arange(12, dtype=jnp.float32).reshape(3, 4), "step": jnp.int32(5)}
-    folder = sharded.start_save(root, 5, state, {"data_position": {"batches": 5}}).wait()
-    assert folder == f"{root}/step-000000005" and ckpt.latest_valid(root) == folder
-    meta = sharded.read_meta(folder)
-    back = sharded.restore(folder, meta, state, jax.tree.map(lambda x: x.sharding, state))
-    assert np.array_equal(back["w"], state["w"]) and int(back["step"]) == 5
-    assert ckpt.load(folder)[0]["['w']"].tolist() == np.arange(12).reshape(3, 4).tolist()
-    newer = sharded.start_save(root, 6, state, {}, kind="temporary").wait()
-    assert ckpt.latest_valid(root) == newer
-    import fsspec
-
-    w = sharded.read_meta(newer)["keys"].index("['w']")
-    fsspec.filesystem("gs").pipe(f"{newer}/arrays/a{w}/0.0", b"torn")
-    assert ckpt.latest_valid(root) == folder
 
 
 if __name__ == "__main__":
