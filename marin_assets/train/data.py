@@ -434,23 +434,3 @@ class MixedLoader:
 
 
 PREFETCH_JOIN_S = 60.0  # longer than any one batch read; a hung read is left behind (daemon thread)
-
-
-def held_out_batches(caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int,
-                     max_batches: int = 8) -> list[np.ndarray]:
-    """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
-    validation cache, in source order, in full batches only (at most ``max_batches``).
-
-    Fixed windows, not a shuffle, so every evaluation of a run sees the same tokens. Empty
-    when the caches hold less than one batch; the caller reports that instead of a number.
-    """
-    windows = []
-    for name, path in sorted(caches.items()):
-        cache = as_stream(path)
-        n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
-        if n > 0:
-            windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))
-    if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
-        return [np.stack(windows).astype(np.int32)]
-    full = len(windows) // batch_size
-    return [np.stack(windows[b * batch_size:(b + 1) * batch_size]).astype(np.int32) for b in range(full)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,15 +12,36 @@ import numpy as np
 
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import held_out_batches
+from marin_assets.train.data import TokenCache, TokenStream, as_stream
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.state import Model, TrainState
 
 log = logging.getLogger(__name__)
 
 
+def held_out_batches(
+    caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int, max_batches: int = 8
+) -> list[np.ndarray]:
+    """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
+    validation cache, in source order, in full batches only (at most ``max_batches``).
+
+    Fixed windows, not a shuffle, so every evaluation of a run sees the same tokens. Empty
+    when the caches hold less than one batch; the caller reports that instead of a number.
+    """
+    windows = []
+    for _, path in sorted(caches.items()):  # source order
+        cache = as_stream(path)
+        n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
+        if n > 0:
+            windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))
+    if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
+        return [np.stack(windows).astype(np.int32)]
+    full = len(windows) // batch_size
+    return [np.stack(windows[b * batch_size : (b + 1) * batch_size]).astype(np.int32) for b in range(full)]
+
+
 def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches: Mapping[str, Any], mesh=None) -> float | None:
-    """Mean next-token cross-entropy (nats) over the held-out batches (``data.held_out_batches``,
+    """Mean next-token cross-entropy (nats) over the held-out batches (``held_out_batches``,
     each weighted by its rows); None when the validation splits hold less than one window."""
     batches = held_out_batches(caches, config.seq_len, config.batch_size)
     if not batches:
