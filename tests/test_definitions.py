@@ -24,7 +24,7 @@ from definitions import defs
 # eval/demo 5, eval/demo/tasks 2 (MoE telemetry in the step, sharded checkpoints, FSDP, the architecture switch);
 # the scaling assets +1 (the MoE ladder predicts the demo run: pinned tokens, an observed main target; no x10).
 CODE_VERSIONS = {
-    "datasets/shakespeare": "1+cfg.noconfig", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
+    "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
     "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.8e78adb9", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
     "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "5+cfg.8c779955",

@@ -5,6 +5,7 @@ version what follows keep an unchanged shard cached when another arrives.
     sources/<name> -> shards/index -> normalized -> quality -> exact_map -> exact_reduce[bucket]
     -> exact_removals -> filtered_exact -> fuzzy_map -> fuzzy_candidates[band] -> fuzzy_edges
     -> fuzzy_removals -> decontam -> final -> tokenized -> datasets/<source> -> mixture
+    datasets/shakespeare -> datasets/shakespeare_chat (the plays' dialogue as conversations) -> mixture
 
 with the fixed inputs quality_model, eval_ngrams and tokenizer (inputs.py). The code location
 builds it over the demo's pinned sources and the watched user directory
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from assets.datakit import exact, final, fuzzy, normalized
+from assets.datakit.chat import CHAT_SOURCE, chat_assets
 from assets.datakit.datasets import contamination_check, dataset_asset, mixture_asset
 from assets.datakit.index import make_index
 from assets.datakit.inputs import labelled_quality_model, packaged_eval_ngrams, tokenizer_asset
@@ -49,13 +51,14 @@ def make_datakit_graph(sources: Mapping[str, str],
 def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
     """The code location's DataKit: the demo's pinned sources and sources/user (the files of
     $MARIN_USER_DATA_DIR, which the new_user_shards sensor feeds), the fixed inputs, the
-    sharded graph, a dataset per source and the mixture; a blocking check per dataset."""
+    sharded graph, a dataset per source, the plays' chat dataset and the mixture; a blocking check per dataset."""
     sources = {**{name: f"sources/{name}" for name in SOURCES}, WATCHED_SOURCE: f"sources/{WATCHED_SOURCE}"}
     raw = [*(pinned_source(name) for name in SOURCES), watched_source(WATCHED_SOURCE)]
     inputs = [labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}), packaged_eval_ngrams,
               tokenizer_asset(CODE_LOCATION_TOKENIZER)]
-    assets = [*raw, *inputs, *make_datakit_graph(sources), mixture_asset(list(sources))]
-    return assets, [contamination_check(name) for name in sources]
+    trained = [*sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
+    assets = [*raw, *inputs, *make_datakit_graph(sources), *chat_assets(), mixture_asset(trained)]
+    return assets, [contamination_check(name) for name in trained]
 
 
 __all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "make_shard_steps"]

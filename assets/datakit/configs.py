@@ -3,6 +3,7 @@ marin_assets/knobs.py). `marin datakit run`'s flags come from the same declarati
 
 from __future__ import annotations
 
+from marin_assets.datakit.chat import ChatConfig
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.eval_sets import EvalSetsConfig
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
@@ -55,4 +56,8 @@ class FuzzyConfig(stage_config("FuzzyConfig", (FuzzyDedupConfig, ["jaccard_thres
 
 
 class CandidatesConfig(stage_config("CandidatesConfig", (FuzzyDedupConfig, ["docs_per_reduce"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class ChatDatasetConfig(stage_config("ChatDatasetConfig", (ChatConfig, ["turns"]))):
     """Knobs of the library configs named here (marin_assets/knobs.py)."""

@@ -26,6 +26,10 @@ from typing import Any
 INDEX_FILE = "dataset.json"
 
 
+TOKEN_FIELDS = ("input_ids",)
+LOSS_MASK = "loss_mask"  # 1 where a token is a training target (a chat cache's assistant replies)
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardCache:
     """One shard's caches: ``path`` is absolute (a local path or URL) once read."""
@@ -48,6 +52,12 @@ class Dataset:
     name: str
     shards: tuple[ShardCache, ...]
     tokenizer: dict[str, Any]
+    # The caches' fields: ("input_ids",), or a chat dataset's ("input_ids", "loss_mask") (datakit/chat.py).
+    fields: tuple[str, ...] = TOKEN_FIELDS
+
+    @property
+    def has_loss_mask(self) -> bool:
+        return LOSS_MASK in self.fields
 
     @property
     def train_tokens(self) -> int:
@@ -65,7 +75,8 @@ class Dataset:
         return {"name": self.name, "tokenizer": dict(self.tokenizer),
                 "shards": [{**dataclasses.asdict(s), "path": relative(s.path, base_dir),
                             "documents": relative(s.documents, base_dir) if s.documents else ""} for s in self.shards],
-                "train_tokens": self.train_tokens, "validation_tokens": self.validation_tokens}
+                "train_tokens": self.train_tokens, "validation_tokens": self.validation_tokens,
+                **({"fields": list(self.fields)} if self.fields != TOKEN_FIELDS else {})}  # an older index's bytes stay
 
 
 def _split_url(url: str) -> tuple[str, str]:
@@ -113,7 +124,10 @@ def dataset_from_json(data: Any, base_dir: str, where: str) -> Dataset:
         documents = s.get("documents") or ""
         shards.append(ShardCache(s["key"], str(s.get("version", "")), resolve(s["path"], base_dir), **counts,
                                  documents=resolve(documents, base_dir) if documents else ""))
-    return Dataset(data["name"], tuple(shards), dict(data.get("tokenizer") or {}))
+    fields = data.get("fields", list(TOKEN_FIELDS))
+    if not isinstance(fields, list) or not fields or fields[0] != "input_ids" or not set(fields) <= {*TOKEN_FIELDS, LOSS_MASK}:
+        raise ValueError(f"{where}: fields must list 'input_ids' first, then optionally {LOSS_MASK!r}; got {fields!r}")
+    return Dataset(data["name"], tuple(shards), dict(data.get("tokenizer") or {}), tuple(fields))
 
 
 def write_dataset(dataset: Dataset, out_dir: str) -> str:
@@ -160,7 +174,8 @@ def combine(name: str, datasets: Sequence[Dataset]) -> Dataset:
     if len(identities) > 1:
         raise ValueError(f"cannot combine datasets tokenized by different tokenizers: {sorted(map(str, identities))}")
     tokenizer = next((d.tokenizer for d in datasets if d.shards), datasets[0].tokenizer if datasets else {})
-    return Dataset(name, tuple(s for d in datasets for s in d.shards), dict(tokenizer))
+    fields = (*TOKEN_FIELDS, LOSS_MASK) if datasets and all(d.has_loss_mask for d in datasets) else TOKEN_FIELDS
+    return Dataset(name, tuple(s for d in datasets for s in d.shards), dict(tokenizer), fields)
 
 
 def held_out_texts(dataset: Dataset, limit: int, max_chars: int | None = None) -> list[str]:

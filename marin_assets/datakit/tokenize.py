@@ -291,16 +291,18 @@ def _zarr3_array(url: str, dtype: str):
 
 
 class CacheWriter:
-    """A one-field ({"input_ids": int32 rows}) Levanter cache on a local path or gs://, written
-    with tensorstore: what SerialCacheWriter writes, without importing levanter (and jax, ray,
-    datasets). The ledger (is_finished: the cache is complete) is written only on a clean exit."""
+    """A Levanter cache of jagged int32 rows, one array pair per field (``{"input_ids"}`` by default; a chat
+    cache adds ``loss_mask``, aligned token for token) on a local path or gs://, written with tensorstore:
+    what SerialCacheWriter writes, without importing levanter (and jax, ray, datasets). The ledger
+    (is_finished: the cache is complete) is written only on a clean exit."""
 
-    def __init__(self, cache_dir: str):
+    def __init__(self, cache_dir: str, fields: tuple[str, ...] = ("input_ids",)):
         import os
 
         self.cache_dir = cache_dir if "://" in cache_dir else os.path.abspath(cache_dir)
-        self._offsets = _zarr3_array(join(self.cache_dir, "input_ids", "offsets"), "int64")
-        self._data = _zarr3_array(join(self.cache_dir, "input_ids", "data"), "int32")
+        self.fields = fields
+        self._arrays = {f: (_zarr3_array(join(self.cache_dir, f, "offsets"), "int64"),
+                            _zarr3_array(join(self.cache_dir, f, "data"), "int32")) for f in fields}
         self.rows = self.tokens = 0
 
     def __enter__(self) -> "CacheWriter":
@@ -314,20 +316,32 @@ class CacheWriter:
             self.write_rows(np.concatenate(arrays), np.cumsum([a.size for a in arrays], dtype=np.int64))
 
     def write_rows(self, data, ends) -> None:
-        """Append rows given flat: ``data`` (int32) holds them back to back, ``ends`` (int64) is
-        where each one ends in ``data``."""
+        """Append rows of a one-field cache given flat: ``data`` (int32) holds them back to back, ``ends``
+        (int64) is where each one ends in ``data``."""
+        (field,) = self.fields
+        self.write_fields({field: data}, ends)
+
+    def write_fields(self, columns: dict, ends) -> None:
+        """Append rows given flat per field (``columns``: field -> int32 data, all of one length; ``ends``
+        as in ``write_rows``): every field's rows end where the tokens' do."""
         import numpy as np
 
         if not len(ends):
             return
+        if set(columns) != set(self.fields) or len({len(v) for v in columns.values()}) != 1:
+            raise ValueError(f"CacheWriter: rows need every field of {self.fields} at one length, got "
+                             f"{ {k: len(v) for k, v in columns.items()} }")
         ends = self.tokens + np.asarray(ends, np.int64)
-        # The two arrays are separate files: both writes run at once, and offsets[0] only after both.
-        data_written = self._data[self.tokens:self.tokens + len(data)].write(np.asarray(data, np.int32))
-        ends_written = self._offsets[self.rows + 1:self.rows + 1 + len(ends)].write(ends)
-        data_written.result()
-        ends_written.result()
+        # Each array is its own file: all writes run at once, and offsets[0] only after all of them.
+        written = []
+        for field, (offsets, data) in self._arrays.items():
+            written.append(data[self.tokens:self.tokens + len(columns[field])].write(np.asarray(columns[field], np.int32)))
+            written.append(offsets[self.rows + 1:self.rows + 1 + len(ends)].write(ends))
+        for future in written:
+            future.result()
         self.rows, self.tokens = self.rows + len(ends), int(ends[-1])
-        self._offsets[0].write(self.rows).result()  # after the rows: a reader never sees a partial batch
+        for offsets, _ in self._arrays.values():  # after the rows: a reader never sees a partial batch
+            offsets[0].write(self.rows).result()
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import fsspec

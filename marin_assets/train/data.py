@@ -40,9 +40,11 @@ import os
 import queue
 import threading
 from collections.abc import Generator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.datakit.feistel import FeistelPermutation
 from marin_assets.datakit.mixture import Mixture
 
@@ -64,7 +66,7 @@ class TokenCache:
     def __init__(self, cache_dir: str | os.PathLike, num_tokens: int | None = None, field: str = "input_ids"):
         self.path = os.fspath(cache_dir)
         self.field = field
-        self._data = None
+        self._arrays: dict[str, Any] = {}  # field -> its opened tensorstore data array
         if num_tokens is None:
             if not is_token_cache(self.path, field):
                 raise FileNotFoundError(
@@ -74,19 +76,23 @@ class TokenCache:
             num_tokens = int(offsets[num_docs].read().result()) if num_docs else 0
         self.num_tokens = num_tokens
 
-    def _open(self, sub: str):
+    def _open(self, sub: str, field: str | None = None):
         import tensorstore as ts
 
         from marin_assets.store.fsutil import kvstore_spec
 
-        spec = {"driver": "zarr3", "kvstore": kvstore_spec(f"{self.path.rstrip('/')}/{self.field}/{sub}")}
+        spec = {"driver": "zarr3", "kvstore": kvstore_spec(f"{self.path.rstrip('/')}/{field or self.field}/{sub}")}
         return ts.open(spec, open=True, read=True).result()
 
     @property
     def data(self):
-        if self._data is None:
-            self._data = self._open("data")
-        return self._data
+        return self.field_data(self.field)
+
+    def field_data(self, field: str):
+        """The flat data array of one of the cache's fields (a chat cache's ``loss_mask`` is aligned with its ids)."""
+        if field not in self._arrays:
+            self._arrays[field] = self._open("data", field)
+        return self._arrays[field]
 
     def read(self, starts: Sequence[int], length: int) -> np.ndarray:
         """[len(starts), length] windows of the token stream, read in one batch."""
@@ -97,8 +103,9 @@ class TokenStream:
     """One source's tokens: the concatenation of its caches (a dataset's shards, in order),
     read in place. A window that crosses a shard boundary is read from both shards."""
 
-    def __init__(self, caches: Sequence[TokenCache]):
+    def __init__(self, caches: Sequence[TokenCache], masked: bool = False):
         self.caches = list(caches)
+        self.masked = masked  # its caches hold a LOSS_MASK field beside the ids
         self.ends = np.cumsum([c.num_tokens for c in self.caches], dtype=np.int64)
         self.num_tokens = int(self.ends[-1]) if self.caches else 0
 
@@ -106,8 +113,9 @@ class TokenStream:
     def path(self) -> str:
         return self.caches[0].path if len(self.caches) == 1 else f"{len(self.caches)} caches from {self.caches[0].path}"
 
-    def read(self, starts: Sequence[int], length: int) -> np.ndarray:
-        """[len(starts), length] windows at global token offsets ``starts``, in one batch of reads."""
+    def read(self, starts: Sequence[int], length: int, field: str | None = None) -> np.ndarray:
+        """[len(starts), length] windows at global token offsets ``starts`` (of ``field``, default the ids),
+        in one batch of reads."""
         import tensorstore as ts
 
         out = np.empty((len(starts), length), np.int32)
@@ -124,7 +132,7 @@ class TokenStream:
                 while pos < end:
                     first = int(self.ends[shard - 1]) if shard else 0
                     stop = min(end, int(self.ends[shard]))
-                    data = self.caches[shard].data
+                    data = self.caches[shard].field_data(field or self.caches[shard].field)
                     pieces.append((row, pos - int(start), data[pos - first:stop - first].read(batch=batch)))
                     pos, shard = stop, shard + 1
         for row, column, future in pieces:
@@ -169,6 +177,14 @@ class DataPosition:
     def from_json(obj: Mapping) -> "DataPosition":
         return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())),
                             obj.get("unit_tokens"), obj.get("block_tokens"))
+
+
+class MaskedRows(NamedTuple):
+    """A batch whose loss counts only some targets: ``loss_mask`` [B, S] is 1 where token s is a target (the
+    model's ``loss_fn`` reads ``loss_mask[:, 1:]`` against ``tokens[:, 1:]``)."""
+
+    tokens: np.ndarray
+    loss_mask: np.ndarray
 
 
 SPLITS = ("train", "validation")  # a DataKit cache folder's splits
@@ -223,6 +239,11 @@ def _positive_int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _split_stream(split: str) -> TokenStream:
+    """One finished cache as a stream, masked when it holds a loss mask (a chat cache)."""
+    return TokenStream([_finished(split)], masked=is_token_cache(split, LOSS_MASK))
+
+
 def open_source(path: str | os.PathLike) -> SourceData:
     """The data at ``path``: a dataset index (``dataset.json`` or its folder: many shard
     caches, read in place), a DataKit cache folder (``train/`` + ``validation/`` + stats.json)
@@ -234,19 +255,20 @@ def open_source(path: str | os.PathLike) -> SourceData:
         dataset = read_dataset(where)
         if not dataset.shards:
             raise ValueError(f"{where}: dataset {dataset.name!r} has no shards")
-        train = TokenStream([TokenCache(s.split("train"), s.train_tokens) for s in dataset.shards])
+        masked = dataset.has_loss_mask
+        train = TokenStream([TokenCache(s.split("train"), s.train_tokens) for s in dataset.shards], masked)
         held = [TokenCache(s.split("validation"), s.validation_tokens) for s in dataset.shards if s.validation_tokens]
-        return SourceData(where, train, TokenStream(held) if held else None, _positive_int(dataset.vocab_size),
+        return SourceData(where, train, TokenStream(held, masked) if held else None, _positive_int(dataset.vocab_size),
                           dataset.tokenizer.get("sha256"))
     if is_token_cache(where):
         stats = _stats(where.rstrip("/").rsplit("/", 1)[0])
-        return SourceData(where, TokenStream([_finished(where)]), None, _positive_int(stats.get("vocab_size")),
+        return SourceData(where, _split_stream(where), None, _positive_int(stats.get("vocab_size")),
                           (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
     train, validation = f"{where.rstrip('/')}/train", f"{where.rstrip('/')}/validation"
     if is_token_cache(train):
         stats = _stats(where)
-        held = TokenStream([_finished(validation)]) if is_token_cache(validation) else None
-        return SourceData(where, TokenStream([_finished(train)]), held, _positive_int(stats.get("vocab_size")),
+        held = _split_stream(validation) if is_token_cache(validation) else None
+        return SourceData(where, _split_stream(train), held, _positive_int(stats.get("vocab_size")),
                           (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
     raise FileNotFoundError(
         f"{where}: not a dataset index (dataset.json), a Levanter token cache (input_ids/data and "
@@ -278,6 +300,7 @@ class MixedLoader:
         self.sources = {name: as_stream(value) for name, value in sorted(caches.items())}
         self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
         self.block_tokens = block_tokens
+        self.masked = any(stream.masked for stream in self.sources.values())  # batches then carry a loss mask
         self.mixture = Mixture.from_dict(mixture) if mixture else Mixture.constant({n: 1.0 for n in self.sources})
         self.mixture.check_sources(list(self.sources), where="mixture")
         self.windows = {}
@@ -334,9 +357,9 @@ class MixedLoader:
         """Token offsets of the source's ``seq_len`` windows number ``ordinals`` when the blocks are windows."""
         return self._block_starts(name, self.seq_len, ordinals)
 
-    def _read_stream(self, name: str, block: int, offsets: np.ndarray) -> np.ndarray:
-        """[len(offsets), seq_len]: the source's stream tokens from each offset on, cut at block ends into
-        contiguous reads (one read per piece length: one read in all when windows lie in blocks)."""
+    def _read_stream(self, name: str, block: int, offsets: np.ndarray, field: str | None = None) -> np.ndarray:
+        """[len(offsets), seq_len]: the source's stream tokens (or ``field``) from each offset on, cut at block
+        ends into contiguous reads (one read per piece length: one read in all when windows lie in blocks)."""
         pieces: dict[int, list[tuple[int, int, int, int]]] = {}  # length -> (row, column, block ordinal, within)
         for row, offset in enumerate(int(o) for o in offsets):
             column = 0
@@ -348,14 +371,16 @@ class MixedLoader:
         out = np.empty((len(offsets), self.seq_len), np.int64)
         for take, group in pieces.items():
             rows, columns, ordinals, within = (np.array(v, np.int64) for v in zip(*group, strict=True))
-            values = self.sources[name].read(self._block_starts(name, block, ordinals) + within, take)
+            values = self.sources[name].read(self._block_starts(name, block, ordinals) + within, take, field)
             for row, column, value in zip(rows, columns, values, strict=True):
                 out[row, column:column + take] = value
         return out
 
     def next_batch(self, position: DataPosition, rows: slice | None = None
-                   ) -> tuple[np.ndarray, bool, DataPosition]:
+                   ) -> tuple[np.ndarray | MaskedRows, bool, DataPosition]:
         """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position.
+        A loader with a masked source (``masked``) gives ``MaskedRows(tokens, loss_mask)`` instead of the
+        tokens: the mask is 1 on every row of an unmasked source, the source's own mask on its rows.
 
         rows: read only these rows of the global batch (a process's share, ``mesh.process_rows``):
         tokens is then [rows, S] and batch_ok speaks for those rows only; the position after
@@ -372,6 +397,7 @@ class MixedLoader:
         choice = rng.choice(len(names), size=self.batch_size, p=p / p.sum())
         seen = position.tokens(self.seq_len)
         out = np.empty((hi - lo, self.seq_len), np.int64)
+        mask = np.ones((hi - lo, self.seq_len), np.int32) if self.masked else None
         for i, name in enumerate(names):
             where = np.flatnonzero(choice == i)
             if where.size == 0:
@@ -379,7 +405,10 @@ class MixedLoader:
             first = seen.get(name, 0)
             mine = (where >= lo) & (where < hi)  # row where[j] reads the stream from first + j * seq_len
             if mine.any():
-                out[where[mine] - lo] = self._read_stream(name, block, first + np.flatnonzero(mine) * self.seq_len)
+                offsets = first + np.flatnonzero(mine) * self.seq_len
+                out[where[mine] - lo] = self._read_stream(name, block, offsets)
+                if mask is not None and self.sources[name].masked:
+                    mask[where[mine] - lo] = self._read_stream(name, block, offsets, LOSS_MASK)
             seen[name] = first + int(where.size) * self.seq_len
         ok = True
         if out.size and self.vocab_size is not None and (out.min() < 0 or out.max() >= self.vocab_size):
@@ -389,7 +418,8 @@ class MixedLoader:
             out = np.clip(out, 0, self.vocab_size - 1)
         unit = math.gcd(position.unit_tokens or self.seq_len, self.seq_len)
         new = DataPosition(position.batches + 1, tuple(sorted((n, t // unit) for n, t in seen.items())), unit, block)
-        return out.astype(np.int32), ok, new
+        tokens = out.astype(np.int32)
+        return (MaskedRows(tokens, mask) if mask is not None else tokens), ok, new
 
     def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
                 ) -> Generator[tuple[np.ndarray, bool, DataPosition], None, None]:

@@ -10,9 +10,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import TokenCache, TokenStream, as_stream
+from marin_assets.train.data import MaskedRows, TokenCache, TokenStream, as_stream
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.state import Model, TrainState
 
@@ -21,23 +22,31 @@ log = logging.getLogger(__name__)
 
 def held_out_batches(
     caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int, max_batches: int = 8
-) -> list[np.ndarray]:
+) -> list[np.ndarray | MaskedRows]:
     """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
-    validation cache, in source order, in full batches only (at most ``max_batches``).
+    validation cache, in source order, in full batches only (at most ``max_batches``);
+    ``MaskedRows`` when a cache is masked (a chat source: its loss counts the replies only).
 
     Fixed windows, not a shuffle, so every evaluation of a run sees the same tokens. Empty
     when the caches hold less than one batch; the caller reports that instead of a number.
     """
-    windows = []
-    for _, path in sorted(caches.items()):  # source order
-        cache = as_stream(path)
-        n = min(cache.num_tokens // seq_len, max_batches * batch_size - len(windows))
+    windows, masks = [], []
+    streams = {name: as_stream(path) for name, path in sorted(caches.items())}  # source order
+    masked = any(stream.masked for stream in streams.values())
+    for stream in streams.values():
+        n = min(stream.num_tokens // seq_len, max_batches * batch_size - len(windows))
         if n > 0:
-            windows.extend(cache.read([i * seq_len for i in range(n)], seq_len))
+            starts = [i * seq_len for i in range(n)]
+            windows.extend(stream.read(starts, seq_len))
+            masks.extend(stream.read(starts, seq_len, LOSS_MASK) if stream.masked else np.ones((n, seq_len), np.int32))
     if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
-        return [np.stack(windows).astype(np.int32)]
-    full = len(windows) // batch_size
-    return [np.stack(windows[b * batch_size : (b + 1) * batch_size]).astype(np.int32) for b in range(full)]
+        bounds = [(0, len(windows))]
+    else:
+        bounds = [(b * batch_size, (b + 1) * batch_size) for b in range(len(windows) // batch_size)]
+    tokens = [np.stack(windows[lo:hi]).astype(np.int32) for lo, hi in bounds]
+    if not masked:
+        return list[np.ndarray | MaskedRows](tokens)
+    return [MaskedRows(t, np.stack(masks[lo:hi]).astype(np.int32)) for t, (lo, hi) in zip(tokens, bounds, strict=True)]
 
 
 def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches: Mapping[str, Any], mesh=None) -> float | None:
@@ -52,16 +61,24 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
         )
         return None
 
-    def cross_entropy(p, bias, tokens):  # the held-out number is CE alone, without the z-loss terms
-        loss, aux = model.loss_fn(p, tokens, config.model, bias)
+    def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
+        tokens, loss_mask = batch if isinstance(batch, MaskedRows) else (batch, None)
+        loss, aux = model.loss_fn(p, tokens, config.model, bias, loss_mask)
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 
     # No EP layer here: a short held-out batch need not divide into the batch shards, so the
     # tokens are replicated and XLA partitions the local expert computation itself.
     mesh = mesh or meshlib.make_mesh(config.model)
     loss = jax.jit(cross_entropy)
-    losses = [float(loss(state.params, state.router_bias, meshlib.place_state(b, meshlib.replicated(mesh)))) for b in batches]
-    return float(np.average(losses, weights=[len(b) for b in batches]))
+    rep = meshlib.replicated(mesh)
+    placed = [
+        MaskedRows(*(meshlib.place_state(x, rep) for x in b)) if isinstance(b, MaskedRows) else meshlib.place_state(b, rep)
+        for b in batches
+    ]
+    losses = [float(loss(state.params, state.router_bias, b)) for b in placed]
+    # Each batch weighs by the targets it counts (its rows when unmasked).
+    weights = [float(b.loss_mask[:, 1:].sum()) if isinstance(b, MaskedRows) else len(b) for b in batches]
+    return float(np.average(losses, weights=weights)) if sum(weights) > 0 else None
 
 
 class HeldOutLoss:

@@ -37,7 +37,7 @@ from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import processes
 from marin_assets.train.config import TrainConfig, config_from_dict
-from marin_assets.train.data import DataPosition, MixedLoader
+from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader
 from marin_assets.train.guards import clip_grads, global_norm
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.restore import Run, resolve_checkpoint
@@ -88,7 +88,7 @@ class BatchGradients:
         mesh,
         params: Any,
         router_bias: jax.Array,
-        batches: Iterable[tuple[jax.Array, bool]],
+        batches: Iterable[tuple[jax.Array | MaskedRows, bool]],
     ) -> None:
         self.params, self.router_bias, self.batches = params, router_bias, batches
         self.losses: list[float] = []
@@ -100,9 +100,10 @@ class BatchGradients:
         model_cfg, guards = config.model, config.guards
         ep, options = meshlib.expert_parallel(mesh, model_cfg), compute_options(config)
 
-        def grad(params, router_bias, tokens, batch_ok):
+        def grad(params, router_bias, batch, batch_ok):
+            tokens, loss_mask = batch if isinstance(batch, MaskedRows) else (batch, None)  # as the step reads it
             (loss, _), grads = jax.value_and_grad(
-                lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, None, ep, **options), has_aux=True
+                lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, loss_mask, ep, **options), has_aux=True
             )(params)
             grad_norm = global_norm(grads)
             usable = batch_ok & jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -22,7 +22,8 @@ from tests.support.caches import write_cache
 
 
 def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequence[str]) -> ShardCache:
-    """One shard's caches (train/, validation/, validation_docs.parquet) under out_dir/key."""
+    """One shard's caches (train/, validation/, validation_docs.parquet) under out_dir/key, and its final
+    documents (documents.parquet: the held-out ones first, ids as in validation_docs.parquet)."""
     import pyarrow as pa
 
     from marin_assets.datakit.shards import join, write_table
@@ -30,10 +31,11 @@ def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequen
 
     root = join(out_dir, key)
     train_tokens, validation_tokens = write_cache(join(root, "train"), train), write_cache(join(root, "validation"), validation)
-    write_table(pa.table({"id": [f"{i:032x}" for i in range(len(validation))], "text": list(validation)}),
-                join(root, VALIDATION_DOCS))
+    ids = [f"{i:032x}" for i in range(len(validation) + len(train))]
+    write_table(pa.table({"id": ids[:len(validation)], "text": list(validation)}), join(root, VALIDATION_DOCS))
+    write_table(pa.table({"id": ids, "text": [*validation, *train]}), join(root, "documents.parquet"))
     return ShardCache(key, hashlib.sha256(json.dumps([train, validation]).encode()).hexdigest(), root, train_tokens,
-                      validation_tokens, len(train), len(validation))
+                      validation_tokens, len(train), len(validation), documents=join(root, "documents.parquet"))
 
 
 def counted_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequence[str]) -> ShardCache:
@@ -41,6 +43,16 @@ def counted_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequ
     index alone, on filesystems tensorstore cannot write: memory://)."""
     return ShardCache(key, "counted", f"{out_dir.rstrip('/')}/{key}", token_count(train), token_count(validation), len(train),
                       len(validation))
+
+
+def byte_tokenizer_identity() -> dict:
+    """The tokenizer record of a dataset the code location's byte tokenizer wrote (what the tokenizer asset
+    and the chat dataset record), so a stand-in and a real byte-level dataset can be trained on together."""
+    from marin_assets.datakit.tokenize import load_encoder
+
+    encoder = load_encoder("bytes")
+    assert (encoder.vocab_size, encoder.eos_id) == (VOCAB_SIZE, EOS)
+    return {"sha256": encoder.sha256, "vocab_size": VOCAB_SIZE, "eos_id": EOS}
 
 
 def byte_dataset_asset(source: str, shards: Sequence[tuple[Sequence[str], Sequence[str]]], caches: bool = True) -> dg.AssetsDefinition:
@@ -52,7 +64,7 @@ def byte_dataset_asset(source: str, shards: Sequence[tuple[Sequence[str], Sequen
     @versioned_asset(key=f"datasets/{source}", code_version=f"test.{digest}")
     def _dataset(ctx: StageContext):
         caches = [make(ctx.out_dir, f"{source}-test-{i:05d}", train, held) for i, (train, held) in enumerate(shards)]
-        dataset = Dataset(source, tuple(caches), {"sha256": "bytes-test", "vocab_size": VOCAB_SIZE, "eos_id": EOS})
+        dataset = Dataset(source, tuple(caches), byte_tokenizer_identity())
         write_dataset(dataset, ctx.out_dir)
         return {"shards": len(caches), "train_tokens": dataset.train_tokens, "validation_tokens": dataset.validation_tokens,
                 "train_docs": sum(c.train_docs for c in caches), "validation_docs": sum(c.validation_docs for c in caches),
