@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import dagster as dg
 
+from assets.datakit.chat import CHAT_SOURCE
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import NewestMainPhase, demo_phases
 from marin_assets.datakit.eval_sets import TASK_NAMES
@@ -24,7 +25,7 @@ from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
-from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
+from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
 from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
@@ -48,6 +49,11 @@ DEMO_PLAN = PhasePlan(
     low_data_tokens=12_288,
     rewarm_mixture={"sotu": 0.5, "shakespeare": 0.5},
     rewarm_tokens=32 * 512,
+    # Once the first cooldown is accepted, an SFT branch leaves its checkpoint: the plays' dialogue as chat
+    # (datasets/shakespeare_chat), loss on the replies only, at a constant LR below the main run's peak. The main
+    # run goes on as it would without it (tests/sensors/test_branch_bytes.py).
+    branches=(BranchSpec(name="sft", from_phase="jellyfish", token_budget=8 * 512, schedule="constant", is_cooldown=False,
+                         mixture={CHAT_SOURCE: 1.0}, peak_lr=0.001),),
 )
 
 

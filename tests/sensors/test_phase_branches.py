@@ -42,6 +42,7 @@ SFT = BranchSpec(
     mixture={"shakespeare": 1.0},
     peak_lr=1e-3,
 )
+PLAIN_PLAN = dataclasses.replace(DEMO_PLAN, branches=())  # the demo's plan without its SFT branch
 BRANCHED_PLAN = dataclasses.replace(DEMO_PLAN, branches=(EARLY_COOLDOWN, SFT))
 TRAIN = dg.AssetKey(TRAIN_KEY.split("/"))
 
@@ -86,7 +87,7 @@ def _config(run: dg.RunRequest) -> dict:
 
 
 def test_a_branch_runs_as_its_own_partition_and_the_main_run_is_unchanged(tmp_path):
-    plain, plain_runs = _run_demo(tmp_path / "plain", DEMO_PLAN)
+    plain, plain_runs = _run_demo(tmp_path / "plain", PLAIN_PLAN)
     branched, branched_runs = _run_demo(tmp_path / "branched", BRANCHED_PLAN)
     main_runs = [r for r in branched_runs if "marin/branch_of" not in r.tags]
     # The main run asked for the same phases, in the same order, under the same run keys and configs.

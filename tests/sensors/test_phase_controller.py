@@ -68,7 +68,9 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     ticks = run_phase_demo(defs, instance, tmp_path / "budget.yaml", demo_budget(), demo_raise, demo_cut, log=lambda _: None,
                            execute=lambda run, tags: (ran_tags.append(tags), run(tags))[1])
     ran = [(t["phase"], t["action"]) for t in ticks if "phase" in t]
-    assert ran == [("kestrel", "continue"), ("jellyfish", "cool_down"), ("phoenix", "re_warm"), ("starling", "cool_down")]
+    # (the plan's SFT branch leaves once Jellyfish is accepted: the tick that re-warms the main run)
+    assert ran == [("kestrel", "continue"), ("jellyfish", "cool_down"), ("jellyfish+sft", "branch"), ("phoenix", "re_warm"),
+                   ("starling", "cool_down")]
     # Every run went through the driver's execute hook (the demo's progress reporter), with the sensor's run key.
     assert [t["marin/phase"] for t in ran_tags] == [p for p, _ in ran]
     assert all(t["dagster/run_key"].startswith(f"{DEMO_PLAN.run}-") for t in ran_tags)
