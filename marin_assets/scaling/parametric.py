@@ -314,8 +314,17 @@ def _distinct(values: np.ndarray) -> int:
     return int(np.unique(np.round(np.log(values), 9)).size)
 
 
+# exp() of a log-coefficient above this overflows a float64
+_MAX_LOG_COEFFICIENT = math.log(np.finfo(np.float64).max)
+
+
 def _theta_to_fit(theta: np.ndarray, n: int, objective: float) -> ParametricFit:
     a, b, e, alpha, beta = (float(v) for v in theta)
+    too_big = {name: v for name, v in (("A", a), ("B", b), ("E", e)) if v > _MAX_LOG_COEFFICIENT}
+    if too_big:  # the runs do not pin the law down: an exponent ran off and its coefficient with it
+        raise ValueError(f"parametric fit over {n} runs diverged: log {', '.join(too_big)} = "
+                         f"{', '.join(f'{v:.4g}' for v in too_big.values())} (alpha {alpha:.4g}, beta {beta:.4g}); "
+                         f"the runs' sizes and token counts span too little to identify L(N, D)")
     return ParametricFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta, n=n, objective=objective)
 
 

@@ -29,6 +29,10 @@ next ``seq_len`` tokens of that stream, so the position is a token count
 repeated. A window lies in one block (contiguous text) when seq_len divides the block; a
 longer window is several consecutive blocks of the stream (set ``block_tokens`` to the run's
 longest context up front to keep every window contiguous).
+
+Loss masks: a chat cache (``datakit/chat.py``) holds a ``loss_mask`` field aligned with its ids. A
+source whose caches have one is ``masked``; a loader with a masked source reads each row's mask at the
+same offsets as its tokens and hands out ``MaskedRows`` (rows of unmasked sources count every target).
 """
 
 from __future__ import annotations

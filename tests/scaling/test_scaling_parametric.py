@@ -109,3 +109,20 @@ def test_config_validation():
         ParametricFitConfig(huber_delta=0)
     with pytest.raises(ValueError, match="grid is missing"):
         ParametricFitConfig(grid={"a": (0.0,)})
+
+
+# A measured MoE ladder (benchmarks/ladder.py, recipe v2, 3 budgets x 3 widths x 2 seeds): (params, tokens, validation
+# loss). Three sizes at three token counts each do not identify L(N, D): the fit's alpha runs off to ~360.
+MOE_LADDER_RUNS = [
+    (12184, 277504, 2.59562), (12184, 277504, 2.60025), (32040, 100352, 2.730931), (32040, 100352, 2.728418),
+    (5136, 685568, 2.558714), (5136, 685568, 2.681958), (12184, 66560, 2.763663), (12184, 66560, 2.744465),
+    (32040, 24064, 2.921149), (32040, 24064, 2.921702), (5136, 164352, 2.738514), (5136, 164352, 2.735101),
+    (12184, 129536, 2.711129), (12184, 129536, 2.690893), (32040, 46592, 2.825447), (32040, 46592, 2.824426),
+    (5136, 320000, 2.679749), (5136, 320000, 2.697265),
+]
+
+
+def test_a_fit_whose_coefficient_overflows_says_so():
+    params, tokens, loss = (np.array(col, dtype=np.float64) for col in zip(*MOE_LADDER_RUNS, strict=True))
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match=r"parametric fit over 18 runs diverged: log A = "):
+        fit_parametric(params, tokens, loss)
