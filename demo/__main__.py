@@ -113,12 +113,14 @@ def render(summary: dict) -> str:
         lines.append(f"  phase {d['phase']:10s} -> {d.get('decision', ''):10s} {d.get('reason', '')}")
     if "scaling" in summary:
         sc = summary["scaling"]
-        for name, t in sc["targets"].items():
-            check = "passed" if sc["passed"] else "FAILED"
+        for name, t in sc["targets"].items():  # each target against the check's bound (the check fails if any misses)
+            within = "within" if abs(t["relative_error"]) <= sc["bound"] else "outside"
             lines.append(f"  scaling ladder: {name} ({t['multiple']:.3g}x the fitted compute) predicted loss "
                          f"{t['predicted']:.4f} before its run, actual {t['actual']:.4f} (relative error "
-                         f"{t['relative_error']:+.2%}, check {check}); ladder compute {sc['ladder_cost_fraction']:.0%} "
-                         f"of the targets'")
+                         f"{t['relative_error']:+.2%}, {within} the {sc['bound']:.0%} bound); ladder compute "
+                         f"{sc['ladder_cost_fraction']:.0%} of the targets'")
+        if sc["targets"]:
+            lines.append(f"  scaling ladder: prediction_error check {'passed' if sc['passed'] else 'FAILED'}")
         if sc.get("waiting_for"):
             lines.append(f"  scaling ladder: predictions frozen; the comparison waits for {', '.join(sc['waiting_for'])}")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")

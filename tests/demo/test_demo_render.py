@@ -16,10 +16,23 @@ def test_the_summary_names_each_target_its_prediction_and_its_error():
                "passed": True, "bound": 0.05, "ladder_cost_fraction": 0.52}
     text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
                    "event_log": "e", "scaling": scaling})
-    x3, main = [line for line in text.splitlines() if "scaling ladder" in line]
+    x3, main, check = [line for line in text.splitlines() if "scaling ladder" in line]
     assert "x3 (3x the fitted compute) predicted loss 2.1000 before its run, actual 2.2000" in x3
-    assert "relative error -4.55%, check passed" in x3 and "ladder compute 52% of the targets'" in x3
+    assert "relative error -4.55%, within the 5% bound" in x3 and "ladder compute 52% of the targets'" in x3
     assert "main (9.72x the fitted compute) predicted loss 2.5000 before its run, actual 2.4000" in main
+    assert check.endswith("prediction_error check passed")
+
+
+def test_each_target_is_judged_against_the_bound_on_its_own():
+    """A target within the bound says so even when another one fails the check."""
+    scaling = {"targets": {"x3": {"multiple": 3.0, "predicted": 2.652, "actual": 2.641, "relative_error": 0.0044},
+                           "main": {"multiple": 9.7, "predicted": 3.343, "actual": 2.913, "relative_error": 0.1475}},
+               "passed": False, "bound": 0.05, "ladder_cost_fraction": 1.01}
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "scaling": scaling})
+    x3, main, check = [line for line in text.splitlines() if "scaling ladder" in line]
+    assert "+0.44%, within the 5% bound" in x3 and "+14.75%, outside the 5% bound" in main
+    assert check.endswith("prediction_error check FAILED")
 
 
 def test_without_the_main_run_the_summary_says_the_comparison_waits():
