@@ -212,14 +212,15 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                                cursor=json.dumps({**cursor, "history": [*history, entry], "last": None}))
 
     def watched(context, cursor: dict, signals: Signals, phase: str, since: float | None, final: bool):
-        """``signals`` with the ladder watch's verdict on the phase (recorded when new), and the cursor."""
+        """``signals`` with the ladder watch's verdict on the phase, the cursor, and the call that records a new
+        verdict (a no-op when there is none): make it once the tick has acted (``band_signal``)."""
         if watch is None:
-            return signals, cursor
+            return signals, cursor, lambda: None
         current = cursor["history"][-1]
         view = PhaseView(phase, _spec_from_json(current["spec"]).token_budget, int(current.get("attempt", 0)),
                          int(current.get("tokens_before", 0)), phase_telemetry_run(plan.run, phase), since, final)
-        band, cursor = band_signal(watch, context.instance, train_key, view, telemetry_root(), budget_file(), cursor)
-        return dataclasses.replace(signals, off_band=band), cursor
+        band, cursor, record = band_signal(watch, context.instance, train_key, view, telemetry_root(), budget_file(), cursor)
+        return dataclasses.replace(signals, off_band=band), cursor, record or (lambda: None)
 
     def while_running(context: dg.SensorEvaluationContext, cursor: dict, phase: str) -> dg.SensorResult | dg.SkipReason:
         history, current = cursor["history"], cursor["history"][-1]
@@ -236,12 +237,14 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if view is None:
             return dg.SkipReason(f"{waiting}: no live telemetry yet")
         state, signals = view
-        signals, cursor = watched(context, cursor, signals, phase, record.start_time, final=False)
+        signals, cursor, record_verdict = watched(context, cursor, signals, phase, record.start_time, final=False)
         reason = end_phase_now(plan, state, signals)
         if reason is None:
+            record_verdict()
             return dg.SensorResult(skip_reason=f"{waiting}: step {state.step}, {state.phase_tokens:,} of "
                                                f"{state.phase.token_budget:,} tokens, on track", cursor=json.dumps(cursor))
         terminated = bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
+        record_verdict()  # after the cancel: the run stops at its next step, not after the verdict's plot
         outcome = "ending it at its next checkpoint" if terminated else "could not terminate its run; it runs its course"
         _observe(context.instance, train_key, phase, "end_phase", f"{reason}: {outcome}", "", signals,
                  step=state.step, run_id=record.dagster_run.run_id)
@@ -282,7 +285,9 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if meta is None:
             return while_running(context, cursor, phase)
         state, signals = observe(meta, history, budget_file())
-        signals, cursor = watched(context, cursor, signals, phase, _run_start(context.instance, current["run_key"]), final=True)
+        signals, cursor, record_verdict = watched(context, cursor, signals, phase, _run_start(context.instance, current["run_key"]),
+                                                  final=True)
+        record_verdict()
         decision = decide(plan, state, signals)
         said = f"{phase}:{decision.action}:{decision.reason}"
         if said != cursor.get("last"):

@@ -226,9 +226,19 @@ def _end_mid_phase(h: Harness, tmp_path) -> None:
     with TelemetryWriter(str(tmp_path / "telemetry"), phase_telemetry_run("watched", "kestrel")) as writer:
         for row in live[:30]:
             writer.log(row["step"], {k: v for k, v in row.items() if k != "step"}, phase="kestrel")
+    coordinator = h.instance.run_coordinator
+    cancel, verdicts_when_cancelled = coordinator.cancel_run, []
+
+    def cancel_run(run_id: str) -> bool:
+        verdicts_when_cancelled.append(len(h.observations("ladder_watch")))
+        return cancel(run_id)
+
+    coordinator.cancel_run = cancel_run
     ended = h.tick()  # this stand-in run has no process to signal: the controller says so and waits for it
     assert _skip(ended).startswith("end_phase: off the ladder's band at step 30: loss left the ladder's band at step")
     assert _skip(ended).endswith("could not terminate its run; it runs its course")
+    # It asked the run to stop before it drew and recorded the verdict (a plot costs ~1.7 s of training here).
+    assert verdicts_when_cancelled == [0]
     (seen,) = h.observations("ladder_watch")
     assert seen["judged"] == "live, attempt 0" and seen["action"] == "rollback"
     ending = [o for o in h.observations("decision") if o["decision"] == "end_phase"]
