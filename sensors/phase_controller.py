@@ -285,8 +285,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         if meta is None:
             return while_running(context, cursor, phase)
         state, signals = observe(meta, history, budget_file())
-        signals, cursor, record_verdict = watched(context, cursor, signals, phase, _run_start(context.instance, current["run_key"]),
-                                                  final=True)
+        started = _run_start(context.instance, current["run_key"])
+        signals, cursor, record_verdict = watched(context, cursor, signals, phase, started, final=True)
         record_verdict()
         decision = decide(plan, state, signals)
         said = f"{phase}:{decision.action}:{decision.reason}"
