@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 import dagster as dg
 
-from assets.datakit.chat import CHAT_SOURCE
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import NewestMainPhase, demo_phases
+from assets.run_plan import DEMO_PLAN, RUN
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
@@ -25,37 +25,16 @@ from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
-from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
+from marin_assets.phases.plan import PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
 from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.train.metrics import DROP_RATE
 
-RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"
 EVAL_KEY = f"eval/{RUN}"
 TASKS_KEY = f"eval/{RUN}/tasks"
-
-DEMO_PLAN = PhasePlan(
-    run=RUN,
-    first=PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd", mixture={"sotu": 0.3, "shakespeare": 0.2, "spam_assassin": 0.5},
-                    batch_size=8, hardware="cpu", token_budget=48 * 512, peak_lr=0.003),
-    phase_names=("kestrel", "jellyfish", "phoenix", "starling", "heron", "ibis"),
-    high_quality_sources=("sotu", "shakespeare"),
-    cooldown_hq_fraction=0.3,
-    cooldown_tokens=16 * 512,
-    min_cooldown_tokens=4 * 512,
-    low_data_tokens=12_288,
-    rewarm_mixture={"sotu": 0.5, "shakespeare": 0.5},
-    rewarm_tokens=32 * 512,
-    # Once the first cooldown is accepted, an SFT branch leaves its checkpoint: the plays' dialogue as chat
-    # (datasets/shakespeare_chat), loss on the replies only, at a constant LR below the main run's peak. The main
-    # run goes on as it would without it (tests/sensors/test_branch_bytes.py).
-    branches=(BranchSpec(name="sft", from_phase="jellyfish", token_budget=8 * 512, schedule="constant", is_cooldown=False,
-                         mixture={CHAT_SOURCE: 1.0}, peak_lr=0.001),),
-)
-
 
 class PhaseSpecConfig(dg.Config):
     """A ``PhaseSpec`` (marin_assets/phases/plan.py), chosen by the controller for each phase."""

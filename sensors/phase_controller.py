@@ -23,8 +23,9 @@ the replaced name stays used. The finished phase's ``recent_drop_rates`` (its me
 feed the plan's ``max_drop_rate`` hold, which a phase named in ``released_holds`` no longer gets.
 
 With a ``watch`` (sensors/ladder_watch.py), every tick also compares the phase with the ladder's
-expected trajectory, live and once it has materialised, records each new verdict with its plot,
-and hands ``decide``/``end_phase_now`` a ``BandSignal`` when the phase left the band.
+expected trajectory, live and once it has materialised, records each new verdict with its plot
+(after acting on it: a plot takes longer than a step), and hands ``decide``/``end_phase_now`` a
+``BandSignal`` when the phase left the band. What it reads of the run is sensors/run_view.py.
 
 ``phase_controller_sensor(plan, train_asset)`` builds one for any run: the train asset
 (dynamically partitioned by phase, config ``phase``/``warm_start_version``/``attempt``)
@@ -35,109 +36,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 
 from marin_assets.phases.branches import branch_starts
-from marin_assets.phases.budget import load_budget
 from marin_assets.phases.decide import Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
-from marin_assets.phases.signals import RunState, Signals
+from marin_assets.phases.signals import Signals
 from marin_assets.settings import artifact_prefix, setting
 from marin_assets.telemetry import TelemetryStore
 from marin_assets.telemetry import default_root as default_telemetry_root
 from sensors.ladder_watch import LadderWatch, PhaseView, band_signal
+from sensors.run_view import _run_start, _running, _spec_from_json, _spec_to_json, observe, observe_live, phase_result
 
 BUDGET_ENV = "MARIN_BUDGET_FILE"
 
 
 def budget_path() -> Path:
     return Path(setting(BUDGET_ENV) or Path(artifact_prefix()) / "budget.yaml")
-
-
-def _spec_to_json(spec: PhaseSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
-
-
-def _spec_from_json(text: str) -> PhaseSpec:
-    return PhaseSpec(**json.loads(text))
-
-
-def phase_result(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, run_key: str) -> dict | None:
-    """Metadata of the phase's materialisation by the run we requested, if it finished."""
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=train_key, asset_partitions=[phase]), limit=5).records
-    for record in records:
-        run = instance.get_run_by_id(record.event_log_entry.run_id)
-        if run is not None and run.tags.get("dagster/run_key") == run_key:
-            return {k: v.value for k, v in record.event_log_entry.asset_materialization.metadata.items()}
-    return None
-
-
-def _run_state(history: list[dict], phase_tokens: int, tokens_trained: int, step: int | None,
-               ended_early: str | None) -> RunState:
-    specs = [_spec_from_json(h["spec"]) for h in history]
-    earlier, current = specs[:-1], specs[-1]
-    # A phase an architecture switch replaced left the chain but keeps its name (its partition exists).
-    names = [name for h, s in zip(history, specs, strict=True) for name in (*h.get("replaces", ()), s.name)]
-    return RunState(
-        phase=current,
-        phase_tokens=phase_tokens,
-        tokens_trained=tokens_trained,
-        phases_done=tuple(names[:-1]),
-        cooldowns_done=sum(s.is_cooldown for s in earlier),
-        last_good_checkpoint=earlier[-1].name if earlier else None,
-        step=step,
-        ended_early=ended_early,
-        rollbacks=int(history[-1].get("attempt", 0)),
-        switches_done=tuple(s.transplant for s in specs if s.transplant),
-    )
-
-
-def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunState, Signals]:
-    """The controller's view of the run after its newest phase finished (or was ended)."""
-    budget = load_budget(budget_file)
-    ending = history[-1].get("ending") or {}
-    step = meta.get("count/final_step")
-    state = _run_state(history, int(meta["count/phase_tokens"]), int(meta["count/tokens_trained"]),
-                       int(step) if step is not None else None, ending.get("reason") if ending.get("terminated") else None)
-    # A phase a person released (the budget file's released_holds) is not held again for its drops.
-    drops = () if state.phase.name in budget.released_holds else meta.get("count/recent_drop_rates") or ()
-    signals = Signals(
-        tokens_left=budget.tokens_left(meta["count/tokens_consumed"], meta["count/tokens_available"]),
-        budget_tokens=budget.budget_tokens,
-        hardware_available=budget.hardware_available,
-        recent_losses=tuple(meta["count/recent_losses"]),
-        recent_drop_rates=tuple(math.nan if x is None else x for x in drops),
-    )
-    return state, signals
-
-
-def observe_live(store: TelemetryStore, run_name: str, entry: dict, history: list[dict], budget_file: Path,
-                 since: float | None, window: int) -> tuple[RunState, Signals] | None:
-    """The controller's view of a running phase from its live telemetry (None before its
-    first flushed step). ``since`` (unix s) drops rows of an earlier attempt of the phase."""
-    frame = store.query(run=run_name, metric=["tokens", "loss"], times=(since, None), latest=True)
-    tokens = frame.filter(frame["metric"] == "tokens")
-    if tokens.is_empty():
-        return None
-    last = tokens.row(-1, named=True)
-    step, trained = int(last["step"]), int(last["value"])
-    losses = frame.filter(frame["metric"] == "loss")["value"].fill_null(float("nan")).to_list()[-window - 1:]
-    budget = load_budget(budget_file)
-    state = _run_state(history, trained - int(entry.get("tokens_before", 0)), trained, step, None)
-    return state, Signals(tokens_left={}, budget_tokens=budget.budget_tokens,
-                          hardware_available=budget.hardware_available, recent_losses=tuple(losses))
-
-
-def _running(instance: dg.DagsterInstance, run_key: str):
-    """The record of the run we requested for a phase, if it has started and not finished."""
-    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
-    if records and records[0].dagster_run.status == dg.DagsterRunStatus.STARTED:
-        return records[0]
-    return None
 
 
 def _record(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, decision: Decision, signals: Signals) -> None:
@@ -156,11 +74,6 @@ def _observe(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, a
         **extra,
     }
     instance.report_runless_asset_event(dg.AssetObservation(asset_key=train_key, partition=phase, metadata=metadata))
-
-
-def _run_start(instance: dg.DagsterInstance, run_key: str) -> float | None:
-    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
-    return records[0].start_time if records else None
 
 
 def phase_run_tags(spec: PhaseSpec, action: str, chips: Mapping[str, int], run_tags: Mapping[str, str]) -> dict:
@@ -212,8 +125,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                                cursor=json.dumps({**cursor, "history": [*history, entry], "last": None}))
 
     def watched(context, cursor: dict, signals: Signals, phase: str, since: float | None, final: bool):
-        """``signals`` with the ladder watch's verdict on the phase, the cursor, and the call that records a new
-        verdict (a no-op when there is none): make it once the tick has acted (``band_signal``)."""
+        """``signals`` with the watch's verdict, the cursor, and the call recording a new verdict (``band_signal``)."""
         if watch is None:
             return signals, cursor, lambda: None
         current = cursor["history"][-1]
@@ -239,12 +151,11 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         state, signals = view
         signals, cursor, record_verdict = watched(context, cursor, signals, phase, record.start_time, final=False)
         reason = end_phase_now(plan, state, signals)
+        terminated = reason is not None and bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
+        record_verdict()  # after any cancel: the run stops at its next step, not after the verdict's plot
         if reason is None:
-            record_verdict()
             return dg.SensorResult(skip_reason=f"{waiting}: step {state.step}, {state.phase_tokens:,} of "
                                                f"{state.phase.token_budget:,} tokens, on track", cursor=json.dumps(cursor))
-        terminated = bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
-        record_verdict()  # after the cancel: the run stops at its next step, not after the verdict's plot
         outcome = "ending it at its next checkpoint" if terminated else "could not terminate its run; it runs its course"
         _observe(context.instance, train_key, phase, "end_phase", f"{reason}: {outcome}", "", signals,
                  step=state.step, run_id=record.dagster_run.run_id)
