@@ -7,6 +7,22 @@ import time
 from collections.abc import Callable
 
 
+# The demo's main-run model (assets/training.py ModelShapeConfig) on byte tokens: what the benchmarks that
+# measure the demo's model start from (set max_seq_len to the context they run).
+DEMO_MODEL = {
+    "vocab_size": 257,
+    "d_model": 64,
+    "n_layers": 2,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "d_ff": 128,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "top_k": 2,
+    "expert_d_ff": 64,
+}
+
+
 def emit(name: str, unit: str, ours: float, reference: float, higher_is_better: bool, **extra) -> dict:
     """Print one figure. ``ratio`` > 1 always means we are better."""
     ratio = ours / reference if higher_is_better else reference / ours

@@ -33,23 +33,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit  # noqa: E402
+from _common import DEMO_MODEL, emit  # noqa: E402
 
 SEQ_LEN = 64
 LONG_CONTEXT = 1024
-DEMO_MODEL = {
-    "vocab_size": 257,
-    "d_model": 64,
-    "n_layers": 2,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "d_ff": 128,
-    "n_routed_experts": 4,
-    "n_shared_experts": 1,
-    "top_k": 2,
-    "expert_d_ff": 64,
-    "max_seq_len": SEQ_LEN,
-}
 EOS = 256
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from _common import emit  # noqa: E402
+from _common import DEMO_MODEL, emit  # noqa: E402
 
 SETTINGS = ("baseline", "high_cf", "seq_aux")
 TRANSPORTS = ("ragged", "pooled")
@@ -57,19 +57,7 @@ TRANSPORTS = ("ragged", "pooled")
 
 def model_config(args, setting: str) -> dict:
     """The tiny MoE: 8 routed experts (2 per device on 4), top-2, one shared expert."""
-    model = {
-        "vocab_size": 257,
-        "d_model": 64,
-        "n_layers": 2,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "d_ff": 128,
-        "n_routed_experts": 2 * args.devices,
-        "n_shared_experts": 1,
-        "top_k": 2,
-        "expert_d_ff": 64,
-        "max_seq_len": max(args.contexts),
-    }
+    model = dict(DEMO_MODEL, n_routed_experts=2 * args.devices, max_seq_len=max(args.contexts))
     return model | ({"sequence_balance_loss": args.seq_aux} if setting == "seq_aux" else {})
 
 
