@@ -12,8 +12,8 @@ import math
 import re
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from marin_assets.scaling.planner import FamilyShape, training_flops_per_token
 from marin_assets.scaling.recipes import V1, Recipe
@@ -120,7 +120,7 @@ def validation_loss(params, model_config, caches: Mapping[str, str], seq_len: in
     import numpy as np
 
     from marin_assets.model import init_router_bias, loss_fn
-    from marin_assets.train.data import as_stream
+    from marin_assets.train.token_caches import as_stream
 
     bias = init_router_bias(model_config)
 
@@ -167,7 +167,7 @@ def score_trained_run(checkpoint_dir: str, config, validation_caches: Mapping[st
 def held_out_streams(datasets: Mapping[str, str]) -> dict:
     """{source: its held-out TokenStream} of {source: dataset index path}; a source without
     held-out tokens is an error naming it (its loss could not be measured)."""
-    from marin_assets.train.data import open_source
+    from marin_assets.train.token_caches import open_source
 
     out = {}
     for name, path in sorted(datasets.items()):

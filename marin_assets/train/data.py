@@ -1,18 +1,8 @@
 """Training batches from Levanter-format token caches: packed, Feistel-shuffled, mixed.
 
-A Levanter cache (what DataKit's ``shards/tokenized`` and levanter's ``SerialCacheWriter``
-write) stores each document's ``input_ids`` as one jagged array: ``input_ids/data`` is the
-flat token stream and ``input_ids/offsets`` the document ends (``offsets[0]`` is the row
-count), both zarr3 arrays in tensorstore, on a local disk or gs://. A source is a
-``TokenStream``: one cache, or a dataset's shard caches read in place as one concatenated
-stream (``datakit.datasets``: the index's token counts are the offsets). Like Levanter's
-causal-LM dataset we pack by cutting the stream into consecutive ``seq_len`` windows
+The sources are token streams (``train/token_caches.py``: Levanter caches read in place). Like
+Levanter's causal-LM dataset we pack by cutting a stream into consecutive ``seq_len`` windows
 (documents end with EOS, so a window may span a document or a shard boundary).
-
-We open the two arrays with tensorstore directly rather than through
-``levanter.store.JaggedArrayStore``: the bytes are identical (a test checks against
-levanter's reader) but importing levanter costs ~15 s per process, which every
-``marin train`` start and every resume would pay.
 
 Order: each source's windows are visited in a keyed Feistel permutation per epoch.
 Mixture (``datakit.mixture.Mixture``): each row of batch ``b`` picks a source by the weights in force at ``b``
@@ -43,14 +33,15 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Generator, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Generator, Mapping
+from typing import NamedTuple
 
 import numpy as np
 
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.datakit.feistel import FeistelPermutation
 from marin_assets.datakit.mixture import Mixture
+from marin_assets.train.token_caches import SourceData, TokenCache, TokenStream, as_stream
 
 log = logging.getLogger(__name__)
 
@@ -59,90 +50,6 @@ def permutation(n: int, key: int):
     """The datakit's keyed Feistel bijection on [0, n) (maps int arrays to positions)."""
     perm = FeistelPermutation(n, key)
     return lambda idx: np.asarray(perm(np.asarray(idx, np.int64)), np.int64)
-
-
-class TokenCache:
-    """Read-only view of one Levanter cache's flat ``input_ids`` stream (a local path or gs://).
-
-    ``num_tokens`` known from a dataset index lets the arrays open lazily, on the first read:
-    a source of 10,000 shards costs no I/O until its windows are read."""
-
-    def __init__(self, cache_dir: str | os.PathLike, num_tokens: int | None = None, field: str = "input_ids"):
-        self.path = os.fspath(cache_dir)
-        self.field = field
-        self._arrays: dict[str, Any] = {}  # field -> its opened tensorstore data array
-        if num_tokens is None:
-            if not is_token_cache(self.path, field):
-                raise FileNotFoundError(
-                    f"{self.path}: not a Levanter token cache (expected {field}/data and {field}/offsets)")
-            offsets = self._open("offsets")
-            num_docs = int(offsets[0].read().result())
-            num_tokens = int(offsets[num_docs].read().result()) if num_docs else 0
-        self.num_tokens = num_tokens
-
-    def _open(self, sub: str, field: str | None = None):
-        import tensorstore as ts
-
-        from marin_assets.store.fsutil import kvstore_spec
-
-        spec = {"driver": "zarr3", "kvstore": kvstore_spec(f"{self.path.rstrip('/')}/{field or self.field}/{sub}")}
-        return ts.open(spec, open=True, read=True).result()
-
-    @property
-    def data(self):
-        return self.field_data(self.field)
-
-    def field_data(self, field: str):
-        """The flat data array of one of the cache's fields (a chat cache's ``loss_mask`` is aligned with its ids)."""
-        if field not in self._arrays:
-            self._arrays[field] = self._open("data", field)
-        return self._arrays[field]
-
-    def read(self, starts: Sequence[int], length: int) -> np.ndarray:
-        """[len(starts), length] windows of the token stream, read in one batch."""
-        return TokenStream([self]).read(starts, length)
-
-
-class TokenStream:
-    """One source's tokens: the concatenation of its caches (a dataset's shards, in order),
-    read in place. A window that crosses a shard boundary is read from both shards."""
-
-    def __init__(self, caches: Sequence[TokenCache], masked: bool = False):
-        self.caches = list(caches)
-        self.masked = masked  # its caches hold a LOSS_MASK field beside the ids
-        self.ends = np.cumsum([c.num_tokens for c in self.caches], dtype=np.int64)
-        self.num_tokens = int(self.ends[-1]) if self.caches else 0
-
-    @property
-    def path(self) -> str:
-        return self.caches[0].path if len(self.caches) == 1 else f"{len(self.caches)} caches from {self.caches[0].path}"
-
-    def read(self, starts: Sequence[int], length: int, field: str | None = None) -> np.ndarray:
-        """[len(starts), length] windows at global token offsets ``starts`` (of ``field``, default the ids),
-        in one batch of reads."""
-        import tensorstore as ts
-
-        out = np.empty((len(starts), length), np.int32)
-        if not len(starts):
-            return out
-        starts = np.asarray(starts, np.int64)
-        if starts.min() < 0 or starts.max() + length > self.num_tokens:
-            raise IndexError(f"window outside the {self.num_tokens} tokens of {self.path}")
-        pieces = []  # (row, column, future)
-        with ts.Batch() as batch:
-            for row, start in enumerate(starts):
-                pos, end = int(start), int(start) + length
-                shard = int(np.searchsorted(self.ends, pos, side="right"))
-                while pos < end:
-                    first = int(self.ends[shard - 1]) if shard else 0
-                    stop = min(end, int(self.ends[shard]))
-                    data = self.caches[shard].field_data(field or self.caches[shard].field)
-                    pieces.append((row, pos - int(start), data[pos - first:stop - first].read(batch=batch)))
-                    pos, shard = stop, shard + 1
-        for row, column, future in pieces:
-            values = future.result()
-            out[row, column:column + values.shape[0]] = values
-        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +85,7 @@ class DataPosition:
         return out
 
     @staticmethod
-    def from_json(obj: Mapping) -> "DataPosition":
+    def from_json(obj: Mapping) -> DataPosition:
         return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())),
                             obj.get("unit_tokens"), obj.get("block_tokens"))
 
@@ -189,105 +96,6 @@ class MaskedRows(NamedTuple):
 
     tokens: np.ndarray
     loss_mask: np.ndarray
-
-
-SPLITS = ("train", "validation")  # a DataKit cache folder's splits
-
-
-def is_token_cache(path: str | os.PathLike, field: str = "input_ids") -> bool:
-    import fsspec
-
-    base = f"{os.fspath(path).rstrip('/')}/{field}"
-    fs, root = fsspec.core.url_to_fs(base)
-    return fs.exists(f"{root}/data") and fs.exists(f"{root}/offsets")
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceData:
-    """What the trainer reads of one source: its train stream, its held-out stream (None
-    when it has none) and the tokenizer it was written with (when the cache says)."""
-
-    where: str
-    train: TokenStream
-    validation: TokenStream | None
-    vocab_size: int | None = None
-    tokenizer_sha256: str | None = None
-
-
-def _finished(split: str) -> TokenCache:
-    """A single cache, refused unless its ledger says every row was written: a write that
-    failed or was killed (no ledger) holds a prefix of the documents."""
-    from marin_assets.datakit.tokenize import is_finished_cache
-
-    cache = TokenCache(split)
-    if not is_finished_cache(split):
-        raise ValueError(f"{split}: unfinished token cache (its shard_ledger.json does not say is_finished: the "
-                         f"write failed or was killed); rerun the step that writes it")
-    return cache
-
-
-def _stats(folder: str) -> dict:
-    import json
-
-    import fsspec
-
-    try:
-        with fsspec.open(f"{folder.rstrip('/')}/stats.json", "r") as f:
-            stats = json.load(f)
-    except (FileNotFoundError, ValueError):
-        return {}
-    return stats if isinstance(stats, dict) else {}
-
-
-def _positive_int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _split_stream(split: str) -> TokenStream:
-    """One finished cache as a stream, masked when it holds a loss mask (a chat cache)."""
-    return TokenStream([_finished(split)], masked=is_token_cache(split, LOSS_MASK))
-
-
-def open_source(path: str | os.PathLike) -> SourceData:
-    """The data at ``path``: a dataset index (``dataset.json`` or its folder: many shard
-    caches, read in place), a DataKit cache folder (``train/`` + ``validation/`` + stats.json)
-    or one Levanter split (trained on, no held-out split)."""
-    from marin_assets.datakit.datasets import index_path, read_dataset
-
-    where = os.fspath(path)
-    if index_path(where) is not None:
-        dataset = read_dataset(where)
-        if not dataset.shards:
-            raise ValueError(f"{where}: dataset {dataset.name!r} has no shards")
-        masked = dataset.has_loss_mask
-        train = TokenStream([TokenCache(s.split("train"), s.train_tokens) for s in dataset.shards], masked)
-        held = [TokenCache(s.split("validation"), s.validation_tokens) for s in dataset.shards if s.validation_tokens]
-        return SourceData(where, train, TokenStream(held, masked) if held else None, _positive_int(dataset.vocab_size),
-                          dataset.tokenizer.get("sha256"))
-    if is_token_cache(where):
-        stats = _stats(where.rstrip("/").rsplit("/", 1)[0])
-        return SourceData(where, _split_stream(where), None, _positive_int(stats.get("vocab_size")),
-                          (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
-    train, validation = f"{where.rstrip('/')}/train", f"{where.rstrip('/')}/validation"
-    if is_token_cache(train):
-        stats = _stats(where)
-        held = _split_stream(validation) if is_token_cache(validation) else None
-        return SourceData(where, _split_stream(train), held, _positive_int(stats.get("vocab_size")),
-                          (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None)
-    raise FileNotFoundError(
-        f"{where}: not a dataset index (dataset.json), a Levanter token cache (input_ids/data and "
-        f"input_ids/offsets) nor a DataKit cache folder (train/ and validation/ caches)")
-
-
-def as_stream(value) -> TokenStream:
-    """A TokenStream from what callers hand the loader: a stream, a cache, SourceData or a path."""
-    if isinstance(value, TokenStream):
-        return value
-    if isinstance(value, TokenCache):
-        return TokenStream([value])
-    if isinstance(value, SourceData):
-        return value.train
-    return TokenStream([TokenCache(value)])
 
 
 class MixedLoader:

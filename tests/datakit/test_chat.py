@@ -17,7 +17,7 @@ from marin_assets.datakit.chat import (
     tokenize_chat,
 )
 from marin_assets.datakit.tokenize import is_finished_cache, load_encoder
-from marin_assets.train.data import TokenCache
+from marin_assets.train.token_caches import TokenCache
 from tests.support.plays import FOLIO_PLAY, FOLIO_SPEECHES, MODERN_PLAY, PLAY_SPEECHES
 
 

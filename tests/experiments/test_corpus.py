@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from marin_assets.experiments.data import (CorpusError, committed_artifacts, corpus_jsonl, materialize_corpus, open_corpus,
-                                           stdlib_files)
+from marin_assets.experiments.data import (
+    CorpusError,
+    committed_artifacts,
+    corpus_jsonl,
+    materialize_corpus,
+    open_corpus,
+    stdlib_files,
+)
 from marin_assets.store import ArtifactStore
 from tests.support.byte_tokens import EOS, VOCAB_SIZE
 
@@ -118,8 +124,8 @@ def test_the_validation_loss_reads_the_held_out_split(made, tmp_path):
     from marin_assets.experiments.record import record_from_dict
     from marin_assets.experiments.runs import run_spec, validation_loss
     from marin_assets.model import loss_fn
-    from marin_assets.train.data import TokenCache, TokenStream
     from marin_assets.train.loop import train
+    from marin_assets.train.token_caches import TokenCache, TokenStream
     from tests.experiments.test_screen_e2e import RECORD
 
     _, corpus, _ = made

@@ -4,7 +4,8 @@ new phase reads exactly the stream's tokens after the old phase's last one (none
 import numpy as np
 import pytest
 
-from marin_assets.train.data import DataPosition, MixedLoader, TokenCache
+from marin_assets.train.data import DataPosition, MixedLoader
+from marin_assets.train.token_caches import TokenCache
 
 
 def _read(loader: MixedLoader, position: DataPosition, batches: int) -> tuple[np.ndarray, DataPosition]:

@@ -106,7 +106,7 @@ def datakit_folder(root, vocab_size):
 
 
 def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_config, tmp_path):
-    from marin_assets.train.data import TokenCache
+    from marin_assets.train.token_caches import TokenCache
 
     folder = datakit_folder(tmp_path / "cache", vocab_size=VOCAB_SIZE)
     config = replace(tiny_config, num_steps=4)
