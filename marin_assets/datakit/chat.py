@@ -23,6 +23,7 @@ dropped; nothing else is left out.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -153,22 +154,18 @@ def text_of(conv: Conversation) -> str:
     return "".join(piece for piece, _ in render(conv))
 
 
-def _write(writer, rows: Sequence[tuple[list[int], list[int]]]) -> dict:
+def _write(writer, rows: Sequence[tuple[list[int], list[int]]], counts: dict) -> None:
+    """Append ``rows`` ((ids, mask) per conversation) to a split's cache; add them to its ``counts``."""
     import numpy as np
 
-    if rows:
-        writer.write_fields(
-            {
-                "input_ids": np.concatenate([np.asarray(ids, np.int32) for ids, _ in rows]),
-                "loss_mask": np.concatenate([np.asarray(mask, np.int32) for _, mask in rows]),
-            },
-            np.cumsum([len(ids) for ids, _ in rows], dtype=np.int64),
-        )
-    return {
-        "conversations": len(rows),
-        "tokens": sum(len(ids) for ids, _ in rows),
-        "trained_tokens": sum(sum(mask) for _, mask in rows),
-    }
+    if not rows:
+        return
+    ids = np.concatenate([np.asarray(ids, np.int32) for ids, _ in rows])
+    mask = np.concatenate([np.asarray(mask, np.int32) for _, mask in rows])
+    writer.write_fields({"input_ids": ids, "loss_mask": mask}, np.cumsum([len(ids) for ids, _ in rows], dtype=np.int64))
+    counts["conversations"] += len(rows)
+    counts["tokens"] += int(ids.size)
+    counts["trained_tokens"] += int(mask.sum())
 
 
 def tokenize_chat(plays: Iterable[tuple[str, str, bool]], tokenizer: str, out_dir: str, config: ChatConfig) -> dict:
@@ -184,25 +181,26 @@ def tokenize_chat(plays: Iterable[tuple[str, str, bool]], tokenizer: str, out_di
     encoder = load_encoder(tokenizer)
     if encoder.eos_id is None:
         raise ValueError(f"tokenizer {tokenizer} has no EOS token (conversations are separated by it)")
-    rows: dict[str, list] = {s: [] for s in SPLITS}
     table: dict[str, list] = {"id": [], "split": [], "text": []}
     counts: dict[str, Any] = {"plays": 0, "plays_without_dialogue": 0, "speeches": 0, "speeches_dropped_unanswered": 0}
-    for doc_id, text, held in plays:
-        convs, dropped = conversations(doc_id, text, config)
-        counts["plays"] += 1
-        counts["plays_without_dialogue"] += not convs and not dropped
-        counts["speeches"] += dropped + sum(len(c.messages) for c in convs)
-        counts["speeches_dropped_unanswered"] += dropped
-        split = "validation" if held else "train"
-        for conv in convs:
-            rows[split].append(encode_conversation(conv, encoder))
-            table["id"].append(conv.id)
-            table["split"].append(split)
-            table["text"].append(text_of(conv))
+    counts |= {split: {"conversations": 0, "tokens": 0, "trained_tokens": 0} for split in SPLITS}
     for split in SPLITS:
         reset_dir(join(out_dir, split))
-        with CacheWriter(join(out_dir, split), FIELDS) as writer:
-            counts[split] = _write(writer, rows[split])
+    # Each play's conversations go to the caches as it is read (memory: one play); a cache gets its ledger
+    # (is_finished) only when every play made it in.
+    with contextlib.ExitStack() as stack:
+        writers = {split: stack.enter_context(CacheWriter(join(out_dir, split), FIELDS)) for split in SPLITS}
+        for doc_id, text, held in plays:
+            convs, dropped = conversations(doc_id, text, config)
+            counts["plays"] += 1
+            counts["plays_without_dialogue"] += not convs and not dropped
+            counts["speeches"] += dropped + sum(len(c.messages) for c in convs)
+            counts["speeches_dropped_unanswered"] += dropped
+            split = "validation" if held else "train"
+            _write(writers[split], [encode_conversation(conv, encoder) for conv in convs], counts[split])
+            table["id"] += [conv.id for conv in convs]
+            table["split"] += [split] * len(convs)
+            table["text"] += [text_of(conv) for conv in convs]
     write_table(
         pa.table({k: pa.array(v, pa.large_string() if k == "text" else pa.string()) for k, v in table.items()}),
         join(out_dir, CONVERSATIONS),
