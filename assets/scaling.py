@@ -187,7 +187,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
 
     pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
 
-    @versioned_asset(key=f"{prefix}/comparison", code_version="2", ins=pairs, **common,
+    @versioned_asset(key=f"{prefix}/comparison", code_version="3", ins=pairs, **common,
                      extra_metadata=lambda ref: {"predicted_vs_actual": png_markdown(
                          "Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))})
     def comparison(ctx: StageContext, **refs: ArtifactRef):
@@ -221,7 +221,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
 def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any]) -> dg.AssetsDefinition:
     """``<prefix>/<target>/prediction``: the target's run and loss, registered with the lock as it is written."""
 
-    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="2", config_cls=PredictionConfig,
+    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="3", config_cls=PredictionConfig,
                      ins={"fit": f"{prefix}/fit"}, **common)
     def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
         """The target's config, N*, D*, loss and seed interval, frozen by the experiment-record lock as it is written."""
@@ -233,9 +233,14 @@ def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mappin
         ctx.log(f"prediction {ladder.name}/{target.name} at C={out['budget']:.3g}: width {out['config']['width']}, "
                 f"loss {out['loss']:.4f} [{interval.get('low', float('nan')):.4f}, {interval.get('high', float('nan')):.4f}], "
                 f"registered as {stamp['experiment']}")
+        if out["off_optimum"]["extrapolated"]:
+            ctx.log(f"prediction {ladder.name}/{target.name}: its model is {out['off_optimum']['decades']:+.2f} decades off N*, "
+                    f"past the ladder's runs ({out['off_optimum']['ladder_reach_decades']:.2f}): the off-optimum rise is "
+                    f"extrapolated, so this prediction is weaker than its interval says")
         return {"budget": out["budget"], "loss": out["loss"], "width": out["config"]["width"],
                 "params": out["config"]["params"], "params_opt": out["params_opt"], "lock": stamp["experiment"],
-                "frozen_hash": stamp["frozen_hash"]}
+                "frozen_hash": stamp["frozen_hash"], "off_optimum_decades": out["off_optimum"]["decades"],
+                "off_optimum_extrapolated": out["off_optimum"]["extrapolated"]}
 
     return prediction
 

@@ -32,8 +32,8 @@ CODE_VERSIONS = {
     # and comparison (assets/scaling.py).
     **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
         ("lr_sweep", "3+cfg.5ae0522f"), ("sweep", "5+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
-        ("comparison", "2+cfg.noconfig"))},
-    **{f"scaling/{ladder}/{target}/prediction": "2+cfg.1416aa2f" for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
+        ("comparison", "3+cfg.noconfig"))},
+    **{f"scaling/{ladder}/{target}/prediction": "3+cfg.1416aa2f" for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
        for target in targets},
     # A trained target (x3) and the observed main run, which scores train/demo's newest main phase.
     "scaling/dense/x3/target": "3+cfg.6507d450", "scaling/moe/x3/target": "3+cfg.6507d450",

@@ -97,34 +97,42 @@ def check_stamp(store: ArtifactStore, target: str, stamp: Any, prediction: Mappi
         )
 
 
-def compare(predictions: Mapping[str, Mapping[str, Any]], actual: Mapping[str, Mapping[str, Any]], bound: float) -> dict:
-    """Each target's predicted and actual loss, the relative error, whether the seed interval
-    holds the actual, and the ladder's compute as a fraction of the targets'."""
+def compare(predictions: Mapping[str, Mapping[str, Any]], actual: Mapping[str, Any], bound: float) -> dict:
+    """Each target's predicted and actual loss, the relative error, whether the prediction's
+    interval holds the actual, and the ladder's compute as a fraction of the targets'.
+
+    ``actual[target]``: its run's counts, or a list of counts of the same run at several seeds,
+    whose mean loss is the actual. The interval judged is ``run_interval``: the fit's seed
+    interval widened by the runs' own noise."""
     from marin_assets.scaling.predict import relative_error
 
     rows = []
     for name in sorted(predictions, key=lambda t: predictions[t]["budget"]):
-        pred, run = predictions[name], actual[name]
-        error = relative_error(pred["loss"], run["validation_loss"])
-        interval = pred.get("interval")
-        inside = None if interval is None else bool(interval["low"] <= run["validation_loss"] <= interval["high"])
+        pred = predictions[name]
+        runs = [actual[name]] if isinstance(actual[name], Mapping) else list(actual[name])
+        losses = [float(r["validation_loss"]) for r in runs]
+        loss = sum(losses) / len(losses)
+        interval = run_interval(pred, len(runs))
         rows.append(
             {
                 "target": name,
                 "multiple": pred["multiple"],
                 "budget": pred["budget"],
-                "flops": run["flops"],
+                "flops": runs[0]["flops"],
                 "predicted": pred["loss"],
-                "actual": run["validation_loss"],
-                "relative_error": float(error),
-                "interval": interval,
-                "actual_in_interval": inside,
-                "width": run["width"],
-                "params": run["params"],
+                "actual": loss,
+                "actual_runs": losses,
+                "relative_error": float(relative_error(pred["loss"], loss)),
+                "interval": pred.get("interval"),
+                "run_interval": interval,
+                "actual_in_interval": None if interval is None else bool(interval["low"] <= loss <= interval["high"]),
+                "off_optimum": pred.get("off_optimum"),
+                "width": runs[0]["width"],
+                "params": runs[0]["params"],
             }
         )
     first = predictions[rows[0]["target"]]
-    target_flops = float(sum(r["flops"] for r in rows))
+    target_flops = float(sum(r["flops"] for r in rows))  # one run per target: the seeds repeat a run, not the budget
     ladder_flops = first["ladder_flops"] + first["lr_sweep_flops"]
     worst = max(abs(r["relative_error"]) for r in rows)
     return {
@@ -138,6 +146,29 @@ def compare(predictions: Mapping[str, Mapping[str, Any]], actual: Mapping[str, M
         "ladder_cost_fraction": ladder_flops / target_flops,
         "recipe": first["recipe"]["name"],
         "ladder": first["ladder"],
+    }
+
+
+def run_interval(prediction: Mapping[str, Any], runs: int) -> dict | None:
+    """Where the mean loss of ``runs`` seeds of the target should land: the fit's seed interval
+    with the runs' noise (the ladder's ``run_sd`` over sqrt(runs), at the interval's level)
+    added in quadrature on each side. The fit's interval alone where the ladder measured no
+    run noise; None without an interval."""
+    from statistics import NormalDist
+
+    interval, sd = prediction.get("interval"), prediction.get("run_sd")
+    if interval is None:
+        return None
+    if sd is None:
+        return dict(interval)
+    z = NormalDist().inv_cdf(0.5 + interval["level"] / 2)
+    noise = z * sd * prediction["loss"] / math.sqrt(runs)
+    loss = prediction["loss"]
+    return dict(interval) | {
+        "low": loss - math.hypot(loss - interval["low"], noise),
+        "high": loss + math.hypot(interval["high"] - loss, noise),
+        "runs": runs,
+        "run_sd": sd,
     }
 
 
@@ -167,7 +198,7 @@ def comparison_counts(comparison: Mapping[str, Any]) -> dict:
 
 def comparison_png(comparison: Mapping[str, Any], predictions: Mapping[str, Mapping[str, Any]]) -> bytes:
     """Loss against compute: the fitted optima, the extrapolated law, and each target's
-    prediction (with its seed interval) next to its actual loss."""
+    prediction (with its interval for the runs compared) next to its actual loss."""
     from marin_assets.scaling.plots import plot_extrapolation
 
     first = next(iter(predictions.values()))
@@ -179,8 +210,8 @@ def comparison_png(comparison: Mapping[str, Any], predictions: Mapping[str, Mapp
             (
                 r["flops"],
                 r["predicted"],
-                (r["interval"] or {}).get("low", math.nan),
-                (r["interval"] or {}).get("high", math.nan),
+                (r["run_interval"] or {}).get("low", math.nan),
+                (r["run_interval"] or {}).get("high", math.nan),
                 r["actual"],
                 r["target"],
             )

@@ -14,8 +14,8 @@ from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp
                                                 register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at
-from marin_assets.scaling.ladder_predict import (frozen_candidate, loss_at_config, predict_target, seed_interval, seed_spread,
-                                                top_budget_holdout)
+from marin_assets.scaling.ladder_predict import (frozen_candidate, loss_at_config, off_optimum, predict_target, run_noise,
+                                                seed_interval, top_budget_holdout)
 from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import partition_key, plan_run
 from marin_assets.store import ArtifactStore
@@ -158,10 +158,13 @@ def test_the_top_budget_holdout_predicts_the_largest_budgets_runs_from_the_other
         top_budget_holdout({k: c for k, c in counts.items() if c["budget"] > 1e10}, IsoFlopConfig(bootstrap_n=0))
 
 
-def test_seed_spread_is_the_seeds_range_over_their_mean():
-    assert seed_spread(law_counts(1, 0.0)) is None  # one seed: no spread
-    # Two seeds at +-1% of the law: the range is 2% of the mean at every point.
-    assert seed_spread(law_counts(2, 0.01)) == pytest.approx(0.02)
+def test_run_noise_is_one_runs_pooled_seed_deviation_relative_to_its_loss():
+    assert run_noise(law_counts(1, 0.0)) is None  # one seed: no noise measured
+    # Two seeds at +-1% of the law: each point's sample SD is sqrt(2) x 1% of its mean.
+    assert run_noise(law_counts(2, 0.01)) == pytest.approx(0.01 * 2**0.5)
+    # Variances pool, SDs do not average: points at +-1% and +-3% give sqrt((2e-4 + 18e-4) / 2), not 2.83%.
+    losses = {"C1e10-d8": 2.02, "C1e10-d8-s1": 1.98, "C1e10-d16": 3.09, "C1e10-d16-s1": 2.91}
+    assert run_noise({k: {"validation_loss": v} for k, v in losses.items()}) == pytest.approx(1e-3**0.5)
 
 
 def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
@@ -174,12 +177,22 @@ def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
     assert pred["loss"] == pytest.approx(loss_at_config(fit, pred["config"]["flops"], pred["config"]["params"]))
     assert pred["ladder_flops"] == pytest.approx(sum(r["flops"] for r in fit["runs"])) and pred["lr_sweep_flops"] == 1e9
     assert pred["interval"]["low"] < pred["loss"] < pred["interval"]["high"]
+    assert pred["run_sd"] == pytest.approx(0.002 * 2**0.5)  # the ladder's seeds, +-0.2% at every point
     cand = frozen_candidate(pred, SETTINGS)
     assert json.loads(json.dumps(cand.as_dict())) == pred["config"]
     with pytest.raises(ValueError, match=r"differs from the frozen prediction in \[.*'steps'"):
         frozen_candidate(pred, SweepSettings(vocab_size=257, seq_len=64, batch_sizes=[8], min_steps=20))
     pinned = predict_target(fit, ladder, ladder.targets[1], SETTINGS)
     assert (pinned["config"]["width"], pinned["config"]["batch_size"]) == (32, 8)
+    # How far each target's model is from N*, against the farthest fitted run from its budget's N*.
+    reach = max(abs(off_optimum(fit, r["flops"], r["params"])) for r in fit["runs"])
+    for p in (pred, pinned):
+        decades = off_optimum(fit, p["config"]["flops"], p["config"]["params"])
+        assert p["off_optimum"] == {"decades": pytest.approx(decades), "ladder_reach_decades": pytest.approx(reach),
+                                    "extrapolated": abs(decades) > reach}
+    assert abs(pred["off_optimum"]["decades"]) < 0.1 and not pred["off_optimum"]["extrapolated"]  # the member nearest N*
+    far = predict_target(fit, ladder, Target("far", 2.0, width=128, batch_size=8), SETTINGS)["off_optimum"]
+    assert far["decades"] > far["ladder_reach_decades"] and far["extrapolated"]
 
 
 def test_a_target_of_pinned_tokens_trains_exactly_them_and_replans_exactly_them():
@@ -213,6 +226,29 @@ def test_the_comparison_reports_errors_intervals_and_the_cost_fraction():
     assert rows["x3"]["relative_error"] == pytest.approx(0.04) and rows["x3"]["actual_in_interval"] is False
     assert rows["x10"]["relative_error"] == pytest.approx(-0.01 / 2.41) and rows["x10"]["actual_in_interval"] is True
     assert not out["passed"] and out["max_abs_relative_error"] == pytest.approx(0.04)
+    assert rows["x3"]["actual_runs"] == [2.5] and rows["x3"]["run_interval"] == rows["x3"]["interval"]  # no run noise known
     assert out["ladder_cost_fraction"] == pytest.approx((6e10 + 1e10) / 1.3e11)
     assert comparison_png(out, preds)[:8] == b"\x89PNG\r\n\x1a\n"
     assert math.isfinite(out["target_flops"])
+
+
+def test_the_comparison_takes_a_targets_seed_mean_and_widens_the_interval_by_the_runs_noise():
+    """A target run at several seeds: the actual is their mean; the interval it is judged by adds
+    the ladder's one-run noise over sqrt(seeds) to the fit's interval, in quadrature."""
+    pred = {"ladder": "law", "target": "x3", "multiple": 3, "budget": 3e10, "loss": 2.6, "c_fit": 1e10,
+            "recipe": {"name": "v2"}, "interval": {"low": 2.57, "high": 2.64, "level": 0.95}, "run_sd": 0.01,
+            "ladder_flops": 6e10, "lr_sweep_flops": 0.0, "loss_law": FIT["loss_law"], "in_sample": []}
+    run = {"flops": 3e10, "width": 16, "params": 1e4}
+    seeds = [run | {"validation_loss": loss} for loss in (2.525, 2.565)]
+    (row,) = compare({"x3": pred}, {"x3": seeds}, bound=0.05)["rows"]
+    assert row["actual"] == pytest.approx(2.545) and row["actual_runs"] == [2.525, 2.565]
+    assert row["relative_error"] == pytest.approx(0.055 / 2.545)
+    noise = 1.959964 * 0.01 * 2.6 / 2**0.5  # z(97.5%) x one run's SD of the loss / sqrt(2 seeds)
+    assert row["run_interval"]["low"] == pytest.approx(2.6 - (0.03**2 + noise**2) ** 0.5, rel=1e-6)
+    assert row["run_interval"]["high"] == pytest.approx(2.6 + (0.04**2 + noise**2) ** 0.5, rel=1e-6)
+    assert row["interval"] == pred["interval"] and row["actual_in_interval"] is False  # 2.545 < 2.553
+    # One seed at the same loss: more noise, a wider interval, and 2.545 is inside it (low 2.541).
+    (one,) = compare({"x3": pred}, {"x3": seeds[0] | {"validation_loss": 2.545}}, bound=0.05)["rows"]
+    assert one["run_interval"]["low"] < 2.545 < row["run_interval"]["low"] and one["actual_in_interval"] is True
+    # The cost fraction counts the target's run once, not once per seed.
+    assert compare({"x3": pred}, {"x3": seeds}, bound=0.05)["target_flops"] == 3e10
