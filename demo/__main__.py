@@ -119,6 +119,10 @@ def render(summary: dict) -> str:
                          f"{t['predicted']:.4f} before its run, actual {t['actual']:.4f} (relative error "
                          f"{t['relative_error']:+.2%}, {within} the {sc['bound']:.0%} bound); ladder compute "
                          f"{sc['ladder_cost_fraction']:.0%} of the targets'")
+            off = t.get("off_optimum") or {}
+            if off.get("extrapolated"):
+                lines.append(f"  scaling ladder: {name}'s model sat {off['decades']:+.2f} decades from N*, past the ladder's "
+                             f"runs ({off['ladder_reach_decades']:.2f}): its prediction extrapolated the off-optimum rise")
         if sc["targets"]:
             lines.append(f"  scaling ladder: prediction_error check {'passed' if sc['passed'] else 'FAILED'}")
         if sc.get("waiting_for"):

@@ -26,12 +26,16 @@ def test_the_summary_names_each_target_its_prediction_and_its_error():
 def test_each_target_is_judged_against_the_bound_on_its_own():
     """A target within the bound says so even when another one fails the check."""
     scaling = {"targets": {"x3": {"multiple": 3.0, "predicted": 2.652, "actual": 2.641, "relative_error": 0.0044},
-                           "main": {"multiple": 9.7, "predicted": 3.343, "actual": 2.913, "relative_error": 0.1475}},
+                           "main": {"multiple": 9.7, "predicted": 3.343, "actual": 2.913, "relative_error": 0.1475,
+                                    "off_optimum": {"decades": 1.104, "ladder_reach_decades": 0.454, "extrapolated": True}}},
                "passed": False, "bound": 0.05, "ladder_cost_fraction": 1.01}
     text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
                    "event_log": "e", "scaling": scaling})
-    x3, main, check = [line for line in text.splitlines() if "scaling ladder" in line]
+    x3, main, off, check = [line for line in text.splitlines() if "scaling ladder" in line]
     assert "+0.44%, within the 5% bound" in x3 and "+14.75%, outside the 5% bound" in main
+    # Only the target whose model sat past the ladder's runs says its prediction extrapolated.
+    assert off.endswith("main's model sat +1.10 decades from N*, past the ladder's runs (0.45): its prediction "
+                        "extrapolated the off-optimum rise")
     assert check.endswith("prediction_error check FAILED")
 
 
