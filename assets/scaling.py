@@ -187,7 +187,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
 
     pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
 
-    @versioned_asset(key=f"{prefix}/comparison", code_version="3", ins=pairs, **common,
+    @versioned_asset(key=f"{prefix}/comparison", code_version="4", ins=pairs, **common,
                      extra_metadata=lambda ref: {"predicted_vs_actual": png_markdown(
                          "Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))})
     def comparison(ctx: StageContext, **refs: ArtifactRef):

@@ -101,8 +101,10 @@ def run_ladder(
     rows = checks[0].metadata["rows"].value
     out = {
         "targets": {
-            r["target"]: {k: r.get(k) for k in ("multiple", "predicted", "actual", "relative_error", "interval", "flops", "width",
-                                                "off_optimum")}
+            r["target"]: {
+                k: r.get(k)
+                for k in ("multiple", "predicted", "actual", "relative_error", "interval", "flops", "width", "off_optimum")
+            }
             for r in rows
         },
         "passed": bool(checks[0].passed),

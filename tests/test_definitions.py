@@ -32,7 +32,7 @@ CODE_VERSIONS = {
     # and comparison (assets/scaling.py).
     **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
         ("lr_sweep", "3+cfg.5ae0522f"), ("sweep", "5+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
-        ("comparison", "3+cfg.noconfig"))},
+        ("comparison", "4+cfg.noconfig"))},
     **{f"scaling/{ladder}/{target}/prediction": "3+cfg.1416aa2f" for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
        for target in targets},
     # A trained target (x3) and the observed main run, which scores train/demo's newest main phase.

@@ -118,8 +118,8 @@ def plot_extrapolation(fitted, law, targets, title: str = "", path: str | Path |
         ax.scatter([flops], [actual], marker="*", s=120, color="C3", zorder=4)
         ax.annotate(f"{name}: {100 * (predicted - actual) / actual:+.2f}%", (flops, actual), fontsize=7,
                     xytext=(5, -10), textcoords="offset points")
-    ax.scatter([], [], marker="s", color="C1", label="pre-registered prediction (seed interval)")
-    ax.scatter([], [], marker="*", s=120, color="C3", label="actual")
+    ax.scatter([], [], marker="s", color="C1", label="pre-registered prediction (interval: the fit's seeds and the runs' noise)")
+    ax.scatter([], [], marker="*", s=120, color="C3", label="actual (mean of the target's runs)")
     ax.set_xscale("log")
     ax.set_xlabel("compute C (FLOPs)")
     ax.set_ylabel("validation loss")
