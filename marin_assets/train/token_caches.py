@@ -147,6 +147,13 @@ def _finished(split: str) -> TokenCache:
     return cache
 
 
+def _cache_source(where: str, train: TokenStream, held: TokenStream | None, stats: dict) -> SourceData:
+    """A plain cache's source: its streams, and the vocabulary and tokenizer hash its stats.json records."""
+    tokenizer = stats.get("tokenizer")
+    sha = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
+    return SourceData(where, train, held, _positive_int(stats.get("vocab_size")), sha)
+
+
 def _stats(folder: str) -> dict:
     import json
 
@@ -192,25 +199,11 @@ def open_source(path: str | os.PathLike) -> SourceData:
             dataset.tokenizer.get("sha256"),
         )
     if is_token_cache(where):
-        stats = _stats(where.rstrip("/").rsplit("/", 1)[0])
-        return SourceData(
-            where,
-            _split_stream(where),
-            None,
-            _positive_int(stats.get("vocab_size")),
-            (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None,
-        )
+        return _cache_source(where, _split_stream(where), None, _stats(where.rstrip("/").rsplit("/", 1)[0]))
     train, validation = f"{where.rstrip('/')}/train", f"{where.rstrip('/')}/validation"
     if is_token_cache(train):
-        stats = _stats(where)
         held = _split_stream(validation) if is_token_cache(validation) else None
-        return SourceData(
-            where,
-            _split_stream(train),
-            held,
-            _positive_int(stats.get("vocab_size")),
-            (stats.get("tokenizer") or {}).get("sha256") if isinstance(stats.get("tokenizer"), dict) else None,
-        )
+        return _cache_source(where, _split_stream(train), held, _stats(where))
     raise FileNotFoundError(
         f"{where}: not a dataset index (dataset.json), a Levanter token cache (input_ids/data and "
         f"input_ids/offsets) nor a DataKit cache folder (train/ and validation/ caches)"
