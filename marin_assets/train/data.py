@@ -98,6 +98,12 @@ class MaskedRows(NamedTuple):
     loss_mask: np.ndarray
 
 
+def tokens_and_mask(batch):
+    """(tokens, loss mask or None) of a loader's batch: a ``MaskedRows`` or a bare token array. What
+    every consumer passes to ``loss_fn`` (the train step, necromancy's gradients, the held-out loss)."""
+    return (batch.tokens, batch.loss_mask) if isinstance(batch, MaskedRows) else (batch, None)
+
+
 class MixedLoader:
     """Batches of ``[batch_size, seq_len]`` token windows from several caches.
 

@@ -13,7 +13,7 @@ import numpy as np
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.train import mesh as meshlib
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import MaskedRows
+from marin_assets.train.data import MaskedRows, tokens_and_mask
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.state import Model, TrainState
 from marin_assets.train.token_caches import TokenCache, TokenStream, as_stream
@@ -63,7 +63,7 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
         return None
 
     def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
-        tokens, loss_mask = batch if isinstance(batch, MaskedRows) else (batch, None)
+        tokens, loss_mask = tokens_and_mask(batch)
         loss, aux = model.loss_fn(p, tokens, config.model, bias, loss_mask)
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 

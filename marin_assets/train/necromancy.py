@@ -37,7 +37,7 @@ from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import processes
 from marin_assets.train.config import TrainConfig, config_from_dict
-from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader
+from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader, tokens_and_mask
 from marin_assets.train.guards import clip_grads, global_norm
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.restore import Run, resolve_checkpoint
@@ -101,7 +101,7 @@ class BatchGradients:
         ep, options = meshlib.expert_parallel(mesh, model_cfg), compute_options(config)
 
         def grad(params, router_bias, batch, batch_ok):
-            tokens, loss_mask = batch if isinstance(batch, MaskedRows) else (batch, None)  # as the step reads it
+            tokens, loss_mask = tokens_and_mask(batch)
             (loss, _), grads = jax.value_and_grad(
                 lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, loss_mask, ep, **options), has_aux=True
             )(params)

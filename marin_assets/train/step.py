@@ -18,7 +18,7 @@ from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import offload
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import MaskedRows
+from marin_assets.train.data import tokens_and_mask
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.optimizers import Optimizer
 from marin_assets.train.schedules import learning_rate
@@ -57,7 +57,7 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
 
     def step(state: TrainState, batch, batch_ok, lr):
         params = state.params
-        tokens, loss_mask = batch if isinstance(batch, MaskedRows) else (batch, None)  # a chat source's mask
+        tokens, loss_mask = tokens_and_mask(batch)
         (loss, aux), grads = jax.value_and_grad(
             lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options), has_aux=True
         )(params)
