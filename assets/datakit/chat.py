@@ -18,9 +18,8 @@ from assets.datakit.configs import ChatDatasetConfig
 from assets.datakit.datasets import dataset_key
 from assets.datakit.inputs import TOKENIZER
 from marin_assets.datakit.chat import CONVERSATIONS, FIELDS, ChatConfig, iter_plays, tokenize_chat
-from marin_assets.datakit.datasets import Dataset, ShardCache, read_dataset, write_dataset
-from marin_assets.datakit.shards import join, read_table
-from marin_assets.datakit.tokenize import VALIDATION_DOCS
+from marin_assets.datakit.datasets import Dataset, ShardCache, held_out_ids, read_dataset, write_dataset
+from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
 from marin_assets.orchestration.knob_configs import library_config
@@ -28,16 +27,6 @@ from marin_assets.store import ArtifactRef
 
 CHAT_SOURCE = "shakespeare_chat"
 PLAYS_SOURCE = "shakespeare"
-
-
-def _held_out_ids(plays: Dataset) -> list[str]:
-    """The ids of the documents the plays' dataset holds out (each shard's validation_docs.parquet)."""
-    return [
-        i
-        for shard in plays.shards
-        if shard.validation_docs
-        for i in read_table(join(shard.path, VALIDATION_DOCS), ["id"]).column("id").to_pylist()
-    ]
 
 
 @versioned_asset(
@@ -58,7 +47,7 @@ def shakespeare_chat(ctx: StageContext, config: ChatDatasetConfig, plays: Artifa
             f"{sum(not d for d in documents)} of {len(documents)} shards (rebuild it)"
         )
     counts = tokenize_chat(
-        iter_plays(documents, _held_out_ids(source)),
+        iter_plays(documents, held_out_ids(source)),
         join(tok.data_path, "tokenizer.json"),
         ctx.out_dir,
         library_config(config, ChatConfig),

@@ -178,6 +178,19 @@ def combine(name: str, datasets: Sequence[Dataset]) -> Dataset:
     return Dataset(name, tuple(s for d in datasets for s in d.shards), dict(tokenizer), fields)
 
 
+def held_out_ids(dataset: Dataset) -> list[str]:
+    """The ids of every document the dataset holds out (its shards' validation_docs.parquet), in shard order."""
+    from marin_assets.datakit.shards import join, read_table
+    from marin_assets.datakit.tokenize import VALIDATION_DOCS
+
+    return [
+        doc_id
+        for shard in dataset.shards
+        if shard.validation_docs
+        for doc_id in read_table(join(shard.path, VALIDATION_DOCS), ["id"]).column("id").to_pylist()
+    ]
+
+
 def held_out_texts(dataset: Dataset, limit: int, max_chars: int | None = None) -> list[str]:
     """Up to ``limit`` held-out documents of the dataset (its shards' validation splits, in
     shard order, then id order): the texts its validation caches hold, for bits-per-byte;
