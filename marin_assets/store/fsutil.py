@@ -167,6 +167,15 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, du
             f.write(data)
 
 
+def fsync_dir(path: str) -> None:
+    """Make a local folder's entries (a file created, renamed or removed in it) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any | None:
     try:
         with fs.open(path, "rb") as f:

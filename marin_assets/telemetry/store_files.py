@@ -22,7 +22,7 @@ from typing import cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from marin_assets.store.fsutil import filesystem, is_local, join, read_json, write_json_atomic
+from marin_assets.store.fsutil import filesystem, fsync_dir, is_local, join, read_json, write_json_atomic
 from marin_assets.store.lease import Lease
 from marin_assets.store.names import validate_segment
 from marin_assets.telemetry.segments import READ_ERRORS, SegmentInfo, SourceRange, encode, normalise, read_footer, summarise
@@ -118,7 +118,7 @@ class StoreFiles:
             os.fsync(f.fileno())
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         os.replace(staging, dest)
-        _fsync_dir(os.path.dirname(dest))
+        fsync_dir(os.path.dirname(dest))
 
     @contextlib.contextmanager
     def _index_lock(self):
@@ -224,11 +224,3 @@ class StoreFiles:
     def runs(self) -> list[str]:
         """The runs that have live segments, sorted."""
         return sorted({s.run for s in self.segments()})
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
