@@ -12,6 +12,7 @@ import numpy as np
 
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.train import mesh as meshlib
+from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.data import MaskedRows, tokens_and_mask
 from marin_assets.train.hooks import StepInfo
@@ -50,6 +51,15 @@ def held_out_batches(
     return [MaskedRows(t, np.stack(masks[lo:hi]).astype(np.int32)) for t, (lo, hi) in zip(tokens, bounds, strict=True)]
 
 
+def _held_out_ce(model_config, model: Model):
+    def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
+        tokens, loss_mask = tokens_and_mask(batch)
+        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask)
+        return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
+
+    return cross_entropy
+
+
 def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches: Mapping[str, Any], mesh=None) -> float | None:
     """Mean next-token cross-entropy (nats) over the held-out batches (``held_out_batches``,
     each weighted by its rows); None when the validation splits hold less than one window."""
@@ -62,15 +72,10 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
         )
         return None
 
-    def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
-        tokens, loss_mask = tokens_and_mask(batch)
-        loss, aux = model.loss_fn(p, tokens, config.model, bias, loss_mask)
-        return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
-
     # No EP layer here: a short held-out batch need not divide into the batch shards, so the
     # tokens are replicated and XLA partitions the local expert computation itself.
     mesh = mesh or meshlib.make_mesh(config.model)
-    loss = jax.jit(cross_entropy)
+    loss = reuse_jitted(("held_out_ce", repr(config.model), model), lambda: jax.jit(_held_out_ce(config.model, model)))
     rep = meshlib.replicated(mesh)
     placed = [
         MaskedRows(*(meshlib.place_state(x, rep) for x in b)) if isinstance(b, MaskedRows) else meshlib.place_state(b, rep)

@@ -60,7 +60,7 @@ from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
 from marin_assets.train.signals import StopSignals
 from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.state import Model, init_state, moe_model
-from marin_assets.train.step import default_model, make_train_step, phase_lrs
+from marin_assets.train.step import default_model, make_train_step, phase_lrs, train_step_for
 from marin_assets.train.work_dir import check_is_folder, work_dir_lease
 
 __all__ = [
@@ -161,7 +161,7 @@ def train(
         # The handlers stay on through finish: a stop request racing the last step (the phase
         # controller read slightly stale telemetry) must not kill a phase that has just completed.
         with StopSignals() as stop:
-            step_fn = make_train_step(config, opt, model, mesh, run.state_sh)
+            step_fn = train_step_for(config, opt, model, mesh, run.state_sh)
             held_out = HeldOutLoss(config, model, validation_dirs, mesh) if validation_dirs and stop_at_step is None else None
             cadence = CheckpointCadence(run, emitter)
             registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out, cadence)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import offload, processes
 from marin_assets.train import sharded_checkpoint as sharded
+from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import DataPosition
 from marin_assets.train.metrics import MetricsLogger
@@ -89,18 +90,37 @@ class Run:
 def fresh_run(config: TrainConfig, model: Model, mesh, ckpt_root: Path | str, **bookkeeping) -> tuple[Run, Optimizer]:
     """A ``Run`` at step 0 (the state created straight into its mesh layout) and its optimizer;
     ``bookkeeping``: ``Run``'s telemetry_run, data_tokenizers, allow_tokenizer_change."""
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-
-    def init() -> TrainState:  # traced: the state is created in its mesh layout
-        return init_state(config, opt, model)
-
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), fsdp=config.fsdp)
-    state = meshlib.init_sharded(init, mesh, fsdp=config.fsdp)
+    key = (
+        "init_state",
+        repr(config.model),
+        repr(config.guards),
+        repr(config.optimizer),
+        config.param_dtype,
+        model,
+        mesh,
+        config.fsdp,
+    )
+    opt, init, state_sh = reuse_jitted(key, lambda: _jitted_init(config, model, mesh))
+    state = init(np.asarray(jax.random.PRNGKey(config.seed)))
     if config.offload_optimizer:  # the moments move to host memory before the first step
         offload.check_supported(mesh)
         state_sh = offload.offloaded(state_sh)
         state = state.replace(opt_state=jax.device_put(state.opt_state, state_sh.opt_state))
     return Run(config, state, mesh, state_sh, ckpt_root, **bookkeeping), opt
+
+
+def _jitted_init(config: TrainConfig, model: Model, mesh) -> tuple[Optimizer, Callable, TrainState]:
+    """The optimizer, ``init(seed key) -> TrainState`` jitted straight into the mesh's layout (no process ever
+    holds an unsharded copy on device), and that layout. The seed's key is an argument (host data, the same on
+    every process), not a constant of the trace, so runs that differ in their seed share one compiled init
+    (``fresh_run`` reuses it through ``compile_cache.reuse_jitted``; the key names what the closure reads)."""
+    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+
+    def init(key) -> TrainState:
+        return init_state(config, opt, model, key)
+
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init, jax.random.PRNGKey(0)), fsdp=config.fsdp)
+    return opt, jax.jit(init, out_shardings=state_sh), state_sh
 
 
 def resolve_checkpoint(path: str | Path) -> Path | str:

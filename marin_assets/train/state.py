@@ -73,12 +73,13 @@ def moe_model() -> Model:
     return Model(model.init_params, model.loss_fn, model.init_router_bias, model.next_router_bias)
 
 
-def init_state(config, opt, model: Model) -> TrainState:
+def init_state(config, opt, model: Model, key=None) -> TrainState:
     """A fresh state for ``config`` (a TrainConfig): params from ``config.seed`` in ``config.param_dtype``
-    (the optimizer state follows the params' dtype), step 0."""
+    (the optimizer state follows the params' dtype), step 0. ``key``: ``jax.random.PRNGKey(config.seed)``
+    given as an argument, so a jitted init is one computation for every seed (the same bits either way)."""
     from marin_assets.train.guards import init_guard_state
 
-    key = jax.random.PRNGKey(config.seed)
+    key = jax.random.PRNGKey(config.seed) if key is None else key
     key, init_key = jax.random.split(key)
     dtype = dtype_of(config.param_dtype, "TrainConfig.param_dtype")
     params = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,

@@ -17,6 +17,7 @@ from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import offload
+from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.data import tokens_and_mask
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
@@ -95,6 +96,33 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
         return new_state, metrics
 
     return meshlib.jit_step(step, mesh, state_sh, n_scalars=2)
+
+
+def train_step_for(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
+    """``make_train_step``'s step, reused from an earlier run of this process whose step computes
+    the same thing (``compile_cache.reuse_jitted``): the key is everything the step's closure reads
+    (the model, guard and optimizer configs, the dtypes, remat, offloading, the model functions, the
+    mesh and the state layout). The optimizer is rebuilt per run from the optimizer config and the
+    params' names and shapes alone, so an earlier run's is the same function. The seed, the data
+    and the schedule are arguments or state, not part of the step."""
+    if jax.process_count() > 1:
+        return make_train_step(config, opt, model, mesh, state_sh)
+    layout, treedef = jax.tree.flatten(state_sh)
+    key = (
+        "train_step",
+        repr(config.model),
+        repr(config.guards),
+        repr(config.optimizer),
+        config.param_dtype,
+        config.compute_dtype,
+        config.remat,
+        config.offload_optimizer,
+        model,
+        mesh,
+        tuple(layout),
+        treedef,
+    )
+    return reuse_jitted(key, lambda: make_train_step(config, opt, model, mesh, state_sh))
 
 
 def has_moe_stats(aux) -> bool:
