@@ -144,6 +144,8 @@ def plain_asset_config_settings(defs: dg.Definitions) -> list[Setting]:
     """Config fields with defaults of assets that are not versioned assets (none today: a new one is checked too)."""
     out = []
     for assets_def in defs.resolve_asset_graph().assets_defs:
+        if not assets_def.is_executable:  # reported, never run (checkpoints/demo): no op, no config
+            continue
         schema = assets_def.op.config_schema
         if planner_of(assets_def) is not None or schema is None:
             continue

@@ -36,7 +36,8 @@ def _materialize_upstream(instance, backend):
 
 
 def _metadata(instance, run_id) -> dict:
-    [event] = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_materialization]
+    [event] = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_materialization
+               and e.dagster_event.asset_key.path[0] == "train"]  # not its checkpoints
     return {k: v.value for k, v in event.dagster_event.step_materialization_data.materialization.metadata.items()}
 
 
