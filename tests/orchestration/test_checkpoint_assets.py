@@ -219,6 +219,7 @@ def test_the_lineage_of_an_export_and_an_eval_reaches_a_checkpoint_and_through_i
         return {k.to_user_string() for k in graph.get(dg.AssetKey(key.split("/"))).parent_keys}
 
     assert parents("checkpoints/demo") == {"train/demo"}
+    assert {"checkpoints/demo", "train/demo", "tokenizer", "mixture"} <= parents("export/demo")
     assert "checkpoints/demo" in parents("eval/demo") and "checkpoints/demo" in parents("eval/demo/tasks")
     upstream, todo = set(), ["checkpoints/demo"]
     while todo:
