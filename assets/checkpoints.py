@@ -66,4 +66,5 @@ def checkpoint_metadata(reporter: CheckpointReporter, warm_key: str) -> dict[str
         "final_checkpoint": final[0] if final else "",
         "final_checkpoint_version": final[1]["version"] if final else "",
         "warm_start_checkpoint": warm_key,
+        "warm_start_checkpoint_version": reporter.lineage.first_parent,
     }

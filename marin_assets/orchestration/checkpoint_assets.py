@@ -31,7 +31,7 @@ from marin_assets.store.names import validate_segment
 from marin_assets.store.versioning import canonical_json, compute_version
 
 log = logging.getLogger(__name__)
-LEDGER = "checkpoint_versions.json"  # {partition key: {step, version, parent, path, tokens}} in the work dir
+LEDGER = "checkpoint_versions.json"  # {partition key: {step, version, parent, path, tokens, kind}} in the work dir
 STEP_DIGITS = 9  # checkpoint folders are step-NNNNNNNNN (train/checkpoint.py)
 
 
@@ -142,7 +142,7 @@ class CheckpointReporter:
             "version": self.lineage.version(key, parent),
             "parent": parent,
             "path": f"checkpoints/{os.fspath(folder).rstrip('/').rsplit('/', 1)[-1]}",
-            "tokens": self._tokens(folder),
+            **self._meta(folder),
         }
         self.context.instance.add_dynamic_partitions(self.lineage.partitions, [key])
         self.context.log_event(
@@ -166,16 +166,19 @@ class CheckpointReporter:
             "step": entry["step"],
             "path": entry["path"],
             "tokens": entry["tokens"],
+            "kind": entry["kind"],
             "version": entry["version"],
             "parent_checkpoint": parent_key or "",
             **({"loss": loss} if loss is not None else {}),
         }
 
     @staticmethod
-    def _tokens(folder: Path | str) -> int | None:
+    def _meta(folder: Path | str) -> dict[str, Any]:
+        """Tokens trained at the checkpoint and its kind (a temporary one is pruned when the next commits)."""
         fs, path = filesystem(os.fspath(folder))
-        tokens = (read_json(fs, join(path, "meta.json")) or {}).get("tokens")
-        return tokens if isinstance(tokens, int) else None
+        meta = read_json(fs, join(path, "meta.json")) or {}
+        tokens = meta.get("tokens")
+        return {"tokens": tokens if isinstance(tokens, int) else None, "kind": str(meta.get("kind", ""))}
 
     def _loss(self, step: int) -> float | None:
         """The step's loss from metrics.jsonl (the trainer syncs it before each checkpoint), if logged."""

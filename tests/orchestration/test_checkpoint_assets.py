@@ -107,6 +107,7 @@ def test_committed_checkpoints_are_reported_as_partitions_whose_versions_chain(s
         "step": 4,
         "path": "checkpoints/step-000000004",
         "tokens": 512,
+        "kind": "permanent",
         "loss": 5.0,
         "version": reported[0].tags[DATA_VERSION_TAG],
         "parent_checkpoint": "",
@@ -133,6 +134,7 @@ def test_a_warm_start_chains_to_its_source_final_checkpoint_and_a_changed_parent
         result, reported, meta = _phase(instance, resources, CommittingBackend(), jellyfish, kestrel_meta["version"])
         assert result.success and [m.partition for m in reported] == ["jellyfish.000000004", "jellyfish.000000008"]
         assert meta["count/warm_start_checkpoint"] == "kestrel.000000008"
+        assert meta["count/warm_start_checkpoint_version"] == _versions(parents)["kestrel.000000008"]
         ledger = json.loads(Path(meta["path"], "data", LEDGER).read_text())
         assert ledger["jellyfish.000000004"]["parent"] == _versions(parents)["kestrel.000000008"]
         children.append(_versions(reported))
