@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.partitions import CheckpointsOfPhase, FinalCheckpointOfPhase, demo_checkpoints
+from assets.partitions import CHECKPOINT_PARTITIONS, CheckpointsOfPhase, FinalCheckpointOfPhase, demo_checkpoints
 from assets.run_plan import CHECKPOINTS_KEY, TRAIN_KEY
 from marin_assets.orchestration import StageConfig, StageContext
 from marin_assets.orchestration.checkpoint_assets import (
@@ -52,9 +52,11 @@ def phase_reporter(
 ) -> CheckpointReporter:
     """The reporter of one phase version's checkpoints into ``checkpoints/demo``; its config version leaves out
     the warm start's version, which enters through the first checkpoint's parent."""
+    if ctx.dagster_context is None:  # only a range run's worker lacks one; a phase is one partition
+        raise ValueError(f"phase {phase}: reporting its checkpoints needs the run's Dagster context")
     fields = {k: v for k, v in config.versioned_fields().items() if k != "warm_start_version"}
     lineage = CheckpointLineage(
-        CHECKPOINTS_KEY, demo_checkpoints.name, phase, code_version, config_version(fields), data_versions, warm_version
+        CHECKPOINTS_KEY, CHECKPOINT_PARTITIONS, phase, code_version, config_version(fields), data_versions, warm_version
     )
     return CheckpointReporter(ctx.dagster_context, lineage, ctx.scratch_dir)
 

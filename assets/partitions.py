@@ -71,7 +71,8 @@ class NewestMainPhase(dg.PartitionMapping):
 
 # One partition per committed checkpoint of the demo run ("<phase>.<step:09d>", orchestration/checkpoint_assets.py);
 # train/demo adds them as its checkpoints commit.
-demo_checkpoints = dg.DynamicPartitionsDefinition(name="demo_checkpoints")
+CHECKPOINT_PARTITIONS = "demo_checkpoints"
+demo_checkpoints = dg.DynamicPartitionsDefinition(name=CHECKPOINT_PARTITIONS)
 
 
 class _PhaseCheckpoints(dg.PartitionMapping):

@@ -192,7 +192,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     reporter = phase_reporter(ctx, config, spec.name, _version_inputs(config, ctx.partition_key, {"mixture": mixture}),
                               TRAIN_CODE_VERSION, warm_version)
     reporter.scan()  # committed by an earlier attempt that did not live to report it: before any newer one
-    outcome = training_backend.run_announcing(ctx.dagster_context, job, reporter.committed)
+    outcome = training_backend.run_announcing(reporter.context, job, reporter.committed)
     reporter.scan()  # what the backend could not announce (workers behind Pipes report only at the end)
     drop_transplanted(ctx.scratch_dir)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
