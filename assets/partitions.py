@@ -114,7 +114,8 @@ class _PhaseCheckpoints(dg.PartitionMapping):
             all_checkpoints = upstream_partitions_def.get_partition_keys(current_time=current_time,
                                                                          dynamic_partitions_store=dynamic_partitions_store)
             finals = set(self._pick(all_checkpoints, {split_checkpoint_key(key)[0] for key in given})) & set(given)
-            keys = [key for key in existing if key in {split_checkpoint_key(f)[0] for f in finals}]
+            phases = {split_checkpoint_key(key)[0] for key in finals}  # only a phase's final checkpoint reaches it
+            keys = [key for key in existing if key in phases]
         else:
             keys = self._map(existing, set(given))
         return downstream_partitions_def.empty_subset().with_partition_keys(keys)
