@@ -12,6 +12,7 @@ import dagster as dg
 from assets.datakit import WATCHED_SOURCE, code_location_datakit
 from assets.datakit.index import INDEX_KEY
 from assets.experiments import experiment_assets
+from assets.export import export_assets
 from assets.scaling import SCALING_GROUP, scaling_assets, scaling_checks
 from assets.scaling_ladders import MOE_LADDER
 from assets.training import DEMO_PLAN, TrainBaseConfig, eval_phase, train_phase, training_assets
@@ -40,7 +41,7 @@ _after_index = [a for a in datakit_assets if a.key.to_user_string().startswith((
 new_user_shards = user_shards_sensor(_by_key[f"sources/{WATCHED_SOURCE}"], _by_key[INDEX_KEY], _after_index)
 
 defs = dg.Definitions(
-    assets=[*datakit_assets, *training_assets, *scaling_assets, *experiment_assets],
+    assets=[*datakit_assets, *training_assets, *export_assets, *scaling_assets, *experiment_assets],
     asset_checks=[*datakit_checks, *scaling_checks, ladder_band_check(train_phase, ladder_watch, DEMO_PLAN.run)],
     jobs=all_jobs,
     sensors=[new_user_shards, phase_controller, automation],

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from marin_assets.orchestration.checkpoint_assets import split_checkpoint_key
 from marin_assets.phases.branches import is_branch_partition
 
 # One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them, and one per
@@ -21,8 +22,10 @@ demo_phases = dg.DynamicPartitionsDefinition(name="demo_phases")
 
 class NewestMainPhase(dg.PartitionMapping):
     """Every downstream partition reads the newest phase of the main run: the last-added partition of a phase set
-    that is not a branch. ``LastPartitionMapping`` reads the last-added partition of any kind, so a branch added
-    after the main run's newest phase (an early cooldown off it) would silently become what is scored.
+    that is not a branch (of a checkpoint set too: a checkpoint's key starts with its phase's, so the last-added
+    main checkpoint is the newest main phase's final one). ``LastPartitionMapping`` reads the last-added partition
+    of any kind, so a branch added after the main run's newest phase (an early cooldown off it) would silently
+    become what is scored.
 
     Dagster has no built-in mapping for this and calls one of ours unsupported: it works in runs and in-process
     planning (both call these methods), but the code location's snapshot leaves it out, so the UI and the
@@ -64,6 +67,96 @@ class NewestMainPhase(dg.PartitionMapping):
 
     def __hash__(self) -> int:
         return hash(type(self).__name__)
+
+
+# One partition per committed checkpoint of the demo run ("<phase>.<step:09d>", orchestration/checkpoint_assets.py);
+# train/demo adds them as its checkpoints commit.
+CHECKPOINT_PARTITIONS = "demo_checkpoints"
+demo_checkpoints = dg.DynamicPartitionsDefinition(name=CHECKPOINT_PARTITIONS)
+
+
+class _PhaseCheckpoints(dg.PartitionMapping):
+    """Between a phase set and its checkpoint set (keys "<phase>.<step>"), by the phase part of the key. Like
+    NewestMainPhase it is ours, so the code location's snapshot leaves it out (the UI draws the asset edge and
+    infers Dagster's default mapping); in runs and in-process planning it maps partition to partition."""
+
+    checkpoints_upstream: bool  # which side the checkpoints are on
+
+    def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def) -> None:
+        for side in (upstream_partitions_def, downstream_partitions_def):
+            if not isinstance(side, dg.DynamicPartitionsDefinition):
+                raise ValueError(f"{type(self).__name__} maps between dynamic partition sets, got {type(side).__name__}")
+
+    def _map(self, keys, phases: set[str]) -> list[str]:
+        """The keys (of the checkpoint side) that belong to ``phases``."""
+        return [key for key in keys if split_checkpoint_key(key)[0] in phases]
+
+    def get_upstream_mapped_partitions_result_for_partitions(self, downstream_partitions_subset, downstream_partitions_def,
+                                                             upstream_partitions_def, current_time=None,
+                                                             dynamic_partitions_store=None):
+        asked = list(downstream_partitions_subset.get_partition_keys()) if downstream_partitions_subset is not None else []
+        if self.checkpoints_upstream:
+            keys = upstream_partitions_def.get_partition_keys(current_time=current_time,
+                                                              dynamic_partitions_store=dynamic_partitions_store)
+            picked = self._pick(keys, set(asked))
+        else:
+            picked = sorted({split_checkpoint_key(key)[0] for key in asked})
+        return dg.SpecificPartitionsPartitionMapping(picked).get_upstream_mapped_partitions_result_for_partitions(
+            downstream_partitions_subset, downstream_partitions_def, upstream_partitions_def, current_time,
+            dynamic_partitions_store)
+
+    def get_downstream_partitions_for_partitions(self, upstream_partitions_subset, upstream_partitions_def,
+                                                 downstream_partitions_def, current_time=None, dynamic_partitions_store=None):
+        given = list(upstream_partitions_subset.get_partition_keys())
+        existing = downstream_partitions_def.get_partition_keys(current_time=current_time,
+                                                                dynamic_partitions_store=dynamic_partitions_store)
+        if self.checkpoints_upstream:
+            all_checkpoints = upstream_partitions_def.get_partition_keys(current_time=current_time,
+                                                                         dynamic_partitions_store=dynamic_partitions_store)
+            finals = set(self._pick(all_checkpoints, {split_checkpoint_key(key)[0] for key in given})) & set(given)
+            phases = {split_checkpoint_key(key)[0] for key in finals}  # only a phase's final checkpoint reaches it
+            keys = [key for key in existing if key in phases]
+        else:
+            keys = self._map(existing, set(given))
+        return downstream_partitions_def.empty_subset().with_partition_keys(keys)
+
+    def _pick(self, checkpoints, phases: set[str]) -> list[str]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+
+class FinalCheckpointOfPhase(_PhaseCheckpoints):
+    """A phase partition (eval, export) reads its phase's final checkpoint: the highest step of that phase.
+    Dagster's built-in mappings pair equal keys, the last key, or a fixed set; none maps "kestrel" to
+    "kestrel.000000048"."""
+
+    checkpoints_upstream = True
+
+    def _pick(self, checkpoints, phases: set[str]) -> list[str]:
+        finals: dict[str, tuple[int, str]] = {}
+        for key in self._map(checkpoints, phases):
+            phase, step = split_checkpoint_key(key)
+            finals[phase] = max(finals.get(phase, (-1, "")), (step, key))
+        return sorted(key for _, key in finals.values())
+
+    @property
+    def description(self) -> str:
+        return "Each phase partition depends on its phase's final (highest-step) checkpoint partition."
+
+
+class CheckpointsOfPhase(_PhaseCheckpoints):
+    """A checkpoint partition comes from its phase's partition (the phase that wrote it)."""
+
+    checkpoints_upstream = False
+
+    @property
+    def description(self) -> str:
+        return "Each checkpoint partition <phase>.<step> depends on the partition of its phase."
 
 
 # One partition per DataKit shard, keys "<source>-<file label>-<nnnnn>"; shards/index registers them.

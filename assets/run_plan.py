@@ -7,6 +7,8 @@ from assets.datakit.chat import CHAT_SOURCE
 from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec
 
 RUN = "demo"
+TRAIN_KEY = f"train/{RUN}"  # a partition per phase (assets/training.py)
+CHECKPOINTS_KEY = f"checkpoints/{RUN}"  # a partition per committed checkpoint (assets/checkpoints.py)
 
 DEMO_PLAN = PhasePlan(
     run=RUN,

@@ -15,9 +15,10 @@ from typing import Any, Optional
 
 import dagster as dg
 
+from assets.checkpoints import checkpoint_metadata, checkpoints_spec, final_checkpoint_dep, phase_reporter, warm_start_checkpoint
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import NewestMainPhase, demo_phases
-from assets.run_plan import DEMO_PLAN, RUN
+from assets.run_plan import CHECKPOINTS_KEY, DEMO_PLAN, RUN, TRAIN_KEY
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
@@ -32,7 +33,6 @@ from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.train.metrics import DROP_RATE
 
-TRAIN_KEY = f"train/{RUN}"
 EVAL_KEY = f"eval/{RUN}"
 TASKS_KEY = f"eval/{RUN}/tasks"
 
@@ -153,7 +153,11 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
     return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="5", config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
+# 6: the phase reports its checkpoints (checkpoints/demo) and keeps their versions in checkpoint_versions.json.
+TRAIN_CODE_VERSION = "6"
+
+
+@versioned_asset(key=TRAIN_KEY, code_version=TRAIN_CODE_VERSION, config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
                  partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
                  resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
@@ -173,18 +177,23 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, mixture=data_mixture)
     used = {name for _, weights in data_mixture.stages for name, w in weights if w > 0}
     cache_dirs = {s: datasets[s]["index"] for s in sorted(used)}
-    warm = None
+    warm = warm_dir = None
     if spec.warm_start_from:
         warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
         if warm_ref is None:
             raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised")
-        warm = warm_ref.data_path
+        warm = warm_dir = warm_ref.data_path
         if spec.transplant:  # switch_architecture: the warm start's weights carried into this phase's model
             warm = transplanted_warm_start(warm, train_config, spec.transplant, ctx.scratch_dir)
     # Live metrics go under the run name the phase controller watches while the phase runs.
     job = TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
                     telemetry_run=phase_telemetry_run(RUN, spec.name))
-    outcome = training_backend.run(ctx.dagster_context, job)
+    warm_key, warm_version = warm_start_checkpoint(warm_dir, config.warm_start_version)
+    reporter = phase_reporter(ctx, config, spec.name, _version_inputs(config, ctx.partition_key, {"mixture": mixture}),
+                              TRAIN_CODE_VERSION, warm_version)
+    reporter.scan()  # committed by an earlier attempt that did not live to report it: before any newer one
+    outcome = training_backend.run_announcing(reporter.context, job, reporter.committed)
+    reporter.scan()  # what the backend could not announce (workers behind Pipes report only at the end)
     drop_transplanted(ctx.scratch_dir)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
     ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
@@ -198,7 +207,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
                             for s in cache_dirs},
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
-        "stopped_by": outcome.stopped_by or "",
+        "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key),
     }
 
 
@@ -239,7 +248,7 @@ class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "d
 
 
 @versioned_asset(key=EVAL_KEY, code_version="5", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
-                 partitions_def=demo_phases, group_name="training")
+                 partitions_def=demo_phases, group_name="training", deps=[final_checkpoint_dep()])
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """Bits-per-byte per held-out domain (every source of the mixture, Paloma-style; micro and macro) and any
     tasks the config names (the task suite has its own partitions: eval/<run>/tasks)."""
@@ -268,6 +277,7 @@ class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
 @versioned_asset(key=TASKS_KEY, code_version="2", config_cls=TaskEvalConfig,
                  ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=NewestMainPhase()),
                       "tok": "tokenizer"},
+                 deps=[dg.AssetDep(dg.AssetKey(CHECKPOINTS_KEY.split("/")), partition_mapping=NewestMainPhase())],
                  partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")
 def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, ArtifactRef], tok: ArtifactRef):
     """One eval task (the partition) at its full size on the run's newest main phase: accuracy and length-normalised
@@ -282,4 +292,4 @@ def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, Artifac
     return {"task": name, "phase": phase, "step": result["step"], **result["tasks"][name]}
 
 
-training_assets = [train_phase, eval_phase, eval_task]
+training_assets = [train_phase, checkpoints_spec, eval_phase, eval_task]

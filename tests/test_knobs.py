@@ -41,6 +41,7 @@ ALLOWLIST = {
     "marin telemetry query --format": "output format of the printed rows (csv or json), not a setting of the store",
     "marin cluster gen-jobs --out": "where the stream is written ('-' = stdout): a location",
     "marin export hf --layout": "the output format of the export (auto: the one the model's config maps to), as --format is",
+    "ExportConfig.layout": "the output format of export/<run>, as marin export hf --layout is",
     "PhaseConfig.phase": "run plumbing: the phase controller sets the phase of every run (default: the plan's first)",
     "PhaseConfig.warm_start_version": "run plumbing: the phase controller sets the warm-start artifact's version",
     "PhaseConfig.attempt": "run plumbing: a roll-back bumps it so the retry draws fresh randomness",
@@ -144,6 +145,8 @@ def plain_asset_config_settings(defs: dg.Definitions) -> list[Setting]:
     """Config fields with defaults of assets that are not versioned assets (none today: a new one is checked too)."""
     out = []
     for assets_def in defs.resolve_asset_graph().assets_defs:
+        if not assets_def.is_executable:  # reported, never run (checkpoints/demo): no op, no config
+            continue
         schema = assets_def.op.config_schema
         if planner_of(assets_def) is not None or schema is None:
             continue

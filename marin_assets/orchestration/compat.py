@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what a type checker sees; at run time the names resolve lazily (__getattr__)
     from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+    from dagster._core.definitions.data_version import DATA_VERSION_TAG
     from dagster._core.errors import DagsterLaunchFailedError
     from dagster._core.events import JobFailureData, RunFailureReason
     from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
@@ -36,6 +37,7 @@ __all__ = [
     "CanCancelExecutionResult",
     "CheckRunHealthResult",
     "ConfigurableClass",
+    "DATA_VERSION_TAG",
     "ConfigurableClassData",
     "DagsterGrpcClient",
     "DagsterLaunchFailedError",
@@ -78,6 +80,8 @@ DAGSTER_NAMES: dict[str, str] = {
     "ExecuteRunArgs": "dagster._grpc.types",
     # a backfill of exact partitions per asset (sensors/user_shards.py)
     "AssetGraphSubset": "dagster._core.definitions.assets.graph.asset_graph_subset",
+    # the tag that makes a logged AssetMaterialization carry a data version (a phase's checkpoint assets)
+    "DATA_VERSION_TAG": "dagster._core.definitions.data_version",
     # a range run's per-partition metadata in one update (merge_step_metadata below)
     "AssetMetadataHandle": "dagster._core.execution.context.metadata_logging",
     "OutputMetadataAccumulator": "dagster._core.execution.context.metadata_logging",

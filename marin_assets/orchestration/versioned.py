@@ -105,6 +105,7 @@ def versioned_asset(
     version_inputs: Callable[..., Mapping[str, str]] | None = None,  # (config, partition, inputs)
     backfill_policy: dg.BackfillPolicy | None = None,
     on_ref: OnRef | None = None,
+    deps: Collection[dg.AssetDep] = (),
 ) -> Callable[[Body], dg.AssetsDefinition]:
     """Decorator: ``fn(ctx, config, **input_refs) -> counts`` becomes a versioned asset.
 
@@ -124,6 +125,9 @@ def versioned_asset(
       cache hit (unpartitioned assets only). For what the instance must learn from the
       artifact even when the body does not run: shards/index registers its shard partitions
       on a fresh instance over an existing store.
+    deps: assets the body reads without loading them as inputs, for lineage only (their versions do not
+      enter this one): an eval reads its phase's checkpoint folder through the phase's artifact, and
+      depends on the checkpoint asset so its lineage shows which checkpoint it scored.
     """
     asset_path = validate_asset_key(key)
     asset_key = "/".join(asset_path)
@@ -145,6 +149,7 @@ def versioned_asset(
         return dg.asset(
             key=dg.AssetKey(list(asset_path)),
             ins=asset_ins,
+            deps=list(deps),
             code_version=effective_code_version,
             partitions_def=partitions_def,
             group_name=group_name,
@@ -238,4 +243,6 @@ class Planner:
 
 def planner_of(assets_def: dg.AssetsDefinition) -> Planner | None:
     """The Planner of a versioned_asset, None for any other asset."""
+    if not assets_def.is_executable:  # an external asset (a phase's reported checkpoints) has no op
+        return None
     return getattr(getattr(assets_def.op.compute_fn, "decorated_fn", None), "marin_planner", None)

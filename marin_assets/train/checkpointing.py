@@ -12,8 +12,9 @@ Elsewhere (``memory://``) the state is gathered and process 0 writes one file (`
 
 from __future__ import annotations
 
-import functools
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from marin_assets.store.fsutil import child
 from marin_assets.train import checkpoint as ckpt
@@ -24,13 +25,15 @@ from marin_assets.train.emit import Emitter
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.restore import Run
 
+OnCheckpoint = Callable[[Path | str, int], None]  # (checkpoint folder, step), once its COMMITTED marker is written
+
 
 class CheckpointCadence:
     """The checkpoint hook, registered for every step: like Levanter's checkpointer hook it keeps
     its own cadence, since the time-based one has to look at every step."""
 
-    def __init__(self, run: Run, emitter: Emitter) -> None:
-        self.run, self.emitter = run, emitter
+    def __init__(self, run: Run, emitter: Emitter, on_checkpoint: OnCheckpoint | None = None) -> None:
+        self.run, self.emitter, self.on_checkpoint = run, emitter, on_checkpoint
         self.last_save = time.monotonic()
         self.pending: sharded.PendingSave | None = None
 
@@ -42,7 +45,7 @@ class CheckpointCadence:
         if permanent or processes.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
             self.wait()  # one save in flight at a time: checkpoints commit in step order
             self.emitter.sync()  # the metrics file and the store hold every step the checkpoint names
-            self.pending = save(self.run, info.step, "permanent" if permanent else "temporary")
+            self.pending = save(self.run, info.step, "permanent" if permanent else "temporary", self.on_checkpoint)
             self.last_save = time.monotonic()
 
     def wait(self, info: StepInfo | None = None) -> None:
@@ -53,14 +56,24 @@ class CheckpointCadence:
             pending.wait()
 
 
-def save(run: Run, step: int, kind: str) -> sharded.PendingSave:
-    """Start the checkpoint of ``step`` on every process (a collective); ``wait()`` on the result commits it."""
-    state = run.state.to_dict()
+def save(run: Run, step: int, kind: str, on_checkpoint: OnCheckpoint | None = None) -> sharded.PendingSave:
+    """Start the checkpoint of ``step`` on every process (a collective); ``wait()`` on the result commits it.
+    ``on_checkpoint`` runs on process 0 once the marker is written (on the writer's background thread for
+    a sharded save): never for a save that does not commit, so a listener is told only of real checkpoints."""
+    state, name = run.state.to_dict(), f"step-{step:09d}"
+    folder = child(run.ckpt_root, name)
+
+    def committed() -> None:
+        ckpt.prune_temporary(run.ckpt_root, name)
+        if on_checkpoint is not None:
+            on_checkpoint(folder, step)
+
     if sharded.supported(run.ckpt_root):
-        prune = functools.partial(ckpt.prune_temporary, run.ckpt_root, f"step-{step:09d}")
-        return sharded.start_save(run.ckpt_root, step, state, run.meta(step), kind, on_commit=prune)
+        return sharded.start_save(run.ckpt_root, step, state, run.meta(step), kind, on_commit=committed)
     host = meshlib.host_state(state)  # a store tensorstore cannot write: gather, process 0 writes one file
     if processes.is_writer():
-        ckpt.save(run.ckpt_root, step, host, run.meta(step), kind)
+        ckpt.save(run.ckpt_root, step, host, run.meta(step), kind)  # prunes the older temporaries itself
+        if on_checkpoint is not None:
+            on_checkpoint(folder, step)
     processes.barrier(f"ckpt-{step}")
-    return sharded.PendingSave(child(run.ckpt_root, f"step-{step:09d}"), None)
+    return sharded.PendingSave(folder, None)

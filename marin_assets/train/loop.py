@@ -40,7 +40,7 @@ from marin_assets.store.fsutil import child, filesystem
 from marin_assets.telemetry import TelemetryWriter
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import processes
-from marin_assets.train.checkpointing import CheckpointCadence
+from marin_assets.train.checkpointing import CheckpointCadence, OnCheckpoint
 from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data import MixedLoader
@@ -103,6 +103,7 @@ def train(
     telemetry_run: str | None = None,
     allow_tokenizer_change: bool = False,
     hooks: Hooks | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
 ) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
@@ -132,6 +133,9 @@ def train(
     allow_tokenizer_change: resume or warm start even when a source's tokenizer differs from
       the one the checkpoint trained on (refused by default: the ids would mean other text).
     hooks: the caller's hooks (``hooks.Hooks``), run after the built-in ones at their global steps.
+    on_checkpoint: called ``(folder, step)`` on process 0 after each checkpoint's COMMITTED marker is
+      written, possibly from the background thread that wrote it (hand it to your own thread; an
+      error it raises fails that save). A save that never commits is never announced.
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
     work (an unfinished cache included), and TooManySkippedSteps after a phase that skipped
     most of its steps.
@@ -163,7 +167,7 @@ def train(
         with StopSignals() as stop:
             step_fn = train_step_for(config, opt, model, mesh, run.state_sh)
             held_out = HeldOutLoss(config, model, validation_dirs, mesh) if validation_dirs and stop_at_step is None else None
-            cadence = CheckpointCadence(run, emitter)
+            cadence = CheckpointCadence(run, emitter, on_checkpoint)
             registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out, cadence)
             if hooks is not None and len(hooks):
                 registry.add_hook(cadence.wait, every=1)  # a caller's hooks see the step's checkpoint committed

@@ -36,7 +36,8 @@ def _run(assets, instance, resources, spec, warm_version=""):
     result = dg.materialize(assets, selection=[train_phase], partition_key=spec.name, instance=instance, resources=resources,
                             run_config={"ops": {"train__demo": {"config": config}}})
     assert result.success
-    return result.get_asset_materialization_events()[0].materialization.metadata
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[0] == "train"]  # not its checkpoints
+    return event.materialization.metadata
 
 
 @pytest.mark.slow
@@ -64,6 +65,11 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     assert second["count/phase_tokens"].value == 4 * TOKENS_PER_STEP
     consumed_before, consumed_after = first["count/tokens_consumed"].value, second["count/tokens_consumed"].value
     assert sum(consumed_after.values()) > sum(consumed_before.values())  # data position kept, not reset
+    # Each phase reported its committed checkpoints as it trained; jellyfish warm-started from kestrel's final one.
+    reported = instance.get_dynamic_partitions("demo_checkpoints")
+    assert reported == ["kestrel.000000004", "kestrel.000000008", "jellyfish.000000012"]
+    assert first["count/final_checkpoint"].value == second["count/warm_start_checkpoint"].value == "kestrel.000000008"
+    assert second["count/warm_start_checkpoint_version"].value == first["count/final_checkpoint_version"].value
 
     again = _run(assets, instance, resources, _phase("kestrel", None, 8))
     assert again["cache_hit"].value is True and again["version"].value == first["version"].value

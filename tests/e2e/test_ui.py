@@ -1,7 +1,8 @@
 """The operator path, for real: `dagster dev` (webserver + daemon), runs launched through
 GraphQL and through `dagster job launch`, the routing launcher's local backend, the UI's
 asset graph rendered by headless Chromium (no sign-up prompt over it; a training phase's
-upstream lineage reaching the DataKit's shard assets and sources), and an experiment's report
+upstream lineage reaching the DataKit's shard assets and sources; an export's reaching its checkpoint asset
+and the shards), and an experiment's report
 asset (Markdown with embedded PNGs) rendered on its asset page.
 
 Starting `dagster dev` is the slow part, so one server serves one test that walks the whole
@@ -133,6 +134,7 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
     # A fresh instance shows no sign-up prompt over the graph (dagster.yaml: nux disabled).
     assert "Join the Dagster community" not in ui.visible_text(dom)
     check_phase_lineage_reaches_the_shards(dagster_dev, binary, tmp_path)
+    check_export_lineage_reaches_a_checkpoint_and_the_shards(dagster_dev, binary, tmp_path)
 
     shot = tmp_path / "asset_graph.png"
     ui.chromium(binary, tmp_path / "profile", graph_url, mode=[f"--screenshot={shot}"],
@@ -160,6 +162,21 @@ def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: P
         if not missing:
             break
     assert not missing, f"train/demo's upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}"
+
+
+def check_export_lineage_reaches_a_checkpoint_and_the_shards(dagster_dev, binary: str, tmp_path: Path) -> None:
+    """An export's upstream lineage: export/demo -> checkpoints/demo -> train/demo -> mixture -> ... -> shards/tokenized.
+    The graph labels all three */demo nodes "demo"; the checkpoint is the one node of the group box "checkpoints"."""
+    page = f"{dagster_dev.url}/assets/export/demo?view=lineage&lineageScope=upstream&lineageDepth=30"
+    wanted = Counter({"demo": 3, "tokenizer": 1, "mixture": 1, "tokenized": 1, "index": 1})
+    for budget_ms in (30_000, 90_000):
+        dom = ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"], budget_ms=budget_ms, timeout_s=240)
+        missing = wanted - Counter(ui.asset_node_names(dom))
+        if not missing:
+            break
+    assert not missing, f"export/demo's upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}"
+    groups = set(re.findall(r'data-tooltip="([^"]+)"', dom))  # the boxes the graph draws around each asset group
+    assert {"checkpoints", "training", "datakit", "models"} <= groups, f"groups drawn: {sorted(groups)}"
 
 
 def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]:

@@ -55,7 +55,7 @@ def test_sources_to_eval_with_the_prefix_on_the_emulator(gcs_prefix, tmp_path, m
     trained = dg.materialize(assets, selection=[train_phase], partition_key="kestrel", instance=instance,
                              resources=resources, run_config=phase_run_config(spec))
     assert trained.success
-    metadata = trained.get_asset_materialization_events()[0].materialization.metadata
+    [metadata] = [e.materialization.metadata for e in trained.get_asset_materialization_events() if e.asset_key.path[0] == "train"]
     assert metadata["count/final_step"].value == 6
     checkpoint_root = store.read_pointer("train/demo", "kestrel").data_path
     assert checkpoint_root.startswith(gcs_prefix)

@@ -22,6 +22,7 @@ from dagster._daemon.auto_run_reexecution.auto_run_reexecution import should_ret
 
 from assets.partitions import demo_phases
 from assets.training import train_phase
+from marin_assets.orchestration.compat import DATA_VERSION_TAG
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.train import checkpoint as ckpt
 from tests.orchestration.phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_job, phase_run_config, phase_spec, resources
@@ -36,8 +37,16 @@ def _materialize_upstream(instance, backend):
 
 
 def _metadata(instance, run_id) -> dict:
-    [event] = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_materialization]
+    [event] = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_materialization
+               and e.dagster_event.asset_key.path[0] == "train"]  # not its checkpoints
     return {k: v.value for k, v in event.dagster_event.step_materialization_data.materialization.metadata.items()}
+
+
+def _reported_checkpoints(instance) -> list[tuple[str, str]]:
+    """(partition, data version) of every checkpoints/demo report, in the order they were made."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", "demo"])),
+                                              limit=20, ascending=True).records
+    return [(r.partition_key, r.asset_materialization.tags[DATA_VERSION_TAG]) for r in records]
 
 
 def _final_checkpoint(artifact_path: str) -> tuple[dict, dict]:
@@ -67,6 +76,7 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
                                instance=reference_instance, resources=resources(LocalTrainingBackend()), run_config=config)
     assert reference.success
     reference_meta = _metadata(reference_instance, reference.run_id)
+    reference_checkpoints = _reported_checkpoints(reference_instance)  # live, as each committed
 
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "faulty"))
     run_retries = yaml.safe_load((ROOT / "dagster.yaml").read_text())["run_retries"]
@@ -92,6 +102,10 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
         assert retry.success
         assert instance.get_run_by_id(retry.run_id).parent_run_id == first.run_id
         meta = _metadata(instance, retry.run_id)
+        # The killed attempt reported nothing; the retry reported its step-4 checkpoint before its own, once each,
+        # and with the versions the uninterrupted run gave them.
+        assert _reported_checkpoints(instance) == reference_checkpoints
+    assert [key for key, _ in reference_checkpoints] == ["kestrel.000000004", "kestrel.000000008"]
 
     assert meta["version"] == reference_meta["version"]  # same phase, same version: a retry is not a new artifact
     assert (meta["count/final_step"], reference_meta["count/final_step"]) == (8, 8)

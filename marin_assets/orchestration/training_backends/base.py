@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -12,6 +13,8 @@ import dagster as dg
 from marin_assets.train.spec import TrainSpec
 
 WORKER_MODULE = "marin_assets.orchestration.training_backends.pipes_worker"  # train.worker + Pipes
+# (checkpoint folder, step) of a committed checkpoint; train.checkpointing's own alias is not imported: it loads JAX.
+OnCheckpoint = Callable[[Path | str, int], None]
 OUTCOME_FIELDS = ("final_step", "tokens", "phase_start_step", "last_loss", "tokens_left", "counts")
 
 
@@ -96,3 +99,10 @@ class TrainingBackend(dg.ConfigurableResource):
 
     def run(self, context: dg.AssetExecutionContext, spec: TrainSpec) -> TrainOutcome:
         raise NotImplementedError
+
+    def run_announcing(self, context: dg.AssetExecutionContext, spec: TrainSpec,
+                       on_checkpoint: OnCheckpoint) -> TrainOutcome:
+        """``run``, calling ``on_checkpoint(folder, step)`` on the calling thread for each checkpoint that
+        commits while it runs. A backend whose workers cannot say so (their commits are seen only in the
+        work dir afterwards) announces none: the caller scans the work dir once ``run`` returns."""
+        return self.run(context, spec)

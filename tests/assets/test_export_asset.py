@@ -1,0 +1,113 @@
+"""export/demo: a phase's final checkpoint written as a Hugging Face folder whose card names the data it trained on;
+a model with no exact HF layout fails the step with export_hf's one-line reason; never automated. The phase is a
+stand-in that saves an untrained checkpoint (tests/support/checkpoints.py) with the counts a real phase reports."""
+
+from pathlib import Path
+
+import dagster as dg
+
+from assets.datakit.datasets import mixture_asset
+from assets.export import EXPORT_KEY, export_phase
+from assets.partitions import demo_phases
+from assets.run_plan import TRAIN_KEY
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
+from tests.hf.support import MIXTRAL_MODEL
+from tests.support.checkpoints import save_untrained
+from tests.support.configs import TINY_MODEL
+from tests.support.datasets import byte_datasets, mixture_run_config
+
+DATASETS = byte_datasets({"sotu": (["s" * 999], []), "shakespeare": (["k" * 1999], [])})
+mixture = mixture_asset(["sotu", "shakespeare"])
+# Softmax routing, no shared expert: the Mixtral layout holds it exactly. The demo's own MoE (sigmoid routing, a
+# shared expert: TINY_MODEL) has no HF counterpart.
+EXPORTABLE = dict(MIXTRAL_MODEL, vocab_size=257, max_seq_len=64)
+DEMO_LIKE = dict(TINY_MODEL, vocab_size=257, max_seq_len=64)
+
+
+class StubPhase(StageConfig):
+    exportable: bool = versioned(True)
+
+
+@versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhase, partitions_def=demo_phases)
+def stub_phase(ctx: StageContext, config: StubPhase):
+    """A phase artifact without training: an untrained checkpoint at step 7 and a real phase's counts."""
+    save_untrained(Path(ctx.out_dir), EXPORTABLE if config.exportable else DEMO_LIKE, {"phase": ctx.partition, "tokens": 896})
+    return {
+        "phase": ctx.partition,
+        "tokens_trained": 896,
+        "tokens_consumed": {"sotu": 300, "shakespeare": 596},
+        "final_checkpoint": f"{ctx.partition}.000000007",
+    }
+
+
+@versioned_asset(key="tokenizer", code_version="stub")
+def stub_tokenizer(ctx: StageContext):
+    from marin_assets.datakit.tokenize import byte_tokenizer_json
+
+    Path(ctx.out_dir, "tokenizer.json").write_text(byte_tokenizer_json(), encoding="utf-8")
+    return {"vocab_size": 257}
+
+
+ASSETS = [*DATASETS, mixture, stub_tokenizer, stub_phase, export_phase]
+
+
+def _export(tmp_path, exportable: bool):
+    """(the export's result, the mixture's datasets' versions)"""
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
+    assert dg.materialize(
+        [*DATASETS, mixture, stub_tokenizer],
+        instance=instance,
+        resources=resources,
+        run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5}),
+    ).success
+    assert dg.materialize(
+        ASSETS,
+        selection=[stub_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {stub_phase.op.name: {"config": {"exportable": exportable}}}},
+    ).success
+    result = dg.materialize(
+        ASSETS, selection=[export_phase], partition_key="kestrel", instance=instance, resources=resources, raise_on_error=False
+    )
+    versions = {name: store.store.read_pointer(f"datasets/{name}", None).version for name in ("sotu", "shakespeare")}
+    return result, versions
+
+
+def test_a_phase_final_checkpoint_is_exported_with_its_data_lineage_on_the_card(tmp_path):
+    result, versions = _export(tmp_path, exportable=True)
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (meta["count/layout"], meta["count/step"], meta["count/checkpoint"]) == ("mixtral", 7, "kestrel.000000007")
+    folder = Path(meta["path"], "data")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= {p.name for p in folder.iterdir()}
+    card = (folder / "README.md").read_text()
+    for name, version in versions.items():  # each dataset by its content version
+        assert name in card and version[:12] in card
+    assert "kestrel" in card and "896" in card
+
+
+def test_a_model_without_an_exact_layout_fails_the_step_in_one_line(tmp_path):
+    result, _ = _export(tmp_path, exportable=False)
+    assert not result.success
+    failure = result.failure_data_for_node(export_phase.op.name)
+    description = failure.user_failure_data.description
+    assert description.startswith(f"{EXPORT_KEY} kestrel: not exported: ") and "\n" not in description
+    assert "shared" in description or "sigmoid" in description  # the field at fault is named
+
+
+def test_the_export_is_never_automated():
+    assert export_phase.automation_conditions_by_key.get(export_phase.key) is None
+    assert export_phase.group_names_by_key[export_phase.key] == "models"  # not the phase job's "training" group
