@@ -18,6 +18,7 @@ from marin_assets.train.metrics import read_metrics
 from tests.support.configs import TINY_TRAIN
 
 MARIN = shutil.which("marin", path=str(Path(sys.executable).parent)) or "marin"
+STEPS = 200
 
 
 def cli(caches, cfg_path, out, *extra):
@@ -27,8 +28,10 @@ def cli(caches, cfg_path, out, *extra):
 
 @pytest.mark.slow
 def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_path):
-    data = dict(TINY_TRAIN, num_steps=600, checkpoint_every_steps=10)
-    data["schedule"] = dict(TINY_TRAIN["schedule"], decay_steps=100)
+    # Long enough that the kill (at the first checkpoint from step 20 on) lands mid-run, short enough
+    # to train three times (killed, resumed, straight) in a few seconds each.
+    data = dict(TINY_TRAIN, num_steps=STEPS, checkpoint_every_steps=10)
+    data["schedule"] = dict(TINY_TRAIN["schedule"], decay_steps=40)
     cfg_path = tmp_path / "tiny.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
@@ -46,7 +49,7 @@ def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_
     proc.wait(timeout=60)
     assert killed_at is not None, f"run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
     assert proc.returncode == -signal.SIGKILL
-    assert max(r["step"] for r in read_metrics(out / "metrics.jsonl")) < 600
+    assert max(r["step"] for r in read_metrics(out / "metrics.jsonl")) < STEPS
 
     # without --resume the CLI refuses to overwrite
     refused = subprocess.run(cli(caches, cfg_path, out), env=env, capture_output=True, text=True, timeout=240)
@@ -59,7 +62,7 @@ def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_
                      tmp_path / "straight")
     key = lambda rows: [(r["step"], r["loss"], r["lr"], r["grad_norm"], r["skipped"]) for r in rows]
     resumed_rows = read_metrics(out / "metrics.jsonl")
-    assert [r["step"] for r in resumed_rows] == list(range(1, 601))
+    assert [r["step"] for r in resumed_rows] == list(range(1, STEPS + 1))
     assert key(resumed_rows) == key(read_metrics(straight.metrics_path))
     assert (out / "loss_curve.png").exists()
 

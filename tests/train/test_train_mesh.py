@@ -23,13 +23,14 @@ from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import PROC_TIMEOUT_S, finish
 from tests.train.test_mesh import launch_argv as launch
 
-# Enough steps that the kill lands mid-run: it comes as soon as the step-20 checkpoint is
-# committed, and the survivor cannot step past it without its peer.
-WORKER_STEPS = 100
+# Enough steps that the kill lands mid-run: it comes as soon as the step-10 checkpoint is
+# committed, and the survivor cannot step past it without its peer (each step is a collective;
+# a 2-process step costs ~0.6 s on 2 CPU cores, so the run is kept short).
+WORKER_STEPS = 40
 
 
 def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
-    config = dict(TINY_TRAIN, num_steps=WORKER_STEPS, checkpoint_every_steps=20, batch_size=8)
+    config = dict(TINY_TRAIN, num_steps=WORKER_STEPS, checkpoint_every_steps=10, batch_size=8)
     return {"config": config, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
             "resume": resume, "warm_start": None}
 
