@@ -23,7 +23,7 @@ from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
 from marin_assets.evaluation.run import EvalSettings
-from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.orchestration import StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
@@ -32,6 +32,7 @@ from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.train.metrics import DROP_RATE
+from marin_assets.train.retention import RetentionSettings
 
 EVAL_KEY = f"eval/{RUN}"
 TASKS_KEY = f"eval/{RUN}/tasks"
@@ -114,7 +115,7 @@ def _as_json(value) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-class PhaseConfig(StageConfig):
+class PhaseConfig(stage_config("PhaseRetention", (RetentionSettings, {"keep_last": "keep_last_checkpoints"}))):
     phase: PhaseSpecConfig = versioned(PhaseSpecConfig.of(DEMO_PLAN.first), description="the phase chosen by the controller")
     base: TrainBaseConfig = versioned(TrainBaseConfig(), description="base training config of every phase")
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
@@ -194,6 +195,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     reporter.scan()  # committed by an earlier attempt that did not live to report it: before any newer one
     outcome = training_backend.run_announcing(reporter.context, job, reporter.committed)
     reporter.scan()  # what the backend could not announce (workers behind Pipes report only at the end)
+    deleted = reporter.retain(library_config(config, RetentionSettings).keep_last)
     drop_transplanted(ctx.scratch_dir)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
     ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
@@ -207,7 +209,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
                             for s in cache_dirs},
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
-        "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key),
+        "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key), "checkpoints_deleted": deleted,
     }
 
 

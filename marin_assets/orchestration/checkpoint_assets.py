@@ -120,6 +120,28 @@ class CheckpointReporter:
             reported.append(self._report(folder, step))
         return reported
 
+    def retain(self, keep_last: int) -> list[str]:
+        """The retention policy (train/retention.py) on the work dir before it becomes the phase's artifact:
+        keep the newest ``keep_last`` valid checkpoints and the phase's final one, delete the other committed
+        ones (0 keeps every one). Nothing else has read this phase's checkpoints yet, and every reader in the
+        graph (a warm start, a branch, eval/<run>, export/<run>) reads a phase's final one, so no other
+        checkpoint is pinned. A deleted checkpoint stays in the ledger, marked ``deleted``; returns their keys."""
+        from marin_assets.train.retention import apply_retention, plan_retention
+
+        if keep_last == 0 or not self.ledger:
+            return []
+        deleted = apply_retention(self.work_dir, plan_retention(self.work_dir, keep_last))
+        keys = []
+        for gone in deleted:
+            key = checkpoint_key(self.lineage.phase, gone["step"])
+            if key in self.ledger:
+                self.ledger[key]["deleted"] = True
+            keys.append(key)
+            self.context.log.info(f"retention: deleted checkpoint {key} ({gone['bytes']:,} bytes; keeping the last {keep_last})")
+        fs, path = filesystem(os.fspath(child(self.work_dir, LEDGER)))
+        write_json_atomic(fs, path, self.ledger)
+        return keys
+
     def final(self) -> tuple[str, dict] | None:
         """(key, entry) of the newest checkpoint reported for this phase, or None."""
         return max(self.ledger.items(), key=lambda item: item[1]["step"]) if self.ledger else None

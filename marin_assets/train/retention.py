@@ -27,11 +27,28 @@ import logging
 import os
 from collections.abc import Iterable
 
+from marin_assets.knobs import knob
 from marin_assets.store.fsutil import child, filesystem, fsync_dir, is_local, join, list_files, read_json
 from marin_assets.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 REASONS = ("not committed", "newest valid", "pinned", "phase final", "last N")  # first one wins
+
+
+@dataclasses.dataclass(frozen=True)
+class RetentionSettings:
+    """How many checkpoints a phase keeps when it ends (``train/demo``'s ``keep_last_checkpoints``)."""
+
+    keep_last: int = knob(
+        0,
+        help="keep the newest N checkpoints of a phase and its final one, delete the other "
+        "committed ones when the phase ends (0 keeps every one)",
+        versioned=False,
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keep_last, bool) or not isinstance(self.keep_last, int) or self.keep_last < 0:
+            raise ValueError(f"RetentionSettings.keep_last must be an integer >= 0 (0 keeps all), got {self.keep_last!r}")
 
 
 @dataclasses.dataclass(frozen=True)

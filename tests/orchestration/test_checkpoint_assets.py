@@ -230,3 +230,26 @@ def test_the_lineage_of_an_export_and_an_eval_reaches_a_checkpoint_and_through_i
             todo.append(parent)
     assert {"train/demo", "mixture", "shards/tokenized", "shards/index"} <= upstream
     assert any(key.startswith("sources/") for key in upstream)
+
+
+def test_retention_at_phase_end_deletes_all_but_the_last_n_and_the_final_and_says_so(setup):
+    """keep_last_checkpoints=1: the phase keeps its final checkpoint (step 8) and the never-committed step-12
+    folder (not a checkpoint: left alone), deletes step 4, names it in its metadata and marks it in the ledger."""
+    from assets.training import PhaseConfig
+
+    instance, resources = setup
+    kestrel = dataclasses.asdict(phase_spec("kestrel", 8))
+    config = phase_run_config(kestrel)
+    config["ops"]["train__demo"]["config"]["keep_last_checkpoints"] = 1
+    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
+                            instance=instance, resources={**resources, "training_backend": CommittingBackend()},
+                            run_config=config)
+    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == train_phase.key]
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta["count/checkpoints_deleted"] == ["kestrel.000000004"]
+    data = Path(meta["path"], "data")
+    assert sorted(p.name for p in (data / "checkpoints").iterdir()) == ["step-000000008", "step-000000012"]
+    ledger = json.loads((data / LEDGER).read_text())
+    assert ledger["kestrel.000000004"]["deleted"] is True and "deleted" not in ledger["kestrel.000000008"]
+    # Which intermediate checkpoints an artifact keeps is not part of the phase's version.
+    assert "keep_last_checkpoints" not in PhaseConfig(keep_last_checkpoints=1).versioned_fields()
