@@ -40,11 +40,13 @@ def tagged(instance: dg.DagsterInstance, progress: Progress, session: str) -> Ex
 
 
 def run_all(args: argparse.Namespace, out: TextIO) -> dict:
+    from assets.partitions import demo_phases
     from assets.scaling_ladders import DEMO_LADDER
     from assets.training import TRAIN_KEY
     from definitions import defs
     from demo.datakit import run_datakit
     from demo.phases import run_demo_phases
+    from demo.sample import sample_main_run
     from demo.scaling import ladder_steps, run_ladder
     from jobs import DEMO_TAGS
     from sensors.phase_controller import budget_path
@@ -74,6 +76,8 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
                                             execute=tagged(instance, Progress(steps, out), session))
         elif summary["success"] and main_run is not None:
             main_run()
+        if summary["success"] and main_run is not None:  # the model the run made, speaking
+            summary["sample"] = sample_main_run(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases.name)
     return summary
 
 
@@ -127,6 +131,10 @@ def render(summary: dict) -> str:
             lines.append(f"  scaling ladder: prediction_error check {'passed' if sc['passed'] else 'FAILED'}")
         if sc.get("waiting_for"):
             lines.append(f"  scaling ladder: predictions frozen; the comparison waits for {', '.join(sc['waiting_for'])}")
+    if summary.get("sample"):
+        sample = summary["sample"]
+        lines.append(f"  sample of train/demo {sample['phase']} (step {sample['step']}, greedy): "
+                     f"{sample['prompt']!r} -> {sample['completion']!r}")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     lines.append(f"Dagster's event log (every DEBUG event of these runs): {summary['event_log']}")
     return "\n".join(lines)

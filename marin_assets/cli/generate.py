@@ -165,6 +165,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _sample(source: ModelSource, texts: list[str], args: argparse.Namespace) -> list[dict]:
+    return sample_texts(source, texts, from_flags(args, SamplingSettings), args.stop)
+
+
+def sample_texts(source: ModelSource, texts: list[str], how: SamplingSettings, stop: list[str] = ()) -> list[dict]:
+    """{prompt, completion, tokens} per text: each prompt after the tokenizer's EOS (as documents are
+    trained), stopped at EOS or any text of ``stop``, sampled as ``how`` says (tqdm progress on stderr)."""
     from tqdm import tqdm
 
     from marin_assets.model.decode import Generator
@@ -172,8 +178,7 @@ def _sample(source: ModelSource, texts: list[str], args: argparse.Namespace) -> 
     encoder = source.encoder
     start = [encoder.eos_id] if encoder.eos_id is not None else []
     prompts = [start + encoder.encode(text) for text in texts]
-    stops = [encoder.encode(text) for text in args.stop] + ([[encoder.eos_id]] if encoder.eos_id is not None else [])
-    how = from_flags(args, SamplingSettings)
+    stops = [encoder.encode(text) for text in stop] + ([[encoder.eos_id]] if encoder.eos_id is not None else [])
     generator = Generator(source.params, source.config, source.router_bias, compute_dtype=how.compute_dtype)
     with tqdm(
         total=how.max_new_tokens, desc="generate", unit="tok", file=sys.stderr, disable=how.max_new_tokens < _PROGRESS_FROM

@@ -44,3 +44,11 @@ def test_without_the_main_run_the_summary_says_the_comparison_waits():
     text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
                    "event_log": "e", "scaling": scaling})
     assert "scaling ladder: predictions frozen; the comparison waits for train/demo" in text
+
+
+def test_the_summary_ends_with_the_main_runs_sample():
+    sample = {"phase": "starling", "step": 81, "prompt": "To be, or not to be", "completion": " that is the"}
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "sample": sample})
+    (line,) = [line for line in text.splitlines() if line.strip().startswith("sample")]
+    assert line.strip() == "sample of train/demo starling (step 81, greedy): 'To be, or not to be' -> ' that is the'"

@@ -74,6 +74,14 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     again = _run(assets, instance, resources, _phase("kestrel", None, 8))
     assert again["cache_hit"].value is True and again["version"].value == first["version"].value
 
+    # The demo's last word: a greedy sample of the newest main phase (jellyfish, not kestrel re-materialised
+    # later as a cache hit), through the real decoder on its final checkpoint.
+    from demo.sample import sample_main_run
+
+    sample = sample_main_run(instance, train_phase.key, phases.name, prompt="The ")
+    assert sample is not None and (sample["phase"], sample["step"], sample["prompt"]) == ("jellyfish", 12, "The ")
+    assert isinstance(sample["completion"], str) and sample["completion"]
+
 
 def test_a_missing_warm_start_is_a_clear_error(tmp_path):
     resources = _resources(tmp_path)

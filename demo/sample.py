@@ -1,0 +1,41 @@
+"""The demo's last word: text from the model it trained (the main run's newest phase, its final checkpoint)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from marin_assets.evaluation.run import SamplingSettings
+from marin_assets.phases.branches import is_branch_partition
+
+PROMPT = "To be, or not to be"
+NEW_TOKENS = 48  # byte tokens at most: a line or so of text (the demo model's context is 64)
+
+
+def newest_main_phase(instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: str) -> tuple[str, str] | None:
+    """(phase, artifact data folder) of the main run's newest phase: the last-added partition of the ``phases``
+    set that is not a branch (as eval/<run>/tasks picks it), if it was materialised; else None."""
+    main = [key for key in instance.get_dynamic_partitions(phases) if not is_branch_partition(key)]
+    if not main:
+        return None
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=train_key, asset_partitions=main[-1:]), limit=1
+    ).records
+    path = records[0].asset_materialization.metadata.get("path") if records and records[0].asset_materialization else None
+    return (main[-1], f"{path.value}/data") if path is not None else None
+
+
+def sample_main_run(instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: str, prompt: str = PROMPT) -> dict | None:
+    """One greedy sample of the newest main phase's final checkpoint: {phase, step, prompt, completion}; None
+    when no phase was trained."""
+    from marin_assets.cli.generate import load_model_source, sample_texts
+
+    found = newest_main_phase(instance, train_key, phases)
+    if found is None:
+        return None
+    phase, data = found
+    source = load_model_source(data)
+    room = source.config.max_seq_len - 1 - len(source.encoder.encode(prompt))  # the context holds EOS + prompt + new
+    if room < 1:
+        raise ValueError(f"demo sample: the prompt {prompt!r} fills the model's {source.config.max_seq_len}-token context")
+    (sample,) = sample_texts(source, [prompt], SamplingSettings(max_new_tokens=min(NEW_TOKENS, room)))
+    return {"phase": phase, "step": source.step, "prompt": prompt, "completion": sample["completion"]}
