@@ -77,7 +77,10 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
         elif summary["success"] and main_run is not None:
             main_run()
         if summary["success"] and main_run is not None:  # the model the run made, speaking
-            summary["sample"] = sample_main_run(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases.name)
+            try:
+                summary["sample"] = sample_main_run(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
+            except (ValueError, OSError) as exc:  # a checkpoint that cannot be read: said, not a crash of the summary
+                summary["sample"] = {"error": str(exc)}
     return summary
 
 
@@ -131,8 +134,10 @@ def render(summary: dict) -> str:
             lines.append(f"  scaling ladder: prediction_error check {'passed' if sc['passed'] else 'FAILED'}")
         if sc.get("waiting_for"):
             lines.append(f"  scaling ladder: predictions frozen; the comparison waits for {', '.join(sc['waiting_for'])}")
-    if summary.get("sample"):
-        sample = summary["sample"]
+    sample = summary.get("sample")
+    if sample and "error" in sample:
+        lines.append(f"  sample of train/demo: none ({sample['error']})")
+    elif sample:
         lines.append(f"  sample of train/demo {sample['phase']} (step {sample['step']}, greedy): "
                      f"{sample['prompt']!r} -> {sample['completion']!r}")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")

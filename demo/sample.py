@@ -11,10 +11,12 @@ PROMPT = "To be, or not to be"
 NEW_TOKENS = 48  # byte tokens at most: a line or so of text (the demo model's context is 64)
 
 
-def newest_main_phase(instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: str) -> tuple[str, str] | None:
+def newest_main_phase(
+    instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: dg.DynamicPartitionsDefinition
+) -> tuple[str, str] | None:
     """(phase, artifact data folder) of the main run's newest phase: the last-added partition of the ``phases``
     set that is not a branch (as eval/<run>/tasks picks it), if it was materialised; else None."""
-    main = [key for key in instance.get_dynamic_partitions(phases) if not is_branch_partition(key)]
+    main = [key for key in phases.get_partition_keys(dynamic_partitions_store=instance) if not is_branch_partition(key)]
     if not main:
         return None
     records = instance.fetch_materializations(
@@ -24,7 +26,9 @@ def newest_main_phase(instance: dg.DagsterInstance, train_key: dg.AssetKey, phas
     return (main[-1], f"{path.value}/data") if path is not None else None
 
 
-def sample_main_run(instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: str, prompt: str = PROMPT) -> dict | None:
+def sample_main_run(
+    instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: dg.DynamicPartitionsDefinition, prompt: str = PROMPT
+) -> dict | None:
     """One greedy sample of the newest main phase's final checkpoint: {phase, step, prompt, completion}; None
     when no phase was trained."""
     from marin_assets.cli.generate import load_model_source, sample_texts

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -168,7 +169,7 @@ def _sample(source: ModelSource, texts: list[str], args: argparse.Namespace) -> 
     return sample_texts(source, texts, from_flags(args, SamplingSettings), args.stop)
 
 
-def sample_texts(source: ModelSource, texts: list[str], how: SamplingSettings, stop: list[str] = ()) -> list[dict]:
+def sample_texts(source: ModelSource, texts: list[str], how: SamplingSettings, stop: Sequence[str] = ()) -> list[dict]:
     """{prompt, completion, tokens} per text: each prompt after the tokenizer's EOS (as documents are
     trained), stopped at EOS or any text of ``stop``, sampled as ``how`` says (tqdm progress on stderr)."""
     from tqdm import tqdm

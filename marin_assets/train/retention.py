@@ -29,7 +29,6 @@ from collections.abc import Iterable
 
 from marin_assets.knobs import knob
 from marin_assets.store.fsutil import child, filesystem, fsync_dir, is_local, join, list_files, read_json
-from marin_assets.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 REASONS = ("not committed", "newest valid", "pinned", "phase final", "last N")  # first one wins
@@ -77,6 +76,8 @@ def check_run_dir(run_dir: str | os.PathLike) -> None:
 
 def step_folders(run_dir: str | os.PathLike) -> dict[int, os.PathLike | str]:
     """{step: folder} of every ``step-*`` folder under ``run_dir/checkpoints``, ascending."""
+    from marin_assets.train import checkpoint as ckpt  # loads JAX: the code location imports this module
+
     folders: dict[int, os.PathLike | str] = {}
     for folder in ckpt.list_checkpoints(child(run_dir, "checkpoints")):
         step = int(os.fspath(folder).rstrip("/").rsplit("-", 1)[1])
@@ -91,6 +92,8 @@ def plan_retention(
 ) -> RetentionPlan:
     """What to keep (and why) and what to delete among ``run_dir``'s checkpoints; reads, never writes.
     ValueError for a bad ``keep_last``, a pinned step with no folder, or a run dir with no checkpoints."""
+    from marin_assets.train import checkpoint as ckpt  # loads JAX: the code location imports this module
+
     _check_keep_last(keep_last)
     check_run_dir(run_dir)
     folders = step_folders(run_dir)
@@ -173,6 +176,8 @@ def delete_checkpoint(folder: os.PathLike | str) -> None:
 def uncommit(fs, path: str) -> None:
     """Delete the marker of the checkpoint at ``path``; locally the folder is fsynced, so the removal
     survives a power loss before the rest goes (an object store's DELETE is durable when it returns)."""
+    from marin_assets.train import checkpoint as ckpt  # loads JAX: the code location imports this module
+
     fs.rm_file(join(path, ckpt.MARKER))
     if is_local(fs):
         fsync_dir(path)

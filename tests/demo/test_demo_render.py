@@ -52,3 +52,9 @@ def test_the_summary_ends_with_the_main_runs_sample():
                    "event_log": "e", "sample": sample})
     (line,) = [line for line in text.splitlines() if line.strip().startswith("sample")]
     assert line.strip() == "sample of train/demo starling (step 81, greedy): 'To be, or not to be' -> ' that is the'"
+
+
+def test_a_sample_that_could_not_be_made_is_said_not_hidden():
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "sample": {"error": "checkpoint X records no tokenizer"}})
+    assert "  sample of train/demo: none (checkpoint X records no tokenizer)" in text.splitlines()

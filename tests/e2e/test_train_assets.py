@@ -78,7 +78,7 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     # later as a cache hit), through the real decoder on its final checkpoint.
     from demo.sample import sample_main_run
 
-    sample = sample_main_run(instance, train_phase.key, phases.name, prompt="The ")
+    sample = sample_main_run(instance, train_phase.key, phases, prompt="The ")
     assert sample is not None and (sample["phase"], sample["step"], sample["prompt"]) == ("jellyfish", 12, "The ")
     assert isinstance(sample["completion"], str) and sample["completion"]
 
