@@ -31,13 +31,13 @@ demo: $(STAMP)
 # mesh run, the screen end to end) run once, not once per worker (loadgroup no longer keeps a
 # group together with pytest 9.2: pytest-xdist#1386).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -rs --durations=25 tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -rs --durations=25 tests
 
 # The inner loop: everything but the tests marked slow (subprocesses, multi-process meshes, the
 # browser, end-to-end runs, the whole-repo type check). Measured: 201 s (3 min 21 s) on 2 quiet cores
 # with the suite's JAX compile cache warm (tests/conftest.py); the aim is under 4 min.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m "not slow" -q tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" -q tests
 
 # ruff (lint + format) and basedpyright against the baselines in .lint/: only a new finding fails, and it is listed.
 # After fixing some: `$(VENV)/bin/python .lint/ratchet.py --update` drops them from the baselines.

@@ -90,3 +90,27 @@ def pytest_pyfunc_call(pyfuncitem):
     if result.returncode != 0:
         pytest.fail(f"in a fresh interpreter (this one has {unsafe}):\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
     return True
+
+
+# The longest file first: its fixture trains the mesh runs that test_fsdp.py reads too (tests/train/conftest.py
+# ``mesh_runs``, behind a file lock); test_fsdp.py goes last, once they exist, so no worker waits on the lock.
+FIRST_FILES = ("tests/train/test_mesh.py",)
+LAST_FILES = ("tests/train/test_fsdp.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first, the rest after (a stable sort: the order within a file is kept). `make test`
+    hands xdist whole files in this order (``--dist loadfile --no-loadscope-reorder``): its default puts the files
+    with the most tests first, which are the quick parametrised ones, leaving the few long end-to-end files for
+    last and one worker idle while the other finishes them."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        if path in FIRST_FILES:
+            return 0
+        if path in LAST_FILES:
+            return 3
+        return 1 if path in slow else 2
+
+    items.sort(key=rank)
