@@ -62,7 +62,11 @@ def read_ledger(work_dir: str | os.PathLike) -> dict[str, dict]:
 
 def final_checkpoint(work_dir: str | os.PathLike) -> tuple[str, dict] | None:
     """(key, entry) of the newest checkpoint a phase reported (the one a warm start from it reads), or None."""
-    ledger = read_ledger(work_dir)
+    return _newest(read_ledger(work_dir))
+
+
+def _newest(ledger: Mapping[str, dict]) -> tuple[str, dict] | None:
+    """(key, entry) of a ledger's highest-step checkpoint, or None for an empty ledger."""
     return max(ledger.items(), key=lambda item: item[1]["step"]) if ledger else None
 
 
@@ -138,13 +142,16 @@ class CheckpointReporter:
                 self.ledger[key]["deleted"] = True
             keys.append(key)
             self.context.log.info(f"retention: deleted checkpoint {key} ({gone['bytes']:,} bytes; keeping the last {keep_last})")
-        fs, path = filesystem(os.fspath(child(self.work_dir, LEDGER)))
-        write_json_atomic(fs, path, self.ledger)
+        self._write_ledger()
         return keys
 
     def final(self) -> tuple[str, dict] | None:
         """(key, entry) of the newest checkpoint reported for this phase, or None."""
-        return max(self.ledger.items(), key=lambda item: item[1]["step"]) if self.ledger else None
+        return _newest(self.ledger)
+
+    def _write_ledger(self) -> None:
+        fs, path = filesystem(os.fspath(child(self.work_dir, LEDGER)))
+        write_json_atomic(fs, path, self.ledger)
 
     def _parent(self, step: int) -> tuple[str | None, str]:
         """(key, version) of the checkpoint before ``step`` in this phase, else the warm start's."""
@@ -177,8 +184,7 @@ class CheckpointReporter:
         )
         # After the event: a kill between the two re-reports the key next attempt, with the same version.
         self.ledger[key] = entry
-        fs, path = filesystem(os.fspath(child(self.work_dir, LEDGER)))
-        write_json_atomic(fs, path, self.ledger)
+        self._write_ledger()
         return key
 
     def _metadata(self, entry: dict, parent_key: str | None) -> dict[str, Any]:

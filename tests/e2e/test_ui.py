@@ -154,27 +154,27 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
 def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: Path) -> None:
     """The upstream lineage of a train/demo phase, as the asset page's Lineage tab draws it:
     mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources."""
-    page = f"{dagster_dev.url}/assets/train/demo?view=lineage&lineageScope=upstream&lineageDepth=30"
     wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "normalized": 1, "index": 1, "sotu": 2, "demo": 1})
+    upstream_lineage(dagster_dev, binary, tmp_path, "train/demo", wanted)
+
+
+def upstream_lineage(dagster_dev, binary: str, tmp_path: Path, key: str, wanted: Counter) -> str:
+    """The DOM of ``key``'s upstream lineage page once it draws every node of ``wanted`` (node names, counted);
+    layout runs in a web worker, so a loaded machine gets a second, longer chance."""
+    page = f"{dagster_dev.url}/assets/{key}?view=lineage&lineageScope=upstream&lineageDepth=30"
     for budget_ms in (30_000, 90_000):
         dom = ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"], budget_ms=budget_ms, timeout_s=240)
         missing = wanted - Counter(ui.asset_node_names(dom))
         if not missing:
-            break
-    assert not missing, f"train/demo's upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}"
+            return dom
+    raise AssertionError(f"{key}'s upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}")
 
 
 def check_export_lineage_reaches_a_checkpoint_and_the_shards(dagster_dev, binary: str, tmp_path: Path) -> None:
     """An export's upstream lineage: export/demo -> checkpoints/demo -> train/demo -> mixture -> ... -> shards/tokenized.
     The graph labels all three */demo nodes "demo"; the checkpoint is the one node of the group box "checkpoints"."""
-    page = f"{dagster_dev.url}/assets/export/demo?view=lineage&lineageScope=upstream&lineageDepth=30"
     wanted = Counter({"demo": 3, "tokenizer": 1, "mixture": 1, "tokenized": 1, "index": 1})
-    for budget_ms in (30_000, 90_000):
-        dom = ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"], budget_ms=budget_ms, timeout_s=240)
-        missing = wanted - Counter(ui.asset_node_names(dom))
-        if not missing:
-            break
-    assert not missing, f"export/demo's upstream lineage lacks {dict(missing)}: {ui.asset_node_names(dom)}"
+    dom = upstream_lineage(dagster_dev, binary, tmp_path, "export/demo", wanted)
     groups = set(re.findall(r'data-tooltip="([^"]+)"', dom))  # the boxes the graph draws around each asset group
     assert {"checkpoints", "training", "datakit", "models"} <= groups, f"groups drawn: {sorted(groups)}"
 
