@@ -129,15 +129,17 @@ def test_editing_a_started_record_is_refused(screen, tmp_path):
 
 
 def test_a_failing_control_exits_3(screen, tmp_path):
-    """The same runs (cache hits) judged by an impossible expectation: the screen is not trusted."""
+    """A control with an expectation its runs cannot meet: the screen is not trusted. Another experiment
+    (an expectation is frozen with its arm), so its own runs: the baseline and that arm only (12 runs, not
+    18), on the first test's corpus (a DataKit cache hit)."""
     path, store, _ = screen
     data = yaml.safe_load(path.read_text())
     data["name"] = "tiny_screen_strict"
-    data["arms"]["control_harm"]["expect"] = {"ci_low_above": 1.0}
+    data["arms"] = {"control_harm": {**data["arms"]["control_harm"], "expect": {"ci_low_above": 1.0}}}
     strict = tmp_path / "tiny_screen_strict.yaml"
     strict.write_text(yaml.safe_dump(data))
     rc, out, err = _cli(strict, store)
-    assert rc == 3 and len(out.splitlines()) == 2
+    assert rc == 3 and len(out.splitlines()) == 1, err
     assert "control control_harm: ci low above 1: FAILED" in err
 
 

@@ -41,14 +41,28 @@ def marin_train(cache, cfg, out, *extra, env=None, timeout=300):
     ("optimizer:\n  weight_decay: .nan\n", "OptimizerConfig.weight_decay must be finite, got nan"),
     ("guards:\n  grad_clip: .inf\n", "GuardConfig.grad_clip must be finite, got inf"),
 ])
-def test_wrong_shaped_config_is_a_one_line_error(caches, tmp_path, text, field):
+def test_wrong_shaped_config_is_a_one_line_error(caches, tmp_path, capsys, text, field):
+    """In this process (the CLI's own entry point; a subprocess per case cost ~6 s of imports each):
+    exit 2, one line on stderr naming the file and the field, nothing written."""
+    from marin_assets.cli import main
+
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
+    rc = main(["train", "--cache", str(caches["license"]), "--config", str(cfg), "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [err.strip()]  # one line, no traceback
+    assert err.startswith(f"marin train: {cfg}: ") and field in err
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_a_wrong_shaped_config_from_the_installed_command_is_one_line(caches, tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("model: 5\n")
     r = marin_train(caches["license"], cfg, tmp_path / "out", timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]  # one line, no traceback
-    assert r.stderr.startswith(f"marin train: {cfg}: ") and field in r.stderr
-    assert not (tmp_path / "out" / "checkpoints").exists()
+    assert r.stderr.startswith(f"marin train: {cfg}: ") and "config.model must be a mapping" in r.stderr
 
 
 def test_summary_prints_null_for_non_finite_numbers(tmp_path):
@@ -126,6 +140,9 @@ def write_input(path: Path) -> Path:
     return path
 
 
+README_STEPS = 40
+
+
 @pytest.mark.slow
 def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
@@ -139,17 +156,19 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
     vocab = json.loads((prefix / "cache" / "dataset.json").read_text())["tokenizer"]["vocab_size"]
     assert vocab == summary["vocab_size"] == 50280  # the default: OLMo's pinned BPE, not one fitted on the input
 
-    # The README's config with a batch of 4 sequences, not 16: the default tokenizer's 50,280-row
-    # unembedding dominates a step on CPU, and this is the suite's longest test (185 s alone at 16).
+    # The README's config with a batch of 4 sequences, not 16, for 40 steps with a checkpoint every 20: the
+    # default tokenizer's 50,280-row unembedding dominates a step on CPU, and this is the suite's longest test
+    # (185 s alone at 16 x 80 steps).
     config = yaml.safe_load((ROOT / "examples" / "tiny_moe.yaml").read_text())
-    (tmp_path / "tiny_moe.yaml").write_text(yaml.safe_dump({**config, "batch_size": 4}))
+    config |= {"batch_size": 4, "checkpoint_every_steps": README_STEPS // 2}
+    (tmp_path / "tiny_moe.yaml").write_text(yaml.safe_dump(config))
     command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(tmp_path / "tiny_moe.yaml"),
-               "--out", str(out), "--steps", "80"]
+               "--out", str(out), "--steps", str(README_STEPS)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     killed_at, deadline = None, time.time() + 400
     while time.time() < deadline and proc.poll() is None:
         latest = ckpt.latest_valid(out / "checkpoints")
-        if latest is not None and int(latest.name.split("-")[1]) < 80:
+        if latest is not None and int(latest.name.split("-")[1]) < README_STEPS:
             proc.send_signal(signal.SIGKILL)
             killed_at = int(latest.name.split("-")[1])
             break
@@ -162,11 +181,11 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     # The user is told where it picked up (the line was logged at INFO and dropped before).
     resumed = re.search(r"^marin train: resumed from \S+step-(\d{9}) at step (\d+)$", done.stderr, re.M)
-    assert resumed and resumed[1].lstrip("0") == resumed[2] and killed_at <= int(resumed[2]) < 80
+    assert resumed and resumed[1].lstrip("0") == resumed[2] and killed_at <= int(resumed[2]) < README_STEPS
     result = json.loads(done.stdout)
-    assert result["final_step"] == 80 and result["counts"]["skipped_bad_batch"] == 0
+    assert result["final_step"] == README_STEPS and result["counts"]["skipped_bad_batch"] == 0
     rows = read_metrics(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, 81))
+    assert [r["step"] for r in rows] == list(range(1, README_STEPS + 1))
     first, last = [r["loss"] for r in rows[:10]], [r["loss"] for r in rows[-10:]]
     assert sum(last) / 10 < sum(first) / 10 - 1.0  # the loss falls, by more than a nat
     # held-out loss: finite, below the untrained model's (about ln(vocab)) by half a nat or more
