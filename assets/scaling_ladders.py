@@ -18,8 +18,8 @@ from marin_assets.scaling.planner import FamilyShape, MoeShape
 DENSE_LADDER = Ladder(name="dense", budgets=(2e10, 4e10), widths=((8, 16, 32),) * 2, targets=(Target("x3", 3.0),))
 
 # The MoE family of the demo's main run (assets/training.py ModelShapeConfig) scaled by width:
-# its experts, top-k, shared experts, expert and shared widths per d_model, query heads per KV
-# head and d_model / n_layers; at width d_model it is the main run's model.
+# its experts, top-k, shared experts, expert and shared widths per d_model, its router (gating and
+# balancing), query heads per KV head and d_model / n_layers; at width d_model it is the main run's model.
 _MAIN = ModelShapeConfig()
 MAIN_RUN_FAMILY = FamilyShape(
     head_dim=_MAIN.d_model // _MAIN.n_heads,
@@ -31,6 +31,8 @@ MAIN_RUN_FAMILY = FamilyShape(
         shared_experts=_MAIN.n_shared_experts,
         top_k=_MAIN.top_k,
         expert_ff_mult=_MAIN.expert_d_ff / _MAIN.d_model,
+        router_gating=_MAIN.router_gating,
+        balancing=_MAIN.balancing,
     ),
 )
 # The tokens the demo's main run trains (measured: kestrel 24,576 + jellyfish 8,192 + phoenix 4,608
