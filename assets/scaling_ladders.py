@@ -42,14 +42,17 @@ MAIN_RUN_TOKENS = 41_472
 # watch judges the main run against these runs. Its last target is the demo's main run itself
 # (train/demo, scored at its newest phase), predicted at its model (family, width d_model, batch)
 # and its tokens, ~10x C_fit. The ladder trains recipe v2; the main run trains AdamW at 3e-3.
-# Heads of 4 (the same matrices and FLOPs) so that width 4 exists: measured on the demo's data
-# (validation loss, d4/d8/d16/d24; d8-d24 with heads of 8) at 2e9 2.877/2.774/2.858/2.895 and at 4e9
-# 2.807/2.749/2.797/2.836: the optimum is near width 8 at both, so widths 4-16 bracket it (8-24 found
-# no vertex).
+# Heads of 4 (the same matrices and FLOPs) so that width 4 exists. Measured on the demo's data
+# (validation loss, mean over the sources) with the main run's router (softmax gating, no balancing bias,
+# no shared expert): d4/d8/d16 at 2e9 2.876/2.804/2.804 (a vertex between 8 and 16), and at 4e9
+# 2.853/2.763/2.726 (none: the loss still falls at 16), so 4e9 sweeps 8/16/32. Without the shared expert a
+# width holds fewer active parameters, so N* sits at a wider model than it did for the earlier family (a
+# shared expert, sigmoid gating, quantile balancing: d4/d8/d16 at 2e9 2.877/2.774/2.858, at 4e9
+# 2.807/2.749/2.797, the optimum near width 8 at both).
 MOE_LADDER = Ladder(
     name="moe",
     budgets=(2e9, 4e9),
-    widths=((4, 8, 16),) * 2,
+    widths=((4, 8, 16), (8, 16, 32)),
     targets=(
         Target("x3", 3.0),
         Target(
