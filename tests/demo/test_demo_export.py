@@ -15,7 +15,14 @@ from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
 from assets.run_plan import TRAIN_KEY
 from assets.training import TrainBaseConfig
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 from tests.assets import test_export_asset as stubs  # its datasets, mixture and tokenizer stand-ins
 from tests.hf.support import fixed_tokens, our_logits, save_checkpoint
 from tests.support.datasets import mixture_run_config
@@ -42,10 +49,16 @@ def test_the_demos_model_maps_exactly_onto_qwen3_moe():
     assert config.balancing == "none"  # so router_bias stays zero (check_router_bias refuses any other)
 
 
-@versioned_asset(key=TRAIN_KEY, code_version="stub", partitions_def=demo_phases)
-def demo_phase(ctx: StageContext):
+class StubPhase(StageConfig):
+    own_moe: bool = versioned(False)  # True: our shared-expert, sigmoid MoE instead of the demo's model
+
+
+@versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhase, partitions_def=demo_phases)
+def demo_phase(ctx: StageContext, config: StubPhase):
     """A phase artifact without training: the demo's model at step 7 and a real phase's counts."""
     model = TrainBaseConfig().model_dump()["model"] | {"vocab_size": VOCAB}
+    if config.own_moe:
+        model |= {"n_shared_experts": 1, "router_gating": "sigmoid", "balancing": "quantile_exact"}
     save_checkpoint(Path(ctx.out_dir), model, seed=len(ctx.partition))  # each phase its own weights
     return {
         "phase": ctx.partition,
@@ -53,6 +66,22 @@ def demo_phase(ctx: StageContext):
         "tokens_consumed": {"sotu": 300, "shakespeare": 596},
         "final_checkpoint": f"{ctx.partition}.000000007",
     }
+
+
+def _trained(tmp_path, phases: tuple[str, ...], own_moe: bool = False):
+    """(defs, instance) with the stand-in datasets, mixture and tokenizer, and ``phases`` materialised in order."""
+    store = ArtifactStoreResource(prefix=str(tmp_path))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    assets = [*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase]
+    defs = dg.Definitions(assets=[*assets, export_phase], resources=resources)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(demo_phases.name, list(phases))
+    assert dg.materialize(assets[:-1], instance=instance, resources=resources,
+                          run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})).success
+    for phase in phases:
+        assert dg.materialize(assets, selection=[demo_phase], partition_key=phase, instance=instance, resources=resources,
+                              run_config={"ops": {demo_phase.op.name: {"config": {"own_moe": own_moe}}}}).success
+    return defs, instance
 
 
 def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path):
@@ -63,20 +92,7 @@ def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path
     from marin_assets.evaluation.run import load_model_from_checkpoint
     from marin_assets.hf import import_hf
 
-    store = ArtifactStoreResource(prefix=str(tmp_path))
-    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
-    defs = dg.Definitions(
-        assets=[*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase, export_phase], resources=resources
-    )
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(demo_phases.name, ["kestrel", "jellyfish"])
-    assets = [*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase]
-    assert dg.materialize(assets[:-1], instance=instance, resources=resources,
-                          run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})).success
-    for phase in ("kestrel", "jellyfish"):
-        assert dg.materialize(assets, selection=[demo_phase], partition_key=phase, instance=instance,
-                              resources=resources).success
-
+    defs, instance = _trained(tmp_path, ("kestrel", "jellyfish"))
     export = export_main_run(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
     assert export is not None and "error" not in export, export
     assert (export["phase"], export["layout"], export["step"]) == ("jellyfish", "qwen3_moe", 7)  # what the sample takes
@@ -97,3 +113,13 @@ def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path
     ours, exported = our_logits(params, config, tokens), our_logits(back, imported, tokens)
     assert float(np.max(np.abs(ours - exported))) <= 1e-5
     assert float(np.std(ours)) > 0.5  # logits far from uniform: a wrong mapping could not hide in them
+
+
+def test_a_model_the_export_refuses_comes_back_as_its_one_line_reason(tmp_path):
+    """What the demo's summary shows (and fails on) when its main run cannot be exported."""
+    from demo.export import export_main_run
+
+    defs, instance = _trained(tmp_path, ("kestrel",), own_moe=True)
+    export = export_main_run(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
+    assert export is not None and set(export) == {"phase", "error"} and export["phase"] == "kestrel"
+    assert export["error"].startswith(f"{EXPORT_KEY} kestrel: not exported: ") and "n_shared_experts" in export["error"]
