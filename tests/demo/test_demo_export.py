@@ -75,12 +75,21 @@ def _trained(tmp_path, phases: tuple[str, ...], own_moe: bool = False):
     assets = [*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase]
     defs = dg.Definitions(assets=[*assets, export_phase], resources=resources)
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(demo_phases.name, list(phases))
-    assert dg.materialize(assets[:-1], instance=instance, resources=resources,
-                          run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})).success
+    instance.add_dynamic_partitions(str(demo_phases.name), list(phases))
+    assert dg.materialize(
+        assets[:-1], instance=instance, resources=resources, run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})
+    ).success
     for phase in phases:
-        assert dg.materialize(assets, selection=[demo_phase], partition_key=phase, instance=instance, resources=resources,
-                              run_config={"ops": {demo_phase.op.name: {"config": {"own_moe": own_moe}}}}).success
+        assert dg.materialize(
+            assets,
+            selection=[demo_phase],
+            partition_key=phase,
+            instance=instance,
+            resources=resources,
+            run_config={
+                "ops": {dg.AssetKey.from_user_string(TRAIN_KEY).to_python_identifier(): {"config": {"own_moe": own_moe}}}
+            },
+        ).success
     return defs, instance
 
 
@@ -97,7 +106,7 @@ def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path
     assert export is not None and "error" not in export, export
     assert (export["phase"], export["layout"], export["step"]) == ("jellyfish", "qwen3_moe", 7)  # what the sample takes
     [run] = instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": "jellyfish"}), limit=1)
-    assert dg.AssetKey.from_user_string(EXPORT_KEY) in run.dagster_run.asset_selection  # a run of its own
+    assert run.dagster_run.asset_selection == {dg.AssetKey.from_user_string(EXPORT_KEY)}  # a run of its own
 
     folder = Path(export["path"])
     hf_config = json.loads((folder / "config.json").read_text())
@@ -106,8 +115,9 @@ def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path
     assert sum(t.size for t in tensors.values()) == export["parameters"]
     assert not any("shared_expert" in name for name in tensors)
 
-    _, phase_data = newest_main_phase(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
-    params, config, _, _ = load_model_from_checkpoint(phase_data)
+    newest = newest_main_phase(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
+    assert newest is not None and newest[0] == "jellyfish"
+    params, config, _, _ = load_model_from_checkpoint(newest[1])
     back, imported = import_hf(folder)
     tokens = fixed_tokens(config.vocab_size, seq=config.max_seq_len)
     ours, exported = our_logits(params, config, tokens), our_logits(back, imported, tokens)
