@@ -13,7 +13,8 @@ leaves under $MARIN_PREFIX, read as the ladder assets read them) or the screens'
 Ladders, sized for a shared 2-core CPU: the demo's dense 1-layer family (head size 4, batch
 16) fitted on 5e9, 1e10 and 2e10 FLOPs, 4 widths each, under v2 and under v1 (same budgets,
 widths and seeds); and the MoE family of the demo's main run (assets/scaling_ladders.py MOE_LADDER:
-4 routed experts, top-2, 1 shared, the main run's expert widths, KV grouping and aspect ratio)
+4 routed experts, top-2, the main run's router (softmax gating, no balancing bias, no shared expert since the
+demo's model became Qwen3-MoE-shaped), expert widths, KV grouping and aspect ratio)
 under v2 on 4e9, 8e9 and 1.6e10, whose last target is the main run's own model (width 64, its
 batch 8) at 30x C_fit, trained here (the demo's ladder observes the demo's main run instead).
 Every ladder run at --seeds seeds (default 2).

@@ -1,4 +1,5 @@
-"""`python -m demo` (what `marin demo` runs): the DataKit, the scaling ladder, the Tootsie run.
+"""`python -m demo` (what `marin demo` runs): the DataKit, the scaling ladder, the Tootsie run, a greedy sample
+of the model it trained and that model exported as a Hugging Face folder (export/demo).
 
 Run from the repository root: it imports ``definitions`` like any user code would. The
 terminal gets one line per asset as it finishes and the summary; Dagster's event stream
@@ -45,6 +46,7 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from assets.training import TRAIN_KEY
     from definitions import defs
     from demo.datakit import run_datakit
+    from demo.export import export_main_run
     from demo.phases import run_demo_phases
     from demo.sample import sample_main_run
     from demo.scaling import ladder_steps, run_ladder
@@ -81,6 +83,14 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
                 summary["sample"] = sample_main_run(instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
             except (ValueError, OSError) as exc:  # a checkpoint that cannot be read: said, not a crash of the summary
                 summary["sample"] = {"error": str(exc)}
+        if summary["success"] and main_run is not None:  # the run's release: its newest phase as an HF folder
+            say("the release: export/demo writes the main run's newest phase as a Hugging Face folder")
+            export = export_main_run(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases,
+                                     execute=tagged(instance, Progress(None, out), session), tags=dict(DEMO_TAGS))
+            if export is not None:
+                summary["export"] = export
+                # A promised output of the demo: a main run that could not be exported fails it.
+                summary["success"] = "error" not in export
     return summary
 
 
@@ -140,6 +150,12 @@ def render(summary: dict) -> str:
     elif sample:
         lines.append(f"  sample of train/demo {sample['phase']} (step {sample['step']}, greedy): "
                      f"{sample['prompt']!r} -> {sample['completion']!r}")
+    export = summary.get("export")
+    if export and "error" in export:
+        lines.append(f"  export of train/demo {export['phase']}: FAILED ({export['error']})")
+    elif export:
+        lines.append(f"  export of train/demo {export['phase']} (step {export['step']}, {export['parameters']:,} parameters): "
+                     f"Hugging Face {export['layout']} folder {export['path']}")
     lines.append(f"artifacts under {summary['artifacts']}; Dagster instance in {summary['dagster_home']} (`make ui` to browse)")
     lines.append(f"Dagster's event log (every DEBUG event of these runs): {summary['event_log']}")
     return "\n".join(lines)

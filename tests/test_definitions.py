@@ -24,12 +24,14 @@ from definitions import defs
 # eval/demo 5, eval/demo/tasks 2 (MoE telemetry in the step, sharded checkpoints, FSDP, the architecture switch);
 # the scaling assets +1 (the MoE ladder predicts the demo run: pinned tokens, an observed main target; no x10).
 # Issue 34: train/demo 6 (it reports its checkpoints as checkpoints/demo partitions, which a phase reports and nothing
-# computes, so they have no code version, and keeps their versions in its artifact); export/demo 1.
+# computes, so they have no code version, and keeps their versions in its artifact); export/demo 1. The demo's model
+# became Qwen3-MoE-shaped (no shared expert, softmax router, no balancing bias: an exact HF export): train/demo's
+# default config, so its +cfg hash.
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
     "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.8e78adb9", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "6+cfg.8c779955",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "6+cfg.23bbe159",
     "checkpoints/demo": None, "export/demo": "1+cfg.8f04be3e",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).

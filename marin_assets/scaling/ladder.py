@@ -263,8 +263,9 @@ def run_lr_sweep(settings: SweepSettings, grid: LrSweepSettings, shape: FamilySh
 def lowest_three(losses: Sequence[float]) -> list[int]:
     """Indices of the lowest loss and its two neighbours (the two next to it at an edge): the
     parabola goes through these only, since loss is a parabola in log LR only near its minimum.
-    Measured on the demo's data (MoE family, 150 steps): losses 2.803, 2.786, 2.738, 2.748 at LRs
-    0.015-0.12 put one parabola's vertex at 0.12, the edge, though the lowest loss was at 0.06."""
+    Measured on the demo's data (the earlier MoE family: a shared expert, sigmoid gating; 150 steps):
+    losses 2.803, 2.786, 2.738, 2.748 at LRs 0.015-0.12 put one parabola's vertex at 0.12, the edge,
+    though the lowest loss was at 0.06."""
     best = int(np.argmin(losses))
     start = min(max(best - 1, 0), len(losses) - 3)
     return [start, start + 1, start + 2]

@@ -37,7 +37,8 @@ def off_optimum(fit: Mapping[str, Any], flops: float, params: float) -> float:
 def off_optimum_support(fit: Mapping[str, Any], flops: float, params: float) -> dict:
     """The target's distance from N* next to the farthest any fitted run was from its own budget's
     N*: past that, the parabola's rise is extrapolated, not fitted, and the prediction says so.
-    Measured (benchmarks/ladder.py, the demo's datasets): the MoE ladder's main-run target sat
+    Measured (benchmarks/ladder.py, the demo's datasets, on the earlier MoE family of the main run: a shared
+    expert, sigmoid gating, quantile balancing): the MoE ladder's main-run target sat
     0.97 decades off N*, its runs at most 0.68; its prediction was 24% high, 18 points of it this
     rise. Its x3 and x10 targets sat within 0.06."""
     decades = off_optimum(fit, flops, params)

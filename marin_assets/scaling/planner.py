@@ -35,6 +35,10 @@ class MoeShape:
     shared_experts: int
     top_k: int
     expert_ff_mult: float  # routed expert width = expert_ff_mult * d_model
+    # The router (ModelConfig.router_gating / balancing, which check the values). The defaults are ModelConfig's,
+    # which every family recorded before these fields existed trained with, so a recorded family reads as it ran.
+    router_gating: str = "sigmoid"
+    balancing: str = "quantile_exact"
 
     def __post_init__(self) -> None:
         check_int("MoeShape.routed_experts", self.routed_experts, 1, 4096)
@@ -118,7 +122,8 @@ class ModelFamily:
                       n_routed_experts=0, max_seq_len=self.seq_len)
         if self.moe is not None:
             fields.update(n_routed_experts=self.moe.routed_experts, n_shared_experts=self.moe.shared_experts,
-                          top_k=self.moe.top_k, expert_d_ff=_round8(self.moe.expert_ff_mult * width))
+                          top_k=self.moe.top_k, expert_d_ff=_round8(self.moe.expert_ff_mult * width),
+                          router_gating=self.moe.router_gating, balancing=self.moe.balancing)
         fields.update(self.recipe.model_fields(width))
         fields.update(self.model_overrides)
         return ModelConfig(**fields)

@@ -25,10 +25,11 @@ from tests.support.datasets import byte_datasets, mixture_run_config
 
 DATASETS = byte_datasets({"sotu": (["s" * 999], []), "shakespeare": (["k" * 1999], [])})
 mixture = mixture_asset(["sotu", "shakespeare"])
-# Softmax routing, no shared expert: the Mixtral layout holds it exactly. The demo's own MoE (sigmoid routing, a
-# shared expert: TINY_MODEL) has no HF counterpart.
+# Softmax routing, no shared expert: the Mixtral layout holds it exactly. Our own MoE (sigmoid routing, a shared
+# expert: TINY_MODEL, ModelConfig's defaults) has no HF counterpart. (The demo's model is Qwen3-MoE-shaped:
+# tests/demo/test_demo_export.py exports it.)
 EXPORTABLE = dict(MIXTRAL_MODEL, vocab_size=257, max_seq_len=64)
-DEMO_LIKE = dict(TINY_MODEL, vocab_size=257, max_seq_len=64)
+OWN_MOE = dict(TINY_MODEL, vocab_size=257, max_seq_len=64)
 
 
 class StubPhase(StageConfig):
@@ -38,7 +39,7 @@ class StubPhase(StageConfig):
 @versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhase, partitions_def=demo_phases)
 def stub_phase(ctx: StageContext, config: StubPhase):
     """A phase artifact without training: an untrained checkpoint at step 7 and a real phase's counts."""
-    save_untrained(Path(ctx.out_dir), EXPORTABLE if config.exportable else DEMO_LIKE, {"phase": ctx.partition, "tokens": 896})
+    save_untrained(Path(ctx.out_dir), EXPORTABLE if config.exportable else OWN_MOE, {"phase": ctx.partition, "tokens": 896})
     return {
         "phase": ctx.partition,
         "tokens_trained": 896,

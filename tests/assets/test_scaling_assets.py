@@ -143,7 +143,7 @@ def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_run
     family = target.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
     model = family.build_config(*family.shape(main.d_model))
     for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_routed_experts", "n_shared_experts", "top_k",
-                 "expert_d_ff"):
+                 "expert_d_ff", "router_gating", "balancing"):
         assert getattr(model, name) == getattr(main, name), name
     # The ladder's members only split their width into smaller heads (4, not 16): at the main run's
     # width, the same matrices (the q/k norm gains are per head size: 2 x 12 per layer fewer) and FLOPs.
@@ -152,6 +152,18 @@ def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_run
     assert count_params(member)[1] == count_params(model)[1] - 2 * main.n_layers * (16 - 4)
     assert flops_per_token(member, 64) == pytest.approx(flops_per_token(model, 64), rel=1e-3)
     assert member.n_heads == 4 * model.n_heads and MOE_LADDER.family.moe == target.family.moe
+    assert (member.router_gating, member.balancing) == (main.router_gating, main.balancing)  # the rungs route alike
+
+
+def test_a_moe_family_recorded_before_its_router_fields_reads_as_it_trained():
+    """Frozen predictions record their family (ladder_predict.frozen_candidate reads it back): one from before
+    MoeShape named its router trained ModelConfig's (sigmoid gating, quantile balancing) and replans so."""
+    from marin_assets.scaling.planner import FamilyShape, MoeShape
+
+    old = MoeShape(**{"routed_experts": 4, "shared_experts": 1, "top_k": 2, "expert_ff_mult": 1.0})
+    family = FamilyShape(head_dim=4, moe=old).family((16,), vocab_size=VOCAB, seq_len=64)
+    model = family.build_config(*family.shape(16))
+    assert (model.n_shared_experts, model.router_gating, model.balancing) == (1, "sigmoid", "quantile_exact")
 
 
 def test_ladder_rejects_bad_shapes():

@@ -58,3 +58,20 @@ def test_a_sample_that_could_not_be_made_is_said_not_hidden():
     text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
                    "event_log": "e", "sample": {"error": "checkpoint X records no tokenizer"}})
     assert "  sample of train/demo: none (checkpoint X records no tokenizer)" in text.splitlines()
+
+
+def test_the_summary_names_the_exported_folder():
+    export = {"phase": "starling", "step": 81, "parameters": 120_384, "layout": "qwen3_moe", "path": "/a/export/demo/v/data"}
+    text = render({"datakit": DATAKIT, "success": True, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "export": export})
+    (line,) = [line for line in text.splitlines() if line.strip().startswith("export")]
+    assert line.strip() == ("export of train/demo starling (step 81, 120,384 parameters): Hugging Face qwen3_moe folder "
+                            "/a/export/demo/v/data")
+
+
+def test_an_export_that_failed_is_said_and_fails_the_demo():
+    export = {"phase": "starling", "error": "export/demo starling: not exported: ModelConfig.n_shared_experts=1 ..."}
+    text = render({"datakit": DATAKIT, "success": False, "seconds": 200.0, "artifacts": "a", "dagster_home": "d",
+                   "event_log": "e", "export": export})
+    assert text.splitlines()[1].startswith("demo: FAILED")
+    assert f"  export of train/demo starling: FAILED ({export['error']})" in text.splitlines()

@@ -111,8 +111,9 @@ def test_config_validation():
         ParametricFitConfig(grid={"a": (0.0,)})
 
 
-# A measured MoE ladder (benchmarks/ladder.py, recipe v2, 3 budgets x 3 widths x 2 seeds): (params, tokens, validation
-# loss). Three sizes at three token counts each do not identify L(N, D): the fit's alpha runs off to ~360.
+# A measured MoE ladder (benchmarks/ladder.py, recipe v2, 3 budgets x 3 widths x 2 seeds; the earlier family of
+# the main run: a shared expert, sigmoid gating): (params, tokens, validation loss). Three sizes at three token
+# counts each do not identify L(N, D): the fit's alpha runs off to ~360.
 MOE_LADDER_RUNS = [
     (12184, 277504, 2.59562), (12184, 277504, 2.60025), (32040, 100352, 2.730931), (32040, 100352, 2.728418),
     (5136, 685568, 2.558714), (5136, 685568, 2.681958), (12184, 66560, 2.763663), (12184, 66560, 2.744465),
