@@ -15,7 +15,8 @@ from assets.experiments import experiment_assets
 from assets.export import export_assets
 from assets.scaling import SCALING_GROUP, scaling_assets, scaling_checks
 from assets.scaling_ladders import MOE_LADDER
-from assets.training import DEMO_PLAN, TrainBaseConfig, eval_phase, train_phase, training_assets
+from assets.train_base import TrainBaseConfig
+from assets.training import DEMO_PLAN, eval_phase, train_phase, training_assets
 from jobs import PHASE_RETRY_TAGS, all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
 from sensors import LadderWatch, all_schedules, automation, ladder_band_check, phase_controller_sensor, user_shards_sensor

@@ -4,7 +4,7 @@ It reads the phase's final checkpoint (through the phase artifact, whose newest 
 checkpoints/demo for it, so its lineage reaches the checkpoint and, through train/demo, the data. The model card
 names the datasets (their versions and the tokens taken from each), the tokens trained and the checkpoint. Not
 automated: an export is a release step, asked for in the UI or a job; `make demo` asks for it once, for the main
-run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/training.py ModelShapeConfig), so
+run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/train_base.py ModelShapeConfig), so
 it maps exactly onto the qwen3_moe layout. A model with no exact HF layout (e.g. our own MoE: sigmoid routing, a
 shared expert, a quantile balancing bias) fails the step with export_hf's one-line reason.
 """

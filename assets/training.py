@@ -19,6 +19,7 @@ from assets.checkpoints import checkpoint_metadata, checkpoints_spec, final_chec
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import NewestMainPhase, demo_phases
 from assets.run_plan import CHECKPOINTS_KEY, DEMO_PLAN, RUN, TRAIN_KEY
+from assets.train_base import TrainBaseConfig
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
@@ -69,58 +70,6 @@ class PhaseSpecConfig(dg.Config):
                 raise ValueError(f"phase {self.name} names no mixture and none was given (the mixture asset's)")
             values["mixture"] = data_mixture.weights_at(0)
         return PhaseSpec(**values)
-
-
-# A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64).
-# Qwen3-MoE-shaped (QK-norm, no shared expert, softmax router, no balancing bias) so that the demo's main run
-# exports exactly to Hugging Face's qwen3_moe layout (export/demo; marin_assets/hf/layouts.py check_exportable).
-# Our own MoE (a shared expert, sigmoid gating, quantile balancing: ModelConfig's defaults) has no exact HF
-# counterpart; it stays in the library and in examples/marin_535b_a23b.yaml.
-class ModelShapeConfig(dg.Config):
-    vocab_size: int = 0  # 0: the tokenizer's, from the mixture's datasets
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    d_ff: int = 128
-    n_routed_experts: int = 4
-    n_shared_experts: int = 0
-    top_k: int = 2
-    expert_d_ff: int = 64
-    max_seq_len: int = 64
-    router_gating: str = "softmax"  # ModelConfig checks the value
-    balancing: str = "none"  # a quantile bias changes which experts are chosen: no HF router has one
-    # No balance loss either (ModelConfig.sequence_balance_loss 0). Measured in `make demo` (fraction of routed
-    # assignments dropped on the 2-process expert axis, mean over the phase; eval micro bits-per-byte):
-    #   kestrel            0: 0.34 drops, 4.904 bpb   1e-3: 0.31, 4.904   1e-2: 0.23, 5.132
-    #   jellyfish          0: 0.26, 4.758             1e-3: 0.29, 4.775   1e-2: 0.15, 4.850
-    # 1e-3 changed nothing; 1e-2 cut drops by a third and cost bits-per-byte. (The earlier shared-expert, sigmoid,
-    # quantile-balanced model: 0.18 and 0.04 drops, 4.930 and 4.797 bpb.) Inference, and so the export, is dropless.
-
-
-class OptimizerBaseConfig(dg.Config):
-    name: str = "adamw"
-    weight_decay: float = 0.1
-
-
-class ScheduleBaseConfig(dg.Config):
-    kind: str = "wsd"
-    peak_lr: float = 0.003
-    warmup_steps: int = 8
-    decay_steps: int = 8
-
-
-class TrainBaseConfig(dg.Config):
-    """The TrainConfig (marin_assets/train/config.py) every phase starts from."""
-
-    model: ModelShapeConfig = ModelShapeConfig()
-    optimizer: OptimizerBaseConfig = OptimizerBaseConfig()
-    schedule: ScheduleBaseConfig = ScheduleBaseConfig()
-    seq_len: int = 64
-    batch_size: int = 8
-    num_steps: int = 48
-    checkpoint_every_steps: int = 16
-    checkpoint_every_seconds: float = 60.0
 
 
 def _as_json(value) -> str:

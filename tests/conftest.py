@@ -31,18 +31,6 @@ def _share_one_jax_compile_cache() -> None:
 _share_one_jax_compile_cache()
 
 
-def _compile_for_tests_not_for_speed() -> None:
-    """The suite's programs are tiny: compiling them costs far more than running them. LLVM at -O0
-    (XLA's CPU backend only; the HLO passes and therefore the numerics are unchanged, the matmuls are
-    library calls either way) compiles the mesh harness's 1x1 + 1x4 run in 44-50 s instead of 67-78 s
-    (measured on 2 loaded cores, the same final loss to the bit). Users' runs keep XLA's default."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "--xla_backend_optimization_level" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true".strip()
-
-
-_compile_for_tests_not_for_speed()
-
 
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}

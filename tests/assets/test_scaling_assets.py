@@ -132,7 +132,7 @@ def dataclass_settings(config):
 
 def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_runs_model():
     from assets.scaling_ladders import MAIN_RUN_TOKENS
-    from assets.training import ModelShapeConfig, TrainBaseConfig
+    from assets.train_base import ModelShapeConfig, TrainBaseConfig
     from marin_assets.model import count_params, flops_per_token
 
     main = ModelShapeConfig()

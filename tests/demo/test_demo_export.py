@@ -1,4 +1,4 @@
-"""The demo's release step: its main model (assets/training.py ModelShapeConfig) maps exactly onto Hugging Face's
+"""The demo's release step: its main model (assets/train_base.py ModelShapeConfig) maps exactly onto Hugging Face's
 qwen3_moe layout, and demo/export.py materialises export/demo for the main run's newest phase through Dagster: a
 folder whose config.json is Qwen3-MoE's and whose weights give our model's logits. The phases are stand-ins that
 save the demo's model (norms perturbed, tests/hf/support.py) with the counts a real phase reports."""
@@ -14,7 +14,7 @@ import numpy as np
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
 from assets.run_plan import TRAIN_KEY
-from assets.training import TrainBaseConfig
+from assets.train_base import TrainBaseConfig
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
