@@ -65,14 +65,45 @@ def _artifacts_in_a_temporary_prefix(tmp_path_factory):
 
 
 FRESH_PROCESS_ENV = "MARIN_TEST_IN_FRESH_PROCESS"
+OUTCOMES_ENV = "MARIN_TEST_OUTCOMES"  # where a fresh interpreter writes {nodeid: [outcome, text]}
+_FRESH_OUTCOMES = pytest.StashKey[dict]()  # this session's outcomes from fresh interpreters, by nodeid
+
+
+def _forks_nodeids_of_file(item) -> list[str]:
+    """``item`` and the ``forks`` tests after it in its file, as selected in this session (all on this
+    worker: make test hands out whole files)."""
+    path = item.nodeid.split("::")[0]
+    rest = item.session.items[item.session.items.index(item):]
+    return [i.nodeid for i in rest if i.nodeid.split("::")[0] == path and i.get_closest_marker("forks") is not None]
+
+
+def _run_in_a_fresh_interpreter(item) -> dict[str, list[str]]:
+    """Run the ``forks`` tests of ``item``'s file in one fresh interpreter (one Dagster and JAX
+    import for the file, not one per test); returns {nodeid: [outcome, text]}."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    nodeids = _forks_nodeids_of_file(item)
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes_file = os.path.join(tmp, "outcomes.json")
+        result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                                 *nodeids], cwd=item.config.rootpath, capture_output=True, text=True, timeout=1800,
+                                env={**os.environ, FRESH_PROCESS_ENV: "1", OUTCOMES_ENV: outcomes_file})
+        outcomes = json.loads(open(outcomes_file).read()) if os.path.exists(outcomes_file) else {}
+    # A test the fresh run never reported (it crashed first) fails with the run's output.
+    lost = ["failed", f"no outcome (exit {result.returncode}):\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"]
+    return {n: outcomes.get(n, lost) for n in nodeids}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A test marked ``forks`` needs range runs to really fork their workers. fan_out refuses
     to fork a process that has loaded tensorstore (the child would abort), which any earlier
-    test that tokenized in the same pytest worker does; such a test then runs again in a
-    fresh interpreter, and its outcome is this test's."""
+    test that tokenized in the same pytest worker does; then, at its file's first such test,
+    the file's ``forks`` tests run together in one fresh interpreter, and each one's outcome
+    there is its outcome here."""
     if pyfuncitem.get_closest_marker("forks") is None:
         return None
     from marin_assets.orchestration.fanout import fork_unsafe_state
@@ -81,16 +112,37 @@ def pytest_pyfunc_call(pyfuncitem):
     if unsafe is None:
         return None
     if os.environ.get(FRESH_PROCESS_ENV) == "1":
-        pytest.fail(f"a fresh interpreter already has {unsafe}: an import at collection time loads it")
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", pyfuncitem.nodeid],
-                            cwd=pyfuncitem.config.rootpath, env={**os.environ, FRESH_PROCESS_ENV: "1"},
-                            capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        pytest.fail(f"in a fresh interpreter (this one has {unsafe}):\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
+        pytest.fail(f"a fresh interpreter already has {unsafe}: an import at collection time, or an earlier "
+                    "test of this file, loads it")
+    outcomes = pyfuncitem.config.stash.setdefault(_FRESH_OUTCOMES, {})
+    if pyfuncitem.nodeid not in outcomes:
+        outcomes.update(_run_in_a_fresh_interpreter(pyfuncitem))
+    outcome, text = outcomes[pyfuncitem.nodeid]
+    if outcome == "skipped":
+        pytest.skip(text)
+    if outcome != "passed":
+        pytest.fail(f"in a fresh interpreter (this one has {unsafe}):\n{text}")
     return True
+
+
+def pytest_runtest_logreport(report):
+    """In a fresh interpreter started for ``forks`` tests: each test's outcome, for the parent
+    (a failure in any phase wins; a pass is the call's)."""
+    path = os.environ.get(OUTCOMES_ENV)
+    if not path or os.environ.get(FRESH_PROCESS_ENV) != "1":
+        return
+    import json
+
+    outcomes = json.loads(open(path).read()) if os.path.exists(path) else {}
+    if report.failed:
+        outcomes[report.nodeid] = ["failed", f"{report.when}: {report.longreprtext[-6000:]}"]
+    elif report.skipped:
+        outcomes.setdefault(report.nodeid, ["skipped", str(report.longrepr[2]) if isinstance(report.longrepr, tuple)
+                                            else report.longreprtext])
+    elif report.when == "call":
+        outcomes.setdefault(report.nodeid, ["passed", ""])
+    with open(path, "w") as f:
+        json.dump(outcomes, f)
 
 
 # The longest file first: its fixture trains the mesh runs that test_fsdp.py reads too (tests/train/conftest.py
