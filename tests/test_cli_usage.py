@@ -36,3 +36,22 @@ def test_a_subcommand_still_gets_its_own_handler(capsys, tmp_path):
     # The group's default must not shadow its subcommands' handlers.
     assert main(["telemetry", "query", "--root", str(tmp_path / "empty")]) == 1  # no rows matched
     assert "no rows matched" in capsys.readouterr().err
+
+
+def test_a_named_command_loads_only_its_own_module():
+    """`marin <command> ...` imports that command's module alone (build_parser): it must register
+    exactly the command of its name, or the lazy parser would miss or mislabel it."""
+    every = set(subcommands(build_parser([])))
+    assert every >= {"datakit", "train", "generate", "export", "demo"}
+    for name in every:
+        assert set(subcommands(build_parser([name, "--help"]))) == {name}
+    assert set(subcommands(build_parser(["no-such-command"]))) == every  # argparse lists every choice
+    assert set(subcommands(build_parser(["--help"]))) == every
+
+
+def test_an_unknown_command_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-command"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'no-such-command'" in err and "'datakit'" in err and "'train'" in err

@@ -20,15 +20,18 @@ import sys
 RUNS_WITHOUT_SUBCOMMAND = frozenset({"train"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: with a command named first, only that command's module is
+    imported (each pulls in its own stack, Dagster or JAX: `marin generate` need not load
+    DataKit); otherwise (``--help``, no command, an unknown one) every command's."""
     parser = argparse.ArgumentParser(
         prog="marin",
         description="Reproducible LM training as a content-versioned Dagster asset graph.",
     )
     parser.set_defaults(handler=_usage_error(parser, "a command is required"))
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+    for name in _command_modules(argv):
+        module = importlib.import_module(f"{__name__}.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
@@ -38,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
             wanted = ", ".join(subcommands(group))
             group.set_defaults(handler=_usage_error(group, f"a subcommand is required (one of: {wanted})"))
     return parser
+
+
+def _command_modules(argv: list[str] | None) -> list[str]:
+    """The modules to register for ``argv``: the named command's alone, when there is one (each
+    module registers the command of its own name), else all of them."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    first = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    return [first] if first in names else names
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -62,7 +73,7 @@ def _usage_error(parser: argparse.ArgumentParser, message: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     return int(args.handler(args) or 0)
 
 
