@@ -2,7 +2,11 @@
 
 It reads the phase's final checkpoint (through the phase artifact, whose newest checkpoint it is) and depends on
 checkpoints/demo for it, so its lineage reaches the checkpoint and, through train/demo, the data. The model card
-names the datasets (their versions and the tokens taken from each), the tokens trained and the checkpoint. Not
+names the datasets (their versions and the tokens taken from each), the tokens trained, the checkpoint, the phase's
+eval results (eval/demo of the same phase, an input: an export states how its model scored) and, when a ladder's
+observed target scored exactly this phase artifact, the frozen prediction and its outcome. That last part is read
+from the store when the export runs, not an input (it would make every export wait for the ladder), so it does not
+enter the export's version: export after scoring, as `make demo` does. Not
 automated: an export is a release step, asked for in the UI or a job; `make demo` asks for it once, for the main
 run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/train_base.py ModelShapeConfig), so
 it maps exactly onto the qwen3_moe layout. A model with no exact HF layout (e.g. our own MoE: sigmoid routing, a
@@ -17,10 +21,12 @@ from assets.checkpoints import final_checkpoint_dep
 from assets.datakit.datasets import MIXTURE_KEY, read_mixture
 from assets.partitions import demo_phases
 from assets.run_plan import RUN, TRAIN_KEY
-from assets.training import TRAIN_CODE_VERSION
+from assets.scaling_ladders import MOE_LADDER
+from assets.training import EVAL_KEY, TRAIN_CODE_VERSION
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
-from marin_assets.store import ArtifactRef
+from marin_assets.store import ArtifactRef, ArtifactStore
+from marin_assets.store.artifact_files import read_json
 
 EXPORT_KEY = f"export/{RUN}"
 
@@ -32,10 +38,12 @@ class ExportConfig(StageConfig):
     )
 
 
-def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef) -> dict:
-    """The card's lineage (marin_assets/hf/card.py's schema) from the phase's counts and the mixture's datasets."""
+def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef, evals: ArtifactRef, store: ArtifactStore) -> dict:
+    """The card's lineage (marin_assets/hf/card.py's schema): the phase's counts, the mixture's datasets, the
+    phase's eval results and the frozen prediction that scored this phase, if one did."""
     _, datasets = read_mixture(mixture)
     consumed = phase.counts.get("tokens_consumed") or {}
+    prediction = scored_prediction(store, phase)
     return {
         "run": RUN,
         "phase": str(phase.counts.get("phase", phase.partition)),
@@ -46,23 +54,60 @@ def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef) -> dict:
             if name in datasets
         ],
         **({"tokens": int(phase.counts["tokens_trained"])} if "tokens_trained" in phase.counts else {}),
+        "evals": eval_results(evals),
+        **({"prediction": prediction} if prediction else {}),
     }
+
+
+def eval_results(evals: ArtifactRef) -> dict[str, float]:
+    """eval/<run>'s scores (bits-per-byte per domain, micro and macro, task accuracies), without its document counts."""
+    return {
+        k: float(v)
+        for k, v in evals.counts.items()
+        if not k.startswith("docs/") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def scored_prediction(store: ArtifactStore, phase: ArtifactRef) -> dict | None:
+    """The frozen prediction and its outcome from the newest score of a ladder target observing this run, when that
+    score read exactly ``phase`` (its run.json names the phase artifact's version); None otherwise."""
+    for target in MOE_LADDER.targets:
+        if target.observed != TRAIN_KEY:
+            continue
+        prefix = f"scaling/{MOE_LADDER.name}/{target.name}"
+        scored, frozen = store.read_pointer(f"{prefix}/target", None), store.read_pointer(f"{prefix}/prediction", None)
+        if scored is None or frozen is None or frozen.counts.get("frozen_hash") != scored.counts.get("frozen_hash"):
+            continue
+        if read_json(scored, "run.json").get("version") != phase.version:
+            continue
+        interval = read_json(frozen, "prediction.json").get("interval") or {}
+        bounds = [interval.get("low"), interval.get("high")]  # null when the fit had too few seeds for one
+        return {
+            "metric": "validation loss (mean over the ladder's held-out domains)",
+            "predicted": float(frozen.counts["loss"]),
+            "outcome": float(scored.counts["validation_loss"]),
+            "lock": f"{scored.counts['experiment']} (hash {scored.counts['frozen_hash'][:16]})",
+            **({"interval": bounds} if None not in bounds else {}),
+        }
+    return None
 
 
 @versioned_asset(
     key=EXPORT_KEY,
-    code_version="1",
+    code_version="2",  # 2: the card carries the eval results and the scored prediction
     config_cls=ExportConfig,
-    ins={"phase": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
+    ins={"phase": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY, "evals": EVAL_KEY},
     deps=[final_checkpoint_dep()],
     partitions_def=demo_phases,
     group_name="models",
 )
-def export_phase(ctx: StageContext, config: ExportConfig, phase: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
+def export_phase(
+    ctx: StageContext, config: ExportConfig, phase: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef, evals: ArtifactRef
+):
     """The phase's final checkpoint as a Hugging Face model folder (config.json, safetensors, tokenizer, model card)."""
     from marin_assets.hf import export_hf
 
-    lineage = model_card_lineage(phase, mixture)
+    lineage = model_card_lineage(phase, mixture, evals, ctx.store)
     try:
         result = export_hf(
             phase.data_path, ctx.out_dir, config.layout, tokenizer=join(tok.data_path, "tokenizer.json"), lineage=lineage

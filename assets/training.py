@@ -116,7 +116,8 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
 
 
 # 6: the phase reports its checkpoints (checkpoints/demo) and keeps their versions in checkpoint_versions.json.
-TRAIN_CODE_VERSION = "6"
+# 7: tokens_consumed names every dataset the weights saw, an earlier phase's too (carried from the warm start).
+TRAIN_CODE_VERSION = "7"
 
 
 @versioned_asset(key=TRAIN_KEY, code_version=TRAIN_CODE_VERSION, config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
@@ -139,7 +140,7 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, mixture=data_mixture)
     used = {name for _, weights in data_mixture.stages for name, w in weights if w > 0}
     cache_dirs = {s: datasets[s]["index"] for s in sorted(used)}
-    warm = warm_dir = None
+    warm = warm_dir = warm_ref = None
     if spec.warm_start_from:
         warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
         if warm_ref is None:
@@ -166,12 +167,19 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         "phase_start_step": outcome.phase_start_step,
         "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
         "last_loss": outcome.last_loss, **_recent(ctx.out_dir, spec.name, outcome),
-        "tokens_consumed": {s: datasets[s]["train_tokens"] - outcome.tokens_left.get(s, datasets[s]["train_tokens"])
-                            for s in cache_dirs},
+        "tokens_consumed": _tokens_consumed(warm_ref, datasets, cache_dirs, outcome.tokens_left),
         "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
         "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key), "checkpoints_deleted": deleted,
     }
+
+
+def _tokens_consumed(warm_ref: ArtifactRef | None, datasets: dict, sources, tokens_left: dict[str, int]) -> dict[str, int]:
+    """Tokens the run has taken from each dataset up to this phase's end: this phase's sources from the data
+    position, and every dataset only an earlier phase trained on as its warm start reported it (a model card
+    lists every dataset the weights saw, not only the last phase's mix)."""
+    earlier = dict(warm_ref.counts.get("tokens_consumed") or {}) if warm_ref is not None else {}
+    return earlier | {s: datasets[s]["train_tokens"] - tokens_left.get(s, datasets[s]["train_tokens"]) for s in sources}
 
 
 def _move_contents(src: str, dst: str) -> None:

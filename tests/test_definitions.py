@@ -31,8 +31,8 @@ CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
     "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.8e78adb9", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "2+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "6+cfg.23bbe159",
-    "checkpoints/demo": None, "export/demo": "1+cfg.8f04be3e",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "7+cfg.23bbe159",
+    "checkpoints/demo": None, "export/demo": "2+cfg.8f04be3e",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).
     **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (

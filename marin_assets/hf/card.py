@@ -10,9 +10,9 @@
     tokens       int    tokens trained on in all (the checkpoint's own count is used when absent)
     evals        {name: number}: eval results of this checkpoint (bits-per-byte, task accuracy, ...)
     prediction   {"metric": str, "predicted": number, "interval": [lo, hi], "frozen_at": str,
-                  "outcome": number}: the frozen prediction for this run and what it measured
-                 ("interval", "frozen_at", "outcome" optional; a prediction without an outcome is
-                 rendered as pending)
+                  "lock": str, "outcome": number}: the frozen prediction for this run and what it
+                 measured ("interval", "frozen_at", "lock" (the record that froze it), "outcome"
+                 optional; a prediction without an outcome is rendered as pending)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 _LINEAGE = {"run": str, "phase": str, "code_version": str, "datasets": list, "tokens": int, "evals": dict, "prediction": dict}
 _DATASET = {"name": str, "version": str, "tokens": int}
-_PREDICTION = {"metric": str, "predicted": float, "interval": list, "frozen_at": str, "outcome": float}
+_PREDICTION = {"metric": str, "predicted": float, "interval": list, "frozen_at": str, "lock": str, "outcome": float}
 
 
 def _check_fields(value: Any, schema: Mapping[str, type], where: str, required: tuple[str, ...] = ()) -> None:
@@ -93,7 +93,7 @@ def render(
     lines += ["", "## Checkpoint", ""]
     lines += [f"- {k}: {v}" for k, v in checkpoint.items() if v is not None]
     for key in ("phase", "code_version"):
-        if lineage.get(key):
+        if lineage.get(key) and checkpoint.get(key) is None:  # the checkpoint's own field is listed already
             lines.append(f"- {key}: {lineage[key]}")
     lines += ["", "## Tokenizer", "", tokenizer, "", "## Data", ""]
     datasets = lineage.get("datasets") or []
@@ -120,6 +120,8 @@ def _prediction_lines(pred: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"- interval: [{lo:.6g}, {hi:.6g}]")
     if pred.get("frozen_at"):
         lines.append(f"- frozen at: {pred['frozen_at']}")
+    if pred.get("lock"):
+        lines.append(f"- frozen by: {pred['lock']}")
     if "outcome" not in pred:
         lines.append("- outcome: pending")
         return lines

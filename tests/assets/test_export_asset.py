@@ -1,6 +1,10 @@
-"""export/demo: a phase's final checkpoint written as a Hugging Face folder whose card names the data it trained on;
-a model with no exact HF layout fails the step with export_hf's one-line reason; never automated. The phase is a
-stand-in that saves an untrained checkpoint (tests/support/checkpoints.py) with the counts a real phase reports."""
+"""export/demo: a phase's final checkpoint written as a Hugging Face folder whose card names the data it trained on,
+its eval results and the frozen prediction that scored it; a model with no exact HF layout fails the step with
+export_hf's one-line reason; never automated. The phase is a stand-in that saves an untrained checkpoint
+(tests/support/checkpoints.py) with the counts a real phase reports; its eval and the ladder's scored target are
+stand-ins with a real one's counts and files."""
+
+import json
 
 from pathlib import Path
 
@@ -10,6 +14,8 @@ from assets.datakit.datasets import mixture_asset
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
 from assets.run_plan import TRAIN_KEY
+from assets.training import EVAL_KEY
+from marin_assets.store import ArtifactRef
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
@@ -56,11 +62,42 @@ def stub_tokenizer(ctx: StageContext):
     return {"vocab_size": 257}
 
 
-ASSETS = [*DATASETS, mixture, stub_tokenizer, stub_phase, export_phase]
+EVALS = {"bpb/sotu": 4.25, "bpb/shakespeare": 4.5, "macro_bpb": 4.375, "docs/sotu": 13}
 
 
-def _export(tmp_path, exportable: bool):
-    """(the export's result, the mixture's datasets' versions)"""
+@versioned_asset(key=EVAL_KEY, code_version="stub", ins={"phase": TRAIN_KEY}, partitions_def=demo_phases)
+def stub_eval(ctx: StageContext, phase: ArtifactRef):
+    return EVALS
+
+
+PREDICTION, SCORE = "scaling/moe/main/prediction", "scaling/moe/main/target"
+FROZEN = {"loss": 2.75, "frozen_hash": "f" * 64}
+
+
+@versioned_asset(key=PREDICTION, code_version="stub")
+def stub_prediction(ctx: StageContext):
+    Path(ctx.out_dir, "prediction.json").write_text(json.dumps({"loss": 2.75, "interval": {"low": 2.5, "high": 3.0}}))
+    return FROZEN
+
+
+SCORED = dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=dg.SpecificPartitionsPartitionMapping(["kestrel"]))
+
+
+@versioned_asset(key=SCORE, code_version="stub", ins={"run": SCORED})
+def stub_score(ctx: StageContext, run: dict):
+    """The main run's target as main_run_asset writes it: run.json names the phase artifact it scored."""
+    ((_, phase),) = run.items()
+    Path(ctx.out_dir, "run.json").write_text(json.dumps({"phase": phase.partition, "version": phase.version}))
+    return {"validation_loss": 2.875, "experiment": "scaling_moe_main_x", "frozen_hash": FROZEN["frozen_hash"],
+            "phase": phase.partition}
+
+
+ASSETS = [*DATASETS, mixture, stub_tokenizer, stub_phase, stub_eval, export_phase]
+
+
+def _export(tmp_path, exportable: bool, scored: bool = False):
+    """(the export's result, the mixture's datasets' versions); ``scored``: the main run's target scored the phase
+    before the export ran."""
     store = ArtifactStoreResource(prefix=str(tmp_path))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
@@ -79,6 +116,10 @@ def _export(tmp_path, exportable: bool):
         resources=resources,
         run_config={"ops": {stub_phase.op.name: {"config": {"exportable": exportable}}}},
     ).success
+    assert dg.materialize(ASSETS, selection=[stub_eval], partition_key="kestrel", instance=instance, resources=resources).success
+    if scored:
+        assert dg.materialize([*ASSETS, stub_prediction, stub_score], selection=[stub_prediction, stub_score],
+                              instance=instance, resources=resources).success
     result = dg.materialize(
         ASSETS, selection=[export_phase], partition_key="kestrel", instance=instance, resources=resources, raise_on_error=False
     )
@@ -98,6 +139,21 @@ def test_a_phase_final_checkpoint_is_exported_with_its_data_lineage_on_the_card(
     for name, version in versions.items():  # each dataset by its content version
         assert name in card and version[:12] in card
     assert "kestrel" in card and "896" in card
+    assert card.count("- phase: kestrel") == 1
+    evals = card.split("## Evaluation")[1].split("##")[0]
+    assert "- bpb/sotu: 4.25" in evals and "- macro_bpb: 4.375" in evals and "docs/" not in evals
+    assert "No prediction was frozen for this run." in card  # nothing scored this phase
+
+
+def test_the_card_states_the_frozen_prediction_and_its_outcome_when_the_run_was_scored(tmp_path):
+    result, _ = _export(tmp_path, exportable=True, scored=True)
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    card = Path(event.materialization.metadata["path"].value, "data", "README.md").read_text()
+    prediction = card.split("## Frozen prediction")[1]
+    assert "- predicted: 2.75" in prediction and "- interval: [2.5, 3]" in prediction
+    assert "- outcome: 2.875 (error +0.125)" in prediction and "- within the interval: yes" in prediction
+    assert "scaling_moe_main_x (hash ffffffffffffffff)" in prediction
 
 
 def test_a_model_without_an_exact_layout_fails_the_step_in_one_line(tmp_path):

@@ -69,20 +69,21 @@ def demo_phase(ctx: StageContext, config: StubPhase):
 
 
 def _trained(tmp_path, phases: tuple[str, ...], own_moe: bool = False):
-    """(defs, instance) with the stand-in datasets, mixture and tokenizer, and ``phases`` materialised in order."""
+    """(defs, instance) with the stand-in datasets, mixture and tokenizer, and ``phases`` materialised in order, each
+    with its eval."""
     store = ArtifactStoreResource(prefix=str(tmp_path))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
-    assets = [*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase]
+    assets = [*stubs.DATASETS, stubs.mixture, stubs.stub_tokenizer, demo_phase, stubs.stub_eval]
     defs = dg.Definitions(assets=[*assets, export_phase], resources=resources)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(str(demo_phases.name), list(phases))
     assert dg.materialize(
-        assets[:-1], instance=instance, resources=resources, run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})
+        assets[:-2], instance=instance, resources=resources, run_config=mixture_run_config({"sotu": 0.5, "shakespeare": 0.5})
     ).success
     for phase in phases:
         assert dg.materialize(
             assets,
-            selection=[demo_phase],
+            selection=[demo_phase, stubs.stub_eval],  # each phase is scored, as the phase controller asks
             partition_key=phase,
             instance=instance,
             resources=resources,

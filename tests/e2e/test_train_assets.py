@@ -16,9 +16,9 @@ from tests.orchestration.phase_job import MIXTURE_CONFIG, TOKENS_PER_STEP, byte_
 from tests.support.configs import PHASE_BASE
 
 
-def _phase(name, warm_from, budget_steps, cooldown=False):
+def _phase(name, warm_from, budget_steps, cooldown=False, mixture=None):
     return PhaseSpec(name=name, warm_start_from=warm_from, schedule="linear_decay" if cooldown else "wsd",
-                     mixture={"sotu": 0.5, "shakespeare": 0.5}, batch_size=4, hardware="cpu",
+                     mixture=mixture or {"sotu": 0.5, "shakespeare": 0.5}, batch_size=4, hardware="cpu",
                      token_budget=budget_steps * TOKENS_PER_STEP, peak_lr=3e-3, is_cooldown=cooldown)
 
 
@@ -59,12 +59,16 @@ def test_phases_train_warm_start_and_hit_the_cache(tmp_path):
     assert (data / "metrics.jsonl").exists() and (data / "loss_curve.png").exists() and list((data / "checkpoints").iterdir())
     assert not Path(first["path"].value, ".work").exists()  # scratch removed after commit
 
-    second = _run(assets, instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), first["version"].value)
+    # The cooldown trains on sotu alone: its tokens_consumed still names shakespeare, which the weights saw before.
+    cooldown = _phase("jellyfish", "kestrel", 4, cooldown=True, mixture={"sotu": 1.0})
+    second = _run(assets, instance, resources, cooldown, first["version"].value)
     assert second["count/final_step"].value == 12  # global step continues from the warm start
     assert second["count/tokens_trained"].value == 12 * TOKENS_PER_STEP
     assert second["count/phase_tokens"].value == 4 * TOKENS_PER_STEP
     consumed_before, consumed_after = first["count/tokens_consumed"].value, second["count/tokens_consumed"].value
     assert sum(consumed_after.values()) > sum(consumed_before.values())  # data position kept, not reset
+    assert consumed_after["shakespeare"] == consumed_before["shakespeare"] > 0  # carried from the warm start
+    assert consumed_after["sotu"] > consumed_before["sotu"]
     # Each phase reported its committed checkpoints as it trained; jellyfish warm-started from kestrel's final one.
     reported = instance.get_dynamic_partitions("demo_checkpoints")
     assert reported == ["kestrel.000000004", "kestrel.000000008", "jellyfish.000000012"]
