@@ -81,7 +81,7 @@ def scored_prediction(store: ArtifactStore, phase: ArtifactRef) -> dict | None:
         if read_json(scored, "run.json").get("version") != phase.version:
             continue
         interval = read_json(frozen, "prediction.json").get("interval") or {}
-        bounds = [interval.get("low"), interval.get("high")]  # null when the fit had too few seeds for one
+        bounds = [interval.get("low"), interval.get("high")]  # a prediction may carry no interval
         return {
             "metric": "validation loss (mean over the ladder's held-out domains)",
             "predicted": float(frozen.counts["loss"]),
