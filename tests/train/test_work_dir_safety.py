@@ -39,11 +39,22 @@ def _cli_args(caches, cfg_path: Path, out: Path, *extra: str) -> list[str]:
             "--config", str(cfg_path), "--out", str(out), *extra]
 
 
+@pytest.fixture(scope="module")
+def trained_once(caches, jax_cache, tmp_path_factory) -> Path:
+    """A 12-step run (checkpoints at 4, 8 and 12), trained once for the file: a run's folder holds no
+    absolute path, so a copy of it is the same run in another folder."""
+    from marin_assets.train.config import config_from_dict
+
+    out = tmp_path_factory.mktemp("trained_once") / "run"
+    train(config_from_dict(TINY_TRAIN), {"license": caches["license"], "docs": caches["docs"]}, out)
+    return out
+
+
 @pytest.fixture
-def trained(caches, tiny_config, tmp_path):
-    """A 12-step run (checkpoints at 4, 8 and 12) and its config file."""
+def trained(trained_once, tmp_path):
+    """This test's own copy of the 12-step run (tests break its checkpoints), and its config file."""
     out = tmp_path / "run"
-    train(tiny_config, {"license": caches["license"], "docs": caches["docs"]}, out)
+    shutil.copytree(trained_once, out)
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(TINY_TRAIN))
     return out, cfg
