@@ -6,8 +6,10 @@ its own."""
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 
 import numpy as np
+import pytest
 
 from marin_assets.train import compile_cache
 from marin_assets.train.loop import train
@@ -23,7 +25,25 @@ def _kept_keys() -> list:
     return list(compile_cache._JITTED)
 
 
-def test_a_second_seed_reuses_the_step_and_trains_as_a_fresh_process_would(caches, tiny_config, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def seed_zero_run(caches, jax_cache, tmp_path_factory) -> tuple[OrderedDict, object]:
+    """(the jitted functions a seed-0 run of the tiny config kept, starting from an empty cache; its out dir):
+    both tests start from this state, so the run is trained once. Each test reuses a copy, as a process would
+    after that run."""
+    from marin_assets.train.config import config_from_dict
+    from tests.support.configs import TINY_TRAIN
+
+    kept, out = compile_cache._JITTED, tmp_path_factory.mktemp("jit_reuse") / "first"
+    compile_cache._JITTED = type(kept)()
+    try:
+        train(config_from_dict(TINY_TRAIN), caches, out)  # seed 0, the config's own schedule and length
+        return OrderedDict(compile_cache._JITTED), out
+    finally:
+        compile_cache._JITTED = kept
+
+
+def test_a_second_seed_reuses_the_step_and_trains_as_a_fresh_process_would(caches, tiny_config, tmp_path, monkeypatch,
+                                                                          seed_zero_run):
     monkeypatch.setattr(compile_cache, "_JITTED", type(compile_cache._JITTED)())  # this test's own, empty
     other = dataclasses.replace(tiny_config, seed=7, num_steps=8,
                                 schedule=ScheduleConfig(kind="constant", peak_lr=0.001, warmup_steps=2, total_steps=8))
@@ -31,20 +51,20 @@ def test_a_second_seed_reuses_the_step_and_trains_as_a_fresh_process_would(cache
     alone_losses = _losses(tmp_path / "alone")
     assert sorted(k[0] for k in _kept_keys()) == ["init_state", "train_step"]  # the test caches hold no validation split
 
-    monkeypatch.setattr(compile_cache, "_JITTED", type(compile_cache._JITTED)())
-    train(tiny_config, caches, tmp_path / "first")  # seed 0, the config's own schedule and length
+    jitted, first = seed_zero_run
+    monkeypatch.setattr(compile_cache, "_JITTED", OrderedDict(jitted))  # as the seed-0 run left it
     first_keys = _kept_keys()
     after = train(other, caches, tmp_path / "after")  # reuses what the seed-0 run built
     assert _kept_keys() == first_keys  # nothing new was built
     assert _losses(tmp_path / "after") == alone_losses  # bit for bit
     assert after.final_step == alone.final_step == 8
-    assert np.isfinite(alone_losses).all() and alone_losses != _losses(tmp_path / "first")[:8]
+    assert np.isfinite(alone_losses).all() and alone_losses != _losses(first)[:8]
 
 
-def test_another_model_gets_its_own_step(caches, tiny_config, tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_cache, "_JITTED", type(compile_cache._JITTED)())
-    train(tiny_config, caches, tmp_path / "a")
+def test_another_model_gets_its_own_step(caches, tiny_config, tmp_path, monkeypatch, seed_zero_run):
+    monkeypatch.setattr(compile_cache, "_JITTED", OrderedDict(seed_zero_run[0]))  # as the seed-0 run left it
     before = _kept_keys()
+    assert sorted(k[0] for k in before) == ["init_state", "train_step"]
     wider = dataclasses.replace(tiny_config, model=dataclasses.replace(tiny_config.model, d_ff=2 * tiny_config.model.d_ff))
     train(wider, caches, tmp_path / "b")
     added = [k for k in _kept_keys() if k not in before]

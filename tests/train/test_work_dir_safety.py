@@ -8,6 +8,7 @@ import errno
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -38,11 +39,22 @@ def _cli_args(caches, cfg_path: Path, out: Path, *extra: str) -> list[str]:
             "--config", str(cfg_path), "--out", str(out), *extra]
 
 
+@pytest.fixture(scope="module")
+def trained_once(caches, jax_cache, tmp_path_factory) -> Path:
+    """A 12-step run (checkpoints at 4, 8 and 12), trained once for the file: a run's folder holds no
+    absolute path, so a copy of it is the same run in another folder."""
+    from marin_assets.train.config import config_from_dict
+
+    out = tmp_path_factory.mktemp("trained_once") / "run"
+    train(config_from_dict(TINY_TRAIN), {"license": caches["license"], "docs": caches["docs"]}, out)
+    return out
+
+
 @pytest.fixture
-def trained(caches, tiny_config, tmp_path):
-    """A 12-step run (checkpoints at 4, 8 and 12) and its config file."""
+def trained(trained_once, tmp_path):
+    """This test's own copy of the 12-step run (tests break its checkpoints), and its config file."""
     out = tmp_path / "run"
-    train(tiny_config, {"license": caches["license"], "docs": caches["docs"]}, out)
+    shutil.copytree(trained_once, out)
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(TINY_TRAIN))
     return out, cfg
@@ -100,25 +112,33 @@ def test_a_held_work_dir_refuses_a_second_trainer_before_it_writes(caches, tiny_
 
 
 @pytest.mark.slow
-def test_two_trainers_on_one_out_dir_the_second_is_refused_and_the_first_is_whole(caches, jax_cache, tmp_path):
-    data = dict(TINY_TRAIN, num_steps=300, checkpoint_every_steps=10)
+def test_two_trainers_on_one_out_dir_the_second_is_refused_and_the_first_is_whole(caches, jax_cache, tmp_path, capsys):
+    """The first trainer, a real process, is stopped (SIGSTOP) once it has logged a step, so it is
+    certainly mid-run, holding its out dir, while the second tries; it then finishes. (A timing margin of
+    300 steps did the same before, at ~20 s of training per run, and still raced on a loaded host.)"""
+    data = dict(TINY_TRAIN, num_steps=40, checkpoint_every_steps=10)
     cfg = tmp_path / "long.yaml"
     cfg.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
     out = tmp_path / "run"
-    argv = [MARIN, *_cli_args(caches, cfg, out)]
-    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while time.time() < deadline and first.poll() is None and not (out / "metrics.jsonl").exists():
-        time.sleep(0.05)
-    assert first.poll() is None, f"the first run ended before the second started: {first.stderr.read().decode()[-2000:]}"
-
-    second = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=240)
+    first = subprocess.Popen([MARIN, *_cli_args(caches, cfg, out)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and first.poll() is None and not (out / "metrics.jsonl").exists():
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        assert first.poll() is None, f"the first run ended before the second started: {first.stderr.read().decode()[-2000:]}"
+        # The second in this process: the lease is a flock, so it conflicts across processes all the same.
+        code = marin(_cli_args(caches, cfg, out, "--resume"))
+    finally:
+        first.send_signal(signal.SIGCONT)
+    err = capsys.readouterr().err
     first.wait(timeout=400)
 
-    assert second.returncode == 2 and "another run is writing" in second.stderr, second.stderr[-2000:]
+    assert code == 2 and "another run is writing" in err, err[-2000:]
     assert first.returncode == 0, first.stderr.read().decode()[-2000:]
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, 301))
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, 41))
     assert all(ckpt.is_valid(folder) for folder in ckpt.list_checkpoints(out / "checkpoints"))
 
 
