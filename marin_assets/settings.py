@@ -63,6 +63,7 @@ SETTINGS: dict[str, Setting] = _settings(
     Setting("MARIN_LOG_BUCKET", "required by dagster.cluster.yaml", "GCS bucket of the cluster instance's compute logs"),
     # Tests
     Setting("MARIN_TEST_IN_FRESH_PROCESS", "unset", "tests: set in the fresh interpreter of a test marked so", "internal"),
+    Setting("MARIN_TEST_OUTCOMES", "unset", "tests: where that fresh interpreter writes each test's outcome", "internal"),
 )
 
 
