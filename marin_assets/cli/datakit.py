@@ -67,7 +67,7 @@ def run_handler(args: argparse.Namespace) -> int:
     from marin_assets.datakit.shard_index import ShardingConfig
     from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
     from marin_assets.knobs import from_flags
-    from marin_assets.orchestration.fanout import local_workers
+    from marin_assets.local_workers import local_workers
     from marin_assets.store.fsutil import StoreUnusable, check_bucket
 
     configs = {"tokenizer": (TokenizerChoice, "--tokenizer"), "quality": (QualityScoreConfig, "--quality-threshold"),

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from marin_assets.datakit.arrow_strings import string_array
 from marin_assets.datakit.attribute_files import read_id_text
@@ -95,6 +93,11 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
     ``edges`` (k, 2) are verified pairs of node indices; ``rank`` is a permutation giving
     each node's place in the survivor order (lowest rank survives).
     """
+    # Here, not at the top: `marin datakit run` imports this module for its flags (FuzzyDedupConfig)
+    # and scipy.sparse costs ~0.4 s that only the fuzzy_removals step needs.
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix(
         (np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(num_nodes, num_nodes)
     )

@@ -20,34 +20,28 @@ $MARIN_LOCAL_WORKERS: how many processes (default: os.cpu_count()); 1 = in this 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from marin_assets.compat import xla_backends_started
-from marin_assets.orchestration.resources import _count
-from marin_assets.store.fsutil import adopt_inherited_filesystems
 
-WORKERS_ENV = "MARIN_LOCAL_WORKERS"
+# Re-exported: ranges.py, the experiments and the tests read the worker count from here.
+from marin_assets.local_workers import WORKERS_ENV as WORKERS_ENV
+from marin_assets.local_workers import local_workers as local_workers
+from marin_assets.store.fsutil import adopt_inherited_filesystems
 
 Log = Callable[[str], None]
 Task = Callable[[str, Log], Any]  # (partition key, log) -> a picklable result
 
 _WORK: dict[int, Task] = {}  # job id -> task; forked workers inherit it
 _next_job = iter(range(1 << 62))
-
-
-def local_workers(env: Mapping[str, str] | None = None) -> int:
-    """$MARIN_LOCAL_WORKERS, else the number of cores; ValueError naming the variable."""
-    env = os.environ if env is None else env
-    return _count(env, WORKERS_ENV, os.cpu_count() or 1)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

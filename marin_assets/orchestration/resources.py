@@ -7,12 +7,12 @@ never pickled frames, so shards can be terabytes and live on gs:// or s3://.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from functools import cached_property
 
 import dagster as dg
 
+from marin_assets.local_workers import env_count as _count
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactRef, ArtifactStore, LeaseConfig
 
@@ -120,18 +120,6 @@ TRAIN_PROCESSES_ENV = "MARIN_TRAIN_PROCESSES"  # processes: worker processes (de
 TRAIN_DEVICES_ENV = "MARIN_TRAIN_DEVICES_PER_PROCESS"  # processes: CPU devices per process (default: jax's)
 FLEET_FILE_ENV = "MARIN_FLEET_FILE"  # kubernetes: the fleet the run's tags are checked against
 TRAINING_BACKENDS = ("local", "processes", "kubernetes")
-_COUNT_RE = re.compile(r"[1-9][0-9]{0,3}")
-
-
-def _count(env: Mapping[str, str], name: str, default: int | None) -> int | None:
-    text = env.get(name)
-    if text is None or text == "":
-        return default
-    if not _COUNT_RE.fullmatch(text) or int(text) > 1024:
-        raise ValueError(f"{name}={text[:40]!r} is not an integer in [1, 1024]")
-    return int(text)
-
-
 def training_backend_from_env(env: Mapping[str, str] | None = None):
     """The ``training_backend`` resource chosen by $MARIN_TRAINING_BACKEND (read when the code
     location loads, i.e. in the run worker's own environment); ValueError naming the variable."""

@@ -1,5 +1,7 @@
 """`marin datakit run`: the DataKit graph over a user's files, through the CLI as a user runs it."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -116,19 +118,38 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "run.json", "store", "summary.json"]
 
 
+@pytest.fixture(scope="module")
+def four_docs(tmp_path_factory):
+    """Two runs over one small input into one prefix, P, that already holds a user's files, under
+    a relative --prefix: the runs three tests below read (each test's own run cost ~10 s).
+    {"tmp": the folder, "summary": the first run's summary}."""
+    from tests.support.text_corpus import prose
+
+    tmp = tmp_path_factory.mktemp("four_docs")
+    _write(tmp / "a.jsonl", [{"text": prose(i, 120)} for i in range(4)])
+    (tmp / "P" / "cache").mkdir(parents=True)
+    (tmp / "P" / "cache" / "important.txt").write_text("keep me")
+    (tmp / "P" / "notes.md").write_text("mine")
+    summaries, cwd = [], os.getcwd()
+    os.chdir(tmp)  # the relative paths below resolve here (a module fixture has no monkeypatch)
+    try:
+        for _ in range(2):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                code = main(["datakit", "run", "--input", "a.jsonl", "--prefix", "P", *BYTES, "--json"])
+            assert code == 0
+            summaries.append(json.loads(out.getvalue()))
+    finally:
+        os.chdir(cwd)
+    return {"tmp": tmp, "summary": summaries[0]}
+
+
 @pytest.mark.slow
-def test_files_a_user_keeps_under_the_prefix_are_left_alone(tmp_path, capsys, prose):
+def test_files_a_user_keeps_under_the_prefix_are_left_alone(four_docs):
     # A run writes only store/, cache/dataset.json, cache/tokenizer.json and summary.json: it
-    # deletes nothing, so a user's file next to them survives (a probe lost cache/important.txt).
-    _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(4)])
-    (tmp_path / "P" / "cache").mkdir(parents=True)
-    (tmp_path / "P" / "cache" / "important.txt").write_text("keep me")
-    (tmp_path / "P" / "notes.md").write_text("mine")
-    for _ in range(2):
-        code, _, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
-        assert code == 0
-    assert (tmp_path / "P" / "cache" / "important.txt").read_text() == "keep me"
-    assert (tmp_path / "P" / "notes.md").read_text() == "mine"
+    # deletes nothing, so a user's file next to them survives two runs (a probe lost cache/important.txt).
+    assert (four_docs["tmp"] / "P" / "cache" / "important.txt").read_text() == "keep me"
+    assert (four_docs["tmp"] / "P" / "notes.md").read_text() == "mine"
 
 
 def test_a_second_run_into_a_busy_prefix_is_refused_and_reports_nothing(tmp_path, capsys, prose):
@@ -150,10 +171,8 @@ def test_a_second_run_into_a_busy_prefix_is_refused_and_reports_nothing(tmp_path
     assert not (tmp_path / "P" / "cache").exists() and not (tmp_path / "P" / "summary.json").exists()
 
 
-def test_paths_inside_what_a_run_writes_are_refused(tmp_path, capsys, prose):
-    _write(tmp_path / "a.jsonl", [{"text": prose(i)} for i in range(4)])
-    code, _, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
-    assert code == 0
+def test_paths_inside_what_a_run_writes_are_refused(four_docs, capsys):
+    tmp_path = four_docs["tmp"]  # P holds a finished run
     before = (tmp_path / "P" / "cache" / "dataset.json").read_bytes()
     code, _, err = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"),
                          "--tokenizer", str(tmp_path / "P" / "cache" / "tokenizer.json")], capsys)
@@ -281,12 +300,9 @@ def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose)
     assert code == 0 and none["tokens"]["validation"] == 0 and none["tokens"]["train"] == sum(summary["tokens"].values())
 
 
-def test_summary_paths_are_absolute_under_a_relative_prefix(tmp_path, capsys, prose, monkeypatch):
-    # Each path in the summary feeds the next command from any directory.
-    monkeypatch.chdir(tmp_path)
-    _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(4)])
-    code, summary, _ = _run(["--input", "in.jsonl", "--prefix", "P", *BYTES], capsys)
-    assert code == 0
+def test_summary_paths_are_absolute_under_a_relative_prefix(four_docs):
+    # Each path in the summary feeds the next command from any directory (the runs: --prefix P).
+    summary, tmp_path = four_docs["summary"], four_docs["tmp"]
     assert summary["cache"] == str(tmp_path / "P" / "cache") and summary["store"] == str(tmp_path / "P" / "store")
 
 
