@@ -94,3 +94,25 @@ def test_jax_backend_and_distributed_client_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout
     assert out.split() == ["False", "True", "None"]
+
+
+def test_a_cpu_process_other_than_0_writes_its_own_compile_cache_entries(tmp_path):
+    """JAX writes persistent-cache entries from process 0 only; with
+    ``cache_writes_from_every_cpu_process`` a CPU process of another index writes its own (a CPU key
+    holds the process's devices, so process 0's never serve it: tests/train's 2-process runs)."""
+    code = ("import os, sys, jax, jax.numpy as jnp\n"
+            "from jax._src import distributed\n"
+            "from marin_assets.compat import cache_writes_from_every_cpu_process\n"
+            "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
+            "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)\n"
+            "distributed.global_state.process_id = 1\n"
+            "jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()\n"
+            "before = len(os.listdir(sys.argv[1]))\n"
+            "cache_writes_from_every_cpu_process(); cache_writes_from_every_cpu_process()\n"
+            "jax.jit(lambda x: x * 3 - 1)(jnp.ones(3)).block_until_ready()\n"
+            "print(before, len(os.listdir(sys.argv[1])))\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    out = subprocess.run([sys.executable, "-c", code, str(cache)], capture_output=True, text=True, check=True,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout
+    assert out.split() == ["0", "1"]

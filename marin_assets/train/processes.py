@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from marin_assets.compat import distributed_client, xla_backends_started
+from marin_assets.compat import cache_writes_from_every_cpu_process, distributed_client, xla_backends_started
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,11 @@ def force_host_devices(count: int) -> None:
 def init_distributed(env: Mapping[str, str] | None = None) -> Distributed:
     """Join the job described by ``env`` (default os.environ); call before any JAX computation.
 
-    CPU: gloo collectives and MARIN_DEVICES_PER_PROCESS host devices. A peer that dies
-    makes the others fail after MARIN_HEARTBEAT_TIMEOUT_S instead of hanging in a
-    collective (the coordination service stops every process).
+    CPU: gloo collectives, MARIN_DEVICES_PER_PROCESS host devices, and compile-cache entries
+    written by every process, not process 0 alone (``compat.cache_writes_from_every_cpu_process``:
+    a CPU process finds only its own). A peer that dies makes the others fail after
+    MARIN_HEARTBEAT_TIMEOUT_S instead of hanging in a collective (the coordination service
+    stops every process).
     """
     import jax
 
@@ -134,6 +136,7 @@ def init_distributed(env: Mapping[str, str] | None = None) -> Distributed:
     platforms = env.get("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", ""))
     if platforms in ("", "cpu") or per_process is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        cache_writes_from_every_cpu_process()
     jax.distributed.initialize(
         coordinator_address=setup.coordinator,
         num_processes=setup.num_processes,

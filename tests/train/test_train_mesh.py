@@ -24,9 +24,11 @@ from tests.train.test_mesh import PROC_TIMEOUT_S, finish
 from tests.train.test_mesh import launch_argv as launch
 
 # Enough steps that the kill lands mid-run: it comes as soon as the step-10 checkpoint is
-# committed, and the survivor cannot step past it without its peer (each step is a collective;
-# a 2-process step costs ~0.6 s on 2 CPU cores, so the run is kept short).
-WORKER_STEPS = 40
+# committed (the test polls every 50 ms, while 10 more steps take seconds), and the survivor
+# cannot step past it without its peer (each step is a collective; a 2-process step costs
+# ~0.3-0.6 s on 2 CPU cores, so the run is kept short). The resume then crosses a checkpoint
+# and trains 10 steps on to the final one, as the straight run does.
+WORKER_STEPS = 20
 
 
 def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
