@@ -2,11 +2,12 @@
 
 It reads the phase's final checkpoint (through the phase artifact, whose newest checkpoint it is) and depends on
 checkpoints/demo for it, so its lineage reaches the checkpoint and, through train/demo, the data. The model card
-names the datasets (their versions and the tokens taken from each), the tokens trained, the checkpoint, the phase's
-eval results (eval/demo of the same phase, an input: an export states how its model scored) and, when a ladder's
-observed target scored exactly this phase artifact, the frozen prediction and its outcome. That last part is read
-from the store when the export runs, not an input (it would make every export wait for the ladder), so it does not
-enter the export's version: export after scoring, as `make demo` does. Not
+names the datasets (their versions and the tokens taken from each), the tokens trained, the checkpoint and, read
+from the store when the export runs, the scores that were taken of exactly this phase artifact: eval/demo's results
+and, when a ladder's observed target scored it, the frozen prediction and its outcome. Those are not inputs (an
+input would make every export wait for the ladder; the eval as an input left the export node out of the UI's
+lineage graph, tests/e2e/test_ui.py), so they do not enter the export's version: export after scoring, as
+`make demo` does. Not
 automated: an export is a release step, asked for in the UI or a job; `make demo` asks for it once, for the main
 run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/train_base.py ModelShapeConfig), so
 it maps exactly onto the qwen3_moe layout. A model with no exact HF layout (e.g. our own MoE: sigmoid routing, a
@@ -27,6 +28,7 @@ from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.store import ArtifactRef, ArtifactStore
 from marin_assets.store.artifact_files import read_json
+from marin_assets.store.fsutil import read_json as read_json_file
 
 EXPORT_KEY = f"export/{RUN}"
 
@@ -38,7 +40,7 @@ class ExportConfig(StageConfig):
     )
 
 
-def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef, evals: ArtifactRef, store: ArtifactStore) -> dict:
+def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef, store: ArtifactStore) -> dict:
     """The card's lineage (marin_assets/hf/card.py's schema): the phase's counts, the mixture's datasets, the
     phase's eval results and the frozen prediction that scored this phase, if one did."""
     _, datasets = read_mixture(mixture)
@@ -54,13 +56,21 @@ def model_card_lineage(phase: ArtifactRef, mixture: ArtifactRef, evals: Artifact
             if name in datasets
         ],
         **({"tokens": int(phase.counts["tokens_trained"])} if "tokens_trained" in phase.counts else {}),
-        "evals": eval_results(evals),
+        "evals": eval_results(store, phase),
         **({"prediction": prediction} if prediction else {}),
     }
 
 
-def eval_results(evals: ArtifactRef) -> dict[str, float]:
-    """eval/<run>'s scores (bits-per-byte per domain, micro and macro, task accuracies), without its document counts."""
+def eval_results(store: ArtifactStore, phase: ArtifactRef) -> dict[str, float]:
+    """The newest eval/<run> scores of exactly this phase artifact (bits-per-byte per domain, micro and macro, task
+    accuracies; not its document counts), or {} when none was taken."""
+    evals = store.read_pointer(EVAL_KEY, phase.partition)
+    scored = read_json_file(store.fs, join(evals.path, "provenance.json")) if evals is not None else None
+    if (
+        not scored
+        or scored.get("version_payload", {}).get("upstream", {}).get(f"{TRAIN_KEY}[{phase.partition}]") != phase.version
+    ):
+        return {}
     return {
         k: float(v)
         for k, v in evals.counts.items()
@@ -96,18 +106,16 @@ def scored_prediction(store: ArtifactStore, phase: ArtifactRef) -> dict | None:
     key=EXPORT_KEY,
     code_version="2",  # 2: the card carries the eval results and the scored prediction
     config_cls=ExportConfig,
-    ins={"phase": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY, "evals": EVAL_KEY},
+    ins={"phase": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
     deps=[final_checkpoint_dep()],
     partitions_def=demo_phases,
     group_name="models",
 )
-def export_phase(
-    ctx: StageContext, config: ExportConfig, phase: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef, evals: ArtifactRef
-):
+def export_phase(ctx: StageContext, config: ExportConfig, phase: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """The phase's final checkpoint as a Hugging Face model folder (config.json, safetensors, tokenizer, model card)."""
     from marin_assets.hf import export_hf
 
-    lineage = model_card_lineage(phase, mixture, evals, ctx.store)
+    lineage = model_card_lineage(phase, mixture, ctx.store)
     try:
         result = export_hf(
             phase.data_path, ctx.out_dir, config.layout, tokenizer=join(tok.data_path, "tokenizer.json"), lineage=lineage
