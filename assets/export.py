@@ -65,11 +65,10 @@ def eval_results(store: ArtifactStore, phase: ArtifactRef) -> dict[str, float]:
     """The newest eval/<run> scores of exactly this phase artifact (bits-per-byte per domain, micro and macro, task
     accuracies; not its document counts), or {} when none was taken."""
     evals = store.read_pointer(EVAL_KEY, phase.partition)
-    scored = read_json_file(store.fs, join(evals.path, "provenance.json")) if evals is not None else None
-    if (
-        not scored
-        or scored.get("version_payload", {}).get("upstream", {}).get(f"{TRAIN_KEY}[{phase.partition}]") != phase.version
-    ):
+    if evals is None:
+        return {}
+    scored = read_json_file(store.fs, join(evals.path, "provenance.json")) or {}
+    if scored.get("version_payload", {}).get("upstream", {}).get(f"{TRAIN_KEY}[{phase.partition}]") != phase.version:
         return {}
     return {
         k: float(v)

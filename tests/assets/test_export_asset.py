@@ -95,9 +95,9 @@ def stub_score(ctx: StageContext, run: dict):
 ASSETS = [*DATASETS, mixture, stub_tokenizer, stub_phase, stub_eval, export_phase]
 
 
-def _export(tmp_path, exportable: bool, scored: bool = False):
-    """(the export's result, the mixture's datasets' versions); ``scored``: the main run's target scored the phase
-    before the export ran."""
+def _export(tmp_path, exportable: bool, scored: bool = False, evaluated: bool = True):
+    """(the export's result, the mixture's datasets' versions); ``evaluated``: the phase's eval ran before the
+    export; ``scored``: the main run's target scored the phase before it."""
     store = ArtifactStoreResource(prefix=str(tmp_path))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
@@ -116,7 +116,9 @@ def _export(tmp_path, exportable: bool, scored: bool = False):
         resources=resources,
         run_config={"ops": {stub_phase.op.name: {"config": {"exportable": exportable}}}},
     ).success
-    assert dg.materialize(ASSETS, selection=[stub_eval], partition_key="kestrel", instance=instance, resources=resources).success
+    if evaluated:
+        assert dg.materialize(ASSETS, selection=[stub_eval], partition_key="kestrel", instance=instance,
+                              resources=resources).success
     if scored:
         assert dg.materialize([*ASSETS, stub_prediction, stub_score], selection=[stub_prediction, stub_score],
                               instance=instance, resources=resources).success
@@ -168,3 +170,11 @@ def test_a_model_without_an_exact_layout_fails_the_step_in_one_line(tmp_path):
 def test_the_export_is_never_automated():
     assert export_phase.automation_conditions_by_key.get(export_phase.key) is None
     assert export_phase.group_names_by_key[export_phase.key] == "models"  # not the phase job's "training" group
+
+
+def test_a_phase_never_evaluated_is_exported_with_a_card_that_says_so(tmp_path):
+    result, _ = _export(tmp_path, exportable=True, evaluated=False)
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    card = Path(event.materialization.metadata["path"].value, "data", "README.md").read_text()
+    assert "No eval results were given to this export." in card and "bpb/" not in card
