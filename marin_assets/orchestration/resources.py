@@ -120,6 +120,8 @@ TRAIN_PROCESSES_ENV = "MARIN_TRAIN_PROCESSES"  # processes: worker processes (de
 TRAIN_DEVICES_ENV = "MARIN_TRAIN_DEVICES_PER_PROCESS"  # processes: CPU devices per process (default: jax's)
 FLEET_FILE_ENV = "MARIN_FLEET_FILE"  # kubernetes: the fleet the run's tags are checked against
 TRAINING_BACKENDS = ("local", "processes", "kubernetes")
+
+
 def training_backend_from_env(env: Mapping[str, str] | None = None):
     """The ``training_backend`` resource chosen by $MARIN_TRAINING_BACKEND (read when the code
     location loads, i.e. in the run worker's own environment); ValueError naming the variable."""
