@@ -45,7 +45,7 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from assets.scaling_ladders import DEMO_LADDER
     from assets.training import TRAIN_KEY
     from definitions import defs
-    from demo.datakit import run_datakit
+    from demo.datakit import run_datakit_in_child
     from demo.export import export_main_run
     from demo.phases import run_demo_phases
     from demo.sample import sample_main_run
@@ -55,12 +55,11 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
 
     say = lambda text: print(text, file=out, flush=True)
     session = uuid.uuid4().hex[:12]
+    say("DataKit: sources -> shards -> datasets -> mixture; one run per wave, shard partitions fanned out over "
+        "local processes")
+    datakit = run_datakit_in_child(defs, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
+    summary = {"datakit": datakit, "success": datakit["success"]}
     with dg.DagsterInstance.get() as instance:
-        say("DataKit: sources -> shards -> datasets -> mixture; one run per wave, shard partitions fanned out over "
-            "local processes")
-        datakit = run_datakit(defs, instance, tags={**DEMO_TAGS, "marin/demo_session": f"{session}-datakit"}, log=say)
-        summary = {"datakit": datakit, "success": datakit["success"]}
-
         def tootsie() -> None:
             say("the Tootsie run: the phase controller decides each phase of train/demo; the ladder watch judges each "
                 "phase against the ladder's runs")

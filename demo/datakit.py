@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 import dagster as dg
 
+from marin_assets.orchestration.fanout import run_forked
 from marin_assets.orchestration.waves import materialize_waves
 
 DATAKIT_GROUP = "datakit"
@@ -22,6 +23,17 @@ DATAKIT_GROUP = "datakit"
 def datakit_keys(defs: dg.Definitions) -> list[dg.AssetKey]:
     graph = defs.resolve_asset_graph()
     return sorted((k for k in graph.get_all_asset_keys() if graph.get(k).group_name == DATAKIT_GROUP), key=lambda k: k.to_user_string())
+
+
+def run_datakit_in_child(defs: dg.Definitions, *, tags: Mapping[str, str], log: Callable[[str], None] = print) -> dict:
+    """``run_datakit`` in a forked child with its own instance (from $DAGSTER_HOME): the datasets' steps
+    write Levanter caches with tensorstore, which a later fork of this process could not use, and
+    the scaling sweep forks its workers from here (run in this process, its runs went one at a time)."""
+    def datakit() -> dict:
+        with dg.DagsterInstance.get() as instance:
+            return run_datakit(defs, instance, tags=tags, log=log)
+
+    return run_forked(datakit, log)
 
 
 def run_datakit(defs: dg.Definitions, instance: dg.DagsterInstance, *, tags: Mapping[str, str],

@@ -70,6 +70,23 @@ def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
     return _Pool(task, min(workers, len(keys)), log, on_done).run(keys)
 
 
+def run_forked(work: Callable[[], Any], log: Log) -> Any:
+    """``work()`` in one forked worker, its (picklable) result returned here; RuntimeError naming
+    the failure (with the worker's traceback) if it raised or the worker died.
+
+    For work that would leave this process unsafe to fork (it loads tensorstore or starts a jax
+    backend) in a process that must fork workers afterwards: ``marin demo`` runs the DataKit so,
+    then fans the scaling sweep out. In this process when it is already unsafe to fork."""
+    if fork_unsafe_state():
+        return work()
+    results: dict[str, Any] = {}
+    # Not a daemon: the work may fan out workers of its own (the DataKit's shard steps do).
+    failures = _Pool(lambda _key, _log: work(), 1, log, results.__setitem__, daemon=False).run(["work"])
+    if failures:
+        raise RuntimeError(f"forked worker failed: {failures[0].message}\n{failures[0].detail}".rstrip())
+    return results["work"]
+
+
 def fork_unsafe_state() -> str | None:
     """Why forking this process is unsafe, or None: a started XLA backend (threads and locks
     a child must not call) or tensorstore, which aborts a forked child ("fork() use detected")."""
@@ -139,17 +156,18 @@ def _die_with_parent() -> None:
 
 
 class _Worker:
-    def __init__(self, job: int, context) -> None:
+    def __init__(self, job: int, context, daemon: bool) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(job, child), daemon=True)
+        self.process = context.Process(target=_worker_main, args=(job, child), daemon=daemon)
         self.process.start()
         child.close()
         self.key: str | None = None  # what it is computing now
 
 
 class _Pool:
-    def __init__(self, task: Task, size: int, log: Log, on_done) -> None:
-        self.task, self.size, self.log, self.on_done = task, size, log, on_done
+    def __init__(self, task: Task, size: int, log: Log, on_done, daemon: bool = True) -> None:
+        """``daemon``: multiprocessing ends the workers with this process; a daemon may not start its own."""
+        self.task, self.size, self.log, self.on_done, self.daemon = task, size, log, on_done, daemon
         self.failures: list[Failure] = []
 
     def run(self, keys: Sequence[str]) -> list[Failure]:
@@ -159,7 +177,7 @@ class _Pool:
         pending = deque(keys)
         workers: list[_Worker] = []
         try:
-            workers = [_Worker(job, context) for _ in range(self.size)]
+            workers = [_Worker(job, context, self.daemon) for _ in range(self.size)]
             self._refill(workers, pending, job, context)
             while pending or any(w.key is not None for w in workers):
                 busy = [w for w in workers if w.key is not None]
@@ -187,7 +205,7 @@ class _Pool:
                 _stop(worker)
                 if not pending:
                     continue
-                workers[i] = worker = _Worker(job, context)
+                workers[i] = worker = _Worker(job, context, self.daemon)
             if pending:
                 worker.key = pending.popleft()
                 if not _send(worker, worker.key):  # died just now: the key waits for the next refill

@@ -78,7 +78,7 @@ def test_eval_phase_scores_up_to_docs_per_source_held_out_documents_of_every_sou
     result = dg.materialize([*datasets, mixture, stub_tokenizer, stub_train, eval_phase], selection=[eval_phase],
                             partition_key="kestrel", instance=instance, resources=resources)
     meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
-    assert meta["count/docs/web"] == 256 and meta["count/docs/code"] == 20  # 256 by default; all 20 of the smaller one
+    assert meta["count/docs/web"] == 64 and meta["count/docs/code"] == 20  # 64 by default; all 20 of the smaller one
     for domain in ("web", "code"):
         assert 6.0 < meta[f"count/bpb/{domain}"] < 10.0  # an untrained byte model: near 8 bits per byte
     assert min(meta["count/bpb/web"], meta["count/bpb/code"]) <= meta["count/micro_bpb"] <= max(

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
-from marin_assets.orchestration.fanout import WORKERS_ENV, fan_out, local_workers
+from marin_assets.orchestration.fanout import WORKERS_ENV, fan_out, local_workers, run_forked
 from marin_assets.orchestration.waves import RANGE_END_TAG, RANGE_START_TAG
 from marin_assets.store import ArtifactRef
 
@@ -381,3 +381,32 @@ def test_fan_out_computes_in_process_when_forking_is_unsafe(monkeypatch):
     assert done == {"a": os.getpid(), "b": os.getpid()}
     assert logs == ["note: this process has tensorstore loaded (levanter's cache writer), whose threads do not survive "
                     "fork(); computing the 2 partition(s) in this process instead of on 2 workers"]
+
+
+def test_run_forked_returns_the_childs_result_and_the_child_may_fan_out_its_own_workers():
+    """The demo runs its DataKit so: tensorstore then loads in the child, and this process can still fork the sweep."""
+    def work() -> tuple[int, dict[str, int]]:
+        done: dict[str, int] = {}
+        assert fan_out(lambda key, log: os.getpid(), ["a", "b"], 2, lambda _: None, done.__setitem__) == []
+        sys.modules.setdefault("tensorstore_stand_in_loaded_by_the_child", sys)
+        return os.getpid(), done
+
+    child, grandchildren = run_forked(work, lambda _: None)
+    assert child != os.getpid()
+    assert set(grandchildren) == {"a", "b"} and not {child, os.getpid()} & set(grandchildren.values())
+    assert "tensorstore_stand_in_loaded_by_the_child" not in sys.modules
+
+
+def test_run_forked_names_what_failed_in_the_child():
+    def work() -> None:
+        raise ValueError("shard s3: bad record 7")
+
+    with pytest.raises(RuntimeError, match=r"forked worker failed: ValueError: shard s3: bad record 7"):
+        run_forked(work, lambda _: None)
+
+
+def test_run_forked_runs_here_when_forking_is_unsafe(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "tensorstore", types.ModuleType("tensorstore"))
+    assert run_forked(os.getpid, lambda _: None) == os.getpid()
