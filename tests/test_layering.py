@@ -10,6 +10,8 @@ to the sensor factory in definitions.py).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,29 @@ def test_only_the_orchestration_package_imports_dagster():
     outside = [p for p in _files(*LIBRARY) if "orchestration" not in p.relative_to(ROOT).parts]
     bad = {str(p.relative_to(ROOT)): v for p in outside if (v := dagster_imports(p.read_text()))}
     assert bad == {}, "only marin_assets/orchestration/ may import dagster"
+
+
+# A fresh interpreter imports every library module outside orchestration/, one at a time, and names the first
+# after which Dagster is loaded: the check above sees direct imports only, this one what they pull in.
+_IMPORT_EACH = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    if "dagster" in sys.modules:
+        sys.exit(f"importing {name} loaded dagster")
+"""
+
+
+def test_no_library_module_outside_orchestration_loads_dagster_even_indirectly():
+    names = []
+    for path in _files(*LIBRARY):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if "orchestration" not in parts:
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert "marin_assets.local_workers" in names and len(names) > 100
+    done = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *names], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 COMPATS = {ROOT / "marin_assets" / "compat.py", ROOT / "marin_assets" / "orchestration" / "compat.py"}

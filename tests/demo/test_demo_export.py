@@ -134,3 +134,18 @@ def test_a_model_the_export_refuses_comes_back_as_its_one_line_reason(tmp_path):
     export = export_main_run(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)
     assert export is not None and set(export) == {"phase", "error"} and export["phase"] == "kestrel"
     assert export["error"].startswith(f"{EXPORT_KEY} kestrel: not exported: ") and "n_shared_experts" in export["error"]
+
+
+def test_the_newest_main_phase_is_the_newest_materialised_not_a_planned_one_or_a_branch(tmp_path):
+    """A budget cut can leave a phase the plan added but the run never reached; the sample and the export take the
+    newest phase that was materialised."""
+    from demo.export import export_main_run
+    from demo.sample import newest_main_phase
+
+    defs, instance = _trained(tmp_path, ("kestrel", "jellyfish"))
+    train = dg.AssetKey.from_user_string(TRAIN_KEY)
+    instance.add_dynamic_partitions(str(demo_phases.name), ["starling"])  # planned, never trained
+    newest = newest_main_phase(instance, train, demo_phases)
+    assert newest is not None and newest[0] == "jellyfish" and Path(newest[1]).is_dir()
+    export = export_main_run(defs, instance, train, demo_phases)
+    assert export is not None and export["phase"] == "jellyfish"
