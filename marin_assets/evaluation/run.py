@@ -36,8 +36,8 @@ class EvalSettings:
     tasks: list[str] = knob([], help="eval tasks a phase's eval/<run> also scores (each task has its own eval/<run>/tasks "
                                      "partition; marin_assets.datakit.eval_sets.TASK_NAMES)")
     limit: int | None = knob(None, help="items per task: the first this many (none: every item, the task's full size)")
-    # eval/<run> scores every phase as it ends: at 256 x 4000 the demo's four domains were 487k bytes, ~3x what its
-    # longest phase trains on and ~12 s a phase on 2 CPUs; 64 x 2000 (148k bytes) took ~5 s (measured).
+    # eval/<run> scores every phase as it ends: at 256 x 4000 the demo's four domains were 487k bytes (20x the tokens
+    # its longest phase trains on) and ~12 s a phase on 2 CPUs; 64 x 2000 (148k bytes) took ~5 s (measured).
     docs_per_source: int = knob(64, help="held-out documents per source (domain) for bits-per-byte; all of them when fewer")
     chars_per_doc: int = knob(2000, help="bits-per-byte scores the first this many characters of each held-out document")
     batch_size: int = knob(16, versioned=False, help="rows of seq_len tokens per model call (shorter windows: more rows)")
