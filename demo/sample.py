@@ -14,19 +14,19 @@ NEW_TOKENS = 48  # byte tokens at most: a line or so of text (the demo model's c
 def newest_main_phase(
     instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: dg.DynamicPartitionsDefinition
 ) -> tuple[str, str] | None:
-    """(phase, artifact data folder) of the main run's newest *materialised* phase: the newest materialisation of a
-    partition of the ``phases`` set that is not a branch; None when there is none. A phase the plan added but the run
-    never reached (a budget cut can leave one) is not picked, nor is a branch materialised after the main run."""
+    """(phase, artifact data folder) of the main run's newest materialised phase: the last-added partition of the
+    ``phases`` set that is not a branch and was materialised; None when there is none. Plan order, not event order: a
+    phase the plan added but the run never reached (a budget cut can leave one) is passed over, and an older phase
+    materialised again later (a cache hit) does not become the newest."""
     main = [key for key in phases.get_partition_keys(dynamic_partitions_store=instance) if not is_branch_partition(key)]
-    if not main:
-        return None
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=train_key, asset_partitions=main), limit=1
-    ).records  # newest first
-    if not records or records[0].asset_materialization is None:
-        return None
-    path = records[0].asset_materialization.metadata.get("path")
-    return (str(records[0].partition_key), f"{path.value}/data") if path is not None else None
+    for phase in reversed(main):
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=train_key, asset_partitions=[phase]), limit=1
+        ).records
+        if records and records[0].asset_materialization is not None:
+            path = records[0].asset_materialization.metadata.get("path")
+            return (phase, f"{path.value}/data") if path is not None else None
+    return None
 
 
 def sample_main_run(
