@@ -103,7 +103,7 @@ def materialize_corpus(store: ArtifactStore, n_files: int, log: Callable[[str], 
     when the DataKit run fails.
     """
     from marin_assets.datakit.driver import run_driver
-    from marin_assets.orchestration.fanout import local_workers
+    from marin_assets.local_workers import local_workers
 
     data = corpus_jsonl(n_files)
     digest = hashlib.sha256(data).hexdigest()
