@@ -6,6 +6,7 @@ import dataclasses
 import math
 from typing import Literal
 
+from kernels.attention import IMPLS as _ATTENTION_IMPLS
 from kernels.expert_parallel import TRANSPORTS as _EP_TRANSPORTS
 from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
 from kernels.routing import GATINGS as _GATINGS
@@ -20,7 +21,7 @@ MAX_INT32 = 2**31 - 1
 _INT_RANGES = {
     "vocab_size": 1, "d_model": 1, "n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "head_dim": 1, "d_ff": 1,
     "n_routed_experts": 0, "n_shared_experts": 0, "top_k": 0, "expert_d_ff": 0, "latent_dim": 1,
-    "max_seq_len": 1, "histogram_bins": 1,
+    "max_seq_len": 1, "histogram_bins": 1, "sliding_window": 1, "global_attention_every": 1,
 }
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
@@ -60,6 +61,17 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rope_fraction: float = 1.0  # share of each head's dims that RoPE rotates (partial RoPE < 1)
     qk_norm: bool = True  # RMS-normalise q and k before the attention logits
+    # Attention kernel (kernels/attention.py), the same math either way: "auto" = cuDNN flash attention on
+    # an NVIDIA GPU (bf16), Pallas splash on TPU, on CPU the naive reference up to 1024 tokens and the
+    # blockwise (memory linear in S) path beyond; or one of "reference", "blockwise", "xla", "cudnn", "splash".
+    attention_impl: str = "auto"
+    # Sliding-window layers see only the last ``sliding_window`` positions; with ``global_attention_every``
+    # k, layers k-1, 2k-1, ... stay global (k=4: a window on three layers of four). None: every layer global.
+    sliding_window: int | None = None
+    global_attention_every: int | None = None
+    # RoPE positions restart at each document of a packed row (with document masking, a packed document
+    # then computes exactly what it would alone).
+    rope_per_document: bool = False
     balancing: Balancing = "quantile_exact"
     # Router scores that weight the chosen experts (kernels/routing.route_topk): "sigmoid" (ours), or
     # "softmax" over every expert, which is Mixtral's and Qwen3-MoE's router (what an HF export needs).
@@ -137,6 +149,10 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.rope_fraction <= 1.0:
             raise ValueError(f"ModelConfig.rope_fraction must be in [0, 1], got {self.rope_fraction}")
+        if self.attention_impl not in _ATTENTION_IMPLS:
+            raise ValueError(f"ModelConfig.attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}")
+        if self.global_attention_every is not None and self.sliding_window is None:
+            raise ValueError("ModelConfig.global_attention_every needs a sliding_window (otherwise every layer is global)")
         if self.ep_transport not in _EP_TRANSPORTS:
             raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
                              f"got {self.ep_transport!r}")
@@ -148,6 +164,13 @@ class ModelConfig:
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's attention window (None: global), in layer order."""
+        every = self.global_attention_every
+        return tuple(None if self.sliding_window is None or (every and (i + 1) % every == 0) else self.sliding_window
+                     for i in range(self.n_layers))
 
     @property
     def is_moe(self) -> bool:

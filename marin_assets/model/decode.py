@@ -49,7 +49,7 @@ import numpy as np
 
 from marin_assets.model.compute import DEFAULT_DTYPE, dtype_of, for_compute
 from marin_assets.model.config import ModelConfig
-from marin_assets.model.layers import attend, project_qkv, rms_norm, swiglu
+from marin_assets.model.layers import GLOBAL, attend, project_qkv, rms_norm, swiglu
 from marin_assets.model.moe import moe_mlp
 
 # How many times each jitted function was traced (a retrace = a compile): "prefill", "decode".
@@ -87,20 +87,24 @@ def _layers(
     # [B, 1, 1, S, T]: causal, and never a pad column (a pad query sees none: its output is unused)
     mask = ((keys[None, None, :] <= columns[None, :, None]) & (keys[None, None, :] >= pad[:, None, None]))[:, None, None]
 
+    # each layer's window (GLOBAL: none), in column distance: a row's columns and positions differ by its pad
+    windows = jnp.array([GLOBAL if w is None else w for w in config.layer_windows], jnp.int32)
+    distance = columns[:, None] - keys[None, :]  # [S, T]
+
     def layer(x, inputs):
-        p, bias, k_cache, v_cache = inputs
+        p, bias, k_cache, v_cache, window = inputs
         p = for_compute(p, dtype)
         q, k, v = project_qkv(p, rms_norm(x, p["attn_norm"], config.norm_eps), config, positions)
         k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
         v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
-        x = x + attend(p, q, k_all, v_all, mask, config)
+        x = x + attend(p, q, k_all, v_all, mask & (distance < window), config)
         h = rms_norm(x, p["mlp_norm"], config.norm_eps)
         y = moe_mlp(p, h, config, bias)[0] if config.is_moe else swiglu(h, p["w_gate"], p["w_up"], p["w_down"])
         return x + y, (k, v)
 
     x = params["embed"][tokens].astype(dtype)
     bias = router_bias if config.is_moe else jnp.zeros((config.n_layers, 0), jnp.float32)
-    x, (k_new, v_new) = jax.lax.scan(layer, x, (params["layers"], bias, cache["k"], cache["v"]))
+    x, (k_new, v_new) = jax.lax.scan(layer, x, (params["layers"], bias, cache["k"], cache["v"], windows))
     # Only this step's keys and values leave the scan; one write puts every layer's into the cache.
     cache = {
         name: jax.lax.dynamic_update_slice(cache[name], new.astype(cache[name].dtype), (0, 0, start, 0, 0))

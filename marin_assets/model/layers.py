@@ -1,12 +1,13 @@
 """Building blocks: RMSNorm, (partial) RoPE, grouped-query causal attention with optional
-QK-norm, SwiGLU."""
+QK-norm, document masking and sliding windows (the kernels in kernels/attention.py), SwiGLU."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from marin_assets.model.config import ModelConfig
+from kernels.attention import causal_attention, masked, resolve_impl
+from marin_assets.model.config import MAX_INT32, ModelConfig
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -61,25 +62,53 @@ def project_qkv(p: dict, x: jax.Array, config: ModelConfig, positions: jax.Array
 
 def attend(p: dict, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, config: ModelConfig) -> jax.Array:
     """Grouped-query attention of q [B, Q, H, hd] over k, v [B, K, KV, hd] where ``mask`` (True =
-    may attend; broadcast to [B, KV, H/KV, Q, K]) allows, through the output projection: [B, Q, D]."""
-    B, Q, H, hd = q.shape
-    KV = k.shape[2]
-    q = q.reshape(B, Q, KV, H // KV, hd)
-    # Logits and softmax in fp32 whatever the compute dtype: bf16 keeps ~3 significant digits, too few
-    # for exp() of logits in the tens; the einsum accumulates and returns fp32 from bf16 q and k.
-    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(hd)
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, Q, H * hd)
-    return out @ p["wo"]
+    may attend; broadcast to [B, KV, H/KV, Q, K]) allows, through the output projection: [B, Q, D].
+    The naive path, for any mask (model/decode.py attends a KV cache with it)."""
+    B, Q = q.shape[:2]
+    return masked(q, k, v, mask).reshape(B, Q, -1) @ p["wo"]
 
 
-def attention(p: dict, x: jax.Array, config: ModelConfig) -> jax.Array:
+def document_positions(segment_ids: jax.Array) -> jax.Array:
+    """[B, S] positions that restart at 0 where a row's segment id changes (each packed document's own)."""
+    pos = jnp.arange(segment_ids.shape[1])
+    starts = jnp.concatenate([jnp.ones_like(segment_ids[:, :1], bool), segment_ids[:, 1:] != segment_ids[:, :-1]], 1)
+    return pos - jax.lax.cummax(jnp.where(starts, pos, 0), axis=1)
+
+
+GLOBAL = MAX_INT32  # a layer's window in a scanned per-layer pattern: no window
+
+
+def scanned_windows(config: ModelConfig) -> jax.Array | int | None:
+    """The per-layer window to hand each scanned layer: None (every layer global) or one int (the same
+    window everywhere) stay static; a mixed pattern is an int32 [L] array, ``GLOBAL`` for global layers."""
+    windows = set(config.layer_windows)
+    if len(windows) == 1:
+        return windows.pop()
+    return jnp.array([GLOBAL if w is None else w for w in config.layer_windows], jnp.int32)
+
+
+def attention(
+    p: dict, x: jax.Array, config: ModelConfig, segment_ids: jax.Array | None = None, window: jax.Array | int | None = None
+) -> jax.Array:
     """Causal GQA self-attention, by default with RMS-normalised q and k (QK-norm) and RoPE
-    on the whole head. x: [B, S, D]."""
-    S = x.shape[1]
-    q, k, v = project_qkv(p, x, config, jnp.arange(S))
-    return attend(p, q, k, v, jnp.tril(jnp.ones((S, S), bool)), config)
+    on the whole head. x: [B, S, D]. segment_ids [B, S]: packed documents, none attends across
+    another (and with ``rope_per_document`` each counts its positions from 0). window: this layer's
+    (None: global; a traced int32 from a scanned pattern, ``GLOBAL`` meaning none)."""
+    B, S, _ = x.shape
+    positions = jnp.arange(S)
+    if config.rope_per_document and segment_ids is not None:
+        positions = document_positions(segment_ids)
+    q, k, v = project_qkv(p, x, config, positions)
+    impl = resolve_impl(config.attention_impl, S, q.dtype)
+
+    def run(w):
+        return causal_attention(q, k, v, segment_ids=segment_ids, window=w, impl=impl)
+
+    if window is None or isinstance(window, int) or impl in ("reference", "blockwise"):
+        out = run(window)  # those two read a traced window; GLOBAL masks nothing
+    else:  # the library kernels take a static window: the layer picks one of two compiled variants
+        out = jax.lax.cond(window == GLOBAL, lambda: run(None), lambda: run(config.sliding_window))
+    return out.reshape(B, S, -1) @ p["wo"]
 
 
 def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:

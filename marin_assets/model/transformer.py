@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from kernels.balancing import apply_shift, load_cv
 from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT, dtype_of, for_compute, rematerialised
 from marin_assets.model.config import ModelConfig
-from marin_assets.model.layers import attention, rms_norm, swiglu
+from marin_assets.model.layers import attention, rms_norm, scanned_windows, swiglu
 from marin_assets.model.moe import moe_mlp
 
 
@@ -53,8 +53,12 @@ def init_router_bias(config: ModelConfig) -> jax.Array:
 
 
 def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
-            ep=None, *, compute_dtype: str = DEFAULT_DTYPE, remat: str = DEFAULT_REMAT) -> tuple[jax.Array, dict]:
+            ep=None, *, compute_dtype: str = DEFAULT_DTYPE, remat: str = DEFAULT_REMAT,
+            segment_ids: jax.Array | None = None) -> tuple[jax.Array, dict]:
     """tokens: [B, S] int -> (logits [B, S, V] float32, aux).
+
+    segment_ids [B, S]: the document of each position of a packed row; attention never crosses
+    documents (None: one document per row). The layers' windows come from the config.
 
     compute_dtype: the dtype of the activations and matmuls (model/compute.py); the parameters
     keep theirs and are cast per use inside each layer. remat: what the backward keeps of each
@@ -75,10 +79,13 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     x = params["embed"][tokens].astype(dtype)  # gather first: only the rows used are cast
     E = config.n_routed_experts
 
+    windows = scanned_windows(config)
+    per_layer = isinstance(windows, jax.Array)
+
     def layer(x, inputs):
-        p, bias = inputs
+        p, bias, window = inputs if per_layer else (*inputs, windows)
         p = for_compute(p, dtype)
-        x = x + attention(p, rms_norm(x, p["attn_norm"], config.norm_eps), config)
+        x = x + attention(p, rms_norm(x, p["attn_norm"], config.norm_eps), config, segment_ids, window)
         h = rms_norm(x, p["mlp_norm"], config.norm_eps)
         if config.is_moe:
             y, stats = moe_mlp(p, h, config, bias, ep)
@@ -90,7 +97,8 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
         return x + y, stats
 
     bias = router_bias if E > 0 else jnp.zeros((config.n_layers, 0), jnp.float32)
-    x, stats = jax.lax.scan(rematerialised(layer, remat), x, (params["layers"], bias))
+    scanned = (params["layers"], bias, windows) if per_layer else (params["layers"], bias)
+    x, stats = jax.lax.scan(rematerialised(layer, remat), x, scanned)
     x = rms_norm(x, params["final_norm"], config.norm_eps)
     # Logits in fp32 (accumulated in fp32 from bf16 operands): the loss's logsumexp and z-loss read them.
     logits = jnp.matmul(x, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
@@ -103,16 +111,17 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
 
 def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
             loss_mask: jax.Array | None = None, ep=None, *, compute_dtype: str = DEFAULT_DTYPE,
-            remat: str = DEFAULT_REMAT) -> tuple[jax.Array, dict]:
+            remat: str = DEFAULT_REMAT, segment_ids: jax.Array | None = None) -> tuple[jax.Array, dict]:
     """Next-token cross-entropy + LM-logit z-loss + router z-loss + sequence-wise balance loss (when on),
     computed in fp32 from fp32 logits.
 
     Position s predicts token s+1; ``loss_mask`` [B, S] (1 = count) masks the *targets*.
-    ``compute_dtype`` and ``remat`` as in ``forward``.
+    ``compute_dtype``, ``remat`` and ``segment_ids`` (document masking) as in ``forward``.
     Returns (loss, aux) with aux = forward's aux plus ce_loss, lm_z_loss, router_z_loss,
     n_tokens. Use with ``jax.value_and_grad(loss_fn, has_aux=True)``.
     """
-    logits, aux = forward(params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat)
+    logits, aux = forward(params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat,
+                          segment_ids=segment_ids)
     logits, targets = logits[:, :-1], tokens[:, 1:]
     mask = jnp.ones(targets.shape, jnp.float32) if loss_mask is None else loss_mask[:, 1:].astype(jnp.float32)
     n = jnp.maximum(jnp.sum(mask), 1.0)

@@ -71,6 +71,8 @@ class TrainConfig:
     offload_optimizer: bool = knob(False, versioned=False, help="keep the optimizer state in pinned host memory between "
                                    "steps, copied to the device inside the step (train/offload.py; refused where the "
                                    "backend cannot compile it, e.g. XLA:CPU)")
+    document_masking: bool = knob(False, help="attention stays inside each packed document: segment ids from the "
+                                  "caches' EOS tokens (train/data.py); with model.rope_per_document positions restart too")
 
     def __post_init__(self) -> None:
         for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),

@@ -20,6 +20,11 @@ repeated. A window lies in one block (contiguous text) when seq_len divides the 
 longer window is several consecutive blocks of the stream (set ``block_tokens`` to the run's
 longest context up front to keep every window contiguous).
 
+Document masking (``eos_ids``, one EOS id per source): each row also carries segment ids, which start a
+new segment after every EOS (the cache writer ends each document with one) and at every block join of
+a window longer than a block (the blocks around a join are unrelated text); attention stays inside a
+segment. Such a loader hands out ``MaskedRows`` with its ``segment_ids``.
+
 Loss masks: a chat cache (``datakit/chat.py``) holds a ``loss_mask`` field aligned with its ids. A
 source whose caches have one is ``masked``; a loader with a masked source reads each row's mask at the
 same offsets as its tokens and hands out ``MaskedRows`` (rows of unmasked sources count every target).
@@ -92,10 +97,22 @@ class DataPosition:
 
 class MaskedRows(NamedTuple):
     """A batch whose loss counts only some targets: ``loss_mask`` [B, S] is 1 where token s is a target (the
-    model's ``loss_fn`` reads ``loss_mask[:, 1:]`` against ``tokens[:, 1:]``)."""
+    model's ``loss_fn`` reads ``loss_mask[:, 1:]`` against ``tokens[:, 1:]``). ``segment_ids`` [B, S] int32:
+    the packed document of each position, for document masking (None: off)."""
 
     tokens: np.ndarray
     loss_mask: np.ndarray
+    segment_ids: np.ndarray | None = None
+
+
+def segment_ids(tokens: np.ndarray, offsets: np.ndarray, block: int, eos_id: int) -> np.ndarray:
+    """[rows, S] int32 segment ids of windows read from stream ``offsets``: a new segment after each EOS
+    and at each shuffle-block join inside a window (the text on either side is not contiguous)."""
+    starts = np.zeros(tokens.shape, bool)
+    starts[:, 1:] = tokens[:, :-1] == eos_id
+    starts |= (np.asarray(offsets, np.int64)[:, None] + np.arange(tokens.shape[1])) % block == 0
+    starts[:, 0] = False
+    return np.cumsum(starts, axis=1, dtype=np.int32)
 
 
 def tokens_and_mask(batch):
@@ -112,9 +129,13 @@ class MixedLoader:
 
     def __init__(self, caches: Mapping[str, TokenStream | TokenCache | SourceData | str | os.PathLike], seq_len: int,
                  batch_size: int, mixture: Mixture | Mapping | None = None, seed: int = 0, vocab_size: int | None = None,
-                 block_tokens: int | None = None):
+                 block_tokens: int | None = None, eos_ids: Mapping[str, int] | None = None):
         if not caches:
             raise ValueError("MixedLoader: no caches given")
+        if eos_ids is not None and set(eos_ids) != set(caches):
+            raise ValueError(f"MixedLoader: document masking needs every source's EOS id; "
+                             f"missing for {sorted(set(caches) - set(eos_ids))}")
+        self.eos_ids = dict(eos_ids) if eos_ids is not None else None
         self.sources = {name: as_stream(value) for name, value in sorted(caches.items())}
         self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
         self.block_tokens = block_tokens
@@ -199,6 +220,7 @@ class MixedLoader:
         """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position.
         A loader with a masked source (``masked``) gives ``MaskedRows(tokens, loss_mask)`` instead of the
         tokens: the mask is 1 on every row of an unmasked source, the source's own mask on its rows.
+        With ``eos_ids`` (document masking) it always gives ``MaskedRows``, with their ``segment_ids``.
 
         rows: read only these rows of the global batch (a process's share, ``mesh.process_rows``):
         tokens is then [rows, S] and batch_ok speaks for those rows only; the position after
@@ -215,7 +237,9 @@ class MixedLoader:
         choice = rng.choice(len(names), size=self.batch_size, p=p / p.sum())
         seen = position.tokens(self.seq_len)
         out = np.empty((hi - lo, self.seq_len), np.int64)
-        mask = np.ones((hi - lo, self.seq_len), np.int32) if self.masked else None
+        mask = np.ones((hi - lo, self.seq_len), np.int32) if self.masked or self.eos_ids is not None else None
+        eos_ids = self.eos_ids
+        segments = np.zeros((hi - lo, self.seq_len), np.int32) if eos_ids is not None else None
         for i, name in enumerate(names):
             where = np.flatnonzero(choice == i)
             if where.size == 0:
@@ -227,6 +251,8 @@ class MixedLoader:
                 out[where[mine] - lo] = self._read_stream(name, block, offsets)
                 if mask is not None and self.sources[name].masked:
                     mask[where[mine] - lo] = self._read_stream(name, block, offsets, LOSS_MASK)
+                if segments is not None and eos_ids is not None:
+                    segments[where[mine] - lo] = segment_ids(out[where[mine] - lo], offsets, block, eos_ids[name])
             seen[name] = first + int(where.size) * self.seq_len
         ok = True
         if out.size and self.vocab_size is not None and (out.min() < 0 or out.max() >= self.vocab_size):
@@ -237,7 +263,7 @@ class MixedLoader:
         unit = math.gcd(position.unit_tokens or self.seq_len, self.seq_len)
         new = DataPosition(position.batches + 1, tuple(sorted((n, t // unit) for n, t in seen.items())), unit, block)
         tokens = out.astype(np.int32)
-        return (MaskedRows(tokens, mask) if mask is not None else tokens), ok, new
+        return (MaskedRows(tokens, mask, segments) if mask is not None else tokens), ok, new
 
     def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
                 ) -> Generator[tuple[np.ndarray, bool, DataPosition], None, None]:

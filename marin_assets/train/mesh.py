@@ -267,13 +267,13 @@ def process_rows(mesh, global_batch: int) -> slice:
 
 def shard_batch(mesh, local_rows, global_batch: int):
     """This process's rows (``process_rows``) -> the global [B, S] array on the mesh; a ``MaskedRows``
-    (tokens and loss mask) -> the same of global arrays."""
+    (tokens, loss mask, segment ids or None) -> the same of global arrays."""
     import jax
 
     from marin_assets.train.data import MaskedRows
 
     if isinstance(local_rows, MaskedRows):
-        return MaskedRows(*(shard_batch(mesh, part, global_batch) for part in local_rows))
+        return local_rows._make(None if part is None else shard_batch(mesh, part, global_batch) for part in local_rows)
     rows = process_rows(mesh, global_batch)
     if local_rows.shape[0] != rows.stop - rows.start:
         raise ValueError(f"shard_batch: got {local_rows.shape[0]} rows, this process holds rows "

@@ -19,7 +19,8 @@ def open_sources(cache_dirs: Mapping[str, str | os.PathLike] | str | os.PathLike
 
 
 def train_loader(config: TrainConfig, sources: Mapping[str, SourceData]) -> MixedLoader:
-    """The batches of ``config``'s mixture over the sources' train splits."""
+    """The batches of ``config``'s mixture over the sources' train splits (with segment ids under
+    ``document_masking``, read from each source's EOS id)."""
     return MixedLoader(
         {name: s.train for name, s in sources.items()},
         config.seq_len,
@@ -28,7 +29,20 @@ def train_loader(config: TrainConfig, sources: Mapping[str, SourceData]) -> Mixe
         config.data_seed,
         vocab_size=config.model.vocab_size,
         block_tokens=config.data_block_tokens,
+        eos_ids=eos_ids(sources) if config.document_masking else None,
     )
+
+
+def eos_ids(sources: Mapping[str, SourceData]) -> dict[str, int]:
+    """{source: the EOS id ending its documents}; document masking cannot guess a source's boundaries."""
+    unknown = sorted(name for name, s in sources.items() if s.eos_id is None)
+    if unknown:
+        where = ", ".join(f"{name!r} ({sources[name].where})" for name in unknown)
+        raise ValueError(
+            f"document_masking: no EOS id recorded for source(s) {where} (a DataKit cache or dataset "
+            f"index records its tokenizer's); turn document_masking off for them"
+        )
+    return {name: s.eos_id for name, s in sources.items() if s.eos_id is not None}
 
 
 def check_vocab(config: TrainConfig, sources: Mapping[str, SourceData]) -> None:

@@ -19,7 +19,7 @@ from marin_assets.train import mesh as meshlib
 from marin_assets.train import offload
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import tokens_and_mask
+from marin_assets.train.data import MaskedRows, tokens_and_mask
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.optimizers import Optimizer
 from marin_assets.train.schedules import learning_rate
@@ -41,8 +41,8 @@ def compute_options(config: TrainConfig) -> dict:
 def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh, *, moe_telemetry: bool = True):
     """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
     ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``). The tokens may come as
-    ``MaskedRows`` (tokens, loss mask) from a loader with a chat source: the loss then counts the masked
-    targets only.
+    ``MaskedRows`` (tokens, loss mask, segment ids) from a loader with a chat source or document masking:
+    the loss then counts the masked targets only, and attention stays inside each document.
 
     ``moe_telemetry``: add ``metrics["moe"]`` (``model.moe.moe_step_metrics``) for a MoE; off only
     to measure what it costs (``benchmarks/telemetry_overhead.py``).
@@ -59,8 +59,11 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     def step(state: TrainState, batch, batch_ok, lr):
         params = state.params
         tokens, loss_mask = tokens_and_mask(batch)
+        documents = batch.segment_ids if isinstance(batch, MaskedRows) else None
+        masking = {} if documents is None else {"segment_ids": documents}  # document masking (a stand-in model may not take it)
         (loss, aux), grads = jax.value_and_grad(
-            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options), has_aux=True
+            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options, **masking),
+            has_aux=True,
         )(params)
         grad_norm = global_norm(grads)
         decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)

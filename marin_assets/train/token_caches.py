@@ -144,13 +144,15 @@ def is_token_cache(path: str | os.PathLike, field: str = "input_ids") -> bool:
 @dataclasses.dataclass(frozen=True)
 class SourceData:
     """What the trainer reads of one source: its train stream, its held-out stream (None
-    when it has none) and the tokenizer it was written with (when the cache says)."""
+    when it has none) and the tokenizer it was written with (when the cache says): its hash and
+    the EOS id that ends every document (document masking reads the boundaries from it)."""
 
     where: str
     train: TokenStream
     validation: TokenStream | None
     vocab_size: int | None = None
     tokenizer_sha256: str | None = None
+    eos_id: int | None = None
 
 
 def _check_cache(path: str, fields: tuple[str, ...], rows: int | None, tokens: int | None) -> None:
@@ -172,8 +174,10 @@ def _finished(split: str, fields: tuple[str, ...] = ("input_ids",)) -> TokenCach
 def _cache_source(where: str, train: TokenStream, held: TokenStream | None, stats: dict) -> SourceData:
     """A plain cache's source: its streams, and the vocabulary and tokenizer hash its stats.json records."""
     tokenizer = stats.get("tokenizer")
-    sha = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
-    return SourceData(where, train, held, _positive_int(stats.get("vocab_size")), sha)
+    tokenizer = tokenizer if isinstance(tokenizer, dict) else {}
+    return SourceData(
+        where, train, held, _positive_int(stats.get("vocab_size")), tokenizer.get("sha256"), _token_id(tokenizer.get("eos_id"))
+    )
 
 
 def _stats(folder: str) -> dict:
@@ -192,6 +196,10 @@ def _stats(folder: str) -> dict:
 
 def _positive_int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _token_id(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _split_stream(split: str) -> TokenStream:
@@ -224,6 +232,7 @@ def open_source(path: str | os.PathLike) -> SourceData:
             TokenStream(held, masked) if held else None,
             _positive_int(dataset.vocab_size),
             dataset.tokenizer.get("sha256"),
+            _token_id(dataset.tokenizer.get("eos_id")),
         )
     if is_token_cache(where):
         return _cache_source(where, _split_stream(where), None, _stats(where.rstrip("/").rsplit("/", 1)[0]))

@@ -16,6 +16,9 @@ from tests.support.configs import NARROW_MODEL, TINY_MODEL
 # init_std 0.5: logits far from uniform, so no near-tie flips an argmax between two exact computations
 DENSE = ModelConfig(**dict(TINY_MODEL, n_layers=2, n_routed_experts=0, rope_fraction=0.5, init_std=0.5))
 MOE = ModelConfig(**dict(NARROW_MODEL, n_layers=2, max_seq_len=32, init_std=0.5))
+# a window of 4 on layer 0, layer 1 global: the cache must mask what the forward's window masks
+WINDOWED = ModelConfig(**dict(TINY_MODEL, n_layers=2, n_routed_experts=0, init_std=0.5, sliding_window=4,
+                              global_attention_every=2))
 PROMPTS = [[5, 17, 200, 3, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [42, 43]]
 NEW = 8
 
@@ -36,7 +39,7 @@ def _forward_logits(params, config, bias, rows: list[list[int]]) -> list[np.ndar
     return [logits[i, :len(row)] for i, row in enumerate(rows)]
 
 
-@pytest.mark.parametrize("config", [DENSE, MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("config", [DENSE, MOE, WINDOWED], ids=["dense", "moe", "windowed"])
 def test_greedy_decoding_is_the_full_forwards_argmax_at_every_step(config):
     params, bias = _model(config)
     generated = decode.generate(params, config, bias, PROMPTS, max_new_tokens=NEW)

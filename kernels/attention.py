@@ -1,0 +1,268 @@
+"""Causal self-attention through the field's kernels, with document masking and sliding windows.
+
+One function, ``causal_attention(q, k, v, ...)``, five implementations of the same math:
+
+``"reference"``  the naive path: the full [B, KV, G, S, S] score tensor in fp32, masked, softmaxed.
+    Memory grows with S^2 (one 65K-token head is 16 GiB of scores). Kept as the reference.
+``"blockwise"``  flash-style in plain XLA: a scan over key blocks with an online softmax (running max
+    and sum in fp32), and a custom VJP that keeps only q, k, v, the output and the per-row
+    log-sum-exp, recomputing each block's probabilities in the backward. Memory is linear in S
+    (one [B, H, S, block] block of scores at a time), on any backend.
+``"xla"`` / ``"cudnn"``  ``jax.nn.dot_product_attention``; ``"cudnn"`` is cuDNN's fused flash attention
+    on NVIDIA GPUs (bf16/fp16 only).
+``"splash"``  Pallas splash attention, the TPU kernel (``interpret=True`` runs it anywhere, slowly).
+
+``"auto"`` picks cuDNN on a GPU for 16-bit inputs, splash on TPU, and on CPU the reference up to
+``REFERENCE_MAX_SEQ`` tokens (faster there at short length, and the numerics every earlier run used)
+and blockwise beyond. Every implementation gives the reference's outputs and gradients to fp32
+rounding (tests/kernels/test_attention.py).
+
+Masks: always causal; ``segment_ids`` [B, S] (packed documents: a query sees keys of its own
+segment only); ``window`` w (a query at position i sees keys i-w+1..i; None = global). The window
+may be a traced int32 scalar for the reference and blockwise paths (a per-layer pattern scanned
+over layers); the library kernels need a static one, so the model switches between two static
+variants there (``model/layers.attention``).
+Shapes: q [B, S, H, hd], k and v [B, S, KV, hd] with H a multiple of KV (grouped-query); out [B, S, H, hd].
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal, cast
+
+import jax
+import jax.numpy as jnp
+
+IMPLS = ("auto", "reference", "blockwise", "xla", "cudnn", "splash")
+REFERENCE_MAX_SEQ = 1024  # "auto" on CPU: the naive path up to here, blockwise beyond
+DEFAULT_BLOCK = 512  # keys per block of the blockwise path
+_NEG = float(jnp.finfo(jnp.float32).min)  # a masked logit: finite, so max/exp never see inf - inf
+
+
+def resolve_impl(impl: str, seq_len: int, dtype) -> str:
+    """``"auto"`` -> the implementation for the default backend, this length and this dtype."""
+    if impl not in IMPLS:
+        raise ValueError(f"attention impl must be one of {IMPLS}, got {impl!r}")
+    if impl != "auto":
+        return impl
+    backend = jax.default_backend()
+    if backend == "gpu" and jnp.dtype(dtype).itemsize == 2:
+        return "cudnn"
+    if backend == "tpu":
+        return "splash"
+    return "reference" if seq_len <= REFERENCE_MAX_SEQ else "blockwise"
+
+
+def causal_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    segment_ids: jax.Array | None = None,
+    window=None,
+    impl: str = "auto",
+    block: int = DEFAULT_BLOCK,
+) -> jax.Array:
+    """Causal grouped-query attention of q [B, S, H, hd] over k, v [B, S, KV, hd] -> [B, S, H, hd]."""
+    B, S, H, hd = q.shape
+    if k.shape != v.shape or k.shape[:2] != (B, S) or H % k.shape[2] or k.shape[3] != hd:
+        raise ValueError(f"attention: q {q.shape} and k/v {k.shape}/{v.shape} do not fit (B, S, H|KV, hd)")
+    if segment_ids is not None and segment_ids.shape != (B, S):
+        raise ValueError(f"attention: segment_ids must be [batch, seq] = {(B, S)}, got {segment_ids.shape}")
+    impl = resolve_impl(impl, S, q.dtype)
+    if impl == "reference":
+        return reference(q, k, v, segment_ids, window)
+    if impl == "blockwise":
+        return blockwise(q, k, v, segment_ids, window, block)
+    if not (window is None or isinstance(window, int)):
+        raise ValueError(f"attention impl {impl!r} needs a static window (an int or None), got {window!r}")
+    if impl == "splash":
+        return splash(q, k, v, segment_ids, window)
+    return library(q, k, v, segment_ids, window, cast(Literal["xla", "cudnn"], impl))
+
+
+def allowed(q_pos: jax.Array, k_pos: jax.Array, q_seg, k_seg, window) -> jax.Array:
+    """[B or 1, 1, 1, Q, K] True where a query at q_pos [Q] may attend a key at k_pos [K]."""
+    ok = k_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        ok = ok & (q_pos[:, None] - k_pos[None, :] < window)
+    ok = ok[None]
+    if q_seg is not None:
+        ok = ok & (q_seg[:, :, None] == k_seg[:, None, :])
+    return ok[:, None, None]
+
+
+def _grouped(q: jax.Array, kv_heads: int) -> jax.Array:
+    """q [B, S, H, hd] -> [B, KV, G, S, hd]: the query heads that share each key head, together."""
+    B, S, H, hd = q.shape
+    return q.reshape(B, S, kv_heads, H // kv_heads, hd).transpose(0, 2, 3, 1, 4)
+
+
+def _ungrouped(out: jax.Array) -> jax.Array:
+    """[B, KV, G, S, hd] -> [B, S, H, hd]."""
+    B, KV, G, S, hd = out.shape
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, S, KV * G, hd)
+
+
+def masked(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """The naive path under any mask: q [B, Q, H, hd] over k, v [B, K, KV, hd] where ``mask`` (True = may
+    attend; broadcast to [B, KV, H/KV, Q, K]) allows -> [B, Q, H, hd]. Every score at once, softmax in fp32
+    whatever the compute dtype (bf16 keeps ~3 significant digits, too few for exp() of logits in the tens;
+    the einsum accumulates and returns fp32 from bf16 q and k). Decoding against a KV cache uses it too."""
+    B, Q, H, hd = q.shape
+    KV = k.shape[2]
+    qg = q.reshape(B, Q, KV, H // KV, hd)
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", qg, k, preferred_element_type=jnp.float32) / jnp.sqrt(hd)
+    scores = jnp.where(mask, scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, Q, H, hd)
+
+
+def reference(q, k, v, segment_ids=None, window=None) -> jax.Array:
+    """The naive path: the full [B, KV, G, S, S] scores of causal (document, window) attention."""
+    pos = jnp.arange(q.shape[1])
+    return masked(q, k, v, allowed(pos, pos, segment_ids, segment_ids, window))
+
+
+def blockwise(q, k, v, segment_ids=None, window=None, block: int = DEFAULT_BLOCK) -> jax.Array:
+    """Flash-style attention in XLA, memory linear in S (see the module doc)."""
+    B, S, H, hd = q.shape
+    KV = k.shape[2]
+    block = min(block, S)
+    pad = -S % block  # padded keys sit at positions >= S: the causal mask hides them from every query
+    seg = jnp.zeros((B, S), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+    k_seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=-1)
+    kb, vb = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
+    # [n_blocks, B, KV, block, hd]: the scan walks the leading axis
+    kb, vb = (x.reshape(B, -1, block, KV, hd).transpose(1, 0, 3, 2, 4) for x in (kb, vb))
+    k_seg = k_seg.reshape(B, -1, block).transpose(1, 0, 2)
+    has_window = window is not None
+    w = jnp.asarray(window if has_window else 0, jnp.int32)
+    qg = _grouped(q, KV)
+    if jax.default_backend() == "cpu":
+        # XLA:CPU has no bf16 x bf16 -> f32 dot inside a loop ("Unsupported element type for DotThunk").
+        # A bf16 product is exact in fp32, so fp32 operands compute the same sums.
+        qg, kb, vb = (x.astype(jnp.float32) for x in (qg, kb, vb))
+    out = _flash(qg, kb, vb, seg, k_seg, w, has_window, segment_ids is not None)
+    return _ungrouped(out).astype(q.dtype)
+
+
+def _block_mask(j, block, S, q_seg, k_seg_j, w, has_window, has_segments):
+    q_pos, k_pos = jnp.arange(S), j * block + jnp.arange(block)
+    return allowed(q_pos, k_pos, q_seg if has_segments else None, k_seg_j if has_segments else None, w if has_window else None)
+
+
+def _block_scores(q, k_j, scale):
+    return jnp.einsum("bkgqd,bkcd->bkgqc", q, k_j, preferred_element_type=jnp.float32) * scale
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _flash(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
+    return _flash_forward(q, kb, vb, q_seg, k_seg, w, has_window, has_segments)[0]
+
+
+def _flash_forward(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
+    """q [B, KV, G, S, hd]; kb, vb [n, B, KV, block, hd] -> (out [B, KV, G, S, hd] in q's dtype, accumulated
+    in fp32; the fp32 log-sum-exp of each query's scores [B, KV, G, S])."""
+    B, KV, G, S, hd = q.shape
+    block, scale = kb.shape[3], 1.0 / jnp.sqrt(hd).astype(jnp.float32)
+
+    def step(carry, inputs):
+        m, total, acc = carry
+        j, k_j, v_j, k_seg_j = inputs
+        mask = _block_mask(j, block, S, q_seg, k_seg_j, w, has_window, has_segments)
+        s = jnp.where(mask, _block_scores(q, k_j, scale), _NEG)
+        m_new = jnp.maximum(m, s.max(-1))
+        p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
+        correction = jnp.exp(m - m_new)
+        total = total * correction + p.sum(-1)
+        pv = jnp.einsum("bkgqc,bkcd->bkgqd", p.astype(v_j.dtype), v_j, preferred_element_type=jnp.float32)
+        return (m_new, total, acc * correction[..., None] + pv), None
+
+    init = (
+        jnp.full((B, KV, G, S), _NEG, jnp.float32),
+        jnp.zeros((B, KV, G, S), jnp.float32),
+        jnp.zeros((B, KV, G, S, hd), jnp.float32),
+    )
+    (m, total, acc), _ = jax.lax.scan(step, init, (jnp.arange(kb.shape[0]), kb, vb, k_seg))
+    # every query sees at least itself (causal), so total > 0
+    return (acc / total[..., None]).astype(q.dtype), m + jnp.log(total)
+
+
+def _flash_fwd(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
+    out, lse = _flash_forward(q, kb, vb, q_seg, k_seg, w, has_window, has_segments)
+    return out, (q, kb, vb, q_seg, k_seg, w, out, lse)
+
+
+def _flash_bwd(has_window, has_segments, residuals, d_out):
+    """FlashAttention's backward: per key block, p from the saved log-sum-exp, then dv, dk and dq."""
+    q, kb, vb, q_seg, k_seg, w, out, lse = residuals
+    S, hd = q.shape[3], q.shape[4]
+    block, scale = kb.shape[3], 1.0 / jnp.sqrt(hd).astype(jnp.float32)
+    d_out = d_out.astype(jnp.float32)
+    delta = jnp.sum(d_out * out.astype(jnp.float32), axis=-1)  # [B, KV, G, S]: rowsum(dO * O)
+
+    def step(dq, inputs):
+        j, k_j, v_j, k_seg_j = inputs
+        mask = _block_mask(j, block, S, q_seg, k_seg_j, w, has_window, has_segments)
+        p = jnp.where(mask, jnp.exp(_block_scores(q, k_j, scale) - lse[..., None]), 0.0)
+        dv_j = jnp.einsum("bkgqc,bkgqd->bkcd", p, d_out)
+        dp = jnp.einsum("bkgqd,bkcd->bkgqc", d_out, v_j.astype(jnp.float32))
+        ds = p * (dp - delta[..., None]) * scale
+        dq = dq + jnp.einsum("bkgqc,bkcd->bkgqd", ds, k_j.astype(jnp.float32))
+        dk_j = jnp.einsum("bkgqc,bkgqd->bkcd", ds, q.astype(jnp.float32))
+        return dq, (dk_j.astype(k_j.dtype), dv_j.astype(v_j.dtype))
+
+    dq, (dk, dv) = jax.lax.scan(step, jnp.zeros(q.shape, jnp.float32), (jnp.arange(kb.shape[0]), kb, vb, k_seg))
+    return dq.astype(q.dtype), dk, dv, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def library(q, k, v, segment_ids, window: int | None, impl: Literal["xla", "cudnn"]) -> jax.Array:
+    """``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs). Documents are
+    masked with a [B, 1, S, S] boolean mask (cuDNN fuses it; the jax 0.7 API has no segment ids)."""
+    mask = None
+    if segment_ids is not None:
+        mask = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+    local = None if window is None else (window - 1, 0)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, local_window_size=local, implementation=impl)
+
+
+def splash(q, k, v, segment_ids, window: int | None, interpret: bool | None = None) -> jax.Array:
+    """Pallas splash attention (TPU): one MQA kernel per key head over its group of query heads,
+    vmapped over the batch. ``interpret`` (default: off TPU) runs the kernel in Pallas's interpreter."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash_kernel
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
+
+    B, S, H, hd = q.shape
+    KV = k.shape[2]
+    G = H // KV
+    interpret = jax.default_backend() != "tpu" if interpret is None else interpret
+    head = splash_mask.CausalMask((S, S)) if window is None else splash_mask.LocalMask((S, S), (window - 1, 0), 0)
+    block = min(512, S)
+    sizes = splash_kernel.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    kernel = splash_kernel.make_splash_mqa_single_device(
+        splash_mask.MultiHeadMask([head] * G), block_sizes=sizes, interpret=interpret
+    )
+    qg = _grouped(q * (1.0 / hd**0.5), KV)  # splash applies no scale: [B, KV, G, S, hd]
+    kt, vt = (x.transpose(0, 2, 1, 3) for x in (k, v))  # [B, KV, S, hd]
+
+    def one(q_kv, k_kv, v_kv, seg):  # [G, S, hd], [S, hd], [S, hd], [S]
+        ids = None if seg is None else splash_kernel.SegmentIds(q=seg, kv=seg)
+        return cast(jax.Array, kernel(q_kv, k_kv, v_kv, segment_ids=ids))  # the output alone (no residuals asked)
+
+    per_head = jax.vmap(one, in_axes=(0, 0, 0, None))  # over key heads
+    seg = None if segment_ids is None else segment_ids.astype(jnp.int32)
+    out = jax.vmap(per_head, in_axes=(0, 0, 0, None if seg is None else 0))(qg, kt, vt, seg)
+    return _ungrouped(out).astype(q.dtype)
