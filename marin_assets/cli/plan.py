@@ -40,11 +40,11 @@ def _comm(args: argparse.Namespace) -> int:
 
     try:
         config = from_flags(args, CommPlanConfig)
-        model = load_config(args.config, check_memory=False).model  # its errors name the file; a shape to plan
+        train_config = load_config(args.config, check_memory=False)  # its errors name the file; a shape to plan
     except (ValueError, OSError) as exc:
         return _refuse(str(exc))
     try:
-        report = plan_comm(model, config)
+        report = plan_comm(train_config.model, config, train_config.seq_len)
     except ValueError as exc:
         return _refuse(f"{args.config}: {exc}")
     report = {"config": args.config, **report}
@@ -86,4 +86,10 @@ def render_table(report: dict) -> str:
     ]
     if r["config_over_coarser_ep"] is not None:
         lines.append(f"config / {a['granularity']}x coarser (EP): {r['config_over_coarser_ep']:.3f}")
+    att = report["attention"]
+    window = f" + {att['sliding_layers']} sliding-window ({att['window']})" if att["sliding_layers"] else ""
+    lines.append(
+        f"attention at seq_len {att['seq_len']}: {att['global_layers']} global{window} layers; FLOPs/token and KV per "
+        f"sequence ({_size(att['kv_bytes_per_sequence'])}) x{att['pattern_over_all_global']:.3f} of all-global"
+    )
     return "\n".join(lines + [f"note: {note}" for note in report["notes"]])

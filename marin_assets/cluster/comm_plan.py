@@ -41,6 +41,7 @@ import math
 
 from marin_assets.knobs import knob
 from marin_assets.model.config import ModelConfig
+from marin_assets.model.flops import attention_spans
 from marin_assets.numeric_checks import check_float, check_int
 
 GIB = 2**30
@@ -146,9 +147,31 @@ def coarser_row(layout: ExpertLayout, config: CommPlanConfig) -> tuple[dict | No
         return None, [f"coarser layout not computed: {exc}"]
 
 
-def plan_comm(model: ModelConfig, config: CommPlanConfig) -> dict:
-    """Every figure ``marin plan comm`` prints: parameter counts, training state, and the traffic of the model's
-    layout, of the same without a latent (R = d_model) and of a ``granularity`` times coarser one, with ratios."""
+def attention_plan(model: ModelConfig, seq_len: int, bytes_per_value: float) -> dict:
+    """The attention pattern at context ``seq_len``: global and sliding-window layers, the attention FLOPs
+    per token (model/flops.py's convention) and the keys and values one sequence holds, against the same
+    model with every layer global."""
+    spans = attention_spans(model, seq_len)
+    per_key = 12 * model.n_heads * model.resolved_head_dim  # training FLOPs per token per attended key
+    kv_bytes = 2 * model.n_kv_heads * model.resolved_head_dim * bytes_per_value  # one key and value, one layer
+    everywhere = len(spans) * seq_len
+    return {
+        "seq_len": seq_len,
+        "window": model.sliding_window,
+        "global_layers": sum(w is None for w in model.layer_windows),
+        "sliding_layers": sum(w is not None for w in model.layer_windows),
+        "attention_flops_per_token": per_key * sum(spans),
+        "all_global_attention_flops_per_token": per_key * everywhere,
+        "kv_bytes_per_sequence": kv_bytes * sum(spans),
+        "all_global_kv_bytes_per_sequence": kv_bytes * everywhere,
+        "pattern_over_all_global": sum(spans) / everywhere,
+    }
+
+
+def plan_comm(model: ModelConfig, config: CommPlanConfig, seq_len: int | None = None) -> dict:
+    """Every figure ``marin plan comm`` prints: parameter counts, training state, the traffic of the model's
+    layout, of the same without a latent (R = d_model) and of a ``granularity`` times coarser one, with ratios,
+    and the attention pattern at ``seq_len`` (default: the model's max_seq_len)."""
     layout = ExpertLayout.of(model)
     mine = layout_row(layout, config)
     plain = layout_row(dataclasses.replace(layout, routed_dim=model.d_model), config)
@@ -167,5 +190,6 @@ def plan_comm(model: ModelConfig, config: CommPlanConfig) -> dict:
         "training_state_tib": state / TIB,
         "layouts": {"config": mine, "without_latent": plain, "coarser": coarse},
         "ratios": ratios,
+        "attention": attention_plan(model, seq_len or model.max_seq_len, config.bytes_per_value),
         "notes": notes,
     }

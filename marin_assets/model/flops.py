@@ -6,7 +6,8 @@ where N_active_matmul counts every weight matrix a token multiplies through: att
 projections, dense/shared MLPs, the router, the top_k routed experts it visits, the latent
 projections and the LM head. The embedding lookup and norm weights are not matmuls and
 are excluded. 6 = 2 (multiply-add) * 3 (forward + backward). The attention term counts
-QK^T and AV over the full sequence (no causal discount), again x3 for training.
+QK^T and AV over the full sequence (no causal discount), again x3 for training; a sliding-window
+layer counts its window instead of the sequence.
 
 MFU = tokens/s x flops_per_token / peak_flops (``peak_flops``: a configured figure when given,
 else the datasheet peak of a listed accelerator, else a measured matmul rate, as on a CPU).
@@ -53,11 +54,18 @@ def active_matmul_params(config: ModelConfig) -> int:
     return config.n_layers * (always + routed_active) + config.d_model * config.vocab_size
 
 
+def attention_spans(config: ModelConfig, seq_len: int) -> list[int]:
+    """Keys each layer's queries attend over at context ``seq_len``: the whole context, or a
+    sliding-window layer's window when it is shorter."""
+    return [seq_len if window is None else min(window, seq_len) for window in config.layer_windows]
+
+
 def flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """Training (forward + backward) FLOPs per token at context ``seq_len``."""
+    """Training (forward + backward) FLOPs per token at context ``seq_len`` (a sliding-window layer
+    attends over its window)."""
     if seq_len <= 0:
         raise ValueError(f"flops_per_token: seq_len must be positive, got {seq_len}")
-    attn = 12 * config.n_layers * seq_len * config.n_heads * config.resolved_head_dim
+    attn = 12 * sum(attention_spans(config, seq_len)) * config.n_heads * config.resolved_head_dim
     return float(6 * active_matmul_params(config) + attn)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,19 @@ def test_cli_nan_flag_and_bad_config_files(tmp_path, capsys):
     assert err == [f"marin plan comm: {dense}: the model has no routed experts (n_routed_experts = 0): nothing to plan"]
     assert main(["plan", "comm", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml: cannot read" in capsys.readouterr().err
+
+
+def test_hero_attention_pattern_is_planned_and_lowers_on_8_devices(hero):
+    """A window of 2048 on three layers of four (#8435): 36 sliding, 12 global. At 4096 tokens attention
+    FLOPs and keys/values are (12 * 4096 + 36 * 2048) / (48 * 4096) = 0.625 of an all-global model's."""
+    att = plan_comm(hero, CommPlanConfig(), 4096)["attention"]
+    assert (att["global_layers"], att["sliding_layers"], att["window"]) == (12, 36, 2048)
+    assert att["pattern_over_all_global"] == 0.625
+    assert att["kv_bytes_per_sequence"] == 2 * 12 * 128 * 2 * (12 * 4096 + 36 * 2048)  # 720 MiB in bf16
+    assert att["attention_flops_per_token"] == 0.625 * att["all_global_attention_flops_per_token"]
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("hero_attention_check.py"))],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(out.stdout)
+    assert report["devices"] == 8 and report["seq_len"] == 4096
+    assert {w: r["layers"] for w, r in report["layer_windows"].items()} == {"2048": 36, "None": 12}
+    assert report["forward_logits_shape"] == [1, 4096, hero.vocab_size]

@@ -53,16 +53,19 @@ def test_model_has_no_parameter_shaped_by_the_context(tiny_config):
 
 @pytest.mark.slow  # two phases of the real train loop, ~30 s with compiles
 def test_context_phase_warm_starts_and_trains_on_the_next_tokens(caches, tiny_config, tmp_path):
-    base = replace(tiny_config, model={"max_seq_len": 64}, checkpoint_every_steps=4)
+    """4x the first phase's length, on the blockwise (memory linear in S) attention kernel."""
+    base = replace(tiny_config, model={"max_seq_len": 32}, checkpoint_every_steps=4)
     short = phase_train_config(base, PhaseSpec(name="kestrel", token_budget=4 * 128, **SPEC))
     first = train(short, {"license": caches["license"]}, tmp_path / "kestrel")
-    long_spec = PhaseSpec(name="ocelot", token_budget=4 * 128, seq_len=64, **dict(SPEC, warm_start_from="kestrel"))
+    long_spec = PhaseSpec(name="ocelot", token_budget=4 * 128, seq_len=128, **dict(
+        SPEC, warm_start_from="kestrel", model_changes={"max_seq_len": 128, "attention_impl": "blockwise"}))
     long = phase_train_config(base, long_spec)
+    assert (long.seq_len, long.batch_size, long.model.attention_impl) == (128, 1, "blockwise")
     second = train(long, {"license": caches["license"]}, tmp_path / "ocelot", warm_start=tmp_path / "kestrel")
     assert second.phase_start_step == 4 and second.final_step == 8 and second.tokens == 8 * 128
     assert second.last_loss is not None and math.isfinite(second.last_loss)
     position = DataPosition.from_json(second.data_position)
-    assert position.tokens(64) == {"license": 8 * 128} and position.block_tokens == 32
+    assert position.tokens(128) == {"license": 8 * 128} and position.block_tokens == 32
     # the long phase read the stream on from the short phase's last token: its next batch is the short
     # phase's order continued (the stream from token 1024)
     loader = MixedLoader({"license": caches["license"]}, 32, 4, seed=short.data_seed)
@@ -70,7 +73,7 @@ def test_context_phase_warm_starts_and_trains_on_the_next_tokens(caches, tiny_co
     for _ in range(4):
         _, _, after_short = loader.next_batch(after_short)
     expected, _, _ = loader.next_batch(after_short)
-    got, _, _ = MixedLoader({"license": caches["license"]}, 64, 2, seed=long.data_seed).next_batch(position)
+    got, _, _ = MixedLoader({"license": caches["license"]}, 128, 1, seed=long.data_seed).next_batch(position)
     assert (got.reshape(-1) == expected.reshape(-1)).all()
 
 
