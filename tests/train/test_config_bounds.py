@@ -31,7 +31,8 @@ INT_RANGES = {
     **{("model", name): (lo, I32) for name, lo in (
         ("vocab_size", 1), ("d_model", 1), ("n_layers", 1), ("n_heads", 1), ("n_kv_heads", 1), ("head_dim", 1),
         ("d_ff", 1), ("n_routed_experts", 0), ("n_shared_experts", 0), ("top_k", 0), ("expert_d_ff", 0),
-        ("latent_dim", 1), ("max_seq_len", 1), ("histogram_bins", 1))},
+        ("latent_dim", 1), ("max_seq_len", 1), ("histogram_bins", 1), ("sliding_window", 1),
+        ("global_attention_every", 1))},
     ("optimizer", "muon_ns_steps"): (1, 100),
     **{("schedule", name): (0, I32) for name in ("warmup_steps", "decay_steps", "cycle_steps", "rewarm_steps")},
     ("schedule", "total_steps"): (1, I32),
