@@ -156,7 +156,7 @@ def _block_scores(q, k_j, scale):
     return jnp.einsum("bkgqd,bkcd->bkgqc", q, k_j, preferred_element_type=jnp.float32) * scale
 
 
-def _scores_and_mask(q, k_j, scale, j, block, S, q_seg, k_seg_j, w, has_window, has_segments):
+def _scores_and_mask(q, k_j, scale, j, block, S, q_seg, k_seg_j, w, has_window, has_segments) -> tuple[jax.Array, jax.Array]:
     """A block's scores and mask. The block's index goes through an optimization barrier with its keys:
     the mask depends on positions alone, and under an outer scan over layers the compiler would otherwise
     compute every block's mask up front, [n_blocks, S, block]: S x S memory again (measured on a one-layer

@@ -280,7 +280,7 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     # What the workers would reject after starting, said now (the expert axis divides anything
     # the batch shards do: it is chosen inside one process).
     meshlib.check_fits(types.SimpleNamespace(shape={"data": devices, "expert": 1}), config.model,
-                       config.batch_size, config.seq_len)
+                       config.batch_size, config.seq_len, config.microbatches)
     spec = TrainSpec(config, caches, str(out), resume=args.resume, warm_start=args.warm_start,
                      allow_tokenizer_change=args.allow_tokenizer_change)
     logs = out / "workers"

@@ -13,6 +13,7 @@ loss_fn(params, tokens[B,S], config, router_bias, loss_mask=None, ep=None, *, co
     remat "full" | "save_matmuls": jax.checkpoint per layer (compute.py).
     aux: ce_loss, lm_z_loss, router_z_loss, n_tokens, expert_load [L,E], dropped [L],
          balance_shift [L,E], router_z [L], load_cv [L]
+token_mean_loss(aux, config) -> the part of the loss that is a mean over the counted targets
 next_router_bias(router_bias, aux, config) -> bias [L,E]
     quantile balancing: apply from the next step; mean-centred; never differentiated.
 count_params(config) -> (total, active)
@@ -25,7 +26,7 @@ forward/loss_fn to run the routed experts with shard_map over the mesh's expert 
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.flops import active_matmul_params, count_params, flops_per_token
 from marin_assets.model.transformer import (forward, init_params, init_router_bias, loss_fn,
-                                            next_router_bias)
+                                            next_router_bias, token_mean_loss)
 
 __all__ = ["ModelConfig", "init_params", "init_router_bias", "forward", "loss_fn",
-           "next_router_bias", "count_params", "flops_per_token", "active_matmul_params"]
+           "next_router_bias", "token_mean_loss", "count_params", "flops_per_token", "active_matmul_params"]

@@ -137,6 +137,13 @@ def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     return loss, aux
 
 
+def token_mean_loss(aux: dict, config: ModelConfig) -> jax.Array:
+    """The part of ``loss_fn``'s loss that is a mean over the counted targets (cross-entropy and LM z-loss),
+    from its aux; the rest (router z-loss, sequence balance) are means over every token or sequence. Gradient
+    accumulation weighs this part by a microbatch's share of the batch's counted targets (train/accumulate.py)."""
+    return aux["ce_loss"] + config.lm_z_loss * aux["lm_z_loss"]
+
+
 def next_router_bias(router_bias: jax.Array, aux: dict, config: ModelConfig) -> jax.Array:
     """Quantile balancing: the bias for the NEXT step, mean-centred per layer, no gradient."""
     if not config.is_moe or config.balancing == "none":

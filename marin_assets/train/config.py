@@ -31,7 +31,7 @@ MAX_SEED = 2**32 - 1
 # needs one input and one target token.
 _INT_RANGES = {"seq_len": (2, MAX_INT32), "batch_size": (1, MAX_INT32), "num_steps": (1, MAX_INT32),
                "seed": (0, MAX_SEED), "data_seed": (0, MAX_SEED), "data_block_tokens": (1, MAX_INT32),
-               "checkpoint_every_steps": (1, MAX_INT32), "prefetch": (1, MAX_INT32)}
+               "checkpoint_every_steps": (1, MAX_INT32), "prefetch": (1, MAX_INT32), "microbatches": (1, MAX_INT32)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +73,11 @@ class TrainConfig:
                                    "backend cannot compile it, e.g. XLA:CPU)")
     document_masking: bool = knob(False, help="attention stays inside each packed document: segment ids from the "
                                   "caches' EOS tokens (train/data.py); with model.rope_per_document positions restart too")
+    # Versioned, unlike remat: the gradient is the batch's up to rounding, but a MoE's quantile-balancing bias moves
+    # by the microbatches' mean correction and an expert capacity is a microbatch's (train/accumulate.py).
+    microbatches: int = knob(1, help="gradient accumulation: each step runs its batch as this many microbatches in turn "
+                             "(one microbatch's activations in memory) and sums their gradients into the batch's "
+                             "(train/accumulate.py); must divide batch_size")
 
     def __post_init__(self) -> None:
         for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),
@@ -82,7 +87,7 @@ class TrainConfig:
         check_field_types(self)
         if self.mixture is not None:
             object.__setattr__(self, "mixture", Mixture.from_dict(self.mixture))
-        for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps", "prefetch"):
+        for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps", "prefetch", "microbatches"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if self.data_block_tokens is not None and self.data_block_tokens <= 0:
@@ -90,6 +95,8 @@ class TrainConfig:
         for name, (lo, hi) in _INT_RANGES.items():
             if getattr(self, name) is not None:
                 check_int(f"TrainConfig.{name}", getattr(self, name), lo, hi)
+        if self.batch_size % self.microbatches:
+            raise ValueError(f"TrainConfig.microbatches ({self.microbatches}) must divide batch_size ({self.batch_size})")
         if self.seq_len > self.model.max_seq_len:
             raise ValueError(
                 f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")

@@ -78,7 +78,8 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
     loss = reuse_jitted(("held_out_ce", repr(config.model), model), lambda: jax.jit(_held_out_ce(config.model, model)))
     rep = meshlib.replicated(mesh)
     placed = [
-        b._make(None if x is None else meshlib.place_state(x, rep) for x in b) if isinstance(b, MaskedRows)
+        b._make(None if x is None else meshlib.place_state(x, rep) for x in b)
+        if isinstance(b, MaskedRows)
         else meshlib.place_state(b, rep)
         for b in batches
     ]

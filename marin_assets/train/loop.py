@@ -212,7 +212,7 @@ def _emitter(
 def _check_inputs(config: TrainConfig, mesh, cache_dirs, out_dir: str) -> tuple[dict, dict]:
     """Everything that can be wrong with the config or data fails here, before compute (and
     before the work dir is made). Returns the opened sources and their validation splits."""
-    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len)
+    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len, config.microbatches)
     check_is_folder(out_dir)
     fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)

@@ -145,12 +145,17 @@ def expert_parallel(mesh, model_config):
                           grouped_matmul=model_config.grouped_matmul)
 
 
-def check_fits(mesh, model_config, batch_size: int, seq_len: int) -> None:
-    """What would otherwise fail inside the first step."""
+def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: int = 1) -> None:
+    """What would otherwise fail inside the first step. ``microbatches`` (``TrainConfig.microbatches``):
+    each microbatch is split over the batch shards too (train/accumulate.py)."""
     shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
     if batch_size % shards:
         raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards "
                          f"of mesh {dict(mesh.shape)}")
+    if (batch_size // microbatches) % shards:
+        raise ValueError(f"TrainConfig.microbatches ({microbatches}): a microbatch of batch_size {batch_size} / {microbatches} = "
+                         f"{batch_size // microbatches} rows is not divisible by the {shards} batch shards of mesh "
+                         f"{dict(mesh.shape)}")
     if model_config.is_moe and model_config.n_routed_experts % mesh.shape["expert"]:
         raise ValueError(f"n_routed_experts {model_config.n_routed_experts} is not divisible by the "
                          f"expert axis ({mesh.shape['expert']})")

@@ -5,7 +5,7 @@
 (``['params'][...]``, ``['opt_state'][...]``, ... keys), the layout checkpoints had when the
 state was a plain dict, so older checkpoints keep loading.
 
-``Model`` is the four functions the loop calls; ``moe_model()`` is the default (the MoE /
+``Model`` is the functions the loop calls; ``moe_model()`` is the default (the MoE /
 dense decoder of ``marin_assets.model``). Swap one function to test a guard, e.g.
 ``dataclasses.replace(moe_model(), loss_fn=poisoned)``.
 """
@@ -59,18 +59,22 @@ class Model:
         compute_dtype, remat), which a loss_fn that does not take them cannot be used with
     init_router_bias(config) -> router_bias
     next_router_bias(router_bias, aux, config) -> router_bias  (not differentiated)
+    token_mean_loss(aux, config) -> the part of loss_fn's loss that is a mean over the counted
+        targets (the loss mask's); gradient accumulation weighs it by each microbatch's share of
+        them (train/accumulate.py). None: the whole loss is such a mean.
     """
 
     init_params: Callable[[ModelConfig, jax.Array], Any]
     loss_fn: Callable[..., tuple[jax.Array, dict]]
     init_router_bias: Callable[[ModelConfig], jax.Array]
     next_router_bias: Callable[[jax.Array, dict, ModelConfig], jax.Array]
+    token_mean_loss: Callable[[dict, ModelConfig], jax.Array] | None = None
 
 
 def moe_model() -> Model:
     from marin_assets import model
 
-    return Model(model.init_params, model.loss_fn, model.init_router_bias, model.next_router_bias)
+    return Model(model.init_params, model.loss_fn, model.init_router_bias, model.next_router_bias, model.token_mean_loss)
 
 
 def init_state(config, opt, model: Model, key=None) -> TrainState:

@@ -15,11 +15,10 @@ import numpy as np
 
 from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.model.moe import moe_step_metrics
+from marin_assets.train import accumulate, offload
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import offload
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import MaskedRows, tokens_and_mask
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.optimizers import Optimizer
 from marin_assets.train.schedules import learning_rate
@@ -43,6 +42,8 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``). The tokens may come as
     ``MaskedRows`` (tokens, loss mask, segment ids) from a loader with a chat source or document masking:
     the loss then counts the masked targets only, and attention stays inside each document.
+    ``config.microbatches`` > 1: the gradient is accumulated over that many microbatches
+    (train/accumulate.py); the guards, clipping and the update run once, as for one batch.
 
     ``moe_telemetry``: add ``metrics["moe"]`` (``model.moe.moe_step_metrics``) for a MoE; off only
     to measure what it costs (``benchmarks/telemetry_overhead.py``).
@@ -56,15 +57,25 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     options = compute_options(config)
     offloaded = config.offload_optimizer  # state_sh then holds the moments in host memory (restore.fresh_run)
 
+    token_part = model.token_mean_loss
+    token_mean_loss = None if token_part is None else (lambda aux: token_part(aux, model_cfg))
+
     def step(state: TrainState, batch, batch_ok, lr):
         params = state.params
-        tokens, loss_mask = tokens_and_mask(batch)
-        documents = batch.segment_ids if isinstance(batch, MaskedRows) else None
-        masking = {} if documents is None else {"segment_ids": documents}  # document masking (a stand-in model may not take it)
-        (loss, aux), grads = jax.value_and_grad(
-            lambda p: model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options, **masking),
-            has_aux=True,
-        )(params)
+
+        def loss_of(p, tokens, loss_mask, segment_ids):
+            masking = {} if segment_ids is None else {"segment_ids": segment_ids}  # a stand-in model may not take it
+            return model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options, **masking)
+
+        (loss, aux), grads = accumulate.loss_and_grads(
+            loss_of,
+            params,
+            batch,
+            microbatches=config.microbatches,
+            mesh=mesh,
+            grad_sh=state_sh.params,
+            token_mean_loss=token_mean_loss,
+        )
         grad_norm = global_norm(grads)
         decision = should_skip(guard_cfg, state.guard, loss, grad_norm, batch_ok)
         skip = decision["skip"]
@@ -104,9 +115,9 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
 def train_step_for(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh):
     """``make_train_step``'s step, reused from an earlier run of this process whose step computes
     the same thing (``compile_cache.reuse_jitted``): the key is everything the step's closure reads
-    (the model, guard and optimizer configs, the dtypes, remat, offloading, the model functions, the
-    mesh and the state layout). The optimizer is rebuilt per run from the optimizer config and the
-    params' names and shapes alone, so an earlier run's is the same function. The seed, the data
+    (the model, guard and optimizer configs, the dtypes, remat, offloading, the microbatches, the model
+    functions, the mesh and the state layout). The optimizer is rebuilt per run from the optimizer
+    config and the params' names and shapes alone, so an earlier run's is the same function. The seed, the data
     and the schedule are arguments or state, not part of the step."""
     if jax.process_count() > 1:
         return make_train_step(config, opt, model, mesh, state_sh)
@@ -120,6 +131,7 @@ def train_step_for(config: TrainConfig, opt: Optimizer, model: Model, mesh, stat
         config.compute_dtype,
         config.remat,
         config.offload_optimizer,
+        config.microbatches,
         model,
         mesh,
         tuple(layout),

@@ -58,7 +58,7 @@ def run(spec: TrainSpec, pipes=None) -> int:
     from marin_assets.train.loop import train
 
     mesh = meshlib.make_mesh(spec.config.model)
-    meshlib.check_fits(mesh, spec.config.model, spec.config.batch_size, spec.config.seq_len)
+    meshlib.check_fits(mesh, spec.config.model, spec.config.batch_size, spec.config.seq_len, spec.config.microbatches)
 
     def report(row: dict) -> None:
         if pipes is not None:

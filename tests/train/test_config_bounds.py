@@ -27,7 +27,7 @@ I32 = 2**31 - 1
 INT_RANGES = {
     (None, "seq_len"): (2, I32), (None, "batch_size"): (1, I32), (None, "num_steps"): (1, I32),
     (None, "seed"): (0, 2**32 - 1), (None, "data_seed"): (0, 2**32 - 1), (None, "data_block_tokens"): (1, I32),
-    (None, "checkpoint_every_steps"): (1, I32), (None, "prefetch"): (1, I32),
+    (None, "checkpoint_every_steps"): (1, I32), (None, "prefetch"): (1, I32), (None, "microbatches"): (1, I32),
     **{("model", name): (lo, I32) for name, lo in (
         ("vocab_size", 1), ("d_model", 1), ("n_layers", 1), ("n_heads", 1), ("n_kv_heads", 1), ("head_dim", 1),
         ("d_ff", 1), ("n_routed_experts", 0), ("n_shared_experts", 0), ("top_k", 0), ("expert_d_ff", 0),

@@ -15,7 +15,9 @@ and process 0 writes the run's files, plus, from a hook at the last step, the fi
 
 Per layout, ``--out/<layout>.json``: the mesh and process facts, host-side agreement across
 processes and, with several processes, a negative control per transport: the loss of a random
-batch with each process feeding its own rows vs. the first rows (a wrong slice).
+batch with each process feeding its own rows vs. the first rows (a wrong slice). On a one-process
+layout of several devices that trains ``fsdp_ragged`` (1x4), also ``microbatches``: one FSDP + EP step
+in 2 microbatches vs. in one (``microbatch_control``, for tests/train/test_microbatches.py).
 
   python -m tests.train.train_check --caches caches.json --out DIR --layouts 1x1,1x4 --steps 20
 """
@@ -120,6 +122,63 @@ def wrong_slice_control(state, transport: str) -> dict:
     return {"good": float(good), "bad": float(bad)}
 
 
+def one_step(config, batch, mesh, lr: float = 1e-2) -> tuple[dict, dict, dict]:
+    """(params, gradient, metrics) after one step of ``train_step_for`` (the step ``train`` runs: a run's own
+    when this process ran it) from ``config``'s initial state on ``batch``, the global batch (tokens or
+    ``MaskedRows``: each process feeds its own rows). params and gradient: numpy pytrees, the gradient read off
+    AdamW's first moment (after one step, (1 - beta1) x the gradient); metrics: loss, grad_norm, dropped and a
+    MoE's per-step ``moe/...`` telemetry."""
+    import jax
+
+    from marin_assets.train.data import MaskedRows
+    from marin_assets.train.loop import default_model, init_state, train_step_for
+    from marin_assets.train.optimizers import make_optimizer
+
+    model = default_model()
+    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    init = lambda: init_state(config, opt, model)  # noqa: E731
+    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), config.fsdp)
+    step = train_step_for(config, opt, model, mesh, state_sh)
+    rows = meshlib.process_rows(mesh, config.batch_size)
+    local = MaskedRows(*(part[rows] for part in batch)) if isinstance(batch, MaskedRows) else batch[rows]
+    state, metrics = step(meshlib.init_sharded(init, mesh, config.fsdp), meshlib.shard_batch(mesh, local, config.batch_size),
+                          np.bool_(True), np.float32(lr))
+    assert config.optimizer.name == "adamw", "the gradient is read off AdamW's state"
+    # host_state: a collective, every process calls it
+    params, moment = meshlib.host_state((state.params, state.opt_state.mu))
+    grads = jax.tree.map(lambda mu: mu / (1 - config.optimizer.beta1), moment)
+    scalars = {k: float(metrics[k]) for k in ("loss", "grad_norm", "dropped")}
+    return params, grads, scalars | {f"moe/{k}": float(v) for k, v in metrics.get("moe", {}).items() if np.ndim(v) == 0}
+
+
+def max_abs_diff(a, b) -> float:
+    import jax
+
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def microbatch_control(config, mesh) -> dict:
+    """One step of the ``fsdp_ragged`` run's config (FSDP, the tiny MoE over the expert axis) from its initial
+    state on a random batch, in 2 microbatches vs. in one (the run's own compiled step): the largest
+    |difference| of the params, gradient, loss and grad_norm; and the collectives XLA needs to split a batch
+    into microbatches on this mesh (none: each device keeps its own rows)."""
+    import jax
+
+    from marin_assets.train import accumulate
+    from marin_assets.train.config import replace
+
+    batch = np.random.default_rng([1234, 1]).integers(0, config.model.vocab_size, (BATCH, config.seq_len), dtype=np.int32)
+    (p1, g1, m1), (p2, g2, m2) = (one_step(replace(config, microbatches=m), batch, mesh) for m in (1, 2))
+    split = jax.jit(lambda x: accumulate.split(x, 2, mesh), in_shardings=meshlib.batch_sharding(mesh))
+    hlo = split.lower(jax.ShapeDtypeStruct((BATCH, config.seq_len), np.int32)).compile().as_text()
+    return {"params": max_abs_diff(p1, p2), "gradient": max_abs_diff(g1, g2), "loss": abs(m1["loss"] - m2["loss"]),
+            "loss_value": m1["loss"], "grad_norm": abs(m1["grad_norm"] - m2["grad_norm"]),
+            "dropped": [m1["dropped"], m2["dropped"]], "split_collectives": sorted(op for op in COLLECTIVES if op in hlo)}
+
+
+COLLECTIVES = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "reduce-scatter")
+
+
 def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, setup) -> dict:
     """Train every run of ``runs`` on layout ``name``; returns the layout's facts. With several
     processes, each non-FSDP run also does the wrong-slice control on its final state."""
@@ -137,12 +196,16 @@ def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, 
         control = controls.setdefault(transport, {}) if setup.num_processes > 1 and not fsdp else None
         hooks = final_state_hook(out / name / run, transport, control)
         train(cfg, caches, out / name / run, resume=False, mesh=mesh, hooks=hooks)
+    # On one process only (1x4): each process of a 2x2 would compile the step in microbatches again, on CPUs
+    # the other groups' processes share (it measured the same there: a gradient within 6e-9, no row moved).
+    control = "fsdp_ragged" in runs and mesh.size > 1 and setup.num_processes == 1
+    facts = {"microbatches": microbatch_control(config("ragged", steps, fsdp=True), mesh)} if control else {}
     rows = meshlib.process_rows(mesh, BATCH)
     # Per row of the expert axis (an expert group), the process of each of its devices.
     groups = [[d.process_index for d in row] for row in mesh.devices]
     return {"mesh": dict(mesh.shape), "processes": setup.num_processes, "devices": mesh.size,
             "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls,
-            "expert_group_processes": groups}
+            "expert_group_processes": groups, **facts}
 
 
 def load_layout(root: Path, name: str) -> dict:
