@@ -140,7 +140,8 @@ def one_step(config, batch, mesh, lr: float = 1e-2) -> tuple[dict, dict, dict]:
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), config.fsdp)
     step = train_step_for(config, opt, model, mesh, state_sh)
     rows = meshlib.process_rows(mesh, config.batch_size)
-    local = MaskedRows(*(part[rows] for part in batch)) if isinstance(batch, MaskedRows) else batch[rows]
+    local = (batch._make(None if part is None else part[rows] for part in batch) if isinstance(batch, MaskedRows)
+             else batch[rows])
     state, metrics = step(meshlib.init_sharded(init, mesh, config.fsdp), meshlib.shard_batch(mesh, local, config.batch_size),
                           np.bool_(True), np.float32(lr))
     assert config.optimizer.name == "adamw", "the gradient is read off AdamW's state"
