@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--mem-seqs", type=int, nargs="+", default=[2048, 8192, 32768])
     parser.add_argument("--time-seq", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a 1-layer dense model, S 512/1024, step time at 1024, 1 repeat (the smoke test)")
+    parser.add_argument("--quick", action="store_true", help="1-layer dense model, S 512/1024, time at 1024")
     args = parser.parse_args()
     if args.quick:
         args.mem_seqs, args.time_seq, args.repeats = [512, 1024], 1024, 1

@@ -27,11 +27,14 @@ Shapes: q [B, S, H, hd], k and v [B, S, KV, hd] with H a multiple of KV (grouped
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Literal, cast
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 IMPLS = ("auto", "reference", "blockwise", "xla", "cudnn", "splash")
 REFERENCE_MAX_SEQ = 1024  # "auto" on CPU: the naive path up to here, blockwise beyond
@@ -118,26 +121,31 @@ def masked(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
     return jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, Q, H, hd)
 
 
-def reference(q, k, v, segment_ids=None, window=None) -> jax.Array:
-    """The naive path: the full [B, KV, G, S, S] scores of causal (document, window) attention."""
-    pos = jnp.arange(q.shape[1])
-    return masked(q, k, v, allowed(pos, pos, segment_ids, segment_ids, window))
+def reference(q, k, v, segment_ids=None, window=None, *, q_offset=0, k_segment_ids=None) -> jax.Array:
+    """The naive path: the full [B, KV, G, Sq, Sk] scores of causal (document, window) attention; the
+    queries may be a chunk at positions q_offset.. of the keys' sequence, as in ``blockwise``."""
+    k_ids = segment_ids if k_segment_ids is None else k_segment_ids
+    q_pos = q_offset + jnp.arange(q.shape[1])
+    return masked(q, k, v, allowed(q_pos, jnp.arange(k.shape[1]), segment_ids, k_ids, window))
 
 
-def blockwise(q, k, v, segment_ids=None, window=None, block: int = DEFAULT_BLOCK) -> jax.Array:
-    """Flash-style attention in XLA, memory linear in S (see the module doc)."""
-    B, S, H, hd = q.shape
-    KV = k.shape[2]
-    block = min(block, S)
-    pad = -S % block  # padded keys sit at positions >= S: the causal mask hides them from every query
-    seg = jnp.zeros((B, S), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    k_seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=-1)
+def blockwise(q, k, v, segment_ids=None, window=None, block: int = DEFAULT_BLOCK, *, q_offset=0, k_segment_ids=None) -> jax.Array:
+    """Flash-style attention in XLA, memory linear in S (see the module doc). The queries may be a chunk
+    of the keys' sequence (context parallelism): q [B, Sq, ...] at positions q_offset.. of k, v [B, Sk, ...];
+    ``segment_ids`` are then the queries' and ``k_segment_ids`` the keys' (default: the same)."""
+    B, Sq, H, hd = q.shape
+    Sk, KV = k.shape[1], k.shape[2]
+    block = min(block, Sk)
+    pad = -Sk % block  # padded keys sit at positions >= Sk: the causal mask hides them from every query
+    seg = jnp.zeros((B, Sq), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+    k_ids = seg if k_segment_ids is None else k_segment_ids.astype(jnp.int32)
+    k_seg = jnp.pad(k_ids, ((0, 0), (0, pad)), constant_values=-1)
     kb, vb = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
     # [n_blocks, B, KV, block, hd]: the scan walks the leading axis
     kb, vb = (x.reshape(B, -1, block, KV, hd).transpose(1, 0, 3, 2, 4) for x in (kb, vb))
     k_seg = k_seg.reshape(B, -1, block).transpose(1, 0, 2)
     has_window = window is not None
-    w = jnp.asarray(window if has_window else 0, jnp.int32)
+    w = jnp.stack([jnp.asarray(window if has_window else 0, jnp.int32), jnp.asarray(q_offset, jnp.int32)])
     qg = _grouped(q, KV)
     if jax.default_backend() == "cpu":
         # XLA:CPU has no bf16 x bf16 -> f32 dot inside a loop ("Unsupported element type for DotThunk").
@@ -148,8 +156,9 @@ def blockwise(q, k, v, segment_ids=None, window=None, block: int = DEFAULT_BLOCK
 
 
 def _block_mask(j, block, S, q_seg, k_seg_j, w, has_window, has_segments):
-    q_pos, k_pos = jnp.arange(S), j * block + jnp.arange(block)
-    return allowed(q_pos, k_pos, q_seg if has_segments else None, k_seg_j if has_segments else None, w if has_window else None)
+    """w: int32 [window, position of the first query] (the queries may be a chunk of the sequence)."""
+    q_pos, k_pos = w[1] + jnp.arange(S), j * block + jnp.arange(block)
+    return allowed(q_pos, k_pos, q_seg if has_segments else None, k_seg_j if has_segments else None, w[0] if has_window else None)
 
 
 def _block_scores(q, k_j, scale):
@@ -228,6 +237,54 @@ def _flash_bwd(has_window, has_segments, residuals, d_out):
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceParallel:
+    """Context parallelism: the sequence is split over ``axis`` of ``mesh`` (rows over ``batch_axes``); each
+    device attends its chunk of queries over the whole sequence's keys and values, all-gathered along the
+    axis (the backward reduce-scatters their gradients). Per device: S/P queries' activations and every key
+    and value, so a context P times longer than one device's queries fits. Reference or blockwise kernel (the
+    chunk's position offset is traced per device); document masking and windows as everywhere."""
+
+    mesh: Any  # jax.sharding.Mesh
+    axis: str = "sequence"
+    batch_axes: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return self.mesh.shape[self.axis]
+
+    def __call__(self, q, k, v, segment_ids=None, window=None, impl: str = "blockwise", block: int = DEFAULT_BLOCK):
+        """As ``causal_attention`` on global [B, S, ...] arrays, the sequence split over the axis."""
+        if impl not in ("reference", "blockwise"):
+            raise ValueError(f"context parallelism runs the reference or blockwise kernel, not {impl!r}")
+        if q.shape[1] % self.size:
+            raise ValueError(
+                f"context parallelism: seq_len {q.shape[1]} does not split over the {self.size} devices "
+                f"of mesh axis {self.axis!r}"
+            )
+        rows = self.batch_axes or None
+        heads, ids = P(rows, self.axis, None, None), P(rows, self.axis)
+        seg = jnp.zeros(q.shape[:2], jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+        w = jnp.asarray(0 if window is None else window, jnp.int32)
+        kernel = reference if impl == "reference" else functools.partial(blockwise, block=block)
+
+        def local(q, k, v, seg, w):
+            gather = functools.partial(jax.lax.all_gather, axis_name=self.axis, axis=1, tiled=True)
+            offset = jax.lax.axis_index(self.axis) * q.shape[1]
+            return kernel(
+                q,
+                gather(k),
+                gather(v),
+                None if segment_ids is None else seg,
+                None if window is None else w,
+                q_offset=offset,
+                k_segment_ids=None if segment_ids is None else gather(seg),
+            )
+
+        fn = jax.shard_map(local, mesh=self.mesh, in_specs=(heads, heads, heads, ids, P()), out_specs=heads, check_vma=False)
+        return cast(Callable[..., jax.Array], fn)(q, k, v, seg, w)
 
 
 def library(q, k, v, segment_ids, window: int | None, impl: Literal["xla", "cudnn"]) -> jax.Array:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.attention import causal_attention, masked, resolve_impl
+from kernels.attention import SequenceParallel, causal_attention, masked, resolve_impl
 from marin_assets.model.config import MAX_INT32, ModelConfig
 
 
@@ -88,12 +88,18 @@ def scanned_windows(config: ModelConfig) -> jax.Array | int | None:
 
 
 def attention(
-    p: dict, x: jax.Array, config: ModelConfig, segment_ids: jax.Array | None = None, window: jax.Array | int | None = None
+    p: dict,
+    x: jax.Array,
+    config: ModelConfig,
+    segment_ids: jax.Array | None = None,
+    window: jax.Array | int | None = None,
+    sp: SequenceParallel | None = None,
 ) -> jax.Array:
     """Causal GQA self-attention, by default with RMS-normalised q and k (QK-norm) and RoPE
     on the whole head. x: [B, S, D]. segment_ids [B, S]: packed documents, none attends across
     another (and with ``rope_per_document`` each counts its positions from 0). window: this layer's
-    (None: global; a traced int32 from a scanned pattern, ``GLOBAL`` meaning none)."""
+    (None: global; a traced int32 from a scanned pattern, ``GLOBAL`` meaning none). sp: context parallelism
+    (the sequence split over a mesh axis; the reference or blockwise kernel)."""
     B, S, _ = x.shape
     positions = jnp.arange(S)
     if config.rope_per_document and segment_ids is not None:
@@ -101,7 +107,12 @@ def attention(
     q, k, v = project_qkv(p, x, config, positions)
     impl = resolve_impl(config.attention_impl, S, q.dtype)
 
+    if sp is not None:
+        impl = "reference" if impl == "reference" else "blockwise"
+
     def run(w):
+        if sp is not None:
+            return sp(q, k, v, segment_ids, w, impl=impl)
         return causal_attention(q, k, v, segment_ids=segment_ids, window=w, impl=impl)
 
     if window is None or isinstance(window, int) or impl in ("reference", "blockwise"):

@@ -54,11 +54,12 @@ def init_router_bias(config: ModelConfig) -> jax.Array:
 
 def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
             ep=None, *, compute_dtype: str = DEFAULT_DTYPE, remat: str = DEFAULT_REMAT,
-            segment_ids: jax.Array | None = None) -> tuple[jax.Array, dict]:
+            segment_ids: jax.Array | None = None, sp=None) -> tuple[jax.Array, dict]:
     """tokens: [B, S] int -> (logits [B, S, V] float32, aux).
 
     segment_ids [B, S]: the document of each position of a packed row; attention never crosses
-    documents (None: one document per row). The layers' windows come from the config.
+    documents (None: one document per row). The layers' windows come from the config. sp: context
+    parallelism (``kernels.attention.SequenceParallel``): attention with the sequence split over a mesh axis.
 
     compute_dtype: the dtype of the activations and matmuls (model/compute.py); the parameters
     keep theirs and are cast per use inside each layer. remat: what the backward keeps of each
@@ -85,7 +86,7 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     def layer(x, inputs):
         p, bias, window = inputs if per_layer else (*inputs, windows)
         p = for_compute(p, dtype)
-        x = x + attention(p, rms_norm(x, p["attn_norm"], config.norm_eps), config, segment_ids, window)
+        x = x + attention(p, rms_norm(x, p["attn_norm"], config.norm_eps), config, segment_ids, window, sp)
         h = rms_norm(x, p["mlp_norm"], config.norm_eps)
         if config.is_moe:
             y, stats = moe_mlp(p, h, config, bias, ep)
@@ -111,17 +112,17 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
 
 def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
             loss_mask: jax.Array | None = None, ep=None, *, compute_dtype: str = DEFAULT_DTYPE,
-            remat: str = DEFAULT_REMAT, segment_ids: jax.Array | None = None) -> tuple[jax.Array, dict]:
+            remat: str = DEFAULT_REMAT, segment_ids: jax.Array | None = None, sp=None) -> tuple[jax.Array, dict]:
     """Next-token cross-entropy + LM-logit z-loss + router z-loss + sequence-wise balance loss (when on),
     computed in fp32 from fp32 logits.
 
     Position s predicts token s+1; ``loss_mask`` [B, S] (1 = count) masks the *targets*.
-    ``compute_dtype``, ``remat`` and ``segment_ids`` (document masking) as in ``forward``.
+    ``compute_dtype``, ``remat``, ``segment_ids`` (document masking) and ``sp`` (context parallelism) as in ``forward``.
     Returns (loss, aux) with aux = forward's aux plus ce_loss, lm_z_loss, router_z_loss,
     n_tokens. Use with ``jax.value_and_grad(loss_fn, has_aux=True)``.
     """
     logits, aux = forward(params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat,
-                          segment_ids=segment_ids)
+                          segment_ids=segment_ids, sp=sp)
     logits, targets = logits[:, :-1], tokens[:, 1:]
     mask = jnp.ones(targets.shape, jnp.float32) if loss_mask is None else loss_mask[:, 1:].astype(jnp.float32)
     n = jnp.maximum(jnp.sum(mask), 1.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,8 +191,9 @@ def test_hero_attention_pattern_is_planned_and_lowers_on_8_devices(hero):
     assert att["pattern_over_all_global"] == 0.625
     assert att["kv_bytes_per_sequence"] == 2 * 12 * 128 * 2 * (12 * 4096 + 36 * 2048)  # 720 MiB in bf16
     assert att["attention_flops_per_token"] == 0.625 * att["all_global_attention_flops_per_token"]
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("hero_attention_check.py"))],
-                         capture_output=True, text=True, timeout=300, check=True)
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("hero_attention_check.py"))], cwd=root,
+                         env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300, check=True)
     report = json.loads(out.stdout)
     assert report["devices"] == 8 and report["seq_len"] == 4096
     assert {w: r["layers"] for w, r in report["layer_windows"].items()} == {"2048": 36, "None": 12}

@@ -3,6 +3,12 @@ document and sliding-window masks; the blockwise path keeps its statistics in fp
 linear in the sequence length."""
 
 import functools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -95,7 +101,7 @@ def test_bf16_statistics_stay_fp32():
         kb.astype(jnp.bfloat16),
         jnp.zeros((B, S), jnp.int32),
         jnp.zeros((1, B, S), jnp.int32),
-        jnp.int32(0),
+        jnp.zeros(2, jnp.int32),
     )
     assert out.dtype == jnp.bfloat16 and lse.dtype == jnp.float32
     got = jax.jit(lambda q, k, v: A.causal_attention(q, k, v, impl="blockwise", block=64))(
@@ -142,3 +148,26 @@ def test_bad_shapes_are_named():
         A.causal_attention(q, k, v, segment_ids=jnp.zeros((B, 3), jnp.int32))
     with pytest.raises(ValueError, match="static window"):
         jax.jit(lambda w: A.causal_attention(q, k, v, window=w, impl="xla"))(jnp.int32(4))
+
+
+@pytest.mark.slow
+def test_a_1x4_sequence_split_equals_one_device():
+    """Context parallelism at S = 4096 on 4 host devices (a subprocess, context_parallel_check.py), documents
+    masked: the kernel's outputs and gradients, and a model's loss and gradients (document-wise RoPE, a
+    window on one layer of two), within 1e-5 of one device (relative past magnitude 1)."""
+    script = Path(__file__).with_name("context_parallel_check.py")
+    root = script.parents[2]
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    assert (report["devices"], report["split"]) == (4, 4)
+    for name in ("kernel_window_300", "model_loss", "model_grads"):
+        assert report[name] <= 1e-5, (name, report)
+    assert math.isfinite(report["loss"]) and report["loss"] > 0
