@@ -49,7 +49,7 @@ import numpy as np
 
 from marin_assets.model.compute import DEFAULT_DTYPE, dtype_of, for_compute
 from marin_assets.model.config import ModelConfig
-from marin_assets.model.layers import GLOBAL, attend, project_qkv, rms_norm, swiglu
+from marin_assets.model.layers import attend, project_qkv, rms_norm, swiglu, window_array
 from marin_assets.model.moe import moe_mlp
 
 # How many times each jitted function was traced (a retrace = a compile): "prefill", "decode".
@@ -88,7 +88,7 @@ def _layers(
     mask = ((keys[None, None, :] <= columns[None, :, None]) & (keys[None, None, :] >= pad[:, None, None]))[:, None, None]
 
     # each layer's window (GLOBAL: none), in column distance: a row's columns and positions differ by its pad
-    windows = jnp.array([GLOBAL if w is None else w for w in config.layer_windows], jnp.int32)
+    windows = window_array(config)
     distance = columns[:, None] - keys[None, :]  # [S, T]
 
     def layer(x, inputs):

@@ -78,13 +78,18 @@ def document_positions(segment_ids: jax.Array) -> jax.Array:
 GLOBAL = MAX_INT32  # a layer's window in a scanned per-layer pattern: no window
 
 
+def window_array(config: ModelConfig) -> jax.Array:
+    """Every layer's window as int32 [L], ``GLOBAL`` for a global layer (what a scan over layers reads)."""
+    return jnp.array([GLOBAL if w is None else w for w in config.layer_windows], jnp.int32)
+
+
 def scanned_windows(config: ModelConfig) -> jax.Array | int | None:
     """The per-layer window to hand each scanned layer: None (every layer global) or one int (the same
-    window everywhere) stay static; a mixed pattern is an int32 [L] array, ``GLOBAL`` for global layers."""
+    window everywhere) stay static; a mixed pattern is ``window_array``."""
     windows = set(config.layer_windows)
     if len(windows) == 1:
         return windows.pop()
-    return jnp.array([GLOBAL if w is None else w for w in config.layer_windows], jnp.int32)
+    return window_array(config)
 
 
 def attention(
