@@ -221,6 +221,8 @@ def normalize_documents(
     }
     if read_stats is not None:
         counts["blank_lines"] = read_stats.blank_lines
+        if read_stats.other_records:
+            counts["warc_other_records"] = read_stats.other_records  # warcinfo, request, metadata: no page
     if counts["docs_in"] != counts["docs_out"] + counts["quarantined"]:
         raise RuntimeError(f"normalize {config.source}: records read != kept + quarantined: {counts}")
     write_json(counts, join(out_dir, "_counts.json"))

@@ -24,6 +24,11 @@ REASONS = (
     "unsupported_file_type",
     "unreadable_file",
     "invalid_field",  # a field of the wrong type (an id that is a list, say)
+    # WARC responses (web.py): not a page, cut short by the crawler or the file, unparsable, no main text
+    "not_html",
+    "truncated_record",
+    "malformed_record",
+    "no_main_text",
 )
 
 QUARANTINE_FILE = "_quarantine.jsonl"

@@ -1,4 +1,5 @@
-"""Read users' documents from any fsspec path: .jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt.
+"""Read users' documents from any fsspec path: .jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt,
+and web pages: .warc, .warc.gz and .html (web.py extracts their main text).
 
 This module reads each format (JSONL lines through byte_streams' decompression, Parquet
 batches, a .txt file whole; the BOM; whole-file failures) and counts the records. Its
@@ -34,6 +35,7 @@ from marin_assets.datakit.byte_streams import byte_chunks, split_lines
 from marin_assets.datakit.input_scan import list_input_files, local_entry_problem, scan_input, shown_name
 from marin_assets.datakit.parquet_pages import oversized_page
 from marin_assets.datakit.quarantine import QuarantineRecord
+from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES, iter_html, iter_warc
 from marin_assets.datakit.records import (
     MAX_JSON_DEPTH,
     UTF8_BOM,
@@ -68,7 +70,7 @@ __all__ = [
 _check_text = check_text  # the name tests/datakit/test_reader_robustness.py imports from here
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
-SUPPORTED_SUFFIXES = JSONL_SUFFIXES + (".parquet", ".txt")
+SUPPORTED_SUFFIXES = JSONL_SUFFIXES + (".parquet", ".txt") + WARC_SUFFIXES + HTML_SUFFIXES
 SNIFF_BYTES = 8192
 # A JSONL batch holds at most this many bytes (plus one line of at most max_line_bytes) or lines.
 BATCH_BYTES = 4 << 20
@@ -83,6 +85,7 @@ class ReadStats:
 
     records: int = 0  # non-blank JSONL lines, Parquet rows, .txt files, whole-file failures
     blank_lines: int = 0  # blank JSONL lines: not records
+    other_records: int = 0  # WARC records that hold no page (warcinfo, request, metadata): not records
 
 
 def looks_binary(head: bytes) -> bool:
@@ -117,6 +120,10 @@ def iter_file(
         items = _iter_txt(file, config, stats)
     elif name.endswith(JSONL_SUFFIXES):
         items = _iter_jsonl(file, config, stats, fast)
+    elif name.endswith(WARC_SUFFIXES):
+        items = iter_warc(file, config, stats)
+    elif name.endswith(HTML_SUFFIXES):
+        items = iter_html(file, config, stats)
     else:
         stats.records += 1
         items = iter([QuarantineRecord(file, None, "unsupported_file_type", f"expected one of {SUPPORTED_SUFFIXES}")])

@@ -31,6 +31,10 @@ class ReaderConfig:
     # Marin shards are ~256 MiB; one document should never be a sizeable fraction of a shard.
     max_doc_bytes: int = knob(16 * 1024 * 1024, help="documents larger than this many UTF-8 bytes are quarantined as too_large")
     parquet_batch_rows: int = 4096
+    # Which extractor turns a web page (.warc, .html) into text; not in the version of a shard
+    # that holds no page (assets/datakit/normalized.py adds it to those that do).
+    extractor: str = knob("resiliparse", help="HTML main-text extractor for .warc/.html inputs: resiliparse or trafilatura",
+                          versioned=False)
 
     def __post_init__(self):
         if not isinstance(self.text_field, str) or not self.text_field:
@@ -39,6 +43,8 @@ class ReaderConfig:
             raise ValueError("ReaderConfig.id_field must be a non-empty column name")
         check_int("ReaderConfig.max_doc_bytes", self.max_doc_bytes, 1)
         check_int("ReaderConfig.parquet_batch_rows", self.parquet_batch_rows, 1)
+        if self.extractor not in ("resiliparse", "trafilatura"):
+            raise ValueError(f"ReaderConfig.extractor must be resiliparse or trafilatura, got {self.extractor!r}")
 
     @property
     def max_line_bytes(self) -> int:

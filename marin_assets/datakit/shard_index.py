@@ -3,7 +3,7 @@
 A shard is at most `shard_bytes` bytes of raw lines, cut at line boundaries (a single line
 longer than that is a shard of its own), written uncompressed so that its sha256 depends on
 its lines only (a gzip header would carry a timestamp). A .txt or .parquet file is one
-document / one table and is copied whole as one shard.
+document / one table, and a .warc(.gz) or .html file holds pages: each is copied whole as one shard.
 
 Keys are "<source>-<file label>-<nnnnn>": the raw file's name, then the shard's number
 within that file. A key depends on its own file only, so adding a raw file (wherever its
@@ -24,10 +24,13 @@ from typing import BinaryIO
 
 from marin_assets.datakit.readers import JSONL_SUFFIXES
 from marin_assets.datakit.shards import basename, check_shard_key, join
+from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_int
 
-WHOLE_FILE_SUFFIXES = (".txt", ".parquet")
+# A WARC is one shard: its records are split by gzip member or header, not by line. (Common
+# Crawl's files are ~1 GiB, ~30,000 pages: about what one worker handles in one task.)
+WHOLE_FILE_SUFFIXES = (".txt", ".parquet") + WARC_SUFFIXES + HTML_SUFFIXES
 
 
 @dataclass(frozen=True)
