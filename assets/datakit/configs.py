@@ -33,7 +33,7 @@ class ShardIndexConfig(stage_config("ShardIndexConfig", (ShardingConfig, ["shard
     """Knobs of the library configs named here (marin_assets/knobs.py)."""
 
 
-class ShardNormalizeConfig(stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes"]))):
+class ShardNormalizeConfig(stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes", "extractor"]))):
     """Knobs of the library configs named here (marin_assets/knobs.py)."""
 
 

@@ -16,6 +16,7 @@ from marin_assets.datakit.quality import QualityScoreConfig, score_quality
 from marin_assets.datakit.removals import flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, list_shards, shard_name, write_table
 from marin_assets.datakit.readers import ReaderConfig
+from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
@@ -29,7 +30,11 @@ ONE_PART = {"shard_docs": 2**31 - 1, "shard_bytes": 2**62}
 
 
 def _raw_version(config, partition: str, inputs) -> dict[str, str]:
-    return {"raw": index_entry(inputs["index"], partition)["sha256"]}
+    """The raw shard's bytes, and for a shard of web pages the extractor that makes their text
+    (it does not touch other formats, so choosing one leaves their versions as they were)."""
+    entry = index_entry(inputs["index"], partition)
+    web = entry["file"].lower().endswith(WARC_SUFFIXES + HTML_SUFFIXES)
+    return {"raw": entry["sha256"], **({"extractor": config.extractor} if web else {})}
 
 
 def low_quality_list(quality: ArtifactRef) -> str:

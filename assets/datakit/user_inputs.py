@@ -59,7 +59,7 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
     by_key = {a.key.to_user_string(): a.op.name for a in assets}
     ops = {
         "shards/index": {"shard_bytes": spec.sharding.shard_bytes},
-        "shards/normalized": {"max_doc_bytes": spec.reader.max_doc_bytes},
+        "shards/normalized": {"max_doc_bytes": spec.reader.max_doc_bytes, "extractor": spec.reader.extractor},
         "shards/quality": {"threshold": spec.quality.threshold},
         "shards/fuzzy_edges": {"jaccard_threshold": spec.fuzzy.jaccard_threshold},
         "shards/decontam": {"threshold": spec.decontam.threshold},

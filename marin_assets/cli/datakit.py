@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     run = sub.add_parser("run", help="materialise the DataKit graph on --input paths and print one JSON summary line",
                          description=__doc__.split("\n\n")[0])
     run.add_argument("--input", action="append", required=True, metavar="PATH",
-                     help="file or directory (any fsspec URL) of .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt; repeatable")
+                     help="file or directory (any fsspec URL) of .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt, or web pages: "
+                          ".warc/.warc.gz (Common Crawl's format)/.html; repeatable")
     run.add_argument("--eval", action="append", default=[], metavar="PATH",
                      help="eval set: a jsonl file with a 'text' field or a packaged set name; repeatable")
     run.add_argument("--prefix", required=True, metavar="DIR",
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     add_flags(run, DecontamConfig, {"threshold": "decontam-threshold"})
     add_flags(run, FuzzyDedupConfig, {"jaccard_threshold": "fuzzy-threshold"})
     add_flags(run, TokenizeConfig, ["validation_fraction", "min_validation_docs"])
-    add_flags(run, ReaderConfig, ["max_doc_bytes"])
+    add_flags(run, ReaderConfig, ["max_doc_bytes", "extractor"])
     add_flags(run, ShardingConfig, ["shard_bytes"])
     run.add_argument("--cache-dir", default=None, help="download cache for the demo sources' artifacts")
     run.add_argument("--workers", type=int, default=None, metavar="N",

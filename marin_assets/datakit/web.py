@@ -174,7 +174,7 @@ def _records(file: str) -> Iterator[tuple]:
                     if after is not None:
                         yield None, after[0] + 1, f"unparsable bytes after the record at byte {after[0]}: {after[1]}"
                         after = None
-                    last = start + record.stream_pos
+                    last = record.stream_pos  # fastwarc counts from the file's start, also after a seek
                     yield record, last, None
             break
         except OSError as e:  # fastwarc: an unparsable header, a broken gzip member
