@@ -31,6 +31,7 @@ CASES = [
     ("partition_planning.py", ["--quick"], {"partition_planning/add_dynamic_partitions", "partition_planning/load",
                                             "partition_planning/plan_single_run", "partition_planning/plan_multi_run_64"}),
     ("datakit.py", ["--quick"], {"tokenize", "normalize_exact_dedup", "fuzzy_dedup", "fuzzy_dedup_recall"}),
+    ("datakit_pii.py", ["--docs", "200", "--repeats", "1"], {"pii_mask_shard"}),
     ("datakit_scale.py", ["--quick"], {*(f"stage_throughput/{s}" for s in ("normalize", "quality", "exact_dedup", "fuzzy_dedup",
                                                                           "decontaminate", "tokenize")),
                                        "fuzzy_band_reduce_peak_heap", "fuzzy_band_reduce_peak_rss"}),
