@@ -7,6 +7,7 @@ from marin_assets.datakit.chat import ChatConfig
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.eval_sets import EvalSetsConfig
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
+from marin_assets.datakit.language import LanguageConfig
 from marin_assets.datakit.quality import QualityModelConfig, QualityScoreConfig
 from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.shard_index import ShardingConfig
@@ -34,6 +35,10 @@ class ShardIndexConfig(stage_config("ShardIndexConfig", (ShardingConfig, ["shard
 
 
 class ShardNormalizeConfig(stage_config("ShardNormalizeConfig", (ReaderConfig, ["max_doc_bytes", "extractor"]))):
+    """Knobs of the library configs named here (marin_assets/knobs.py)."""
+
+
+class LanguageAssetConfig(stage_config("LanguageAssetConfig", (LanguageConfig, ["languages"]))):
     """Knobs of the library configs named here (marin_assets/knobs.py)."""
 
 

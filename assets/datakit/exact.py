@@ -1,5 +1,5 @@
 """Exact dedup over shards: map per shard, reduce per hash bucket, a removal list per shard,
-and the first filter (low quality + exact duplicates).
+and the first filter (low quality, off-language, exact duplicates).
 
 Early cutoff twice: shards/exact_removals follows the digest of its shard's duplicate rows
 in every bucket (each reduce writes one per shard), not the buckets' versions, and
@@ -29,7 +29,7 @@ from assets.datakit.common import (
     roots,
     shard_file,
 )
-from assets.datakit.normalized import low_quality_list
+from assets.datakit.normalized import attribute_removals
 
 EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
 
@@ -49,8 +49,9 @@ def _removals_version(config, partition: str, inputs) -> dict[str, str]:
 
 def _filtered_version(config, partition: str, inputs) -> dict[str, str]:
     return {
-        "normalized": inputs["docs"].version,
+        "pii": inputs["docs"].version,
         "quality": inputs["quality"].version,
+        "language": inputs["language"].counts["language_digest"],
         "exact_list": inputs["exact"].counts["digest"],
     }
 
@@ -58,7 +59,7 @@ def _filtered_version(config, partition: str, inputs) -> dict[str, str]:
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     """The exact-dedup steps over the shard partitions ``shards`` (the reduce over hash buckets)."""
 
-    @versioned_asset(key="shards/exact_map", code_version="1", ins={"docs": "shards/normalized"}, **per_shard(shards))
+    @versioned_asset(key="shards/exact_map", code_version="1", ins={"docs": "shards/pii"}, **per_shard(shards))
     def shard_exact_map(ctx: StageContext, docs: ArtifactRef):
         """(id, source, source_id, row) of one shard, one row group per hash bucket."""
         return exact_map(ctx.partition, shard_file(docs), ctx.out_dir, EXACT)
@@ -91,15 +92,17 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     @versioned_asset(
         key="shards/filtered_exact",
         code_version="1",
-        ins={"docs": "shards/normalized", "quality": "shards/quality", "exact": "shards/exact_removals"},
+        ins={"docs": "shards/pii", "quality": "shards/quality", "language": "shards/language", "exact": "shards/exact_removals"},
         version_inputs=_filtered_version,
         **per_shard(shards),
     )
-    def shard_filtered_exact(ctx: StageContext, docs: ArtifactRef, quality: ArtifactRef, exact: ArtifactRef):
-        """The shard minus its low-quality rows and exact duplicates (a row both counts as low_quality)."""
-        counts = apply_removals(
-            shard_file(docs), [low_quality_list(quality), exact_list(exact)], join(ctx.out_dir, shard_name(0, 1))
-        )
+    def shard_filtered_exact(
+        ctx: StageContext, docs: ArtifactRef, quality: ArtifactRef, language: ArtifactRef, exact: ArtifactRef
+    ):
+        """The shard minus its low-quality rows, rows off the language keep-list and exact duplicates
+        (a row on several lists counts under the first: low_quality, language, exact_duplicate)."""
+        lists = [attribute_removals(quality), attribute_removals(language), exact_list(exact)]
+        counts = apply_removals(shard_file(docs), lists, join(ctx.out_dir, shard_name(0, 1)))
         summary = {
             "docs_in": docs.counts["docs_in"],
             "docs_out": counts["docs_out"],

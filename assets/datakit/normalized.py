@@ -1,7 +1,10 @@
-"""Per-shard normalize and quality attributes.
+"""Per-shard normalize, PII masking, and the language and quality attributes.
 
 shards/normalized follows the sha256 of its own raw shard file, not the index's version:
-a new shard re-versions the index but must not re-normalize the others. shards/quality
+a new shard re-versions the index but must not re-normalize the others. shards/pii is the
+shard with e-mail addresses, phone numbers and IP addresses replaced (Dolma's rules), and
+everything after reads it. shards/language and shards/quality write attributes and the
+removal lists they imply (language: off the --languages keep-list; low_quality); quality
 scores with the fixed `quality_model` asset (a model trained on every shard would
 re-version every shard whenever one is added).
 """
@@ -12,6 +15,8 @@ import dagster as dg
 
 from marin_assets.datakit.normalize import NormalizeConfig as LibNormalizeConfig
 from marin_assets.datakit.normalize import normalize, schema
+from marin_assets.datakit.language import LanguageConfig, identify_languages
+from marin_assets.datakit.pii import mask_shard
 from marin_assets.datakit.quality import QualityScoreConfig, score_quality
 from marin_assets.datakit.removals import flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, list_shards, shard_name, write_table
@@ -22,7 +27,7 @@ from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
 
 from assets.datakit.common import per_shard, shard_file
-from assets.datakit.configs import QualityConfig, ShardNormalizeConfig
+from assets.datakit.configs import LanguageAssetConfig, QualityConfig, ShardNormalizeConfig
 from assets.datakit.index import INDEX_KEY, index_entry
 
 # One raw shard becomes one Parquet shard: its size is bounded by the index's shard_bytes.
@@ -37,8 +42,11 @@ def _raw_version(config, partition: str, inputs) -> dict[str, str]:
     return {"raw": entry["sha256"], **({"extractor": config.extractor} if web else {})}
 
 
-def low_quality_list(quality: ArtifactRef) -> str:
-    return removal_list_path(join(quality.data_path, "removals"), quality.partition)
+def attribute_removals(attributes: ArtifactRef) -> str:
+    """The removal list a per-shard attribute step (shards/quality, shards/language) wrote."""
+    if attributes.partition is None:
+        raise ValueError(f"{attributes.asset_key} is per shard: its artifact must name its shard")
+    return removal_list_path(join(attributes.data_path, "removals"), attributes.partition)
 
 
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
@@ -55,8 +63,25 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
             write_table(schema().empty_table(), join(ctx.out_dir, shard_name(0, 1)))
         return counts
 
+    @versioned_asset(key="shards/pii", code_version="1", ins={"docs": "shards/normalized"}, **per_shard(shards))
+    def shard_pii(ctx: StageContext, docs: ArtifactRef):
+        """The shard with its PII masked (ids follow the masked text), and the count of each kind."""
+        counts = mask_shard(shard_file(docs), join(ctx.out_dir, shard_name(0, 1)))
+        return {**counts, "docs_in": docs.counts["docs_in"], "quarantined": docs.counts["quarantined"]}
+
+    @versioned_asset(key="shards/language", code_version="1", config_cls=LanguageAssetConfig,
+                     ins={"docs": "shards/pii"}, **per_shard(shards))
+    def shard_language(ctx: StageContext, config: LanguageAssetConfig, docs: ArtifactRef):
+        """Each document's language and its score (lingua), and the removal list of those off the
+        keep-list."""
+        counts = identify_languages([shard_file(docs)], ctx.out_dir, library_config(config, LanguageConfig))
+        attrs = join(ctx.out_dir, shard_name(0, 1))
+        removals = removal_list_path(join(ctx.out_dir, "removals"), ctx.partition)
+        off = flag_removals(attrs, "off_language", "language", ctx.partition, removals)
+        return {**counts, "language_digest": off["digest"]}
+
     @versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
-                     ins={"docs": "shards/normalized", "model": "quality_model"}, **per_shard(shards))
+                     ins={"docs": "shards/pii", "model": "quality_model"}, **per_shard(shards))
     def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, model: ArtifactRef):
         """Quality attributes of one shard, and the low_quality removal list they imply."""
         # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.
@@ -66,4 +91,4 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition))
         return {**counts, "low_quality_digest": low["digest"]}
 
-    return [shard_normalized, shard_quality]
+    return [shard_normalized, shard_pii, shard_language, shard_quality]

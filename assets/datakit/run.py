@@ -150,6 +150,8 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
     cache_dir = join(spec.prefix, CACHE_ENTRY)
     write_dataset(combined, cache_dir)
     copy_file(join(store.read_pointer("tokenizer", None).data_path, "tokenizer.json"), join(cache_dir, "tokenizer.json"))
+    masked = [store.read_pointer("shards/pii", k).counts for k in keys]
+    languages = merge_counts(*(store.read_pointer("shards/language", k).counts["languages"] for k in keys))
     removed = {r: 0 for r in REMOVAL_REASONS}
     removed.update(merge_counts(*(c["removed"] for c in per_shard.values())))
     summary = {
@@ -164,6 +166,8 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
         "vocab_size": combined.vocab_size,
         "store": display_path(join(spec.prefix, STORE_ENTRY)),
         "quarantine_reasons": reasons,
+        "pii_masked": merge_counts(*(c["pii"] for c in masked)),
+        "languages": languages,
         "skipped_files": {f"{name}/{entry}": why for name, c in zip(names, sources) for entry, why in c["skip_reasons"].items()},
     }
     if summary["docs_in"] != summary["docs_out"] + sum(removed.values()) + summary["quarantined"]:

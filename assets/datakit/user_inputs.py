@@ -61,6 +61,7 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
         "shards/index": {"shard_bytes": spec.sharding.shard_bytes},
         "shards/normalized": {"max_doc_bytes": spec.reader.max_doc_bytes, "extractor": spec.reader.extractor},
         "shards/quality": {"threshold": spec.quality.threshold},
+        "shards/language": {"languages": spec.language.languages},
         "shards/fuzzy_edges": {"jaccard_threshold": spec.fuzzy.jaccard_threshold},
         "shards/decontam": {"threshold": spec.decontam.threshold},
         "shards/tokenized": {"validation_fraction": spec.tokenize.validation_fraction,

@@ -18,13 +18,15 @@ import sys
 def register(subparsers) -> None:
     from marin_assets.datakit.decontaminate import DecontamConfig
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
+    from marin_assets.datakit.language import LanguageConfig
     from marin_assets.datakit.quality import QualityScoreConfig
     from marin_assets.datakit.readers import ReaderConfig
     from marin_assets.datakit.shard_index import ShardingConfig
     from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
     from marin_assets.knobs import add_flags
 
-    parser = subparsers.add_parser("datakit", help="data pipeline: normalize, filter, dedup, decontaminate, tokenize")
+    parser = subparsers.add_parser(
+        "datakit", help="data pipeline: read (JSONL, Parquet, WARC, HTML), mask PII, filter, dedup, decontaminate, tokenize")
     sub = parser.add_subparsers(dest="datakit_command", metavar="COMMAND")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
 
@@ -39,6 +41,7 @@ def register(subparsers) -> None:
                      help="where the run keeps its store, cache/ and summary.json (nothing else there is touched)")
     add_flags(run, TokenizerChoice, ["tokenizer"])
     add_flags(run, QualityScoreConfig, {"threshold": "quality-threshold"})
+    add_flags(run, LanguageConfig, ["languages"])
     run.add_argument("--quality-model", default=None, metavar="DIR",
                      help="a trained quality model dir (default: train one on the demo sources when threshold > 0)")
     add_flags(run, DecontamConfig, {"threshold": "decontam-threshold"})
@@ -62,6 +65,7 @@ def run_handler(args: argparse.Namespace) -> int:
     from marin_assets.datakit.decontaminate import DecontamConfig
     from marin_assets.datakit.driver import run_driver
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
+    from marin_assets.datakit.language import LanguageConfig
     from marin_assets.datakit.quality import QualityScoreConfig
     from marin_assets.datakit.readers import ReaderConfig
     from marin_assets.datakit.run_spec import RunSpec, check_eval_sets, check_run_inputs
@@ -74,7 +78,7 @@ def run_handler(args: argparse.Namespace) -> int:
     configs = {"tokenizer": (TokenizerChoice, "--tokenizer"), "quality": (QualityScoreConfig, "--quality-threshold"),
                "decontam": (DecontamConfig, "--decontam-threshold"), "tokenize": (TokenizeConfig, None),
                "reader": (ReaderConfig, "--max-doc-bytes"), "sharding": (ShardingConfig, "--shard-bytes"),
-               "fuzzy": (FuzzyDedupConfig, "--fuzzy-threshold")}
+               "fuzzy": (FuzzyDedupConfig, "--fuzzy-threshold"), "language": (LanguageConfig, "--languages")}
     built = {}
     for field, (cls, flag) in configs.items():
         try:

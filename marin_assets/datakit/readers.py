@@ -35,7 +35,6 @@ from marin_assets.datakit.byte_streams import byte_chunks, split_lines
 from marin_assets.datakit.input_scan import list_input_files, local_entry_problem, scan_input, shown_name
 from marin_assets.datakit.parquet_pages import oversized_page
 from marin_assets.datakit.quarantine import QuarantineRecord
-from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES, iter_html, iter_warc
 from marin_assets.datakit.records import (
     MAX_JSON_DEPTH,
     UTF8_BOM,
@@ -46,6 +45,7 @@ from marin_assets.datakit.records import (
     parquet_row,
     short_name,
 )
+from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES, iter_html, iter_warc
 
 __all__ = [
     "JSONL_SUFFIXES",

@@ -33,8 +33,9 @@ class ReaderConfig:
     parquet_batch_rows: int = 4096
     # Which extractor turns a web page (.warc, .html) into text; not in the version of a shard
     # that holds no page (assets/datakit/normalized.py adds it to those that do).
-    extractor: str = knob("resiliparse", help="HTML main-text extractor for .warc/.html inputs: resiliparse or trafilatura",
-                          versioned=False)
+    extractor: str = knob(
+        "resiliparse", help="HTML main-text extractor for .warc/.html inputs: resiliparse or trafilatura", versioned=False
+    )
 
     def __post_init__(self):
         if not isinstance(self.text_field, str) or not self.text_field:

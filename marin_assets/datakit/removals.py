@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from marin_assets.datakit.shards import check_shard_key, join
 
-REMOVAL_REASONS = ("exact_duplicate", "fuzzy_duplicate", "low_quality", "contaminated")
+REMOVAL_REASONS = ("exact_duplicate", "fuzzy_duplicate", "low_quality", "contaminated", "language")
 REMOVAL_SUFFIX = ".jsonl"
 
 

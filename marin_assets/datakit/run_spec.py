@@ -26,12 +26,13 @@ from collections.abc import Sequence
 
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
+from marin_assets.datakit.language import LanguageConfig
 from marin_assets.datakit.quality import QualityScoreConfig
 from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.shard_index import ShardingConfig
 from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
 
-REMOVAL_REASONS = ("low_quality", "exact_duplicate", "fuzzy_duplicate", "contaminated")
+REMOVAL_REASONS = ("low_quality", "language", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STORE_ENTRY = "store"
 CACHE_ENTRY = "cache"
 SUMMARY_FILE = "summary.json"
@@ -41,7 +42,8 @@ OWNED = (STORE_ENTRY, CACHE_ENTRY, SUMMARY_FILE, RUN_FILE, LEASE_ENTRY)
 
 # Each nested config: (field of RunSpec, library class). Their knobs are the run's knobs.
 CONFIGS = {"tokenizer": TokenizerChoice, "sharding": ShardingConfig, "reader": ReaderConfig,
-           "quality": QualityScoreConfig, "decontam": DecontamConfig, "tokenize": TokenizeConfig, "fuzzy": FuzzyDedupConfig}
+           "quality": QualityScoreConfig, "decontam": DecontamConfig, "tokenize": TokenizeConfig, "fuzzy": FuzzyDedupConfig,
+           "language": LanguageConfig}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,7 @@ class RunSpec:
     decontam: DecontamConfig = DecontamConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     fuzzy: FuzzyDedupConfig = FuzzyDedupConfig()
+    language: LanguageConfig = LanguageConfig()
     quality_model: str | None = None  # a saved QualityModel dir; None trains one on the demo sources if threshold > 0
     source_cache_dir: str | None = None  # download cache of the demo sources' artifacts (that training)
     workers: int = 1  # local processes a range run computes its partitions on

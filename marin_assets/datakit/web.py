@@ -40,9 +40,9 @@ SCAN_BYTES = 1 << 20
 def decode_html(html: bytes, charset: str | None = None) -> str:
     """The page as text: its declared charset, else what uchardet detects (resiliparse's
     bytes_to_str falls back to UTF-8 and Windows-1252, and never raises on bad bytes)."""
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding  # pyright: ignore[reportMissingModuleSource]
 
-    return bytes_to_str(html, charset or detect_encoding(html))
+    return bytes_to_str(html, charset or detect_encoding(html) or "utf-8")
 
 
 def extract_html(html: bytes | str, extractor: str = "resiliparse", charset: str | None = None) -> str:
@@ -52,7 +52,7 @@ def extract_html(html: bytes | str, extractor: str = "resiliparse", charset: str
     alt texts, as DCLM's extraction does: a page's words, not its markup."""
     text = html if isinstance(html, str) else decode_html(html, charset)
     if extractor == "resiliparse":
-        from resiliparse.extract.html2text import extract_plain_text
+        from resiliparse.extract.html2text import extract_plain_text  # pyright: ignore[reportMissingModuleSource]
 
         return extract_plain_text(text, preserve_formatting=True, main_content=True, links=False, alt_texts=False)
     if extractor == "trafilatura":
@@ -64,10 +64,8 @@ def extract_html(html: bytes | str, extractor: str = "resiliparse", charset: str
 
 def iter_html(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
     """One .html file: one document, its main text (the file's name is its id)."""
-    import fsspec
-
     stats.records += 1
-    with fsspec.open(file, "rb") as f:
+    with _open_at(file, 0) as f:
         raw = f.read(config.max_doc_bytes + 1)
     if len(raw) > config.max_doc_bytes:
         yield QuarantineRecord(file, None, "too_large", f"more than max_doc_bytes={config.max_doc_bytes} bytes of HTML")
@@ -77,7 +75,7 @@ def iter_html(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Doc
 
 def iter_warc(file: str, config: ReaderConfig, stats: ReadStats) -> Iterator[Document | QuarantineRecord]:
     """Every response record of one .warc / .warc.gz file as a Document or a QuarantineRecord."""
-    from fastwarc.warc import WarcRecordType
+    from fastwarc.warc import WarcRecordType  # pyright: ignore[reportMissingModuleSource]
 
     for record, offset, problem in _records(file):
         if problem is not None:
@@ -161,7 +159,7 @@ def _records(file: str) -> Iterator[tuple]:
     docstring). A failure after a good record is judged at the next attempt: if that attempt
     fails at once, the record at the boundary is the broken one; if it reads, the bytes between
     the good record and the boundary were."""
-    from fastwarc.warc import ArchiveIterator
+    from fastwarc.warc import ArchiveIterator  # pyright: ignore[reportMissingModuleSource]
 
     boundary = GZIP_MEMBER if file.lower().endswith(".gz") else WARC_HEADER
     start: int | None = 0
@@ -191,7 +189,8 @@ def _records(file: str) -> Iterator[tuple]:
 def _open_at(file: str, offset: int):
     import fsspec
 
-    f = fsspec.open(file, "rb").open()
+    fs, path = fsspec.core.url_to_fs(file)
+    f = fs.open(path, "rb")
     f.seek(offset)
     return f
 

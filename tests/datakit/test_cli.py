@@ -61,10 +61,12 @@ def test_datakit_run_prints_one_json_line_with_the_invariant(tmp_path, capsys, p
     code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
                              "--prefix", str(tmp_path / "out"), "--validation-fraction", "0.2", *BYTES], capsys)
     assert code == 0
-    assert sorted(summary) == ["cache", "docs_in", "docs_out", "quarantine_reasons", "quarantined", "removed", "shards",
-                               "skipped_files", "store", "tokenizer", "tokens", "vocab_size"]
+    assert sorted(summary) == ["cache", "docs_in", "docs_out", "languages", "pii_masked", "quarantine_reasons", "quarantined",
+                               "removed", "shards", "skipped_files", "store", "tokenizer", "tokens", "vocab_size"]
     assert summary["docs_in"] == 16 and summary["quarantined"] == 1
-    assert summary["removed"] == {"contaminated": 2, "exact_duplicate": 1, "fuzzy_duplicate": 0, "low_quality": 0}
+    assert summary["removed"] == {"contaminated": 2, "exact_duplicate": 1, "fuzzy_duplicate": 0, "language": 0, "low_quality": 0}
+    assert sum(summary["languages"].values()) == 15  # every document read, before any is removed
+    assert summary["pii_masked"] == {"email": 0, "ip": 0, "phone": 0}
     assert summary["docs_in"] == summary["docs_out"] + sum(summary["removed"].values()) + summary["quarantined"]
     assert summary["docs_out"] == 12 and summary["vocab_size"] == 257 and summary["tokenizer"] == "bytes"
     final = _texts(summary)
