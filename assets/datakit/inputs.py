@@ -17,6 +17,8 @@ from assets.datakit.configs import EvalNgramConfig, QualityModelAssetConfig
 from assets.datakit.sources import copy_file, files_digest
 from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex
 from marin_assets.datakit.quality import QualityModelConfig, train_on_labelled_sources
+from marin_assets.datakit.quality_fasttext import HIGH_LABEL as DEFAULT_FASTTEXT_LABEL
+from marin_assets.datakit.quality_fasttext import import_fasttext_model
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
@@ -30,9 +32,10 @@ def labelled_quality_model(labels: Mapping[str, str]) -> dg.AssetsDefinition:
     """quality_model trained on raw sources labelled "high" or "low" ({source: label})."""
     ins = {f"src_{name}": f"sources/{name}" for name in sorted(labels)}
 
-    @versioned_asset(key=QUALITY_MODEL, code_version="2", config_cls=QualityModelAssetConfig, ins=ins, group_name=GROUP,
+    @versioned_asset(key=QUALITY_MODEL, code_version="3", config_cls=QualityModelAssetConfig, ins=ins, group_name=GROUP,
                      automation_condition=rerun_on_change(),
-                     description="Hashed n-gram logistic regression: high-quality sources vs the low-quality one.")
+                     description="High-quality sources vs the low-quality one: fastText, or our hashed n-gram logistic "
+                                 "regression where it is more accurate on the held-out documents (counts report both).")
     def _quality_model(ctx: StageContext, config: QualityModelAssetConfig, **raw: ArtifactRef):
         sources = {name: (raw[f"src_{name}"].data_path, label) for name, label in labels.items()}
         return train_on_labelled_sources(sources, ctx.out_dir, ctx.scratch_dir, library_config(config, QualityModelConfig))
@@ -40,18 +43,34 @@ def labelled_quality_model(labels: Mapping[str, str]) -> dg.AssetsDefinition:
     return _quality_model
 
 
-def given_quality_model(model_dir: str) -> dg.AssetsDefinition:
-    """quality_model: a model a user trained, copied in; versioned by its files' bytes."""
+def given_quality_model(path: str, label: str | None = None) -> dg.AssetsDefinition:
+    """quality_model: a model a user trained, copied in: a model dir (versioned by its files' bytes),
+    or a fastText model file scoring P(label) (versioned by its bytes and the label)."""
+    import fsspec
+
     from marin_assets.datakit.readers import list_input_files
 
-    files = [(f[len(model_dir.rstrip("/")) + 1:], f) for f in list_input_files(model_dir)]
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isfile(root):
+        return _given_fasttext_model(path, label or DEFAULT_FASTTEXT_LABEL)
+    files = [(f[len(path.rstrip("/")) + 1:], f) for f in list_input_files(path)]
 
     @versioned_asset(key=QUALITY_MODEL, code_version=f"dir.{files_digest(files)}", group_name=GROUP,
-                     description=f"quality model: the one in {model_dir}")
+                     description=f"quality model: the one in {path}")
     def _given(ctx: StageContext):
         for rel, f in files:
             copy_file(f, join(ctx.out_dir, rel))
         return {"model": "given", "files": len(files)}
+
+    return _given
+
+
+def _given_fasttext_model(bin_path: str, label: str) -> dg.AssetsDefinition:
+    # The label is hashed as the file's name: the same file scoring another label is another model.
+    @versioned_asset(key=QUALITY_MODEL, code_version=f"fasttext.{files_digest([(label, bin_path)])}", group_name=GROUP,
+                     description=f"quality model: P({label}) of the fastText classifier {bin_path}")
+    def _given(ctx: StageContext):
+        return import_fasttext_model(bin_path, label, ctx.out_dir)
 
     return _given
 

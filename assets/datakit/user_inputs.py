@@ -2,8 +2,9 @@
 
 make_datakit_graph over one `sources/<name>` asset per --input, plus the three fixed inputs
 built from the run's flags, under their real keys:
-- quality_model: the user's --quality-model dir; or, with a threshold above 0 and no dir,
-  one trained on the demo's pinned sources (the code location's own asset, with its sources);
+- quality_model: the user's --quality-model (a model dir, or a fastText .bin scoring
+  P(--quality-label)); or, with a threshold above 0 and no model, one trained on the demo's
+  pinned sources (the code location's own asset, with its sources);
   or no model (threshold 0: nothing is filtered);
 - eval_ngrams: the n-gram index of the --eval sets (empty without any: nothing matches);
 - tokenizer: --tokenizer (default: OLMo's pinned BPE; see marin_assets/datakit/tokenize.py).
@@ -29,7 +30,7 @@ from marin_assets.datakit.sources import SOURCES
 
 def quality_model_assets(spec: RunSpec) -> list[dg.AssetsDefinition]:
     if spec.quality_model is not None:
-        return [given_quality_model(spec.quality_model)]
+        return [given_quality_model(spec.quality_model, spec.quality_label)]
     if spec.quality.threshold > 0:
         return [*(pinned_source(name) for name in SOURCES), labelled_quality_model({n: s.quality for n, s in SOURCES.items()})]
     return [no_quality_model()]

@@ -42,8 +42,12 @@ def register(subparsers) -> None:
     add_flags(run, TokenizerChoice, ["tokenizer"])
     add_flags(run, QualityScoreConfig, {"threshold": "quality-threshold"})
     add_flags(run, LanguageConfig, ["languages"])
-    run.add_argument("--quality-model", default=None, metavar="DIR",
-                     help="a trained quality model dir (default: train one on the demo sources when threshold > 0)")
+    run.add_argument("--quality-model", default=None, metavar="PATH",
+                     help="a quality model: a model dir (as a run or the demo writes it) or any fastText classifier .bin, "
+                          "which scores P(--quality-label) (default: train one on the demo sources when threshold > 0)")
+    run.add_argument("--quality-label", default=None, metavar="LABEL",
+                     help="the label of a fastText .bin --quality-model whose probability is the quality score "
+                          "(default: __label__hq; only with a .bin)")
     add_flags(run, DecontamConfig, {"threshold": "decontam-threshold"})
     add_flags(run, FuzzyDedupConfig, {"jaccard_threshold": "fuzzy-threshold"})
     add_flags(run, TokenizeConfig, ["validation_fraction", "min_validation_docs"])
@@ -90,6 +94,7 @@ def run_handler(args: argparse.Namespace) -> int:
     try:
         workers = args.workers if args.workers is not None else local_workers()
         spec = RunSpec(tuple(args.input), tuple(args.eval), args.prefix, **built, quality_model=args.quality_model,
+                       quality_label=args.quality_label,
                        source_cache_dir=args.cache_dir, workers=workers, quiet=args.json)
     except ValueError as e:  # --workers, $MARIN_LOCAL_WORKERS, a path
         flag = "--workers: " if str(e).startswith("workers ") else ""

@@ -10,6 +10,8 @@ reduces, never the other shards' tokens.
     shard_index.split_source(name, raw_files, out_dir, bytes)   raw files -> shard files
     normalize.normalize(input_paths, out_dir, NormalizeConfig)  per shard: Parquet contract
     quality.train_on_labelled_sources / score_quality           classifier; per shard: scores
+    quality_fasttext.import_fasttext_model(bin, label, out_dir) a user's fastText classifier as the model
+    pii.mask_shard(shard, out)                                  per shard: e-mails, phones, IPs masked
     language.identify_languages(shards, out_dir, config)        per shard: language attributes
     dedup_exact.exact_map / exact_reduce / exact_removals       per shard / per bucket / per shard
     fuzzy_dedup.fuzzy_map / fuzzy_band_reduce / fuzzy_verify / fuzzy_resolve

@@ -1,10 +1,14 @@
-"""Quality scores: a hashed n-gram logistic regression and a zlib compression ratio.
+"""Quality scores: a quality classifier's P(high) and a zlib compression ratio.
 
-fastText is what Marin/DCLM use; its wheel is not in our lock, so the classifier is the
-same idea in numpy/scipy: lowercased word (and punctuation) unigrams + bigrams, hashed
-into `num_features` buckets, log1p counts, L2-normalised rows, and a class-balanced
-L2-regularised logistic regression fitted with L-BFGS. The model is two files (weights
-.npy + config .json), so it is an artifact like any other.
+Two kinds of classifier, in a model dir with ``quality_model.json`` naming its "kind":
+- ours ("hashed_logistic", the default of a dir without a kind): lowercased word (and
+  punctuation) unigrams + bigrams, hashed into `num_features` buckets, log1p counts,
+  L2-normalised rows, and a class-balanced L2-regularised logistic regression fitted with
+  L-BFGS; two files (weights .npy + config .json);
+- fastText ("fasttext", quality_fasttext.py), what Marin and DCLM use: a model.bin
+  and the label whose probability is the score; one trained here or a user's ``.bin``.
+`train_quality_model` fits both on the same split and keeps fastText unless ours is strictly
+more accurate on the held-out documents; `load_quality_model` reads either.
 
 The score attribute is co-partitioned with its shard: id, source_id, quality (P(high)),
 compression_ratio (raw bytes / zlib bytes: boilerplate and repeated text compress well),
@@ -15,17 +19,20 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.knobs import knob
+from marin_assets.datakit.quality_fasttext import FastTextConfig
 from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float, check_int
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 WEIGHTS_FILE = "weights.npy"
 CONFIG_FILE = "quality_model.json"
+OURS = "hashed_logistic"  # the "kind" of our model (a dir written before kinds existed has none)
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,13 @@ class QualityModel:
 
         if not len(texts):
             return np.zeros(0, np.float32)
-        z = featurize(texts, self.config) @ self.weights + self.bias
-        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+        return self.predict_features(featurize(texts, self.config))
+
+    def predict_features(self, x):
+        """P(high quality) for each row of ``featurize``'s matrix."""
+        import numpy as np
+
+        return (1.0 / (1.0 + np.exp(-(x @ self.weights + self.bias)))).astype(np.float32)
 
     def save(self, out_dir: str) -> None:
         import fsspec
@@ -96,7 +108,7 @@ class QualityModel:
         fs.makedirs(root, exist_ok=True)
         with fs.open(join(root, WEIGHTS_FILE), "wb") as f:
             np.save(f, self.weights.astype(np.float32))
-        write_json({"bias": self.bias, "config": asdict(self.config)}, join(out_dir, CONFIG_FILE))
+        write_json({"kind": OURS, "bias": self.bias, "config": asdict(self.config)}, join(out_dir, CONFIG_FILE))
 
     @staticmethod
     def load(model_dir: str) -> QualityModel:
@@ -108,6 +120,43 @@ class QualityModel:
         with fsspec.open(join(model_dir, WEIGHTS_FILE), "rb") as f:
             weights = np.load(f)
         return QualityModel(weights, meta["bias"], QualityModelConfig(**meta["config"]))
+
+
+def load_quality_model(model_dir: str):
+    """The classifier in ``model_dir``, of either kind: an object whose ``predict(texts)`` is a float32
+    array of P(high quality) (for a fastText model, P(its label))."""
+    import fsspec
+
+    from marin_assets.datakit import quality_fasttext
+
+    with fsspec.open(join(model_dir, CONFIG_FILE), "r") as f:
+        meta = json.load(f)
+    kind = meta.get("kind", OURS)
+    if kind == OURS:
+        return QualityModel.load(model_dir)
+    if kind == quality_fasttext.KIND:
+        return quality_fasttext.FastTextQualityModel.load(model_dir, meta)
+    raise ValueError(f"quality model {model_dir}: unknown kind {kind!r} in {CONFIG_FILE} "
+                     f"(known: {OURS}, {quality_fasttext.KIND})")
+
+
+def check_given_model(path: str, label: str | None) -> None:
+    """FileNotFoundError / ValueError (naming ``path``) unless it is a model dir (with quality_model.json)
+    or a fastText model file; a ``label`` only goes with a fastText file (a dir's json names its own)."""
+    import fsspec
+
+    from marin_assets.datakit.quality_fasttext import check_label, check_model_file
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isfile(root):
+        check_model_file(path)
+        if label is not None:
+            check_label(label)
+    elif not fs.exists(join(root, CONFIG_FILE)):
+        raise FileNotFoundError(f"quality model {path} is neither a fastText model file nor a dir with {CONFIG_FILE}")
+    elif label is not None:
+        raise ValueError(f"a quality label ({label!r}) goes with a fastText model file; {path} is a model dir, "
+                         f"whose {CONFIG_FILE} names its own")
 
 
 def fit_logistic(x, y, config: QualityModelConfig):
@@ -148,45 +197,81 @@ def _is_holdout(doc_id: str, fraction: float) -> bool:
     return int(doc_id[-8:], 16) / 0xFFFFFFFF < fraction
 
 
-def train_quality_model(
-    high_paths: Sequence[str], low_paths: Sequence[str], out_dir: str, config: QualityModelConfig = QualityModelConfig()
-) -> dict:
-    """Fit on normalized shards of high- vs low-quality sources; save to out_dir; return counts.
-
-    A deterministic slice of documents (by id) is held out to report accuracy honestly.
-    """
+def _labelled(high_paths: Sequence[str], low_paths: Sequence[str], holdout_fraction: float):
+    """(texts, y: 1 high / 0 low, the held-out mask) of the documents, high ones first."""
     import numpy as np
 
     high, high_ids = _texts_and_ids(high_paths)
     low, low_ids = _texts_and_ids(low_paths)
-    texts, ids = high + low, high_ids + low_ids
     y = np.array([1] * len(high) + [0] * len(low))
-    hold = np.array([_is_holdout(i, config.holdout_fraction) for i in ids], dtype=bool)
+    hold = np.array([_is_holdout(i, holdout_fraction) for i in high_ids + low_ids], dtype=bool)
+    return high + low, y, hold
+
+
+def train_quality_model(high_paths: Sequence[str], low_paths: Sequence[str], out_dir: str,
+                        config: QualityModelConfig = QualityModelConfig(), fasttext: FastTextConfig | None = None) -> dict:
+    """Fit ours and a fastText classifier on normalized shards of high- vs low-quality sources;
+    save the better one to out_dir; return counts that report both.
+
+    A deterministic slice of documents (by id) is held out to measure them honestly. fastText is
+    what the field uses, so ours is kept only if strictly more accurate there; a tie, or no held-out
+    documents, keeps fastText. The keys train_accuracy / holdout_accuracy are the kept model's.
+    """
+    from marin_assets.datakit.quality_fasttext import KIND as FASTTEXT
+    from marin_assets.datakit.quality_fasttext import train_fasttext
+
+    texts, y, hold = _labelled(high_paths, low_paths, config.holdout_fraction)
     x = featurize(texts, config)
-    weights, bias = fit_logistic(x[~hold], y[~hold], config)
-    model = QualityModel(weights, bias, config)
-    model.save(out_dir)
-
-    def accuracy(mask):
-        if not mask.any():
-            return None
-        p = 1.0 / (1.0 + np.exp(-(x[mask] @ weights + bias)))
-        return float(((p >= 0.5) == (y[mask] == 1)).mean())
-
+    ours = QualityModel(*fit_logistic(x[~hold], y[~hold], config), config)
+    with tempfile.TemporaryDirectory() as work_dir:  # the fastText model lives here until it is saved
+        train_texts = [t for t, held in zip(texts, hold, strict=True) if not held]
+        theirs = train_fasttext(train_texts, y[~hold] == 1, work_dir, fasttext or FastTextConfig())
+        measured = {"ours": _measure(ours.predict_features(x), y, hold), "fasttext": _measure(theirs.predict(texts), y, hold)}
+        keep_ours = _strictly_better(measured["ours"], measured["fasttext"])
+        (ours if keep_ours else theirs).save(out_dir)
     counts = {
-        "high_docs": len(high),
-        "low_docs": len(low),
+        "high_docs": int(y.sum()),
+        "low_docs": int((y == 0).sum()),
         "train_docs": int((~hold).sum()),
         "holdout_docs": int(hold.sum()),
-        "train_accuracy": accuracy(~hold),
-        "holdout_accuracy": accuracy(hold),
+        "kind": OURS if keep_ours else FASTTEXT,
+        **measured["ours" if keep_ours else "fasttext"],
+        **{f"{model}_{name}": value for model, numbers in measured.items() for name, value in numbers.items()},
     }
     write_json(counts, join(out_dir, "_counts.json"))
     return counts
 
 
+def _strictly_better(a: dict, b: dict) -> bool:
+    """a's held-out accuracy beats b's (False when there is nothing held out to compare on)."""
+    if a["holdout_accuracy"] is None or b["holdout_accuracy"] is None:
+        return False
+    return a["holdout_accuracy"] > b["holdout_accuracy"]
+
+
+def _measure(p, y, hold) -> dict:
+    """Accuracy at 0.5 on the training and held-out documents, and held-out AUC (None where undefined)."""
+    return {"train_accuracy": _accuracy(p[~hold], y[~hold]), "holdout_accuracy": _accuracy(p[hold], y[hold]),
+            "holdout_auc": _auc(p[hold], y[hold])}
+
+
+def _accuracy(p, y) -> float | None:
+    return float(((p >= 0.5) == (y == 1)).mean()) if len(y) else None
+
+
+def _auc(p, y) -> float | None:
+    """P(a random high document outscores a random low one), ties counting half (Mann-Whitney)."""
+    from scipy.stats import rankdata
+
+    n_high = int(y.sum())
+    n_low = len(y) - n_high
+    if not n_high or not n_low:
+        return None
+    return float((rankdata(p)[y == 1].sum() - n_high * (n_high + 1) / 2) / (n_high * n_low))
+
+
 def train_on_labelled_sources(raw: Mapping[str, tuple[str, str]], out_dir: str, scratch_dir: str,
-                              config: QualityModelConfig = QualityModelConfig()) -> dict:
+                              config: QualityModelConfig = QualityModelConfig(), fasttext: FastTextConfig | None = None) -> dict:
     """Train on raw sources labelled "high" or "low" ({name: (raw files dir, label)}): each is
     normalized into ``scratch_dir`` by the same ``normalize`` the shards run, then fitted."""
     from marin_assets.datakit.normalize import NormalizeConfig, normalize
@@ -202,7 +287,7 @@ def train_on_labelled_sources(raw: Mapping[str, tuple[str, str]], out_dir: str, 
     if not shards["high"] or not shards["low"]:
         raise ValueError(f"a quality model needs high- and low-quality sources, got {sorted(raw)} labelled "
                          f"{sorted({label for _, label in raw.values()})}")
-    return train_quality_model(shards["high"], shards["low"], out_dir, config)
+    return train_quality_model(shards["high"], shards["low"], out_dir, config, fasttext)
 
 
 @dataclass(frozen=True)
@@ -231,7 +316,7 @@ def score_quality(shard_paths: Sequence[str], model_dir: str | None, out_dir: st
 
     if model_dir is None and config.threshold > 0:
         raise ValueError(f"quality threshold {config.threshold} needs a trained quality model (model_dir is None)")
-    model = QualityModel.load(model_dir) if model_dir is not None else None
+    model = load_quality_model(model_dir) if model_dir is not None else None
     reset_dir(out_dir)
     docs = low = 0
     score_sum = 0.0

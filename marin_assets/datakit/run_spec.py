@@ -61,7 +61,8 @@ class RunSpec:
     tokenize: TokenizeConfig = TokenizeConfig()
     fuzzy: FuzzyDedupConfig = FuzzyDedupConfig()
     language: LanguageConfig = LanguageConfig()
-    quality_model: str | None = None  # a saved QualityModel dir; None trains one on the demo sources if threshold > 0
+    quality_model: str | None = None  # a model dir or a fastText .bin; None trains one on the demo sources if threshold > 0
+    quality_label: str | None = None  # the label a fastText .bin scores (None: __label__hq); only with a .bin
     source_cache_dir: str | None = None  # download cache of the demo sources' artifacts (that training)
     workers: int = 1  # local processes a range run computes its partitions on
     quiet: bool = False  # --json: no progress lines
@@ -74,6 +75,10 @@ class RunSpec:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value or "\n" in value or "\x00" in value):
                 raise ValueError(f"{name}: must be a path, got {value!r}")
+        if self.quality_label is not None:
+            from marin_assets.datakit.quality_fasttext import check_label
+
+            check_label(self.quality_label, "quality_label")
 
     def to_json(self) -> str:
         return json.dumps({**dataclasses.asdict(self), "inputs": list(self.inputs), "evals": list(self.evals)}, sort_keys=True)
@@ -126,6 +131,7 @@ def inside(path: str, directory: str) -> bool:
 def check_run_inputs(spec: RunSpec) -> None:
     """Raise (FileNotFoundError / ValueError, naming the path) before any work is done."""
     from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS
+    from marin_assets.datakit.quality import check_given_model
     from marin_assets.datakit.readers import list_input_files
     from marin_assets.datakit.shards import join
     from marin_assets.datakit.tokenize import load_encoder
@@ -147,8 +153,10 @@ def check_run_inputs(spec: RunSpec) -> None:
     encoder = load_encoder(spec.tokenizer.tokenizer)  # FileNotFoundError / ValueError naming it
     if encoder.eos_id is None:
         raise ValueError(f"tokenizer {spec.tokenizer.tokenizer} has no '<|endoftext|>' token (documents are separated by it)")
-    if spec.quality_model is not None and not exists(join(spec.quality_model, "quality_model.json")):
-        raise FileNotFoundError(f"quality model {spec.quality_model} has no quality_model.json")
+    if spec.quality_model is not None:
+        check_given_model(spec.quality_model, spec.quality_label)  # a model dir, or a fastText file
+    elif spec.quality_label is not None:
+        raise ValueError(f"quality label {spec.quality_label!r} needs a fastText --quality-model to score with")
     owned = [join(prefix, entry) for entry in OWNED]
     given = [*(("input", p) for p in spec.inputs), *(("eval set", e) for e in spec.evals if e not in PACKAGED_EVAL_SETS),
              ("quality model", spec.quality_model), ("cache dir", spec.source_cache_dir)]

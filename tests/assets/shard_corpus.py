@@ -63,7 +63,7 @@ def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, thre
     (tests/datakit/oracle.py: exact copies, then all-pairs near copies of what is left), then
     the eval n-gram overlap of each survivor."""
     from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, score_text
-    from marin_assets.datakit.quality import QualityModel
+    from marin_assets.datakit.quality import load_quality_model
     from marin_assets.datakit.shards import read_table
     from tests.datakit.oracle import dedup, place
 
@@ -72,7 +72,7 @@ def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, thre
         table = read_table(store.read_pointer("shards/normalized", key).files(".parquet")[0],
                            columns=["id", "text", "source", "source_id"])
         docs += [{**row, "key": key, "row": i} for i, row in enumerate(table.to_pylist())]
-    scores = QualityModel.load(model_dir).predict([d["text"] for d in docs])
+    scores = load_quality_model(model_dir).predict([d["text"] for d in docs])
     low = {place(d) for d, q in zip(docs, scores) if q < threshold}
     exact, fuzzy = dedup([d for d in docs if place(d) not in low])
     index, bar = EvalNgramIndex.load(eval_dir), DecontamConfig().threshold

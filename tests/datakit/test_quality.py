@@ -5,10 +5,10 @@ import pytest
 
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.quality import (
-    QualityModel,
     QualityModelConfig,
     QualityScoreConfig,
     compression_ratio,
+    load_quality_model,
     score_quality,
     train_quality_model,
 )
@@ -48,11 +48,11 @@ def test_classifier_separates_held_out_documents(trained):
 
 def test_model_roundtrip_and_scores(trained, prose):
     _, model_dir = trained
-    model = QualityModel.load(model_dir)
+    model = load_quality_model(model_dir)
     texts = [_prosy(1000, prose), _spammy(1000)]
     p = model.predict(texts)
     assert p[0] > 0.5 > p[1]
-    again = QualityModel.load(model_dir).predict(texts)
+    again = load_quality_model(model_dir).predict(texts)
     np.testing.assert_array_equal(p, again)
 
 
@@ -61,7 +61,7 @@ def test_score_attributes_and_threshold(tmp_path, trained, prose, write_jsonl):
     mixed = _shards(tmp_path, "mixed", [_prosy(500 + i, prose) for i in range(5)] + [_spammy(500 + i) for i in range(5)], write_jsonl)
     keep_all = score_quality(mixed, model_dir, str(tmp_path / "q0"), QualityScoreConfig(threshold=0.0))
     texts = [t for shard in mixed for t in read_table(shard).column("text").to_pylist()]
-    expected_mean = float(np.mean(QualityModel.load(model_dir).predict(texts)))
+    expected_mean = float(np.mean(load_quality_model(model_dir).predict(texts)))
     assert 0.2 < expected_mean < 0.8  # half prose, half spam: a mean near either end would mean one class only
     assert keep_all == {"docs": 10, "low_quality": 0, "mean_quality": pytest.approx(expected_mean, rel=1e-5)}
     counts = score_quality(mixed, model_dir, str(tmp_path / "q"), QualityScoreConfig(threshold=0.5))
