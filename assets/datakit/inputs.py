@@ -14,12 +14,12 @@ import dagster as dg
 
 from assets.datakit.common import GROUP
 from assets.datakit.configs import EvalNgramConfig, QualityModelAssetConfig
-from assets.datakit.sources import copy_file, files_digest
+from assets.datakit.sources import files_digest
 from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex
 from marin_assets.datakit.quality import QualityModelConfig, train_on_labelled_sources
 from marin_assets.datakit.quality_fasttext import HIGH_LABEL as DEFAULT_FASTTEXT_LABEL
 from marin_assets.datakit.quality_fasttext import import_fasttext_model
-from marin_assets.datakit.shards import join
+from marin_assets.datakit.shards import copy_file, join
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
 from marin_assets.orchestration.knob_configs import library_config

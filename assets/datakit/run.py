@@ -32,12 +32,11 @@ import dagster as dg
 from assets.datakit.common import merge_counts
 from assets.datakit.datasets import dataset_key
 from assets.datakit.index import INDEX_KEY, index_keys, register_shards
-from assets.datakit.sources import copy_file
 from assets.datakit.user_inputs import run_config, user_graph
 from marin_assets.datakit.datasets import combine, read_dataset, write_dataset
 from marin_assets.datakit.run_spec import (CACHE_ENTRY, LEASE_ENTRY, REMOVAL_REASONS, RUN_FILE, STORE_ENTRY, SUMMARY_FILE,
                                            RunSpec, check_run_inputs, dataset_names, display_path)
-from marin_assets.datakit.shards import join
+from marin_assets.datakit.shards import copy_file, join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.fanout import WORKERS_ENV
 from marin_assets.orchestration.waves import materialize_waves

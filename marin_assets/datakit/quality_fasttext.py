@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
-from marin_assets.datakit.shards import basename, join, local_path, write_json
+from marin_assets.datakit.shards import basename, copy_file, join, local_path, write_json
 from marin_assets.numeric_checks import check_float, check_int
 
 KIND = "fasttext"
@@ -95,13 +95,13 @@ class FastTextQualityModel:
         return {"kind": KIND, "label": self.label, "preprocess": self.preprocess, "max_chars": self.max_chars}
 
     def save(self, out_dir: str, **extra) -> None:
-        _copy(self.model_file, join(out_dir, MODEL_FILE))
+        copy_file(self.model_file, join(out_dir, MODEL_FILE))
         write_json({**self.meta(), **extra}, join(out_dir, CONFIG_FILE))
 
     @staticmethod
     def load(model_dir: str, meta: dict) -> FastTextQualityModel:
         path = join(model_dir, MODEL_FILE)
-        with _local_copy(path) as local:
+        with _localcopy_file(path) as local:
             model = _load_fasttext(local, path)  # fastText reads the whole file: the copy can go
         return FastTextQualityModel(model, meta["label"], meta.get("preprocess", ONE_LINE), meta.get("max_chars"), path)
 
@@ -125,7 +125,8 @@ def check_model_file(path: str) -> None:
     import fsspec
     import numpy as np
 
-    with fsspec.open(path, "rb") as f:
+    fs, local = fsspec.core.url_to_fs(path)
+    with fs.open(local, "rb") as f:
         head = np.frombuffer(f.read(8).ljust(8, b"\x00"), "<i4")
     if int(head[0]) != FASTTEXT_MAGIC or int(head[1]) != FASTTEXT_VERSION:
         raise ValueError(f"quality model {path} is not a fastText model file (it does not start with fastText's header)")
@@ -147,7 +148,7 @@ def import_fasttext_model(bin_path: str, label: str, out_dir: str) -> dict:
     ValueError (naming the file, the label and the labels it has) unless ``label`` is one of its labels.
     """
     check_label(label)
-    with _local_copy(bin_path) as local:
+    with _localcopy_file(bin_path) as local:
         model = _load_fasttext(local, bin_path)
         labels = _classifier_labels(model, bin_path)
         if label not in labels:
@@ -176,7 +177,7 @@ def train_fasttext(texts: Sequence[str], is_high: Sequence[bool], work_dir: str,
     order = np.random.RandomState(config.seed).permutation(len(texts))
     with open(train_file, "w", encoding="utf-8") as f:
         for i in order:
-            f.write(f"{HIGH_LABEL if is_high[i] else LOW_LABEL} {fasttext_line(texts[i], TOKENS, config.max_chars)}\n")
+            f.write(f"{HIGH_LABEL if is_high[int(i)] else LOW_LABEL} {fasttext_line(texts[int(i)], TOKENS, config.max_chars)}\n")
     train_fasttext_file(train_file, model_file, config)
     return FastTextQualityModel(_load_fasttext(model_file, model_file), HIGH_LABEL, TOKENS, config.max_chars, model_file)
 
@@ -210,7 +211,7 @@ def _train(train_file: str, model_file: str, config: FastTextConfig) -> None:
 
 
 @contextlib.contextmanager
-def _local_copy(path: str) -> Iterator[str]:
+def _localcopy_file(path: str) -> Iterator[str]:
     """An OS path of ``path``'s bytes: the file itself when local, else a temporary copy (fastText reads OS paths)."""
     local = local_path(path)
     if local is not None:
@@ -218,19 +219,5 @@ def _local_copy(path: str) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, MODEL_FILE)
-        _copy(path, copy)
+        copy_file(path, copy)
         yield copy
-
-
-def _copy(src: str, dest: str) -> None:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(dest)
-    fs.makedirs(root.rsplit("/", 1)[0], exist_ok=True)
-    with fsspec.open(src, "rb") as fin, fsspec.open(dest, "wb") as fout:
-        for chunk in iter(lambda: fin.read(1 << 20), b""):
-            fout.write(chunk)
-
-
-if __name__ == "__main__":
-    _train(sys.argv[1], sys.argv[2], FastTextConfig(**json.loads(sys.argv[3])))

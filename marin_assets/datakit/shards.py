@@ -217,6 +217,18 @@ def makedirs(path: str) -> None:
     fs.makedirs(p, exist_ok=True)
 
 
+def copy_file(src: str, dest: str) -> None:
+    """Copy one file between any fsspec URLs, 1 MiB at a time (never held whole), making dest's folder."""
+    import fsspec
+
+    fs_in, p_in = fsspec.core.url_to_fs(src)
+    fs_out, p_out = fsspec.core.url_to_fs(dest)
+    fs_out.makedirs(p_out.rsplit("/", 1)[0], exist_ok=True)
+    with fs_in.open(p_in, "rb") as fin, fs_out.open(p_out, "wb") as fout:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            fout.write(chunk)
+
+
 def write_json(obj, path: str) -> None:
     import json
 

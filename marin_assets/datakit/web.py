@@ -18,7 +18,7 @@ revisit) hold no page; they are counted in ReadStats.other_records, as blank JSO
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from marin_assets.datakit.quarantine import QuarantineRecord
@@ -207,3 +207,32 @@ def _next_boundary(file: str, offset: int, marker: bytes) -> int | None:
             tail = data[-(len(marker) - 1) :]
             position += len(block)
     return None
+
+
+def write_warc(pages: Iterable[tuple[str, bytes]], path: str, crawl_date: str) -> int:
+    """Write (url, HTML) pages as a crawl's .warc.gz: one response record per page, each its own
+    gzip member (as Common Crawl writes them), ids and dates fixed so the same pages give the same
+    bytes (an artifact's version follows its content). Returns how many records were written."""
+    import gzip
+    import hashlib
+    import io
+
+    import fsspec
+    from fastwarc.warc import WarcRecord, WarcRecordType  # pyright: ignore[reportMissingModuleSource]
+
+    written = 0
+    with fsspec.open(path, "wb") as out:
+        for url, html in pages:
+            record = WarcRecord()
+            urn = "uuid:" + hashlib.sha256(url.encode()).hexdigest()[:32]
+            record.init_headers(record_type=WarcRecordType.response, record_urn=urn.encode())
+            record.headers["WARC-Date"] = crawl_date
+            record.headers["WARC-Target-URI"] = url
+            record.headers["Content-Type"] = "application/http; msgtype=response"
+            http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
+            record.set_bytes_content(http + html)
+            buffer = io.BytesIO()
+            record.write(buffer, checksum_data=True)
+            out.write(gzip.compress(buffer.getvalue(), mtime=0))  # pyright: ignore[reportAttributeAccessIssue]
+            written += 1
+    return written

