@@ -341,3 +341,26 @@ SMALL_INDEX = EvalNgramIndex.build([("e/1", " ".join(EVAL_WORDS)), ("e/2", " ".j
 def test_batched_scores_equal_the_per_document_reference(texts):
     overlaps, matched = score_texts(SMALL_INDEX, texts)
     assert list(zip(overlaps, matched)) == [reference_score(SMALL_INDEX, t) for t in texts]
+
+
+def test_an_index_without_ngrams_skips_the_scan_and_writes_what_it_would(tmp_path, monkeypatch):
+    """No eval set (or only items too short for an n-gram): nothing can match, so no text is read
+    or hashed, and the attributes are those a scan would write (checked against one)."""
+    from marin_assets.datakit import decontaminate as module
+    from marin_assets.datakit.normalize import NormalizeConfig, normalize
+    from marin_assets.datakit.shards import list_shards, read_table
+
+    rng = np.random.default_rng(3)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": sentence(rng, 60)}) + "\n" for _ in range(30)))
+    normalize(str(tmp_path / "a.jsonl"), str(tmp_path / "n"), NormalizeConfig(source="a"))
+    shards = list_shards(str(tmp_path / "n"))
+    unrelated = EvalNgramIndex.build([("q0", sentence(np.random.default_rng(99), 60))])  # n-grams, none in the shard
+    scanned = decontaminate(shards, unrelated, str(tmp_path / "scanned"))
+    monkeypatch.setattr(module, "read_id_text", lambda path: pytest.fail("an index without n-grams read the texts"))
+    for name, items in (("none", []), ("short_only", [("q1", "too short")])):
+        index = EvalNgramIndex.build(items)
+        assert not index.eval_ids
+        skipped = decontaminate(shards, index, str(tmp_path / name))
+        assert skipped == scanned == {"docs": 30, "contaminated": 0, "shards": 1}
+        [a], [b] = list_shards(str(tmp_path / "scanned")), list_shards(str(tmp_path / name))
+        assert read_table(a).equals(read_table(b))
