@@ -52,16 +52,16 @@ def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChe
     """The code location's DataKit: the demo's pinned sources, a crawl (sources/npm_docs: a WARC
     of npm's documentation pages) and sources/user (the files of $MARIN_USER_DATA_DIR, which the
     new_user_shards sensor feeds), the fixed inputs, the sharded graph, a dataset per source, the
-    plays' chat dataset and the mixture (the crawl's dataset is not in it: the demo's phases budget
-    the three demo sources); a blocking check per dataset."""
-    trained_sources = [*SOURCES, WATCHED_SOURCE]
+    plays' chat dataset and the mixture (the crawl's dataset is in it at weight 0, as the chat
+    dataset is, until a phase's own mix names it: the demo's phases budget the three demo sources);
+    a blocking check per dataset."""
     sources = {name: f"sources/{name}" for name in [*SOURCES, *WEB_SOURCES, WATCHED_SOURCE]}
     raw = [*(pinned_source(name) for name in [*SOURCES, *WEB_SOURCES]), watched_source(WATCHED_SOURCE)]
     inputs = [labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}), packaged_eval_ngrams,
               tokenizer_asset(CODE_LOCATION_TOKENIZER)]
-    trained = [*trained_sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
+    trained = [*sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
     assets = [*raw, *inputs, *make_datakit_graph(sources), *chat_assets(), mixture_asset(trained)]
-    return assets, [contamination_check(name) for name in [*trained, *WEB_SOURCES]]
+    return assets, [contamination_check(name) for name in trained]
 
 
 __all__ = ["CODE_LOCATION_TOKENIZER", "WATCHED_SOURCE", "code_location_datakit", "make_datakit_graph", "make_shard_steps"]

@@ -101,7 +101,7 @@ class FastTextQualityModel:
     @staticmethod
     def load(model_dir: str, meta: dict) -> FastTextQualityModel:
         path = join(model_dir, MODEL_FILE)
-        with _localcopy_file(path) as local:
+        with _local_copy(path) as local:
             model = _load_fasttext(local, path)  # fastText reads the whole file: the copy can go
         return FastTextQualityModel(model, meta["label"], meta.get("preprocess", ONE_LINE), meta.get("max_chars"), path)
 
@@ -148,7 +148,7 @@ def import_fasttext_model(bin_path: str, label: str, out_dir: str) -> dict:
     ValueError (naming the file, the label and the labels it has) unless ``label`` is one of its labels.
     """
     check_label(label)
-    with _localcopy_file(bin_path) as local:
+    with _local_copy(bin_path) as local:
         model = _load_fasttext(local, bin_path)
         labels = _classifier_labels(model, bin_path)
         if label not in labels:
@@ -211,7 +211,7 @@ def _train(train_file: str, model_file: str, config: FastTextConfig) -> None:
 
 
 @contextlib.contextmanager
-def _localcopy_file(path: str) -> Iterator[str]:
+def _local_copy(path: str) -> Iterator[str]:
     """An OS path of ``path``'s bytes: the file itself when local, else a temporary copy (fastText reads OS paths)."""
     local = local_path(path)
     if local is not None:
@@ -221,3 +221,7 @@ def _localcopy_file(path: str) -> Iterator[str]:
         copy = os.path.join(tmp, MODEL_FILE)
         copy_file(path, copy)
         yield copy
+
+
+if __name__ == "__main__":
+    _train(sys.argv[1], sys.argv[2], FastTextConfig(**json.loads(sys.argv[3])))

@@ -408,7 +408,7 @@ def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypat
         if asset.partitions_def == datakit_shards:
             assert tags["marin/memory"] == "2Gi"
     partitioned = {a.key.to_user_string() for a in shard_assets if a.partitions_def is not None}
-    assert len(partitioned) == 12 and "shards/fuzzy_removals" not in partitioned
+    assert len(partitioned) == 14 and {"shards/pii", "shards/language"} <= partitioned and "shards/fuzzy_removals" not in partitioned
 
 
 def test_partition_index_names_the_bad_key():

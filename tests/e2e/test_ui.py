@@ -154,8 +154,10 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
 
 def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: Path) -> None:
     """The upstream lineage of a train/demo phase, as the asset page's Lineage tab draws it:
-    mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources."""
-    wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "normalized": 1, "index": 1, "sotu": 2, "demo": 1})
+    mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources, the
+    crawl's WARC (sources/npm_docs) among them."""
+    wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "pii": 1, "normalized": 1, "index": 1, "sotu": 2, "npm_docs": 2,
+                      "demo": 1})
     upstream_lineage(dagster_dev, binary, tmp_path, "train/demo", wanted)
 
 
