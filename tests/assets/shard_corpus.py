@@ -59,10 +59,12 @@ def new_records() -> list:
 
 def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, threshold: float) -> list[dict]:
     """What the graph's final documents must be, decided in memory from its normalized shards
-    (corpus order: shard key, then row): the quality model's scores, then the dedup oracle
+    (corpus order: shard key, then row), each text PII-masked (pii.mask_pii): the quality model's scores, then the dedup oracle
     (tests/datakit/oracle.py: exact copies, then all-pairs near copies of what is left), then
     the eval n-gram overlap of each survivor."""
     from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, score_text
+    from marin_assets.datakit.normalize import doc_id
+    from marin_assets.datakit.pii import mask_pii
     from marin_assets.datakit.quality import load_quality_model
     from marin_assets.datakit.shards import read_table
     from tests.datakit.oracle import dedup, place
@@ -71,7 +73,9 @@ def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, thre
     for key in shards:
         table = read_table(store.read_pointer("shards/normalized", key).files(".parquet")[0],
                            columns=["id", "text", "source", "source_id"])
-        docs += [{**row, "key": key, "row": i} for i, row in enumerate(table.to_pylist())]
+        for i, row in enumerate(table.to_pylist()):
+            text = mask_pii(row["text"])[0]
+            docs.append({**row, "text": text, "id": doc_id(text), "key": key, "row": i})
     scores = load_quality_model(model_dir).predict([d["text"] for d in docs])
     low = {place(d) for d, q in zip(docs, scores) if q < threshold}
     exact, fuzzy = dedup([d for d in docs if place(d) not in low])

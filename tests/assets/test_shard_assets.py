@@ -368,7 +368,7 @@ def test_range_runs_give_every_partition_the_version_of_its_single_run(graph, tm
             keys = ["shards/tokenized"]
         run(keys, None, tags)
     ranged, single = run.seen, graph["after"]["seen"]
-    assert set(ranged) == set(single) and len(ranged) == 4 + 1 + 5 * 10 + 16 + 26 + 1 + 1
+    assert set(ranged) == set(single) and len(ranged) == 4 + 1 + 5 * 12 + 16 + 26 + 1 + 1
     assert {k: m["version"] for k, m in ranged.items()} == {k: m["version"] for k, m in single.items()}
     assert all(not m["cache_hit"] for m in ranged.values())
     assert final_documents(store.store, shards) == graph["after"]["final"]

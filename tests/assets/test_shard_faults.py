@@ -24,7 +24,7 @@ from marin_assets.orchestration.waves import materialize_waves
 from tests.assets.shard_corpus import SOURCE, base_records
 from tests.assets.test_shard_assets import SHARD_BYTES, eval_ngrams, quality_model, raw_source, tokenizer
 
-SELECTION = [dg.AssetKey(["shards", name]) for name in ("index", "normalized", "quality", "exact_map")]
+SELECTION = [dg.AssetKey(["shards", name]) for name in ("index", "normalized", "pii", "language", "quality", "exact_map")]
 VICTIM = f"{SOURCE}-raw-00000-00002"
 
 

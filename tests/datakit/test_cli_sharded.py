@@ -76,7 +76,7 @@ def test_the_run_keeps_what_the_in_memory_reference_keeps(runs, sharded):
     summary = sharded["summary"]
     assert sharded["code"] == 0
     # The corpus exercises every reason, so the counts are not zeros.
-    assert summary["removed"] == {"contaminated": 1, "exact_duplicate": 2, "fuzzy_duplicate": 1, "low_quality": 3}
+    assert summary["removed"] == {"contaminated": 1, "exact_duplicate": 2, "fuzzy_duplicate": 1, "language": 0, "low_quality": 3}
     assert summary["quarantined"] == 2 and summary["docs_in"] == 28 + 9
     assert summary["docs_in"] == summary["docs_out"] + sum(summary["removed"].values()) + summary["quarantined"]
     store = ArtifactStore(summary["store"])
