@@ -35,6 +35,8 @@ CASES = [
     ("datakit_scale.py", ["--quick"], {*(f"stage_throughput/{s}" for s in ("normalize", "quality", "exact_dedup", "fuzzy_dedup",
                                                                           "decontaminate", "tokenize")),
                                        "fuzzy_band_reduce_peak_heap", "fuzzy_band_reduce_peak_rss"}),
+    ("datakit_web.py", ["--quick"], {"warc_to_text_vs_resiliparse", "warc_to_text_vs_trafilatura", "datakit_run_warc",
+                                     "datakit_run_jsonl"}),
     ("train_input.py", ["--quick"], {"train_input"}),
     ("decode.py", ["--quick"], {"decode_cached"}),
 ]
