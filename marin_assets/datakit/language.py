@@ -5,6 +5,13 @@ The attribute is co-partitioned with its shard, like the quality scores: id, sou
 punctuation), language_score (lingua's confidence in that language, 0 when none) and off_language
 (a keep-list is set and the language is not on it; an unidentified document is off-language then).
 
+Identification is asked for: `languages` is a keep-list ("en,de"), "all" (identify, remove none)
+or empty, the default, where no document is identified (language and score are null, none is
+off-language). At ~500-850 documents/s per core lingua is the slowest step of the graph by far
+(measured in benchmarks/datakit_web.py: 32 of 48 s on 16,000 JSONL documents), so a run that
+neither filters nor asks for the attributes does not pay for it, as decontamination without an
+eval set does not.
+
 The detector, measured on 2 shared cores (idle unless said) over ~2 KB documents in en/de/fr/es/ja:
 
     mode, text given              models loaded, RSS   docs/s, single call   docs/s, *_in_parallel
@@ -37,6 +44,7 @@ from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_field_types, check_int
 
 UNIDENTIFIED = ""
+ALL = "all"  # identify every document, keep them all
 
 
 @functools.cache
@@ -49,8 +57,12 @@ def known_codes() -> frozenset[str]:
 
 def parse_languages(text: str) -> frozenset[str]:
     """The codes of a comma-separated keep-list: items are stripped and lowercased, empty items skipped
-    (so "" keeps every document); a code lingua does not know is a ValueError naming it."""
+    (so "" and "all" keep every document); a code lingua does not know is a ValueError naming it."""
     codes = frozenset(item.strip().lower() for item in text.split(",")) - {""}
+    if ALL in codes:
+        if len(codes) > 1:
+            raise ValueError(f"LanguageConfig.languages: {ALL!r} keeps every language; it cannot be listed with codes ({text!r})")
+        return frozenset()
     unknown = sorted(codes - known_codes())
     if unknown:
         raise ValueError(
@@ -62,7 +74,11 @@ def parse_languages(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    languages: str = knob("", help="comma-separated ISO 639-1 codes to keep (en,de); empty keeps every document")
+    languages: str = knob(
+        "",
+        help="languages to identify and keep: comma-separated ISO 639-1 codes (en,de), 'all' "
+        "(identify every document, remove none) or empty (identify none: lingua is the slowest step)",
+    )
     # Identify on the first max_chars characters: bounded cost on long documents. On 144 English
     # package READMEs (~13k characters, markup first) the language of the whole text is found from
     # the first 500 / 1000 / 2000 characters in 128 / 142 / 142 cases, at 1210 / 679 / 382 docs/s.
@@ -76,6 +92,11 @@ class LanguageConfig:
     @property
     def keep(self) -> frozenset[str]:
         return parse_languages(self.languages)
+
+    @property
+    def identify(self) -> bool:
+        """Whether documents are identified at all (a keep-list or "all")."""
+        return bool(self.languages.strip(" ,"))
 
 
 @functools.cache
@@ -106,7 +127,10 @@ def identify(text: str) -> tuple[str, float]:
 def _language_attributes(table, config: LanguageConfig, keep: frozenset[str]):
     import pyarrow as pa
 
-    found = [identify(text[: config.max_chars]) for text in table.column("text").to_pylist()]
+    if config.identify:
+        found = [identify(text[: config.max_chars]) for text in table.column("text").to_pylist()]
+    else:
+        found = [(None, None)] * table.num_rows  # not asked for: null, not "unidentified"
     languages = [code for code, _ in found]
     return pa.table(
         {
@@ -122,17 +146,27 @@ def _language_attributes(table, config: LanguageConfig, keep: frozenset[str]):
 def identify_languages(shard_paths: Sequence[str], out_dir: str, config: LanguageConfig) -> dict:
     """Write co-partitioned language attributes for each shard; return counts.
 
-    Counts: docs, languages ({code: docs}, sorted, "" for the unidentified), off_language, keep.
+    Counts: docs, identified (whether lingua ran), languages ({code: docs}, sorted, "" for the
+    unidentified; empty when not identified), off_language, keep.
     """
     keep = config.keep
     reset_dir(out_dir)
     languages: Counter[str] = Counter()
-    off = 0
+    docs = off = 0
+    columns = ["id", "source_id", "text"] if config.identify else ["id", "source_id"]
     for path in shard_paths:
-        attrs = _language_attributes(read_table(path, columns=["id", "source_id", "text"]), config, keep)
+        table = read_table(path, columns=columns)
+        attrs = _language_attributes(table, config, keep)
         write_table(attrs, join(out_dir, basename(path)))
-        languages.update(attrs.column("language").to_pylist())
+        languages.update(code for code in attrs.column("language").to_pylist() if code is not None)
+        docs += attrs.num_rows
         off += sum(attrs.column("off_language").to_pylist())
-    counts = {"docs": languages.total(), "languages": dict(sorted(languages.items())), "off_language": off, "keep": sorted(keep)}
+    counts = {
+        "docs": docs,
+        "identified": config.identify,
+        "languages": dict(sorted(languages.items())),
+        "off_language": off,
+        "keep": sorted(keep),
+    }
     write_json(counts, join(out_dir, "_counts.json"))
     return counts

@@ -18,8 +18,9 @@ revisit) hold no page; they are counted in ReadStats.other_records, as blank JSO
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marin_assets.datakit.quarantine import QuarantineRecord
 from marin_assets.datakit.records import Document, check_text, short_name
@@ -35,13 +36,25 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 GZIP_MEMBER = b"\x1f\x8b\x08"  # a gzip member's magic and deflate method: where a .warc.gz record can start
 WARC_HEADER = b"WARC/1."  # the version line every record of a plain .warc starts with
 SCAN_BYTES = 1 << 20
+# resiliparse's extract_plain_text options: main content only, block structure kept, no link targets
+# or image alt texts (a page's words, not its markup, as DCLM extracts).
+RESILIPARSE_OPTIONS: dict[str, Any] = {"preserve_formatting": True, "main_content": True, "links": False, "alt_texts": False}
+# <html lang="de-AT">: the page's declared language, looked for in its first 4 KiB.
+HTML_LANG = re.compile(r"<html\b[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*)", re.IGNORECASE)
 
 
 def decode_html(html: bytes, charset: str | None = None) -> str:
-    """The page as text: its declared charset, else what uchardet detects (resiliparse's
-    bytes_to_str falls back to UTF-8 and Windows-1252, and never raises on bad bytes)."""
+    """The page as text: its declared charset, else UTF-8 when the bytes are valid UTF-8 (most of the
+    web), else what uchardet detects. resiliparse's bytes_to_str falls back to UTF-8 and Windows-1252
+    and never raises on bad bytes; the strict UTF-8 try first skips the detector on most pages."""
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding  # pyright: ignore[reportMissingModuleSource]
 
+    if charset is None or charset.lower().replace("-", "").replace("_", "") == "utf8":
+        try:
+            return html.decode("utf-8")
+        except UnicodeDecodeError:
+            if charset is not None:
+                return bytes_to_str(html, "utf-8")
     return bytes_to_str(html, charset or detect_encoding(html) or "utf-8")
 
 
@@ -54,7 +67,7 @@ def extract_html(html: bytes | str, extractor: str = "resiliparse", charset: str
     if extractor == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text  # pyright: ignore[reportMissingModuleSource]
 
-        return extract_plain_text(text, preserve_formatting=True, main_content=True, links=False, alt_texts=False)
+        return extract_plain_text(text, **RESILIPARSE_OPTIONS)
     if extractor == "trafilatura":
         import trafilatura
 
@@ -131,25 +144,26 @@ def _page_document(
     language: str | None = None,
 ) -> Document | QuarantineRecord:
     """The Document of one page's HTML, or why not: no main text, or text the readers refuse."""
-    where = f"record at byte {offset}: " if offset is not None else ""
     page = decode_html(html, charset)
     language = language or _html_lang(page)
     text = extract_html(page, config.extractor)
     if not text.strip():
-        return QuarantineRecord(file, None, "no_main_text", f"{where}{len(html)} bytes of HTML, no main text")
+        return QuarantineRecord(file, None, "no_main_text", f"{_where(offset)}{len(html)} bytes of HTML, no main text")
     data = check_text(text, file, None, config)
     if isinstance(data, QuarantineRecord):
-        return QuarantineRecord(file, None, data.reason, f"{where}{data.detail}"[:300])
+        return QuarantineRecord(file, None, data.reason, f"{_where(offset)}{data.detail}"[:300])
     if language:
         metadata = {**metadata, "language": language.strip().lower()[:35]}
     return Document(text, source_id, metadata, file, None, data)
 
 
+def _where(offset: int | None) -> str:
+    return f"record at byte {offset}: " if offset is not None else ""
+
+
 def _html_lang(page: str) -> str | None:
     """The lang attribute of the <html> element, when the page declares one."""
-    import re
-
-    found = re.search(r"<html\b[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*)", page[:4096], re.IGNORECASE)
+    found = HTML_LANG.search(page, 0, 4096)
     return found.group(1) if found else None
 
 

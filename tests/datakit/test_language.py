@@ -44,15 +44,35 @@ def _attributes(out_dir, shard):
 
 def test_each_language_is_identified_and_text_without_letters_is_not(tmp_path, write_jsonl):
     shards = _shards(tmp_path, TEXTS, write_jsonl)
-    counts = identify_languages(shards, str(tmp_path / "lang"), LanguageConfig())
+    counts = identify_languages(shards, str(tmp_path / "lang"), LanguageConfig(languages="all"))
     rows = _attributes(tmp_path / "lang", shards[0])
     assert [r["language"] for r in rows] == EXPECTED
     for r in rows[:-1]:
         assert math.isfinite(r["language_score"]) and 0.9 <= r["language_score"] <= 1.0
         assert r["off_language"] is False
     assert rows[-1]["language_score"] == 0.0
-    assert counts == {"docs": 6, "languages": {"": 1, "de": 1, "en": 1, "es": 1, "fr": 1, "ja": 1}, "off_language": 0, "keep": []}
+    assert counts == {"docs": 6, "identified": True, "languages": {"": 1, "de": 1, "en": 1, "es": 1, "fr": 1, "ja": 1},
+                      "off_language": 0, "keep": []}
     assert json.loads((tmp_path / "lang" / "_counts.json").read_text()) == counts
+
+
+def test_without_a_keep_list_nothing_is_identified_or_removed(tmp_path, write_jsonl, monkeypatch):
+    """The default (no --languages): lingua does not run, the attributes say so with nulls, not with ""."""
+    from marin_assets.datakit import language
+
+    shards = _shards(tmp_path, TEXTS, write_jsonl)
+    monkeypatch.setattr(language, "identify", lambda text: pytest.fail("identified without being asked"))
+    counts = identify_languages(shards, str(tmp_path / "lang"), LanguageConfig())
+    rows = _attributes(tmp_path / "lang", shards[0])
+    assert [(r["language"], r["language_score"], r["off_language"]) for r in rows] == [(None, None, False)] * 6
+    assert counts == {"docs": 6, "identified": False, "languages": {}, "off_language": 0, "keep": []}
+
+
+def test_all_stands_alone():
+    assert LanguageConfig(languages=" ALL ").keep == frozenset() and LanguageConfig(languages="all").identify
+    assert not LanguageConfig().identify and not LanguageConfig(languages=" , ").identify
+    with pytest.raises(ValueError, match="'all' keeps every language"):
+        LanguageConfig(languages="all,en")
 
 
 def test_keep_list_flags_every_other_language_and_the_unidentified(tmp_path, write_jsonl):
@@ -80,6 +100,7 @@ def test_attribute_rows_align_with_shard_rows_in_every_shard(tmp_path, write_jso
         assert [a["off_language"] for a in attrs] == [a["language"] != "ja" for a in attrs]
     assert counts == {
         "docs": 15,
+        "identified": True,
         "languages": dict.fromkeys(["de", "en", "es", "fr", "ja"], 3),
         "off_language": 12,
         "keep": ["ja"],
@@ -95,14 +116,14 @@ def test_an_empty_shard_gives_an_empty_attribute_file(tmp_path):
     assert attrs.num_rows == 0
     assert attrs.schema.names == ["id", "source_id", "language", "language_score", "off_language"]
     assert [str(t) for t in attrs.schema.types] == ["string", "string", "string", "float", "bool"]
-    assert counts == {"docs": 0, "languages": {}, "off_language": 0, "keep": ["en"]}
+    assert counts == {"docs": 0, "identified": True, "languages": {}, "off_language": 0, "keep": ["en"]}
 
 
 def test_only_the_first_max_chars_characters_are_read(tmp_path, write_jsonl):
     english_then_german = PARAGRAPHS["en"] + " " + PARAGRAPHS["de"] * 4
     shards = _shards(tmp_path, [english_then_german], write_jsonl)
-    head = identify_languages(shards, str(tmp_path / "head"), LanguageConfig(max_chars=len(PARAGRAPHS["en"])))
-    whole = identify_languages(shards, str(tmp_path / "whole"), LanguageConfig(max_chars=10_000))
+    head = identify_languages(shards, str(tmp_path / "head"), LanguageConfig(languages="all", max_chars=len(PARAGRAPHS["en"])))
+    whole = identify_languages(shards, str(tmp_path / "whole"), LanguageConfig(languages="all", max_chars=10_000))
     assert head["languages"] == {"en": 1} and whole["languages"] == {"de": 1}
 
 
