@@ -81,7 +81,7 @@ def run_handler(args: argparse.Namespace) -> int:
 
     configs = {"tokenizer": (TokenizerChoice, "--tokenizer"), "quality": (QualityScoreConfig, "--quality-threshold"),
                "decontam": (DecontamConfig, "--decontam-threshold"), "tokenize": (TokenizeConfig, None),
-               "reader": (ReaderConfig, "--max-doc-bytes"), "sharding": (ShardingConfig, "--shard-bytes"),
+               "reader": (ReaderConfig, None), "sharding": (ShardingConfig, "--shard-bytes"),
                "fuzzy": (FuzzyDedupConfig, "--fuzzy-threshold"), "language": (LanguageConfig, "--languages")}
     built = {}
     for field, (cls, flag) in configs.items():

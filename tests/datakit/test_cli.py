@@ -200,6 +200,9 @@ BAD_FLAGS = [
     (["--max-doc-bytes", "-5"], "--max-doc-bytes", "[1,"),
     (["--workers", "0"], "--workers", "[1,"),
     (["--shard-bytes", "0"], "--shard-bytes", "[1,"),
+    (["--extractor", "readability"], "--extractor", "resiliparse or trafilatura, got 'readability'"),
+    (["--languages", "en,xx"], "--languages", "no language with ISO 639-1 code 'xx'"),
+    (["--languages", "all,en"], "--languages", "'all' keeps every language"),
 ]
 
 
