@@ -42,11 +42,22 @@ def _raw_version(config, partition: str, inputs) -> dict[str, str]:
     return {"raw": entry["sha256"], **({"extractor": config.extractor} if web else {})}
 
 
+REMOVALS = "removals"  # where a per-shard attribute step keeps its removal list: removals/<shard>.jsonl
+
+
 def attribute_removals(attributes: ArtifactRef) -> str:
     """The removal list a per-shard attribute step (shards/quality, shards/language) wrote."""
     if attributes.partition is None:
         raise ValueError(f"{attributes.asset_key} is per shard: its artifact must name its shard")
-    return removal_list_path(join(attributes.data_path, "removals"), attributes.partition)
+    return removal_list_path(join(attributes.data_path, REMOVALS), attributes.partition)
+
+
+def _flag_attribute(ctx: StageContext, column: str, reason: str) -> str:
+    """The removal list of this shard's rows whose attribute `column` is true (as `reason`), written
+    where attribute_removals finds it; returns its digest."""
+    attrs = join(ctx.out_dir, shard_name(0, 1))
+    removals = removal_list_path(join(ctx.out_dir, REMOVALS), ctx.partition)
+    return flag_removals(attrs, column, reason, ctx.partition, removals)["digest"]
 
 
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
@@ -75,10 +86,7 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         """Each document's language and its score (lingua), and the removal list of those off the
         keep-list."""
         counts = identify_languages([shard_file(docs)], ctx.out_dir, library_config(config, LanguageConfig))
-        attrs = join(ctx.out_dir, shard_name(0, 1))
-        removals = removal_list_path(join(ctx.out_dir, "removals"), ctx.partition)
-        off = flag_removals(attrs, "off_language", "language", ctx.partition, removals)
-        return {**counts, "language_digest": off["digest"]}
+        return {**counts, "language_digest": _flag_attribute(ctx, "off_language", "language")}
 
     @versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
                      ins={"docs": "shards/pii", "model": "quality_model"}, **per_shard(shards))
@@ -87,8 +95,6 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.
         model_dir = model.data_path if model.files("quality_model.json") else None
         counts = score_quality([shard_file(docs)], model_dir, ctx.out_dir, library_config(config, QualityScoreConfig))
-        attrs = join(ctx.out_dir, shard_name(0, 1))
-        low = flag_removals(attrs, "low_quality", "low_quality", ctx.partition, removal_list_path(join(ctx.out_dir, "removals"), ctx.partition))
-        return {**counts, "low_quality_digest": low["digest"]}
+        return {**counts, "low_quality_digest": _flag_attribute(ctx, "low_quality", "low_quality")}
 
     return [shard_normalized, shard_pii, shard_language, shard_quality]

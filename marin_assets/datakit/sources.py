@@ -253,15 +253,19 @@ def iter_npm_docs(tar: tarfile.TarFile) -> Iterator[tuple[str, bytes]]:
             yield NPM_DOCS_URL + m.name[len(root) : -len(".html")], tar.extractfile(m).read()  # pyright: ignore[reportOptionalMemberAccess]
 
 
+PAGE_READERS = {"npm_docs": (iter_npm_docs, NPM_DOCS_CRAWL_DATE)}  # a web source's (url, HTML) reader, its crawl date
+
+
 def unpack_web_source(name: str, artifact_path: str, out_dir: str) -> dict:
     """Write a web source's pages as one crawl file, crawl-00000.warc.gz; return counts."""
     from marin_assets.datakit.web import write_warc
 
-    if name != "npm_docs":
-        raise KeyError(f"no page reader for web source {name!r}; known: {sorted(WEB_SOURCES)}")
+    if name not in PAGE_READERS:
+        raise KeyError(f"no page reader for web source {name!r}; known: {sorted(PAGE_READERS)}")
+    read_pages, crawl_date = PAGE_READERS[name]
     reset_dir(out_dir)
     with tarfile.open(artifact_path, "r:gz") as tar:
-        pages = write_warc(iter_npm_docs(tar), join(out_dir, "crawl-00000.warc.gz"), NPM_DOCS_CRAWL_DATE)
+        pages = write_warc(read_pages(tar), join(out_dir, "crawl-00000.warc.gz"), crawl_date)
     counts = {"source": name, "docs": pages, "shards": 1, "sha256": WEB_SOURCES[name].sha256}
     write_json(counts, join(out_dir, "_counts.json"))
     return counts
