@@ -30,7 +30,7 @@ artifact_store = ArtifactStoreResource()
 ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), TrainBaseConfig().model.model_dump())
 # The demo run's controller: one use of the factory (a user's run is another plan + asset).
 phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS,
-                                           watch=ladder_watch)
+                                           watch=ladder_watch, trainer_checks_budget=True)
 # The one DataKit: pinned demo sources + sources/user (the files of $MARIN_USER_DATA_DIR, empty
 # when unset) through the sharded graph to a dataset per source and the mixture.
 datakit_assets, datakit_checks = code_location_datakit()

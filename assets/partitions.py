@@ -27,16 +27,24 @@ class NewestMainPhase(dg.PartitionMapping):
     of any kind, so a branch added after the main run's newest phase (an early cooldown off it) would silently
     become what is scored.
 
+    With ``materialised`` (the upstream asset's key), the newest main phase *that asset has materialised*: the
+    controller adds a phase's partition when it requests its run, so a phase the plan named but the run never
+    reached (a failed or cancelled run) is passed over rather than read as missing.
+
     Dagster has no built-in mapping for this and calls one of ours unsupported: it works in runs and in-process
     planning (both call these methods), but the code location's snapshot leaves it out, so the UI and the
     automation daemon infer Dagster's default mapping for the dependency. Its users are scored on request, never
     by automation (tests/evaluation/test_eval_assets.py). Each method delegates to the built-in
     ``SpecificPartitionsPartitionMapping`` of the one key it picks, so no private Dagster name is needed."""
 
+    def __init__(self, materialised: dg.AssetKey | None = None) -> None:
+        self.materialised = materialised
+
     def _pick(self, upstream: dg.PartitionsDefinition, current_time, store) -> dg.SpecificPartitionsPartitionMapping:
         keys = upstream.get_partition_keys(current_time=current_time, dynamic_partitions_store=store)
-        main = [key for key in keys if not is_branch_partition(key)]
-        return dg.SpecificPartitionsPartitionMapping(main[-1:])
+        instance = _instance_of(store)
+        newest = newest_main_partition(keys, instance if self.materialised is not None else None, self.materialised)
+        return dg.SpecificPartitionsPartitionMapping([newest] if newest is not None else [])
 
     def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def) -> None:
         if not isinstance(upstream_partitions_def, dg.DynamicPartitionsDefinition):
@@ -63,10 +71,34 @@ class NewestMainPhase(dg.PartitionMapping):
         return "Each downstream partition depends on the newest partition of the main run (not a branch) upstream."
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
+        return type(other) is type(self) and other.materialised == self.materialised
 
     def __hash__(self) -> int:
-        return hash(type(self).__name__)
+        return hash((type(self).__name__, self.materialised))
+
+
+def _instance_of(store) -> dg.DagsterInstance | None:
+    """The instance behind a dynamic-partitions store: the instance itself in a run, the instance of Dagster's
+    caching queryer in planning; None for a store that is neither (then every added phase counts)."""
+    instance = store if isinstance(store, dg.DagsterInstance) else getattr(store, "instance", None)
+    return instance if isinstance(instance, dg.DagsterInstance) else None
+
+
+def newest_main_partition(keys, instance: dg.DagsterInstance | None = None, materialised: dg.AssetKey | None = None):
+    """The last of ``keys`` (a phase set, in the order added) that is no branch and, given an instance and an asset
+    key, that the asset has materialised; None when there is none. Add order, not event order: an older phase
+    materialised again later (a cache hit) does not become the newest."""
+    for key in reversed(list(keys)):
+        if is_branch_partition(key):
+            continue
+        if instance is None or materialised is None or newest_materialisation(instance, materialised, key) is not None:
+            return key
+    return None
+
+
+def newest_materialisation(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> dg.AssetMaterialization | None:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
+    return records.records[0].asset_materialization if records.records else None
 
 
 # One partition per committed checkpoint of the demo run ("<phase>.<step:09d>", orchestration/checkpoint_assets.py);

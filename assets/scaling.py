@@ -45,11 +45,29 @@ from marin_assets.experiments.lock import content_hash
 from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config, stage_config
-from marin_assets.scaling.extrapolation import (STAMP_KEY, as_json, check_stamp, compare, comparison_counts, comparison_png,
-                                                lock_name, register_prediction, require_frozen)
+from marin_assets.scaling.extrapolation import (
+    STAMP_KEY,
+    as_json,
+    check_stamp,
+    compare,
+    comparison_counts,
+    comparison_png,
+    lock_name,
+    register_prediction,
+    require_frozen,
+)
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import (Ladder, LrSweepSettings, SweepSettings, Target, fit_ladder, resolve_recipe,
-                                         run_lr_sweep, select_budgets, uses_lr_sweep)
+from marin_assets.scaling.ladder import (
+    Ladder,
+    LrSweepSettings,
+    SweepSettings,
+    Target,
+    fit_ladder,
+    resolve_recipe,
+    run_lr_sweep,
+    select_budgets,
+    uses_lr_sweep,
+)
 from marin_assets.scaling.ladder_predict import frozen_candidate, predict_target
 from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
@@ -245,13 +263,32 @@ def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mappin
     return prediction
 
 
+def judged_prediction(ladder: Ladder, target: Target, pred: Mapping[str, Any], counts: Mapping[str, Any], out_dir: str) -> dict:
+    """The target's frozen prediction against its run, as the target asset's own metadata (what a reviewer
+    looks for on its page): predicted loss, its interval, the relative error against the ladder's bound, and
+    ``comparison.png`` (the ladder's optima and law, the prediction with its interval, the actual)."""
+    out = compare({target.name: pred}, {target.name: dict(counts)}, ladder.max_relative_error)
+    (row,) = out["rows"]
+    write_file(out_dir, "comparison.png", comparison_png(out, {target.name: pred}))
+    interval = row["run_interval"] or {}
+    return {"predicted": row["predicted"], "relative_error": row["relative_error"], "bound": out["bound"],
+            "within_bound": bool(out["passed"]), "interval_low": interval.get("low"), "interval_high": interval.get("high"),
+            "actual_in_interval": row["actual_in_interval"]}
+
+
+def _target_metadata(ref: ArtifactRef) -> dict:
+    return {"predicted_vs_actual": png_markdown("Predicted before the run vs actual", read_bytes(ref, "comparison.png"))}
+
+
 def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], train_fn) -> dg.AssetsDefinition:
     """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
 
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="3", config_cls=SweepConfig,
+    # 4: the frozen prediction judged against the run is the asset's metadata (judged_prediction).
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="4", config_cls=SweepConfig,
                      ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
                      version_inputs=target_version, **common,
-                     extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
+                     extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png"),
+                                                 **_target_metadata(ref)})
     def target_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef):
         """The predicted run, trained only once its prediction is frozen; it carries the prediction's hash."""
         pred = read_json(prediction, "prediction.json")
@@ -262,7 +299,7 @@ def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[st
         counts = train_fn(cand, settings, datasets, held_out_streams(datasets), ctx.out_dir,
                           run_name=f"target-{ladder.name}-{target.name}", seed=settings.seed, log=ctx.log,
                           record={STAMP_KEY: stamp, "target": target.name})
-        return dict(counts) | stamp
+        return dict(counts) | stamp | judged_prediction(ladder, target, pred, counts, ctx.out_dir)
 
     return target_run
 
@@ -272,10 +309,13 @@ def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[
     (its newest main-run phase, not a branch: the run's end), scored as the ladder's runs are, against its frozen
     prediction."""
     observed = str(target.observed)  # set: only observed targets get this asset
-    newest = dg.AssetIn(key=dg.AssetKey(observed.split("/")), partition_mapping=NewestMainPhase())
+    observed_key = dg.AssetKey(observed.split("/"))
+    newest = dg.AssetIn(key=observed_key, partition_mapping=NewestMainPhase(materialised=observed_key))
 
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="2", config_cls=SweepConfig,
-                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common)
+    # 3: the frozen prediction judged against the run is the asset's metadata (judged_prediction).
+    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="3", config_cls=SweepConfig,
+                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common,
+                     extra_metadata=_target_metadata)
     def main_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef,
                  run: Mapping[str, ArtifactRef]):
         """The main run's final loss on the ladder's held-out windows; refused without its frozen prediction."""
@@ -287,7 +327,7 @@ def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[
                           int(ref.counts["tokens_trained"]), ctx.out_dir, record=record)
         ctx.log(f"{prefix}/{target.name}: {observed}[{phase}] after {counts['tokens']:,} tokens: validation loss "
                 f"{counts['validation_loss']:.4f} (predicted {pred['loss']:.4f} before it ran)")
-        return counts | stamp | {"phase": phase}
+        return counts | stamp | {"phase": phase} | judged_prediction(ladder, target, pred, counts, ctx.out_dir)
 
     return main_run
 

@@ -36,29 +36,27 @@ MAIN_RUN_FAMILY = FamilyShape(
         balancing=_MAIN.balancing,
     ),
 )
-# The tokens the demo's main run trains (measured: kestrel 24,576 + jellyfish 8,192 + phoenix until the
-# person's cut + starling = 81 steps of 8 x 64; phoenix/starling split 4,096/4,608 or 5,120/3,584 as the cut
-# lands, the budget fixes the total): 2.7e10 FLOPs at vocabulary 257 (3.9e10 for the earlier family, whose
-# shared expert every token passed through).
-MAIN_RUN_TOKENS = 41_472
+# The tokens the demo's main run trains: kestrel 48 steps of 8 x 64 + jellyfish 16 + phoenix 16 (the person's
+# cut at its 2nd step ends it at the checkpoint of step 80, demo/phases.py) + starling 5 = 85 steps.
+MAIN_RUN_TOKENS = 85 * 512
 # The demo's ladder: short (2 budgets, 6 runs; C_fit = 4e9), so the demo can afford it; the ladder
 # watch judges the main run against these runs. Its last target is the demo's main run itself
 # (train/demo, scored at its newest phase), predicted at its model (family, width d_model, batch)
-# and its tokens, ~6.7x C_fit. The ladder trains recipe v2; the main run trains AdamW at 3e-3.
-# Measured in `make demo` (two runs): the main run predicted 2.912, actual 2.967 and 2.972 (-1.9%, -2.0%); x3
-# predicted 2.603, actual 2.620 (-0.6%); the main run's model sat 0.87 decades from N* (the ladder's runs 0.48).
-# Heads of 4 (the same matrices and FLOPs) so that width 4 exists. Measured on the demo's data
-# (validation loss, mean over the sources) with the main run's router (softmax gating, no balancing bias,
-# no shared expert): d4/d8/d16 at 2e9 2.876/2.804/2.804 (a vertex between 8 and 16), and at 4e9
-# 2.853/2.763/2.726 (none: the loss still falls at 16), so 4e9 sweeps 8/16/32 (d32 2.872: a vertex near 16).
-# Without the shared expert a
-# width holds fewer active parameters, so N* sits at a wider model than it did for the earlier family (a
-# shared expert, sigmoid gating, quantile balancing: d4/d8/d16 at 2e9 2.877/2.774/2.858, at 4e9
-# 2.807/2.749/2.797, the optimum near width 8 at both).
+# and its tokens, ~7x C_fit. The ladder trains recipe v2; the main run trains AdamW at 3e-3.
+# Heads of 4 (the same matrices and FLOPs) so that width 4 exists. Widths 4/12/32 at both budgets, a factor
+# ~3 apart: on this data (validation loss, mean over the sources, seed 0) the
+# bottom of each IsoFLOP curve is flat from 8 to 16 and one seed moves a run by up to 3% (2e9 d24: 2.798 vs
+# 2.886), so closer widths left the 2e9 vertex outside its rung (4/8/16: 2.850/2.796/2.743, still falling):
+#   2e9  d4 2.850  d8 2.796  d12 2.778  d16 2.743  d24 2.798  d32 2.904
+#   4e9  d4 2.810  d8 2.703  d12 2.710  d16 2.705  d24 2.746  d32 2.825
+#   8e9  d4 2.798  d8 2.661  d12 2.662  d16 2.667  d24 2.688  d32 2.766
+# Measured in `make demo` (fresh, the person's cut at Phoenix's 2nd step): x3 predicted 2.6026, actual 2.6255
+# (-0.87%); the main run predicted 2.9121, actual 2.9009 (+0.39%), its model 1.01 decades from N* (the ladder's
+# runs reach 0.59): an extrapolation of the off-optimum rise that held here, judged at the 3% bound.
 MOE_LADDER = Ladder(
     name="moe",
     budgets=(2e9, 4e9),
-    widths=((4, 8, 16), (8, 16, 32)),
+    widths=((4, 12, 32), (4, 12, 32)),
     targets=(
         Target("x3", 3.0),
         Target(
@@ -72,5 +70,6 @@ MOE_LADDER = Ladder(
         ),
     ),
     family=dataclasses.replace(MAIN_RUN_FAMILY, head_dim=4),
+    max_relative_error=0.03,
 )
 DEMO_LADDER = MOE_LADDER

@@ -14,6 +14,7 @@ import json
 from typing import Any, Optional
 
 import dagster as dg
+import pydantic
 
 from assets.checkpoints import checkpoint_metadata, checkpoints_spec, final_checkpoint_dep, phase_reporter, warm_start_checkpoint
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
@@ -32,6 +33,7 @@ from marin_assets.phases.switch import drop_transplanted, transplanted_warm_star
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
+from marin_assets.train.budget import load_budget
 from marin_assets.train.metrics import DROP_RATE
 from marin_assets.train.retention import RetentionSettings
 
@@ -81,6 +83,9 @@ class PhaseConfig(stage_config("PhaseRetention", (RetentionSettings, {"keep_last
     base: TrainBaseConfig = versioned(TrainBaseConfig(), description="base training config of every phase")
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
     attempt: int = versioned(0, description="bumped by a roll-back so the retry draws fresh randomness")
+    # Not versioned: where the budget is read from is no part of what the phase computes.
+    budget_file: str = pydantic.Field("", description="the run's budget file (the phase controller's): a cut ends the "
+                                      "phase at the first permanent checkpoint step it no longer covers; empty: none")
 
     # These two were JSON strings (sort_keys=True) before they became nested configs: hashing
     # the same text keeps every phase's version.
@@ -149,8 +154,10 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         if spec.transplant:  # switch_architecture: the warm start's weights carried into this phase's model
             warm = transplanted_warm_start(warm, train_config, spec.transplant, ctx.scratch_dir)
     # Live metrics go under the run name the phase controller watches while the phase runs.
+    if config.budget_file:  # read now: a budget file that is missing fails before compute, not at a checkpoint
+        load_budget(config.budget_file)
     job = TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
-                    telemetry_run=phase_telemetry_run(RUN, spec.name))
+                    telemetry_run=phase_telemetry_run(RUN, spec.name), budget_file=config.budget_file or None)
     warm_key, warm_version = warm_start_checkpoint(warm_dir, config.warm_start_version)
     reporter = phase_reporter(ctx, config, spec.name, _version_inputs(config, ctx.partition_key, {"mixture": mixture}),
                               TRAIN_CODE_VERSION, warm_version)
@@ -246,7 +253,8 @@ class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
 
 
 @versioned_asset(key=TASKS_KEY, code_version="2", config_cls=TaskEvalConfig,
-                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")), partition_mapping=NewestMainPhase()),
+                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")),
+                                         partition_mapping=NewestMainPhase(materialised=dg.AssetKey(TRAIN_KEY.split("/")))),
                       "tok": "tokenizer"},
                  deps=[dg.AssetDep(dg.AssetKey(CHECKPOINTS_KEY.split("/")), partition_mapping=NewestMainPhase())],
                  partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")

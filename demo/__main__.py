@@ -51,7 +51,7 @@ def run_all(args: argparse.Namespace, out: TextIO) -> dict:
     from demo.sample import sample_main_run
     from demo.scaling import ladder_steps, run_ladder
     from jobs import DEMO_TAGS
-    from sensors.phase_controller import budget_path
+    from marin_assets.train.budget import budget_path
 
     say = lambda text: print(text, file=out, flush=True)
     session = uuid.uuid4().hex[:12]
@@ -131,10 +131,12 @@ def render(summary: dict) -> str:
         sc = summary["scaling"]
         for name, t in sc["targets"].items():  # each target against the check's bound (the check fails if any misses)
             within = "within" if abs(t["relative_error"]) <= sc["bound"] else "outside"
+            # |predicted - actual| / actual <= bound  <=>  actual in [predicted / (1 + bound), predicted / (1 - bound)]
+            low, high = t["predicted"] / (1 + sc["bound"]), t["predicted"] / (1 - sc["bound"])
             lines.append(f"  scaling ladder: {name} ({t['multiple']:.3g}x the fitted compute) predicted loss "
                          f"{t['predicted']:.4f} before its run, actual {t['actual']:.4f} (relative error "
-                         f"{t['relative_error']:+.2%}, {within} the {sc['bound']:.0%} bound); ladder compute "
-                         f"{sc['ladder_cost_fraction']:.0%} of the targets'")
+                         f"{t['relative_error']:+.2%}, {within} the {sc['bound']:.0%} bound: actual in "
+                         f"[{low:.4f}, {high:.4f}]); ladder compute {sc['ladder_cost_fraction']:.0%} of the targets'")
             off = t.get("off_optimum") or {}
             if off.get("extrapolated"):
                 lines.append(f"  scaling ladder: {name}'s model sat {off['decades']:+.2f} decades from N*, past the ladder's "

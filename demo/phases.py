@@ -5,12 +5,16 @@ tick the sensor, execute the runs it requests, and - as the person - edit the bu
 file twice: raise it once the controller stops for lack of budget (more compute appeared),
 and cut it while the re-warm phase (Phoenix) runs (time is short again).
 
-The cut lands mid-phase: once Phoenix's live telemetry shows a few steps, the person writes
-it and the daemon keeps ticking the sensor (on a watcher thread, while the run executes on
-this one). The sensor sees the cut in the live metrics and terminates the run; the trainer
-checkpoints the step it is on and returns; the next tick decides Starling from that
-checkpoint, its reason naming the step. A phase that finishes before any telemetry shows
-(the stand-in assets of the tests) gets the cut after it ends, as before.
+The person acts at training steps, not at wall-clock moments, so a fresh demo tells the same
+story on an idle or a saturated machine: the cut is written by a hook of the running phase's
+steps (``hooks_in_this_context``) at its ``after_steps``-th step. The trainer reads the budget
+file at each permanent checkpoint step (every ``checkpoint_every_steps``, train/budget.py) and
+ends the phase at the first one the cut budget no longer covers, checkpointed; the next tick
+decides the cooldown (Starling) from that checkpoint with what the cut left. Meanwhile the
+daemon keeps ticking the sensor (on a watcher thread, while the run executes on this one): a
+trainer that does not read the budget itself is ended by the sensor's ``end_phase`` instead,
+at its next step after the tick that saw the cut. A phase that finishes before its cut step
+gets the cut after it ends.
 """
 
 from __future__ import annotations
@@ -25,13 +29,9 @@ from typing import Any
 import dagster as dg
 
 from demo.progress import Execute, run_directly
-
-from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.orchestration.launcher import in_process_tags
-from marin_assets.phases.budget import Budget, load_budget, write_budget
-from marin_assets.phases.plan import phase_telemetry_run
-from marin_assets.telemetry import TelemetryStore
-
+from marin_assets.train.budget import Budget, load_budget, write_budget
+from marin_assets.train.hooks import Hooks, StepInfo, hooks_in_this_context
 
 
 # The demo's budget file as the user first writes it, and the two edits the user makes
@@ -49,65 +49,74 @@ def demo_raise(budget: Budget, tokens_trained: int) -> Budget:
 
 
 def demo_cut(budget: Budget, tokens_trained: int) -> Budget:
-    """Time is short again: only 16 more steps of budget from the step the person saw (Phoenix,
-    32 steps, needs more); what the controller's reaction time leaves goes to Starling."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + 16 * 512)
+    """Time is short again: 19 more steps of budget from the step the person cut at (Phoenix's
+    2nd, global step 66; Phoenix was to run to 96). At its next permanent checkpoint (step 80)
+    the budget covers 5 of the 16 steps Phoenix has left: Phoenix ends there and Starling cools
+    down in those 5 (85 steps in all). Cut after a phase, 19 steps hold the plan's 16-step
+    cooldown and leave less than another phase needs."""
+    return dataclasses.replace(budget, budget_tokens=tokens_trained + 19 * 512)
 
 
 @dataclasses.dataclass
 class MidPhaseCut:
-    """The person's cut during a running phase, and the controller's ticks until it reacts."""
+    """The person's cut at a running phase's ``after_steps``-th step, and the daemon's ticks until
+    the controller reacts (or the phase ends)."""
 
     sensor: Any
     defs: dg.Definitions
     instance: dg.DagsterInstance
     budget_file: Path
     cut_to: Callable[[Budget, int], Budget]
-    telemetry_run: str
     log: Callable[[str], None]
     cursor: str | None
-    # Live steps of the phase seen before the person cuts. The demo's phases run in seconds,
-    # so the demo cuts at the first flushed step (right after the step function compiles).
-    after_steps: int = 1
+    after_steps: int = 2  # the phase's own steps before the person cuts
     poll_s: float = 0.1
-    cut_step: int | None = None  # the live step the cut was written at
-    reaction: str | None = None  # the controller's end_phase message
+    first_step: int | None = None
+    cut_step: int | None = None  # the global step the cut was written at
+    reaction: str | None = None  # the controller's end_phase message, when the sensor ended the phase
+    decided: dg.SensorResult | None = None  # a tick of this thread that requested the successor's run
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
 
-    def watch(self) -> None:
-        started, store = time.time(), TelemetryStore(default_telemetry_root())
-        while not self.done.is_set():
-            tokens = store.query(run=self.telemetry_run, metric="tokens", times=(started, None), latest=True)
-            if len(tokens) >= self.after_steps:
-                self._cut(int(tokens["step"][-1]), int(tokens["value"][-1]))
-                self._tick_until_reaction()
-                return
-            self.done.wait(self.poll_s)
+    def hook(self, info: StepInfo) -> None:
+        """On the training thread, after each step of the phase: the cut, once, at its ``after_steps``-th step."""
+        self.first_step = info.step if self.first_step is None else self.first_step
+        row = info.row
+        if self.cut_step is None and row is not None and info.step - self.first_step + 1 >= self.after_steps:
+            self._cut(info.step, int(row["tokens"]))
 
     def _cut(self, step: int, tokens: int) -> None:
         write_budget(self.budget_file, self.cut_to(load_budget(self.budget_file), tokens))
         self.cut_step = step
-        self.log(f"user: budget cut to {load_budget(self.budget_file).budget_tokens:,} tokens while "
-                 f"{self.telemetry_run} runs (step {step})")
+        self.log(f"user: budget cut to {load_budget(self.budget_file).budget_tokens:,} tokens at step {step}")
 
-    def _tick_until_reaction(self) -> None:
-        while not self.done.is_set():
-            result = self.sensor(dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
-                                                         definitions=self.defs))
-            self.cursor = result.cursor or self.cursor
+    def tick(self) -> None:
+        """The daemon, on a watcher thread: the sensor's ticks from the cut until it ends the phase
+        (``end_phase``) or the phase ends on its own. A tick that already decides the successor (the
+        phase materialised before the driver stopped this thread) is handed to the driver as its next
+        tick (``decided``), as the daemon's tick would be: its runs are the ones executed next."""
+        while not self.done.wait(self.poll_s):
+            if self.cut_step is None:
+                continue
+            result = self.sensor(dg.build_sensor_context(instance=self.instance, cursor=self.cursor, definitions=self.defs))
+            self.cursor = getattr(result, "cursor", None) or self.cursor
+            if isinstance(result, dg.SensorResult) and result.run_requests:
+                self.decided = result  # the phase materialised before this thread was told: the driver runs it
+                return
             message = _skip_message(result)
             if message.startswith("end_phase"):
                 self.reaction = message
                 self.log(f"controller: {message}")
                 return
-            self.done.wait(self.poll_s)
 
 
 def _execute_with_cut(execute: Execute, run: Callable, tags: dict, cut: MidPhaseCut):
-    watcher = threading.Thread(target=cut.watch, name="mid-phase-cut", daemon=True)
+    hooks = Hooks()
+    hooks.add_hook(cut.hook, every=1)
+    watcher = threading.Thread(target=cut.tick, name="mid-phase-ticks", daemon=True)
     watcher.start()
     try:
-        return execute(run, tags)
+        with hooks_in_this_context(hooks):
+            return execute(run, tags)
     finally:
         cut.done.set()
         watcher.join()
@@ -117,22 +126,22 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
                    raise_to: Callable[[Budget, int], Budget], cut_to: Callable[[Budget, int], Budget], *,
                    sensor_name: str = "phase_controller", job_name: str = "train_phase", max_ticks: int = 16,
                    log: Callable[[str], None] = print, execute: Execute = run_directly,
-                   run_config: dict | None = None, plan_run: str = "demo", cut_during: str = "re_warm",
-                   cut_after_steps: int = 1) -> list[dict]:
+                   run_config: dict | None = None, cut_during: str = "re_warm", cut_after_steps: int = 2) -> list[dict]:
     """Returns the decision log: one entry per tick with the action, reason and phase.
 
     ``execute(run, tags)`` runs each requested phase (the demo passes a progress reporter);
     ``run_config`` entries other than "ops" (e.g. loggers) join every run's config. The
-    budget is cut during the first phase started by ``cut_during`` (after
-    ``cut_after_steps`` live steps of ``plan_run``'s telemetry), or right after it when no
-    live step showed up while it ran."""
+    budget is cut during the first phase started by ``cut_during``, at its ``cut_after_steps``-th
+    step, or right after it when it ran fewer steps."""
     write_budget(budget_file, initial)
     sensor = defs.resolve_sensor_def(sensor_name)
     job = defs.resolve_job_def(job_name)
     cursor, decisions, raised, cut, last_tokens = None, [], False, False, 0
+    decided = None  # the watcher thread's tick that already requested the next runs
     for _ in range(max_ticks):
-        result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
-        cursor = result.cursor or cursor
+        result = decided or sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+        decided = None
+        cursor = getattr(result, "cursor", None) or cursor
         requests = result.run_requests or []
         if not requests:
             reason = _skip_message(result)
@@ -155,11 +164,9 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
                                                                tags=final_tags, instance=instance, raise_on_error=False)
             mid = None
             if action == cut_during and not cut:
-                mid = MidPhaseCut(sensor, defs, instance, budget_file, cut_to,
-                                  phase_telemetry_run(plan_run, request.partition_key), log, cursor,
-                                  after_steps=cut_after_steps)
+                mid = MidPhaseCut(sensor, defs, instance, budget_file, cut_to, log, cursor, after_steps=cut_after_steps)
                 run = _execute_with_cut(execute, runner, tags, mid)
-                cursor, cut = mid.cursor, mid.cut_step is not None
+                cursor, cut, decided = mid.cursor, mid.cut_step is not None, mid.decided
             else:
                 run = execute(runner, tags)
             if not run.success:

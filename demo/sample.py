@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.partitions import newest_main_partition, newest_materialisation
 from marin_assets.evaluation.run import SamplingSettings
-from marin_assets.phases.branches import is_branch_partition
 
 PROMPT = "To be, or not to be"
 NEW_TOKENS = 48  # byte tokens at most: a line or so of text (the demo model's context is 64)
@@ -14,19 +14,12 @@ NEW_TOKENS = 48  # byte tokens at most: a line or so of text (the demo model's c
 def newest_main_phase(
     instance: dg.DagsterInstance, train_key: dg.AssetKey, phases: dg.DynamicPartitionsDefinition
 ) -> tuple[str, str] | None:
-    """(phase, artifact data folder) of the main run's newest materialised phase: the last-added partition of the
-    ``phases`` set that is not a branch and was materialised; None when there is none. Plan order, not event order: a
-    phase the plan added but the run never reached (a budget cut can leave one) is passed over, and an older phase
-    materialised again later (a cache hit) does not become the newest."""
-    main = [key for key in phases.get_partition_keys(dynamic_partitions_store=instance) if not is_branch_partition(key)]
-    for phase in reversed(main):
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=train_key, asset_partitions=[phase]), limit=1
-        ).records
-        if records and records[0].asset_materialization is not None:
-            path = records[0].asset_materialization.metadata.get("path")
-            return (phase, f"{path.value}/data") if path is not None else None
-    return None
+    """(phase, artifact data folder) of the main run's newest materialised phase (what ``NewestMainPhase`` reads:
+    a phase the plan added but the run never reached is passed over); None when there is none."""
+    phase = newest_main_partition(phases.get_partition_keys(dynamic_partitions_store=instance), instance, train_key)
+    materialisation = newest_materialisation(instance, train_key, phase) if phase is not None else None
+    path = materialisation.metadata.get("path") if materialisation is not None else None
+    return (phase, f"{path.value}/data") if phase is not None and path is not None else None
 
 
 def sample_main_run(

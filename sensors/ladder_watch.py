@@ -31,7 +31,6 @@ from typing import Any
 import dagster as dg
 
 from marin_assets.orchestration import png_markdown
-from marin_assets.phases.budget import load_budget
 from marin_assets.phases.signals import BandSignal
 from marin_assets.scaling.trajectory import (
     Curve,
@@ -45,6 +44,7 @@ from marin_assets.scaling.trajectory_plot import trajectory_png
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactStore
 from marin_assets.telemetry import TelemetryStore
+from marin_assets.train.budget import load_budget
 
 CHECK_NAME = "ladder_band"
 WATCHED_METRICS = ["tokens", "loss", "grad_norm", "dropped"]

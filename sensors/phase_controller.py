@@ -45,17 +45,11 @@ from marin_assets.phases.branches import branch_starts
 from marin_assets.phases.decide import Decision, decide, end_phase_now
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
 from marin_assets.phases.signals import Signals
-from marin_assets.settings import artifact_prefix, setting
 from marin_assets.telemetry import TelemetryStore
 from marin_assets.telemetry import default_root as default_telemetry_root
+from marin_assets.train.budget import budget_path
 from sensors.ladder_watch import LadderWatch, PhaseView, band_signal
 from sensors.run_view import _run_start, _running, _spec_from_json, _spec_to_json, observe, observe_live, phase_result
-
-BUDGET_ENV = "MARIN_BUDGET_FILE"
-
-
-def budget_path() -> Path:
-    return Path(setting(BUDGET_ENV) or Path(artifact_prefix()) / "budget.yaml")
 
 
 def _record(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, decision: Decision, signals: Signals) -> None:
@@ -91,7 +85,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                             telemetry_root: Callable[[], str] = default_telemetry_root,
                             chips: Mapping[str, int] | None = None,
                             run_tags: Mapping[str, str] | None = None,
-                            watch: LadderWatch | None = None) -> dg.SensorDefinition:
+                            watch: LadderWatch | None = None,
+                            trainer_checks_budget: bool = False) -> dg.SensorDefinition:
     """A sensor that runs ``plan`` phase by phase on ``train_asset`` (and the ``also`` assets,
     e.g. the phase's evaluation, in the same run); the train asset must log its steps to the
     telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks.
@@ -101,6 +96,10 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
     run_tags: added to every phase run, e.g. ``{"dagster/max_retries": "2"}`` so a failed
       phase is retried by the instance's run-retry daemon and resumes from its checkpoint.
     watch: compare each phase with a ladder's expected trajectory and act on leaving its band.
+    trainer_checks_budget: the train asset's config takes ``budget_file``: each phase run gets the
+      budget file's path and its trainer ends the phase at the first permanent checkpoint step the
+      budget no longer covers (``train.budget.BudgetStop``: a bound in steps, whatever the tick
+      interval), so the live ticks leave budget cuts to it and watch for spikes and the band only.
     """
     partitions = train_asset.partitions_def
     if not isinstance(partitions, dg.DynamicPartitionsDefinition):
@@ -114,7 +113,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         run_key = f"{plan.run}-{len(history)}-{spec.name}-{attempt}"
         entry = {"spec": _spec_to_json(spec), "run_key": run_key, "attempt": attempt, "warm_version": warm_version,
                  "tokens_before": tokens_before, **({"replaces": list(replaces)} if replaces else {})}
-        config = {"phase": dataclasses.asdict(spec), "warm_start_version": warm_version, "attempt": attempt}
+        config = {"phase": dataclasses.asdict(spec), "warm_start_version": warm_version, "attempt": attempt,
+                  **({"budget_file": str(budget_file())} if trainer_checks_budget else {})}
         run = dg.RunRequest(
             run_key=run_key,
             partition_key=spec.name,
@@ -150,7 +150,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
             return dg.SkipReason(f"{waiting}: no live telemetry yet")
         state, signals = view
         signals, cursor, record_verdict = watched(context, cursor, signals, phase, record.start_time, final=False)
-        reason = end_phase_now(plan, state, signals)
+        reason = end_phase_now(plan, state, signals, budget=not trainer_checks_budget)
         terminated = reason is not None and bool(context.instance.run_coordinator.cancel_run(record.dagster_run.run_id))
         record_verdict()  # after any cancel: the run stops at its next step, not after the verdict's plot
         if reason is None:

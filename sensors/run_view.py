@@ -11,10 +11,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from marin_assets.phases.budget import load_budget
 from marin_assets.phases.plan import PhaseSpec
 from marin_assets.phases.signals import RunState, Signals
 from marin_assets.telemetry import TelemetryStore
+from marin_assets.train.budget import load_budget
+from marin_assets.train.signals import STOP_SIGNAL_NAMES
 
 
 def _spec_to_json(spec: PhaseSpec) -> str:
@@ -59,6 +60,12 @@ def _run_state(
     )
 
 
+def _own_stop(stopped_by: str | None) -> str | None:
+    """Why the trainer ended the phase itself (its budget check), or None: a signal's stop is the
+    controller's ``ending`` (or a preemption, which the run's retry resumes)."""
+    return stopped_by if stopped_by and stopped_by not in STOP_SIGNAL_NAMES else None
+
+
 def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunState, Signals]:
     """The controller's view of the run after its newest phase finished (or was ended)."""
     budget = load_budget(budget_file)
@@ -69,7 +76,7 @@ def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunStat
         int(meta["count/phase_tokens"]),
         int(meta["count/tokens_trained"]),
         int(step) if step is not None else None,
-        ending.get("reason") if ending.get("terminated") else None,
+        ending.get("reason") if ending.get("terminated") else _own_stop(meta.get("count/stopped_by")),
     )
     # A phase a person released (the budget file's released_holds) is not held again for its drops.
     drops = () if state.phase.name in budget.released_holds else meta.get("count/recent_drop_rates") or ()

@@ -52,6 +52,7 @@ import math
 
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, normalise
 from marin_assets.phases.signals import RunState, Signals, drop_rate_alarm, loss_spike
+from marin_assets.train.budget import budget_cut
 
 SPIKE = "loss spike"
 OFF_BAND = "off the ladder's band"
@@ -139,7 +140,7 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
     if budget_left < phase_left:
         why = (f"budget cut: {budget_left:,} tokens left but {current.name} needs {phase_left:,} more")
         if state.ended_early is not None:
-            why = (f"budget cut: {current.name} ended at step {state.step} by the controller ({state.ended_early}); "
+            why = (f"budget cut: {current.name} ended early at step {state.step} ({state.ended_early}); "
                    f"{budget_left:,} tokens left of the {phase_left + state.phase_tokens:,} it planned")
         if current.is_cooldown:
             spec = _successor(plan, state, token_budget=budget_left, start_fraction=_lr_fraction_now(current, state))
@@ -204,11 +205,11 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
                                 f"tokens, {budget_left:,} left in the budget")
 
 
-def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | None:
+def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals, *, budget: bool = True) -> str | None:
     """While ``state.phase`` runs (state and signals read live): why to end it at its next
     checkpoint, or None to let it run. A loss spike, the ladder's band left with ``rollback``,
-    or a budget cut that leaves less than the phase still needs; a phase that has (nearly)
-    finished anyway is left alone."""
+    or (``budget``: unless the trainer checks the budget file itself) a budget cut that leaves
+    less than the phase still needs; a phase that has (nearly) finished anyway is left alone."""
     current = state.phase
     phase_left = max(current.token_budget - state.phase_tokens, 0)
     if phase_left == 0:
@@ -219,11 +220,9 @@ def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals) -> str | N
         return f"{SPIKE}{at}: {spike}"
     if signals.off_band is not None and signals.off_band.action == "rollback":
         return f"{OFF_BAND}{at}: {signals.off_band.reason}"
-    budget_left = signals.budget_tokens - state.tokens_trained
-    if budget_left < phase_left:
-        return (f"budget cut{at} to {signals.budget_tokens:,} tokens: {max(budget_left, 0):,} left but "
-                f"{current.name} needs {phase_left:,} more")
-    return None
+    if not budget:
+        return None
+    return budget_cut(signals.budget_tokens, state.tokens_trained, current.name, phase_left, state.step)
 
 
 def _switch(plan: PhasePlan, state: RunState, spike: str, where: str) -> Decision | None:

@@ -15,15 +15,20 @@ every hook at the same steps (the built-in ones make collective calls), so a hoo
 files should write on process 0 only (``processes.is_writer``).
 
 ``train`` registers its own hooks first, in this order: the metrics emitter, the
-``stop_at_step`` kill, the stop-signal check (it marks the step final), the checkpoint
+``stop_at_step`` kill, the stop-signal check (it marks the step final), the caller's stop check
+(``stop_check``, e.g. the budget file's, at permanent checkpoint steps), the checkpoint
 cadence, the held-out loss (at the end); a caller's hooks run after them, so they see whether
-the step ends the phase. A checkpoint is written in the background while training goes on;
-when a caller registers hooks, ``train`` waits for a step's checkpoint to commit before they
-run, so a hook may read it (without caller hooks the save overlaps the next steps).
+the step ends the phase. A driver that runs a phase through Dagster in its own process (the
+demo's simulated user) adds hooks with ``hooks_in_this_context``: they run after the caller's.
+A checkpoint is written in the background while training goes on; when a caller registers
+hooks, ``train`` waits for a step's checkpoint to commit before they run, so a hook may read
+it (without caller hooks the save overlaps the next steps).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
 import functools
@@ -119,6 +124,34 @@ class Hooks:
         for hook in self:
             if hook.at_end and not (stepped and hook.due(info.step)):
                 hook.fn(info)
+
+
+# Hooks every ``train`` call in this context adds (``hooks_in_this_context``).
+_CONTEXT_HOOKS: contextvars.ContextVar[Hooks | None] = contextvars.ContextVar("marin_context_hooks", default=None)
+
+
+@contextlib.contextmanager
+def hooks_in_this_context(hooks: Hooks) -> Iterator[None]:
+    """Add ``hooks`` to every ``train`` call made in this context (this thread, e.g. a phase run
+    executed in process by Dagster), after the call's own: how a driver reaches the steps of a run
+    it does not build the ``train`` call of. A run in another process (the Pipes backends) never
+    sees them."""
+    token = _CONTEXT_HOOKS.set(hooks)
+    try:
+        yield
+    finally:
+        _CONTEXT_HOOKS.reset(token)
+
+
+def with_context_hooks(hooks: Hooks | None) -> Hooks | None:
+    """``hooks`` followed by those of ``hooks_in_this_context`` (None when there are none)."""
+    extra = _CONTEXT_HOOKS.get()
+    if extra is None or not len(extra):
+        return hooks
+    merged = Hooks()
+    merged.extend(hooks)
+    merged.extend(extra)
+    return merged
 
 
 def _check_cadence(every: int | None, at_end: bool) -> None:

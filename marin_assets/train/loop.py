@@ -53,11 +53,11 @@ from marin_assets.train.emit import (
     host_row,
 )
 from marin_assets.train.heldout import HeldOutLoss, validation_loss
-from marin_assets.train.hooks import Hooks, StepInfo
+from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.restore import Run, fresh_run, resolve_checkpoint, start
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
-from marin_assets.train.signals import StopSignals
+from marin_assets.train.signals import CheckedStop, StopCheck, StopSignals
 from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.state import Model, init_state, moe_model
 from marin_assets.train.step import default_model, make_train_step, phase_lrs, train_step_for
@@ -104,6 +104,7 @@ def train(
     allow_tokenizer_change: bool = False,
     hooks: Hooks | None = None,
     on_checkpoint: OnCheckpoint | None = None,
+    stop_check: StopCheck | None = None,
 ) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
@@ -136,6 +137,9 @@ def train(
     on_checkpoint: called ``(folder, step)`` on process 0 after each checkpoint's COMMITTED marker is
       written, possibly from the background thread that wrote it (hand it to your own thread; an
       error it raises fails that save). A save that never commits is never announced.
+    stop_check: asked at each permanent checkpoint step (``signals.CheckedStop``, e.g. the budget
+      file's ``budget.BudgetStop``); the reason it returns ends the phase there, checkpointed, and
+      becomes the result's ``stopped_by``.
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
     work (an unfinished cache included), and TooManySkippedSteps after a phase that skipped
     most of its steps.
@@ -168,7 +172,13 @@ def train(
             step_fn = train_step_for(config, opt, model, mesh, run.state_sh)
             held_out = HeldOutLoss(config, model, validation_dirs, mesh) if validation_dirs and stop_at_step is None else None
             cadence = CheckpointCadence(run, emitter, on_checkpoint)
-            registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out, cadence)
+            checked = (
+                None
+                if stop_check is None
+                else CheckedStop(stop_check, config.phase, config.checkpoint_every_steps, run.tokens_at)
+            )
+            registry = _builtin_hooks(run, emitter, stop, stop_at_step, held_out, cadence, checked)
+            hooks = with_context_hooks(hooks)
             if hooks is not None and len(hooks):
                 registry.add_hook(cadence.wait, every=1)  # a caller's hooks see the step's checkpoint committed
             registry.extend(hooks)
@@ -181,7 +191,8 @@ def train(
                     cadence.wait()  # the save in flight commits (or raises) before the phase returns
                 finally:
                     emitter.close()  # also on an exception: the steps logged so far reach the store
-            stopped_by = stop.received if int(run.state.step) < run.end_step else None
+            checked_reason = checked.reason if checked is not None else None
+            stopped_by = (stop.received or checked_reason) if int(run.state.step) < run.end_step else None
             result = finish(
                 run, loader, out_dir, emitter, first, stop_at_step is not None, stopped_by, held_out.loss if held_out else None
             )
@@ -228,6 +239,7 @@ def _builtin_hooks(
     stop_at_step: int | None,
     held_out: HeldOutLoss | None,
     cadence: CheckpointCadence,
+    checked: CheckedStop | None = None,
 ) -> Hooks:
     """``train``'s own hooks, in the order they must run (see ``hooks.py``)."""
     hooks = Hooks()
@@ -235,6 +247,8 @@ def _builtin_hooks(
     if stop_at_step is not None:
         hooks.add_hook(functools.partial(_abandon_at, stop_at_step), every=1)
     hooks.add_hook(stop.mark, every=1)
+    if checked is not None:  # before the checkpoint hook: the step it stops at is checkpointed as the final one
+        hooks.add_hook(checked, every=1)
     hooks.add_hook(cadence, every=1)
     hooks.add_hook(emitter.end, every=None, at_end=True)
     if held_out is not None:

@@ -26,12 +26,14 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from marin_assets.train.budget import BudgetStop
+
 if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
     from marin_assets.train.config import TrainConfig
 
 SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root",
-             "allow_tokenizer_change")
-OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root")
+             "allow_tokenizer_change", "budget_file")
+OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root", "budget_file")
 
 
 def _path_text(value: Any, what: str) -> str:
@@ -56,6 +58,8 @@ class TrainSpec:
     telemetry_run: str | None = None
     telemetry_root: str | None = None
     allow_tokenizer_change: bool = False
+    # The run's budget file (``budget.BudgetStop``): read at each permanent checkpoint step, a cut ends the phase there.
+    budget_file: str | None = None
 
     def __post_init__(self) -> None:
         from marin_assets.train.config import TrainConfig
@@ -67,8 +71,9 @@ class TrainSpec:
         for name in ("resume", "allow_tokenizer_change"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"spec.{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.warm_start, os.PathLike):
-            object.__setattr__(self, "warm_start", os.fspath(self.warm_start))
+        for name in ("warm_start", "budget_file"):
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
         for name in OPTIONAL_KEYS:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
@@ -121,6 +126,10 @@ class TrainSpec:
             raise ValueError(f"{where}.config: {e}") from None
         return cls(config=config, caches=data["caches"], out_dir=data["out_dir"], resume=data["resume"],
                    allow_tokenizer_change=data.get("allow_tokenizer_change", False), **{k: data.get(k) for k in OPTIONAL_KEYS})
+
+    def stop_check(self):
+        """What ends the phase early besides a signal (``train``'s ``stop_check``): the budget file's cut, if any."""
+        return BudgetStop(self.budget_file) if self.budget_file else None
 
     def paths(self) -> list[str]:
         """Every path the workers open: out dir, caches, warm start."""

@@ -68,7 +68,7 @@ def run(spec: TrainSpec, pipes=None) -> int:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
     result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
                    log_fn=report, mesh=mesh, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
-                   allow_tokenizer_change=spec.allow_tokenizer_change)
+                   allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check())
     if pipes is not None:
         pipes.log.info(result.stop_message if result.stopped_by else
                        f"done at step {result.final_step}, last loss {result.last_loss}")

@@ -332,6 +332,23 @@ def test_each_prediction_is_locked_and_each_target_carries_its_hash(law_protocol
         assert run["plan"] == lock["frozen"]["config"]
 
 
+def test_each_target_shows_its_frozen_prediction_against_its_run_on_its_own_page(law_protocol):
+    """A reviewer finds predicted vs actual on the target asset, not only in the comparison or the logs."""
+    events, store = law_protocol["events"], law_protocol["store"]
+    for name in LAW_LADDER.target_keys:
+        meta = events[f"{name}/target"].asset_materialization.metadata
+        pred = json.loads((Path(store.read_pointer(f"scaling/law/{name}/prediction", None).data_path)
+                           / "prediction.json").read_text())
+        actual = meta["count/validation_loss"].value
+        assert meta["count/predicted"].value == pytest.approx(pred["loss"])
+        assert meta["count/relative_error"].value == pytest.approx((pred["loss"] - actual) / actual)
+        assert meta["count/within_bound"].value == (abs(meta["count/relative_error"].value) <= LAW_LADDER.max_relative_error)
+        assert meta["count/interval_low"].value < pred["loss"] < meta["count/interval_high"].value
+        assert meta["count/frozen_hash"].value  # the lock's hash of what was frozen
+        assert meta["predicted_vs_actual"].value.count("data:image/png;base64,") == 1
+        assert meta["count/predicted"].value == pytest.approx(law_protocol["out"]["targets"][name]["predicted"])
+
+
 def test_the_comparison_has_its_plot_and_the_runs_were_in_order(law_protocol):
     events = law_protocol["events"]
     meta = events["comparison"].asset_materialization.metadata

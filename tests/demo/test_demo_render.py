@@ -20,6 +20,8 @@ def test_the_summary_names_each_target_its_prediction_and_its_error():
     assert "x3 (3x the fitted compute) predicted loss 2.1000 before its run, actual 2.2000" in x3
     assert "relative error -4.55%, within the 5% bound" in x3 and "ladder compute 52% of the targets'" in x3
     assert "main (9.72x the fitted compute) predicted loss 2.5000 before its run, actual 2.4000" in main
+    # the interval the actual was judged by: |2.5 - actual| / actual <= 5%
+    assert "within the 5% bound: actual in [2.3810, 2.6316])" in main
     assert check.endswith("prediction_error check passed")
 
 

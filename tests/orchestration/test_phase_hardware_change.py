@@ -25,10 +25,10 @@ from marin_assets.cluster.tags import CHIPS_TAG, classify_tags
 from marin_assets.datakit.shards import join, write_json
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.launcher import BACKEND_TAG, RoutingRunLauncher
-from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.plan import PhasePlan
-from tests.orchestration.phase_job import BASE, phase_spec
+from marin_assets.train.budget import Budget, write_budget
 from sensors.phase_controller import phase_controller_sensor
+from tests.orchestration.phase_job import BASE, phase_spec
 from tests.support.datasets import byte_datasets, mixture_run_config
 
 ROOT = Path(__file__).resolve().parents[2]

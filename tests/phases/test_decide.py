@@ -264,7 +264,7 @@ def test_a_phase_ended_by_a_cut_cools_down_and_the_reason_names_the_step():
                                 ended_early="budget cut at step 400 to 50,000,000 tokens")
     d = decide(PLAN, ended, signals(budget=50 * M))
     assert d.action == "cool_down" and d.next_phase.token_budget == 10 * M
-    assert d.reason.startswith("budget cut: kestrel ended at step 402 by the controller (budget cut at step 400")
+    assert d.reason.startswith("budget cut: kestrel ended early at step 402 (budget cut at step 400")
     plain = decide(PLAN, dataclasses.replace(ended, ended_early=None), signals(budget=50 * M))
     assert plain.reason.startswith("budget cut: 10,000,000 tokens left but kestrel needs 60,000,000 more")
 
@@ -350,7 +350,7 @@ def test_band_signal_names_a_known_action():
 
 
 def test_the_budget_file_lists_released_holds(tmp_path):
-    from marin_assets.phases.budget import Budget, load_budget, write_budget
+    from marin_assets.train.budget import Budget, load_budget, write_budget
 
     path = tmp_path / "budget.yaml"
     write_budget(path, Budget(budget_tokens=10, released_holds=("kestrel",)))

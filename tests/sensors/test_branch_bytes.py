@@ -11,19 +11,19 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.datakit.chat import CHAT_SOURCE, shakespeare_chat
+from assets.datakit.datasets import mixture_asset
+from assets.datakit.inputs import tokenizer_asset
 from assets.partitions import demo_phases as phases
 from assets.training import TRAIN_KEY, train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
-from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.plan import BranchSpec, PhasePlan
 from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.budget import Budget, write_budget
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.restore import resolve_checkpoint
 from sensors.phase_controller import phase_controller_sensor
-from assets.datakit.chat import CHAT_SOURCE, shakespeare_chat
-from assets.datakit.datasets import mixture_asset
-from assets.datakit.inputs import tokenizer_asset
 from tests.orchestration.phase_job import BASE, MIXTURE_CONFIG, TOKENS_PER_STEP, phase_spec
 from tests.support.datasets import byte_datasets
 from tests.support.plays import FOLIO_PLAY, MODERN_PLAY

@@ -25,11 +25,11 @@ from marin_assets.orchestration import (
     versioned,
     versioned_asset,
 )
-from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run
 from marin_assets.scaling.trajectory import LadderWatchSettings
 from marin_assets.store import ArtifactStore
 from marin_assets.telemetry import TelemetryWriter
+from marin_assets.train.budget import Budget, write_budget
 from sensors.ladder_band import ladder_band_check
 from sensors.ladder_watch import CHECK_NAME, LadderWatch
 from sensors.phase_controller import phase_controller_sensor

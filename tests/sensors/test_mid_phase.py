@@ -11,9 +11,9 @@ from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
 from assets.training import DEMO_PLAN
 from marin_assets.orchestration.launcher import HOST_TAG, PID_TAG, RoutingRunLauncher, terminate_in_process_run
-from marin_assets.phases.budget import Budget, write_budget
 from marin_assets.phases.decide import end_phase_now
 from marin_assets.telemetry import TelemetryStore, TelemetryWriter
+from marin_assets.train.budget import Budget, write_budget
 from sensors.phase_controller import _spec_to_json, observe_live
 
 

@@ -19,9 +19,9 @@ from demo.phases import decision_log, demo_budget, demo_raise
 from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.phases.branches import branch_phase, is_branch_partition
-from marin_assets.phases.budget import load_budget, write_budget
 from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec
-from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
+from marin_assets.train.budget import BUDGET_ENV, load_budget, write_budget
+from sensors.phase_controller import phase_controller_sensor
 from tests.sensors.test_phase_controller import (
     CACHE_TOKENS,
     SWITCH_PLAN,
@@ -157,7 +157,7 @@ def _tick(sensor, defs: dg.Definitions, job: str, instance: dg.DagsterInstance, 
 def test_a_branch_leaves_only_from_a_checkpoint_the_main_run_accepted(tmp_path):
     """Ocelot is rolled back twice and then replaced (switch_architecture): no branch leaves from it. Jellyfish,
     the run's last phase, is accepted by the tick that stops the run, and its branch leaves then."""
-    from marin_assets.phases.budget import Budget, write_budget
+    from marin_assets.train.budget import Budget, write_budget
 
     plan = dataclasses.replace(SWITCH_PLAN, branches=(BranchSpec("cool", "ocelot", 100), BranchSpec("cool", "jellyfish", 100)))
     write_budget(tmp_path / "budget.yaml", Budget(budget_tokens=1500))
@@ -197,7 +197,7 @@ def test_a_branch_leaves_only_from_a_checkpoint_the_main_run_accepted(tmp_path):
 
 
 def test_a_plan_without_branches_keeps_its_cursor_as_it_was(tmp_path, monkeypatch):
-    from marin_assets.phases.budget import write_budget
+    from marin_assets.train.budget import write_budget
 
     write_budget(tmp_path / "budget.yaml", demo_budget())
     monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
@@ -310,7 +310,7 @@ def dropping_train(ctx: StageContext, config: StubPhaseConfig):
 
 
 def test_no_branch_leaves_from_a_held_phase_until_a_person_releases_it(tmp_path):
-    from marin_assets.phases.budget import Budget
+    from marin_assets.train.budget import Budget
 
     plan = dataclasses.replace(
         SWITCH_PLAN, run="hold", architecture_switch=None, max_drop_rate=0.5, branches=(BranchSpec("cool", "kestrel", 100),)
@@ -362,6 +362,17 @@ def test_the_newest_main_phase_mapping_skips_branches_that_lastpartitionmapping_
         assert sorted(downstream.get_partition_keys()) == expected
     with pytest.raises(ValueError, match="maps from a phase set"):
         NewestMainPhase().validate_partition_mapping(tasks, tasks)
+    # With the asset it reads: a phase the plan added but the run never materialised (a failed or cancelled run,
+    # a budget cut before it) is passed over for the newest one that was.
+    train = dg.AssetKey(["train", "demo"])
+    materialised = NewestMainPhase(materialised=train)
+    assert upstream(materialised) == []  # nothing materialised yet
+    for phase in ("kestrel", "jellyfish+cool"):
+        instance.report_runless_asset_event(dg.AssetMaterialization(train, partition=phase))
+    assert upstream(materialised) == ["kestrel"]  # jellyfish was added last, but never materialised
+    instance.report_runless_asset_event(dg.AssetMaterialization(train, partition="jellyfish"))
+    assert upstream(materialised) == ["jellyfish"]
+    assert materialised == NewestMainPhase(materialised=train) != NewestMainPhase()
 
 
 def test_the_task_suite_scores_the_newest_main_phase_not_a_branch_added_after_it(tmp_path):

@@ -16,10 +16,17 @@ from assets.partitions import demo_phases as phases
 from assets.training import DEMO_PLAN, TRAIN_KEY, PhaseConfig, PhaseSpecConfig
 from demo.phases import decision_log, demo_budget, demo_cut, demo_raise, run_phase_demo
 from jobs import train_phase_job
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
-from marin_assets.phases.budget import load_budget
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 from marin_assets.phases.plan import RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
-from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
+from marin_assets.train.budget import BUDGET_ENV, load_budget
+from sensors.phase_controller import phase_controller_sensor
 
 CACHE_TOKENS = 1_000_000
 
@@ -100,7 +107,7 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
 
 
 def test_replayed_tick_requests_the_same_run_and_waits(defs, tmp_path):
-    from marin_assets.phases.budget import write_budget
+    from marin_assets.train.budget import write_budget
 
     write_budget(tmp_path / "budget.yaml", demo_budget())
     instance = dg.DagsterInstance.ephemeral()
@@ -128,7 +135,7 @@ def test_nightly_eval_schedule_requests_every_phase_and_is_off_by_default():
 
 def test_the_factory_takes_op_and_partitions_from_the_asset(tmp_path, monkeypatch):
     """Another run's asset (another key, its own partition set) gets requests for its own op."""
-    from marin_assets.phases.budget import write_budget
+    from marin_assets.train.budget import write_budget
 
     other_phases = dg.DynamicPartitionsDefinition(name="other_phases")
 
@@ -190,7 +197,7 @@ def spiking_train(ctx: StageContext, config: StubPhaseConfig):
 
 
 def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_path):
-    from marin_assets.phases.budget import Budget, write_budget
+    from marin_assets.train.budget import Budget, write_budget
 
     write_budget(tmp_path / "budget.yaml", Budget(budget_tokens=1500))
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
@@ -238,7 +245,7 @@ def _name(entry: dict) -> str:
 def test_the_controller_hands_decide_the_phases_drop_rates_until_a_person_releases_it(tmp_path):
     import math
 
-    from marin_assets.phases.budget import Budget, write_budget
+    from marin_assets.train.budget import Budget, write_budget
     from sensors.phase_controller import _spec_to_json, observe
 
     budget = tmp_path / "budget.yaml"

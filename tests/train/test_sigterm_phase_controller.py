@@ -1,7 +1,7 @@
 """A budget cut written mid-phase ends that phase at its next checkpoint; the successor starts there.
 
 End to end on a tiny real model: the phase controller sensor, the demo driver's mid-phase
-cut (the person writes the cut after a few live steps, the daemon ticks on a watcher thread),
+cut (the person writes the cut at the phase's 4th step, the daemon ticks on a watcher thread),
 the routing launcher's local terminate (SIGTERM to the run's process), the trainer's
 SIGTERM checkpoint, and the warm start of the decided successor.
 """
@@ -25,11 +25,11 @@ from marin_assets.orchestration import (
     versioned,
     versioned_asset,
 )
-from marin_assets.phases.budget import Budget
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.telemetry import TelemetryStore
+from marin_assets.train.budget import BUDGET_ENV, Budget
 from marin_assets.train.metrics import read_metrics
-from sensors.phase_controller import BUDGET_ENV, phase_controller_sensor
+from sensors.phase_controller import phase_controller_sensor
 
 pytestmark = pytest.mark.slow  # a trainer in a subprocess, cut by SIGTERM mid-phase
 
@@ -108,8 +108,7 @@ def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it
         ticks = run_phase_demo(defs, instance, tmp_path / "budget.yaml", Budget(budget_tokens=10**6),
                                lambda b, t: b,  # no raise: the run ends when the cut budget is spent
                                lambda b, tokens: dataclasses.replace(b, budget_tokens=tokens + 16 * TOKENS_PER_STEP),
-                               sensor_name="wc_controller", log=lines.append, plan_run=PLAN.run, cut_during="continue",
-                               cut_after_steps=4)
+                               sensor_name="wc_controller", log=lines.append, cut_during="continue", cut_after_steps=4)
         log = decision_log(instance, dg.AssetKey(["train", "wc"]))
         mats = {r.event_log_entry.asset_materialization.partition: r.event_log_entry.asset_materialization.metadata
                 for r in instance.fetch_materializations(dg.AssetKey(["train", "wc"]), limit=10).records}
@@ -118,6 +117,7 @@ def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it
     assert [(t["phase"], t["action"]) for t in ran] == [("kestrel", "continue"), ("starling", "cool_down")]
     kestrel, starling = ran
     cut_step, end_step = kestrel["cut_step"], kestrel["final_step"]
+    assert cut_step == 4  # the person acts at a step, not a moment
     assert kestrel["reaction"].startswith(f"end_phase: budget cut at step ")
     # ended at the SIGTERM checkpoint, within one checkpoint interval of the cut, long before its 48 steps
     assert mats["kestrel"]["count/stopped_by"].value == "SIGTERM"
@@ -130,7 +130,7 @@ def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it
     reasons = {(d["phase"], d["decision"]): d["reason"] for d in log}
     assert reasons[("kestrel", "end_phase")].endswith("ending it at its next checkpoint")
     why = reasons[("kestrel", "cool_down")]
-    assert why.startswith(f"budget cut: kestrel ended at step {end_step} by the controller (budget cut at step ")
+    assert why.startswith(f"budget cut: kestrel ended early at step {end_step} (budget cut at step ")
     assert ("starling", "stop") in reasons
     # the live telemetry holds both phases, kestrel up to its checkpoint
     frame = TelemetryStore(str(tmp_path / "prefix" / "telemetry")).query(run="wc-kestrel", metric="loss", latest=True)

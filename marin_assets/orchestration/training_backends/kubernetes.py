@@ -5,6 +5,7 @@ Process 0's Pipes messages come back on its pod's log stream."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -90,13 +91,16 @@ class KubernetesTrainingBackend(TrainingBackend):
         """The objects for one launch, in creation order; ValueError naming the tag or path at fault."""
         from marin_assets.cluster.fleet import load_fleet
         from marin_assets.cluster.manifests import SPEC_FILE, SPEC_MOUNT, multihost_jax_manifests
-
         from marin_assets.cluster.tags import classify_tags
 
         if classify_tags(tags).accelerator == "cpu":
             raise ValueError("kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local "
                              "or processes backend")
         pool, request = choose_pool(load_fleet(self.fleet_file), tags)
+        if spec.budget_file and not _is_remote(spec.budget_file):
+            # A pod cannot read the controller's local budget file: this run's budget cut then reaches it as the
+            # controller's termination on its next tick (``end_phase_now``), not at its checkpoint steps.
+            spec = dataclasses.replace(spec, budget_file=None)
         local = [p for p in spec.paths() if not _is_remote(p)]
         if local:
             raise ValueError(f"kubernetes backend: {local} are local paths the pods cannot see; "

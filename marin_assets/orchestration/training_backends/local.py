@@ -41,7 +41,7 @@ class LocalTrainingBackend(TrainingBackend):
 
         result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
                        log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
-                       allow_tokenizer_change=spec.allow_tokenizer_change,
+                       allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check(),
                        on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)))
         announce()  # the final checkpoint commits after the last row
         if result.stopped_by:
