@@ -55,6 +55,50 @@ def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
 
 
+def graphql(url: str, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
+    """One GraphQL request to the webserver at ``url`` (what the UI sends); errors raise."""
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    req = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        out = json.load(resp)
+    if out.get("errors"):
+        raise AssertionError(f"GraphQL errors: {out['errors']}")
+    return out["data"]
+
+
+def wait_location_loaded(url: str, proc: subprocess.Popen, log_path: Path, location: str, timeout_s: float) -> float:
+    """Wait until the webserver at ``url`` answers and ``location`` is loaded; return seconds waited."""
+    start = time.monotonic()
+    last = "no answer yet"
+    while time.monotonic() - start < timeout_s:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}:\n{tail(log_path)}")
+        try:
+            data = graphql(url, """{ workspaceOrError { __typename ... on Workspace {
+                locationEntries { name loadStatus
+                  locationOrLoadError { __typename ... on PythonError { message } } } } } }""", timeout=15)
+            entries = data["workspaceOrError"].get("locationEntries", [])
+            entry = next((e for e in entries if e["name"] == location), None)
+            if entry and entry["loadStatus"] == "LOADED":
+                loaded = entry["locationOrLoadError"]
+                if loaded["__typename"] == "PythonError":
+                    raise AssertionError(f"code location failed to load: {loaded['message']}")
+                return time.monotonic() - start
+            last = f"location entries: {entries}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
+            last = repr(err)
+        time.sleep(2)
+    raise AssertionError(f"{location} not loaded after {timeout_s:.0f}s ({last}):\n{tail(log_path)}")
+
+
+def start_process(argv: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """A Dagster process in its own session (``kill_group`` tears it down with its children), output to ``log_path``."""
+    with open(log_path, "ab") as log:  # the child holds its own descriptor
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                # SIGINT is a graceful stop for dagster; a backgrounded shell may have ignored it.
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+
+
 class DagsterDev:
     """`dagster dev` (webserver + daemon + code server) on 127.0.0.1:<port> in its own session."""
 
@@ -78,38 +122,11 @@ class DagsterDev:
         )
 
     def gql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
-        body = json.dumps({"query": query, "variables": variables or {}}).encode()
-        req = urllib.request.Request(f"{self.url}/graphql", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            out = json.load(resp)
-        if out.get("errors"):
-            raise AssertionError(f"GraphQL errors: {out['errors']}")
-        return out["data"]
+        return graphql(self.url, query, variables, timeout)
 
     def wait_ready(self, timeout_s: float) -> float:
         """Wait until the webserver answers and the code location is loaded; return seconds waited."""
-        start = time.monotonic()
-        last = "no answer yet"
-        while time.monotonic() - start < timeout_s:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"dagster dev exited with {self.proc.returncode}:\n{tail(self.log_path)}")
-            try:
-                data = self.gql("""{ workspaceOrError { __typename ... on Workspace {
-                    locationEntries { name loadStatus
-                      locationOrLoadError { __typename ... on PythonError { message } } } } } }""", timeout=15)
-                entries = data["workspaceOrError"].get("locationEntries", [])
-                entry = next((e for e in entries if e["name"] == LOCATION), None)
-                if entry and entry["loadStatus"] == "LOADED":
-                    loaded = entry["locationOrLoadError"]
-                    if loaded["__typename"] == "PythonError":
-                        raise AssertionError(f"code location failed to load: {loaded['message']}")
-                    return time.monotonic() - start
-                last = f"location entries: {entries}"
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
-                last = repr(err)
-            time.sleep(2)
-        raise AssertionError(f"dagster dev not ready after {timeout_s:.0f}s ({last}):\n{tail(self.log_path)}")
+        return wait_location_loaded(self.url, self.proc, self.log_path, LOCATION, timeout_s)
 
     def run_info(self, run_id: str) -> dict:
         data = self.gql("""query($id: ID!) { runOrError(runId: $id) { __typename
