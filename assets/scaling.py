@@ -30,21 +30,29 @@ dense ladder (``DENSE_LADDER``, its own group), both defined in ``assets/scaling
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
-from assets.datakit.datasets import dataset_versions, weighted_sources
 from assets.partitions import NewestMainPhase
+from assets.scaling_configs import (
+    DATA_KEY,
+    FitConfig,
+    LrSweepConfig,
+    PredictionConfig,
+    SweepConfig,
+    data_version,
+    ladder_data,
+    run_settings,
+    target_version,
+)
 from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
-from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.experiments.lock import content_hash
-from marin_assets.orchestration import StageConfig, StageContext, png_markdown, versioned, versioned_asset
+from marin_assets.orchestration import StageContext, png_markdown, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
-from marin_assets.orchestration.knob_configs import library_config, stage_config
+from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.scaling.extrapolation import (
     STAMP_KEY,
     as_json,
@@ -75,67 +83,6 @@ from marin_assets.store.artifact_files import read_bytes, read_json, write_file
 
 SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder (MoE), watched by the ladder watch
 DENSE_GROUP = "scaling_dense"  # its own group: a job covers one partitions definition, and the sweeps' differ
-DATA_KEY = "mixture"
-
-
-_SWEEP_KNOBS = ["vocab_size", "seq_len", "batch_sizes", "min_steps", "tolerance", "recipe", "lr_base", "decay_fraction",
-                "skip_sigma", "seed", "validation_windows"]
-
-
-# The configs are generated from the library's knobs (marin_assets/knobs.py): one declaration of each default.
-# (A class over the generated one, so type checkers see a class.)
-class SweepConfig(stage_config("SweepConfig", (SweepSettings, _SWEEP_KNOBS))):
-    """One ladder run's settings (sweep, lr_sweep and target runs): knobs of marin_assets.scaling.ladder.SweepSettings."""
-
-
-class _LrSweepRuns(StageConfig):
-    sweep: SweepConfig = versioned(SweepConfig(), description="the ladder's run settings (its recipe among them)")
-
-
-class LrSweepConfig(stage_config("LrSweepConfig", (LrSweepSettings, ["lr_factors", "edge_extensions"]), base=_LrSweepRuns)):
-    """The ladder's run settings and the LR grid (knobs of marin_assets.scaling.ladder.LrSweepSettings)."""
-
-
-class _FitSelection(StageConfig):
-    fit_budgets: list[str] = versioned([], description="budget labels (e.g. '1e11') to fit; [] = every budget the fit reads")
-
-
-class FitConfig(stage_config("FitConfig", (IsoFlopConfig, ["huber_delta", "bucket_base", "bootstrap_n"]), base=_FitSelection)):
-    """Which budgets to fit, and the knobs of marin_assets.scaling.fits.IsoFlopConfig (bootstrap_n also sets
-    the resamples of the predictions' seed intervals)."""
-
-
-class _PredictionFamily(StageConfig):
-    sweep: SweepConfig = versioned(SweepConfig(), description="the run settings the predicted config is planned with")
-
-
-class PredictionConfig(stage_config("PredictionConfig", (SweepSettings, ["max_width"]), base=_PredictionFamily)):
-    """The ladder's run settings and SweepSettings.max_width, the widest member the prediction may pick."""
-
-
-def ladder_data(mixture: ArtifactRef) -> tuple[dict[str, str], int]:
-    """({source: dataset index} of the sources the mixture gives weight, the tokenizer's vocabulary)."""
-    _, datasets = read_mixture_file(mixture.data_path)
-    return {s: datasets[s]["index"] for s in weighted_sources(mixture)}, int(mixture.counts["vocab_size"])
-
-
-def run_settings(config: SweepConfig, mixture: ArtifactRef) -> SweepSettings:
-    """The library settings of a ladder run, the vocabulary filled from the datasets' tokenizer."""
-    settings = library_config(config, SweepSettings)
-    return settings if settings.vocab_size else dataclasses.replace(settings, vocab_size=ladder_data(mixture)[1])
-
-
-def _data_version(config, partition: str | None, inputs) -> dict[str, str]:
-    """A ladder run reads the datasets the mixture weights (uniformly): their versions, not the
-    schedule's weights or the other datasets', version it."""
-    return dataset_versions(inputs["mixture"], weighted_sources(inputs["mixture"]))
-
-
-def target_version(config, partition: str | None, inputs) -> dict[str, str]:
-    """A target run is its frozen prediction (the config it runs) on the datasets."""
-    return _data_version(config, partition, inputs) | {"prediction": inputs["prediction"].version}
-
-
 def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_GROUP,
                          automation_condition: dg.AutomationCondition | None = None, run_fn=None, train_fn=None,
                          score_fn=None):
@@ -155,7 +102,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
     family_version = {"family": content_hash(as_json(ladder.family.as_dict()))}
 
     def lr_version(config, partition, inputs) -> dict[str, str]:
-        return _data_version(config, partition, inputs) | family_version
+        return data_version(config, partition, inputs) | family_version
 
     @versioned_asset(key=f"{prefix}/lr_sweep", code_version="3", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
                      version_inputs=lr_version, **common)
@@ -168,7 +115,7 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
                             run_fn=train_fn, workers=1 if injected else local_workers())
 
     def sweep_version(config, partition, inputs) -> dict[str, str]:
-        out = _data_version(config, partition, inputs) | family_version
+        out = data_version(config, partition, inputs) | family_version
         if uses_lr_sweep(library_config(config, SweepSettings)):
             out["lr_sweep"] = inputs["lr_sweep"].version
         return out

@@ -221,7 +221,7 @@ def training_data(args: argparse.Namespace, out: Path) -> dict:
     from marin_assets.store import ArtifactStore
 
     if args.data == "mixture":
-        from assets.scaling import ladder_data
+        from assets.scaling_configs import ladder_data
         from marin_assets.settings import artifact_prefix
 
         mixture = ArtifactStore(artifact_prefix()).read_pointer("mixture", None)

@@ -45,6 +45,7 @@ ALLOWLIST = {
     "PhaseConfig.phase": "run plumbing: the phase controller sets the phase of every run (default: the plan's first)",
     "PhaseConfig.warm_start_version": "run plumbing: the phase controller sets the warm-start artifact's version",
     "PhaseConfig.attempt": "run plumbing: a roll-back bumps it so the retry draws fresh randomness",
+    "PhaseConfig.budget_file": "run plumbing: the phase controller names its budget file ('' = none): a location",
     "PhaseConfig.base": "the demo's base training config (the TrainConfig every phase starts from), a value of the run",
     "MixtureConfig.schedule": "the demo's data schedule (weights per step over its datasets), a value of the run",
     "WatchedSourceConfig.directory": "a machine path ('' = the directory the watch variable names): a location",

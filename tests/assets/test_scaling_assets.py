@@ -108,7 +108,7 @@ def test_partition_keys_round_trip_and_pass_store_validation():
 
 @pytest.mark.parametrize("ladder", [DENSE_LADDER, MOE_LADDER], ids=["dense", "moe"])
 def test_every_ladder_partition_is_plannable_with_the_default_sweep_config(ladder):
-    from assets.scaling import SweepConfig
+    from assets.scaling_configs import SweepConfig
     from marin_assets.scaling.ladder import SweepSettings, resolve_recipe
 
     settings = dataclass_settings(SweepConfig(vocab_size=VOCAB))
@@ -208,7 +208,7 @@ def test_exports_are_the_demo_and_moe_ladders():
 
 
 def test_the_ladder_reads_the_mixtures_datasets(data_store):
-    from assets.scaling import ladder_data
+    from assets.scaling_configs import ladder_data
 
     _, mixture_ref = data_store
     datasets, vocab = ladder_data(mixture_ref)

@@ -55,8 +55,8 @@ def test_processes_backend_runs_two_workers_and_reports_through_pipes(tmp_path):
     assert len(coordinators) == 1 and coordinators.pop().startswith("127.0.0.1:")
     assert [s["args"]["process_id"] for s in seen] == [0, 1]
     assert all(s["args"]["num_processes"] == 2 and s["devices_per_process"] == "2" for s in seen)
-    assert seen[0]["spec_keys"] == ["allow_tokenizer_change", "caches", "config", "out_dir", "resume", "telemetry_root",
-                                    "telemetry_run", "warm_start"]
+    assert seen[0]["spec_keys"] == ["allow_tokenizer_change", "budget_file", "caches", "config", "out_dir", "resume",
+                                    "telemetry_root", "telemetry_run", "warm_start"]
     assert seen[0]["num_steps"] == 5
     # Process 0's Pipes log line reached the step's log.
     assert "standin: 2 processes, 5 steps" in _log_messages(instance, result)
