@@ -37,8 +37,10 @@ REPO = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 DEFS = ["-f", "definitions.py"]
 
-# The run config every step but `datakit_sources` takes: run the steps in the CLI's process.
-IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+# The run configs a CI keeps in its repository, as the README shows them (examples/ci/): every step but
+# `datakit_sources` runs in the CLI's process; the phase is the plan's first, shortened to 8 steps.
+CI_CONFIGS = REPO / "examples" / "ci"
+IN_PROCESS = yaml.safe_load((CI_CONFIGS / "in_process.yaml").read_text())
 
 # The DataKit after `datakit_sources`, one command per wave (demo/datakit.py runs the same waves in
 # process): None for an unpartitioned wave, else the partitions its range covers. The last test
@@ -102,25 +104,7 @@ EXPECTED_CHAT = {
 # One phase of train/demo: the plan's first (kestrel) at 8 steps of 8 x 64 tokens instead of 48.
 PHASE = "kestrel"
 ADD_PHASE = f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('demo_phases', ['{PHASE}'])"
-PHASE_CONFIG = {
-    **IN_PROCESS,
-    "ops": {
-        "train__demo": {
-            "config": {
-                "phase": {
-                    "name": PHASE,
-                    "schedule": "wsd",
-                    "mixture": {"sotu": 0.3, "shakespeare": 0.2, "spam_assassin": 0.5},
-                    "batch_size": 8,
-                    "hardware": "cpu",
-                    "token_budget": 8 * 512,
-                    "peak_lr": 0.003,
-                },
-                "base": {"checkpoint_every_steps": 4},
-            }
-        }
-    },
-}
+PHASE_CONFIG = yaml.safe_load((CI_CONFIGS / "phase.yaml").read_text())
 # The eval with a task of the suite as well (a changed eval: a new version of eval/demo[kestrel]).
 TASK_EVAL_CONFIG = {**IN_PROCESS, "ops": {"eval__demo": {"config": {"tasks": ["arc_easy"], "limit": 8}}}}
 PARTITION = {"dagster/partition": PHASE}
