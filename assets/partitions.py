@@ -42,8 +42,7 @@ class NewestMainPhase(dg.PartitionMapping):
 
     def _pick(self, upstream: dg.PartitionsDefinition, current_time, store) -> dg.SpecificPartitionsPartitionMapping:
         keys = upstream.get_partition_keys(current_time=current_time, dynamic_partitions_store=store)
-        instance = _instance_of(store)
-        newest = newest_main_partition(keys, instance if self.materialised is not None else None, self.materialised)
+        newest = newest_main_partition(keys, _instance_of(store), self.materialised)
         return dg.SpecificPartitionsPartitionMapping([newest] if newest is not None else [])
 
     def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def) -> None:

@@ -305,48 +305,21 @@ def phase(ci, datakit, predictions):
     ci.python("train: add the phase partition", ADD_PHASE)
     phase_config, in_process = ci.config("phase", PHASE_CONFIG), ci.config("in_process", IN_PROCESS)
     task_config = ci.config("task_eval", TASK_EVAL_CONFIG)
+    # (the pass's key, the step's name, the job, its run config): each a `dagster job execute` of the phase's partition
+    steps = [
+        ("train", "train_phase", "train_phase", phase_config),
+        ("evaluate", "evaluate", "evaluate", in_process),
+        ("task_eval", "evaluate with a task", "evaluate", task_config),
+    ]
     passes = []
     for n in (1, 2):
-        with ci.new_runs() as train:
-            ci.dagster(
-                f"train {n}: train_phase",
-                "job",
-                "execute",
-                *DEFS,
-                "-j",
-                "train_phase",
-                "--tags",
-                json.dumps(PARTITION),
-                "-c",
-                phase_config,
-            )
-        with ci.new_runs() as evaluate:
-            ci.dagster(
-                f"train {n}: evaluate",
-                "job",
-                "execute",
-                *DEFS,
-                "-j",
-                "evaluate",
-                "--tags",
-                json.dumps(PARTITION),
-                "-c",
-                in_process,
-            )
-        with ci.new_runs() as task_eval:
-            ci.dagster(
-                f"train {n}: evaluate with a task",
-                "job",
-                "execute",
-                *DEFS,
-                "-j",
-                "evaluate",
-                "--tags",
-                json.dumps(PARTITION),
-                "-c",
-                task_config,
-            )
-        passes.append({"train": train, "evaluate": evaluate, "task_eval": task_eval})
+        runs = {}
+        for key, name, job, config in steps:
+            with ci.new_runs() as runs[key]:
+                ci.dagster(
+                    f"train {n}: {name}", "job", "execute", *DEFS, "-j", job, "--tags", json.dumps(PARTITION), "-c", config
+                )
+        passes.append(runs)
     return passes
 
 
