@@ -28,9 +28,6 @@ artifact_store = ArtifactStoreResource()
 # size; the ladder_band check judges each phase in its run and the controller acts on leaving the
 # band (LadderWatchSettings.action; default: warn).
 ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), TrainBaseConfig().model.model_dump())
-# The demo run's controller: one use of the factory (a user's run is another plan + asset).
-phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS,
-                                           watch=ladder_watch, trainer_checks_budget=True)
 # The one DataKit: pinned demo sources + sources/user (the files of $MARIN_USER_DATA_DIR, empty
 # when unset) through the sharded graph to a dataset per source and the mixture.
 datakit_assets, datakit_checks = code_location_datakit()
@@ -40,6 +37,11 @@ _after_index = [a for a in datakit_assets if a.key.to_user_string().startswith((
 # New files in the watched directory -> sources/user + shards/index -> a backfill of everything
 # after the index (datasets and mixture included), so the next phase trains on them.
 new_user_shards = user_shards_sensor(_by_key[f"sources/{WATCHED_SOURCE}"], _by_key[INDEX_KEY], _after_index)
+# The demo run's controller: one use of the factory (a user's run is another plan + asset). It reads the
+# newest dataset of each source at each decision, so a user's new files are data the next phase can take.
+phase_controller = phase_controller_sensor(DEMO_PLAN, train_phase, also=[eval_phase], run_tags=PHASE_RETRY_TAGS,
+                                           watch=ladder_watch, trainer_checks_budget=True,
+                                           datasets={k.split("/", 1)[1]: k for k in _by_key if k.startswith("datasets/")})
 
 defs = dg.Definitions(
     assets=[*datakit_assets, *training_assets, *export_assets, *scaling_assets, *experiment_assets],

@@ -122,7 +122,8 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
 
 # 6: the phase reports its checkpoints (checkpoints/demo) and keeps their versions in checkpoint_versions.json.
 # 7: tokens_consumed names every dataset the weights saw, an earlier phase's too (carried from the warm start).
-TRAIN_CODE_VERSION = "7"
+# 8: tokens_available names every dataset of the mixture, the ones the phase did not train on too.
+TRAIN_CODE_VERSION = "8"
 
 
 @versioned_asset(key=TRAIN_KEY, code_version=TRAIN_CODE_VERSION, config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
@@ -169,13 +170,14 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
     ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
             f"last loss {outcome.last_loss}")
+    consumed = _tokens_consumed(warm_ref, datasets, cache_dirs, outcome.tokens_left)
     return {
         "phase": spec.name, "backend": outcome.backend, "final_step": outcome.final_step, "tokens_trained": outcome.tokens,
         "phase_start_step": outcome.phase_start_step,
         "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
         "last_loss": outcome.last_loss, **_recent(ctx.out_dir, spec.name, outcome),
-        "tokens_consumed": _tokens_consumed(warm_ref, datasets, cache_dirs, outcome.tokens_left),
-        "tokens_available": dict(outcome.tokens_left), "guard_events": dict(outcome.counts),
+        "tokens_consumed": consumed,
+        "tokens_available": _tokens_available(datasets, consumed, outcome.tokens_left), "guard_events": dict(outcome.counts),
         "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
         "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key), "checkpoints_deleted": deleted,
     }
@@ -187,6 +189,13 @@ def _tokens_consumed(warm_ref: ArtifactRef | None, datasets: dict, sources, toke
     lists every dataset the weights saw, not only the last phase's mix)."""
     earlier = dict(warm_ref.counts.get("tokens_consumed") or {}) if warm_ref is not None else {}
     return earlier | {s: datasets[s]["train_tokens"] - tokens_left.get(s, datasets[s]["train_tokens"]) for s in sources}
+
+
+def _tokens_available(datasets: dict, consumed: dict[str, int], tokens_left: dict[str, int]) -> dict[str, int]:
+    """Tokens not yet seen of every dataset of the mixture, not only the phase's: the controller re-warms or cools
+    down onto a source this phase did not train on (a user's new files, say) only if it sees that source's data."""
+    untrained = {s: max(0, d["train_tokens"] - consumed.get(s, 0)) for s, d in datasets.items() if s not in tokens_left}
+    return untrained | dict(tokens_left)
 
 
 def _move_contents(src: str, dst: str) -> None:

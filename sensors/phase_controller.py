@@ -49,7 +49,16 @@ from marin_assets.telemetry import TelemetryStore
 from marin_assets.telemetry import default_root as default_telemetry_root
 from marin_assets.train.budget import budget_path
 from sensors.ladder_watch import LadderWatch, PhaseView, band_signal
-from sensors.run_view import _run_start, _running, _spec_from_json, _spec_to_json, observe, observe_live, phase_result
+from sensors.run_view import (
+    _run_start,
+    _running,
+    _spec_from_json,
+    _spec_to_json,
+    newest_dataset_tokens,
+    observe,
+    observe_live,
+    phase_result,
+)
 
 
 def _record(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, decision: Decision, signals: Signals) -> None:
@@ -86,7 +95,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
                             chips: Mapping[str, int] | None = None,
                             run_tags: Mapping[str, str] | None = None,
                             watch: LadderWatch | None = None,
-                            trainer_checks_budget: bool = False) -> dg.SensorDefinition:
+                            trainer_checks_budget: bool = False,
+                            datasets: Mapping[str, str] | None = None) -> dg.SensorDefinition:
     """A sensor that runs ``plan`` phase by phase on ``train_asset`` (and the ``also`` assets,
     e.g. the phase's evaluation, in the same run); the train asset must log its steps to the
     telemetry store under ``phase_telemetry_run(plan.run, phase)`` for the mid-phase checks.
@@ -100,6 +110,8 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
       budget file's path and its trainer ends the phase at the first permanent checkpoint step the
       budget no longer covers (``train.budget.BudgetStop``: a bound in steps, whatever the tick
       interval), so the live ticks leave budget cuts to it and watch for spikes and the band only.
+    datasets: {source: dataset asset key}; each decision reads their newest materialisations, so data
+      that arrived after the phase reported (a user's new files) is a source the next phase can take.
     """
     partitions = train_asset.partitions_def
     if not isinstance(partitions, dg.DynamicPartitionsDefinition):
@@ -195,7 +207,7 @@ def phase_controller_sensor(plan: PhasePlan, train_asset: dg.AssetsDefinition, *
         meta = phase_result(context.instance, train_key, phase, current["run_key"])
         if meta is None:
             return while_running(context, cursor, phase)
-        state, signals = observe(meta, history, budget_file())
+        state, signals = observe(meta, history, budget_file(), newest_dataset_tokens(context.instance, datasets or {}))
         started = _run_start(context.instance, current["run_key"])
         signals, cursor, record_verdict = watched(context, cursor, signals, phase, started, final=True)
         record_verdict()

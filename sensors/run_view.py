@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -66,9 +67,15 @@ def _own_stop(stopped_by: str | None) -> str | None:
     return stopped_by if stopped_by and stopped_by not in STOP_SIGNAL_NAMES else None
 
 
-def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunState, Signals]:
-    """The controller's view of the run after its newest phase finished (or was ended)."""
+def observe(meta: dict, history: list[dict], budget_file: Path,
+            datasets: Mapping[str, int] | None = None) -> tuple[RunState, Signals]:
+    """The controller's view of the run after its newest phase finished (or was ended). ``datasets``:
+    {source: train tokens} of the newest materialisation of each dataset, read now: a source that
+    arrived or grew after the phase reported counts from there, less what the run has consumed of it."""
     budget = load_budget(budget_file)
+    consumed = meta["count/tokens_consumed"]
+    available = {**meta["count/tokens_available"],
+                 **{s: max(0, total - consumed.get(s, 0)) for s, total in (datasets or {}).items()}}
     ending = history[-1].get("ending") or {}
     step = meta.get("count/final_step")
     state = _run_state(
@@ -81,13 +88,24 @@ def observe(meta: dict, history: list[dict], budget_file: Path) -> tuple[RunStat
     # A phase a person released (the budget file's released_holds) is not held again for its drops.
     drops = () if state.phase.name in budget.released_holds else meta.get("count/recent_drop_rates") or ()
     signals = Signals(
-        tokens_left=budget.tokens_left(meta["count/tokens_consumed"], meta["count/tokens_available"]),
+        tokens_left=budget.tokens_left(consumed, available),
         budget_tokens=budget.budget_tokens,
         hardware_available=budget.hardware_available,
         recent_losses=tuple(meta["count/recent_losses"]),
         recent_drop_rates=tuple(math.nan if x is None else x for x in drops),
     )
     return state, signals
+
+
+def newest_dataset_tokens(instance: dg.DagsterInstance, datasets: Mapping[str, str]) -> dict[str, int]:
+    """{source: train tokens} of the newest materialisation of each dataset asset ({source: asset key}) there is."""
+    out = {}
+    for source, key in datasets.items():
+        event = instance.get_latest_materialization_event(dg.AssetKey(key.split("/")))
+        tokens = event.asset_materialization.metadata.get("count/train_tokens") if event is not None else None
+        if tokens is not None:
+            out[source] = int(tokens.value)
+    return out
 
 
 def observe_live(

@@ -29,11 +29,12 @@ from definitions import defs
 # default config, so its +cfg hash. Issue 34, later: eval/demo's defaults became 64 documents of 2,000 characters per
 # source (its +cfg hash), so every phase's eval costs a few seconds, not ~12. quality_model 3: a fastText classifier
 # is trained beside ours on the same split and kept unless ours is strictly more accurate on the held-out documents.
+# Issue 38: train/demo 8 (tokens_available names every dataset of the mixture, so a re-warm can reach a new source).
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
     "datasets/user": "1+cfg.noconfig", "datasets/npm_docs": "1+cfg.noconfig", "eval/demo": "5+cfg.014384b4", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
     "mixture": "3+cfg.42fe7e2f", "quality_model": "3+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "7+cfg.23bbe159",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "8+cfg.23bbe159",
     "checkpoints/demo": None, "export/demo": "2+cfg.8f04be3e",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).

@@ -139,13 +139,17 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
         """Every backend, clusters first (config order), then local."""
         return [*self.clusters.values(), self.local]
 
-    def check_pool_tag(self, tags: Mapping[str, str], request: JobRequest) -> None:
-        """A ``marin/pool`` tag must name a fleet pool of the run's accelerator (and region)."""
+    def check_pool_tag(self, tags: Mapping[str, str], request: JobRequest, *, from_assets: bool = False) -> None:
+        """A ``marin/pool`` tag must name a fleet pool of the run's accelerator (and region). Without a
+        fleet there are no pools: a tag the run's assets carry (the DataKit's, a cluster's queueing hint)
+        is left alone, so the embedded default runs them locally; one the run itself carries is refused."""
         pool = tags.get(POOL_TAG)
         if pool is None:
             return
         check_name(f"tag {POOL_TAG}:", pool)
         if self.fleet is None:
+            if from_assets:
+                return
             raise ValueError(f"tag {POOL_TAG}: {pool!r} given but the launcher has no fleet_file to check it against")
         if pool not in {p.name for p in check_feasible(self.fleet, request, job_id="run")}:
             raise ValueError(
@@ -193,7 +197,7 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
         """The run's effective tags, its request and its backend; ValueError naming a bad tag."""
         tags = effective_run_tags(run, workspace)
         request = classify_tags(tags)
-        self.check_pool_tag(tags, request)
+        self.check_pool_tag(tags, request, from_assets=POOL_TAG not in run.tags)
         check_resource_tags(tags)  # marin/cpu, marin/memory: refused here whichever backend runs it
         return tags, request, self.choose_backend(request)
 

@@ -13,6 +13,7 @@ from dagster._core.test_utils import create_run_for_test, instance_for_test, pol
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import PythonFileTarget
 
+from marin_assets.cluster.tags import classify_tags
 from marin_assets.orchestration.launcher import BACKEND_TAG, RoutingRunLauncher
 from tests.cluster.k8s_fakes import fake_dagster_k8s_client
 
@@ -256,8 +257,6 @@ def test_run_worker_pod_settings(tmp_path):
 
 
 def test_pool_tag_is_checked_against_the_fleet(tmp_path):
-    from marin_assets.cluster.tags import classify_tags
-
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("pools:\n  - {name: v5p-16, accelerator: tpu-v5p, region: us-east5, domains: 2, topology: 2x2x4}\n"
                      "  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n")
@@ -267,6 +266,18 @@ def test_pool_tag_is_checked_against_the_fleet(tmp_path):
     launcher.check_pool_tag(tags, classify_tags(tags))  # no pool tag: nothing to check
     with pytest.raises(ValueError, match="pool 'v5e' cannot hold 16 x tpu-v5p"):
         launcher.check_pool_tag({**tags, "marin/pool": "v5e"}, classify_tags(tags))
+
+
+def test_without_a_fleet_an_asset_pool_tag_runs_locally_and_a_run_pool_tag_is_refused():
+    """The embedded default (dagster.yaml: no fleet) runs the DataKit's runs, whose assets ask for the cluster's
+    data pool; a person who tags a run with a pool there is told there are none."""
+    launcher = RoutingRunLauncher.from_config_value(None, {"local": {"accelerators": ["cpu"]}, "unmatched": "local"})
+    tags = {"marin/pool": "cpu-data", "marin/cpu": "1", "marin/memory": "2Gi"}
+    launcher.check_pool_tag(tags, classify_tags(tags), from_assets=True)
+    with pytest.raises(ValueError, match="'cpu-data' given but the launcher has no fleet_file"):
+        launcher.check_pool_tag(tags, classify_tags(tags))
+    with pytest.raises(ValueError, match="not a valid name"):  # a malformed name is refused wherever it came from
+        launcher.check_pool_tag({"marin/pool": "Data Pool!"}, classify_tags({}), from_assets=True)
 
 
 @pytest.mark.slow

@@ -260,3 +260,19 @@ def test_the_controller_hands_decide_the_phases_drop_rates_until_a_person_releas
     assert observe(meta, history, budget)[1].recent_drop_rates == ()
     write_budget(budget, Budget(budget_tokens=100))
     assert observe({k: v for k, v in meta.items() if k != "count/recent_drop_rates"}, history, budget)[1].recent_drop_rates == ()
+
+
+def test_data_that_arrived_after_the_phase_reported_is_a_source_the_next_decision_sees(tmp_path):
+    """The newest datasets, read at the decision: a new source counts whole, a grown one less what the run consumed of
+    it; without them the phase's own report stands."""
+    from marin_assets.train.budget import Budget, write_budget
+    from sensors.phase_controller import _spec_to_json, observe
+
+    budget = tmp_path / "budget.yaml"
+    write_budget(budget, Budget(budget_tokens=1000, data_allotment_tokens={"user": 300}))
+    history = [{"spec": _spec_to_json(SWITCH_PLAN.first), "run_key": "k", "attempt": 0, "warm_version": ""}]
+    meta = {"count/phase_tokens": 10, "count/tokens_trained": 10, "count/tokens_consumed": {"web": 10},
+            "count/tokens_available": {"web": 90}, "count/recent_losses": [3.0]}
+    assert observe(meta, history, budget)[1].tokens_left == {"web": 90}
+    _, signals = observe(meta, history, budget, {"web": 150, "user": 500})
+    assert signals.tokens_left == {"web": 140, "user": 300}  # user: its allotment caps it

@@ -1,10 +1,13 @@
-"""The code location of the daemon test (tests/e2e/test_daemon_drives_the_lab.py): a two-phase run of a tiny
-real model, decided by the phase controller the code location builds for the demo (the same factory), the
-phase's evaluation in the same run, and the nightly evaluation schedule, ticking every minute here.
+"""The code location of the daemon test (tests/e2e/test_daemon_drives_the_lab.py): a run of a tiny real
+model, decided by the phase controller the code location builds for the demo (the same factory), the
+phase's evaluation in the same run, the user-shards sensor over the DataKit's sharded graph of a watched
+folder, and the nightly evaluation schedule, ticking every minute here.
 
 Kestrel trains 8 steps of 4 x 32 tokens; the budget file (written by the test) leaves 4 more, which the
-controller spends on a cooldown (Starling), then stops. Each step sleeps a little so a phase is still
-running when the test kills the daemon. The caches' paths come from the test in ``DAEMON_LAB_CACHES``.
+controller spends on a cooldown (Starling), then stops. When a person raises the budget by 4 steps, the
+controller re-warms (Phoenix) on the users' data: datasets/user, as the user-shards sensor last built it
+from the files in $MARIN_USER_DATA_DIR. Each step sleeps a little so a phase is still running when the
+test kills the daemon. The fixed caches' paths come from the test in ``DAEMON_LAB_CACHES``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import time
 
 import dagster as dg
 
+from assets.datakit import make_datakit_graph
+from assets.datakit.datasets import dataset_key
+from assets.datakit.sources import watched_source
 from assets.training import PhaseSpecConfig
+from marin_assets.datakit.datasets import INDEX_FILE, read_dataset
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
@@ -29,12 +36,16 @@ from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, 
 from marin_assets.train.budget import BudgetStop
 from sensors.phase_controller import phase_controller_sensor
 from sensors.schedules import nightly_evals_schedule
+from sensors.user_shards import user_shards_sensor
+from tests.assets.test_shard_assets import eval_ngrams, quality_model, tokenizer
 from tests.support.configs import PHASE_BASE
 
 CACHES_ENV = "DAEMON_LAB_CACHES"
 STEP_SLEEP_S = 0.3
 TOKENS_PER_STEP = PHASE_BASE["batch_size"] * PHASE_BASE["seq_len"]
 TRAIN_KEY, EVAL_KEY = "train/lab", "eval/lab"
+USER = "user"  # the watched folder's source; its dataset is what Phoenix trains on
+FIXED_CACHE_TOKENS = 10**9  # the fixed caches never run out here: no data-driven decision
 PHASES = dg.DynamicPartitionsDefinition(name="lab_phases")
 PLAN = PhasePlan(
     run="lab",
@@ -48,11 +59,19 @@ PLAN = PhasePlan(
         token_budget=8 * TOKENS_PER_STEP,
         peak_lr=3e-3,
     ),
-    phase_names=("kestrel", "starling"),
+    phase_names=("kestrel", "starling", "phoenix"),
     high_quality_sources=("docs",),
     cooldown_tokens=4 * TOKENS_PER_STEP,
     min_cooldown_tokens=2 * TOKENS_PER_STEP,
+    rewarm_mixture={USER: 1.0},
+    rewarm_tokens=4 * TOKENS_PER_STEP,
 )
+# The DataKit over the watched folder: the fixed inputs (stand-ins the test materialises first), the
+# sharded steps, and the sensor that turns new files into shard partitions and backfills them.
+user_source = watched_source(USER)
+user_index, *user_steps = make_datakit_graph({USER: f"sources/{USER}"})
+new_user_shards = user_shards_sensor(user_source, user_index, user_steps, minimum_interval_seconds=1)
+DATAKIT_INPUTS = [quality_model, eval_ngrams, tokenizer]
 
 
 class LabPhaseConfig(StageConfig):
@@ -68,7 +87,9 @@ def lab_train(ctx: StageContext, config: LabPhaseConfig):
     from marin_assets.train.loop import train
 
     spec = config.phase.to_spec()
-    caches = json.loads(os.environ[CACHES_ENV])
+    fixed = json.loads(os.environ[CACHES_ENV])
+    user = ctx.store.read_pointer(dataset_key(USER), None)  # the newest datasets/user, if any
+    caches = {**fixed, **({USER: os.path.join(user.data_path, INDEX_FILE)} if user else {})}
     warm = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version).data_path if spec.warm_start_from else None
     result = train(
         phase_train_config(config_from_dict(PHASE_BASE), spec),
@@ -91,7 +112,13 @@ def lab_train(ctx: StageContext, config: LabPhaseConfig):
         "last_loss": result.last_loss,
         "recent_losses": [result.last_loss] * 8,
         "tokens_consumed": {},
-        "tokens_available": {s: 10**9 for s in spec.mixture},
+        # Every source there is, not only the phase's: the controller re-warms onto a source the phase did not train on.
+        "tokens_available": {
+            **{s: FIXED_CACHE_TOKENS for s in fixed},
+            **({USER: user.counts["train_tokens"]} if user else {}),
+            **{s: left for s, left in result.tokens_left.items() if s not in fixed},
+        },
+        "user_shards": [s.key for s in read_dataset(caches[USER]).shards] if USER in spec.mixture else [],
     }
 
 
@@ -107,7 +134,13 @@ def lab_eval(ctx: StageContext, ckpt):
 
 
 lab_controller = phase_controller_sensor(
-    PLAN, lab_train, also=[lab_eval], name="lab_controller", minimum_interval_seconds=1, trainer_checks_budget=True
+    PLAN,
+    lab_train,
+    also=[lab_eval],
+    name="lab_controller",
+    minimum_interval_seconds=1,
+    trainer_checks_budget=True,
+    datasets={USER: dataset_key(USER)},  # the users' data, as the sensor last built it, at each decision
 )
 lab_evals = dg.define_asset_job(
     "lab_evals", selection=[lab_eval], partitions_def=PHASES, tags={"marin/accelerator": "cpu", "marin/priority": "batch"}
@@ -116,9 +149,9 @@ lab_nightly = nightly_evals_schedule(lab_evals, PHASES, name="lab_nightly", cron
 
 store = ArtifactStoreResource()
 defs = dg.Definitions(
-    assets=[lab_train, lab_eval],
+    assets=[lab_train, lab_eval, user_source, *DATAKIT_INPUTS, user_index, *user_steps],
     jobs=[lab_evals],
-    sensors=[lab_controller],
+    sensors=[lab_controller, new_user_shards],
     schedules=[lab_nightly],
     resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
 )
