@@ -24,7 +24,6 @@ under ``$MARIN_EXPERIMENTS_DIR`` when set: another folder of records, e.g. a tes
 import base64
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -36,6 +35,7 @@ from marin_assets.experiments.lock import check_lock
 from marin_assets.experiments.record import DEFAULT_DATA_FILES, ExperimentRecord, load_record, record_outline
 from marin_assets.experiments.runs import CODE_VERSION, materialize_run, partition_key, plan_runs, read_run, run_keys, runs_key
 from marin_assets.orchestration import ArtifactStoreResource
+from marin_assets.settings import setting
 from marin_assets.store.fsutil import join, read_json, write_json_atomic
 
 EXPERIMENTS_GROUP = "experiments"
@@ -45,7 +45,7 @@ RECORDS_ENV = "MARIN_EXPERIMENTS_DIR"
 
 def records_dir() -> Path:
     """``$MARIN_EXPERIMENTS_DIR`` if set (it must be a folder), else the repo's ``experiments/``."""
-    raw = os.environ.get(RECORDS_ENV)
+    raw = setting(RECORDS_ENV)
     if not raw:
         return RECORDS_DIR
     path = Path(raw)

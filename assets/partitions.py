@@ -6,7 +6,6 @@ set) lives here, and the asset itself is handed to the sensor factory in definit
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 
@@ -14,6 +13,7 @@ import dagster as dg
 
 from marin_assets.orchestration.checkpoint_assets import split_checkpoint_key
 from marin_assets.phases.branches import is_branch_partition
+from marin_assets.settings import setting
 
 # One partition per phase of the demo run (train/demo, eval/demo); the phase controller adds them, and one per
 # branch off the main run ("<phase>+<branch>", marin_assets/phases/branches.py).
@@ -221,9 +221,8 @@ def shard_backfill_policy(env: Mapping[str, str] | None = None) -> dg.BackfillPo
     processes); on a cluster $MARIN_SHARDS_PER_RUN=N makes one run (one pod) per N shards.
     Read when the code location loads, like the training backend.
     """
-    env = os.environ if env is None else env
-    text = env.get(SHARDS_PER_RUN_ENV)
-    if text is None or text == "":
+    text = setting(SHARDS_PER_RUN_ENV, env)
+    if text is None:
         return dg.BackfillPolicy.single_run()
     if not _COUNT_RE.fullmatch(text):
         raise ValueError(f"{SHARDS_PER_RUN_ENV}={text[:40]!r} is not a positive integer (at most 999999)")

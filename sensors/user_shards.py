@@ -28,6 +28,7 @@ import dagster as dg
 
 from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 from marin_assets.orchestration.compat import AssetGraphSubset
+from marin_assets.settings import setting
 
 DIGEST_TAG = "marin/user_files_digest"  # the directory_digest a run or backfill is for
 REQUEST_TAG = "marin/user_files_request"  # the run_key of the source + index run it follows
@@ -76,7 +77,7 @@ def user_shards_sensor(source: dg.AssetsDefinition, index: dg.AssetsDefinition, 
                default_status=dg.DefaultSensorStatus.STOPPED,
                description=f"New files in ${watch_env} -> {what} (registers the shards), then a backfill of every shard step")
     def _user_shards(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        directory = os.environ.get(watch_env)
+        directory = setting(watch_env)
         if not directory or not os.path.isdir(directory):
             return dg.SkipReason(f"set {watch_env} to a directory of .jsonl/.parquet/.txt files to watch (now {directory!r})")
         state = json.loads(context.cursor) if context.cursor else {"files": {}, "requests": 0, "run_key": None, "digest": None, "backfilled": None}

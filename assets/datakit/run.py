@@ -2,7 +2,7 @@
 
 It materialises the DataKit graph (assets/datakit/) over the user's files on an ephemeral
 Dagster instance, one run per wave (marin_assets.orchestration.waves); each range run
-computes its partitions on $MARIN_LOCAL_WORKERS processes (--workers). Artifacts, the
+computes its partitions on --workers processes (the store resource's local_workers). Artifacts, the
 per-shard Levanter caches included, go to the content-versioned store PREFIX/store, so a
 rerun into the same prefix recomputes only what changed. Then it writes what the CLI
 promises, and nothing else under the prefix:
@@ -38,7 +38,6 @@ from marin_assets.datakit.run_spec import (CACHE_ENTRY, LEASE_ENTRY, REMOVAL_REA
                                            RunSpec, check_run_inputs, dataset_names, display_path)
 from marin_assets.datakit.shards import copy_file, join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
-from marin_assets.orchestration.fanout import WORKERS_ENV
 from marin_assets.orchestration.waves import materialize_waves
 from marin_assets.store.fsutil import StoreUnusable, check_bucket, filesystem, write_json_atomic
 from marin_assets.store.lease import Lease, LeaseDamaged, SystemClock
@@ -212,9 +211,6 @@ def run(spec: RunSpec) -> int:
     except (FileNotFoundError, ValueError) as e:
         say(str(e))
         return 1
-    os.environ[WORKERS_ENV] = str(spec.workers)  # read by every range run (fanout.local_workers)
-    if spec.source_cache_dir:
-        os.environ["MARIN_DATAKIT_CACHE"] = spec.source_cache_dir  # where the pinned sources' downloads are kept
     try:
         lease = hold_prefix(spec)
     except PrefixBusy as e:
@@ -224,7 +220,8 @@ def run(spec: RunSpec) -> int:
         say(str(e))
         return 2
     try:
-        store = ArtifactStoreResource(prefix=join(spec.prefix, STORE_ENTRY))
+        # --workers travels in the resource every range run receives, not in our environment
+        store = ArtifactStoreResource(prefix=join(spec.prefix, STORE_ENTRY), local_workers=spec.workers)
         run_ids = materialize(spec, store, log)
         log("writing the dataset index")
         summary = summarize(spec, store.store, run_ids)

@@ -12,14 +12,13 @@ the demo's instance leaves the code location's datakit_shards alone.
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from assets.datakit.user_inputs import user_graph
 from marin_assets.datakit.run_spec import RUN_FILE, STORE_ENTRY, RunSpec
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+from marin_assets.settings import setting
 
 PREFIX_ENV = "MARIN_DATAKIT_PREFIX"
 
@@ -44,4 +43,5 @@ def definitions_for(prefix: str) -> dg.Definitions:
     )
 
 
-defs = definitions_for(os.environ[PREFIX_ENV]) if os.environ.get(PREFIX_ENV) else dg.Definitions()
+_prefix = setting(PREFIX_ENV)
+defs = definitions_for(_prefix) if _prefix else dg.Definitions()

@@ -27,15 +27,17 @@ from marin_assets.datakit.sources import SOURCES, WEB_SOURCES, materialize_sourc
 from marin_assets.datakit.watched_dir import WATCH_ENV, directory_digest, scan
 from marin_assets.orchestration import StageConfig, StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
+from marin_assets.settings import setting
 from marin_assets.store.fsutil import real_path_inside, sha256_file
 
 SHARDABLE = JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES
 assert set(SHARDABLE) == set(SUPPORTED_SUFFIXES), "the index must shard every format the readers read"
 
 
-def pinned_source(name: str) -> dg.AssetsDefinition:
+def pinned_source(name: str, cache_dir: str | None = None) -> dg.AssetsDefinition:
     """sources/<name> of the demo: a pinned registry artifact, unpacked to raw JSONL files (a web
-    source's pages: one WARC file)."""
+    source's pages: one WARC file). ``cache_dir``: where its download is kept (None: the default
+    of marin_assets.datakit.sources); not part of the version, the pin is."""
     spec = {**SOURCES, **WEB_SOURCES}[name]
 
     @versioned_asset(
@@ -47,7 +49,7 @@ def pinned_source(name: str) -> dg.AssetsDefinition:
         automation_condition=rerun_on_change(),
     )
     def _source(ctx: StageContext, config: SourceAssetConfig):
-        return materialize_source(name, ctx.out_dir, docs_per_shard=config.docs_per_shard)
+        return materialize_source(name, ctx.out_dir, cache_dir, docs_per_shard=config.docs_per_shard)
 
     return _source
 
@@ -126,7 +128,7 @@ def watched_source(name: str = "user", watch_env: str = WATCH_ENV) -> dg.AssetsD
     planned: dict[str, str] = {}  # real directory -> digest the version was planned with
 
     def directory_of(config: WatchedSourceConfig) -> str | None:
-        directory = config.directory or os.environ.get(watch_env, "")
+        directory = config.directory or setting(watch_env) or ""
         if directory and not os.path.isdir(directory):
             raise NotADirectoryError(f"sources/{name}: {directory} (${watch_env} or config directory) is not a directory")
         return os.path.realpath(directory) if directory else None

@@ -32,7 +32,8 @@ def quality_model_assets(spec: RunSpec) -> list[dg.AssetsDefinition]:
     if spec.quality_model is not None:
         return [given_quality_model(spec.quality_model, spec.quality_label)]
     if spec.quality.threshold > 0:
-        return [*(pinned_source(name) for name in SOURCES), labelled_quality_model({n: s.quality for n, s in SOURCES.items()})]
+        sources = [pinned_source(name, spec.source_cache_dir) for name in SOURCES]
+        return [*sources, labelled_quality_model({n: s.quality for n, s in SOURCES.items()})]
     return [no_quality_model()]
 
 

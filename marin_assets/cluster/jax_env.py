@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from marin_assets.settings import setting
+
 COORDINATOR_PORT = 8476
 NCCL_ENV = {
     "NCCL_MNNVL_ENABLE": "1",  # multi-node NVLink across the 18 trays of a rack
@@ -62,7 +64,7 @@ def pod_env(
 def jax_distributed_args(env: Mapping[str, str]) -> dict[str, Any]:
     """``jax.distributed.initialize`` keyword arguments from a pod's environment."""
     try:
-        process_id = int(env.get("MARIN_PROCESS_OFFSET", "0")) + int(env["JOB_COMPLETION_INDEX"])
+        process_id = int(setting("MARIN_PROCESS_OFFSET", env) or "0") + int(env["JOB_COMPLETION_INDEX"])
         num = int(env["JAX_NUM_PROCESSES"])
         coordinator = env["JAX_COORDINATOR_ADDRESS"]
     except KeyError as err:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from marin_assets.datakit.shards import join, reset_dir, write_json
 from marin_assets.knobs import knob
+from marin_assets.settings import setting
 from marin_assets.store.fsutil import sha256_file
 
 
@@ -122,7 +123,7 @@ NPM_DOCS_CRAWL_DATE = "2025-10-08T00:00:00Z"  # npm 11.6.2's release day
 
 
 def default_cache_dir() -> str:
-    return os.environ.get("MARIN_DATAKIT_CACHE", os.path.expanduser("~/.cache/marin/datakit"))
+    return setting("MARIN_DATAKIT_CACHE") or os.path.expanduser("~/.cache/marin/datakit")
 
 
 def requirement_line(spec: SourceSpec) -> str:

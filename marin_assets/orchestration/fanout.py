@@ -14,7 +14,8 @@ A worker that dies (SIGKILL, the OOM killer) fails only the partition it was com
 named in the error; the others still run, and each one the store committed stays
 committed, so a rerun recomputes only what is missing.
 
-$MARIN_LOCAL_WORKERS: how many processes (default: os.cpu_count()); 1 = in this process.
+How many processes: the artifact store resource's ``local_workers``, else $MARIN_LOCAL_WORKERS,
+else os.cpu_count(); 1 = in this process.
 """
 
 from __future__ import annotations

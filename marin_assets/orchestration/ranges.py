@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from marin_assets.orchestration.compat import merge_step_metadata
-from marin_assets.orchestration.fanout import Failure, fan_out, local_workers
+from marin_assets.orchestration.fanout import Failure, fan_out
 from marin_assets.orchestration.inputs import Mode, partition_inputs
 from marin_assets.orchestration.stage import Plan, Stage, is_number, rate_suffix, versioned_output
 from marin_assets.store import ArtifactStore, Materialization, canonical_json, validate_asset_key
@@ -38,15 +38,16 @@ def materialize_range(
     loaded: Mapping[str, Any],
     modes: Mapping[str, Mode],
     used_resources: Mapping[str, Any],
+    local_workers: int,
 ) -> Iterator[dg.Output | dg.AssetMaterialization]:
-    """Plan every partition here, answer cache hits here, compute the rest on the pool; each
-    partition gets its own materialization event and metadata. A generator: a range that
-    fails part-way still yields the partitions it committed, then raises."""
+    """Plan every partition here, answer cache hits here, compute the rest on a pool of at most
+    ``local_workers`` processes; each partition gets its own materialization event and metadata.
+    A generator: a range that fails part-way still yields the partitions it committed, then raises."""
     started = time.monotonic()
     plans = {p: _plan_partition(stage, config, p, loaded, modes, context) for p in partitions}
     results = _cache_hits(store, stage, plans)  # answered here: no worker for a cached partition
     todo = [p for p in partitions if p not in results]
-    workers = min(local_workers(), max(len(todo), 1))
+    workers = min(local_workers, max(len(todo), 1))
     progress = _Progress(stage.asset_key, len(partitions), len(results), started, context.log.info)
     context.log.info(
         f"{stage.asset_key}: range of {len(partitions)} partitions ({partitions[0]} .. {partitions[-1]}): "

@@ -6,25 +6,31 @@ never pickled frames, so shards can be terabytes and live on gs:// or s3://.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import cached_property
 
 import dagster as dg
 
 from marin_assets.local_workers import env_count as _count
-from marin_assets.settings import artifact_prefix
+from marin_assets.local_workers import local_workers
+from marin_assets.settings import artifact_prefix, setting
 from marin_assets.store import ArtifactRef, ArtifactStore, LeaseConfig
 
 _LEASE = LeaseConfig()
 
 
 class ArtifactStoreResource(dg.ConfigurableResource):
-    """Where content-versioned artifacts live: a local path or any fsspec URL."""
+    """Where content-versioned artifacts live: a local path or any fsspec URL; and how many
+    local processes a range run computes them on (a driver such as `marin datakit run` hands
+    its --workers here, so the count reaches the run's steps without the environment)."""
 
     prefix: str | None = None  # None: $MARIN_PREFIX at run time, else ./artifacts
     lease_heartbeat_s: float = _LEASE.heartbeat_s  # the store's own defaults (LeaseConfig), declared once
     lease_stale_after_s: float = _LEASE.stale_after_s
+    local_workers: int | None = None  # None: $MARIN_LOCAL_WORKERS at run time, else the core count
+
+    def range_workers(self) -> int:
+        return self.local_workers or local_workers()
 
     @cached_property
     def store(self) -> ArtifactStore:
@@ -131,15 +137,14 @@ def training_backend_from_env(env: Mapping[str, str] | None = None):
         ProcessesTrainingBackend,
     )
 
-    env = os.environ if env is None else env
-    kind = env.get(TRAINING_BACKEND_ENV) or "local"
+    kind = setting(TRAINING_BACKEND_ENV, env) or "local"
     if kind == "local":
         return LocalTrainingBackend()
     if kind == "processes":
         return ProcessesTrainingBackend(processes=_count(env, TRAIN_PROCESSES_ENV, 2),
                                         devices_per_process=_count(env, TRAIN_DEVICES_ENV, None))
     if kind == "kubernetes":
-        fleet = env.get(FLEET_FILE_ENV)
+        fleet = setting(FLEET_FILE_ENV, env)
         if not fleet:
             raise ValueError(f"{TRAINING_BACKEND_ENV}=kubernetes needs {FLEET_FILE_ENV} (the fleet YAML the run's "
                              f"marin/accelerator and marin/chips tags are checked against)")

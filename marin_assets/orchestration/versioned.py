@@ -119,7 +119,8 @@ def versioned_asset(
       so a reduce rerun that changes nothing about this shard leaves its artifacts cached.
     backfill_policy: ``BackfillPolicy.single_run()`` lets one run cover a range of partitions;
       the wrapper then computes each partition of the range (its own version, artifact,
-      cache hit and materialization) on $MARIN_LOCAL_WORKERS local processes (ranges.py).
+      cache hit and materialization) on the artifact store resource's ``local_workers``
+      processes ($MARIN_LOCAL_WORKERS by default; ranges.py).
       The body stays per-partition (``ctx.partition_key``).
     on_ref: ``(ref, context)`` called in the run after every materialisation, computed or a
       cache hit (unpartitioned assets only). For what the instance must learn from the
@@ -196,12 +197,14 @@ def _compute_fn(
 
     def compute(context: dg.AssetExecutionContext, **kwargs: Any) -> Iterator[dg.Output | dg.AssetMaterialization]:
         config: StageConfig | None = kwargs.pop("config", None)
-        store = kwargs.pop(STORE_RESOURCE_KEY).store
+        store_resource = kwargs.pop(STORE_RESOURCE_KEY)
+        store = store_resource.store
         used_resources = {name: kwargs.pop(name) for name in resources}
         partitions = step_partitions(context)
         modes = {name: loaded_input_mode(context, in_keys[name], value) for name, value in kwargs.items()}
         if len(partitions) > 1:  # a generator: a failed range still yields its committed partitions
-            yield from materialize_range(context, store, stage, config, partitions, kwargs, modes, used_resources)
+            workers = store_resource.range_workers()
+            yield from materialize_range(context, store, stage, config, partitions, kwargs, modes, used_resources, workers)
             return
         partition = partitions[0] if partitions else None
         yield _materialize_one(context, store, stage, config, partition, kwargs, modes, used_resources, on_ref)

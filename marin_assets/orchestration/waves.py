@@ -170,6 +170,8 @@ def _planned_events_per_range(instance: dg.DagsterInstance) -> Iterator[None]:
     if not instance.is_ephemeral or PLANNED_SUBSET_ENV in os.environ:
         yield
         return
+    # Dagster's event log storage reads this switch with os.getenv (no instance or run setting
+    # carries it), so our environment, around the in-process run only, is the one way to set it.
     os.environ[PLANNED_SUBSET_ENV] = "true"
     try:
         yield

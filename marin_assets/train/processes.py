@@ -34,6 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from marin_assets.compat import cache_writes_from_every_cpu_process, distributed_client, xla_backends_started
+from marin_assets.settings import setting
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,13 @@ class Distributed:
             raise ValueError("Distributed: several processes need a coordinator address")
 
 
+def _env_value(env: Mapping[str, str], name: str) -> str | None:
+    """Our MARIN_* variables through settings (empty reads as unset); JAX's and the Job's as they are."""
+    return setting(name, env) if name.startswith("MARIN_") else env.get(name)
+
+
 def _int_env(env: Mapping[str, str], name: str, default: int | None, least: int = 1) -> int | None:
-    raw = env.get(name)
+    raw = _env_value(env, name)
     if raw is None or raw == "":
         return default
     if not re.fullmatch(r"[0-9]+", raw) or int(raw) < least:
@@ -78,8 +84,9 @@ def distributed_from_env(env: Mapping[str, str]) -> Distributed:
     if positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
         return Distributed()
     for name in ("JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_NUM_PROCESSES"):
-        if name in env and not re.fullmatch(r"[0-9]+", env[name]):  # before jax_distributed_args's int()
-            raise ValueError(f"environment variable {name} must be a non-negative integer, got {env[name]!r}")
+        raw = _env_value(env, name)
+        if raw is not None and not re.fullmatch(r"[0-9]+", raw):  # before jax_distributed_args's int()
+            raise ValueError(f"environment variable {name} must be a non-negative integer, got {raw!r}")
     args = jax_distributed_args(env)
     return Distributed(args["process_id"], args["num_processes"], args["coordinator_address"])
 
@@ -103,6 +110,7 @@ def local_env(
 
 def force_host_devices(count: int) -> None:
     """Ask XLA:CPU for ``count`` devices; must run before the first JAX backend starts."""
+    # XLA reads its flags from this process's environment when the backend starts: no other way in.
     flags = re.sub(rf"{_FORCE_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).strip()
     os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_FLAG}={count}".strip()
     if xla_backends_started():

@@ -119,6 +119,28 @@ def test_fetch_uses_cache_without_running_a_client(tmp_path, monkeypatch):
     assert fetch_artifact(spec, str(tmp_path)) == str(artifact)
 
 
+def test_a_runs_cache_dir_reaches_its_pinned_sources_in_the_asset(tmp_path, monkeypatch):
+    """`marin datakit run --cache-dir`: the pinned sources' asset carries it, not our environment."""
+    import dagster as dg
+
+    from assets.datakit import sources as source_assets
+    from assets.datakit.user_inputs import quality_model_assets
+    from marin_assets.datakit.quality import QualityScoreConfig
+    from marin_assets.datakit.run_spec import RunSpec
+    from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
+
+    seen = []
+    monkeypatch.delenv("MARIN_DATAKIT_CACHE", raising=False)
+    monkeypatch.setattr(source_assets, "materialize_source", lambda name, out, cache_dir=None, **_: seen.append(cache_dir) or {})
+    spec = RunSpec(("in",), (), str(tmp_path / "run"), quality=QualityScoreConfig(threshold=0.5),
+                   source_cache_dir=str(tmp_path / "downloads"))
+    first = quality_model_assets(spec)[0]
+    store = ArtifactStoreResource(prefix=str(tmp_path / "store"))
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    assert dg.materialize([first], resources=resources).success
+    assert seen == [str(tmp_path / "downloads")]
+
+
 def test_fetch_rejects_a_hash_mismatch(tmp_path, monkeypatch):
     def fake_run(cmd, **kwargs):
         dest = cmd[cmd.index("--pack-destination") + 1]

@@ -173,6 +173,16 @@ def test_one_worker_computes_in_this_process(setup, monkeypatch):
     assert {pid for _, _, pid in _ran(records)} == {os.getpid()}
 
 
+def test_the_store_resource_s_worker_count_wins_over_the_environment(tmp_path, setup, monkeypatch):
+    """A driver hands its count in the resource (`marin datakit run --workers`), not in os.environ."""
+    records, _, _, instance = setup
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"), local_workers=1)
+    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
+    assert _range_run(build(records)[:1], resources, instance).success
+    assert {pid for _, _, pid in _ran(records)} == {os.getpid()}
+
+
 def test_a_killed_worker_fails_the_step_naming_its_partition_and_the_rerun_computes_only_it(setup, monkeypatch):
     records, store, resources, instance = setup
     monkeypatch.setenv(WORKERS_ENV, "2")

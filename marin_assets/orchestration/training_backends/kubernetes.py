@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import secrets
 import threading
 import time
@@ -25,6 +24,7 @@ from marin_assets.orchestration.training_backends.base import (
     TrainOutcome,
     outcome_from_session,
 )
+from marin_assets.settings import setting
 from marin_assets.train.spec import TrainSpec
 
 
@@ -78,10 +78,10 @@ class KubernetesTrainingBackend(TrainingBackend):
     def _namespace(self) -> str:
         from marin_assets.cluster.tags import check_name
 
-        return check_name("namespace", self.namespace or os.environ.get("MARIN_K8S_NAMESPACE") or "default")
+        return check_name("namespace", self.namespace or setting("MARIN_K8S_NAMESPACE") or "default")
 
     def _image(self) -> str:
-        image = self.image or os.environ.get("MARIN_K8S_IMAGE")
+        image = self.image or setting("MARIN_K8S_IMAGE")
         if not image:
             raise ValueError("kubernetes backend: no image (set `image` or run under the routing launcher, "
                              "which sets MARIN_K8S_IMAGE)")
