@@ -67,15 +67,18 @@ def _own_stop(stopped_by: str | None) -> str | None:
     return stopped_by if stopped_by and stopped_by not in STOP_SIGNAL_NAMES else None
 
 
-def observe(meta: dict, history: list[dict], budget_file: Path,
-            datasets: Mapping[str, int] | None = None) -> tuple[RunState, Signals]:
+def observe(
+    meta: dict, history: list[dict], budget_file: Path, datasets: Mapping[str, int] | None = None
+) -> tuple[RunState, Signals]:
     """The controller's view of the run after its newest phase finished (or was ended). ``datasets``:
     {source: train tokens} of the newest materialisation of each dataset, read now: a source that
     arrived or grew after the phase reported counts from there, less what the run has consumed of it."""
     budget = load_budget(budget_file)
     consumed = meta["count/tokens_consumed"]
-    available = {**meta["count/tokens_available"],
-                 **{s: max(0, total - consumed.get(s, 0)) for s, total in (datasets or {}).items()}}
+    available = {
+        **meta["count/tokens_available"],
+        **{s: max(0, total - consumed.get(s, 0)) for s, total in (datasets or {}).items()},
+    }
     ending = history[-1].get("ending") or {}
     step = meta.get("count/final_step")
     state = _run_state(
@@ -102,9 +105,10 @@ def newest_dataset_tokens(instance: dg.DagsterInstance, datasets: Mapping[str, s
     out = {}
     for source, key in datasets.items():
         event = instance.get_latest_materialization_event(dg.AssetKey(key.split("/")))
-        tokens = event.asset_materialization.metadata.get("count/train_tokens") if event is not None else None
-        if tokens is not None:
-            out[source] = int(tokens.value)
+        materialization = event.asset_materialization if event is not None else None
+        tokens = materialization.metadata.get("count/train_tokens") if materialization is not None else None
+        if tokens is not None and isinstance(tokens.value, int):
+            out[source] = tokens.value
     return out
 
 
