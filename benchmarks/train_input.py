@@ -47,7 +47,8 @@ def documents(tokens: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def write_split(split_dir: str, data: np.ndarray, ends: np.ndarray) -> None:
     """One Levanter cache of these rows, through the CacheWriter shards/tokenized uses, in its batches."""
-    from marin_assets.datakit.tokenize import CacheWriter, TokenizeConfig
+    from marin_assets.datakit.levanter_cache import CacheWriter
+    from marin_assets.datakit.tokenize import TokenizeConfig
 
     per_write = TokenizeConfig().batch_docs
     with CacheWriter(split_dir) as writer:

@@ -175,8 +175,9 @@ def tokenize_chat(plays: Iterable[tuple[str, str, bool]], tokenizer: str, out_di
     plays in = with dialogue + without; speeches = in conversations + dropped (unanswered)."""
     import pyarrow as pa
 
+    from marin_assets.datakit.levanter_cache import CacheWriter
     from marin_assets.datakit.shards import join, reset_dir, write_json, write_table
-    from marin_assets.datakit.tokenize import SPLITS, VALIDATION_DOCS, CacheWriter, load_encoder
+    from marin_assets.datakit.tokenize import SPLITS, VALIDATION_DOCS, load_encoder
 
     encoder = load_encoder(tokenizer)
     if encoder.eos_id is None:

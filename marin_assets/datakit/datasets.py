@@ -83,9 +83,9 @@ def check_shard(shard: ShardCache, split: str, fields: Sequence[str] = TOKEN_FIE
     """Refuse one split of a shard that is not what the index says (ValueError: 'shard KEY: FILE: reason'):
     its files against its artifact's manifest (when the shard is a store artifact: a file deleted, resized
     or, up to the manifest's digest size, rewritten), then its cache's ledger, offsets and data chunks
-    against the index's row and token counts (``tokenize.check_cache``). A reader runs this before it
+    against the index's row and token counts (``levanter_cache.check_cache``). A reader runs this before it
     first reads the split, so a damaged shard fails naming itself instead of being read as zeros."""
-    from marin_assets.datakit.tokenize import check_cache
+    from marin_assets.datakit.levanter_cache import check_cache
     from marin_assets.store.artifact import artifact_damage
 
     train = split == "train"

@@ -33,7 +33,7 @@ class TokenCache:
 
     ``num_tokens`` known from a dataset index lets the arrays open lazily, on the first read:
     a source of 10,000 shards costs no I/O until its windows are read. The cache is checked
-    once, before its first read (``check``; default ``tokenize.check_cache``: a finished
+    once, before its first read (``check``; default ``levanter_cache.check_cache``: a finished
     ledger that agrees with the offsets, no data chunk missing): tensorstore reads a missing or
     emptied chunk as zeros, and 0 is a valid token id, so an unchecked damaged cache would be
     trained on silently. A cache opened without ``num_tokens`` is checked at once."""
@@ -156,9 +156,9 @@ class SourceData:
 
 
 def _check_cache(path: str, fields: tuple[str, ...], rows: int | None, tokens: int | None) -> None:
-    """tokenize.check_cache, its error naming the cache: a write that failed or was killed (no
+    """levanter_cache.check_cache, its error naming the cache: a write that failed or was killed (no
     finished ledger) holds a prefix of the documents; a missing chunk reads as zeros."""
-    from marin_assets.datakit.tokenize import check_cache
+    from marin_assets.datakit.levanter_cache import check_cache
 
     try:
         check_cache(path, fields, rows, tokens)

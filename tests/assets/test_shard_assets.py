@@ -186,7 +186,7 @@ def fuzzy_list(store, shard: str) -> list:
 
 def tokens(store, shard: str, state: dict) -> list[list[int]]:
     """The token rows of a shard's train cache, of the version `state` (a pass) made."""
-    from marin_assets.datakit.tokenize import open_cache
+    from marin_assets.datakit.levanter_cache import open_cache
 
     version = state["seen"][("shards/tokenized", shard)]["version"]
     cache = open_cache(store.load("shards/tokenized", shard, version).data_path + "/train")

@@ -16,7 +16,8 @@ from marin_assets.datakit.chat import (
     text_of,
     tokenize_chat,
 )
-from marin_assets.datakit.tokenize import is_finished_cache, load_encoder
+from marin_assets.datakit.levanter_cache import is_finished_cache
+from marin_assets.datakit.tokenize import load_encoder
 from marin_assets.train.token_caches import TokenCache
 from tests.support.plays import FOLIO_PLAY, FOLIO_SPEECHES, MODERN_PLAY, PLAY_SPEECHES
 

@@ -36,7 +36,7 @@ def _dataset(summary):
 
 def _rows(summary, split):
     """Every token row of one split, shard by shard, read with Levanter's own reader."""
-    from marin_assets.datakit.tokenize import open_cache
+    from marin_assets.datakit.levanter_cache import open_cache
 
     rows = []
     for shard in _dataset(summary).shards:

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 
+from marin_assets.datakit.levanter_cache import is_finished_cache, open_cache
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.shards import list_shards, read_table
 from marin_assets.datakit.tokenize import (
@@ -12,10 +13,8 @@ from marin_assets.datakit.tokenize import (
     TokenizeConfig,
     TokenizerChoice,
     byte_tokenizer_json,
-    is_finished_cache,
     is_validation,
     load_encoder,
-    open_cache,
     tokenize,
 )
 
@@ -200,7 +199,7 @@ def test_cache_writer_writes_the_bytes_levanter_writes(tmp_path):
     same batches: every file of the two caches is byte-identical."""
     from levanter.store.cache import SerialCacheWriter
 
-    from marin_assets.datakit.tokenize import CacheWriter, exemplar
+    from marin_assets.datakit.levanter_cache import CacheWriter, exemplar
 
     rng = np.random.default_rng(0)
     batches = [[rng.integers(0, 300, size=int(n), dtype=np.int32) for n in rng.integers(1, 50, size=k)] for k in (7, 1, 30)]

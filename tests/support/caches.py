@@ -1,6 +1,6 @@
 """Tiny, real Levanter caches for the tests, from text that ships with Python.
 
-One writer: the DataKit's (``marin_assets.datakit.tokenize.CacheWriter``), in its byte
+One writer: the DataKit's (``marin_assets.datakit.levanter_cache.CacheWriter``), in its byte
 tokenizer's ids (tests/support/byte_tokens.py: UTF-8 bytes, then EOS 256), so a ``vocab_size``
 257 model trains on them. Levanter's own reader opens them (tests/train/test_data.py).
 """
@@ -38,7 +38,7 @@ def stdlib_module_docs(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
 def write_cache(cache_dir: str | Path, docs: Sequence[str]) -> int:
     """A finished one-field Levanter cache at ``cache_dir`` (a local path or an fsspec URL) with
     one row per document; returns the number of tokens written."""
-    from marin_assets.datakit.tokenize import CacheWriter
+    from marin_assets.datakit.levanter_cache import CacheWriter
 
     with CacheWriter(str(cache_dir)) as writer:
         for start in range(0, len(docs), BATCH_DOCS):

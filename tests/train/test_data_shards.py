@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from marin_assets.datakit.datasets import Dataset, ShardCache, write_dataset
-from marin_assets.datakit.tokenize import CacheWriter
+from marin_assets.datakit.levanter_cache import CacheWriter
 from marin_assets.train.data import DataPosition, MixedLoader
 from marin_assets.train.token_caches import open_source
 
