@@ -6,7 +6,7 @@ run's size (``marin_assets.scaling.trajectory``), once per set of run versions. 
 
 - the ``ladder_band`` asset check (``sensors/ladder_band.py``, partitioned like the train
   asset): it runs in each phase's run after the phase materialises and judges all its steps;
-- the phase controller (``phase_controller_sensor(..., watch=...)``), through ``band_signal`` on
+- the phase controller (``phase_controller_sensor(..., watch=...)``), through ``watch_verdict`` on
   every tick: while a phase runs, on its live telemetry; once it has materialised, on all of it.
 
 Each verdict is recorded with its plot: the check's as its evaluation on the phase's partition
@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from marin_assets.orchestration import png_markdown
+from marin_assets.phases.controller import WatchVerdict
 from marin_assets.phases.signals import BandSignal
 from marin_assets.scaling.trajectory import (
     Curve,
@@ -44,7 +44,6 @@ from marin_assets.scaling.trajectory_plot import trajectory_png
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactStore
 from marin_assets.telemetry import TelemetryStore
-from marin_assets.train.budget import load_budget
 
 CHECK_NAME = "ladder_band"
 WATCHED_METRICS = ["tokens", "loss", "grad_norm", "dropped"]
@@ -165,38 +164,25 @@ def _judge(watch: LadderWatch, view: PhaseView, telemetry_root: str) -> Judged |
     return Judged(check_trajectory(expected, main, watch.settings), expected, main, ladder, note)
 
 
-def band_signal(
-    watch: LadderWatch,
-    instance: dg.DagsterInstance,
-    train_key: dg.AssetKey,
-    view: PhaseView,
-    telemetry_root: str,
-    budget_file: Path,
-    cursor: dict,
-) -> tuple[BandSignal | None, dict, Callable[[], None] | None]:
-    """The controller's signal for ``decide``/``end_phase_now`` (None: inside, not judged yet, or a
-    released hold), the cursor to keep, and, for a verdict unlike the last one the controller recorded
-    for this phase attempt, the call that records it as an observation with the action taken (None
-    otherwise). The caller makes that call after it has acted: the verdict's plot took 1.7 of a 1.9 s
-    tick here, time a running phase would otherwise train on past a decision to end it."""
+def watch_verdict(watch: LadderWatch, view: PhaseView, telemetry_root: str, released_holds: Sequence[str]) -> WatchVerdict | None:
+    """The phase controller's view of the watch's verdict on ``view`` (None: not judged yet, or unreadable): its band
+    signal for ``decide``/``end_phase_now`` (None: inside, or a hold ``released_holds`` names), and what to record
+    with the action taken. The controller records a verdict unlike the last it recorded for this phase attempt
+    (``slot``), after it has acted: drawing the plot took 1.7 of a 1.9 s tick here, time a running phase would
+    otherwise train on past a decision to end it."""
     judged = judge(watch, view, telemetry_root)
-    slots = dict(cursor.get("watch", {}))
-    slot = f"{view.phase}#{view.attempt}"
     if isinstance(judged, str):
-        return None, cursor, None
+        return None
     verdict = judged.verdict
-    signal = None if verdict.inside else _signal(watch.settings, verdict, view, load_budget(budget_file).released_holds)
+    signal = None if verdict.inside else _signal(watch.settings, verdict, view, released_holds)
     action = "none (inside)" if verdict.inside else (signal.action if signal else "none (hold released)")
-    said = f"{verdict.inside}:{verdict.first_step}:{action}"
-    if said == slots.get(slot):
-        return signal, cursor, None
-    slots[slot] = said
-
-    def record() -> None:
-        metadata = verdict_metadata(judged, view, action, watch.settings)
-        instance.report_runless_asset_event(dg.AssetObservation(asset_key=train_key, partition=view.phase, metadata=metadata))
-
-    return signal, {**cursor, "watch": slots}, record
+    return WatchVerdict(
+        view.phase,
+        slot=f"{view.phase}#{view.attempt}",
+        said=f"{verdict.inside}:{verdict.first_step}:{action}",
+        signal=signal,
+        render=lambda: verdict_metadata(judged, view, action, watch.settings),
+    )
 
 
 def _signal(settings: LadderWatchSettings, verdict: Verdict, view: PhaseView, released: Sequence[str]) -> BandSignal | None:

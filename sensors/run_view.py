@@ -1,30 +1,22 @@
-"""The phase controller's view of the run: what it reads from Dagster (the phase's materialisation, the run
-it requested) and from the live telemetry store, as the pure ``RunState`` and ``Signals`` that ``decide`` and
-``end_phase_now`` take (sensors/phase_controller.py)."""
+"""What the phase controller reads each tick (sensors/phase_controller.py): the newest phase's materialisation and
+the run requested for it (Dagster), its live telemetry, the budget file, the newest datasets and the ladder watch's
+verdict, as the ``Facts`` the pure ``tick`` (marin_assets/phases/controller.py) decides on."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from marin_assets.phases.plan import PhaseSpec
-from marin_assets.phases.signals import RunState, Signals
+from marin_assets.phases.branches import branch_sources
+from marin_assets.phases.controller import ControllerState, Facts, LiveSteps, PhaseEntry, WatchVerdict
+from marin_assets.phases.plan import PhasePlan, phase_telemetry_run
 from marin_assets.telemetry import TelemetryStore
-from marin_assets.train.budget import load_budget
-from marin_assets.train.signals import STOP_SIGNAL_NAMES
-
-
-def _spec_to_json(spec: PhaseSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
-
-
-def _spec_from_json(text: str) -> PhaseSpec:
-    return PhaseSpec(**json.loads(text))
+from marin_assets.train.budget import Budget, load_budget
+from sensors.ladder_watch import LadderWatch, PhaseView, watch_verdict
 
 
 def phase_result(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: str, run_key: str) -> dict | None:
@@ -40,66 +32,6 @@ def phase_result(instance: dg.DagsterInstance, train_key: dg.AssetKey, phase: st
     return None
 
 
-def _run_state(
-    history: list[dict], phase_tokens: int, tokens_trained: int, step: int | None, ended_early: str | None
-) -> RunState:
-    specs = [_spec_from_json(h["spec"]) for h in history]
-    earlier, current = specs[:-1], specs[-1]
-    # A phase an architecture switch replaced left the chain but keeps its name (its partition exists).
-    names = [name for h, s in zip(history, specs, strict=True) for name in (*h.get("replaces", ()), s.name)]
-    return RunState(
-        phase=current,
-        phase_tokens=phase_tokens,
-        tokens_trained=tokens_trained,
-        phases_done=tuple(names[:-1]),
-        cooldowns_done=sum(s.is_cooldown for s in earlier),
-        last_good_checkpoint=earlier[-1].name if earlier else None,
-        step=step,
-        ended_early=ended_early,
-        rollbacks=int(history[-1].get("attempt", 0)),
-        switches_done=tuple(s.transplant for s in specs if s.transplant),
-    )
-
-
-def _own_stop(stopped_by: str | None) -> str | None:
-    """Why the trainer ended the phase itself (its budget check), or None: a signal's stop is the
-    controller's ``ending`` (or a preemption, which the run's retry resumes)."""
-    return stopped_by if stopped_by and stopped_by not in STOP_SIGNAL_NAMES else None
-
-
-def observe(
-    meta: dict, history: list[dict], budget_file: Path, datasets: Mapping[str, int] | None = None
-) -> tuple[RunState, Signals]:
-    """The controller's view of the run after its newest phase finished (or was ended). ``datasets``:
-    {source: train tokens} of the newest materialisation of each dataset, read now: a source that
-    arrived or grew after the phase reported counts from there, less what the run has consumed of it."""
-    budget = load_budget(budget_file)
-    consumed = meta["count/tokens_consumed"]
-    available = {
-        **meta["count/tokens_available"],
-        **{s: max(0, total - consumed.get(s, 0)) for s, total in (datasets or {}).items()},
-    }
-    ending = history[-1].get("ending") or {}
-    step = meta.get("count/final_step")
-    state = _run_state(
-        history,
-        int(meta["count/phase_tokens"]),
-        int(meta["count/tokens_trained"]),
-        int(step) if step is not None else None,
-        ending.get("reason") if ending.get("terminated") else _own_stop(meta.get("count/stopped_by")),
-    )
-    # A phase a person released (the budget file's released_holds) is not held again for its drops.
-    drops = () if state.phase.name in budget.released_holds else meta.get("count/recent_drop_rates") or ()
-    signals = Signals(
-        tokens_left=budget.tokens_left(consumed, available),
-        budget_tokens=budget.budget_tokens,
-        hardware_available=budget.hardware_available,
-        recent_losses=tuple(meta["count/recent_losses"]),
-        recent_drop_rates=tuple(math.nan if x is None else x for x in drops),
-    )
-    return state, signals
-
-
 def newest_dataset_tokens(instance: dg.DagsterInstance, datasets: Mapping[str, str]) -> dict[str, int]:
     """{source: train tokens} of the newest materialisation of each dataset asset ({source: asset key}) there is."""
     out = {}
@@ -112,36 +44,94 @@ def newest_dataset_tokens(instance: dg.DagsterInstance, datasets: Mapping[str, s
     return out
 
 
-def observe_live(
-    store: TelemetryStore, run_name: str, entry: dict, history: list[dict], budget_file: Path, since: float | None, window: int
-) -> tuple[RunState, Signals] | None:
-    """The controller's view of a running phase from its live telemetry (None before its
+def read_live(store: TelemetryStore, run_name: str, since: float | None, window: int) -> LiveSteps | None:
+    """A running phase's newest step, the run's tokens then and its last ``window`` + 1 losses (None before its
     first flushed step). ``since`` (unix s) drops rows of an earlier attempt of the phase."""
     frame = store.query(run=run_name, metric=["tokens", "loss"], times=(since, None), latest=True)
     tokens = frame.filter(frame["metric"] == "tokens")
     if tokens.is_empty():
         return None
     last = tokens.row(-1, named=True)
-    step, trained = int(last["step"]), int(last["value"])
     losses = frame.filter(frame["metric"] == "loss")["value"].fill_null(float("nan")).to_list()[-window - 1 :]
-    budget = load_budget(budget_file)
-    state = _run_state(history, trained - int(entry.get("tokens_before", 0)), trained, step, None)
-    return state, Signals(
-        tokens_left={},
-        budget_tokens=budget.budget_tokens,
-        hardware_available=budget.hardware_available,
-        recent_losses=tuple(losses),
-    )
+    return LiveSteps(int(last["step"]), int(last["value"]), tuple(losses))
 
 
-def _running(instance: dg.DagsterInstance, run_key: str):
-    """The record of the run we requested for a phase, if it has started and not finished."""
+def _run_record(instance: dg.DagsterInstance, run_key: str) -> dg.RunRecord | None:
     records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
-    if records and records[0].dagster_run.status == dg.DagsterRunStatus.STARTED:
-        return records[0]
-    return None
+    return records[0] if records else None
 
 
-def _run_start(instance: dg.DagsterInstance, run_key: str) -> float | None:
-    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
-    return records[0].start_time if records else None
+@dataclasses.dataclass(frozen=True)
+class RunReader:
+    """What the controller of ``plan`` on the train asset ``train_key`` reads for a tick: only what that tick needs
+    (an ended phase's run is waited for, not read; the budget file is read when the phase is judged)."""
+
+    plan: PhasePlan
+    train_key: dg.AssetKey
+    budget_file: Callable[[], Path]
+    telemetry_root: Callable[[], str]
+    watch: LadderWatch | None = None
+    datasets: Mapping[str, str] = dataclasses.field(default_factory=dict)  # {source: dataset asset key}
+
+    def facts(self, instance: dg.DagsterInstance, state: ControllerState) -> Facts:
+        newest = state.newest
+        if newest is None:
+            return Facts()
+        result = phase_result(instance, self.train_key, newest.spec.name, newest.run_key)
+        versions = self._versions(instance, state, result) if self.plan.branches else {}
+        if result is not None:
+            return self._finished(instance, newest, result, versions)
+        return self._running(instance, newest, versions)
+
+    def _finished(self, instance: dg.DagsterInstance, newest: PhaseEntry, result: dict, versions: dict[str, str]) -> Facts:
+        budget = load_budget(self.budget_file())
+        record = _run_record(instance, newest.run_key) if self.watch else None
+        verdict = self._verdict(newest, record.start_time if record else None, budget, final=True)
+        return Facts(
+            result=result,
+            budget=budget,
+            datasets=newest_dataset_tokens(instance, self.datasets),
+            verdict=verdict,
+            versions=versions,
+        )
+
+    def _running(self, instance: dg.DagsterInstance, newest: PhaseEntry, versions: dict[str, str]) -> Facts:
+        record = None if newest.ending else _run_record(instance, newest.run_key)
+        if record is None or record.dagster_run.status != dg.DagsterRunStatus.STARTED:
+            return Facts(versions=versions)
+        telemetry_run = phase_telemetry_run(self.plan.run, newest.spec.name)
+        live = read_live(TelemetryStore(self.telemetry_root()), telemetry_run, record.start_time, self.plan.spike_window)
+        if live is None:
+            return Facts(running=record.dagster_run.run_id, versions=versions)
+        budget = load_budget(self.budget_file())
+        return Facts(
+            running=record.dagster_run.run_id,
+            live=live,
+            budget=budget,
+            versions=versions,
+            verdict=self._verdict(newest, record.start_time, budget, final=False),
+        )
+
+    def _verdict(self, newest: PhaseEntry, since: float | None, budget: Budget, final: bool) -> WatchVerdict | None:
+        if self.watch is None:
+            return None
+        phase = newest.spec.name
+        view = PhaseView(
+            phase,
+            newest.spec.token_budget,
+            newest.attempt,
+            newest.tokens_before,
+            phase_telemetry_run(self.plan.run, phase),
+            since,
+            final,
+        )
+        return watch_verdict(self.watch, view, self.telemetry_root(), budget.released_holds)
+
+    def _versions(self, instance: dg.DagsterInstance, state: ControllerState, result: Mapping[str, Any] | None) -> dict[str, str]:
+        """{run key: content version} of the runs branches may leave from (the newest phase's: its result, read already)."""
+        out = {}
+        for entry in branch_sources(self.plan, state):
+            meta = result if entry is state.newest else phase_result(instance, self.train_key, entry.spec.name, entry.run_key)
+            if meta is not None and meta.get("version") is not None:
+                out[entry.run_key] = meta["version"]
+        return out

@@ -11,11 +11,14 @@ drop_rate_alarm, DROP_RATE                 the MoE drop-rate signal and its metr
 BandSignal(reason, action, step)           the main run left the ladder's band (scaling/trajectory.py)
 decide(plan, state, signals) -> Decision   action in ACTIONS, reason, next_phase (decide.py)
 end_phase_now(plan, state, signals)         while a phase runs: why to end it now, or None
+ControllerState, tick(plan, state, facts)   the controller's state (its cursor) and pure tick (controller.py)
+Facts, Launch, Tick, PhaseRun, Decided      what a tick reads, how runs launch, what it asks for (controller.py)
 phase_telemetry_run(run, phase)             the telemetry run name a phase's trainer logs under
 phase_train_config(base_train_config, spec) -> TrainConfig for the next phase
 """
 
 from marin_assets.phases.branches import branch_phase, is_branch_partition
+from marin_assets.phases.controller import ControllerState, Decided, Facts, Launch, PhaseRun, Tick, tick
 from marin_assets.phases.decide import ACTIONS, Decision, decide, end_phase_now
 from marin_assets.phases.plan import (
     ArchitectureSwitch,
@@ -28,8 +31,32 @@ from marin_assets.phases.plan import (
 )
 from marin_assets.phases.signals import BandSignal, RunState, Signals, drop_rate_alarm, loss_spike
 
-__all__ = ["ACTIONS", "ArchitectureSwitch", "BandSignal", "BranchSpec", "branch_phase", "is_branch_partition",
-           "DROP_RATE", "Decision", "decide", "drop_rate_alarm", "end_phase_now",
-           "PhasePlan", "PhaseSpec", "normalise", "phase_telemetry_run", "phase_train_config",
-           "RunState", "Signals", "loss_spike"]
+__all__ = [
+    "ACTIONS",
+    "ArchitectureSwitch",
+    "BandSignal",
+    "BranchSpec",
+    "branch_phase",
+    "is_branch_partition",
+    "ControllerState",
+    "Decided",
+    "Facts",
+    "Launch",
+    "PhaseRun",
+    "Tick",
+    "tick",
+    "DROP_RATE",
+    "Decision",
+    "decide",
+    "drop_rate_alarm",
+    "end_phase_now",
+    "PhasePlan",
+    "PhaseSpec",
+    "normalise",
+    "phase_telemetry_run",
+    "phase_train_config",
+    "RunState",
+    "Signals",
+    "loss_spike",
+]
 from marin_assets.train.metrics import DROP_RATE  # the column the drop-rate hold reads

@@ -11,11 +11,13 @@ collides with a main phase and ``is_branch_partition`` tells the two apart by th
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from marin_assets.phases.plan import BRANCH_MARK, BranchSpec, PhasePlan, PhaseSpec
+
+if TYPE_CHECKING:  # controller.py imports this module: its state is read here, never built
+    from marin_assets.phases.controller import ControllerState, PhaseEntry
 
 
 def is_branch_partition(key: str) -> bool:
@@ -71,8 +73,8 @@ class BranchStart:
         return {"marin/branch_of": self.spec.warm_start_from or ""}
 
     @property
-    def lineage(self) -> dict[str, str]:
-        """What the controller records on the branch's partition, as it records its decisions."""
+    def metadata(self) -> dict[str, str]:
+        """Its lineage, recorded on the branch's partition as the controller records its decisions."""
         source = self.spec.warm_start_from or ""
         return {
             "decision": "branch",
@@ -83,27 +85,35 @@ class BranchStart:
         }
 
 
-def branch_starts(plan: PhasePlan, cursor: Mapping[str, Any], version_of: Callable[[str, str], str | None]) -> list[BranchStart]:
-    """The branches of ``plan`` that leave now, read off the phase controller's cursor after its tick on the main
-    run: ``history`` (one ``{"spec": <PhaseSpec JSON>, "run_key": ...}`` per phase of the main run), ``last`` (its
-    newest decision, ``"<phase>:<action>:<reason>"``, None once it requested a phase) and ``branches`` (partition ->
-    run key of those requested already). ``version_of(phase, run_key)``: the version that run materialised, or None.
+def branch_starts(plan: PhasePlan, state: ControllerState, versions: Mapping[str, str]) -> list[BranchStart]:
+    """The branches of ``plan`` that leave now, read off the phase controller's state after its tick on the main
+    run. ``versions``: {run key: the content version that run materialised} of the ``branch_sources``.
 
     A source the main run moved on from is accepted; the newest phase only once ``decide`` judged it with an
     action not in ``NOT_ACCEPTED``, so a branch never leaves from a checkpoint that is rolled back or held."""
-    history, started, starts = cursor["history"], cursor.get("branches", {}), []
+    starts = []
     for branch in plan.branches:
-        entry = next((h for h in history if json.loads(h["spec"])["name"] == branch.from_phase), None)
-        if branch.partition in started or entry is None or (entry is history[-1] and not _judged_good(cursor, branch.from_phase)):
+        entry = _source(state, branch)
+        if entry is None or (entry is state.newest and not _judged_good(state, branch.from_phase)):
             continue
-        version = version_of(branch.from_phase, entry["run_key"])
+        version = versions.get(entry.run_key)
         if version is not None:
-            spec = branch_phase(branch, PhaseSpec(**json.loads(entry["spec"])))
-            starts.append(BranchStart(spec, version, f"{plan.run}-branch-{branch.partition}"))
+            starts.append(BranchStart(branch_phase(branch, entry.spec), version, f"{plan.run}-branch-{branch.partition}"))
     return starts
 
 
-def _judged_good(cursor: Mapping[str, Any], phase: str) -> bool:
+def branch_sources(plan: PhasePlan, state: ControllerState) -> list[PhaseEntry]:
+    """The phases of the main run that branches not requested yet leave from: whose versions ``branch_starts`` reads."""
+    return [entry for branch in plan.branches if (entry := _source(state, branch)) is not None]
+
+
+def _source(state: ControllerState, branch: BranchSpec) -> PhaseEntry | None:
+    """The main run's phase ``branch`` leaves from, unless the branch was requested already or the phase is not in the chain."""
+    if branch.partition in state.branches:
+        return None
+    return next((e for e in state.phases if e.spec.name == branch.from_phase), None)
+
+
+def _judged_good(state: ControllerState, phase: str) -> bool:
     """Whether the controller's newest decision is on ``phase`` and accepts its checkpoint."""
-    judged, action = [*(cursor.get("last") or "").split(":", 2), "", ""][:2]
-    return judged == phase and action != "" and action not in NOT_ACCEPTED
+    return state.last is not None and state.last.phase == phase and state.last.action not in NOT_ACCEPTED

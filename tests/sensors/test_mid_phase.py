@@ -3,7 +3,6 @@
 import socket
 import subprocess
 import sys
-import time
 
 import dagster as dg
 import pytest
@@ -11,13 +10,15 @@ from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
 from assets.training import DEMO_PLAN
 from marin_assets.orchestration.launcher import HOST_TAG, PID_TAG, RoutingRunLauncher, terminate_in_process_run
+from marin_assets.phases.controller import ControllerState, PhaseEntry
 from marin_assets.phases.decide import end_phase_now
+from marin_assets.phases.observe import live_view
 from marin_assets.telemetry import TelemetryStore, TelemetryWriter
-from marin_assets.train.budget import Budget, write_budget
-from sensors.phase_controller import _spec_to_json, observe_live
+from marin_assets.train.budget import Budget
+from sensors.run_view import read_live
 
 
-def test_observe_live_reads_the_running_phase_and_skips_an_earlier_attempt(tmp_path):
+def test_the_live_view_reads_the_running_phase_and_skips_an_earlier_attempt(tmp_path):
     root = str(tmp_path / "telemetry")
     with TelemetryWriter(root, "demo-kestrel") as old:  # attempt 0, rolled back
         for step in range(1, 9):
@@ -25,23 +26,20 @@ def test_observe_live_reads_the_running_phase_and_skips_an_earlier_attempt(tmp_p
     with TelemetryWriter(root, "demo-kestrel") as new:  # attempt 1, running now
         for step in range(1, 6):
             new.log(step, {"tokens": 512 * step, "loss": 3.0 - 0.1 * step}, time=2000.0 + step)
-    write_budget(tmp_path / "budget.yaml", Budget(budget_tokens=4 * 512, hardware_available=("cpu",)))
-    entry = {"spec": _spec_to_json(DEMO_PLAN.first), "tokens_before": 0}
-    state, signals = observe_live(TelemetryStore(root), "demo-kestrel", entry, [entry], tmp_path / "budget.yaml",
-                                  since=2000.0, window=32)
+    live = read_live(TelemetryStore(root), "demo-kestrel", since=2000.0, window=32)
+    assert live is not None and (live.step, live.tokens_trained) == (5, 5 * 512)
+    assert live.losses == pytest.approx([2.9, 2.8, 2.7, 2.6, 2.5])  # attempt 0's steps 6-8 are gone
+    kestrel = ControllerState(phases=(PhaseEntry(DEMO_PLAN.first, "demo-0-kestrel-0"),))
+    state, signals = live_view(kestrel, live, Budget(budget_tokens=4 * 512, hardware_available=("cpu",)))
     assert (state.step, state.tokens_trained, state.phase_tokens) == (5, 5 * 512, 5 * 512)
-    assert signals.recent_losses == pytest.approx([2.9, 2.8, 2.7, 2.6, 2.5])  # attempt 0's steps 6-8 are gone
     assert signals.budget_tokens == 4 * 512
     # the budget is already below what kestrel (48 steps) needs: end it
     assert end_phase_now(DEMO_PLAN, state, signals).startswith("budget cut at step 5 to 2,048 tokens")
-    nothing = observe_live(TelemetryStore(root), "demo-jellyfish", entry, [entry], tmp_path / "budget.yaml",
-                           since=None, window=32)
-    assert nothing is None
+    assert read_live(TelemetryStore(root), "demo-jellyfish", since=None, window=32) is None
 
 
 def _started_run(instance, tags):
-    run = DagsterRun(job_name="train_phase", run_id=f"r{len(instance.get_runs())}", tags=tags,
-                     status=DagsterRunStatus.STARTED)
+    run = DagsterRun(job_name="train_phase", run_id=f"r{len(instance.get_runs())}", tags=tags, status=DagsterRunStatus.STARTED)
     instance.add_run(run)
     return run
 
@@ -69,14 +67,23 @@ def test_local_terminate_sends_sigterm_to_the_tagged_process_on_this_host_only()
     child = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     try:
-        with dg.instance_for_test(overrides={"run_launcher": {
-                "module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-                "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"}}}) as instance:
+        with dg.instance_for_test(
+            overrides={
+                "run_launcher": {
+                    "module": "marin_assets.orchestration.launcher",
+                    "class": "RoutingRunLauncher",
+                    "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"},
+                }
+            }
+        ) as instance:
             launcher = instance.run_launcher
             assert isinstance(launcher, RoutingRunLauncher)
             elsewhere = _started_run(instance, {PID_TAG: str(child.pid), HOST_TAG: "another-host"})
             assert launcher.terminate(elsewhere.run_id) is False
-            assert terminate_in_process_run(instance, _started_run(instance, {PID_TAG: "x", HOST_TAG: socket.gethostname()})) is False
+            assert (
+                terminate_in_process_run(instance, _started_run(instance, {PID_TAG: "x", HOST_TAG: socket.gethostname()}))
+                is False
+            )
             assert child.poll() is None
             here = _started_run(instance, {PID_TAG: str(child.pid), HOST_TAG: socket.gethostname()})
             assert instance.run_coordinator.cancel_run(here.run_id) is True

@@ -6,7 +6,6 @@ decision function, budget file and driver in seconds; test_branch_bytes.py train
 """
 
 import dataclasses
-import json
 
 import dagster as dg
 import pytest
@@ -19,6 +18,7 @@ from demo.phases import decision_log, demo_budget, demo_raise
 from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.phases.branches import branch_phase, is_branch_partition
+from marin_assets.phases.controller import ControllerState, PhaseEntry
 from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec
 from marin_assets.train.budget import BUDGET_ENV, load_budget, write_budget
 from sensors.phase_controller import phase_controller_sensor
@@ -69,7 +69,7 @@ def _run_demo(tmp_path, plan: PhasePlan) -> tuple[dg.DagsterInstance, list[dg.Ru
             continue
         if raised:
             break
-        newest = json.loads(json.loads(cursor)["history"][-1]["spec"])["name"]
+        newest = ControllerState.from_json(cursor).phases[-1].spec.name
         write_budget(
             budget, demo_raise(load_budget(budget), store.store.read_pointer(TRAIN_KEY, newest).counts["tokens_trained"])
         )
@@ -189,20 +189,18 @@ def test_a_branch_leaves_only_from_a_checkpoint_the_main_run_accepted(tmp_path):
     branch_config = ran[-1][2]
     assert branch_config["warm_start_version"] == versions["jellyfish"]
     assert branch_config["phase"]["model_changes"] == {"qk_norm": True} and branch_config["phase"]["transplant"] is None
-    state = json.loads(cursor)
-    assert list(state["branches"]) == ["jellyfish+cool"] and "ocelot+cool" not in instance.get_dynamic_partitions(
-        switch_phases.name
-    )
-    assert [json.loads(h["spec"])["name"] for h in state["history"]] == ["kestrel", "jellyfish"]
+    state = ControllerState.from_json(cursor)
+    assert list(state.branches) == ["jellyfish+cool"] and "ocelot+cool" not in instance.get_dynamic_partitions(switch_phases.name)
+    assert [p.spec.name for p in state.phases] == ["kestrel", "jellyfish"]
 
 
-def test_a_plan_without_branches_keeps_its_cursor_as_it_was(tmp_path, monkeypatch):
+def test_until_a_branch_leaves_the_state_holds_none(tmp_path, monkeypatch):
     from marin_assets.train.budget import write_budget
 
     write_budget(tmp_path / "budget.yaml", demo_budget())
     monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
     result = phase_controller_sensor(DEMO_PLAN, stub_train)(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral()))
-    assert set(json.loads(result.cursor)) == {"history", "last"}
+    assert ControllerState.from_json(result.cursor) == ControllerState(phases=(PhaseEntry(DEMO_PLAN.first, "demo-0-kestrel-0"),))
 
 
 def _first(name: str = "kestrel") -> PhaseSpec:

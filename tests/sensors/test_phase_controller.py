@@ -24,8 +24,9 @@ from marin_assets.orchestration import (
     versioned,
     versioned_asset,
 )
+from marin_assets.phases.controller import ControllerState
 from marin_assets.phases.plan import RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
-from marin_assets.train.budget import BUDGET_ENV, load_budget
+from marin_assets.train.budget import BUDGET_ENV
 from sensors.phase_controller import phase_controller_sensor
 
 CACHE_TOKENS = 1_000_000
@@ -47,9 +48,16 @@ def stub_train(ctx: StageContext, config: StubPhaseConfig):
     total = sum(spec.mixture.values())
     for source, weight in spec.mixture.items():
         consumed[source] = consumed.get(source, 0) + int(spec.token_budget * weight / total)
-    return {"phase": spec.name, "tokens_trained": before + spec.token_budget, "phase_tokens": spec.token_budget,
-            "tokens_consumed": consumed, "tokens_available": {s: CACHE_TOKENS - consumed.get(s, 0) for s in spec.mixture},
-            "recent_losses": [3.0, 2.9, 2.95, 2.9, 2.92, 2.91, 2.9, 2.93, 2.9], "last_loss": 2.9, "is_cooldown": spec.is_cooldown}
+    return {
+        "phase": spec.name,
+        "tokens_trained": before + spec.token_budget,
+        "phase_tokens": spec.token_budget,
+        "tokens_consumed": consumed,
+        "tokens_available": {s: CACHE_TOKENS - consumed.get(s, 0) for s in spec.mixture},
+        "recent_losses": [3.0, 2.9, 2.95, 2.9, 2.92, 2.91, 2.9, 2.93, 2.9],
+        "last_loss": 2.9,
+        "is_cooldown": spec.is_cooldown,
+    }
 
 
 @versioned_asset(key="eval/demo", code_version="stub", ins={"ckpt": TRAIN_KEY}, partitions_def=phases, group_name="training")
@@ -65,19 +73,36 @@ phase_controller = phase_controller_sensor(DEMO_PLAN, stub_train, also=[stub_eva
 def defs(tmp_path, monkeypatch):
     monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
-    return dg.Definitions(assets=[stub_train, stub_eval], jobs=[train_phase_job], sensors=[phase_controller],
-                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+    return dg.Definitions(
+        assets=[stub_train, stub_eval],
+        jobs=[train_phase_job],
+        sensors=[phase_controller],
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+    )
 
 
 def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     ran_tags = []
-    ticks = run_phase_demo(defs, instance, tmp_path / "budget.yaml", demo_budget(), demo_raise, demo_cut, log=lambda _: None,
-                           execute=lambda run, tags: (ran_tags.append(tags), run(tags))[1])
+    ticks = run_phase_demo(
+        defs,
+        instance,
+        tmp_path / "budget.yaml",
+        demo_budget(),
+        demo_raise,
+        demo_cut,
+        log=lambda _: None,
+        execute=lambda run, tags: (ran_tags.append(tags), run(tags))[1],
+    )
     ran = [(t["phase"], t["action"]) for t in ticks if "phase" in t]
     # (the plan's SFT branch leaves once Jellyfish is accepted: the tick that re-warms the main run)
-    assert ran == [("kestrel", "continue"), ("jellyfish", "cool_down"), ("jellyfish+sft", "branch"), ("phoenix", "re_warm"),
-                   ("starling", "cool_down")]
+    assert ran == [
+        ("kestrel", "continue"),
+        ("jellyfish", "cool_down"),
+        ("jellyfish+sft", "branch"),
+        ("phoenix", "re_warm"),
+        ("starling", "cool_down"),
+    ]
     # Every run went through the driver's execute hook (the demo's progress reporter), with the sensor's run key.
     assert [t["marin/phase"] for t in ran_tags] == [p for p, _ in ran]
     assert all(t["dagster/run_key"].startswith(f"{DEMO_PLAN.run}-") for t in ran_tags)
@@ -130,7 +155,10 @@ def test_nightly_eval_schedule_requests_every_phase_and_is_off_by_default():
         assert isinstance(empty, dg.SkipReason)
         instance.add_dynamic_partitions(phases.name, ["kestrel", "jellyfish"])
         requests = nightly_evals(dg.build_schedule_context(instance=instance, scheduled_execution_time=when))
-    assert sorted((r.partition_key, r.run_key) for r in requests) == [("jellyfish", "eval-jellyfish-2026-11-29"), ("kestrel", "eval-kestrel-2026-11-29")]
+    assert sorted((r.partition_key, r.run_key) for r in requests) == [
+        ("jellyfish", "eval-jellyfish-2026-11-29"),
+        ("kestrel", "eval-kestrel-2026-11-29"),
+    ]
 
 
 def test_the_factory_takes_op_and_partitions_from_the_asset(tmp_path, monkeypatch):
@@ -161,14 +189,28 @@ def test_the_factory_takes_op_and_partitions_from_the_asset(tmp_path, monkeypatc
 
 
 def test_phase_run_tags_size_the_backend_and_carry_the_retry_policy():
+    from marin_assets.phases.controller import phase_run_tags
     from marin_assets.phases.plan import PhaseSpec
-    from sensors.phase_controller import phase_run_tags
 
-    spec = PhaseSpec(name="ocelot", warm_start_from="kestrel", schedule="wsd", mixture={"web": 1.0}, batch_size=8,
-                     hardware="tpu-v5p", token_budget=4096, peak_lr=1e-3)
+    spec = PhaseSpec(
+        name="ocelot",
+        warm_start_from="kestrel",
+        schedule="wsd",
+        mixture={"web": 1.0},
+        batch_size=8,
+        hardware="tpu-v5p",
+        token_budget=4096,
+        peak_lr=1e-3,
+    )
     tags = phase_run_tags(spec, "migrate", {"tpu-v5p": 16}, {"dagster/max_retries": "2", "marin/phase": "spoofed"})
-    assert tags == {"dagster/max_retries": "2", "marin/phase": "ocelot", "marin/action": "migrate",
-                    "marin/accelerator": "tpu-v5p", "marin/chips": "16", "marin/priority": "production"}
+    assert tags == {
+        "dagster/max_retries": "2",
+        "marin/phase": "ocelot",
+        "marin/action": "migrate",
+        "marin/accelerator": "tpu-v5p",
+        "marin/chips": "16",
+        "marin/priority": "production",
+    }
     # Hardware the sensor was not told the size of gets no chips tag (the launcher's default).
     assert "marin/chips" not in phase_run_tags(spec, "migrate", {"gb200-nvl72": 72}, {})
 
@@ -177,23 +219,45 @@ def test_phase_run_tags_size_the_backend_and_carry_the_retry_policy():
 
 switch_phases = dg.DynamicPartitionsDefinition(name="switch_phases")
 SWITCH_PLAN = PhasePlan(
-    run="sw", first=PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd", mixture={"web": 1.0}, batch_size=8,
-                              hardware="cpu", token_budget=1000, peak_lr=1e-3),
-    phase_names=("kestrel", "ocelot", "jellyfish", "phoenix"), cooldown_tokens=500, min_cooldown_tokens=100,
-    architecture_switch=ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2))
+    run="sw",
+    first=PhaseSpec(
+        name="kestrel",
+        warm_start_from=None,
+        schedule="wsd",
+        mixture={"web": 1.0},
+        batch_size=8,
+        hardware="cpu",
+        token_budget=1000,
+        peak_lr=1e-3,
+    ),
+    phase_names=("kestrel", "ocelot", "jellyfish", "phoenix"),
+    cooldown_tokens=500,
+    min_cooldown_tokens=100,
+    architecture_switch=ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2),
+)
 
 
 @versioned_asset(key="train/sw", code_version="stub", config_cls=StubPhaseConfig, partitions_def=switch_phases)
 def spiking_train(ctx: StageContext, config: StubPhaseConfig):
     """Every phase after the first spikes at its last step, unless it was transplanted into the new architecture."""
     spec = config.phase.to_spec()
-    before = ctx.store.load("train/sw", spec.warm_start_from, config.warm_start_version).counts["tokens_trained"] \
-        if spec.warm_start_from else 0
+    before = (
+        ctx.store.load("train/sw", spec.warm_start_from, config.warm_start_version).counts["tokens_trained"]
+        if spec.warm_start_from
+        else 0
+    )
     spikes = spec.warm_start_from is not None and spec.transplant is None
     losses = [2.9 + 0.01 * (i % 3) for i in range(12)] + ([50.0] if spikes else [])
-    return {"phase": spec.name, "tokens_trained": before + spec.token_budget, "phase_tokens": spec.token_budget,
-            "tokens_consumed": {"web": before + spec.token_budget}, "tokens_available": {"web": CACHE_TOKENS},
-            "recent_losses": losses, "last_loss": losses[-1], "is_cooldown": spec.is_cooldown}
+    return {
+        "phase": spec.name,
+        "tokens_trained": before + spec.token_budget,
+        "phase_tokens": spec.token_budget,
+        "tokens_consumed": {"web": before + spec.token_budget},
+        "tokens_available": {"web": CACHE_TOKENS},
+        "recent_losses": losses,
+        "last_loss": losses[-1],
+        "is_cooldown": spec.is_cooldown,
+    }
 
 
 def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_path):
@@ -202,10 +266,14 @@ def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_pa
     write_budget(tmp_path / "budget.yaml", Budget(budget_tokens=1500))
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
     job = dg.define_asset_job("sw_phase", selection=[spiking_train])
-    defs = dg.Definitions(assets=[spiking_train], jobs=[job],
-                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
-    sensor = phase_controller_sensor(SWITCH_PLAN, spiking_train, name="sw_controller",
-                                     budget_file=lambda: tmp_path / "budget.yaml")
+    defs = dg.Definitions(
+        assets=[spiking_train],
+        jobs=[job],
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+    )
+    sensor = phase_controller_sensor(
+        SWITCH_PLAN, spiking_train, name="sw_controller", budget_file=lambda: tmp_path / "budget.yaml"
+    )
     instance, cursor, ran, versions = dg.DagsterInstance.ephemeral(), None, [], {}
     for _ in range(8):
         result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
@@ -215,14 +283,21 @@ def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_pa
         (request,) = result.run_requests
         instance.add_dynamic_partitions(switch_phases.name, [request.partition_key])
         done = defs.resolve_job_def("sw_phase").execute_in_process(
-            run_config=request.run_config, partition_key=request.partition_key, instance=instance,
-            tags={**request.tags, "dagster/run_key": request.run_key})
+            run_config=request.run_config,
+            partition_key=request.partition_key,
+            instance=instance,
+            tags={**request.tags, "dagster/run_key": request.run_key},
+        )
         [event] = done.get_asset_materialization_events()
         versions[request.partition_key] = event.materialization.metadata["version"].value
         ran.append((request.partition_key, request.tags["marin/action"], request.run_config["ops"]["train__sw"]["config"]))
     assert [(phase, action) for phase, action, _ in ran] == [
-        ("kestrel", "continue"), ("ocelot", "cool_down"), ("ocelot", "roll_back"), ("ocelot", "roll_back"),
-        ("jellyfish", "switch_architecture")]
+        ("kestrel", "continue"),
+        ("ocelot", "cool_down"),
+        ("ocelot", "roll_back"),
+        ("ocelot", "roll_back"),
+        ("jellyfish", "switch_architecture"),
+    ]
     switched = ran[-1][2]
     # the switch starts where ocelot's roll-backs did: kestrel's checkpoint (its version), carried over by qk_norm
     assert switched["warm_start_version"] == versions["kestrel"] == ran[2][2]["warm_start_version"]
@@ -230,49 +305,9 @@ def test_roll_backs_that_do_not_cure_a_spike_switch_the_architecture_once(tmp_pa
     assert switched["phase"]["transplant"] == "qk_norm" and switched["phase"]["model_changes"] == {"qk_norm": True}
     # jellyfish trained on and the budget is spent
     assert result.skip_reason.skip_message.startswith("stop: budget spent: 1,500 of 1,500 tokens")
-    history = json.loads(cursor)["history"]
-    assert [_name(h) for h in history] == ["kestrel", "jellyfish"] and history[-1]["replaces"] == ["ocelot"]
-    assert history[-1]["tokens_before"] == 1000
+    phases = ControllerState.from_json(cursor).phases
+    assert [p.spec.name for p in phases] == ["kestrel", "jellyfish"] and phases[-1].replaces == ("ocelot",)
+    assert phases[-1].tokens_before == 1000
     log = {(d["phase"], d["decision"]): d["reason"] for d in decision_log(instance, spiking_train.key)}
     reason = log[("ocelot", "switch_architecture")]
     assert "2 roll-back(s) of ocelot did not cure it: switch to the qk_norm architecture" in reason
-
-
-def _name(entry: dict) -> str:
-    return json.loads(entry["spec"])["name"]
-
-
-def test_the_controller_hands_decide_the_phases_drop_rates_until_a_person_releases_it(tmp_path):
-    import math
-
-    from marin_assets.train.budget import Budget, write_budget
-    from sensors.phase_controller import _spec_to_json, observe
-
-    budget = tmp_path / "budget.yaml"
-    history = [{"spec": _spec_to_json(SWITCH_PLAN.first), "run_key": "k", "attempt": 1, "warm_version": ""}]
-    meta = {"count/phase_tokens": 10, "count/tokens_trained": 10, "count/tokens_consumed": {"web": 10},
-            "count/tokens_available": {"web": 90}, "count/recent_losses": [3.0], "count/recent_drop_rates": [0.5, None]}
-    write_budget(budget, Budget(budget_tokens=100))
-    state, signals = observe(meta, history, budget)
-    assert signals.recent_drop_rates[0] == 0.5 and math.isnan(signals.recent_drop_rates[1])  # null (a NaN) stays unreadable
-    assert state.rollbacks == 1 and state.switches_done == ()
-    write_budget(budget, Budget(budget_tokens=100, released_holds=("kestrel",)))
-    assert observe(meta, history, budget)[1].recent_drop_rates == ()
-    write_budget(budget, Budget(budget_tokens=100))
-    assert observe({k: v for k, v in meta.items() if k != "count/recent_drop_rates"}, history, budget)[1].recent_drop_rates == ()
-
-
-def test_data_that_arrived_after_the_phase_reported_is_a_source_the_next_decision_sees(tmp_path):
-    """The newest datasets, read at the decision: a new source counts whole, a grown one less what the run consumed of
-    it; without them the phase's own report stands."""
-    from marin_assets.train.budget import Budget, write_budget
-    from sensors.phase_controller import _spec_to_json, observe
-
-    budget = tmp_path / "budget.yaml"
-    write_budget(budget, Budget(budget_tokens=1000, data_allotment_tokens={"user": 300}))
-    history = [{"spec": _spec_to_json(SWITCH_PLAN.first), "run_key": "k", "attempt": 0, "warm_version": ""}]
-    meta = {"count/phase_tokens": 10, "count/tokens_trained": 10, "count/tokens_consumed": {"web": 10},
-            "count/tokens_available": {"web": 90}, "count/recent_losses": [3.0]}
-    assert observe(meta, history, budget)[1].tokens_left == {"web": 90}
-    _, signals = observe(meta, history, budget, {"web": 150, "user": 500})
-    assert signals.tokens_left == {"web": 140, "user": 300}  # user: its allotment caps it
