@@ -49,7 +49,6 @@ from assets.scaling_configs import (
     target_version,
 )
 from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
-from marin_assets.experiments.lock import content_hash
 from marin_assets.orchestration import StageContext, png_markdown, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config
@@ -80,6 +79,7 @@ from marin_assets.scaling.ladder_predict import frozen_candidate, predict_target
 from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes, read_json, write_file
+from marin_assets.store.lock_files import content_hash
 
 SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder (MoE), watched by the ladder watch
 DENSE_GROUP = "scaling_dense"  # its own group: a job covers one partitions definition, and the sweeps' differ

@@ -325,12 +325,12 @@ def protocol(pool: cf.Executor, store, data: dict, setups, out: Path, *, quick: 
 
 def frozen_predictions(store, name: str, ladder, settings, sweeps, sweep_jobs, lr, out: Path) -> dict:
     """Fit ``name``'s runs, predict every target and register each prediction: {target: (lock, prediction)}."""
-    from marin_assets.experiments.lock import content_hash
     from marin_assets.scaling.extrapolation import as_json, lock_name, register_prediction
     from marin_assets.scaling.fits import IsoFlopConfig
     from marin_assets.scaling.ladder import fit_ladder
     from marin_assets.scaling.ladder_predict import predict_target
     from marin_assets.scaling.sweep import partition_key
+    from marin_assets.store.lock_files import content_hash
 
     counts = {
         partition_key(j["budget"], j["width"], j["seed"]): c | {"lr_sweep_flops": lr["flops"] if lr else 0.0}

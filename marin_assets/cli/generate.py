@@ -79,7 +79,8 @@ def load_model_source(source: str, tokenizer: str | None = None) -> ModelSource:
     ``tokenizer`` overrides (a checkpoint: must match) the one the source records."""
     if source.startswith(HF_PREFIX):
         return load_hf_source(source.removeprefix(HF_PREFIX), tokenizer)
-    from marin_assets.evaluation.run import check_model_tokenizer, load_model_from_checkpoint
+    from marin_assets.evaluation.run import check_model_tokenizer
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     params, config, bias, meta = load_model_from_checkpoint(source)
     encoder = checkpoint_tokenizer(meta, source, tokenizer)

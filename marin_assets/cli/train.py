@@ -1,8 +1,9 @@
 """``marin train --cache DIR --config FILE --out DIR [--resume] [--processes P --devices-per-process D]``.
 
 ``--processes P`` runs the ``processes`` training backend: P worker processes
-(``python -m marin_assets.train.worker``) forming one ``jax.distributed`` job on this host,
-the batch split over all P x D devices of the ("data", "expert") mesh; process 0 writes
+(``python -m marin_assets.cli._train_worker``: ``marin_assets.train.worker`` that reads an
+``hf:PATH`` warm start) forming one ``jax.distributed`` job on this host, the batch split
+over all P x D devices of the ("data", "expert") mesh; process 0 writes
 OUT. ``--devices-per-process D`` gives each process D devices (on CPU: forced host devices).
 Worker logs go to OUT/workers/process-<i>.log.
 
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
 
     ensure_compile_cache()
 
+    from marin_assets.hf import warm_start_weights
     from marin_assets.store.fsutil import check_bucket, child
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
@@ -222,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         if args.processes is not None or args.devices_per_process is not None:
             return _run_processes(args, config, caches, out)
         result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start,
-                       allow_tokenizer_change=args.allow_tokenizer_change)
+                       allow_tokenizer_change=args.allow_tokenizer_change, read_weights=warm_start_weights)
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)
         return 2
@@ -287,7 +289,7 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     # Worker 0 leases OUT itself; this lease keeps a second launcher from rewriting the first's worker logs.
     with work_dir_lease(logs, "marin train --processes"):
         (logs / "spec.json").write_text(json.dumps(spec.to_json_dict()))
-        argv = [sys.executable, "-m", "marin_assets.train.worker", "--spec", str(logs / "spec.json")]
+        argv = [sys.executable, "-m", "marin_assets.cli._train_worker", "--spec", str(logs / "spec.json")]
         try:
             launch_workers(argv, processes, per_process, logs, log=lambda line: print(line, file=sys.stderr))
         except TrainingFailed as e:

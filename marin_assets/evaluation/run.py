@@ -82,24 +82,6 @@ def check_model_tokenizer(encoder, meta: Mapping, config, where: str) -> None:
         )
 
 
-def load_model_from_checkpoint(checkpoint_dir: str | Path):
-    """(params, ModelConfig, router_bias, meta) from a train checkpoint (or an out dir)."""
-    import jax
-
-    from marin_assets.model import init_params, init_router_bias
-    from marin_assets.train import checkpoint as ckpt
-    from marin_assets.train.config import config_from_dict
-    from marin_assets.train.loop import resolve_checkpoint
-
-    folder = resolve_checkpoint(checkpoint_dir)
-    arrays, meta = ckpt.load(folder)
-    config = config_from_dict(meta["config"], where=f"{folder}/meta.json")
-    template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
-    params = ckpt.restore_like(template, arrays, "['params']", str(folder))
-    bias = ckpt.restore_like(init_router_bias(config.model), arrays, "['router_bias']", str(folder))
-    return params, config.model, bias, meta
-
-
 def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] | None = None,
              tasks: Sequence[str] = tuple(_DEFAULTS.tasks), limit: int | None = _DEFAULTS.limit,
              encode: Callable[[str], list[int]] = byte_encode, bos_id: int = 0,
@@ -122,6 +104,7 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
     ``skipped``). Code tasks run model-written code only with ``allow_code_execution``. ``encoder`` (the
     tokenizer behind ``encode``, when the caller has one) is checked against the checkpoint first."""
     from marin_assets.train.compile_cache import ensure_compile_cache
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     EvalSettings(tasks=list(tasks), limit=limit, batch_size=batch_size)  # unknown tasks fail before the model loads
     ensure_compile_cache()

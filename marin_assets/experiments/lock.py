@@ -24,115 +24,45 @@ file, not read as "no lock" or guessed at: it means the store was edited by hand
 
 Amendments (``record.py``) are not frozen and explain edits; they do not permit an edit
 to a frozen field or a started arm, which is refused here whether or not one is written.
+
+The lock files themselves (paths, hashing, validated reads) are ``marin_assets/store/lock_files.py``,
+shared with the scaling package's frozen predictions; their names are imported here too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from typing import Any, Iterable, Mapping
 
 from marin_assets.experiments.record import ExperimentRecord
 from marin_assets.store import ArtifactStore, canonical_json
 from marin_assets.store.fsutil import join, write_json_atomic
+from marin_assets.store.lock_files import (
+    SHA256_HEX,
+    LockFileError,
+    RecordChangedError,
+    arm_lock_path,
+    content_hash,
+    experiment_dir,
+    lock_path,
+    locked_arms,
+    read_lock,
+    short_json,
+)
 
-LOCK_FILE = "LOCK.json"
 STAMP_KEY = "lock"  # where run.json keeps run_stamp()
-_HASH = re.compile(r"[0-9a-f]{64}")
-
-
-class RecordChangedError(ValueError):
-    """A started experiment's record was edited in a frozen field."""
-
-
-class LockFileError(ValueError):
-    """A lock file or run stamp that is not what marin wrote; the freeze it held cannot be trusted."""
-
-
-def content_hash(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
-
-
-def experiment_dir(store: ArtifactStore, name: str) -> str:
-    return join(store.root, "experiments", name)
-
-
-def lock_path(store: ArtifactStore, name: str) -> str:
-    return join(experiment_dir(store, name), LOCK_FILE)
-
-
-def arm_lock_path(store: ArtifactStore, name: str, arm: str) -> str:
-    return join(experiment_dir(store, name), "locks", f"{arm}.json")
-
-
-_REWRITE_HINT = ("lock files are written once by marin and never edited: restore it, or delete it to have it "
-                 "rebuilt from the runs' own stamps")
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _hashed(value: Any, frozen_key: str, hash_key: str) -> bool:
-    """``value[frozen_key]`` is a mapping whose content hash is ``value[hash_key]``."""
-    frozen, digest = value.get(frozen_key), value.get(hash_key)
-    return (isinstance(frozen, dict) and isinstance(digest, str) and bool(_HASH.fullmatch(digest))
-            and content_hash(frozen) == digest)
-
-
-def _read_lock_file(store: ArtifactStore, path: str) -> Any:
-    """The parsed file, or None when there is none; bad bytes are a LockFileError naming it."""
-    try:
-        with store.fs.open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None
-    try:
-        value = json.loads(raw.decode("utf-8"))
-    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-        raise LockFileError(f"{path}: not JSON ({err}); {_REWRITE_HINT}") from None
-    if value is None:  # `null` written into the file is not "no lock"
-        raise LockFileError(f"{path}: holds null, not a lock; {_REWRITE_HINT}")
-    return value
-
-
-def read_lock(store: ArtifactStore, name: str) -> dict | None:
-    """LOCK.json of experiment ``name`` (validated), or None before its first run."""
-    path = lock_path(store, name)
-    lock = _read_lock_file(store, path)
-    if lock is None:
-        return None
-    if not isinstance(lock, dict) or lock.get("experiment") != name or not _hashed(lock, "frozen", "frozen_hash"):
-        raise LockFileError(f"{path}: not the lock of experiment {name!r} (an object with 'experiment', 'frozen' "
-                            f"and its 'frozen_hash'), got {_show(lock)}; {_REWRITE_HINT}")
-    return lock
-
-
-def locked_arms(store: ArtifactStore, name: str) -> dict[str, dict]:
-    """Each started arm's lock (validated), by arm name."""
-    root = join(experiment_dir(store, name), "locks")
-    if not store.fs.exists(root):
-        return {}
-    out = {}
-    for path in sorted(store.fs.ls(root, detail=False)):
-        if not path.endswith(".json"):
-            continue
-        arm = _read_lock_file(store, path)
-        stem = path.rstrip("/").rsplit("/", 1)[-1][: -len(".json")]
-        if not isinstance(arm, dict) or arm.get("arm") != stem or not _hashed(arm, "frozen", "hash"):
-            raise LockFileError(f"{path}: not the lock of arm {stem!r} (an object with 'arm', 'frozen' and its "
-                                f"'hash'), got {_show(arm)}; {_REWRITE_HINT}")
-        out[stem] = arm
-    return out
 
 
 def run_stamp(record: ExperimentRecord, arm: str) -> dict:
     """What a run of ``arm`` keeps of the record it ran under (stored in its run.json under STAMP_KEY)."""
     frozen, arm_frozen = record.frozen(), record.frozen_arm(arm)
-    return {"experiment": record.name, "frozen": frozen, "frozen_hash": content_hash(frozen),
-            "arm": arm, "arm_frozen": arm_frozen, "arm_hash": content_hash(arm_frozen)}
+    return {
+        "experiment": record.name,
+        "frozen": frozen,
+        "frozen_hash": content_hash(frozen),
+        "arm": arm,
+        "arm_frozen": arm_frozen,
+        "arm_hash": content_hash(arm_frozen),
+    }
 
 
 def _changed(old: dict, new: dict) -> list[str]:
@@ -160,7 +90,8 @@ def _check_frozen(where: str, frozen: dict, digest: str, current: _Frozen) -> No
     if current.digest != digest:
         raise RecordChangedError(
             f"{where}; its {', '.join(_changed(frozen, current.fields))} may no longer change. Revert the edit, or "
-            f"write a new experiment record (a new name) for the new expectation")
+            f"write a new experiment record (a new name) for the new expectation"
+        )
 
 
 def _check_arm(where: str, arm: str, frozen: dict, digest: str, current: _Frozen) -> None:
@@ -170,21 +101,29 @@ def _check_arm(where: str, arm: str, frozen: dict, digest: str, current: _Frozen
     if current_digest != digest:
         raise RecordChangedError(
             f"{where}; arm {arm!r} has started, so its {', '.join(_changed(frozen, fields))} "
-            f"may no longer change. Add a new arm instead")
+            f"may no longer change. Add a new arm instead"
+        )
 
 
 def _well_formed_stamp(stamp: Any, experiment: str) -> bool:
     # The hashes are what is compared; the field copies only name what changed, so they are not re-hashed here.
-    return (isinstance(stamp, dict) and stamp.get("experiment") == experiment and isinstance(stamp.get("arm"), str)
-            and isinstance(stamp.get("frozen"), dict) and isinstance(stamp.get("arm_frozen"), dict)
-            and all(isinstance(stamp.get(k), str) and _HASH.fullmatch(stamp[k]) for k in ("frozen_hash", "arm_hash")))
+    return (
+        isinstance(stamp, dict)
+        and stamp.get("experiment") == experiment
+        and isinstance(stamp.get("arm"), str)
+        and isinstance(stamp.get("frozen"), dict)
+        and isinstance(stamp.get("arm_frozen"), dict)
+        and all(isinstance(stamp.get(k), str) and SHA256_HEX.fullmatch(stamp[k]) for k in ("frozen_hash", "arm_hash"))
+    )
 
 
 def check_run_stamp(record: ExperimentRecord, stamp: Any, run: str, current: _Frozen | None = None) -> None:
     """Refuse ``record`` if the run called ``run`` was stamped with other frozen fields (or a bad stamp)."""
     if not _well_formed_stamp(stamp, record.name):
-        raise LockFileError(f"run {run}: its '{STAMP_KEY}' stamp is not one marin wrote for experiment "
-                            f"{record.name!r}, got {_show(stamp)}; the run cannot be reported")
+        raise LockFileError(
+            f"run {run}: its '{STAMP_KEY}' stamp is not one marin wrote for experiment "
+            f"{record.name!r}, got {short_json(stamp)}; the run cannot be reported"
+        )
     current = current or _Frozen(record)
     where = f"{record.source}: experiment {record.name!r} has started runs (run {run})"
     _check_frozen(where, stamp["frozen"], stamp["frozen_hash"], current)
@@ -238,7 +177,8 @@ def check_lock(store: ArtifactStore, record: ExperimentRecord, *, scan_runs: boo
         raise LockFileError(
             f"{lock_path(store, record.name)} is missing and {len(unstamped)} committed run(s) of experiment "
             f"{record.name!r} (e.g. {unstamped[0]}) predate run stamps, so what they were locked to is unknown: "
-            f"restore LOCK.json, or move those runs away to start the experiment over")
+            f"restore LOCK.json, or move those runs away to start the experiment over"
+        )
 
 
 def lock_arm(store: ArtifactStore, record: ExperimentRecord, arm: str) -> None:
@@ -250,8 +190,11 @@ def lock_arm(store: ArtifactStore, record: ExperimentRecord, arm: str) -> None:
     check_lock(store, record)
     if read_lock(store, record.name) is None:
         store.fs.makedirs(experiment_dir(store, record.name), exist_ok=True)
-        write_json_atomic(store.fs, lock_path(store, record.name), {
-            "experiment": record.name, "frozen": record.frozen(), "frozen_hash": content_hash(record.frozen())})
+        write_json_atomic(
+            store.fs,
+            lock_path(store, record.name),
+            {"experiment": record.name, "frozen": record.frozen(), "frozen_hash": content_hash(record.frozen())},
+        )
     path = arm_lock_path(store, record.name, arm)
     if not store.fs.exists(path):
         frozen = record.frozen_arm(arm)

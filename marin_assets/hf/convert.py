@@ -19,9 +19,9 @@ from marin_assets.hf.layouts import (
 from marin_assets.hf.weights import DEFAULT_SHARD_BYTES, from_hf, read_safetensors, to_hf, write_safetensors
 from marin_assets.model.config import ModelConfig
 from marin_assets.store.fsutil import filesystem, join, read_json, write_bytes_atomic
+from marin_assets.train.restore import HF_PREFIX, load_model_from_checkpoint
 from marin_assets.train.work_dir import LEASE_ENTRY
 
-HF_PREFIX = "hf:"  # how a user names an HF folder where a checkpoint could also be meant (--warm-start hf:PATH)
 _EOS = "<|endoftext|>"
 
 
@@ -57,8 +57,6 @@ def export_hf(
     Refused before anything is written (``NotExportable`` / ValueError, one line): a config or router bias
     with no exact counterpart in ``layout``, a tokenizer that is not the checkpoint's, a non-empty ``out``.
     config.json is written last: an interrupted export is not a loadable model. Returns a summary dict."""
-    from marin_assets.evaluation.run import load_model_from_checkpoint
-
     card.check_lineage(lineage)
     out = strip_hf_prefix(out)
     if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool) or shard_bytes < 1:
@@ -238,32 +236,9 @@ def hf_tokenizer_sha256(path: str | Path) -> str | None:
     return load_encoder(join(where, "tokenizer.json")).sha256
 
 
-# The fields that decide the parameters and the forward; a warm start needs them equal.
-_ARCH_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "n_kv_heads",
-    "resolved_head_dim",
-    "qk_norm",
-    "rope_theta",
-    "rope_fraction",
-    "norm_eps",
-    "n_routed_experts",
-)
-_MOE_FIELDS = ("top_k", "expert_d_ff", "n_shared_experts", "latent_dim", "router_gating")
-
-
-def first_architecture_difference(a: ModelConfig, b: ModelConfig) -> str | None:
-    """The first field (ours) that makes ``a`` and ``b`` different models, or None when they are the same
-    model (training knobs and max_seq_len aside)."""
-    fields: list[str] = list(_ARCH_FIELDS)
-    if a.is_moe and b.is_moe:
-        fields += _MOE_FIELDS
-    if not a.is_moe or a.n_shared_experts or not b.is_moe or b.n_shared_experts:
-        fields.append("d_ff")
-    for field in fields:
-        if getattr(a, field) != getattr(b, field):
-            return "head_dim" if field == "resolved_head_dim" else field
-    return None
+def warm_start_weights(source: str) -> tuple[dict, ModelConfig, str | None]:
+    """What a warm start from an HF model folder (``--warm-start hf:PATH``) reads: (params as ``import_hf``
+    gives them, their ModelConfig, the folder's tokenizer identity or None). ``train`` knows ``hf:PATH`` only
+    as a string and takes this as its ``read_weights`` (hf sits above train: docs/layers.md)."""
+    params, config = import_hf(source)
+    return params, config, hf_tokenizer_sha256(source)

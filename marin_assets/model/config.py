@@ -180,3 +180,34 @@ class ModelConfig:
     def routed_dim(self) -> int:
         """Width of the tokens the routed experts see (the latent when enabled)."""
         return self.latent_dim if self.latent_dim is not None else self.d_model
+
+
+# The fields that decide the parameters and the forward; a warm start needs them equal.
+_ARCH_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "resolved_head_dim",
+    "qk_norm",
+    "rope_theta",
+    "rope_fraction",
+    "norm_eps",
+    "n_routed_experts",
+)
+_MOE_FIELDS = ("top_k", "expert_d_ff", "n_shared_experts", "latent_dim", "router_gating")
+
+
+def first_architecture_difference(a: ModelConfig, b: ModelConfig) -> str | None:
+    """The first field (ours) that makes ``a`` and ``b`` different models, or None when they are the same
+    model (training knobs and max_seq_len aside)."""
+    fields: list[str] = list(_ARCH_FIELDS)
+    if a.is_moe and b.is_moe:
+        fields += _MOE_FIELDS
+    if not a.is_moe or a.n_shared_experts or not b.is_moe or b.n_shared_experts:
+        fields.append("d_ff")
+    for field in fields:
+        if getattr(a, field) != getattr(b, field):
+            return "head_dim" if field == "resolved_head_dim" else field
+    return None

@@ -1,7 +1,7 @@
 """Pre-registered extrapolation: each target's prediction is frozen before its run starts,
 and the comparison holds the runs to what was frozen.
 
-The freeze is the experiment-record lock (``marin_assets/experiments/lock.py``): a prediction
+The freeze is the experiment-record lock (its files: ``marin_assets/store/lock_files.py``): a prediction
 is registered as the experiment ``scaling_<ladder>_<target>_<version[:16]>`` (the version of
 the prediction's artifact) whose ``LOCK.json`` holds the prediction as its frozen fields and
 their content hash, written once and never rewritten. A target run refuses to start
@@ -19,9 +19,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from marin_assets.experiments.lock import RecordChangedError, content_hash, experiment_dir, lock_path, read_lock
 from marin_assets.store import ArtifactStore
 from marin_assets.store.fsutil import write_json_atomic
+from marin_assets.store.lock_files import RecordChangedError, content_hash, experiment_dir, lock_path, read_lock
 from marin_assets.store.names import validate_segment
 
 STAMP_KEY = "prediction_lock"  # where a target's run.json keeps its stamp

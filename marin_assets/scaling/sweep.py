@@ -150,8 +150,8 @@ def score_trained_run(checkpoint_dir: str, config, validation_caches: Mapping[st
     validation losses of its checkpoint on the same held-out windows, its active N and the FLOPs of
     ``tokens`` trained tokens. Writes run.json (with ``record``, e.g. a prediction's stamp); returns
     the counts the comparison reads."""
-    from marin_assets.evaluation.run import load_model_from_checkpoint
     from marin_assets.scaling.planner import active_params
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     params, model_config, _, meta = load_model_from_checkpoint(checkpoint_dir)
     val = validation_loss(params, model_config, validation_caches, config.seq_len, config.validation_windows)
@@ -200,10 +200,10 @@ def train_candidate(cand, config, train_caches: Mapping[str, str], validation_ca
 
     ``run_name`` names its telemetry run; ``record`` is merged into run.json (e.g. a target's
     pre-registration stamp). Returns the counts every ladder run reports."""
-    from marin_assets.evaluation.run import load_model_from_checkpoint
     from marin_assets.train.config import TrainConfig
     from marin_assets.train.guards import GuardConfig
     from marin_assets.train.loop import train
+    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.train.schedules import ScheduleConfig
 
     validate_segment(run_name, "telemetry run name")

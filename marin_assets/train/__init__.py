@@ -11,6 +11,7 @@ Hooks().add_hook(fn, every=N, at_end=False): fn(StepInfo) after every Nth global
       (hooks.py); checkpoints, metrics, stop signals and held-out loss are hooks too
 TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                (result.py)
 resolve_checkpoint(path) -> checkpoint folder (a folder, an out dir, or checkpoints/) (restore.py)
+load_model_from_checkpoint(path) -> (params, ModelConfig, router_bias, meta)      (restore.py)
 TrainState(params, opt_state, guard, router_bias, step, rng): a registered pytree (state.py)
 Model(init_params, loss_fn, init_router_bias, next_router_bias); moe_model()  (state.py)
 TrainConfig, ConfigError, config_from_dict, config_to_dict, load_config, replace (config.py)

@@ -55,7 +55,7 @@ from marin_assets.train.emit import (
 from marin_assets.train.heldout import HeldOutLoss, validation_loss
 from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
-from marin_assets.train.restore import Run, fresh_run, resolve_checkpoint, start
+from marin_assets.train.restore import Run, WeightsReader, fresh_run, resolve_checkpoint, start
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
 from marin_assets.train.signals import CheckedStop, StopCheck, StopSignals
 from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
@@ -105,6 +105,7 @@ def train(
     hooks: Hooks | None = None,
     on_checkpoint: OnCheckpoint | None = None,
     stop_check: StopCheck | None = None,
+    read_weights: WeightsReader | None = None,
 ) -> TrainResult:
     """Train one phase of ``config.num_steps`` steps; returns where it ended.
 
@@ -118,7 +119,9 @@ def train(
     resume: continue from the newest valid checkpoint in ``out_dir`` if there is one.
     warm_start: a checkpoint (or another phase's out dir) to start this phase from: its
       params, router bias, global step and data position are kept; the schedule restarts at
-      this phase's step 0; the optimizer state is kept if the optimizer is unchanged.
+      this phase's step 0; the optimizer state is kept if the optimizer is unchanged. ``hf:PATH``
+      names an HF model folder instead: its weights alone (step 0, data position 0, a fresh
+      optimizer), read by ``read_weights``.
     log_fn: called with each step's metrics row (e.g. to forward to Dagster).
     model: the model functions (``state.Model``); default the MoE.
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
@@ -140,6 +143,9 @@ def train(
     stop_check: asked at each permanent checkpoint step (``signals.CheckedStop``, e.g. the budget
       file's ``budget.BudgetStop``); the reason it returns ends the phase there, checkpointed, and
       becomes the result's ``stopped_by``.
+    read_weights: reads an ``hf:PATH`` warm start (``restore.WeightsReader``); the callers that take
+      one from a user pass ``marin_assets.hf.warm_start_weights`` (train does not import hf, which
+      sits above it); without one such a warm start is refused.
     Raises ValueError/FileNotFoundError before compute for a config or cache that cannot
     work (an unfinished cache included), and TooManySkippedSteps after a phase that skipped
     most of its steps.
@@ -164,7 +170,7 @@ def train(
             allow_tokenizer_change=allow_tokenizer_change,
         )
         emitter = _emitter(config, out_dir, telemetry_root, telemetry_run, log_fn)
-        start(run, emitter.logger, resume, warm_start)
+        start(run, emitter.logger, resume, warm_start, read_weights)
         first = int(run.state.step)
         # The handlers stay on through finish: a stop request racing the last step (the phase
         # controller read slightly stale telemetry) must not kill a phase that has just completed.

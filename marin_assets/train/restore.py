@@ -4,6 +4,8 @@
 position, where the phase began, tokens before it, the tokenizers of its data), so a resume
 continues bit-exact and a warm start keeps the data position while restarting the schedule.
 Continuing on tokens of another tokenizer is refused unless allowed: the ids would mean other text.
+A warm start from an HF model folder (``hf:PATH``) reads its weights through the ``read_weights`` the
+caller hands over (``marin_assets.hf.warm_start_weights``): hf sits above train (docs/layers.md).
 """
 
 from __future__ import annotations
@@ -17,20 +19,26 @@ from typing import Any
 import jax
 import numpy as np
 
-from marin_assets.hf.convert import HF_PREFIX
+from marin_assets.model import init_params, init_router_bias
+from marin_assets.model.config import ModelConfig, first_architecture_difference
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import offload, processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.compile_cache import reuse_jitted
-from marin_assets.train.config import TrainConfig, config_to_dict
+from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
 from marin_assets.train.data import DataPosition
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.state import Model, TrainState, init_state
 
 log = logging.getLogger(__name__)
+
+HF_PREFIX = "hf:"  # how a user names an HF folder where a checkpoint could also be meant (--warm-start hf:PATH)
+# Reads the HF folder an ``hf:PATH`` warm start names: (params in our tree, their ModelConfig, the sha256 of the
+# folder's tokenizer or None). The callers of ``train`` pass ``marin_assets.hf.warm_start_weights``.
+WeightsReader = Callable[[str], tuple[Any, ModelConfig, str | None]]
 
 
 @dataclasses.dataclass
@@ -136,14 +144,28 @@ def resolve_checkpoint(path: str | Path) -> Path | str:
     raise FileNotFoundError(f"no valid checkpoint in {path}")
 
 
+def load_model_from_checkpoint(checkpoint_dir: str | Path):
+    """(params, ModelConfig, router_bias, meta) from a train checkpoint (or an out dir)."""
+    folder = resolve_checkpoint(checkpoint_dir)
+    arrays, meta = ckpt.load(folder)
+    config = config_from_dict(meta["config"], where=f"{folder}/meta.json")
+    template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
+    params = ckpt.restore_like(template, arrays, "['params']", str(folder))
+    bias = ckpt.restore_like(init_router_bias(config.model), arrays, "['router_bias']", str(folder))
+    return params, config.model, bias, meta
+
+
 class NoValidCheckpoint(ValueError):
     """A resume found checkpoint folders and none of them verifies: starting over would destroy them."""
 
 
-def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path | None) -> None:
+def start(
+    run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path | None, read_weights: WeightsReader | None = None
+) -> None:
     """Resume from the newest valid checkpoint, else warm start, else begin fresh. A resume onto
     checkpoint folders none of which verifies is refused (``NoValidCheckpoint``): a fresh start would
-    cut metrics.jsonl and overwrite those folders as leftovers."""
+    cut metrics.jsonl and overwrite those folders as leftovers. ``read_weights`` reads an ``hf:PATH``
+    warm start's folder (``WeightsReader``)."""
     latest = ckpt.latest_valid(run.ckpt_root) if resume else None
     if latest is not None:
         _resume(run, latest, logger)
@@ -153,7 +175,7 @@ def start(run: Run, logger: MetricsLogger, resume: bool, warm_start: str | Path 
     if processes.is_writer():
         logger.truncate_after(-1)  # a fresh start owns the file
     if warm_start is not None and str(warm_start).startswith(HF_PREFIX):
-        _warm_start_hf(run, str(warm_start))
+        _warm_start_hf(run, str(warm_start), read_weights)
     elif warm_start is not None:
         _warm_start(run, resolve_checkpoint(warm_start))
 
@@ -219,13 +241,16 @@ def _warm_start(run: Run, source_dir: Path | str) -> None:
     log.info("warm start from %s at step %d (data position kept: %s)", source_dir, run.phase_start, run.position.to_json())
 
 
-def _warm_start_hf(run: Run, source: str) -> None:
-    """Params from an HF model folder (``hf:PATH``, marin_assets.hf.import_hf); everything else fresh: step 0,
-    data position 0, the optimizer new. Its model must be the run's (the first differing field is named)."""
-    from marin_assets.hf import first_architecture_difference, hf_tokenizer_sha256, import_hf
-
-    params, imported = import_hf(source)
-    tokenizer = hf_tokenizer_sha256(source)
+def _warm_start_hf(run: Run, source: str, read_weights: WeightsReader | None) -> None:
+    """Params from an HF model folder (``hf:PATH``, read by ``read_weights``: marin_assets.hf.warm_start_weights);
+    everything else fresh: step 0, data position 0, the optimizer new. Its model must be the run's (the first
+    differing field is named)."""
+    if read_weights is None:
+        raise ValueError(
+            f"warm start {source}: an HF model folder, and this caller of train passed no read_weights "
+            f"(marin_assets.hf.warm_start_weights) to read it"
+        )
+    params, imported, tokenizer = read_weights(source)
     if tokenizer is None:
         log.warning("warm start %s: the folder has no tokenizer.json, so its tokenizer is not checked", source)
     else:  # as a checkpoint's: continue only on tokens of the same tokenizer

@@ -12,7 +12,10 @@ Pipes' (DAGSTER_PIPES_CONTEXT, DAGSTER_PIPES_MESSAGES).
 
 This module imports nothing of Dagster: the backends launch it through
 ``marin_assets.orchestration.training_backends.pipes_worker``, which hands ``main`` the
-Pipes context. Run directly (``marin train --processes``), it trains without reports.
+Pipes context. ``marin train --processes`` launches it through ``marin_assets.cli._train_worker``:
+without reports. Both entry points hand ``main`` the reader of an ``hf:PATH`` warm start
+(``marin_assets.hf.warm_start_weights``; train does not import hf, which sits above it); run
+directly, the worker refuses one.
 
 With Pipes, process 0 reports: log lines, one
 custom message per step ``{"metrics": {...}}`` (the metrics.jsonl row), and at the end one
@@ -28,9 +31,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Callable, ContextManager, Mapping
+from typing import TYPE_CHECKING, Callable, ContextManager, Mapping
 
 from marin_assets.train.spec import TrainSpec, load_spec
+
+if TYPE_CHECKING:  # the module stays light until main runs: restore imports JAX
+    from marin_assets.train.restore import WeightsReader
 
 log = logging.getLogger("marin_assets.train.worker")
 
@@ -52,8 +58,9 @@ def result_metadata(result, mesh) -> dict:
     return typed
 
 
-def run(spec: TrainSpec, pipes=None) -> int:
-    """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None."""
+def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) -> int:
+    """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None;
+    ``read_weights``: what reads an ``hf:PATH`` warm start (``train``'s argument)."""
     from marin_assets.train import mesh as meshlib
     from marin_assets.train.loop import train
 
@@ -68,7 +75,8 @@ def run(spec: TrainSpec, pipes=None) -> int:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
     result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
                    log_fn=report, mesh=mesh, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
-                   allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check())
+                   allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check(),
+                   read_weights=read_weights)
     if pipes is not None:
         pipes.log.info(result.stop_message if result.stopped_by else
                        f"done at step {result.final_step}, last loss {result.last_loss}")
@@ -77,10 +85,10 @@ def run(spec: TrainSpec, pipes=None) -> int:
 
 
 def main(argv: list[str] | None = None, open_reporter: Callable[[], ContextManager] | None = None,
-         prog: str = "python -m marin_assets.train.worker") -> int:
+         prog: str = "python -m marin_assets.train.worker", read_weights: WeightsReader | None = None) -> int:
     """open_reporter: opens process 0's reporter (the Pipes context, given by the entry point
     the backends launch: marin_assets/orchestration/training_backends/pipes_worker.py); None
-    trains without reports (`marin train --processes`)."""
+    trains without reports (`marin train --processes`). read_weights: ``run``'s."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", required=True, help="the worker spec JSON file")
@@ -96,9 +104,9 @@ def main(argv: list[str] | None = None, open_reporter: Callable[[], ContextManag
 
     setup = processes.init_distributed()  # before anything starts a JAX backend
     if setup.process_id != 0 or open_reporter is None:
-        return run(spec)
+        return run(spec, read_weights=read_weights)
     with open_reporter() as pipes:  # reports an exception raised inside (to Dagster)
-        return run(spec, pipes)
+        return run(spec, pipes, read_weights)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ from assets.scaling import build_scaling_assets, scaling_assets, scaling_checks
 from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
 from demo.scaling import ladder_steps, run_ladder
 from jobs import scaling_job
-from marin_assets.experiments.lock import lock_path
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.scaling.extrapolation import STAMP_KEY, PredictionNotFrozen
 from marin_assets.scaling.ladder import Ladder, Target
 from marin_assets.scaling.sweep import parse_partition_key, parse_seeded_key, partition_key, plan_run
 from marin_assets.store import ArtifactRef, ArtifactStore
 from marin_assets.store.artifact_files import write_file
+from marin_assets.store.lock_files import lock_path
 from tests.support.byte_tokens import VOCAB_SIZE
 from tests.support.datasets import byte_datasets, mixture_run_config
 
@@ -318,7 +318,7 @@ def test_the_protocol_predicts_each_target_before_its_run(law_protocol):
 
 
 def test_each_prediction_is_locked_and_each_target_carries_its_hash(law_protocol):
-    from marin_assets.experiments.lock import read_lock
+    from marin_assets.store.lock_files import read_lock
 
     store = law_protocol["store"]
     for name in LAW_LADDER.target_keys:
@@ -399,8 +399,8 @@ stub_phases = dg.DynamicPartitionsDefinition(name="stub_phases")
 def stub_main_run(store: ArtifactStore):
     """A main run of phases (no training): each phase's counts say the run's tokens so far; it
     checks, as it starts, that the main target's prediction is already frozen."""
-    from marin_assets.experiments.lock import read_lock
     from marin_assets.orchestration import StageContext, versioned_asset
+    from marin_assets.store.lock_files import read_lock
 
     @versioned_asset(key="train/stub", code_version="1", partitions_def=stub_phases, group_name="training")
     def stub(ctx: StageContext):
@@ -425,7 +425,7 @@ def test_the_main_run_is_a_target_predicted_before_it_starts_and_scored_after(da
     """An observed target: its prediction is frozen before ``main_run`` starts (the stub checks), the
     ladder trains nothing for it, and its actual is the main run's newest phase; without a main run
     ``run_ladder`` stops after the predictions."""
-    from marin_assets.experiments.lock import read_lock
+    from marin_assets.store.lock_files import read_lock
 
     store = ArtifactStore(str(tmp_path))
     stub = stub_main_run(store)

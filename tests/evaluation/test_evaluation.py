@@ -189,7 +189,7 @@ def test_evaluate_checkpoint_on_packaged_tasks(checkpoint, tmp_path):
     untrained tiny model, against each pair scored alone by the model (batch of one, full window)."""
     from marin_assets.datakit.eval_sets import load_task
     from marin_assets.evaluation import evaluate
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.evaluation.scoring import model_token_logprobs
 
     tasks = ("hellaswag", "winogrande", "boolq", "gsm8k")

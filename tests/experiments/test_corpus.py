@@ -120,7 +120,7 @@ def test_the_validation_loss_reads_the_held_out_split(made, tmp_path):
     import numpy as np
 
     from marin_assets.datakit.datasets import read_dataset
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.experiments.record import record_from_dict
     from marin_assets.experiments.runs import run_spec, validation_loss
     from marin_assets.model import loss_fn

@@ -24,7 +24,7 @@ def _one_line(exc: BaseException) -> str:
 
 @pytest.mark.parametrize("layout", sorted(LAYOUT_MODELS))
 def test_ours_to_hf_to_ours_is_bit_identical(tmp_path, layout):
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     run = save_checkpoint(tmp_path / "run", LAYOUT_MODELS[layout])
     result = export_hf(run, tmp_path / "hf", tokenizer="bytes", shard_bytes=20_000)  # forces shards
@@ -59,7 +59,7 @@ def test_imported_unused_qk_norm_gains_are_ones_not_zeros(tmp_path):
 
 
 def test_one_file_under_the_shard_size_and_the_imported_model_gives_our_logits(tmp_path):
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     run = save_checkpoint(tmp_path / "run", MIXTRAL_MODEL)
     result = export_hf(run, tmp_path / "hf", tokenizer="bytes")

@@ -21,7 +21,7 @@ MODELS = {"llama": LLAMA_MODEL, "qwen3": QWEN3_MODEL, "mixtral": MIXTRAL_MODEL}
 def test_levanter_loads_our_export_and_gives_our_logits(tmp_path, layout):
     import numpy as np
 
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
     from tests.hf import levanter_reference as lev
 
     run = save_checkpoint(tmp_path / "run", MODELS[layout])

@@ -33,7 +33,7 @@ def _run(argv, capsys) -> tuple[int, str, str]:
 
 def _expected_ids(checkpoint, text: str, n: int) -> list[int]:
     """What the library generates for ``text`` (EOS first, as the CLI starts each prompt), stopping at EOS."""
-    from marin_assets.evaluation.run import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.model.decode import generate
 
     params, config, bias, _ = load_model_from_checkpoint(checkpoint)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from marin_assets.experiments.lock import LockFileError, RecordChangedError, content_hash, lock_path, read_lock
 from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp, compare, comparison_png, lock_name,
                                                 register_prediction, require_frozen)
 from marin_assets.scaling.fits import IsoFlopConfig
@@ -19,6 +18,7 @@ from marin_assets.scaling.ladder_predict import (frozen_candidate, loss_at_confi
 from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import partition_key, plan_run
 from marin_assets.store import ArtifactStore
+from marin_assets.store.lock_files import LockFileError, RecordChangedError, content_hash, lock_path, read_lock
 
 PRED = {"ladder": "dense", "target": "x3", "loss": 2.5, "budget": 1.2e11, "config": {"width": 16}}
 

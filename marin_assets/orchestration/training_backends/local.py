@@ -22,6 +22,7 @@ class LocalTrainingBackend(TrainingBackend):
         return self._train(context, spec, on_checkpoint)
 
     def _train(self, context, spec: TrainSpec, on_checkpoint: OnCheckpoint | None) -> TrainOutcome:
+        from marin_assets.hf import warm_start_weights
         from marin_assets.train.loop import train
 
         rows: list[dict] = []
@@ -42,7 +43,8 @@ class LocalTrainingBackend(TrainingBackend):
         result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
                        log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
                        allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check(),
-                       on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)))
+                       on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)),
+                       read_weights=warm_start_weights)
         announce()  # the final checkpoint commits after the last row
         if result.stopped_by:
             context.log.info(result.stop_message)
