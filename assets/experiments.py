@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 import dagster as dg
+import fsspec
 
 from marin_assets.experiments.analysis import analyze, report_images, report_markdown
 from marin_assets.experiments.data import CORPUS_KEY, materialize_corpus, open_corpus
@@ -147,7 +148,7 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         with store.fs.open(join(out, "report.md"), "w") as f:
             f.write(report_markdown(rec, result))
         for name, png in images.items():
-            with store.fs.open(join(out, name), "wb") as f:
+            with fsspec.core.OpenFile(store.fs, join(out, name), "wb") as f:  # store.fs.open, typed as bytes-writing
                 f.write(png)
         return dg.MaterializeResult(metadata={
             "report": dg.MetadataValue.md(markdown), "criterion_held": result["criterion"]["held"],

@@ -48,11 +48,11 @@ def run_datakit(defs: dg.Definitions, instance: dg.DagsterInstance, *, tags: Map
         lines.append(line)
         log(line)
 
-    results = materialize_waves(assets, instance, defs.resources, selection=datakit_keys(defs), tags=tags, log=note)
+    results = materialize_waves(assets, instance, defs.resources or {}, selection=datakit_keys(defs), tags=tags, log=note)
     events = [e for r in results for e in r.get_asset_materialization_events()]
     hits = sum(1 for e in events if "cache_hit" in e.materialization.metadata and e.materialization.metadata["cache_hit"].value)
-    datasets = {e.asset_key.path[-1]: e.materialization.metadata["count/train_tokens"].value for e in events
-                if e.asset_key.path[0] == "datasets"}
+    datasets = {e.materialization.asset_key.path[-1]: e.materialization.metadata["count/train_tokens"].value for e in events
+                if e.materialization.asset_key.path[0] == "datasets"}
     failed_checks = [f"{c.asset_key.to_user_string()}:{c.check_name}" for r in results
                      for c in r.get_asset_check_evaluations() if not c.passed]
     summary = {"success": all(r.success for r in results) and not failed_checks,

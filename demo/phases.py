@@ -141,6 +141,8 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
     for _ in range(max_ticks):
         result = decided or sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
         decided = None
+        if not isinstance(result, dg.SensorResult):  # no phase runs between ticks here: the controller decides
+            raise TypeError(f"sensor {sensor_name} returned {type(result).__name__}, not a SensorResult")
         cursor = getattr(result, "cursor", None) or cursor
         requests = result.run_requests or []
         if not requests:
@@ -193,7 +195,7 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
 def _skip_message(result: dg.SensorResult | dg.SkipReason) -> str:
     if isinstance(result, dg.SkipReason):
         return result.skip_message or ""
-    return result.skip_reason.skip_message if result.skip_reason else ""
+    return (result.skip_reason.skip_message or "") if result.skip_reason else ""
 
 
 def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: float = 0.0) -> list[dict]:
@@ -202,6 +204,8 @@ def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: fl
     out = []
     for record in reversed(records):
         obs = record.event_log_entry.asset_observation
+        if obs is None:
+            raise ValueError(f"{asset_key.to_user_string()}: an observation record without its observation")
         out.append({"phase": obs.partition, **{k: v.value for k, v in obs.metadata.items() if k in ("decision", "reason", "next_phase")}})
     return out
 

@@ -63,7 +63,7 @@ def quantile_shift_histogram(logits: jax.Array, bias: jax.Array, k: int, bins: i
     hist = jnp.zeros((E, bins), jnp.float32).at[jnp.arange(E)[None, :], idx].add(1.0)
     if axis_name is not None:
         hist = jax.lax.psum(hist, axis_name)
-    n = n_tokens * k / E
+    n: jax.Array = n_tokens * k / E  # an Array: jnp.float32(T) and psum are untyped in jax
     # above[e, i]: margins in bins i.. (inclusive) i.e. >= lower edge of bin i.
     above = jnp.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
     above_next = jnp.concatenate([above[:, 1:], jnp.zeros((E, 1))], axis=1)

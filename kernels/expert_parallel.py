@@ -52,10 +52,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import cast
 
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
+from jax.ad_checkpoint import checkpoint, checkpoint_name
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -214,8 +216,12 @@ class ExpertParallel:
             )
         body = self._pooled if self.transport == "pooled" else self._ragged
         tok, exp = P(self.tokens), P(self.axis)
-        fn = jax.shard_map(
-            body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp), out_specs=(tok, P(), P()), check_vma=False
+        # jax types shard_map's result as the function or, for decorator use without f, a decorator
+        fn = cast(
+            Callable[..., tuple[jax.Array, jax.Array, jax.Array]],
+            jax.shard_map(
+                body, mesh=self.mesh, in_specs=(tok, tok, tok, exp, exp, exp), out_specs=(tok, P(), P()), check_vma=False
+            ),
         )
         return fn(x, expert_ids, weights, w_gate, w_up, w_down)
 
@@ -225,7 +231,7 @@ class ExpertParallel:
 
     # -- per-device bodies (local shapes) -------------------------------------------------
 
-    def _route(self, x, expert_ids, n_local):
+    def _route(self, x: jax.Array, expert_ids: jax.Array, n_local: int) -> tuple[jax.Array, jax.Array, jax.Array]:
         Tl, k = expert_ids.shape
         flat = expert_ids.reshape(-1)
         return flat // n_local, flat % n_local, x[jnp.arange(Tl * k) // k]
@@ -235,7 +241,9 @@ class ExpertParallel:
         out = out_assign.reshape(Tl, k, -1)
         return jnp.einsum("tkd,tk->td", out, weights.astype(out.dtype))
 
-    def _pooled(self, x, expert_ids, weights, w_gate, w_up, w_down):
+    def _pooled(
+        self, x: jax.Array, expert_ids: jax.Array, weights: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array
+    ):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
         A = expert_ids.size
         pool, cap = self.pool_rows(A), self.expert_capacity(A, El)
@@ -260,13 +268,15 @@ class ExpertParallel:
 
         keep_arrivals = jax.checkpoint_policies.save_only_these_names(_WAVE_ARRIVED)
         start = (jnp.zeros((El,), jnp.int32), jnp.int32(0))
-        (taken, arrived), back = jax.lax.scan(jax.remat(one_wave, policy=keep_arrivals), start, outgoing)
+        (taken, arrived), back = jax.lax.scan(checkpoint(one_wave, policy=keep_arrivals), start, outgoing)
         back = back.swapaxes(0, 1).reshape(Pn * pool, D)
         out_assign = jnp.take(back, slot, axis=0, mode="fill", fill_value=0)
         sender, receiver = A - jnp.sum(sent), arrived - jnp.sum(taken)
         return self._combine(out_assign, weights), self._total(sender), self._total(receiver)
 
-    def _ragged(self, x, expert_ids, weights, w_gate, w_up, w_down):
+    def _ragged(
+        self, x: jax.Array, expert_ids: jax.Array, weights: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array
+    ):
         Pn, El, D = self.size, w_gate.shape[0], x.shape[1]
         A = expert_ids.size
         cap = self.expert_capacity(A, El)

@@ -39,7 +39,8 @@ def check_float(what: str, value: Any, lo: float | None = None, hi: float | None
     try:
         value = float(value)
     except OverflowError:
-        raise ValueError(f"{what} must be in {interval}, got an integer of about {_digits(int(value))} digits") from None
+        digits = _digits(int(math.trunc(value)))  # int(x) of a Real; typeshed's numbers.Real declares no __int__
+        raise ValueError(f"{what} must be in {interval}, got an integer of about {digits} digits") from None
     if not math.isfinite(value):
         raise ValueError(f"{what} must be a finite number, got {value}")
     below = lo is not None and (value <= lo if lo_open else value < lo)

@@ -38,6 +38,8 @@ MARKS_FORMAT = 1  # bump when exact_reduce's marks change shape: older ones are 
 
 
 def exact_list(removals: ArtifactRef) -> str:
+    if removals.partition is None:
+        raise ValueError(f"{removals.asset_key} is per shard: its artifact must name its shard")
     return removal_list_path(removals.data_path, removals.partition)
 
 

@@ -24,12 +24,17 @@ INDEX_KEY = "shards/index"
 INDEX_FILE = "index.json"
 
 
-def index_entry(index: ArtifactRef, shard: str) -> dict:
-    """{file, sha256, source, bytes, lines} of one shard, with `file` an openable path."""
+def _index_entries(index: ArtifactRef) -> dict[str, dict]:
+    """{shard key: entry} of an index artifact, as its index.json holds them."""
     import fsspec
 
-    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
-        entries = json.load(f)
+    fs, path = fsspec.core.url_to_fs(join(index.data_path, INDEX_FILE))
+    return json.loads(fs.cat_file(path))
+
+
+def index_entry(index: ArtifactRef, shard: str) -> dict:
+    """{file, sha256, source, bytes, lines} of one shard, with `file` an openable path."""
+    entries = _index_entries(index)
     if shard not in entries:
         raise KeyError(f"shard {shard!r} is not in {INDEX_KEY} version {index.version[:16]} ({len(entries)} shards)")
     return {**entries[shard], "file": join(index.data_path, entries[shard]["file"])}
@@ -37,19 +42,13 @@ def index_entry(index: ArtifactRef, shard: str) -> dict:
 
 def index_sources(index: ArtifactRef) -> dict[str, str]:
     """{shard key: its source} of an index artifact, sorted by key."""
-    import fsspec
-
-    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
-        entries = json.load(f)
+    entries = _index_entries(index)
     return {key: entries[key]["source"] for key in sorted(entries)}
 
 
 def index_keys(index: ArtifactRef) -> list[str]:
     """Every shard key of an index artifact, sorted."""
-    import fsspec
-
-    with fsspec.open(join(index.data_path, INDEX_FILE), "r") as f:
-        return sorted(json.load(f))
+    return sorted(_index_entries(index))
 
 
 def register_shards(instance: dg.DagsterInstance, keys: list[str], shards: dg.DynamicPartitionsDefinition) -> tuple[int, int]:

@@ -131,7 +131,8 @@ def tokenizer_asset(spec: str) -> dg.AssetsDefinition:
     def _tokenizer(ctx: StageContext):
         import fsspec
 
-        with fsspec.open(join(ctx.out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        fs, path = fsspec.core.url_to_fs(join(ctx.out_dir, "tokenizer.json"))  # the staging folder exists
+        with fsspec.core.OpenFile(fs, path, "w", encoding="utf-8") as f:  # the OpenFile fsspec.open makes
             f.write(text)
         encoder = load_encoder(join(ctx.out_dir, "tokenizer.json"))
         return {"tokenizer": label, "vocab_size": encoder.vocab_size, "eos_id": encoder.eos_id, "sha256": encoder.sha256}

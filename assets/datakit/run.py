@@ -239,7 +239,7 @@ def run(spec: RunSpec) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.datakit.run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m assets.datakit.run", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--spec", required=True, help="the run, as RunSpec.to_json() writes it")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=dg.BetaWarning)

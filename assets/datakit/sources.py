@@ -20,6 +20,7 @@ import dagster as dg
 
 from assets.datakit.common import GROUP
 from assets.datakit.configs import SourceAssetConfig
+from marin_assets.datakit.quarantine import QuarantineRecord
 from marin_assets.datakit.readers import JSONL_SUFFIXES, SUPPORTED_SUFFIXES, ReaderConfig, iter_file, scan_input
 from marin_assets.datakit.shard_index import WHOLE_FILE_SUFFIXES
 from marin_assets.datakit.shards import basename, copy_file, join
@@ -61,7 +62,8 @@ def files_digest(files: Sequence[tuple[str, str]]) -> str:
     digest = hashlib.sha256()
     for name, path in files:
         digest.update(f"{len(name)}:{name}".encode())
-        with fsspec.open(path, "rb") as f:
+        fs, fs_path = fsspec.core.url_to_fs(path)
+        with fs.open(fs_path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
         digest.update(b"\x00end")
@@ -102,8 +104,9 @@ def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
                 copy_file(file, join(ctx.out_dir, copy_name))
                 continue
             for record in iter_file(file, ReaderConfig(max_doc_bytes=max_doc_bytes)):
-                reason = record.reason  # iter_file yields one QuarantineRecord for such a file
-                reasons[reason] = reasons.get(reason, 0) + 1
+                # a file with no SHARDABLE suffix has none the readers read: iter_file yields one QuarantineRecord
+                assert isinstance(record, QuarantineRecord)
+                reasons[record.reason] = reasons.get(record.reason, 0) + 1
         return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons,
                 "skipped": len(skipped), "skip_reasons": skipped}
 

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
 
     run = sub.add_parser("run", help="materialise the DataKit graph on --input paths and print one JSON summary line",
-                         description=__doc__.split("\n\n")[0])
+                         description=(__doc__ or "").split("\n\n")[0])
     run.add_argument("--input", action="append", required=True, metavar="PATH",
                      help="file or directory (any fsspec URL) of .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt, or web pages: "
                           ".warc/.warc.gz (Common Crawl's format)/.html; repeatable")

@@ -180,10 +180,11 @@ def _json_safe(value):
 
 
 def _summary(result) -> dict:
-    return _json_safe({"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
-                       "validation_loss": result.validation_loss, "counts": result.counts,
-                       "checkpoint": str(result.checkpoint_dir), "metrics": str(result.metrics_path),
-                       "loss_curve": str(result.loss_curve_png)})
+    summary = {"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
+               "validation_loss": result.validation_loss, "counts": result.counts,
+               "checkpoint": str(result.checkpoint_dir), "metrics": str(result.metrics_path),
+               "loss_curve": str(result.loss_curve_png)}
+    return {k: _json_safe(v) for k, v in summary.items()}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,6 +56,11 @@ def compute_domain(name: str, namespace: str, job: str) -> dict[str, Any]:
     }
 
 
+def spec_map_name(name: str) -> str:
+    """The name of job ``name``'s spec ConfigMap (``spec_config_map``)."""
+    return f"{name}-spec"
+
+
 def spec_config_map(name: str, namespace: str, spec_json: str) -> k8s.V1ConfigMap:
     """The training spec handed to every worker pod as ``SPEC_MOUNT/SPEC_FILE``."""
     if len(spec_json.encode()) > 900_000:  # the API server refuses objects over ~1 MiB
@@ -63,7 +68,7 @@ def spec_config_map(name: str, namespace: str, spec_json: str) -> k8s.V1ConfigMa
     return k8s.V1ConfigMap(
         api_version="v1",
         kind="ConfigMap",
-        metadata=k8s.V1ObjectMeta(name=f"{name}-spec", namespace=namespace, labels={JOB_LABEL: name}),
+        metadata=k8s.V1ObjectMeta(name=spec_map_name(name), namespace=namespace, labels={JOB_LABEL: name}),
         data={SPEC_FILE: spec_json},
     )
 

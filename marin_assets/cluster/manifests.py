@@ -47,6 +47,7 @@ from marin_assets.cluster.job_objects import (
     domain_job,
     headless_service,
     spec_config_map,
+    spec_map_name,
     tolerations,
 )
 from marin_assets.cluster.job_shape import JobShape, job_shape
@@ -137,6 +138,8 @@ def multihost_jax_manifests(
     node_selector = None
     affinity = None
     if spec.is_tpu:
+        if spec.gke_accelerator is None or pool.topology is None:  # Pool and ACCELERATOR_SPECS give a TPU pool both
+            raise ValueError(f"{name}: TPU pool {pool.name} needs a GKE accelerator and a topology")
         node_selector = {
             "cloud.google.com/gke-tpu-accelerator": spec.gke_accelerator,
             "cloud.google.com/gke-tpu-topology": pool.topology,
@@ -148,9 +151,8 @@ def multihost_jax_manifests(
         objects += [compute_domain(f"{name}-r{d}", namespace, name) for d in range(domains)]
     spec_map = None
     if spec_json is not None:
-        config_map = spec_config_map(name, namespace, spec_json)
-        spec_map = config_map.metadata.name
-        objects.append(config_map)
+        spec_map = spec_map_name(name)
+        objects.append(spec_config_map(name, namespace, spec_json))
     objects.append(headless_service(service, namespace))
     for d in range(domains):
         if not spec.is_tpu:

@@ -80,6 +80,12 @@ class JobState:
     resubmissions: int = 0
     pools: frozenset[str] | None = None  # None: any pool of the fleet that matches the request
 
+    def held(self) -> Placement:
+        """The placement of this running job; ValueError if it is not running."""
+        if self.placement is None:
+            raise ValueError(f"job {self.job_id} is not running")
+        return self.placement
+
 
 @dataclass
 class TickResult:
@@ -166,7 +172,7 @@ class Router:
         lost = []
         for job_id in sorted(self._running[pool.name]):
             job = self.jobs[job_id]
-            if job.job_id not in hb.running and job.placement.at < hb.as_of:
+            if job.job_id not in hb.running and job.held().at < hb.as_of:
                 # Placed before the snapshot yet not there: its node failed. Re-submit.
                 job.resubmissions += 1
                 self._requeue(job)
@@ -272,20 +278,18 @@ class Router:
     def _residents(self, pool: str, domain: int) -> list[JobState]:
         """The running jobs that hold chips in ``domain`` of ``pool``."""
         jobs = (self.jobs[j] for j in self._running[pool])
-        return [j for j in jobs if domain in j.placement.domains]
+        return [j for j in jobs if domain in j.held().domains]
 
     @staticmethod
     def _held_in(job: JobState, domain: int) -> int:
         """Chips a running job holds in ``domain``."""
-        p = job.placement
-        if p is None:
-            raise ValueError(f"job {job.job_id} is not running")
+        p = job.held()
         return p.chips[p.domains.index(domain)]
 
     @staticmethod
     def _victim_order(j: JobState) -> tuple:
         """Eviction order: lowest band first, newest first, then id (deterministic)."""
-        return (j.request.band, -j.placement.at, j.job_id)
+        return (j.request.band, -j.held().at, j.job_id)
 
     def _preempt_for(self, job: JobState, views, now: float, result: TickResult) -> Placement | None:
         """Evict the cheapest set of lower-band jobs that makes room for ``job``; its placement, or None."""
@@ -349,7 +353,7 @@ class Router:
 
     def _evict(self, victim: JobState, by: str, views, now: float) -> Preemption:
         """Release a victim's chips (ledger and this tick's views) and queue it again."""
-        p = victim.placement
+        p = victim.held()
         self.ledger.release(victim.job_id, p.pool, p.domains, p.chips, now)
         used = views[p.pool]
         for d, c in zip(p.domains, p.chips):

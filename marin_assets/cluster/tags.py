@@ -91,7 +91,7 @@ def check_priority(value: str, *, what: str = f"tag {PRIORITY_TAG}") -> str:
     if value not in PRIORITY_BANDS:
         raise ValueError(
             f"{what}: unknown priority {_show(str(value))}; expected one of "
-            f"{', '.join(sorted(PRIORITY_BANDS, key=PRIORITY_BANDS.get, reverse=True))}"
+            f"{', '.join(sorted(PRIORITY_BANDS, key=PRIORITY_BANDS.__getitem__, reverse=True))}"
         )
     return value
 

@@ -48,7 +48,8 @@ def byte_chunks(file: str, size: int = 1 << 20) -> Iterator[bytes]:
     """Decompressed bytes of a .jsonl / .jsonl.gz / .jsonl.zst file, in chunks of at most ~size."""
     import fsspec
 
-    with fsspec.open(file, "rb") as f:
+    fs, path = fsspec.core.url_to_fs(file)
+    with fs.open(path, "rb") as f:
         if file.endswith(".zst"):
             yield from _zstd_chunks(f, size)
         elif file.endswith(".gz"):

@@ -186,11 +186,12 @@ def read_dataset(path: str) -> Dataset:
     found = index_path(path)
     if found is None:
         raise FileNotFoundError(f"{path}: no {INDEX_FILE}")
-    with fsspec.open(found, "r") as f:
-        try:
-            data = json.load(f)
-        except ValueError as e:
-            raise ValueError(f"{found}: not valid JSON: {e}") from None
+    fs, fs_path = fsspec.core.url_to_fs(found)
+    raw = fs.cat_file(fs_path)
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{found}: not valid JSON: {e}") from None
     return dataset_from_json(data, found.rstrip("/").rsplit("/", 1)[0] or "/", found)
 
 

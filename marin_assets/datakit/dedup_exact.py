@@ -268,9 +268,8 @@ def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:
 def _write_by_key(table, path: str) -> None:
     """`table` sorted by (key, row), one row group per shard key, without the key column."""
     import numpy as np
-    import pyarrow.compute as pc
 
-    table = table.take(pc.sort_indices(table, [("key", "ascending"), ("row", "ascending")]))
+    table = table.sort_by([("key", "ascending"), ("row", "ascending")])
     starts = np.flatnonzero(_first_flags(table.column("key")))
     names = table.column("key").take(arrow_int64(starts)).to_pylist()
     ends = list(starts[1:]) + [table.num_rows]

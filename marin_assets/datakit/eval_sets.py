@@ -271,7 +271,9 @@ def iter_jsonl_eval_items(path: str) -> Iterator[tuple[str, str]]:
     """``(eval_id, text)`` from a ``.jsonl`` or ``.jsonl.gz`` file (any fsspec path) whose
     records have a ``text`` field; the id is the record's ``id`` or ``<path>:<line>``."""
     compression = "gzip" if path.endswith(".gz") else None
-    with fsspec.open(path, "rb", compression=compression) as raw:
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    # the OpenFile fsspec.open makes; open() itself is typed as returning a list of them
+    with fsspec.core.OpenFile(fs, fs_path, "rb", compression=compression) as raw:
         for line_no, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8"), 1):
             if not line.strip():
                 continue

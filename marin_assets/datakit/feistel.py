@@ -55,7 +55,7 @@ def _domain_bits(n: int) -> int:
     return max(2, int(n - 1).bit_length())
 
 
-def _check_indices(indices: np.ndarray, n: int) -> np.ndarray:
+def _check_indices(indices: np.ndarray | int, n: int) -> np.ndarray:
     x = np.asarray(indices)
     if x.size and (not np.issubdtype(x.dtype, np.integer) or x.min() < 0 or x.max() >= n):
         raise ValueError(f"indices must be integers in [0, {n}); got range [{x.min()}, {x.max()}]")
@@ -84,7 +84,7 @@ class FeistelPermutation:
         return self.permute(indices)
 
 
-def _cycle_walk(x: np.ndarray, n: int | np.ndarray, bits: int, keys: np.ndarray, tweak=0) -> np.ndarray:
+def _cycle_walk(x: np.ndarray, n: int | np.ndarray, bits: int, keys: np.ndarray, tweak: np.ndarray | int = 0) -> np.ndarray:
     """Apply the Feistel pass, re-applying it to the elements that land outside [0, n)."""
     n = np.asarray(n, dtype=np.uint64)
     tweak = np.asarray(tweak, dtype=np.uint64)

@@ -236,7 +236,7 @@ def fuzzy_band_reduce(
     both = set(files) & set(earlier[0]) if earlier else set()
     if both:
         raise ValueError(f"fuzzy_band_reduce: shards {sorted(both)[:5]} are both new and in the reused reduce {reuse}")
-    shard_keys = sorted([*files, *(earlier[0] if earlier else [])])
+    shard_keys: list[str] = sorted([*files, *(earlier[0] if earlier else [])])
     position = {k: s for s, k in enumerate(shard_keys)}
     key_parts, node_parts, groups = [], [], 0
     if earlier:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 Stage = tuple[int, tuple[tuple[str, float], ...]]  # (first step, sorted (source, weight) pairs)
+StageSpec = tuple[int, Mapping[str, float] | tuple[tuple[str, float], ...]]  # as given: {source: weight} or a Stage's pairs
 
 
 def _stage_weights(step: Any, weights: Any) -> dict[str, float]:
@@ -70,13 +71,14 @@ class Mixture:
     """Validated, normalised ``[(step, {source: weight})]`` stages (see the module doc).
 
     ``stages`` accepts any sequence of ``(step, {source: weight})`` pairs; it is stored as
-    a tuple of ``(step, ((source, weight), ...))`` with weights normalised per stage.
+    a tuple of ``(step, ((source, weight), ...))`` with weights normalised per stage (so the
+    constructor takes a wider type than the field holds: it is written out, not generated).
     """
 
     stages: Sequence[Stage]
 
-    def __post_init__(self) -> None:
-        raw = self.stages
+    def __init__(self, stages: Sequence[StageSpec]) -> None:
+        raw = stages
         if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence) or not raw:
             raise ValueError(f"a mixture needs at least one (step, weights) stage, got {raw!r}")
         pairs = []
@@ -168,8 +170,8 @@ def read_mixture_file(data_dir: str) -> tuple[Mixture, dict[str, dict]]:
     from marin_assets.datakit.datasets import resolve
 
     path = f"{data_dir.rstrip('/')}/{MIXTURE_FILE}"
-    with fsspec.open(path, "r") as f:
-        spec = json.load(f)
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    spec = json.loads(fs.cat_file(fs_path))
     if not isinstance(spec, dict) or "schedule" not in spec or not isinstance(spec.get("datasets"), dict):
         raise ValueError(f"{path}: not a mixture (want 'schedule' and 'datasets')")
     datasets = {s: {**d, "index": resolve(d["index"], data_dir)} for s, d in spec["datasets"].items()}

@@ -115,9 +115,9 @@ class QualityModel:
         import fsspec
         import numpy as np
 
-        with fsspec.open(join(model_dir, CONFIG_FILE), "r") as f:
-            meta = json.load(f)
-        with fsspec.open(join(model_dir, WEIGHTS_FILE), "rb") as f:
+        fs, root = fsspec.core.url_to_fs(model_dir)
+        meta = json.loads(fs.cat_file(join(root, CONFIG_FILE)))
+        with fs.open(join(root, WEIGHTS_FILE), "rb") as f:
             weights = np.load(f)
         return QualityModel(weights, meta["bias"], QualityModelConfig(**meta["config"]))
 

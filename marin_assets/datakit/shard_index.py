@@ -116,7 +116,9 @@ def _writer(out_dir: str, key: str, suffix: str, source: str, entries: dict):
     file = f"{key}{suffix}"
     entry = {"file": file, "source": source, "bytes": 0, "lines": 0}
     entries[key] = entry
-    return fsspec.open(join(out_dir, file), "wb").open(), entry, hashlib.sha256()
+    fs, path = fsspec.core.url_to_fs(join(out_dir, file))
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    return fs.open(path, "wb"), entry, hashlib.sha256()
 
 
 def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_bytes: int, root: str | None = None) -> dict[str, dict]:
@@ -132,9 +134,10 @@ def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_byte
         if name.endswith(WHOLE_FILE_SUFFIXES):
             suffix = next(s for s in WHOLE_FILE_SUFFIXES if name.endswith(s))
             f, entry, digest = _writer(out_dir, shard_key(source, label, 0), suffix, source, entries)
-            with f, fsspec.open(raw, "rb") as src:
+            fs, raw_path = fsspec.core.url_to_fs(raw)
+            with f, fs.open(raw_path, "rb") as src:
                 size = 0
-                while data := src.read(READ_BYTES):  # pyright: ignore[reportAttributeAccessIssue]  (in blocks: not held whole)
+                while data := src.read(READ_BYTES):  # in blocks: not held whole
                     f.write(data)
                     digest.update(data)
                     size += len(data)
@@ -143,9 +146,11 @@ def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_byte
         if not name.endswith(JSONL_SUFFIXES):
             raise ValueError(f"raw file {raw}: cannot shard a {name.rsplit('.', 1)[-1]!r} file; expected one of "
                              f"{JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES}")
-        with fsspec.open(raw, "rb", compression="infer") as src:
+        fs, raw_path = fsspec.core.url_to_fs(raw)
+        # the OpenFile fsspec.open makes; open() itself is typed as returning a list of them
+        with fsspec.core.OpenFile(fs, raw_path, "rb", compression="infer") as src:
             new_shard = functools.partial(_line_shard_writer, out_dir, source, label, entries)
-            _write_line_shards(line_shards(src, shard_bytes), new_shard)  # pyright: ignore[reportArgumentType]  (fsspec's open is untyped)
+            _write_line_shards(line_shards(src, shard_bytes), new_shard)
     return entries
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SHARD_RE = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet")  # matched whole against a basename
 # A shard key names a shard in map/reduce layouts and removal lists (it becomes a file name):
@@ -243,7 +246,7 @@ def write_json(obj, path: str) -> None:
 
 # pa.array() on numpy and Array.to_numpy() import pandas (about a second of every step
 # process that never needs it); these keep the map, reduce and verify steps pandas-free.
-def numpy_view(column, dtype):
+def numpy_view(column, dtype) -> np.ndarray:
     """A primitive Arrow column (no nulls) of type `dtype` as numpy, read from its buffer."""
     import numpy as np
     import pyarrow as pa
@@ -303,8 +306,8 @@ def _read_json_once(path: str, stamp):
 
     import fsspec
 
-    with fsspec.open(path, "r") as f:
-        return json.load(f)
+    fs, p = fsspec.core.url_to_fs(path)
+    return json.loads(fs.cat_file(p))
 
 
 def list_committed_dir(directory: str, prefix: str = "", suffix: str = "") -> tuple[str, ...]:

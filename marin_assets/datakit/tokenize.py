@@ -31,6 +31,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from marin_assets.datakit.levanter_cache import CacheWriter
 from marin_assets.datakit.shards import join, reset_dir, write_json
@@ -96,9 +97,9 @@ def _tokenizer_bytes(spec: str) -> bytes:
     path = _pretrained_path(spec) if spec in PRETRAINED else spec
     if not path.endswith(".json"):
         path = join(path, "tokenizer.json")
+    fs, fs_path = fsspec.core.url_to_fs(path)
     try:
-        with fsspec.open(path, "rb") as f:
-            return f.read()
+        return fs.cat_file(fs_path)
     except FileNotFoundError:
         raise FileNotFoundError(f"tokenizer {spec!r}: {path} does not exist") from None
 
@@ -303,7 +304,7 @@ def tokenize(shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: T
     if encoder.eos_id is None:
         raise ValueError(f"tokenizer {tokenizer} has no {EOS!r} token (documents are separated by it)")
     eos = np.array([encoder.eos_id], np.int32)
-    stats = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    stats: dict[str, Any] = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}  # stats.json: per split, then overall
     # Start from empty split dirs and no stats.json: nothing of an earlier cache survives a rerun.
     for s in SPLITS:
         reset_dir(join(out_dir, s))

@@ -189,6 +189,8 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
     def _backend_for_run(self, run: DagsterRun):
         """The backend its ``marin/backend`` tag names, or None."""
         name = run.tags.get(BACKEND_TAG)
+        if name is None:
+            return None
         if name == LOCAL:
             return self.local
         return self.clusters.get(name)

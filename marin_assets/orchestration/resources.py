@@ -141,7 +141,7 @@ def training_backend_from_env(env: Mapping[str, str] | None = None):
     if kind == "local":
         return LocalTrainingBackend()
     if kind == "processes":
-        return ProcessesTrainingBackend(processes=_count(env, TRAIN_PROCESSES_ENV, 2),
+        return ProcessesTrainingBackend(processes=_count(env, TRAIN_PROCESSES_ENV, None) or 2,  # a count is >= 1
                                         devices_per_process=_count(env, TRAIN_DEVICES_ENV, None))
     if kind == "kubernetes":
         fleet = setting(FLEET_FILE_ENV, env)

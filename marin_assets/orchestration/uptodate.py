@@ -65,8 +65,9 @@ def stale_partitions(assets: Sequence[dg.AssetsDefinition], wave_keys: Sequence[
             return None
         recorded = _recorded(instance, key, assets_def.partitions_def is not None)
         modes = {name: input_mode(assets_def, up, defs.get(up)) for name, up in planner.in_keys.items()}
-        every_key = {name: list(defs[up].get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
-                     for name, up in planner.in_keys.items() if defs.get(up) is not None and modes[name] == InputMode.WHOLE}
+        every_key = {name: list(up_def.get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
+                     for name, up in planner.in_keys.items()
+                     if (up_def := defs.get(up)) is not None and modes[name] == InputMode.WHOLE}
         for partition in partitions:
             if partition in stale:
                 continue  # the run covers it for every asset of the wave anyway
@@ -111,11 +112,13 @@ def _inputs(planner: Planner, modes: Mapping[str, Any], every_key: Mapping[str, 
     for name, up in planner.in_keys.items():
         upstream_def, mode = defs.get(up), modes[name]
         if upstream_def is None:
-            keys: list[str | None] = [None]
+            keys: Sequence[str | None] = [None]
         elif mode == InputMode.IDENTITY:
             keys = [partition]
         elif mode == InputMode.WHOLE:
             keys = every_key[name]
+        elif partition is None:  # input_mode gives an unpartitioned asset's inputs WHOLE
+            raise ValueError(f"input {name} of an unpartitioned asset is partition-mapped")
         else:
             keys = mapped_keys(mode, partition, instance)
         refs = {k: pointers(up, k) for k in keys}

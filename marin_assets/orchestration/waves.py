@@ -92,15 +92,18 @@ def spans(keys: Sequence[str | None], todo: Collection[str | None], max_gap: int
     a run costs about what the events of ~30 up-to-date partitions cost."""
     if keys == [None]:
         return [None] if todo else []
+    named = [k for k in keys if k is not None]
+    if len(named) != len(keys):
+        raise ValueError("None is the one key of an unpartitioned wave, not a partition key")
     max_gap = MAX_GAP if max_gap is None else max_gap
-    index = [i for i, k in enumerate(keys) if k in todo]
+    index = [i for i, k in enumerate(named) if k in todo]
     groups: list[list[int]] = []
     for i in index:
         if groups and i - groups[-1][1] - 1 <= max_gap:
             groups[-1][1] = i
         else:
             groups.append([i, i])
-    return [(keys[lo], keys[hi]) for lo, hi in groups]
+    return [(named[lo], named[hi]) for lo, hi in groups]
 
 
 def materialize_waves(

@@ -8,7 +8,7 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 import fsspec.config
@@ -162,8 +162,8 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, du
             with contextlib.suppress(OSError):
                 os.remove(tmp)
             raise
-    else:
-        with fs.open(path, "wb") as f:
+    else:  # fs.open's file, typed: fsspec infers open() as the text wrapper of mode "r" or the binary file
+        with fsspec.core.OpenFile(fs, path, "wb") as f:
             f.write(data)
 
 
@@ -176,10 +176,15 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """The whole file; FileNotFoundError when there is none."""
+    data = fs.cat_file(path)
+    return data if isinstance(data, bytes) else data.encode("utf-8")  # fsspec's cat_file is typed str | bytes
+
+
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any | None:
     try:
-        with fs.open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(read_bytes(fs, path).decode("utf-8"))
     except FileNotFoundError:
         return None
 
@@ -188,7 +193,7 @@ def list_files(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, int]
     """(relative path, size) of every file under root, sorted."""
     if not fs.exists(root):
         return []
-    found = fs.find(root, detail=True)
+    found = cast(dict[str, dict], fs.find(root, detail=True))  # {path: info}; fsspec types find list | dict
     root_stripped = root.rstrip("/") + "/"
     out = []
     for path, info in found.items():

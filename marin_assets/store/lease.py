@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import fsspec
 
-from marin_assets.store.fsutil import is_local, join, unstrip, write_json_atomic
+from marin_assets.store.fsutil import is_local, join, read_bytes, unstrip, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -317,8 +317,7 @@ class Lease:
 
     def _read_raw(self, generation: int) -> bytes | None:
         try:
-            with self.fs.open(self._gen_path(generation), "rb") as f:
-                return f.read()
+            return read_bytes(self.fs, self._gen_path(generation))
         except FileNotFoundError:
             return None
 

@@ -312,4 +312,4 @@ def _as_float(value: numbers.Real) -> float:
     try:
         return float(value)
     except OverflowError:
-        return math.inf if value > 0 else -math.inf
+        return -math.inf if value <= 0 else math.inf  # typeshed's numbers.Real has __le__ but no __gt__

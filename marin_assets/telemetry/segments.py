@@ -109,7 +109,7 @@ class SegmentInfo:
             raise ValueError(f"segment {self.path}: step range {self.step_min}..{self.step_max} is invalid")
         tmin = _optional_finite(self.time_min, f"segment {self.path} time_min")
         tmax = _optional_finite(self.time_max, f"segment {self.path} time_max")
-        if (tmin is None) != (tmax is None) or (tmin is not None and tmin > tmax):
+        if (tmin is None) != (tmax is None) or (tmin is not None and tmax is not None and tmin > tmax):
             raise ValueError(f"segment {self.path}: time range {tmin}..{tmax} is invalid")
         for start, end, digest in self.sources:
             if not (0 <= start < end and _SHA256_HEX.fullmatch(digest)):
@@ -142,7 +142,7 @@ class SegmentInfo:
             return False
         tlo, thi = times
         if tlo is not None or thi is not None:
-            if self.time_min is None:
+            if self.time_min is None or self.time_max is None:  # both or neither (__post_init__)
                 return False  # no row of this segment has a time, so none can match a time range
             if (tlo is not None and self.time_max < tlo) or (thi is not None and self.time_min > thi):
                 return False
@@ -164,12 +164,12 @@ def normalise(table: pa.Table) -> pa.Table:
 def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), created: float = 0.0,
               sources: tuple[SourceRange, ...] = ()) -> SegmentInfo:
     """The footer/index summary of a normalised, non-empty table that holds one run."""
-    runs = pc.unique(table.column("run")).to_pylist()
+    runs = table.column("run").unique().to_pylist()
     if len(runs) != 1:
         raise ValueError(f"a segment holds exactly one run, got {sorted(map(str, runs))}")
     steps = pc.min_max(table.column("step")).as_py()
     times = pc.min_max(table.column("time")).as_py()
-    metrics = tuple(sorted(pc.unique(table.column("metric")).to_pylist()))
+    metrics = tuple(sorted(table.column("metric").unique().to_pylist()))
     return SegmentInfo(path=path, run=runs[0], metrics=metrics, step_min=steps["min"], step_max=steps["max"],
                        time_min=times["min"], time_max=times["max"], rows=table.num_rows,
                        replaces=tuple(replaces), created=created, sources=tuple(sorted(set(sources))))
@@ -180,8 +180,9 @@ def encode(table: pa.Table, info: SegmentInfo) -> tuple[bytes, SegmentInfo]:
     footer = json.dumps({"format": FORMAT, **info.to_json()}, sort_keys=True).encode()
     table = table.replace_schema_metadata({FOOTER_KEY: footer})
     sink = pa.BufferOutputStream()
+    # pyarrow's write_table is unannotated: use_dictionary is inferred bool from its default, yet takes column names
     pq.write_table(table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                   use_dictionary=["run", "metric", "phase"], write_statistics=True)
+                   use_dictionary=["run", "metric", "phase"], write_statistics=True)  # pyright: ignore[reportArgumentType]
     data = sink.getvalue().to_pybytes()
     sized = replace(info, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     return data, sized

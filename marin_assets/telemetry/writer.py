@@ -90,7 +90,7 @@ class TelemetryWriter:
             self.flush()
 
     def _checked_step(self, step) -> int:
-        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or not 0 <= step <= INT64_MAX:
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or not 0 <= int(step) <= INT64_MAX:
             raise ValueError(f"run {self.run}: step must be a non-negative integer below 2**63, got {step!r}")
         return int(step)
 
