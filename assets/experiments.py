@@ -20,12 +20,11 @@ corpus; ``experiment_assets`` holds the corpus plus every record under ``experim
 under ``$MARIN_EXPERIMENTS_DIR`` when set: another folder of records, e.g. a test's).
 """
 
-
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import dagster as dg
 import fsspec
@@ -59,16 +58,33 @@ def corpus_asset(data_files: Sequence[int]) -> dg.AssetsDefinition:
     """``experiments/corpus``: the DataKit dataset of each of these corpus sizes (standard-library files)."""
     sizes = sorted(set(data_files))
 
-    @dg.asset(key=dg.AssetKey.from_user_string(CORPUS_KEY), group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
-              description=f"The DataKit datasets (byte tokenizer) of the first {sizes} standard-library files.")
+    @dg.asset(
+        key=dg.AssetKey.from_user_string(CORPUS_KEY),
+        group_name=EXPERIMENTS_GROUP,
+        code_version=CODE_VERSION,
+        description=f"The DataKit datasets (byte tokenizer) of the first {sizes} standard-library files.",
+    )
     def experiment_corpus(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         corpora = [(n, materialize_corpus(artifact_store.store, n, context.log.info)) for n in sizes]
         versions = ",".join(f"{n}:{c.version}" for n, c in corpora)
         return dg.MaterializeResult(
             data_version=dg.DataVersion(hashlib.sha256(versions.encode()).hexdigest()[:16]),
-            metadata={"datasets": dg.MetadataValue.json([
-                {"data_files": n, "index": c.index, "version": c.version, "train_tokens": c.train_tokens,
-                 "validation_tokens": c.validation_tokens, "vocab_size": c.vocab_size} for n, c in corpora])})
+            metadata={
+                "datasets": dg.MetadataValue.json(
+                    [
+                        {
+                            "data_files": n,
+                            "index": c.index,
+                            "version": c.version,
+                            "train_tokens": c.train_tokens,
+                            "validation_tokens": c.validation_tokens,
+                            "vocab_size": c.vocab_size,
+                        }
+                        for n, c in corpora
+                    ]
+                )
+            },
+        )
 
     return experiment_corpus
 
@@ -93,9 +109,14 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         # Re-read at run time: an edit made after the code location loaded is still checked.
         return load_record(path)
 
-    @dg.asset(key=runs_asset_key, partitions_def=partitions, group_name=EXPERIMENTS_GROUP, code_version=CODE_VERSION,
-              deps=[dg.AssetKey.from_user_string(CORPUS_KEY)],
-              description=f"{record.name}: one training run per (arm, budget, seed). {record.hypothesis.strip()}")
+    @dg.asset(
+        key=runs_asset_key,
+        partitions_def=partitions,
+        group_name=EXPERIMENTS_GROUP,
+        code_version=CODE_VERSION,
+        deps=[dg.AssetKey.from_user_string(CORPUS_KEY)],
+        description=f"{record.name}: one training run per (arm, budget, seed). {record.hypothesis.strip()}",
+    )
     def runs(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
         rec = current_record()
@@ -104,14 +125,25 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         if spec is None:
             raise ValueError(f"{rec.source}: no run {context.partition_key!r} in the record any more")
         row, hit = materialize_run(store, rec, spec, corpus, context.log.info)
-        return dg.MaterializeResult(metadata={
-            "validation_loss": float(row["validation_loss"]), "flops": float(row["flops"]), "steps": int(row["steps"]),
-            "arm": row["arm"], "seed": int(row["seed"]), "cache_hit": hit,
-            **({"wandb_run_id": row["wandb"]["run_id"], "wandb_dir": row["wandb"]["dir"]} if "wandb" in row else {})})
+        return dg.MaterializeResult(
+            metadata={
+                "validation_loss": float(row["validation_loss"]),
+                "flops": float(row["flops"]),
+                "steps": int(row["steps"]),
+                "arm": row["arm"],
+                "seed": int(row["seed"]),
+                "cache_hit": hit,
+                **({"wandb_run_id": row["wandb"]["run_id"], "wandb_dir": row["wandb"]["dir"]} if "wandb" in row else {}),
+            }
+        )
 
-    @dg.asset(key=dg.AssetKey([*prefix, "analysis"]), deps=[runs], group_name=EXPERIMENTS_GROUP,
-              code_version=CODE_VERSION,
-              description=f"{record.name}: effective speedup per arm (bootstrap over seeds), controls, criterion.")
+    @dg.asset(
+        key=dg.AssetKey([*prefix, "analysis"]),
+        deps=[runs],
+        group_name=EXPERIMENTS_GROUP,
+        code_version=CODE_VERSION,
+        description=f"{record.name}: effective speedup per arm (bootstrap over seeds), controls, criterion.",
+    )
     def analysis(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
         rec = current_record()
@@ -124,16 +156,25 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
             rows.append(read_run(ref))
         result = analyze(rec, rows)
         write_json_atomic(store.fs, _analysis_path(store, rec), result)
-        return dg.MaterializeResult(metadata={
-            "arms": dg.MetadataValue.json([{k: a[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")}
-                                           for a in result["arms"]]),
-            "noise_floor": dg.MetadataValue.json(result["noise_floor"]),
-            "controls_held": result["controls_held"], "criterion_held": result["criterion"]["held"],
-            "runs": len(rows)})
+        return dg.MaterializeResult(
+            metadata={
+                "arms": dg.MetadataValue.json(
+                    [{k: a[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")} for a in result["arms"]]
+                ),
+                "noise_floor": dg.MetadataValue.json(result["noise_floor"]),
+                "controls_held": result["controls_held"],
+                "criterion_held": result["criterion"]["held"],
+                "runs": len(rows),
+            }
+        )
 
-    @dg.asset(key=dg.AssetKey([*prefix, "report"]), deps=[analysis], group_name=EXPERIMENTS_GROUP,
-              code_version=CODE_VERSION,
-              description=f"{record.name}: Markdown report with plots and whether the criterion held.")
+    @dg.asset(
+        key=dg.AssetKey([*prefix, "report"]),
+        deps=[analysis],
+        group_name=EXPERIMENTS_GROUP,
+        code_version=CODE_VERSION,
+        description=f"{record.name}: Markdown report with plots and whether the criterion held.",
+    )
     def report(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
         store = artifact_store.store
         rec = current_record()
@@ -150,10 +191,15 @@ def build_experiment_assets(path: str | Path) -> list[dg.AssetsDefinition]:
         for name, png in images.items():
             with fsspec.core.OpenFile(store.fs, join(out, name), "wb") as f:  # store.fs.open, typed as bytes-writing
                 f.write(png)
-        return dg.MaterializeResult(metadata={
-            "report": dg.MetadataValue.md(markdown), "criterion_held": result["criterion"]["held"],
-            "controls_held": result["controls_held"], "path": out,
-            "speedups": dg.MetadataValue.json(json.loads(json.dumps(result["arms"])))})
+        return dg.MaterializeResult(
+            metadata={
+                "report": dg.MetadataValue.md(markdown),
+                "criterion_held": result["criterion"]["held"],
+                "controls_held": result["controls_held"],
+                "path": out,
+                "speedups": dg.MetadataValue.json(json.loads(json.dumps(result["arms"]))),
+            }
+        )
 
     return [runs, analysis, report]
 

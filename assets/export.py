@@ -20,10 +20,11 @@ import dagster as dg
 
 from assets.checkpoints import final_checkpoint_dep
 from assets.datakit.datasets import MIXTURE_KEY, read_mixture
+from assets.evals import EVAL_KEY
 from assets.partitions import demo_phases
 from assets.run_plan import RUN, TRAIN_KEY
 from assets.scaling_ladders import MOE_LADDER
-from assets.training import EVAL_KEY, TRAIN_CODE_VERSION
+from assets.training import TRAIN_CODE_VERSION
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageConfig, StageContext, versioned, versioned_asset
 from marin_assets.store import ArtifactRef, ArtifactStore

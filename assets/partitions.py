@@ -47,23 +47,40 @@ class NewestMainPhase(dg.PartitionMapping):
 
     def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def) -> None:
         if not isinstance(upstream_partitions_def, dg.DynamicPartitionsDefinition):
-            raise ValueError(f"NewestMainPhase maps from a phase set (a DynamicPartitionsDefinition), "
-                             f"got {type(upstream_partitions_def).__name__}")
+            raise ValueError(
+                f"NewestMainPhase maps from a phase set (a DynamicPartitionsDefinition), "
+                f"got {type(upstream_partitions_def).__name__}"
+            )
 
-    def get_upstream_mapped_partitions_result_for_partitions(self, downstream_partitions_subset, downstream_partitions_def,
-                                                             upstream_partitions_def, current_time=None,
-                                                             dynamic_partitions_store=None):
+    def get_upstream_mapped_partitions_result_for_partitions(
+        self,
+        downstream_partitions_subset,
+        downstream_partitions_def,
+        upstream_partitions_def,
+        current_time=None,
+        dynamic_partitions_store=None,
+    ):
         picked = self._pick(upstream_partitions_def, current_time, dynamic_partitions_store)
         return picked.get_upstream_mapped_partitions_result_for_partitions(
-            downstream_partitions_subset, downstream_partitions_def, upstream_partitions_def, current_time,
-            dynamic_partitions_store)
+            downstream_partitions_subset,
+            downstream_partitions_def,
+            upstream_partitions_def,
+            current_time,
+            dynamic_partitions_store,
+        )
 
-    def get_downstream_partitions_for_partitions(self, upstream_partitions_subset, upstream_partitions_def,
-                                                 downstream_partitions_def, current_time=None, dynamic_partitions_store=None):
+    def get_downstream_partitions_for_partitions(
+        self,
+        upstream_partitions_subset,
+        upstream_partitions_def,
+        downstream_partitions_def,
+        current_time=None,
+        dynamic_partitions_store=None,
+    ):
         picked = self._pick(upstream_partitions_def, current_time, dynamic_partitions_store)
         return picked.get_downstream_partitions_for_partitions(
-            upstream_partitions_subset, upstream_partitions_def, downstream_partitions_def, current_time,
-            dynamic_partitions_store)
+            upstream_partitions_subset, upstream_partitions_def, downstream_partitions_def, current_time, dynamic_partitions_store
+        )
 
     @property
     def description(self) -> str:
@@ -122,28 +139,46 @@ class _PhaseCheckpoints(dg.PartitionMapping):
         """The keys (of the checkpoint side) that belong to ``phases``."""
         return [key for key in keys if split_checkpoint_key(key)[0] in phases]
 
-    def get_upstream_mapped_partitions_result_for_partitions(self, downstream_partitions_subset, downstream_partitions_def,
-                                                             upstream_partitions_def, current_time=None,
-                                                             dynamic_partitions_store=None):
+    def get_upstream_mapped_partitions_result_for_partitions(
+        self,
+        downstream_partitions_subset,
+        downstream_partitions_def,
+        upstream_partitions_def,
+        current_time=None,
+        dynamic_partitions_store=None,
+    ):
         asked = list(downstream_partitions_subset.get_partition_keys()) if downstream_partitions_subset is not None else []
         if self.checkpoints_upstream:
-            keys = upstream_partitions_def.get_partition_keys(current_time=current_time,
-                                                              dynamic_partitions_store=dynamic_partitions_store)
+            keys = upstream_partitions_def.get_partition_keys(
+                current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
+            )
             picked = self._pick(keys, set(asked))
         else:
             picked = sorted({split_checkpoint_key(key)[0] for key in asked})
         return dg.SpecificPartitionsPartitionMapping(picked).get_upstream_mapped_partitions_result_for_partitions(
-            downstream_partitions_subset, downstream_partitions_def, upstream_partitions_def, current_time,
-            dynamic_partitions_store)
+            downstream_partitions_subset,
+            downstream_partitions_def,
+            upstream_partitions_def,
+            current_time,
+            dynamic_partitions_store,
+        )
 
-    def get_downstream_partitions_for_partitions(self, upstream_partitions_subset, upstream_partitions_def,
-                                                 downstream_partitions_def, current_time=None, dynamic_partitions_store=None):
+    def get_downstream_partitions_for_partitions(
+        self,
+        upstream_partitions_subset,
+        upstream_partitions_def,
+        downstream_partitions_def,
+        current_time=None,
+        dynamic_partitions_store=None,
+    ):
         given = list(upstream_partitions_subset.get_partition_keys())
-        existing = downstream_partitions_def.get_partition_keys(current_time=current_time,
-                                                                dynamic_partitions_store=dynamic_partitions_store)
+        existing = downstream_partitions_def.get_partition_keys(
+            current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
+        )
         if self.checkpoints_upstream:
-            all_checkpoints = upstream_partitions_def.get_partition_keys(current_time=current_time,
-                                                                         dynamic_partitions_store=dynamic_partitions_store)
+            all_checkpoints = upstream_partitions_def.get_partition_keys(
+                current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
+            )
             finals = set(self._pick(all_checkpoints, {split_checkpoint_key(key)[0] for key in given})) & set(given)
             phases = {split_checkpoint_key(key)[0] for key in finals}  # only a phase's final checkpoint reaches it
             keys = [key for key in existing if key in phases]
@@ -208,7 +243,7 @@ _COUNT_RE = re.compile(r"[1-9][0-9]{0,5}")
 
 def partition_index(key: str, prefix: str, count: int) -> int:
     """3 for ("bucket-003", "bucket-", 16): the number a static partition key stands for."""
-    number = key[len(prefix):] if key.startswith(prefix) else ""
+    number = key[len(prefix) :] if key.startswith(prefix) else ""
     if not number.isdigit() or not 0 <= int(number) < count:
         raise ValueError(f"partition key {key!r} is not {prefix}<n> with n in [0, {count - 1}]")
     return int(number)

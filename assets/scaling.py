@@ -36,19 +36,17 @@ from typing import Any
 
 import dagster as dg
 
-from assets.partitions import NewestMainPhase
 from assets.scaling_configs import (
     DATA_KEY,
     FitConfig,
     LrSweepConfig,
-    PredictionConfig,
     SweepConfig,
     data_version,
     ladder_data,
     run_settings,
-    target_version,
 )
 from assets.scaling_ladders import DEMO_LADDER, DENSE_LADDER, MOE_LADDER
+from assets.scaling_targets import main_run_asset, prediction_asset, target_asset
 from marin_assets.orchestration import StageContext, png_markdown, versioned_asset
 from marin_assets.orchestration.fanout import local_workers
 from marin_assets.orchestration.knob_configs import library_config
@@ -59,23 +57,18 @@ from marin_assets.scaling.extrapolation import (
     compare,
     comparison_counts,
     comparison_png,
-    lock_name,
-    register_prediction,
-    require_frozen,
 )
 from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.ladder import (
     Ladder,
     LrSweepSettings,
     SweepSettings,
-    Target,
     fit_ladder,
     resolve_recipe,
     run_lr_sweep,
     select_budgets,
     uses_lr_sweep,
 )
-from marin_assets.scaling.ladder_predict import frozen_candidate, predict_target
 from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes, read_json, write_file
@@ -83,9 +76,17 @@ from marin_assets.store.lock_files import content_hash
 
 SCALING_GROUP = "scaling"  # the scaling job's group: the demo's ladder (MoE), watched by the ladder watch
 DENSE_GROUP = "scaling_dense"  # its own group: a job covers one partitions definition, and the sweeps' differ
-def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_GROUP,
-                         automation_condition: dg.AutomationCondition | None = None, run_fn=None, train_fn=None,
-                         score_fn=None):
+
+
+def build_scaling_assets(
+    ladder: Ladder = DEMO_LADDER,
+    *,
+    group: str = SCALING_GROUP,
+    automation_condition: dg.AutomationCondition | None = None,
+    run_fn=None,
+    train_fn=None,
+    score_fn=None,
+):
     """(assets, checks) of one ladder: lr_sweep, sweep, fit, prediction, target, comparison and
     the comparison's prediction_error check, keyed ``scaling/<ladder.name>/...``.
 
@@ -104,15 +105,29 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
     def lr_version(config, partition, inputs) -> dict[str, str]:
         return data_version(config, partition, inputs) | family_version
 
-    @versioned_asset(key=f"{prefix}/lr_sweep", code_version="3", config_cls=LrSweepConfig, ins={"mixture": DATA_KEY},
-                     version_inputs=lr_version, **common)
+    @versioned_asset(
+        key=f"{prefix}/lr_sweep",
+        code_version="3",
+        config_cls=LrSweepConfig,
+        ins={"mixture": DATA_KEY},
+        version_inputs=lr_version,
+        **common,
+    )
     def lr_sweep(ctx: StageContext, config: LrSweepConfig, mixture: ArtifactRef):
         """The recipe's reference shape trained at a few LRs; the best becomes the recipe's lr_base (v2)."""
         # Its runs on spawned workers (an injected train_fn, a test's, runs here): JAX stays out of the
         # run's process, so the sweep's range run can still fork its workers from it.
-        return run_lr_sweep(run_settings(config.sweep, mixture), library_config(config, LrSweepSettings), ladder.family,
-                            ladder_data(mixture)[0], ctx.out_dir, run_prefix=f"lr-{ladder.name}", log=ctx.log,
-                            run_fn=train_fn, workers=1 if injected else local_workers())
+        return run_lr_sweep(
+            run_settings(config.sweep, mixture),
+            library_config(config, LrSweepSettings),
+            ladder.family,
+            ladder_data(mixture)[0],
+            ctx.out_dir,
+            run_prefix=f"lr-{ladder.name}",
+            log=ctx.log,
+            run_fn=train_fn,
+            workers=1 if injected else local_workers(),
+        )
 
     def sweep_version(config, partition, inputs) -> dict[str, str]:
         out = data_version(config, partition, inputs) | family_version
@@ -120,41 +135,81 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
             out["lr_sweep"] = inputs["lr_sweep"].version
         return out
 
-    @versioned_asset(key=f"{prefix}/sweep", code_version="5", config_cls=SweepConfig,
-                     ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"}, version_inputs=sweep_version,
-                     partitions_def=dg.StaticPartitionsDefinition(ladder.keys()), **common,
-                     extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")})
+    @versioned_asset(
+        key=f"{prefix}/sweep",
+        code_version="5",
+        config_cls=SweepConfig,
+        ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"},
+        version_inputs=sweep_version,
+        partitions_def=dg.StaticPartitionsDefinition(ladder.keys()),
+        **common,
+        extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png")},
+    )
     def sweep(ctx: StageContext, config: SweepConfig, mixture: ArtifactRef, lr_sweep: ArtifactRef):
         """One IsoFLOP run: the planned model for (budget, width, seed) trained to its budget, validation loss."""
         budget, width, seed = parse_seeded_key(ctx.partition)
         datasets, _ = ladder_data(mixture)
         settings = run_settings(config, mixture)
         recipe = resolve_recipe(settings, lr_sweep.counts)
-        counts = run_fn(budget, width, settings, datasets, held_out_streams(datasets), ctx.out_dir, log=ctx.log,
-                        recipe=recipe, shape=ladder.family, seed=seed, run_prefix=f"sweep-{ladder.name}")
+        counts = run_fn(
+            budget,
+            width,
+            settings,
+            datasets,
+            held_out_streams(datasets),
+            ctx.out_dir,
+            log=ctx.log,
+            recipe=recipe,
+            shape=ladder.family,
+            seed=seed,
+            run_prefix=f"sweep-{ladder.name}",
+        )
         return dict(counts) | {"lr_sweep_flops": float(lr_sweep.counts["flops"]) if uses_lr_sweep(settings) else 0.0}
 
     def fit_metadata(ref: ArtifactRef) -> dict:
-        return {"isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
-                "power_laws": png_markdown("Power laws and extrapolation", read_bytes(ref, "power_laws.png"))}
+        return {
+            "isoflop_curves": png_markdown("IsoFLOP curves", read_bytes(ref, "isoflop.png")),
+            "power_laws": png_markdown("Power laws and extrapolation", read_bytes(ref, "power_laws.png")),
+        }
 
-    @versioned_asset(key=f"{prefix}/fit", code_version="3", config_cls=FitConfig, ins={"sweep": f"{prefix}/sweep"},
-                     **common, extra_metadata=fit_metadata)
+    @versioned_asset(
+        key=f"{prefix}/fit",
+        code_version="3",
+        config_cls=FitConfig,
+        ins={"sweep": f"{prefix}/sweep"},
+        **common,
+        extra_metadata=fit_metadata,
+    )
     def fit(ctx: StageContext, config: FitConfig, sweep: Mapping[str, ArtifactRef]):
         """IsoFLOP fit (Huber parabolas, vertices, N*/D* power laws, loss envelope) of every budget up to C_fit."""
         counts = select_budgets({k: dict(ref.counts) for k, ref in sweep.items()}, config.fit_budgets)
-        return fit_ladder(counts, library_config(config, IsoFlopConfig),
-                          extrapolate_to=max(t.multiple for t in ladder.targets) * ladder.c_fit, out_dir=ctx.out_dir, log=ctx.log)
+        return fit_ladder(
+            counts,
+            library_config(config, IsoFlopConfig),
+            extrapolate_to=max(t.multiple for t in ladder.targets) * ladder.c_fit,
+            out_dir=ctx.out_dir,
+            log=ctx.log,
+        )
 
     predictions = [prediction_asset(ladder, t, prefix, common) for t in ladder.targets]
-    targets = [main_run_asset(ladder, t, prefix, common, score_fn or score_trained_run) if t.observed
-               else target_asset(ladder, t, prefix, common, train_fn) for t in ladder.targets]
+    targets = [
+        main_run_asset(ladder, t, prefix, common, score_fn or score_trained_run)
+        if t.observed
+        else target_asset(ladder, t, prefix, common, train_fn)
+        for t in ladder.targets
+    ]
 
     pairs = {f"{kind}_{t.name}": f"{prefix}/{t.name}/{kind}" for t in ladder.targets for kind in ("prediction", "target")}
 
-    @versioned_asset(key=f"{prefix}/comparison", code_version="4", ins=pairs, **common,
-                     extra_metadata=lambda ref: {"predicted_vs_actual": png_markdown(
-                         "Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))})
+    @versioned_asset(
+        key=f"{prefix}/comparison",
+        code_version="4",
+        ins=pairs,
+        **common,
+        extra_metadata=lambda ref: {
+            "predicted_vs_actual": png_markdown("Pre-registered predictions vs actual", read_bytes(ref, "comparison.png"))
+        },
+    )
     def comparison(ctx: StageContext, **refs: ArtifactRef):
         """Each target's pre-registered prediction vs its actual loss, the seed interval, the ladder's cost fraction."""
         preds = {t.name: read_json(refs[f"prediction_{t.name}"], "prediction.json") for t in ladder.targets}
@@ -165,118 +220,33 @@ def build_scaling_assets(ladder: Ladder = DEMO_LADDER, *, group: str = SCALING_G
         write_file(ctx.out_dir, "comparison.json", json.dumps(out, indent=1))
         write_file(ctx.out_dir, "comparison.png", comparison_png(out, preds))
         for row in out["rows"]:
-            ctx.log(f"comparison {ladder.name}/{row['target']}: predicted {row['predicted']:.4f}, actual {row['actual']:.4f} "
-                    f"({row['relative_error']:+.2%})")
+            ctx.log(
+                f"comparison {ladder.name}/{row['target']}: predicted {row['predicted']:.4f}, actual {row['actual']:.4f} "
+                f"({row['relative_error']:+.2%})"
+            )
         return comparison_counts(out)
 
-    @dg.asset_check(asset=comparison, name="prediction_error",
-                    description=f"every pre-registered target prediction within {ladder.max_relative_error:.0%} of its run")
+    @dg.asset_check(
+        asset=comparison,
+        name="prediction_error",
+        description=f"every pre-registered target prediction within {ladder.max_relative_error:.0%} of its run",
+    )
     def prediction_error(comparison: ArtifactRef) -> dg.AssetCheckResult:
         out = read_json(comparison, "comparison.json")
         return dg.AssetCheckResult(
-            passed=bool(out["passed"]), severity=dg.AssetCheckSeverity.ERROR,
+            passed=bool(out["passed"]),
+            severity=dg.AssetCheckSeverity.ERROR,
             description=", ".join(f"{r['target']}: {r['relative_error']:+.2%}" for r in out["rows"])
-                        + f" (bound {ladder.max_relative_error:.0%})",
-            metadata={"max_abs_relative_error": out["max_abs_relative_error"], "bound": out["bound"],
-                      "rows": dg.MetadataValue.json(out["rows"]), "ladder_cost_fraction": out["ladder_cost_fraction"]})
+            + f" (bound {ladder.max_relative_error:.0%})",
+            metadata={
+                "max_abs_relative_error": out["max_abs_relative_error"],
+                "bound": out["bound"],
+                "rows": dg.MetadataValue.json(out["rows"]),
+                "ladder_cost_fraction": out["ladder_cost_fraction"],
+            },
+        )
 
     return [lr_sweep, sweep, fit, *predictions, *targets, comparison], [prediction_error]
-
-
-def prediction_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any]) -> dg.AssetsDefinition:
-    """``<prefix>/<target>/prediction``: the target's run and loss, registered with the lock as it is written."""
-
-    @versioned_asset(key=f"{prefix}/{target.name}/prediction", code_version="3", config_cls=PredictionConfig,
-                     ins={"fit": f"{prefix}/fit"}, **common)
-    def prediction(ctx: StageContext, config: PredictionConfig, fit: ArtifactRef):
-        """The target's config, N*, D*, loss and seed interval, frozen by the experiment-record lock as it is written."""
-        settings = library_config(config.sweep, SweepSettings, max_width=config.max_width)
-        out = as_json(predict_target(read_json(fit, "fit.json"), ladder, target, settings))
-        write_file(ctx.out_dir, "prediction.json", json.dumps(out, indent=1))
-        stamp = register_prediction(ctx.store, lock_name(ladder.name, target.name, ctx.version), out)
-        interval = out["interval"] or {}
-        ctx.log(f"prediction {ladder.name}/{target.name} at C={out['budget']:.3g}: width {out['config']['width']}, "
-                f"loss {out['loss']:.4f} [{interval.get('low', float('nan')):.4f}, {interval.get('high', float('nan')):.4f}], "
-                f"registered as {stamp['experiment']}")
-        if out["off_optimum"]["extrapolated"]:
-            ctx.log(f"prediction {ladder.name}/{target.name}: its model is {out['off_optimum']['decades']:+.2f} decades off N*, "
-                    f"past the ladder's runs ({out['off_optimum']['ladder_reach_decades']:.2f}): the off-optimum rise is "
-                    f"extrapolated, so this prediction is weaker than its interval says")
-        return {"budget": out["budget"], "loss": out["loss"], "width": out["config"]["width"],
-                "params": out["config"]["params"], "params_opt": out["params_opt"], "lock": stamp["experiment"],
-                "frozen_hash": stamp["frozen_hash"], "off_optimum_decades": out["off_optimum"]["decades"],
-                "off_optimum_extrapolated": out["off_optimum"]["extrapolated"]}
-
-    return prediction
-
-
-def judged_prediction(ladder: Ladder, target: Target, pred: Mapping[str, Any], counts: Mapping[str, Any], out_dir: str) -> dict:
-    """The target's frozen prediction against its run, as the target asset's own metadata (what a reviewer
-    looks for on its page): predicted loss, its interval, the relative error against the ladder's bound, and
-    ``comparison.png`` (the ladder's optima and law, the prediction with its interval, the actual)."""
-    out = compare({target.name: pred}, {target.name: dict(counts)}, ladder.max_relative_error)
-    (row,) = out["rows"]
-    write_file(out_dir, "comparison.png", comparison_png(out, {target.name: pred}))
-    interval = row["run_interval"] or {}
-    return {"predicted": row["predicted"], "relative_error": row["relative_error"], "bound": out["bound"],
-            "within_bound": bool(out["passed"]), "interval_low": interval.get("low"), "interval_high": interval.get("high"),
-            "actual_in_interval": row["actual_in_interval"]}
-
-
-def _target_metadata(ref: ArtifactRef) -> dict:
-    return {"predicted_vs_actual": png_markdown("Predicted before the run vs actual", read_bytes(ref, "comparison.png"))}
-
-
-def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], train_fn) -> dg.AssetsDefinition:
-    """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
-
-    # 4: the frozen prediction judged against the run is the asset's metadata (judged_prediction).
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="4", config_cls=SweepConfig,
-                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
-                     version_inputs=target_version, **common,
-                     extra_metadata=lambda ref: {"loss_curve": dg.MetadataValue.path(f"{ref.data_path}/loss_curve.png"),
-                                                 **_target_metadata(ref)})
-    def target_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef):
-        """The predicted run, trained only once its prediction is frozen; it carries the prediction's hash."""
-        pred = read_json(prediction, "prediction.json")
-        stamp = require_frozen(ctx.store, lock_name(ladder.name, target.name, prediction.version), pred)
-        settings = run_settings(config, mixture)
-        cand = frozen_candidate(pred, settings)
-        datasets, _ = ladder_data(mixture)
-        counts = train_fn(cand, settings, datasets, held_out_streams(datasets), ctx.out_dir,
-                          run_name=f"target-{ladder.name}-{target.name}", seed=settings.seed, log=ctx.log,
-                          record={STAMP_KEY: stamp, "target": target.name})
-        return dict(counts) | stamp | judged_prediction(ladder, target, pred, counts, ctx.out_dir)
-
-    return target_run
-
-
-def main_run_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[str, Any], score_fn) -> dg.AssetsDefinition:
-    """``<prefix>/<target>/target`` of a target the ladder does not train: the run ``target.observed``
-    (its newest main-run phase, not a branch: the run's end), scored as the ladder's runs are, against its frozen
-    prediction."""
-    observed = str(target.observed)  # set: only observed targets get this asset
-    observed_key = dg.AssetKey(observed.split("/"))
-    newest = dg.AssetIn(key=observed_key, partition_mapping=NewestMainPhase(materialised=observed_key))
-
-    # 3: the frozen prediction judged against the run is the asset's metadata (judged_prediction).
-    @versioned_asset(key=f"{prefix}/{target.name}/target", code_version="3", config_cls=SweepConfig,
-                     ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY, "run": newest}, **common,
-                     extra_metadata=_target_metadata)
-    def main_run(ctx: StageContext, config: SweepConfig, prediction: ArtifactRef, mixture: ArtifactRef,
-                 run: Mapping[str, ArtifactRef]):
-        """The main run's final loss on the ladder's held-out windows; refused without its frozen prediction."""
-        pred = read_json(prediction, "prediction.json")
-        stamp = require_frozen(ctx.store, lock_name(ladder.name, target.name, prediction.version), pred)
-        ((phase, ref),) = run.items()
-        record = {STAMP_KEY: stamp, "target": target.name, "run": observed, "phase": phase, "version": ref.version}
-        counts = score_fn(ref.data_path, run_settings(config, mixture), held_out_streams(ladder_data(mixture)[0]),
-                          int(ref.counts["tokens_trained"]), ctx.out_dir, record=record)
-        ctx.log(f"{prefix}/{target.name}: {observed}[{phase}] after {counts['tokens']:,} tokens: validation loss "
-                f"{counts['validation_loss']:.4f} (predicted {pred['loss']:.4f} before it ran)")
-        return counts | stamp | {"phase": phase} | judged_prediction(ladder, target, pred, counts, ctx.out_dir)
-
-    return main_run
 
 
 _dense_assets, _dense_checks = build_scaling_assets(DENSE_LADDER, group=DENSE_GROUP)

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import Any
 
 import dagster as dg
 import pydantic
 
-from assets.checkpoints import checkpoint_metadata, checkpoints_spec, final_checkpoint_dep, phase_reporter, warm_start_checkpoint
+from assets.checkpoints import checkpoint_metadata, checkpoints_spec, phase_reporter, warm_start_checkpoint
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
-from assets.partitions import NewestMainPhase, demo_phases
-from assets.run_plan import CHECKPOINTS_KEY, DEMO_PLAN, RUN, TRAIN_KEY
+from assets.partitions import demo_phases
+from assets.run_plan import DEMO_PLAN, RUN, TRAIN_KEY
 from assets.train_base import TrainBaseConfig
-from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.datakit.shards import join
-from marin_assets.evaluation.run import EvalSettings
 from marin_assets.orchestration import StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
@@ -37,22 +35,20 @@ from marin_assets.train.budget import load_budget
 from marin_assets.train.metrics import DROP_RATE
 from marin_assets.train.retention import RetentionSettings
 
-EVAL_KEY = f"eval/{RUN}"
-TASKS_KEY = f"eval/{RUN}/tasks"
 
 class PhaseSpecConfig(dg.Config):
     """A ``PhaseSpec`` (marin_assets/phases/plan.py), chosen by the controller for each phase."""
 
     name: str
-    warm_start_from: Optional[str] = None
+    warm_start_from: str | None = None
     schedule: str
-    mixture: Optional[dict[str, float]] = None  # None: train on the ``mixture`` asset's schedule
+    mixture: dict[str, float] | None = None  # None: train on the ``mixture`` asset's schedule
     batch_size: int
     hardware: str
     token_budget: int
     peak_lr: float
     is_cooldown: bool = False
-    z_loss: Optional[float] = None
+    z_loss: float | None = None
     warmup_start_fraction: float = 0.0
     start_fraction: float = 1.0
     model_changes: dict[str, Any] | None = None  # ModelConfig overrides from this phase on
@@ -84,8 +80,11 @@ class PhaseConfig(stage_config("PhaseRetention", (RetentionSettings, {"keep_last
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
     attempt: int = versioned(0, description="bumped by a roll-back so the retry draws fresh randomness")
     # Not versioned: where the budget is read from is no part of what the phase computes.
-    budget_file: str = pydantic.Field("", description="the run's budget file (the phase controller's): a cut ends the "
-                                      "phase at the first permanent checkpoint step it no longer covers; empty: none")
+    budget_file: str = pydantic.Field(
+        "",
+        description="the run's budget file (the phase controller's): a cut ends the "
+        "phase at the first permanent checkpoint step it no longer covers; empty: none",
+    )
 
     # These two were JSON strings (sort_keys=True) before they became nested configs: hashing
     # the same text keeps every phase's version.
@@ -126,9 +125,18 @@ def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
 TRAIN_CODE_VERSION = "8"
 
 
-@versioned_asset(key=TRAIN_KEY, code_version=TRAIN_CODE_VERSION, config_cls=PhaseConfig, ins={"mixture": MIXTURE_KEY},
-                 partitions_def=demo_phases, group_name="training", extra_metadata=_train_metadata, tags={"marin/accelerator": "cpu"},
-                 resources={"training_backend": TrainingBackend}, version_inputs=_version_inputs)
+@versioned_asset(
+    key=TRAIN_KEY,
+    code_version=TRAIN_CODE_VERSION,
+    config_cls=PhaseConfig,
+    ins={"mixture": MIXTURE_KEY},
+    partitions_def=demo_phases,
+    group_name="training",
+    extra_metadata=_train_metadata,
+    tags={"marin/accelerator": "cpu"},
+    resources={"training_backend": TrainingBackend},
+    version_inputs=_version_inputs,
+)
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
     """One phase of the run on the ``training_backend`` resource: warm-started from its predecessor, data position kept."""
     from marin_assets.train.config import config_from_dict
@@ -150,36 +158,56 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
     if spec.warm_start_from:
         warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
         if warm_ref is None:
-            raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised")
+            raise FileNotFoundError(
+                f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised"
+            )
         warm = warm_dir = warm_ref.data_path
         if spec.transplant:  # switch_architecture: the warm start's weights carried into this phase's model
             warm = transplanted_warm_start(warm, train_config, spec.transplant, ctx.scratch_dir)
     # Live metrics go under the run name the phase controller watches while the phase runs.
     if config.budget_file:  # read now: a budget file that is missing fails before compute, not at a checkpoint
         load_budget(config.budget_file)
-    job = TrainSpec(train_config, cache_dirs, ctx.scratch_dir, resume=True, warm_start=warm,
-                    telemetry_run=phase_telemetry_run(RUN, spec.name), budget_file=config.budget_file or None)
+    job = TrainSpec(
+        train_config,
+        cache_dirs,
+        ctx.scratch_dir,
+        resume=True,
+        warm_start=warm,
+        telemetry_run=phase_telemetry_run(RUN, spec.name),
+        budget_file=config.budget_file or None,
+    )
     warm_key, warm_version = warm_start_checkpoint(warm_dir, config.warm_start_version)
-    reporter = phase_reporter(ctx, config, spec.name, _version_inputs(config, ctx.partition_key, {"mixture": mixture}),
-                              TRAIN_CODE_VERSION, warm_version)
+    reporter = phase_reporter(
+        ctx, config, spec.name, _version_inputs(config, ctx.partition_key, {"mixture": mixture}), TRAIN_CODE_VERSION, warm_version
+    )
     reporter.scan()  # committed by an earlier attempt that did not live to report it: before any newer one
     outcome = training_backend.run_announcing(reporter.context, job, reporter.committed)
     reporter.scan()  # what the backend could not announce (workers behind Pipes report only at the end)
     deleted = reporter.retain(library_config(config, RetentionSettings).keep_last)
     drop_transplanted(ctx.scratch_dir)
     _move_contents(ctx.scratch_dir, ctx.out_dir)  # the finished run becomes the artifact
-    ctx.log(f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
-            f"last loss {outcome.last_loss}")
+    ctx.log(
+        f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
+        f"last loss {outcome.last_loss}"
+    )
     consumed = _tokens_consumed(warm_ref, datasets, cache_dirs, outcome.tokens_left)
     return {
-        "phase": spec.name, "backend": outcome.backend, "final_step": outcome.final_step, "tokens_trained": outcome.tokens,
+        "phase": spec.name,
+        "backend": outcome.backend,
+        "final_step": outcome.final_step,
+        "tokens_trained": outcome.tokens,
         "phase_start_step": outcome.phase_start_step,
         "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
-        "last_loss": outcome.last_loss, **_recent(ctx.out_dir, spec.name, outcome),
+        "last_loss": outcome.last_loss,
+        **_recent(ctx.out_dir, spec.name, outcome),
         "tokens_consumed": consumed,
-        "tokens_available": _tokens_available(datasets, consumed, outcome.tokens_left), "guard_events": dict(outcome.counts),
-        "steps_reported": len(outcome.metrics), "is_cooldown": spec.is_cooldown,
-        "stopped_by": outcome.stopped_by or "", **checkpoint_metadata(reporter, warm_key), "checkpoints_deleted": deleted,
+        "tokens_available": _tokens_available(datasets, consumed, outcome.tokens_left),
+        "guard_events": dict(outcome.counts),
+        "steps_reported": len(outcome.metrics),
+        "is_cooldown": spec.is_cooldown,
+        "stopped_by": outcome.stopped_by or "",
+        **checkpoint_metadata(reporter, warm_key),
+        "checkpoints_deleted": deleted,
     }
 
 
@@ -226,58 +254,10 @@ def _recent(out_dir: str, phase: str, outcome, keep: int = 64) -> dict[str, list
     else:
         rows = list(outcome.metrics)
     rows = [r for r in rows if r.get("phase", phase) == phase]
-    return {name: [r[column] for r in rows if column in r][-keep:]
-            for name, column in (("recent_losses", "loss"), ("recent_drop_rates", DROP_RATE))}
+    return {
+        name: [r[column] for r in rows if column in r][-keep:]
+        for name, column in (("recent_losses", "loss"), ("recent_drop_rates", DROP_RATE))
+    }
 
 
-class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "docs_per_source", "chars_per_doc"]))):
-    """What eval/<run> scores: the knobs of marin_assets.evaluation.run.EvalSettings (one declaration each)."""
-
-
-@versioned_asset(key=EVAL_KEY, code_version="5", config_cls=EvalConfig, ins={"ckpt": TRAIN_KEY, "tok": "tokenizer", "mixture": MIXTURE_KEY},
-                 partitions_def=demo_phases, group_name="training", deps=[final_checkpoint_dep()])
-def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
-    """Bits-per-byte per held-out domain (every source of the mixture, Paloma-style; micro and macro) and any
-    tasks the config names (the task suite has its own partitions: eval/<run>/tasks)."""
-    from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.evaluation.run import evaluate, held_out_domains, result_metadata
-
-    settings = library_config(config, EvalSettings)  # its checks run here
-    encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
-    _, datasets = read_mixture(mixture)
-    domains = held_out_domains({s: d["index"] for s, d in datasets.items() if d["validation_tokens"] > 0}, settings)
-    result = evaluate(ckpt.data_path, bpb_sets=domains, tasks=settings.tasks, limit=settings.limit, encode=encoder.encode,
-                      bos_id=encoder.eos_id, batch_size=settings.batch_size, out_path=join(ctx.out_dir, "eval.json"))
-    return result_metadata(result)
-
-
-# One static partition per task of the suite (marin_assets.datakit.eval_sets.TASKS), scoring the run's newest main
-# phase (NewestMainPhase, never a branch): a phase x task MultiPartitionsDefinition would name partitions "kestrel|copa",
-# which the store refuses, and the phase controller requests train + eval/<run> under one phase key. Scored on
-# request (the UI, a job, `marin eval score`), not by automation: the full suite is ~10 CPU-minutes per phase
-# here (measured: 606 s for 42 tasks), too much to start behind a user's back; the store keeps each phase's
-# scores as older versions.
-class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
-    """How much of its task an eval/<run>/tasks partition scores (default: all of it)."""
-
-
-@versioned_asset(key=TASKS_KEY, code_version="2", config_cls=TaskEvalConfig,
-                 ins={"ckpt": dg.AssetIn(key=dg.AssetKey(TRAIN_KEY.split("/")),
-                                         partition_mapping=NewestMainPhase(materialised=dg.AssetKey(TRAIN_KEY.split("/")))),
-                      "tok": "tokenizer"},
-                 deps=[dg.AssetDep(dg.AssetKey(CHECKPOINTS_KEY.split("/")), partition_mapping=NewestMainPhase())],
-                 partitions_def=dg.StaticPartitionsDefinition(TASK_NAMES), group_name="evaluation")
-def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, ArtifactRef], tok: ArtifactRef):
-    """One eval task (the partition) at its full size on the run's newest main phase: accuracy and length-normalised
-    accuracy (multiple choice), bits-per-byte of the gold answers."""
-    from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.evaluation.run import evaluate
-
-    settings, name, ((phase, ref),) = library_config(config, EvalSettings), str(ctx.partition_key), ckpt.items()
-    encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
-    result = evaluate(ref.data_path, tasks=[name], limit=settings.limit, encode=encoder.encode, bos_id=encoder.eos_id,
-                      batch_size=settings.batch_size, out_path=join(ctx.out_dir, "eval.json"))
-    return {"task": name, "phase": phase, "step": result["step"], **result["tasks"][name]}
-
-
-training_assets = [train_phase, checkpoints_spec, eval_phase, eval_task]
+training_assets = [train_phase, checkpoints_spec]

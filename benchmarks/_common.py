@@ -6,7 +6,6 @@ import json
 import time
 from collections.abc import Callable
 
-
 # The demo's main-run model (assets/train_base.py ModelShapeConfig) on byte tokens: what the benchmarks that
 # measure the demo's model start from (set max_seq_len to the context they run).
 DEMO_MODEL = {
@@ -26,7 +25,14 @@ DEMO_MODEL = {
 def emit(name: str, unit: str, ours: float, reference: float, higher_is_better: bool, **extra) -> dict:
     """Print one figure. ``ratio`` > 1 always means we are better."""
     ratio = ours / reference if higher_is_better else reference / ours
-    line = {"name": name, "unit": unit, "ours": round(ours, 6), "reference": round(reference, 6), "ratio": round(ratio, 4), **extra}
+    line = {
+        "name": name,
+        "unit": unit,
+        "ours": round(ours, 6),
+        "reference": round(reference, 6),
+        "ratio": round(ratio, 4),
+        **extra,
+    }
     print(json.dumps(line), flush=True)
     return line
 

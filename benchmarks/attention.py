@@ -69,8 +69,11 @@ def step_inputs(config, seq_len: int, abstract: bool):
 
     make_params = functools.partial(init_params, config, jax.random.PRNGKey(0))
     if abstract:
-        return (jax.eval_shape(make_params), jax.ShapeDtypeStruct((1, seq_len), jnp.int32),
-                jax.eval_shape(lambda: init_router_bias(config)))
+        return (
+            jax.eval_shape(make_params),
+            jax.ShapeDtypeStruct((1, seq_len), jnp.int32),
+            jax.eval_shape(lambda: init_router_bias(config)),
+        )
     tokens = jax.random.randint(jax.random.PRNGKey(1), (1, seq_len), 0, config.vocab_size, jnp.int32)
     return make_params(), tokens, init_router_bias(config)
 
@@ -90,8 +93,11 @@ def compiled_memory(impl: str, seq_len: int) -> dict:
     compiled, compile_s = compiled_step(impl, seq_len)
     stats = compiled.memory_analysis()
     parts = {k: int(getattr(stats, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp", "alias")}
-    return {"memory": parts["argument"] + parts["output"] + parts["temp"] - parts["alias"], **parts,
-            "compile_s": round(compile_s, 2)}
+    return {
+        "memory": parts["argument"] + parts["output"] + parts["temp"] - parts["alias"],
+        **parts,
+        "compile_s": round(compile_s, 2),
+    }
 
 
 def step_time(seq_len: int, repeats: int) -> dict[str, float]:
@@ -118,14 +124,30 @@ def memory_figures(seqs: list[int]) -> None:
     for seq in seqs:
         measured[seq] = {side: compiled_memory(impl, seq) for side, impl in SIDES.items()}
         ours, ref = measured[seq]["ours"], measured[seq]["reference"]
-        emit(f"attention_train_step_memory_S{seq}", "bytes", ours["memory"], ref["memory"], higher_is_better=False,
-             seq_len=seq, batch=1, measure="argument + output + temp - alias bytes of the compiled value_and_grad",
-             details=measured[seq])
+        emit(
+            f"attention_train_step_memory_S{seq}",
+            "bytes",
+            ours["memory"],
+            ref["memory"],
+            higher_is_better=False,
+            seq_len=seq,
+            batch=1,
+            measure="argument + output + temp - alias bytes of the compiled value_and_grad",
+            details=measured[seq],
+        )
     lo, hi = seqs[-2], seqs[-1]
     growth = {side: measured[hi][side]["memory"] / measured[lo][side]["memory"] for side in SIDES}
-    emit("attention_train_step_memory_growth", "x", growth["ours"], growth["reference"], higher_is_better=False,
-         seq_lens=[lo, hi], linear=hi / lo, quadratic=(hi / lo) ** 2,
-         temp_growth={side: round(measured[hi][side]["temp"] / measured[lo][side]["temp"], 3) for side in SIDES})
+    emit(
+        "attention_train_step_memory_growth",
+        "x",
+        growth["ours"],
+        growth["reference"],
+        higher_is_better=False,
+        seq_lens=[lo, hi],
+        linear=hi / lo,
+        quadratic=(hi / lo) ** 2,
+        temp_growth={side: round(measured[hi][side]["temp"] / measured[lo][side]["temp"], 3) for side in SIDES},
+    )
 
 
 def main() -> None:
@@ -145,8 +167,18 @@ def main() -> None:
 
     memory_figures(args.mem_seqs)
     times = step_time(args.time_seq, args.repeats)
-    emit(f"attention_train_step_time_S{args.time_seq}", "s", times["ours"], times["reference"], higher_is_better=False,
-         seq_len=args.time_seq, batch=1, dtype="float32", repeats=args.repeats, backend=jax.default_backend())
+    emit(
+        f"attention_train_step_time_S{args.time_seq}",
+        "s",
+        times["ours"],
+        times["reference"],
+        higher_is_better=False,
+        seq_len=args.time_seq,
+        batch=1,
+        dtype="float32",
+        repeats=args.repeats,
+        backend=jax.default_backend(),
+    )
 
 
 if __name__ == "__main__":

@@ -131,12 +131,23 @@ def bench_tokenize(texts: list[str], work: str, repeats: int, tokenizer: str) ->
 
     ours()  # warm-up: imports (tensorstore), thread pools, the page cache
     best = interleaved_best({"reference": reference, "encode_per_shard": encode_per_shard, "ours": ours}, repeats)
-    return emit("tokenize", "MB/s", mb / best["ours"], mb / best["reference"], higher_is_better=True,
-                mb=round(mb, 2), docs=len(texts), shards=len(shards), tokenizer=tokenizer,
-                ours_s=round(best["ours"], 3), reference_s=round(best["reference"], 3), encoder_load_s=round(load_s, 3),
-                encode_per_shard_mb_s=round(mb / best["encode_per_shard"], 4),
-                ratio_vs_encode_per_shard=round(best["encode_per_shard"] / best["ours"], 4),
-                reference_impl="tokenizers.Tokenizer.encode_batch_fast over every text at once (in memory, no I/O)")
+    return emit(
+        "tokenize",
+        "MB/s",
+        mb / best["ours"],
+        mb / best["reference"],
+        higher_is_better=True,
+        mb=round(mb, 2),
+        docs=len(texts),
+        shards=len(shards),
+        tokenizer=tokenizer,
+        ours_s=round(best["ours"], 3),
+        reference_s=round(best["reference"], 3),
+        encoder_load_s=round(load_s, 3),
+        encode_per_shard_mb_s=round(mb / best["encode_per_shard"], 4),
+        ratio_vs_encode_per_shard=round(best["encode_per_shard"] / best["ours"], 4),
+        reference_impl="tokenizers.Tokenizer.encode_batch_fast over every text at once (in memory, no I/O)",
+    )
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -182,11 +193,21 @@ def bench_normalize_exact(texts: list[str], work: str, repeats: int) -> dict:
 
     best = interleaved_best({"reference": reference, "ours": ours}, repeats)
     normalize_t, dedup_t = min(parts, key=sum)
-    return emit("normalize_exact_dedup", "MB/s", mb / best["ours"], mb / best["reference"], higher_is_better=True,
-                mb=round(mb, 2), docs=len(texts), ours_ms=round(best["ours"] * 1e3, 1),
-                reference_ms=round(best["reference"] * 1e3, 1), normalize_ms=round(normalize_t * 1e3, 1),
-                exact_dedup_ms=round(dedup_t * 1e3, 1), exact_dedup_buckets=config.num_buckets,
-                reference_impl="pyarrow.json.read_json + pyarrow.parquet.write_table (zstd, as ours)")
+    return emit(
+        "normalize_exact_dedup",
+        "MB/s",
+        mb / best["ours"],
+        mb / best["reference"],
+        higher_is_better=True,
+        mb=round(mb, 2),
+        docs=len(texts),
+        ours_ms=round(best["ours"] * 1e3, 1),
+        reference_ms=round(best["reference"] * 1e3, 1),
+        normalize_ms=round(normalize_t * 1e3, 1),
+        exact_dedup_ms=round(dedup_t * 1e3, 1),
+        exact_dedup_buckets=config.num_buckets,
+        reference_impl="pyarrow.json.read_json + pyarrow.parquet.write_table (zstd, as ours)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -162,8 +162,11 @@ def run_ours(shards: dict[str, str], work: str) -> tuple[dict[str, float], dict[
         start = time.process_time()
         step()
         seconds[name] = time.process_time() - start
-    survivor = {(k, r.row): (r.kept_shard, r.kept_row)
-                for k in shards for r in read_removal_list(removal_list_path(os.path.join(work, "removals"), k))}
+    survivor = {
+        (k, r.row): (r.kept_shard, r.kept_row)
+        for k in shards
+        for r in read_removal_list(removal_list_path(os.path.join(work, "removals"), k))
+    }
     return seconds, survivor
 
 
@@ -244,12 +247,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     common = {"docs": len(docs), "mb": round(sum(len(d.encode()) for d in docs) / 1e6, 2), "shards": len(shards),
               "planted": len(planted), "planted_at_threshold": sum(eligible), "cpu": cpu}  # fmt: skip
     return [
-        emit("fuzzy_dedup", "cpu_s", ours_s, ref_s, higher_is_better=False, **common,
-             ours_steps_s={k: round(v, 3) for k, v in seconds.items()},
-             duplicates_ours=len(survivor), duplicates_reference=sum(r != i for i, r in enumerate(roots)),
-             reference_impl="datasketch MinHash.bulk + MinHashLSH insert/query + union-find (no verification)"),  # fmt: skip
-        emit("fuzzy_dedup_recall", "fraction", _recall(found_ours, eligible), _recall(found_ref, eligible), higher_is_better=True,
-             **common, recall_all_planted_ours=_recall(found_ours), recall_all_planted_reference=_recall(found_ref)),  # fmt: skip
+        emit(
+            "fuzzy_dedup",
+            "cpu_s",
+            ours_s,
+            ref_s,
+            higher_is_better=False,
+            **common,
+            ours_steps_s={k: round(v, 3) for k, v in seconds.items()},
+            duplicates_ours=len(survivor),
+            duplicates_reference=sum(r != i for i, r in enumerate(roots)),
+            reference_impl="datasketch MinHash.bulk + MinHashLSH insert/query + union-find (no verification)",
+        ),  # fmt: skip
+        emit(
+            "fuzzy_dedup_recall",
+            "fraction",
+            _recall(found_ours, eligible),
+            _recall(found_ref, eligible),
+            higher_is_better=True,
+            **common,
+            recall_all_planted_ours=_recall(found_ours),
+            recall_all_planted_reference=_recall(found_ref),
+        ),  # fmt: skip
     ]
 
 

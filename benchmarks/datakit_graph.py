@@ -56,8 +56,12 @@ from _common import emit  # noqa: E402
 
 SOURCE = "bench"
 EVAL_TEXT = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."
-VOCAB = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa", "go", "be")
-         for b in ("n", "s", "th", "r", "l", "m", "ck", "ve") for c in ("", "a", "o", "i")]
+VOCAB = [
+    f"{a}{b}{c}"
+    for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa", "go", "be")
+    for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")
+    for c in ("", "a", "o", "i")
+]
 
 
 # ---------------------------------------------------------------- the corpus
@@ -154,10 +158,21 @@ class Graph:
         self.input.mkdir(parents=True)
         for f in files:
             os.link(f, self.input / f.name)  # the input folder holds exactly `files` (links: no copy)
-        job = {"prefix": self.prefix, "input": str(self.input), "evals": str(evals), "workers": workers, "label": label,
-               "shard_bytes": self.shard_bytes, "tokenizer": self.tokenizer, "skip_up_to_date": skip_up_to_date}
-        lines, process_s, cpu_s = child([sys.executable, os.path.abspath(__file__), "--pass-child", json.dumps(job)],
-                                        f"pass {label}", env={"MARIN_LOCAL_WORKERS": str(workers)})
+        job = {
+            "prefix": self.prefix,
+            "input": str(self.input),
+            "evals": str(evals),
+            "workers": workers,
+            "label": label,
+            "shard_bytes": self.shard_bytes,
+            "tokenizer": self.tokenizer,
+            "skip_up_to_date": skip_up_to_date,
+        }
+        lines, process_s, cpu_s = child(
+            [sys.executable, os.path.abspath(__file__), "--pass-child", json.dumps(job)],
+            f"pass {label}",
+            env={"MARIN_LOCAL_WORKERS": str(workers)},
+        )
         if "seconds" not in lines[-1]:
             raise RuntimeError(f"pass {label} printed no result: {lines[-1]}")
         for line in lines[:-1]:
@@ -199,8 +214,14 @@ def pass_child(job: dict) -> None:
     from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
     from marin_assets.orchestration.waves import materialize_waves
 
-    spec = RunSpec((job["input"],), (job["evals"],), job["prefix"], tokenizer=TokenizerChoice(job["tokenizer"]),
-                   sharding=ShardingConfig(shard_bytes=job["shard_bytes"]), workers=job["workers"])
+    spec = RunSpec(
+        (job["input"],),
+        (job["evals"],),
+        job["prefix"],
+        tokenizer=TokenizerChoice(job["tokenizer"]),
+        sharding=ShardingConfig(shard_bytes=job["shard_bytes"]),
+        workers=job["workers"],
+    )
     assets, checks, shards = user_graph(spec)
     store = ArtifactStoreResource(prefix=os.path.join(job["prefix"], STORE_ENTRY))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
@@ -219,14 +240,32 @@ def pass_child(job: dict) -> None:
         results += materialize_waves([*assets, *checks], instance, resources, selection=[index], log=log, run_config=config)
     if all(r.success for r in results):
         register_shards(instance, index_keys(store.store.read_pointer(INDEX_KEY, None)), shards)
-        results += materialize_waves([*assets, *checks], instance, resources, selection=rest, log=log, run_config=config,
-                                     skip_up_to_date=job["skip_up_to_date"])
+        results += materialize_waves(
+            [*assets, *checks],
+            instance,
+            resources,
+            selection=rest,
+            log=log,
+            run_config=config,
+            skip_up_to_date=job["skip_up_to_date"],
+        )
     seconds = time.perf_counter() - start
     if not all(r.success for r in results):
         raise RuntimeError(f"{job['label']}: a wave failed: {[m for _, m in marks]}")
     waves, computed, skipped = wave_lines(job, marks, results, start + seconds)
-    print(json.dumps({"seconds": seconds, "inputs_s": inputs_s, "graph_s": seconds - inputs_s, "waves": waves,
-                      "computed": dict(computed), "up_to_date_waves": skipped}), flush=True)
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "inputs_s": inputs_s,
+                "graph_s": seconds - inputs_s,
+                "waves": waves,
+                "computed": dict(computed),
+                "up_to_date_waves": skipped,
+            }
+        ),
+        flush=True,
+    )
 
 
 def wave_lines(job: dict, marks: list[tuple[float, str]], results, end: float) -> tuple[list[dict], Counter, list[str]]:
@@ -247,9 +286,16 @@ def wave_lines(job: dict, marks: list[tuple[float, str]], results, end: float) -
         busy = Counter()
         for e in fresh:
             busy[e.asset_key.to_user_string()] += e.materialization.metadata["duration_s"].value
-        waves.append({"wave": line.split(":", 1)[1].strip().split(" (")[0].split(": ")[0], "s": round(t1 - t0, 2),
-                      "busy_s": round(sum(busy.values()), 2), "busy_by_asset": {k: round(v, 2) for k, v in busy.items()},
-                      "computed": dict(done), "partitions": len(events)})
+        waves.append(
+            {
+                "wave": line.split(":", 1)[1].strip().split(" (")[0].split(": ")[0],
+                "s": round(t1 - t0, 2),
+                "busy_s": round(sum(busy.values()), 2),
+                "busy_by_asset": {k: round(v, 2) for k, v in busy.items()},
+                "computed": dict(done),
+                "partitions": len(events),
+            }
+        )
         print(json.dumps({"pass": job["label"], "workers": job["workers"], **waves[-1]}), flush=True)
     return waves, computed, skipped
 
@@ -279,15 +325,27 @@ def reference_child(job: dict) -> None:
         read_s += time.perf_counter() - t
         docs += len(texts)
         for lo in range(0, len(texts), batch):
-            for encoding in tokenizer.encode_batch_fast(texts[lo:lo + batch], add_special_tokens=False):
+            for encoding in tokenizer.encode_batch_fast(texts[lo : lo + batch], add_special_tokens=False):
                 pieces += [np.asarray(encoding.ids, np.int32), eos]
                 lengths.append(len(encoding.ids) + 1)
     encoded = time.perf_counter()
     np.save(os.path.join(job["out"], "tokens.npy"), np.concatenate(pieces))
     np.save(os.path.join(job["out"], "ends.npy"), np.cumsum(lengths, dtype=np.int64))
     end = time.perf_counter()
-    print(json.dumps({"s": end - start, "load_s": loaded - start, "read_s": read_s, "encode_s": encoded - loaded - read_s,
-                      "write_s": end - encoded, "docs": docs, "tokens": int(sum(lengths))}), flush=True)
+    print(
+        json.dumps(
+            {
+                "s": end - start,
+                "load_s": loaded - start,
+                "read_s": read_s,
+                "encode_s": encoded - loaded - read_s,
+                "write_s": end - encoded,
+                "docs": docs,
+                "tokens": int(sum(lengths)),
+            }
+        ),
+        flush=True,
+    )
 
 
 def reference(files: list[Path], tokenizer: str, out: Path) -> dict:
@@ -302,9 +360,26 @@ def reference(files: list[Path], tokenizer: str, out: Path) -> dict:
 
 def cli_run(folder: Path, evals: Path, prefix: Path, workers: int, shard_bytes: int, tokenizer: str) -> dict:
     """`marin datakit run` on the same folder, a fresh prefix: its summary and its process's seconds."""
-    argv = [sys.executable, "-c", "import sys; from marin_assets.cli import main; sys.exit(main())", "datakit", "run",
-            "--input", str(folder), "--eval", str(evals), "--prefix", str(prefix), "--workers", str(workers),
-            "--shard-bytes", str(shard_bytes), "--tokenizer", tokenizer, "--json"]
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from marin_assets.cli import main; sys.exit(main())",
+        "datakit",
+        "run",
+        "--input",
+        str(folder),
+        "--eval",
+        str(evals),
+        "--prefix",
+        str(prefix),
+        "--workers",
+        str(workers),
+        "--shard-bytes",
+        str(shard_bytes),
+        "--tokenizer",
+        tokenizer,
+        "--json",
+    ]
     lines, process_s, _ = child(argv, "marin datakit run")
     return {**lines[-1], "process_s": process_s}
 
@@ -344,7 +419,7 @@ ranges = band_reduce_ranges(docs, MINHASH.docs_per_reduce)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for r in range(ranges):
     fuzzy_band_reduce(partition_index({band!r}, 'band-', FUZZY_BANDS), (r, ranges), roots(maps),
-                      {str(Path(graph.prefix).parent / 'rss')!r}, MINHASH)
+                      {str(Path(graph.prefix).parent / "rss")!r}, MINHASH)
 print(before * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
@@ -406,11 +481,22 @@ def run_figures(args, figures: set[str], work: Path) -> None:
     common = {"shards": shards, "text_mb": round(mb, 3), "workers": args.workers, "tokenizer": args.tokenizer}
     if "fanout" in figures:
         one = Graph(work / "one", args.shard_bytes, args.tokenizer).run(base, evals, 1, "full-1-worker")
-        emit("fanout", "s", full["seconds"], one["seconds"], higher_is_better=False, **common,
-             waves_1=[w["s"] for w in one["waves"]], waves_n=[w["s"] for w in full["waves"]],
-             busy_1=[w["busy_s"] for w in one["waves"]], busy_n=[w["busy_s"] for w in full["waves"]],
-             process_cpu_s_1=round(one["cpu_s"], 1), process_cpu_s_n=round(full["cpu_s"], 1),
-             process_s_1=round(one["process_s"], 1), process_s_n=round(full["process_s"], 1))
+        emit(
+            "fanout",
+            "s",
+            full["seconds"],
+            one["seconds"],
+            higher_is_better=False,
+            **common,
+            waves_1=[w["s"] for w in one["waves"]],
+            waves_n=[w["s"] for w in full["waves"]],
+            busy_1=[w["busy_s"] for w in one["waves"]],
+            busy_n=[w["busy_s"] for w in full["waves"]],
+            process_cpu_s_1=round(one["cpu_s"], 1),
+            process_cpu_s_n=round(full["cpu_s"], 1),
+            process_s_1=round(one["process_s"], 1),
+            process_s_n=round(full["process_s"], 1),
+        )
     if "step_overhead" in figures:
         again = ours.run(base, evals, args.workers, "all-cache-hits", skip_up_to_date=False)
         assert not again["computed"], f"a rerun of an unchanged graph computed {again['computed']}"
@@ -419,19 +505,45 @@ def run_figures(args, figures: set[str], work: Path) -> None:
         assert not planned["computed"], f"a rerun of an unchanged graph computed {planned['computed']}"
         imports = {name: round(import_seconds(code), 2) for name, code in IMPORTS.items()}
         # reference: the same pass's share of the full run (what the fixed cost is out of)
-        emit("step_overhead", "s/wave", per_wave, full["seconds"] / len(full["waves"]), higher_is_better=False, **common,
-             cached_pass_s=round(again["seconds"], 2), waves=len(again["waves"]), fresh_process_import_s=imports,
-             up_to_date_pass_s=round(planned["seconds"], 2), up_to_date_runs=len(planned["waves"]))
+        emit(
+            "step_overhead",
+            "s/wave",
+            per_wave,
+            full["seconds"] / len(full["waves"]),
+            higher_is_better=False,
+            **common,
+            cached_pass_s=round(again["seconds"], 2),
+            waves=len(again["waves"]),
+            fresh_process_import_s=imports,
+            up_to_date_pass_s=round(planned["seconds"], 2),
+            up_to_date_runs=len(planned["waves"]),
+        )
     if "shard_increment" in figures:
         inc = ours.run(added, evals, args.workers, "increment")
-        emit("shard_increment", "s", inc["seconds"], full["seconds"], higher_is_better=False, **common,
-             new_shards=len(ours.shards()) - shards, recomputed=inc["computed"])
+        emit(
+            "shard_increment",
+            "s",
+            inc["seconds"],
+            full["seconds"],
+            higher_is_better=False,
+            **common,
+            new_shards=len(ours.shards()) - shards,
+            recomputed=inc["computed"],
+        )
     if "shard_increment_sorts_first" in figures:
         other = Graph(work / "first", args.shard_bytes, args.tokenizer)
         other_full = other.run(base, evals, args.workers, "full-for-first")
         inc = other.run(sorted(corpus["first"].glob("*.jsonl")) + base, evals, args.workers, "increment-sorts-first")
-        emit("shard_increment_sorts_first", "s", inc["seconds"], other_full["seconds"], higher_is_better=False, **common,
-             new_shards=len(other.shards()) - shards, recomputed=inc["computed"])
+        emit(
+            "shard_increment_sorts_first",
+            "s",
+            inc["seconds"],
+            other_full["seconds"],
+            higher_is_better=False,
+            **common,
+            new_shards=len(other.shards()) - shards,
+            recomputed=inc["computed"],
+        )
     if "end_to_end" in figures:
         end_to_end(args, full, base, evals, mb, common, work)
     if "fuzzy_candidates_peak_rss" in figures:
@@ -439,9 +551,18 @@ def run_figures(args, figures: set[str], work: Path) -> None:
         small.run(base[: args.rss_files], evals, args.workers, "rss-small")
         big_shards, small_shards = len(ours.shards()), len(small.shards())
         rss = {n: max(band_rss(g, f"band-{b:02d}") for b in (0, 13)) for n, g in ((big_shards, ours), (small_shards, small))}
-        emit("fuzzy_candidates_peak_rss", "bytes", rss[big_shards][0], rss[small_shards][0], higher_is_better=False,
-             shards_ours=big_shards, shards_reference=small_shards, docs_per_reduce_default=2_000_000,
-             growth_over_imports_ours=rss[big_shards][1], growth_over_imports_reference=rss[small_shards][1])
+        emit(
+            "fuzzy_candidates_peak_rss",
+            "bytes",
+            rss[big_shards][0],
+            rss[small_shards][0],
+            higher_is_better=False,
+            shards_ours=big_shards,
+            shards_reference=small_shards,
+            docs_per_reduce_default=2_000_000,
+            growth_over_imports_ours=rss[big_shards][1],
+            growth_over_imports_reference=rss[small_shards][1],
+        )
 
 
 def end_to_end(args, full: dict, base: list[Path], evals: Path, mb: float, common: dict, work: Path) -> None:
@@ -454,15 +575,31 @@ def end_to_end(args, full: dict, base: list[Path], evals: Path, mb: float, commo
         for f in base:
             os.link(f, folder / f.name)
         cli = cli_run(folder, evals, work / "cli", args.workers, args.shard_bytes, args.tokenizer)
-        extra = {"cli_mb_s": round(mb / cli["process_s"], 4), "cli_process_s": round(cli["process_s"], 2),
-                 "cli_docs_out": cli["docs_out"]}
-    emit("end_to_end", "MB/s", mb / full["seconds"], mb / ref["s"], higher_is_better=True, **common,
-         ours_s=round(full["seconds"], 2), ours_inputs_s=round(full["inputs_s"], 2), ours_graph_s=round(full["graph_s"], 2),
-         reference_s=round(ref["s"], 2), ours_process_s=round(full["process_s"], 2),
-         reference_process_s=round(ref["process_s"], 2),
-         reference_parts_s={k: round(ref[k], 2) for k in ("load_s", "read_s", "encode_s", "write_s")},
-         docs_in=ref["docs"], dataset_train_tokens=full["dataset"]["train_tokens"], reference_tokens=ref["tokens"], **extra,
-         reference_impl="pyarrow.json.read_json + tokenizers encode_batch_fast + numpy.save, one process")
+        extra = {
+            "cli_mb_s": round(mb / cli["process_s"], 4),
+            "cli_process_s": round(cli["process_s"], 2),
+            "cli_docs_out": cli["docs_out"],
+        }
+    emit(
+        "end_to_end",
+        "MB/s",
+        mb / full["seconds"],
+        mb / ref["s"],
+        higher_is_better=True,
+        **common,
+        ours_s=round(full["seconds"], 2),
+        ours_inputs_s=round(full["inputs_s"], 2),
+        ours_graph_s=round(full["graph_s"], 2),
+        reference_s=round(ref["s"], 2),
+        ours_process_s=round(full["process_s"], 2),
+        reference_process_s=round(ref["process_s"], 2),
+        reference_parts_s={k: round(ref[k], 2) for k in ("load_s", "read_s", "encode_s", "write_s")},
+        docs_in=ref["docs"],
+        dataset_train_tokens=full["dataset"]["train_tokens"],
+        reference_tokens=ref["tokens"],
+        **extra,
+        reference_impl="pyarrow.json.read_json + tokenizers encode_batch_fast + numpy.save, one process",
+    )
 
 
 if __name__ == "__main__":

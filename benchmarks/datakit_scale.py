@@ -116,15 +116,27 @@ def stage_throughput(work: str, mb: float, shard_docs: int) -> None:
     timed = os.path.join(work, "timed")
     os.makedirs(timed)
     text_mb, shards, results = _run_stages(timed, os.path.join(timed, "corpus.jsonl"), mb, shard_docs)
-    references = {stage: (text_mb_s, "issue-12 measurement (a fixed number, not this run)")
-                  for stage, text_mb_s in STAGE_REFERENCE_MB_S.items()}
+    references = {
+        stage: (text_mb_s, "issue-12 measurement (a fixed number, not this run)")
+        for stage, text_mb_s in STAGE_REFERENCE_MB_S.items()
+    }
     encode_cpu, _ = results.pop("tokenize_reference")
     references["tokenize"] = (text_mb / encode_cpu, f"{TOKENIZER} encode_batch_fast on the same texts in memory, this run")
     for stage, (cpu, wall) in results.items():
         ours = text_mb / cpu
         reference, reference_is = references[stage]
-        emit(f"stage_throughput/{stage}", "MB/s/core", ours, reference, higher_is_better=True, text_mb=round(text_mb, 2),
-             shards=shards, cpu_s=round(cpu, 3), wall_mb_s=round(text_mb / wall, 2), reference_is=reference_is)
+        emit(
+            f"stage_throughput/{stage}",
+            "MB/s/core",
+            ours,
+            reference,
+            higher_is_better=True,
+            text_mb=round(text_mb, 2),
+            shards=shards,
+            cpu_s=round(cpu, 3),
+            wall_mb_s=round(text_mb / wall, 2),
+            reference_is=reference_is,
+        )
 
 
 def _run_stages(work: str, raw: str, mb: float, shard_docs: int) -> tuple[float, int, dict[str, tuple[float, float]]]:

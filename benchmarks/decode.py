@@ -48,7 +48,7 @@ def reference_decoder(params, config, bias):
         lengths = np.asarray([len(p) for p in prompts], np.int32)
         buf = np.zeros((len(prompts), bucket(int(lengths.max()) + new)), np.int32)
         for row, prompt in enumerate(prompts):
-            buf[row, :len(prompt)] = prompt
+            buf[row, : len(prompt)] = prompt
         buf = jnp.asarray(buf)
         rows = jnp.arange(len(prompts))
         for t in range(new):
@@ -56,7 +56,7 @@ def reference_decoder(params, config, bias):
             token = next_tokens(params, bias, buf[:, :width], jnp.asarray(lengths - 1 + t))
             buf = buf.at[rows, jnp.asarray(lengths + t)].set(token)
         buf = np.asarray(buf)
-        return [buf[row, n:n + new].tolist() for row, n in enumerate(lengths)]
+        return [buf[row, n : n + new].tolist() for row, n in enumerate(lengths)]
 
     return run
 
@@ -81,8 +81,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, config.vocab_size, 16 + 8 * i).tolist() for i in range(args.batch)]
     ours, reference = Generator(params, config, bias), reference_decoder(params, config, bias)
-    sides = {"ours": lambda: ours(prompts, max_new_tokens=args.new_tokens),
-             "reference": lambda: reference(prompts, args.new_tokens)}
+    sides = {
+        "ours": lambda: ours(prompts, max_new_tokens=args.new_tokens),
+        "reference": lambda: reference(prompts, args.new_tokens),
+    }
     outputs = {name: run() for name, run in sides.items()}  # warm-up: every bucket compiled
     if outputs["ours"] != outputs["reference"]:
         sys.exit("decode: cached greedy tokens differ from the full forward's argmax")
@@ -93,9 +95,17 @@ def main() -> None:
             run()
             times[name].append(time.perf_counter() - start)
     tokens = args.batch * args.new_tokens
-    emit("decode_cached", "tokens/s", tokens / statistics.median(times["ours"]),
-         tokens / statistics.median(times["reference"]), higher_is_better=True, batch=args.batch,
-         new_tokens=args.new_tokens, prompt_lengths=[len(p) for p in prompts], identical=True)
+    emit(
+        "decode_cached",
+        "tokens/s",
+        tokens / statistics.median(times["ours"]),
+        tokens / statistics.median(times["reference"]),
+        higher_is_better=True,
+        batch=args.batch,
+        new_tokens=args.new_tokens,
+        prompt_lengths=[len(p) for p in prompts],
+        identical=True,
+    )
 
 
 if __name__ == "__main__":

@@ -184,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny budgets: a check that the protocol runs end to end")
     parser.add_argument("--workers", type=int, default=2, help="training processes")
     parser.add_argument("--seeds", type=int, default=2, help="seeds of every ladder run (their spread gives the intervals)")
-    parser.add_argument("--target-seeds", type=int, default=2,
-                        help="seeds of every target run: the actual is their mean (one run's seed noise is 1.0-1.3%% here)")
+    parser.add_argument(
+        "--target-seeds",
+        type=int,
+        default=2,
+        help="seeds of every target run: the actual is their mean (one run's seed noise is 1.0-1.3%% here)",
+    )
     parser.add_argument("--files", type=int, default=168, help="standard-library files in the corpus (168: all)")
     parser.add_argument(
         "--data",

@@ -90,12 +90,20 @@ def load(stack, instance, policy_name: str):
 
 def plan(instance, graph) -> list:
     """The run requests of the first backfill iteration over all partitions of the chain."""
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=instance, asset_graph=graph)
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=graph,
+    )
     keys = [dg.AssetKey(["shards", name]) for name in STEPS]
     data = AssetBackfillData.from_asset_partitions(
-        asset_graph=view.asset_graph, partition_names=None, asset_selection=keys,
-        dynamic_partitions_store=instance, backfill_start_timestamp=0.0, all_partitions=True)
+        asset_graph=view.asset_graph,
+        partition_names=None,
+        asset_selection=keys,
+        dynamic_partitions_store=instance,
+        backfill_start_timestamp=0.0,
+        all_partitions=True,
+    )
     result = execute_asset_backfill_iteration_inner("bench", data, view, 0.0, logging.getLogger("plan"), None)
     return result.run_requests
 
@@ -105,7 +113,7 @@ def check_plan(requests, keys: list[str], per_run: int) -> None:
     covered = []
     for request in requests:
         start, end = request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]
-        span = keys[keys.index(start): keys.index(end) + 1]
+        span = keys[keys.index(start) : keys.index(end) + 1]
         if len(span) > per_run or len(request.asset_selection) != len(STEPS):
             raise SystemExit(f"plan: run {start}..{end} has {len(span)} shards, {len(request.asset_selection)} assets")
         covered += span
@@ -160,10 +168,20 @@ def main(argv: list[str] | None = None) -> None:
     ours = measure(args.partitions, args.repeats)
     for name, (seconds, info) in ours.items():
         ref_seconds, ref_info = reference[name]
-        emit(f"partition_planning/{name}", "s", seconds, scale * ref_seconds, higher_is_better=False,
-             partitions=args.partitions, reference_partitions=args.reference_partitions,
-             reference_seconds=round(ref_seconds, 6), reference_is=f"{scale:g} x time at {args.reference_partitions}",
-             warm_up_seconds=round(cold, 3), **info, **{f"reference_{k}": v for k, v in ref_info.items() if k == "runs"})
+        emit(
+            f"partition_planning/{name}",
+            "s",
+            seconds,
+            scale * ref_seconds,
+            higher_is_better=False,
+            partitions=args.partitions,
+            reference_partitions=args.reference_partitions,
+            reference_seconds=round(ref_seconds, 6),
+            reference_is=f"{scale:g} x time at {args.reference_partitions}",
+            warm_up_seconds=round(cold, 3),
+            **info,
+            **{f"reference_{k}": v for k, v in ref_info.items() if k == "runs"},
+        )
 
 
 if __name__ == "__main__":

@@ -93,15 +93,27 @@ def main() -> None:
     config = load_config(args.config)
     if args.layers is not None:
         config = replace(config, model={"n_layers": args.layers})
-    shape = {"layers": config.model.n_layers, "d_model": config.model.d_model, "batch": config.batch_size,
-             "seq_len": config.seq_len, "device": jax.devices()[0].platform}
+    shape = {
+        "layers": config.model.n_layers,
+        "d_model": config.model.d_model,
+        "batch": config.batch_size,
+        "seq_len": config.seq_len,
+        "device": jax.devices()[0].platform,
+    }
 
     seconds = step_seconds({"float32": config, "bfloat16": replace(config, compute_dtype="bfloat16")}, 2, args.iters)
     emit("bf16_step", "s/step", seconds["bfloat16"], seconds["float32"], higher_is_better=False, iters=args.iters, **shape)
 
     temp = {policy: temp_bytes(replace(config, remat=policy)) for policy in ("none", "full", "save_matmuls")}
-    emit("remat_peak_memory", "temp bytes", temp["full"], temp["none"], higher_is_better=False,
-         save_matmuls=temp["save_matmuls"], **shape)
+    emit(
+        "remat_peak_memory",
+        "temp bytes",
+        temp["full"],
+        temp["none"],
+        higher_is_better=False,
+        save_matmuls=temp["save_matmuls"],
+        **shape,
+    )
 
 
 if __name__ == "__main__":

@@ -79,11 +79,24 @@ def main() -> None:
 
     per = lambda seconds, n: 1000 * seconds / n  # noqa: E731
     common = {"partitions": args.partitions, "single_runs": len(singles)}
-    emit("range_overhead_computed", "ms/partition", per(range_computed, len(keys)), per(single_computed, len(singles)),
-         False, **common)
+    emit(
+        "range_overhead_computed",
+        "ms/partition",
+        per(range_computed, len(keys)),
+        per(single_computed, len(singles)),
+        False,
+        **common,
+    )
     emit("range_overhead_cache_hit", "ms/partition", per(range_hit, len(keys)), per(single_hit, len(singles)), False, **common)
-    emit("range_overhead_computed_pool", "ms/partition", per(pool_computed, len(keys)), per(single_computed, len(singles)),
-         False, workers=args.workers, **common)
+    emit(
+        "range_overhead_computed_pool",
+        "ms/partition",
+        per(pool_computed, len(keys)),
+        per(single_computed, len(singles)),
+        False,
+        workers=args.workers,
+        **common,
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def corpus() -> list[str]:
 
 def shard_writer(docs: list[str], partition: int):
     def compute(out_dir: str) -> dict:
-        chunk = docs[(partition * 997) % len(docs):][:1000] or docs[:1000]
+        chunk = docs[(partition * 997) % len(docs) :][:1000] or docs[:1000]
         ids = [xxhash.xxh3_128_hexdigest(t.encode()) for t in chunk]
         order = sorted(range(len(chunk)), key=ids.__getitem__)
         table = pa.table({"id": [ids[i] for i in order], "text": [chunk[i] for i in order]})

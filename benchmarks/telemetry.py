@@ -114,9 +114,17 @@ def main() -> int:
         store = TelemetryStore(root)
         # Wall clock is the figure; process CPU seconds (including row building) are context
         # for a shared machine, where wall time also counts other processes.
-        emit("telemetry_ingest", "metric values/s", rows / ours_s, rows / ref_s, higher_is_better=True,
-             rows=rows, segments=len(store.segments()), cpu_s_ours=round(cpu1 - cpu0, 3),
-             cpu_s_reference=round(cpu2 - cpu1, 3))
+        emit(
+            "telemetry_ingest",
+            "metric values/s",
+            rows / ours_s,
+            rows / ref_s,
+            higher_is_better=True,
+            rows=rows,
+            segments=len(store.segments()),
+            cpu_s_ours=round(cpu1 - cpu0, 3),
+            cpu_s_reference=round(cpu2 - cpu1, 3),
+        )
 
         lo = n_steps // 2
         hi = lo + 1000
@@ -126,24 +134,45 @@ def main() -> int:
             return store.query(run=run, metric="loss", steps=(lo, hi)).select("step", "value")
 
         def reference():
-            return (pl.scan_ndjson(jsonl).filter(pl.col("step").is_between(lo, hi))
-                    .select("step", pl.col("loss").alias("value")).collect().sort("step"))
+            return (
+                pl.scan_ndjson(jsonl)
+                .filter(pl.col("step").is_between(lo, hi))
+                .select("step", pl.col("loss").alias("value"))
+                .collect()
+                .sort("step")
+            )
 
         ours_q, got = median_latency(ours, args.repeats)
         ref_q, want = median_latency(reference, max(1, args.repeats // 2))
         if not got.equals(want) or got.height != 1001:
             print(f"answers differ: ours {got.height} rows, reference {want.height}", file=sys.stderr)
             return 1
-        emit("telemetry_range_query", "s", ours_q, ref_q, higher_is_better=False, rows=rows, steps=f"{lo}:{hi}",
-             answer_rows=got.height, jsonl_bytes=os.path.getsize(jsonl))
+        emit(
+            "telemetry_range_query",
+            "s",
+            ours_q,
+            ref_q,
+            higher_is_better=False,
+            rows=rows,
+            steps=f"{lo}:{hi}",
+            answer_rows=got.height,
+            jsonl_bytes=os.path.getsize(jsonl),
+        )
 
         report = store.compact(grace_s=0)
         ours_c, got_c = median_latency(ours, args.repeats)
         if not got_c.equals(want):
             print("answer changed after compaction", file=sys.stderr)
             return 1
-        emit("telemetry_range_query_compacted", "s", ours_c, ref_q, higher_is_better=False, rows=rows,
-             segments=report.live_segments)
+        emit(
+            "telemetry_range_query_compacted",
+            "s",
+            ours_c,
+            ref_q,
+            higher_is_better=False,
+            rows=rows,
+            segments=report.live_segments,
+        )
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

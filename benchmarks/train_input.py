@@ -54,8 +54,8 @@ def write_split(split_dir: str, data: np.ndarray, ends: np.ndarray) -> None:
     with CacheWriter(split_dir) as writer:
         for lo in range(0, len(ends), per_write):
             first = int(ends[lo - 1]) if lo else 0
-            chunk = ends[lo:lo + per_write]
-            writer.write_rows(data[first:int(chunk[-1])], chunk - first)
+            chunk = ends[lo : lo + per_write]
+            writer.write_rows(data[first : int(chunk[-1])], chunk - first)
 
 
 def write_dataset_of(root: str, name: str, data: np.ndarray, ends: np.ndarray, shards: int) -> str:
@@ -68,7 +68,7 @@ def write_dataset_of(root: str, name: str, data: np.ndarray, ends: np.ndarray, s
         lo, hi = int(cuts[s]), int(cuts[s + 1])
         first = int(ends[lo - 1]) if lo else 0
         path = os.path.join(root, name, f"shard-{s:05d}")
-        write_split(os.path.join(path, "train"), data[first:int(ends[hi - 1])], ends[lo:hi] - first)
+        write_split(os.path.join(path, "train"), data[first : int(ends[hi - 1])], ends[lo:hi] - first)
         entries.append(ShardCache(f"bench-{s:05d}", "bench", path, int(ends[hi - 1]) - first, 0, hi - lo, 0))
     index_dir = os.path.join(root, name, "index")
     write_dataset(Dataset(name, tuple(entries), {"vocab_size": VOCAB, "eos_id": EOS}), index_dir)
@@ -116,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     work = tempfile.mkdtemp(prefix="train_input_")
     try:
         data, ends = documents(args.tokens)
-        sides = {"one_cache": write_dataset_of(work, "one", data, ends, 1),
-                 "shards": write_dataset_of(work, "sharded", data, ends, args.shards)}
+        sides = {
+            "one_cache": write_dataset_of(work, "one", data, ends, 1),
+            "shards": write_dataset_of(work, "sharded", data, ends, args.shards),
+        }
         best = {side: float("inf") for side in sides}
         best_cpu = dict(best)
         seen: dict[str, list[np.ndarray]] = {}
@@ -130,11 +132,23 @@ def main(argv: list[str] | None = None) -> int:
         if not identical:
             raise SystemExit("train_input: the shard caches and the one cache gave different batches")
         tokens = args.batches * args.batch_size * args.seq_len
-        emit("train_input", "tokens/s", tokens / best["shards"], tokens / best["one_cache"], higher_is_better=True,
-             shards=args.shards, dataset_tokens=int(ends[-1]), seq_len=args.seq_len, batch_size=args.batch_size,
-             batches=args.batches, identical=identical, ours_s=round(best["shards"], 3), reference_s=round(best["one_cache"], 3),
-             cpu_ratio=round(best_cpu["one_cache"] / best_cpu["shards"], 4),
-             reader="open_source -> MixedLoader.iterate (Feistel shuffle over the global window index)")
+        emit(
+            "train_input",
+            "tokens/s",
+            tokens / best["shards"],
+            tokens / best["one_cache"],
+            higher_is_better=True,
+            shards=args.shards,
+            dataset_tokens=int(ends[-1]),
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            batches=args.batches,
+            identical=identical,
+            ours_s=round(best["shards"], 3),
+            reference_s=round(best["one_cache"], 3),
+            cpu_ratio=round(best_cpu["one_cache"] / best_cpu["shards"], 4),
+            reader="open_source -> MixedLoader.iterate (Feistel shuffle over the global window index)",
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

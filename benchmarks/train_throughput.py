@@ -34,8 +34,12 @@ def build_cache(path: Path) -> Path:
         texts += [p for p in f.read_text(errors="ignore").split("\n\n") if len(p) > 40]
     with SerialCacheWriter(str(path), {"input_ids": np.zeros((0,), np.int32)}) as w:
         for i in range(0, len(texts), 256):
-            w.write_batch([{"input_ids": np.frombuffer(t.encode("utf-8", "ignore") + b"\0", np.uint8).astype(np.int32)}
-                           for t in texts[i:i + 256]])
+            w.write_batch(
+                [
+                    {"input_ids": np.frombuffer(t.encode("utf-8", "ignore") + b"\0", np.uint8).astype(np.int32)}
+                    for t in texts[i : i + 256]
+                ]
+            )
     return path
 
 
@@ -47,15 +51,18 @@ def main() -> None:
 
     import jax
 
-    from marin_assets.train.config import load_config, replace
     from marin_assets.train import mesh as meshlib
+    from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import default_model, init_state, make_train_step, train
     from marin_assets.train.optimizers import make_optimizer
 
     config = load_config(args.config)
     # A short run keeps the schedule valid (warmup + decay within total_steps); the LR does not change the step's cost.
-    schedule = {"total_steps": args.steps, "warmup_steps": min(config.schedule.warmup_steps, args.steps // 4),
-                "decay_steps": min(config.schedule.decay_steps, args.steps // 4)}
+    schedule = {
+        "total_steps": args.steps,
+        "warmup_steps": min(config.schedule.warmup_steps, args.steps // 4),
+        "decay_steps": min(config.schedule.decay_steps, args.steps // 4),
+    }
     config = replace(config, num_steps=args.steps, checkpoint_every_steps=50, checkpoint_every_seconds=3600.0, schedule=schedule)
     tmp = Path(tempfile.mkdtemp(prefix="marin-bench-"))
     cache = build_cache(tmp / "cache")
@@ -81,11 +88,23 @@ def main() -> None:
         state, m = step(state, tokens, ok, lr)
     jax.block_until_ready(m)
     reference = (args.steps - 1) * config.tokens_per_step / (time.perf_counter() - t0)
-    print(json.dumps({"name": "train_loop", "unit": "tokens/s", "ours": round(ours, 1),
-                      "reference": round(reference, 1), "ratio": round(ours / reference, 3),
-                      "steps": args.steps, "batch": config.batch_size, "seq_len": config.seq_len,
-                      "device": str(jax.devices()[0].platform), "final_loss": result.last_loss,
-                      "checkpoint_every_steps": 50}))
+    print(
+        json.dumps(
+            {
+                "name": "train_loop",
+                "unit": "tokens/s",
+                "ours": round(ours, 1),
+                "reference": round(reference, 1),
+                "ratio": round(ours / reference, 3),
+                "steps": args.steps,
+                "batch": config.batch_size,
+                "seq_len": config.seq_len,
+                "device": str(jax.devices()[0].platform),
+                "final_loss": result.last_loss,
+                "checkpoint_every_steps": 50,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

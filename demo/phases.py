@@ -20,6 +20,7 @@ gets the cut after it ends.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -38,14 +39,20 @@ from marin_assets.train.hooks import Hooks, StepInfo, hooks_in_this_context
 # later: the data allotment is a per-source quota, so "a source runs out" happens within a
 # CPU-sized run.
 def demo_budget() -> Budget:
-    return Budget(budget_tokens=(48 + 16) * 512, data_allotment_tokens={"sotu": 10_000, "shakespeare": 10_000, "spam_assassin": 14_000},
-                  hardware_available=("cpu",))
+    return Budget(
+        budget_tokens=(48 + 16) * 512,
+        data_allotment_tokens={"sotu": 10_000, "shakespeare": 10_000, "spam_assassin": 14_000},
+        hardware_available=("cpu",),
+    )
 
 
 def demo_raise(budget: Budget, tokens_trained: int) -> Budget:
     """More compute appeared, and more data with it."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + (32 + 16) * 512,
-                               data_allotment_tokens={k: v + 40_000 for k, v in budget.data_allotment_tokens.items()})
+    return dataclasses.replace(
+        budget,
+        budget_tokens=tokens_trained + (32 + 16) * 512,
+        data_allotment_tokens={k: v + 40_000 for k, v in budget.data_allotment_tokens.items()},
+    )
 
 
 def demo_cut(budget: Budget, tokens_trained: int) -> Budget:
@@ -109,6 +116,13 @@ class MidPhaseCut:
                 return
 
 
+def _execute_phase(
+    job, config: dict, partition: str | None, instance: dg.DagsterInstance, tags: dict
+) -> dg.ExecuteInProcessResult:
+    """One phase's run in process, with the tags the executor adds last."""
+    return job.execute_in_process(run_config=config, partition_key=partition, tags=tags, instance=instance, raise_on_error=False)
+
+
 def _execute_with_cut(execute: Execute, run: Callable, tags: dict, cut: MidPhaseCut):
     hooks = Hooks()
     hooks.add_hook(cut.hook, every=1)
@@ -122,11 +136,23 @@ def _execute_with_cut(execute: Execute, run: Callable, tags: dict, cut: MidPhase
         watcher.join()
 
 
-def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_file: Path, initial: Budget,
-                   raise_to: Callable[[Budget, int], Budget], cut_to: Callable[[Budget, int], Budget], *,
-                   sensor_name: str = "phase_controller", job_name: str = "train_phase", max_ticks: int = 16,
-                   log: Callable[[str], None] = print, execute: Execute = run_directly,
-                   run_config: dict | None = None, cut_during: str = "re_warm", cut_after_steps: int = 2) -> list[dict]:
+def run_phase_demo(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    budget_file: Path,
+    initial: Budget,
+    raise_to: Callable[[Budget, int], Budget],
+    cut_to: Callable[[Budget, int], Budget],
+    *,
+    sensor_name: str = "phase_controller",
+    job_name: str = "train_phase",
+    max_ticks: int = 16,
+    log: Callable[[str], None] = print,
+    execute: Execute = run_directly,
+    run_config: dict | None = None,
+    cut_during: str = "re_warm",
+    cut_after_steps: int = 2,
+) -> list[dict]:
     """Returns the decision log: one entry per tick with the action, reason and phase.
 
     ``execute(run, tags)`` runs each requested phase (the demo passes a progress reporter);
@@ -162,8 +188,9 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
             tags = {**request.tags, "dagster/run_key": request.run_key, **in_process_tags()}
             log(f"controller: {action} -> {request.partition_key}")
             config = {**(run_config or {}), **request.run_config}
-            runner = lambda final_tags: job.execute_in_process(run_config=config, partition_key=request.partition_key,  # noqa: E731
-                                                               tags=final_tags, instance=instance, raise_on_error=False)
+
+            runner = functools.partial(_execute_phase, job, config, request.partition_key, instance)
+
             mid = None
             if action == cut_during and not cut:
                 mid = MidPhaseCut(sensor, defs, instance, budget_file, cut_to, log, cursor, after_steps=cut_after_steps)
@@ -178,8 +205,12 @@ def run_phase_demo(defs: dg.Definitions, instance: dg.DagsterInstance, budget_fi
             tokens_trained = train_meta["count/tokens_trained"].value
             if "marin/branch_of" not in request.tags:  # a branch's tokens are not the main run's
                 last_tokens = tokens_trained
-            entry = {"action": action, "phase": request.partition_key,
-                     "tokens_trained": tokens_trained, "last_loss": train_meta["count/last_loss"].value}
+            entry = {
+                "action": action,
+                "phase": request.partition_key,
+                "tokens_trained": tokens_trained,
+                "last_loss": train_meta["count/last_loss"].value,
+            }
             if "count/final_step" in train_meta:
                 entry["final_step"] = train_meta["count/final_step"].value
             if mid is not None and mid.cut_step is not None:
@@ -206,14 +237,25 @@ def decision_log(instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: fl
         obs = record.event_log_entry.asset_observation
         if obs is None:
             raise ValueError(f"{asset_key.to_user_string()}: an observation record without its observation")
-        out.append({"phase": obs.partition, **{k: v.value for k, v in obs.metadata.items() if k in ("decision", "reason", "next_phase")}})
+        out.append(
+            {"phase": obs.partition, **{k: v.value for k, v in obs.metadata.items() if k in ("decision", "reason", "next_phase")}}
+        )
     return out
 
 
-def run_demo_phases(defs: dg.Definitions, instance: dg.DagsterInstance, train_key: dg.AssetKey, budget_file: Path, *,
-                    log: Callable[[str], None] = print, execute: Execute = run_directly, run_config: dict | None = None) -> dict:
+def run_demo_phases(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    train_key: dg.AssetKey,
+    budget_file: Path,
+    *,
+    log: Callable[[str], None] = print,
+    execute: Execute = run_directly,
+    run_config: dict | None = None,
+) -> dict:
     """The demo's run: the user's budget file, raised once and cut once; every decision."""
     started = time.time()
-    ticks = run_phase_demo(defs, instance, budget_file, demo_budget(), demo_raise, demo_cut, log=log,
-                           execute=execute, run_config=run_config)
+    ticks = run_phase_demo(
+        defs, instance, budget_file, demo_budget(), demo_raise, demo_cut, log=log, execute=execute, run_config=run_config
+    )
     return {"ticks": ticks, "decisions": decision_log(instance, train_key, since=started)}

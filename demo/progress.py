@@ -35,7 +35,9 @@ def key_counts(metadata: dict[str, Any]) -> str:
     for name, value in metadata.items():
         value = getattr(value, "value", value)
         if name.startswith(COUNT_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            shown.append(f"{name[len(COUNT_PREFIX):]}={value:,}" if isinstance(value, int) else f"{name[len(COUNT_PREFIX):]}={value:.4g}")
+            shown.append(
+                f"{name[len(COUNT_PREFIX) :]}={value:,}" if isinstance(value, int) else f"{name[len(COUNT_PREFIX) :]}={value:.4g}"
+            )
     return " ".join(shown[:SHOWN_COUNTS])
 
 
@@ -90,8 +92,9 @@ def stderr_to(path: Path) -> Iterator[TextIO]:
         terminal.close()
 
 
-def watched(instance: dg.DagsterInstance, progress: Progress, tags: dict[str, str],
-            execute: Callable[[], Any], poll_s: float = 0.5) -> Any:
+def watched(
+    instance: dg.DagsterInstance, progress: Progress, tags: dict[str, str], execute: Callable[[], Any], poll_s: float = 0.5
+) -> Any:
     """Run ``execute()`` (a job run tagged with ``tags``) on this thread while a watcher thread
     reports each materialisation and step failure of that run as it lands in the event log."""
     stop = threading.Event()
@@ -100,9 +103,10 @@ def watched(instance: dg.DagsterInstance, progress: Progress, tags: dict[str, st
     def poll() -> None:
         for record in instance.get_run_records(dg.RunsFilter(tags=tags)):
             run_id = record.dagster_run.run_id
-            events = instance.all_logs(run_id, of_type={dg.DagsterEventType.ASSET_MATERIALIZATION,
-                                                        dg.DagsterEventType.STEP_FAILURE})
-            for entry in events[cursors.get(run_id, 0):]:
+            events = instance.all_logs(
+                run_id, of_type={dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.STEP_FAILURE}
+            )
+            for entry in events[cursors.get(run_id, 0) :]:
                 report(entry)
             cursors[run_id] = len(events)
 

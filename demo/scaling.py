@@ -11,7 +11,6 @@ from typing import Any
 import dagster as dg
 
 from demo.progress import Execute, run_directly
-
 from marin_assets.scaling.ladder import Ladder
 
 

@@ -18,7 +18,14 @@ datakit_sources_job = dg.define_asset_job(
         # forkserver with the code location's imports preloaded (dagster, scipy, our
         # modules; no jax, which must not be forked): each step forks in milliseconds
         # instead of re-importing ~5 s of CPU, which dominates a run of cache hits.
-        {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["dagster", "marin_assets.orchestration", "assets.datakit", "assets.training", "sensors"]}}}
+        {
+            "max_concurrent": 2,
+            "start_method": {
+                "forkserver": {
+                    "preload_modules": ["dagster", "marin_assets.orchestration", "assets.datakit", "assets.training", "sensors"]
+                }
+            },
+        }
     ),
     tags=DEMO_TAGS,
     description="The DataKit's sources, fixed inputs and shard index (a backfill of the datakit group does the rest).",
@@ -45,12 +52,18 @@ eval_job = dg.define_asset_job(
 )
 
 # Everything in the scaling group: the ladder's data, sweep partitions, fit, prediction (and its check).
-scaling_job = dg.define_asset_job("scaling", selection=dg.AssetSelection.groups("scaling"),
-                                  description="The IsoFLOP ladder: its data, sweep runs, fit, prediction and check.")
+scaling_job = dg.define_asset_job(
+    "scaling",
+    selection=dg.AssetSelection.groups("scaling"),
+    description="The IsoFLOP ladder: its data, sweep runs, fit, prediction and check.",
+)
 
 # Every experiment record's assets (experiments/*.yaml): the corpus, run partitions,
 # analyses and reports; `marin experiment screen` runs the same steps from the CLI.
-experiments_job = dg.define_asset_job("experiments", selection=dg.AssetSelection.groups("experiments"),
-                                      description="Experiment records: runs, effective-speedup analysis, reports.")
+experiments_job = dg.define_asset_job(
+    "experiments",
+    selection=dg.AssetSelection.groups("experiments"),
+    description="Experiment records: runs, effective-speedup analysis, reports.",
+)
 
 all_jobs = [datakit_sources_job, train_phase_job, eval_job, scaling_job, experiments_job]

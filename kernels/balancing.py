@@ -18,7 +18,7 @@ def selection_margins(logits: jax.Array, bias: jax.Array, k: int) -> jax.Array:
     """m[t, e] = biased logit of e minus the k-th best biased logit of the other experts."""
     z = logits.astype(jnp.float32) + bias.astype(jnp.float32)
     top = jax.lax.top_k(z, k + 1)[0]  # [T, k+1], descending
-    kth, next_after = top[:, k - 1:k], top[:, k:k + 1]
+    kth, next_after = top[:, k - 1 : k], top[:, k : k + 1]
     chosen = z >= kth
     # A chosen expert competes with the first unchosen one; an unchosen one with the k-th.
     return z - jnp.where(chosen, next_after, kth)
@@ -42,8 +42,9 @@ def quantile_shift_exact(logits: jax.Array, bias: jax.Array, k: int) -> jax.Arra
     return 0.5 * (nth + after)
 
 
-def quantile_shift_histogram(logits: jax.Array, bias: jax.Array, k: int, bins: int = 10_000,
-                             axis_name: str | None = None) -> jax.Array:
+def quantile_shift_histogram(
+    logits: jax.Array, bias: jax.Array, k: int, bins: int = 10_000, axis_name: str | None = None
+) -> jax.Array:
     """Quantile from a histogram of margins, summed across ``axis_name`` devices if given.
 
     Cheap to reduce globally: each device contributes a [E, bins] count table over a

@@ -22,9 +22,16 @@ def position_in_group(keys: jax.Array, n_groups: int) -> jax.Array:
     return jnp.zeros_like(keys).at[order].set(sorted_pos.astype(keys.dtype))
 
 
-def moe_local(x: jax.Array, expert_ids: jax.Array, weights: jax.Array, w_gate: jax.Array,
-              w_up: jax.Array, w_down: jax.Array, capacity: int | None = None,
-              impl: str = "auto") -> tuple[jax.Array, jax.Array]:
+def moe_local(
+    x: jax.Array,
+    expert_ids: jax.Array,
+    weights: jax.Array,
+    w_gate: jax.Array,
+    w_up: jax.Array,
+    w_down: jax.Array,
+    capacity: int | None = None,
+    impl: str = "auto",
+) -> tuple[jax.Array, jax.Array]:
     """Routed experts on one device.
 
     x: [T, D]; expert_ids, weights: [T, k]; w_gate, w_up: [E, D, F]; w_down: [E, F, D].

@@ -50,6 +50,7 @@ def default_block(n_rows: int, n_groups: int) -> int:
 
 # -- row moves: gathers both ways --------------------------------------------------------
 
+
 @jax.custom_vjp
 def permute_rows(x: jax.Array, index: jax.Array, inverse: jax.Array) -> jax.Array:
     """out[i] = x[index[i]] (zeros where index is out of range).
@@ -75,8 +76,8 @@ permute_rows.defvjp(_permute_fwd, _permute_bwd)
 
 # -- blocked layout ----------------------------------------------------------------------
 
-def block_layout(group_sizes: jax.Array, n_rows: int, block: int
-                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+
+def block_layout(group_sizes: jax.Array, n_rows: int, block: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Where each sorted row goes when every group starts on a block boundary.
 
     group_sizes: [G] (sum <= n_rows; rows past the sum belong to no group).
@@ -132,14 +133,14 @@ def _blocked(fn, x: jax.Array, group_sizes: jax.Array, n_groups: int, block: int
 
 # -- public ops --------------------------------------------------------------------------
 
+
 def _ragged(x, w, group_sizes):
     out = jax.lax.ragged_dot(x, w, group_sizes.astype(jnp.int32))
     used = jnp.arange(x.shape[0]) < jnp.sum(group_sizes)
     return jnp.where(used[:, None], out, jnp.zeros((), out.dtype))
 
 
-def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, impl: str = "auto",
-                   block: int | None = None) -> jax.Array:
+def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, impl: str = "auto", block: int | None = None) -> jax.Array:
     """x: [M, K] rows sorted by group; w: [G, K, N]; group_sizes: [G] int32.
 
     Row block g (the next ``group_sizes[g]`` rows) is multiplied by ``w[g]``. Rows past
@@ -151,9 +152,15 @@ def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, impl: str
     return _blocked(lambda xp, bg: _block_matmul(xp, w, bg), x, group_sizes, w.shape[0], block)
 
 
-def expert_swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array,
-                  group_sizes: jax.Array, impl: str = "auto", block: int | None = None
-                  ) -> jax.Array:
+def expert_swiglu(
+    x: jax.Array,
+    w_gate: jax.Array,
+    w_up: jax.Array,
+    w_down: jax.Array,
+    group_sizes: jax.Array,
+    impl: str = "auto",
+    block: int | None = None,
+) -> jax.Array:
     """SwiGLU per expert on rows sorted by expert: down(silu(x @ gate) * (x @ up)).
 
     The blocked path pads once for all three matmuls (padding rows stay zero throughout:

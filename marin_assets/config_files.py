@@ -98,8 +98,13 @@ class _ConfigLoader(yaml.SafeLoader):
             raise ComposerError(None, None, f"alias *{event.anchor} refers to a node that contains it", event.start_mark)
         self._aliased_nodes += size
         if self._aliased_nodes > MAX_ALIASED_NODES:
-            raise ComposerError(None, None, f"aliases expand to more than {MAX_ALIASED_NODES} nodes "
-                                f"(at *{event.anchor}); a config file never needs that many", event.start_mark)
+            raise ComposerError(
+                None,
+                None,
+                f"aliases expand to more than {MAX_ALIASED_NODES} nodes "
+                f"(at *{event.anchor}); a config file never needs that many",
+                event.start_mark,
+            )
         return node
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
@@ -111,8 +116,12 @@ class _ConfigLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if key in first:
                 raise ConstructorError(
-                    None, None, f"duplicate key {_shown(key)} (first at line {first[key].start_mark.line + 1}); "
-                    "YAML would keep only the last one", key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {_shown(key)} (first at line {first[key].start_mark.line + 1}); "
+                    "YAML would keep only the last one",
+                    key_node.start_mark,
+                )
             first[key] = key_node
         return node
 
@@ -133,9 +142,12 @@ class _ConfigLoader(yaml.SafeLoader):
                 continue
             for source in value_node.value if isinstance(value_node, SequenceNode) else [value_node]:
                 if not isinstance(source, MappingNode):
-                    raise ConstructorError("while constructing a mapping", node.start_mark,
-                                           f"expected a mapping or list of mappings for merging, but found {source.id}",
-                                           source.start_mark)
+                    raise ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"expected a mapping or list of mappings for merging, but found {source.id}",
+                        source.start_mark,
+                    )
                 self.flatten_mapping(source)
                 sources.append(source.value)
         # Construction keeps the last pair of each key: later sources first, the mapping's own keys last.
@@ -172,8 +184,9 @@ def _load_json(text: str) -> Any:
         return json.loads(text, object_pairs_hook=_refuse_duplicates)
     except _DuplicateKey as dup:
         where = _first_json_duplicate(text) or dup  # the walk finds it: this offset 0 is never shown in practice
-        raise json.JSONDecodeError(f"duplicate key {_shown(where.key)}; JSON parsers keep only the last one",
-                                   text, where.offset) from None
+        raise json.JSONDecodeError(
+            f"duplicate key {_shown(where.key)}; JSON parsers keep only the last one", text, where.offset
+        ) from None
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")

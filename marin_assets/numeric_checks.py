@@ -26,16 +26,16 @@ def check_int(what: str, value: Any, lo: int | None = None, hi: int | None = Non
     return value
 
 
-def check_float(what: str, value: Any, lo: float | None = None, hi: float | None = None, *,
-                lo_open: bool = False, hi_open: bool = False) -> float:
+def check_float(
+    what: str, value: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False
+) -> float:
     """A finite number within the bounds (open where asked), or a ValueError naming ``what``.
 
     Finiteness first: NaN passes every comparison test such as ``x <= 0``.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{what} must be a number, got {_show(value)}")
-    interval = (f"{'(' if lo_open else '['}{_bound(lo, '-inf')}, "
-                f"{_bound(hi, 'inf')}{')' if hi_open else ']'}")
+    interval = f"{'(' if lo_open else '['}{_bound(lo, '-inf')}, {_bound(hi, 'inf')}{')' if hi_open else ']'}"
     try:
         value = float(value)
     except OverflowError:
@@ -67,8 +67,7 @@ def check_field_types(obj) -> None:
         if kinds is None or (optional and value is None):
             continue
         if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise ValueError(f"{where}.{f.name} must be {declared.replace('|', ' | ')}, "
-                             f"got {type(value).__name__} {value!r}")
+            raise ValueError(f"{where}.{f.name} must be {declared.replace('|', ' | ')}, got {type(value).__name__} {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{where}.{f.name} must be finite, got {value!r}")
 

@@ -58,9 +58,15 @@ def _index_run_of(instance: dg.DagsterInstance, index: dg.AssetKey, run_key: str
     return run.run_id if run is not None and run.tags.get(REQUEST_TAG) == run_key else None
 
 
-def user_shards_sensor(source: dg.AssetsDefinition, index: dg.AssetsDefinition, steps: Sequence[dg.AssetsDefinition], *,
-                       name: str = "new_user_shards", watch_env: str = WATCH_ENV,
-                       minimum_interval_seconds: int = 30) -> dg.SensorDefinition:
+def user_shards_sensor(
+    source: dg.AssetsDefinition,
+    index: dg.AssetsDefinition,
+    steps: Sequence[dg.AssetsDefinition],
+    *,
+    name: str = "new_user_shards",
+    watch_env: str = WATCH_ENV,
+    minimum_interval_seconds: int = 30,
+) -> dg.SensorDefinition:
     """The sensor of the module docstring: ``source`` takes {"directory", "expected"} config
     (user_inputs.watched_source_asset), ``index`` registers the shards, ``steps`` follow it."""
     source_op, what = source.op.name, f"{source.key.to_user_string()} + {index.key.to_user_string()}"
@@ -68,19 +74,30 @@ def user_shards_sensor(source: dg.AssetsDefinition, index: dg.AssetsDefinition, 
     def files_request(directory: str, usable: dict[str, str], state: dict) -> tuple[dg.RunRequest, dict]:
         digest, count = directory_digest(usable), state["requests"] + 1
         run_key = f"user-files-{count}@{digest[:16]}"  # the count: a directory reverted to old content reruns
-        request = dg.RunRequest(run_key=run_key, asset_selection=[source.key, index.key],
-                                tags={DIGEST_TAG: digest, REQUEST_TAG: run_key},
-                                run_config={"ops": {source_op: {"config": {"directory": directory, "expected": digest}}}})
+        request = dg.RunRequest(
+            run_key=run_key,
+            asset_selection=[source.key, index.key],
+            tags={DIGEST_TAG: digest, REQUEST_TAG: run_key},
+            run_config={"ops": {source_op: {"config": {"directory": directory, "expected": digest}}}},
+        )
         return request, {**state, "files": usable, "requests": count, "run_key": run_key, "digest": digest}
 
-    @dg.sensor(name=name, asset_selection=[source, index, *steps], minimum_interval_seconds=minimum_interval_seconds,
-               default_status=dg.DefaultSensorStatus.STOPPED,
-               description=f"New files in ${watch_env} -> {what} (registers the shards), then a backfill of every shard step")
+    @dg.sensor(
+        name=name,
+        asset_selection=[source, index, *steps],
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"New files in ${watch_env} -> {what} (registers the shards), then a backfill of every shard step",
+    )
     def _user_shards(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         directory = setting(watch_env)
         if not directory or not os.path.isdir(directory):
             return dg.SkipReason(f"set {watch_env} to a directory of .jsonl/.parquet/.txt files to watch (now {directory!r})")
-        state = json.loads(context.cursor) if context.cursor else {"files": {}, "requests": 0, "run_key": None, "digest": None, "backfilled": None}
+        state = (
+            json.loads(context.cursor)
+            if context.cursor
+            else {"files": {}, "requests": 0, "run_key": None, "digest": None, "backfilled": None}
+        )
         usable, skipped = scan(directory)
         for file, why in skipped.items():
             context.log.warning(f"not ingesting {file}: {why}")
@@ -92,14 +109,18 @@ def user_shards_sensor(source: dg.AssetsDefinition, index: dg.AssetsDefinition, 
             return dg.SensorResult(run_requests=[request], cursor=json.dumps(state, sort_keys=True))
         run_key = state["run_key"]
         if state["backfilled"] == run_key:
-            return dg.SkipReason(f"no new files in {directory} ({len(usable)} known); the shards of {run_key} are "
-                                 f"requested{_skipped_text(skipped)}")
+            return dg.SkipReason(
+                f"no new files in {directory} ({len(usable)} known); the shards of {run_key} are "
+                f"requested{_skipped_text(skipped)}"
+            )
         run_id = _index_run_of(context.instance, index.key, run_key)
         if run_id is None:  # pending, running or failed (rerun it from the UI): its index is about to change
             return dg.SkipReason(f"waiting for {what} of {run_key}{_skipped_text(skipped)}")
         subset = every_partition(steps, context.instance)
-        context.log.info(f"{index.key.to_user_string()} of {run_key} done (run {run_id[:8]}): backfilling "
-                         f"{subset.num_partitions_and_non_partitioned_assets} partitions of {len(steps)} steps")
+        context.log.info(
+            f"{index.key.to_user_string()} of {run_key} done (run {run_id[:8]}): backfilling "
+            f"{subset.num_partitions_and_non_partitioned_assets} partitions of {len(steps)} steps"
+        )
         backfill = dg.RunRequest.for_asset_graph_subset(subset, tags={DIGEST_TAG: state["digest"], REQUEST_TAG: run_key})
         return dg.SensorResult(run_requests=[backfill], cursor=json.dumps({**state, "backfilled": run_key}, sort_keys=True))
 

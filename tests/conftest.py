@@ -31,7 +31,6 @@ def _share_one_jax_compile_cache() -> None:
 _share_one_jax_compile_cache()
 
 
-
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
@@ -73,7 +72,7 @@ def _forks_nodeids_of_file(item) -> list[str]:
     """``item`` and the ``forks`` tests after it in its file, as selected in this session (all on this
     worker: make test hands out whole files)."""
     path = item.nodeid.split("::")[0]
-    rest = item.session.items[item.session.items.index(item):]
+    rest = item.session.items[item.session.items.index(item) :]
     return [i.nodeid for i in rest if i.nodeid.split("::")[0] == path and i.get_closest_marker("forks") is not None]
 
 
@@ -88,9 +87,14 @@ def _run_in_a_fresh_interpreter(item) -> dict[str, list[str]]:
     nodeids = _forks_nodeids_of_file(item)
     with tempfile.TemporaryDirectory() as tmp:
         outcomes_file = os.path.join(tmp, "outcomes.json")
-        result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-                                 *nodeids], cwd=item.config.rootpath, capture_output=True, text=True, timeout=1800,
-                                env={**os.environ, FRESH_PROCESS_ENV: "1", OUTCOMES_ENV: outcomes_file})
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", *nodeids],
+            cwd=item.config.rootpath,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env={**os.environ, FRESH_PROCESS_ENV: "1", OUTCOMES_ENV: outcomes_file},
+        )
         outcomes = json.loads(open(outcomes_file).read()) if os.path.exists(outcomes_file) else {}
     # A test the fresh run never reported (it crashed first) fails with the run's output.
     lost = ["failed", f"no outcome (exit {result.returncode}):\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"]
@@ -112,8 +116,9 @@ def pytest_pyfunc_call(pyfuncitem):
     if unsafe is None:
         return None
     if os.environ.get(FRESH_PROCESS_ENV) == "1":
-        pytest.fail(f"a fresh interpreter already has {unsafe}: an import at collection time, or an earlier "
-                    "test of this file, loads it")
+        pytest.fail(
+            f"a fresh interpreter already has {unsafe}: an import at collection time, or an earlier test of this file, loads it"
+        )
     outcomes = pyfuncitem.config.stash.setdefault(_FRESH_OUTCOMES, {})
     if pyfuncitem.nodeid not in outcomes:
         outcomes.update(_run_in_a_fresh_interpreter(pyfuncitem))
@@ -137,8 +142,9 @@ def pytest_runtest_logreport(report):
     if report.failed:
         outcomes[report.nodeid] = ["failed", f"{report.when}: {report.longreprtext[-6000:]}"]
     elif report.skipped:
-        outcomes.setdefault(report.nodeid, ["skipped", str(report.longrepr[2]) if isinstance(report.longrepr, tuple)
-                                            else report.longreprtext])
+        outcomes.setdefault(
+            report.nodeid, ["skipped", str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else report.longreprtext]
+        )
     elif report.when == "call":
         outcomes.setdefault(report.nodeid, ["passed", ""])
     with open(path, "w") as f:

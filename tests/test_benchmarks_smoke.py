@@ -28,15 +28,35 @@ CASES = [
     ("store_overhead.py", ["--partitions", "10"], {"cache_hit"}),
     ("range_overhead.py", ["--partitions", "4", "--single", "1", "--workers", "2"], {"range_overhead_computed_pool"}),
     ("telemetry.py", ["--rows", "50050", "--repeats", "1"], None),
-    ("partition_planning.py", ["--quick"], {"partition_planning/add_dynamic_partitions", "partition_planning/load",
-                                            "partition_planning/plan_single_run", "partition_planning/plan_multi_run_64"}),
+    (
+        "partition_planning.py",
+        ["--quick"],
+        {
+            "partition_planning/add_dynamic_partitions",
+            "partition_planning/load",
+            "partition_planning/plan_single_run",
+            "partition_planning/plan_multi_run_64",
+        },
+    ),
     ("datakit.py", ["--quick"], {"tokenize", "normalize_exact_dedup", "fuzzy_dedup", "fuzzy_dedup_recall"}),
     ("datakit_pii.py", ["--docs", "200", "--repeats", "1"], {"pii_mask_shard"}),
-    ("datakit_scale.py", ["--quick"], {*(f"stage_throughput/{s}" for s in ("normalize", "quality", "exact_dedup", "fuzzy_dedup",
-                                                                          "decontaminate", "tokenize")),
-                                       "fuzzy_band_reduce_peak_heap", "fuzzy_band_reduce_peak_rss"}),
-    ("datakit_web.py", ["--quick"], {"warc_to_text_vs_resiliparse", "warc_to_text_vs_trafilatura", "datakit_run_warc",
-                                     "datakit_run_jsonl"}),
+    (
+        "datakit_scale.py",
+        ["--quick"],
+        {
+            *(
+                f"stage_throughput/{s}"
+                for s in ("normalize", "quality", "exact_dedup", "fuzzy_dedup", "decontaminate", "tokenize")
+            ),
+            "fuzzy_band_reduce_peak_heap",
+            "fuzzy_band_reduce_peak_rss",
+        },
+    ),
+    (
+        "datakit_web.py",
+        ["--quick"],
+        {"warc_to_text_vs_resiliparse", "warc_to_text_vs_trafilatura", "datakit_run_warc", "datakit_run_jsonl"},
+    ),
     ("train_input.py", ["--quick"], {"train_input"}),
     ("decode.py", ["--quick"], {"decode_cached"}),
 ]
@@ -44,8 +64,9 @@ KEYS = ("name", "unit", "ours", "reference", "ratio")
 
 
 def _figures(script: str, args: list[str]) -> list[dict]:
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return [line for line in lines if "name" in line]

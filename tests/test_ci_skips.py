@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SKIPPING = '''
+SKIPPING = """
 import pytest
 
 def test_needs_a_server():
@@ -26,7 +26,7 @@ def test_known_failure():
 
 def test_runs():
     assert 1 + 1 == 2
-'''
+"""
 
 
 def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
@@ -35,8 +35,14 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-                           "-rA", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ import pytest
 
 from marin_assets.cli import RUNS_WITHOUT_SUBCOMMAND, build_parser, main, subcommands
 
-GROUPS = sorted(name for name, group in subcommands(build_parser()).items()
-                if subcommands(group) and name not in RUNS_WITHOUT_SUBCOMMAND)
+GROUPS = sorted(
+    name for name, group in subcommands(build_parser()).items() if subcommands(group) and name not in RUNS_WITHOUT_SUBCOMMAND
+)
 
 
 def test_marin_alone_is_a_usage_error(capsys):

@@ -23,8 +23,9 @@ ROOT = PINS.parents[1]
 def test_every_versioned_assets_code_matches_its_pin():
     # In a fresh interpreter, as `--update` pins: which of our modules are imported (and so which
     # subclasses of a resource's base class exist) must not depend on the tests run before.
-    check = subprocess.run([sys.executable, "-m", "tests.support.fingerprint"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=600, check=False)
+    check = subprocess.run(
+        [sys.executable, "-m", "tests.support.fingerprint"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
     assert check.returncode == 0, check.stdout[-4000:] + check.stderr[-2000:]
     assert "every versioned asset's code matches its pin" in check.stdout
 
@@ -44,21 +45,29 @@ def _module(tmp_path, name: str, source: str):
 def probe(tmp_path, monkeypatch):
     def load(helper_body: str, docstring: str = "One helper."):
         monkeypatch.delitem(sys.modules, "marin_assets._fp_helper", raising=False)
-        helper = _module(tmp_path / "h", "marin_assets._fp_helper", f'''
+        helper = _module(
+            tmp_path / "h",
+            "marin_assets._fp_helper",
+            f'''
             def deep(x):
                 return x + 1
 
             def helper(x):
                 """{docstring}"""
                 {helper_body}
-            ''')
-        body = _module(tmp_path / "b", "marin_assets._fp_body", '''
+            ''',
+        )
+        body = _module(
+            tmp_path / "b",
+            "marin_assets._fp_body",
+            """
             from marin_assets import _fp_helper
 
             def body(ctx, config):
                 from marin_assets._fp_helper import helper
                 return helper(1)
-            ''')
+            """,
+        )
         return helper, body.body
 
     (tmp_path / "h").mkdir()

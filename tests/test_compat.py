@@ -14,8 +14,7 @@ import marin_assets.orchestration.compat as compat
 
 
 def test_importing_the_jax_compat_module_loads_neither_library():
-    code = ("import sys, marin_assets.compat as c; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'jax'}))")
+    code = "import sys, marin_assets.compat as c; print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'jax'}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -35,8 +34,13 @@ def test_the_run_launcher_contract_we_implement():
     assert {"launch_run", "terminate"} <= abstract
     assert list(inspect.signature(compat.RunLauncher.launch_run).parameters) == ["self", "context"]
     assert list(inspect.signature(compat.RunLauncher.check_run_worker_health).parameters) == ["self", "run"]
-    fields = {f for f in ("dagster_run", "workspace") if hasattr(compat.LaunchRunContext, f) or f in
-              getattr(compat.LaunchRunContext, "__annotations__", {}) or f in inspect.signature(compat.LaunchRunContext).parameters}
+    fields = {
+        f
+        for f in ("dagster_run", "workspace")
+        if hasattr(compat.LaunchRunContext, f)
+        or f in getattr(compat.LaunchRunContext, "__annotations__", {})
+        or f in inspect.signature(compat.LaunchRunContext).parameters
+    }
     assert fields == {"dagster_run", "workspace"}
     health = compat.CheckRunHealthResult(compat.WorkerStatus.FAILED, "gone")
     assert (health.status, health.msg) == (compat.WorkerStatus.FAILED, "gone")
@@ -58,8 +62,12 @@ def test_failure_and_requeue_events_the_launcher_reports():
 def test_tags_statuses_and_run_worker_argv():
     assert compat.PRIORITY_TAG == "dagster/priority"
     assert compat.GRPC_INFO_TAG == ".dagster/grpc_info"
-    assert {dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING} <= set(compat.ACTIVE_RUN_STATUSES)
-    assert not {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.QUEUED} & set(compat.ACTIVE_RUN_STATUSES)
+    assert {dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING} <= set(
+        compat.ACTIVE_RUN_STATUSES
+    )
+    assert not {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.QUEUED} & set(
+        compat.ACTIVE_RUN_STATUSES
+    )
     assert {"job_origin", "run_id", "instance_ref"} <= set(inspect.signature(compat.ExecuteRunArgs).parameters)
     assert callable(compat.ExecuteRunArgs.get_command_args)
     assert compat.CanCancelExecutionRequest(run_id="r1").run_id == "r1"
@@ -79,20 +87,31 @@ def test_merge_step_metadata_reaches_the_materialization():
     def ranged(context) -> None:
         merged["ok"] = compat.merge_step_metadata(context, {p: {"rows": i} for i, p in enumerate(context.partition_keys)})
 
-    result = dg.materialize([ranged], partition_key=None, instance=dg.DagsterInstance.ephemeral(),
-                            tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": "b"})
+    result = dg.materialize(
+        [ranged],
+        partition_key=None,
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={"dagster/asset_partition_range_start": "a", "dagster/asset_partition_range_end": "b"},
+    )
     assert merged["ok"] is True
     rows = {e.partition: e.materialization.metadata["rows"].value for e in result.get_asset_materialization_events()}
     assert rows == {"a": 0, "b": 1}
 
 
 def test_jax_backend_and_distributed_client_in_a_fresh_process():
-    code = ("from marin_assets.compat import xla_backends_started, distributed_client\n"
-            "before = xla_backends_started()\n"
-            "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
-            "print(before, xla_backends_started(), distributed_client())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout
+    code = (
+        "from marin_assets.compat import xla_backends_started, distributed_client\n"
+        "before = xla_backends_started()\n"
+        "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
+        "print(before, xla_backends_started(), distributed_client())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    ).stdout
     assert out.split() == ["False", "True", "None"]
 
 
@@ -100,19 +119,26 @@ def test_a_cpu_process_other_than_0_writes_its_own_compile_cache_entries(tmp_pat
     """JAX writes persistent-cache entries from process 0 only; with
     ``cache_writes_from_every_cpu_process`` a CPU process of another index writes its own (a CPU key
     holds the process's devices, so process 0's never serve it: tests/train's 2-process runs)."""
-    code = ("import os, sys, jax, jax.numpy as jnp\n"
-            "from jax._src import distributed\n"
-            "from marin_assets.compat import cache_writes_from_every_cpu_process\n"
-            "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
-            "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)\n"
-            "distributed.global_state.process_id = 1\n"
-            "jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()\n"
-            "before = len(os.listdir(sys.argv[1]))\n"
-            "cache_writes_from_every_cpu_process(); cache_writes_from_every_cpu_process()\n"
-            "jax.jit(lambda x: x * 3 - 1)(jnp.ones(3)).block_until_ready()\n"
-            "print(before, len(os.listdir(sys.argv[1])))\n")
+    code = (
+        "import os, sys, jax, jax.numpy as jnp\n"
+        "from jax._src import distributed\n"
+        "from marin_assets.compat import cache_writes_from_every_cpu_process\n"
+        "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)\n"
+        "distributed.global_state.process_id = 1\n"
+        "jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()\n"
+        "before = len(os.listdir(sys.argv[1]))\n"
+        "cache_writes_from_every_cpu_process(); cache_writes_from_every_cpu_process()\n"
+        "jax.jit(lambda x: x * 3 - 1)(jnp.ones(3)).block_until_ready()\n"
+        "print(before, len(os.listdir(sys.argv[1])))\n"
+    )
     cache = tmp_path / "cache"
     cache.mkdir()
-    out = subprocess.run([sys.executable, "-c", code, str(cache)], capture_output=True, text=True, check=True,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(cache)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    ).stdout
     assert out.split() == ["0", "1"]

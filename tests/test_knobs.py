@@ -98,8 +98,16 @@ def cli_settings(parser: argparse.ArgumentParser, seen: set[int] | None = None) 
             continue
         option = max(action.option_strings, key=len) if action.option_strings else action.dest
         tag = getattr(action, "marin_knob", None)
-        out.append(Setting(f"{parser.prog} {option}", option.lstrip("-").replace("-", "_"), action.default, tag,
-                           _own_flag_default(action), dest_ok=tag is None or action.dest == tag))
+        out.append(
+            Setting(
+                f"{parser.prog} {option}",
+                option.lstrip("-").replace("-", "_"),
+                action.default,
+                tag,
+                _own_flag_default(action),
+                dest_ok=tag is None or action.dest == tag,
+            )
+        )
     return out
 
 
@@ -127,8 +135,17 @@ def config_settings(cls: type, prefix: str = "") -> list[Setting]:
                 continue
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = None if field.is_required() else field.get_default(call_default_factory=True)
-        out.append(Setting(where, name, default, extra.get("knob"), default is not None,
-                           versioned=extra.get("versioned"), annotation=field.annotation))
+        out.append(
+            Setting(
+                where,
+                name,
+                default,
+                extra.get("knob"),
+                default is not None,
+                versioned=extra.get("versioned"),
+                annotation=field.annotation,
+            )
+        )
     return out
 
 
@@ -171,8 +188,11 @@ def knob_declarations(roots: Iterable[str]) -> dict[str, dict[str, set[str]]]:
             for node in ast.walk(ast.parse(path.read_text())):
                 if not isinstance(node, ast.ClassDef):
                     continue
-                names = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                         and _calls_knob(s.value)}
+                names = {
+                    s.target.id
+                    for s in node.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _calls_knob(s.value)
+                }
                 if names:
                     found.setdefault(node.name, {}).setdefault(module, set()).update(names)
     return found
@@ -307,8 +327,11 @@ def test_the_walk_sees_what_the_issue_names(everything):
 
 def test_the_one_bootstrap_default_is_100(everything):
     defaults = {s.where: s.default for s in everything if s.knob and s.knob.endswith(".bootstrap_n")}
-    assert defaults == {"marin scaling fit-parametric --bootstrap": 100, "marin scaling fit-isoflop --bootstrap": 100,
-                        "FitConfig.bootstrap_n": 100}
+    assert defaults == {
+        "marin scaling fit-parametric --bootstrap": 100,
+        "marin scaling fit-isoflop --bootstrap": 100,
+        "FitConfig.bootstrap_n": 100,
+    }
 
 
 # ---- self-checks: the rules catch hand-written duplicates ---------------------------------
@@ -337,7 +360,8 @@ def test_a_generated_flag_with_another_default_or_dest_is_caught(declared):
     action.default = 7
     assert problems(cli_settings(parser), {}, declared) == [
         "marin fake --min-validation-docs defaults to 7, but its knob TokenizeConfig.min_validation_docs declares 1: "
-        "one default per knob"]
+        "one default per knob"
+    ]
     action.default, action.dest = 1, "min_validation_docs"
     assert "under another dest" in problems(cli_settings(parser), {}, declared)[0]
 
@@ -349,7 +373,8 @@ def test_a_flag_exposing_a_knob_twice_is_caught(declared):
     add_flags(parser, TokenizeConfig, {"min_validation_docs": "min-docs"})
     assert problems(cli_settings(parser), {}, declared) == [
         "marin fake --min-docs and marin fake --min-validation-docs both expose the knob TokenizeConfig.min_validation_docs: "
-        "one place each"]
+        "one place each"
+    ]
 
 
 class _HandWritten(StageConfig):
@@ -376,10 +401,12 @@ class _NestedOtherValue(StageConfig):
 def test_hand_written_and_mistagged_asset_fields_are_caught(declared):
     assert problems(config_settings(_HandWritten), {}, declared) == [
         f"_HandWritten.shard_bytes has a default of its own, 123 (a knob of this name exists: ShardingConfig.shard_bytes): "
-        f"{HOW} (marin_assets/knobs.py) and generate it from that"]
+        f"{HOW} (marin_assets/knobs.py) and generate it from that"
+    ]
     assert problems(config_settings(_WrongKnobDefault), {}, declared) == [
         "_WrongKnobDefault.threshold defaults to 0.9, but its knob QualityScoreConfig.threshold declares 0.0: "
-        "one default per knob"]
+        "one default per knob"
+    ]
     (why,) = problems(config_settings(_NoSuchKnob), {}, declared)
     assert why.endswith("declares no knob 'nope'")
     # A nested config with its class's defaults is walked into; one with other values is a value of its own.
@@ -406,4 +433,8 @@ def test_switches_and_empty_repeatable_flags_have_no_default_of_their_own():
     parser.add_argument("--name", default=None)
     parser.add_argument("--format", default="csv")
     assert {s.where: s.own_default for s in cli_settings(parser)} == {
-        "p --json": False, "p --eval": False, "p --name": False, "p --format": True}
+        "p --json": False,
+        "p --eval": False,
+        "p --name": False,
+        "p --format": True,
+    }

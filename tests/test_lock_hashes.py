@@ -41,7 +41,10 @@ def test_the_parser_sees_a_missing_hash():
 def test_setup_installs_every_lock_with_require_hashes():
     makefile = (ROOT / "Makefile").read_text()
     for lock in LOCKS:
-        lines = [line for line in makefile.splitlines()
-                 if (" install " in line or " sync " in line) and (f"-r {lock}" in line or line.rstrip().endswith(f" {lock}"))]
+        lines = [
+            line
+            for line in makefile.splitlines()
+            if (" install " in line or " sync " in line) and (f"-r {lock}" in line or line.rstrip().endswith(f" {lock}"))
+        ]
         assert lines, f"Makefile never installs {lock}"
         assert all("--require-hashes" in line for line in lines), lines

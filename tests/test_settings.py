@@ -95,8 +95,10 @@ def marin_constants(trees) -> dict[str, str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = node.args.posonlyargs + node.args.args
-                pairs = [*zip(args[len(args) - len(node.args.defaults):], node.args.defaults, strict=True),
-                         *zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)]
+                pairs = [
+                    *zip(args[len(args) - len(node.args.defaults) :], node.args.defaults, strict=True),
+                    *zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True),
+                ]
                 found.update({a.arg: name for a, d in pairs if d is not None and (name := _marin(d, found))})
     return found
 
@@ -151,7 +153,7 @@ def test_the_direct_use_scan_sees_each_form():
         'a = os.environ.get("MARIN_PREFIX")\nb = os.environ[WATCH]\nc = os.getenv(WATCH)\nd = env.get(mod.WATCH, "")\n'
         'e = "MARIN_PREFIX" in env\nos.environ["MARIN_LOCAL_WORKERS"] = "2"\nos.environ.setdefault(WATCH, "x")\n'
         'child = {}\nchild["MARIN_PROCESS_OFFSET"] = "0"\nf = os.environ.get("DAGSTER_HOME")\ng = setting(WATCH, env)\n'
-        'def h(watch_env=WATCH):\n    return os.environ.get(watch_env)\n'
+        "def h(watch_env=WATCH):\n    return os.environ.get(watch_env)\n"
     )
     tree = ast.parse(source)
     uses = direct_uses(tree, marin_constants([tree]))

@@ -26,6 +26,11 @@ def test_every_folder_holding_python_is_a_package():
 
 def test_no_module_edits_sys_path():
     """Source text, not the syntax tree: a script a test hands to ``python -c`` is a string."""
-    offenders = [f"{p.relative_to(TESTS.parent)}:{n}" for p in _modules() if p != Path(__file__)
-                 for n, line in enumerate(p.read_text().splitlines(), 1) if SYS_PATH_EDIT.search(line)]
+    offenders = [
+        f"{p.relative_to(TESTS.parent)}:{n}"
+        for p in _modules()
+        if p != Path(__file__)
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if SYS_PATH_EDIT.search(line)
+    ]
     assert offenders == []

@@ -35,14 +35,16 @@ def make_shard_steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDe
     instance must not share the code location's shard partitions)."""
     return [*normalized.steps(shards), *exact.steps(shards), *fuzzy.steps(shards), *final.steps(shards)]
 
+
 # The tiny demo models train on bytes: no tokenizer to fit, and an LM head small enough that an
 # IsoFLOP ladder of CPU-sized models has interior optima (user corpora default to OLMo's BPE).
 CODE_LOCATION_TOKENIZER = BYTES
 WATCHED_SOURCE = "user"
 
 
-def make_datakit_graph(sources: Mapping[str, str],
-                       shards: dg.DynamicPartitionsDefinition = datakit_shards) -> list[dg.AssetsDefinition]:
+def make_datakit_graph(
+    sources: Mapping[str, str], shards: dg.DynamicPartitionsDefinition = datakit_shards
+) -> list[dg.AssetsDefinition]:
     """The sharded graph over `sources` ({source name: asset key of its raw files}): the index,
     every shard step and one dataset per source (the fixed inputs come from the caller)."""
     return [make_index(sources, shards), *make_shard_steps(shards), *[dataset_asset(name) for name in sources]]
@@ -57,8 +59,11 @@ def code_location_datakit() -> tuple[list[dg.AssetsDefinition], list[dg.AssetChe
     a blocking check per dataset."""
     sources = {name: f"sources/{name}" for name in [*SOURCES, *WEB_SOURCES, WATCHED_SOURCE]}
     raw = [*(pinned_source(name) for name in [*SOURCES, *WEB_SOURCES]), watched_source(WATCHED_SOURCE)]
-    inputs = [labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}), packaged_eval_ngrams,
-              tokenizer_asset(CODE_LOCATION_TOKENIZER)]
+    inputs = [
+        labelled_quality_model({name: spec.quality for name, spec in SOURCES.items()}),
+        packaged_eval_ngrams,
+        tokenizer_asset(CODE_LOCATION_TOKENIZER),
+    ]
     trained = [*sources, CHAT_SOURCE]  # the chat dataset is made from the shakespeare dataset's documents
     assets = [*raw, *inputs, *make_datakit_graph(sources), *chat_assets(), mixture_asset(trained)]
     return assets, [contamination_check(name) for name in trained]

@@ -30,14 +30,24 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", categor
 
 def per_shard(shards: dg.DynamicPartitionsDefinition, **kwargs) -> dict:
     """versioned_asset arguments of a per-shard asset (partitioned by the graph's ``shards``)."""
-    return {"partitions_def": shards, "group_name": GROUP, "tags": SHARD_TAGS,
-            "backfill_policy": shard_backfill_policy(), **kwargs}
+    return {
+        "partitions_def": shards,
+        "group_name": GROUP,
+        "tags": SHARD_TAGS,
+        "backfill_policy": shard_backfill_policy(),
+        **kwargs,
+    }
 
 
 def per_slice(partitions_def: dg.PartitionsDefinition, **kwargs) -> dict:
     """versioned_asset arguments of a reduce over one bucket / band of every shard."""
-    return {"partitions_def": partitions_def, "group_name": GROUP, "tags": REDUCE_TAGS,
-            "backfill_policy": shard_backfill_policy(), **kwargs}
+    return {
+        "partitions_def": partitions_def,
+        "group_name": GROUP,
+        "tags": REDUCE_TAGS,
+        "backfill_policy": shard_backfill_policy(),
+        **kwargs,
+    }
 
 
 def every(key: str) -> dg.AssetIn:

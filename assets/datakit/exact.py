@@ -12,13 +12,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from marin_assets.datakit.dedup_exact import ExactDedupConfig, duplicates_digest, exact_map, exact_reduce, exact_removals
-from marin_assets.datakit.removals import apply_removals, removal_list_path
-from marin_assets.datakit.shards import join, shard_name
-from marin_assets.orchestration import StageContext, versioned_asset
-from marin_assets.store import ArtifactRef
-
-from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
 from assets.datakit.common import (
     checked_accounting,
     every,
@@ -30,6 +23,12 @@ from assets.datakit.common import (
     shard_file,
 )
 from assets.datakit.normalized import attribute_removals
+from assets.partitions import EXACT_BUCKETS, exact_buckets, partition_index
+from marin_assets.datakit.dedup_exact import ExactDedupConfig, duplicates_digest, exact_map, exact_reduce, exact_removals
+from marin_assets.datakit.removals import apply_removals, removal_list_path
+from marin_assets.datakit.shards import join, shard_name
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.store import ArtifactRef
 
 EXACT = ExactDedupConfig(num_buckets=EXACT_BUCKETS)  # one reduce partition per bucket
 

@@ -10,22 +10,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from marin_assets.datakit.fuzzy_dedup import (
-    FuzzyDedupConfig,
-    band_reduce_ranges,
-    fuzzy_band_reduce,
-    fuzzy_map,
-    fuzzy_resolve,
-    fuzzy_verify,
-)
-from marin_assets.datakit.fuzzy_candidates import candidate_digest
-from marin_assets.datakit.removals import removal_list_digest, removal_list_path
-from marin_assets.datakit.shards import join
-from marin_assets.orchestration import StageContext, versioned_asset
-from marin_assets.store import ArtifactRef
-
-from assets.datakit.configs import CandidatesConfig, FuzzyConfig
-from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
 from assets.datakit.common import (
     GROUP,
     REDUCE_TAGS,
@@ -37,6 +21,21 @@ from assets.datakit.common import (
     roots,
     shard_file,
 )
+from assets.datakit.configs import CandidatesConfig, FuzzyConfig
+from assets.partitions import FUZZY_BANDS, fuzzy_bands, partition_index
+from marin_assets.datakit.fuzzy_candidates import candidate_digest
+from marin_assets.datakit.fuzzy_dedup import (
+    FuzzyDedupConfig,
+    band_reduce_ranges,
+    fuzzy_band_reduce,
+    fuzzy_map,
+    fuzzy_resolve,
+    fuzzy_verify,
+)
+from marin_assets.datakit.removals import removal_list_digest, removal_list_path
+from marin_assets.datakit.shards import join
+from marin_assets.orchestration import StageContext, versioned_asset
+from marin_assets.store import ArtifactRef
 
 MINHASH = FuzzyDedupConfig()  # 286 permutations = 26 bands x 11 rows (one partition per band)
 assert MINHASH.bands == FUZZY_BANDS, "fuzzy_bands partitions must match FuzzyDedupConfig.bands"

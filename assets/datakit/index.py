@@ -13,12 +13,11 @@ from collections.abc import Mapping
 import dagster as dg
 
 from assets.datakit.common import GROUP, REDUCE_TAGS
+from assets.datakit.configs import ShardIndexConfig
 from marin_assets.datakit.shard_index import split_source
 from marin_assets.datakit.shards import check_shard_key, join, write_json
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.store import ArtifactRef
-
-from assets.datakit.configs import ShardIndexConfig
 
 INDEX_KEY = "shards/index"
 INDEX_FILE = "index.json"
@@ -83,11 +82,14 @@ def make_index(sources: Mapping[str, str], shards: dg.DynamicPartitionsDefinitio
 
     def register(ref: ArtifactRef, context: dg.AssetExecutionContext) -> None:
         added, deleted = register_shards(context.instance, index_keys(ref), shards)
-        context.log.info(f"{INDEX_KEY}: {added} new {shards.name} partitions registered"
-                         + (f", {deleted} no longer in the index deleted" if deleted else ""))
+        context.log.info(
+            f"{INDEX_KEY}: {added} new {shards.name} partitions registered"
+            + (f", {deleted} no longer in the index deleted" if deleted else "")
+        )
 
-    @versioned_asset(key=INDEX_KEY, code_version="2", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS,
-                     on_ref=register)
+    @versioned_asset(
+        key=INDEX_KEY, code_version="2", config_cls=ShardIndexConfig, ins=ins, group_name=GROUP, tags=REDUCE_TAGS, on_ref=register
+    )
     def shard_index(ctx: StageContext, config: ShardIndexConfig, **raw: ArtifactRef):
         """Raw source files split into shards of at most shard_bytes; index.json lists them."""
         entries: dict[str, dict] = {}
@@ -98,7 +100,10 @@ def make_index(sources: Mapping[str, str], shards: dg.DynamicPartitionsDefinitio
             raise ValueError(f"{INDEX_KEY}: the sources {sorted(sources)} hold no raw files")
         write_json(entries, join(ctx.out_dir, INDEX_FILE))
         ctx.log(f"{len(entries)} shards")
-        return {"shards": len(entries), "bytes": sum(e["bytes"] for e in entries.values()),
-                "per_source": {n: sum(e["source"] == n for e in entries.values()) for n in sources}}
+        return {
+            "shards": len(entries),
+            "bytes": sum(e["bytes"] for e in entries.values()),
+            "per_source": {n: sum(e["source"] == n for e in entries.values()) for n in sources},
+        }
 
     return shard_index

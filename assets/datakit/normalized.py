@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.datakit.common import per_shard, shard_file
+from assets.datakit.configs import LanguageAssetConfig, QualityConfig, ShardNormalizeConfig
+from assets.datakit.index import INDEX_KEY, index_entry
+from marin_assets.datakit.language import LanguageConfig, identify_languages
 from marin_assets.datakit.normalize import NormalizeConfig as LibNormalizeConfig
 from marin_assets.datakit.normalize import normalize, schema
-from marin_assets.datakit.language import LanguageConfig, identify_languages
 from marin_assets.datakit.pii import mask_shard
 from marin_assets.datakit.quality import QualityScoreConfig, score_quality
+from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.removals import flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, list_shards, shard_name, write_table
-from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.web import HTML_SUFFIXES, WARC_SUFFIXES
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
-
-from assets.datakit.common import per_shard, shard_file
-from assets.datakit.configs import LanguageAssetConfig, QualityConfig, ShardNormalizeConfig
-from assets.datakit.index import INDEX_KEY, index_entry
 
 # One raw shard becomes one Parquet shard: its size is bounded by the index's shard_bytes.
 ONE_PART = {"shard_docs": 2**31 - 1, "shard_bytes": 2**62}
@@ -63,8 +62,14 @@ def _flag_attribute(ctx: StageContext, column: str, reason: str) -> str:
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     """shards/normalized and shards/quality over the shard partitions ``shards``."""
 
-    @versioned_asset(key="shards/normalized", code_version="2", config_cls=ShardNormalizeConfig, ins={"index": INDEX_KEY},
-                     version_inputs=_raw_version, **per_shard(shards))
+    @versioned_asset(
+        key="shards/normalized",
+        code_version="2",
+        config_cls=ShardNormalizeConfig,
+        ins={"index": INDEX_KEY},
+        version_inputs=_raw_version,
+        **per_shard(shards),
+    )
     def shard_normalized(ctx: StageContext, config: ShardNormalizeConfig, index: ArtifactRef):
         """normalize() of one raw shard: one Parquet shard in line order, plus its quarantine."""
         entry = index_entry(index, ctx.partition)
@@ -80,16 +85,22 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
         counts = mask_shard(shard_file(docs), join(ctx.out_dir, shard_name(0, 1)))
         return {**counts, "docs_in": docs.counts["docs_in"], "quarantined": docs.counts["quarantined"]}
 
-    @versioned_asset(key="shards/language", code_version="1", config_cls=LanguageAssetConfig,
-                     ins={"docs": "shards/pii"}, **per_shard(shards))
+    @versioned_asset(
+        key="shards/language", code_version="1", config_cls=LanguageAssetConfig, ins={"docs": "shards/pii"}, **per_shard(shards)
+    )
     def shard_language(ctx: StageContext, config: LanguageAssetConfig, docs: ArtifactRef):
         """Each document's language and its score (lingua), and the removal list of those off the
         keep-list."""
         counts = identify_languages([shard_file(docs)], ctx.out_dir, library_config(config, LanguageConfig))
         return {**counts, "language_digest": _flag_attribute(ctx, "off_language", "language")}
 
-    @versioned_asset(key="shards/quality", code_version="1", config_cls=QualityConfig,
-                     ins={"docs": "shards/pii", "model": "quality_model"}, **per_shard(shards))
+    @versioned_asset(
+        key="shards/quality",
+        code_version="1",
+        config_cls=QualityConfig,
+        ins={"docs": "shards/pii", "model": "quality_model"},
+        **per_shard(shards),
+    )
     def shard_quality(ctx: StageContext, config: QualityConfig, docs: ArtifactRef, model: ArtifactRef):
         """Quality attributes of one shard, and the low_quality removal list they imply."""
         # A graph without a model (`marin datakit run` at threshold 0) gives an empty model artifact.

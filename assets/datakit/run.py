@@ -34,8 +34,18 @@ from assets.datakit.datasets import dataset_key
 from assets.datakit.index import INDEX_KEY, index_keys, register_shards
 from assets.datakit.user_inputs import run_config, user_graph
 from marin_assets.datakit.datasets import combine, read_dataset, write_dataset
-from marin_assets.datakit.run_spec import (CACHE_ENTRY, LEASE_ENTRY, REMOVAL_REASONS, RUN_FILE, STORE_ENTRY, SUMMARY_FILE,
-                                           RunSpec, check_run_inputs, dataset_names, display_path)
+from marin_assets.datakit.run_spec import (
+    CACHE_ENTRY,
+    LEASE_ENTRY,
+    REMOVAL_REASONS,
+    RUN_FILE,
+    STORE_ENTRY,
+    SUMMARY_FILE,
+    RunSpec,
+    check_run_inputs,
+    dataset_names,
+    display_path,
+)
 from marin_assets.datakit.shards import copy_file, join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.waves import materialize_waves
@@ -141,8 +151,10 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
     per_shard = {k: dict(store.read_pointer("shards/final", k).counts) for k in keys}
     sources = [store.read_pointer(f"sources/{name}", None).counts for name in names]
     unread = sum(c["quarantined"] for c in sources)  # files of a format no reader reads
-    reasons = merge_counts(*(store.read_pointer("shards/normalized", k).counts["quarantine_reasons"] for k in keys),
-                           *(c["quarantine_reasons"] for c in sources))
+    reasons = merge_counts(
+        *(store.read_pointer("shards/normalized", k).counts["quarantine_reasons"] for k in keys),
+        *(c["quarantine_reasons"] for c in sources),
+    )
     datasets = {name: store.read_pointer(dataset_key(name), None) for name in names}
     combined = combine("cache", [read_dataset(ref.data_path) for ref in datasets.values()])
     cache_dir = join(spec.prefix, CACHE_ENTRY)
@@ -170,12 +182,17 @@ def summarize(spec: RunSpec, store, run_ids: list[str]) -> dict:
     }
     if summary["docs_in"] != summary["docs_out"] + sum(removed.values()) + summary["quarantined"]:
         raise AssertionError(f"document accounting broken: {summary}")
-    detail = {name: {"shards": ref.counts["shards"], "train_tokens": ref.counts["train_tokens"],
-                     "validation_tokens": ref.counts["validation_tokens"], "version": ref.version}
-              for name, ref in datasets.items()}
+    detail = {
+        name: {
+            "shards": ref.counts["shards"],
+            "train_tokens": ref.counts["train_tokens"],
+            "validation_tokens": ref.counts["validation_tokens"],
+            "version": ref.version,
+        }
+        for name, ref in datasets.items()
+    }
     fs, summary_path = filesystem(join(spec.prefix, SUMMARY_FILE))
-    write_json_atomic(fs, summary_path,
-                      {"summary": summary, "datasets": detail, "shards": per_shard, "runs": run_ids})
+    write_json_atomic(fs, summary_path, {"summary": summary, "datasets": detail, "shards": per_shard, "runs": run_ids})
     write_json_atomic(fs, filesystem(join(spec.prefix, RUN_FILE))[1], json.loads(spec.to_json()))
     return summary
 
@@ -192,8 +209,10 @@ def hold_prefix(spec: RunSpec, clock=None) -> Lease:
     fs, prefix = filesystem(spec.prefix)
     lease = Lease(fs, join(prefix, LEASE_ENTRY), clock=clock or SystemClock())
     if not lease.acquire_waiting(say):
-        raise PrefixBusy(f"another {PROG} is working on {spec.prefix} (its lease: {join(spec.prefix, LEASE_ENTRY)}); "
-                         "wait for it to finish or use another --prefix")
+        raise PrefixBusy(
+            f"another {PROG} is working on {spec.prefix} (its lease: {join(spec.prefix, LEASE_ENTRY)}); "
+            "wait for it to finish or use another --prefix"
+        )
     return lease
 
 
@@ -232,8 +251,10 @@ def run(spec: RunSpec) -> int:
         lease.release()
     print(json.dumps(summary, sort_keys=True), flush=True)
     if summary["docs_out"] == 0:
-        say(f"no documents left ({summary['docs_in']} read, {summary['quarantined']} quarantined, "
-            f"removed {summary['removed']}); the cache is empty")
+        say(
+            f"no documents left ({summary['docs_in']} read, {summary['quarantined']} quarantined, "
+            f"removed {summary['removed']}); the cache is empty"
+        )
         return 1
     return 0
 

@@ -80,7 +80,7 @@ def input_names(path: str, files: Sequence[str]) -> list[tuple[str, str]]:
     if not fs.isdir(root):
         return [(basename(f), f) for f in files]
     prefix = root.rstrip("/") + "/"
-    return [(fsspec.core.url_to_fs(f)[1][len(prefix):], f) for f in files]
+    return [(fsspec.core.url_to_fs(f)[1][len(prefix) :], f) for f in files]
 
 
 def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinition:
@@ -107,8 +107,13 @@ def input_source(name: str, path: str, max_doc_bytes: int) -> dg.AssetsDefinitio
                 # a file with no SHARDABLE suffix has none the readers read: iter_file yields one QuarantineRecord
                 assert isinstance(record, QuarantineRecord)
                 reasons[record.reason] = reasons.get(record.reason, 0) + 1
-        return {"files": len(named), "quarantined": sum(reasons.values()), "quarantine_reasons": reasons,
-                "skipped": len(skipped), "skip_reasons": skipped}
+        return {
+            "files": len(named),
+            "quarantined": sum(reasons.values()),
+            "quarantine_reasons": reasons,
+            "skipped": len(skipped),
+            "skip_reasons": skipped,
+        }
 
     return _source
 
@@ -137,8 +142,10 @@ def watched_source(name: str = "user", watch_env: str = WATCH_ENV) -> dg.AssetsD
         return os.path.realpath(directory) if directory else None
 
     def changed(directory: str | None, digest: str, expected: str | None, whose: str) -> ValueError:
-        return ValueError(f"sources/{name}: the files of {directory} changed: their digest is {digest}, {whose} "
-                          f"{expected}; the next sensor tick requests the new content")
+        return ValueError(
+            f"sources/{name}: the files of {directory} changed: their digest is {digest}, {whose} "
+            f"{expected}; the next sensor tick requests the new content"
+        )
 
     def _version(config: WatchedSourceConfig, partition: str | None, inputs: Mapping) -> dict[str, str]:
         directory = directory_of(config)
@@ -149,8 +156,9 @@ def watched_source(name: str = "user", watch_env: str = WATCH_ENV) -> dg.AssetsD
             planned[directory] = digest
         return {"files": digest}
 
-    @versioned_asset(key=f"sources/{name}", code_version="1", config_cls=WatchedSourceConfig, group_name=GROUP,
-                     version_inputs=_version)
+    @versioned_asset(
+        key=f"sources/{name}", code_version="1", config_cls=WatchedSourceConfig, group_name=GROUP, version_inputs=_version
+    )
     def _watched(ctx: StageContext, config: WatchedSourceConfig):
         directory = directory_of(config)
         if directory is None:

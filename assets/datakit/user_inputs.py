@@ -22,7 +22,13 @@ import dagster as dg
 
 from assets.datakit import make_datakit_graph
 from assets.datakit.datasets import contamination_check
-from assets.datakit.inputs import given_eval_ngrams, given_quality_model, labelled_quality_model, no_quality_model, tokenizer_asset
+from assets.datakit.inputs import (
+    given_eval_ngrams,
+    given_quality_model,
+    labelled_quality_model,
+    no_quality_model,
+    tokenizer_asset,
+)
 from assets.datakit.sources import input_source, pinned_source
 from marin_assets.datakit.run_spec import RunSpec, dataset_names
 from marin_assets.datakit.sources import SOURCES
@@ -66,13 +72,18 @@ def run_config(spec: RunSpec, assets: Sequence[dg.AssetsDefinition]) -> dict:
         "shards/language": {"languages": spec.language.languages},
         "shards/fuzzy_edges": {"jaccard_threshold": spec.fuzzy.jaccard_threshold},
         "shards/decontam": {"threshold": spec.decontam.threshold},
-        "shards/tokenized": {"validation_fraction": spec.tokenize.validation_fraction,
-                             "min_validation_docs": spec.tokenize.min_validation_docs, "batch_docs": spec.tokenize.batch_docs},
+        "shards/tokenized": {
+            "validation_fraction": spec.tokenize.validation_fraction,
+            "min_validation_docs": spec.tokenize.min_validation_docs,
+            "batch_docs": spec.tokenize.batch_docs,
+        },
     }
     # --json: stderr carries the run's one-line error only, not Dagster's step tracebacks.
     level = "CRITICAL" if spec.quiet else "INFO"
-    return {"ops": {by_key[k]: {"config": c} for k, c in ops.items() if k in by_key},
-            "loggers": {"console": {"config": {"log_level": level}}}}
+    return {
+        "ops": {by_key[k]: {"config": c} for k, c in ops.items() if k in by_key},
+        "loggers": {"console": {"config": {"log_level": level}}},
+    }
 
 
 __all__ = ["run_config", "user_graph"]

@@ -24,8 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def driver_command(args: argparse.Namespace) -> list[str]:
-    flags = [f for f, on in (("--json", args.json), ("--skip-training", args.skip_training),
-                                                     ("--skip-scaling", args.skip_scaling)) if on]
+    flags = [
+        f
+        for f, on in (("--json", args.json), ("--skip-training", args.skip_training), ("--skip-scaling", args.skip_scaling))
+        if on
+    ]
     return [sys.executable, "-m", "demo", *flags]
 
 

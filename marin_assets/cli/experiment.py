@@ -58,16 +58,20 @@ def _screen(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({k: arm[k] for k in ("arm", "effective_speedup", "ci_low", "ci_high", "runs")}))
         else:
-            print(f"{arm['arm']:>16}  speedup {_fmt(arm['effective_speedup'])}  "
-                  f"[{_fmt(arm['ci_low'])}, {_fmt(arm['ci_high'])}]  runs {arm['runs']}")
+            print(
+                f"{arm['arm']:>16}  speedup {_fmt(arm['effective_speedup'])}  "
+                f"[{_fmt(arm['ci_low'])}, {_fmt(arm['ci_high'])}]  runs {arm['runs']}"
+            )
     if args.report:
         try:
             _write_report(Path(args.report), *render_report(record, result), result)
         except ValueError as exc:  # a file where the folder goes, or another screen writing there
             print(f"marin experiment screen: {exc}", file=sys.stderr)
             return 2
-    _log(f"{record.name}: {result['computed']} run(s) computed, {result['cache_hits']} cached; noise floor "
-         f"x{_fmt(result['noise_floor']['factor'])}; criterion held: {result['criterion']['held']}")
+    _log(
+        f"{record.name}: {result['computed']} run(s) computed, {result['cache_hits']} cached; noise floor "
+        f"x{_fmt(result['noise_floor']['factor'])}; criterion held: {result['criterion']['held']}"
+    )
     for control in result["controls"]:
         _log(f"control {control['check']}: {'held' if control['held'] else 'FAILED'}")
     return 0 if result["controls_held"] else 3

@@ -28,10 +28,16 @@ def register(subparsers) -> None:
     bootstrap_flags = {"bootstrap_n": "bootstrap", "bootstrap_seed": "seed"}
 
     p = sub.add_parser("fit-parametric", help="Fit L(N, D) = E + A/N^alpha + B/D^beta (Huber on log-loss, L-BFGS grid).")
-    p.add_argument("--csv", required=True, help="columns params, tokens or flops, loss (or 'Model Size', 'Training FLOP', 'loss')")
+    p.add_argument(
+        "--csv", required=True, help="columns params, tokens or flops, loss (or 'Model Size', 'Training FLOP', 'loss')"
+    )
     p.add_argument("--json", action="store_true", help="print compact JSON on one line")
-    add_flags(p, ParametricFitConfig, {"drop_highest": "drop-highest", **bootstrap_flags, "max_rows": "max-rows"},
-              float_type=finite_float)
+    add_flags(
+        p,
+        ParametricFitConfig,
+        {"drop_highest": "drop-highest", **bootstrap_flags, "max_rows": "max-rows"},
+        float_type=finite_float,
+    )
     p.set_defaults(handler=_fit_parametric)
 
     q = sub.add_parser("fit-isoflop", help="Per-budget Huber quadratics, N*/D* power laws and the loss envelope.")

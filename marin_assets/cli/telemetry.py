@@ -52,8 +52,9 @@ def register(subparsers) -> None:
     q.add_argument("--metric", action="append", help="metric name (repeatable; default: all metrics)")
     q.add_argument("--steps", help="inclusive step range START:END (either end may be empty)")
     q.add_argument("--format", choices=["csv", "json"], default="csv")
-    q.add_argument("--latest", action="store_true",
-                   help="one row per (run, metric, step): the last logged (a resumed run re-logs steps)")
+    q.add_argument(
+        "--latest", action="store_true", help="one row per (run, metric, step): the last logged (a resumed run re-logs steps)"
+    )
     q.set_defaults(handler=_query)
 
     i = sub.add_parser("ingest", help="Load a training metrics.jsonl into a run.")
@@ -120,8 +121,11 @@ def _ingest(args: argparse.Namespace) -> int:
     for note in report.deferred:
         print(f"{say} {note}", file=sys.stderr)
     if report.values == 0 and report.already_ingested_bytes:
-        print(f"{say} nothing new: run {args.run} already holds the rows of {report.already_ingested_bytes} "
-              "bytes of it, and the rest gave no metric value", file=sys.stderr)
+        print(
+            f"{say} nothing new: run {args.run} already holds the rows of {report.already_ingested_bytes} "
+            "bytes of it, and the rest gave no metric value",
+            file=sys.stderr,
+        )
         return 0
     if report.values == 0:
         print(f"{say} no metric values imported", file=sys.stderr)
@@ -149,8 +153,9 @@ def _repair(args: argparse.Namespace) -> int:
         return _fail("repair", err)
     print(json.dumps(report.__dict__))
     for bad in report.damaged:
-        print(f"marin telemetry repair: damaged segment {bad['path']} ({bad['reason']}) moved to "
-              f"{bad['moved_to']}", file=sys.stderr)
+        print(
+            f"marin telemetry repair: damaged segment {bad['path']} ({bad['reason']}) moved to {bad['moved_to']}", file=sys.stderr
+        )
     if report.damaged:
         lost = "unknown (the index did not know every damaged segment)" if report.rows_lost is None else report.rows_lost
         print(f"marin telemetry repair: rows lost: {lost}", file=sys.stderr)

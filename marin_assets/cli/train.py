@@ -40,23 +40,42 @@ import sys
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "train", help="train on a Levanter token cache",
+        "train",
+        help="train on a Levanter token cache",
         description="Train on Levanter-format token cache(s) with a YAML TrainConfig; checkpoints into OUT and "
-                    "appends one JSON line per step to OUT/metrics.jsonl.")
-    parser.add_argument("--cache", action="append", metavar="[NAME=]DIR",
-                        help="what marin datakit run reports as cache (a dataset index), a DataKit cache folder "
-                             "(train/ + validation/) or one Levanter split; repeat for a mixture (NAME=DIR names the source)")
+        "appends one JSON line per step to OUT/metrics.jsonl.",
+    )
+    parser.add_argument(
+        "--cache",
+        action="append",
+        metavar="[NAME=]DIR",
+        help="what marin datakit run reports as cache (a dataset index), a DataKit cache folder "
+        "(train/ + validation/) or one Levanter split; repeat for a mixture (NAME=DIR names the source)",
+    )
     parser.add_argument("--config", help="YAML with TrainConfig fields (see examples/tiny_moe.yaml)")
     parser.add_argument("--out", help="output dir: checkpoints/, metrics.jsonl, loss_curve.png")
     parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in OUT")
     parser.add_argument("--warm-start", default=None, help="start this phase from another run's checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="override num_steps")
-    parser.add_argument("--allow-tokenizer-change", action="store_true",
-                        help="resume or warm start even though the cache's tokenizer differs from the checkpoint's")
-    parser.add_argument("--processes", type=_positive, default=None, metavar="P",
-                        help="run P worker processes as one jax.distributed job (the processes backend)")
-    parser.add_argument("--devices-per-process", type=_positive, default=None, metavar="D",
-                        help="devices per process (CPU: forced host devices); with --processes")
+    parser.add_argument(
+        "--allow-tokenizer-change",
+        action="store_true",
+        help="resume or warm start even though the cache's tokenizer differs from the checkpoint's",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive,
+        default=None,
+        metavar="P",
+        help="run P worker processes as one jax.distributed job (the processes backend)",
+    )
+    parser.add_argument(
+        "--devices-per-process",
+        type=_positive,
+        default=None,
+        metavar="D",
+        help="devices per process (CPU: forced host devices); with --processes",
+    )
     parser.set_defaults(handler=run)
     # --cache, --config and --out are required of a training run (checked in run), not of the tools below.
     tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=False)
@@ -67,50 +86,87 @@ def register(subparsers) -> None:
 
 def _register_necromancy(tools) -> None:
     parser = tools.add_parser(
-        "necromancy", help="rebuild a checkpoint's optimizer state from N gradients at its frozen parameters",
+        "necromancy",
+        help="rebuild a checkpoint's optimizer state from N gradients at its frozen parameters",
         description="Rebuild the optimizer moments of CHECKPOINT from N gradients on the run's next batches, "
-                    "parameters frozen, into OUT/checkpoints (same step, parameters and data position); then "
-                    "marin train --resume on OUT continues the run. Prints one JSON line.")
+        "parameters frozen, into OUT/checkpoints (same step, parameters and data position); then "
+        "marin train --resume on OUT continues the run. Prints one JSON line.",
+    )
     parser.add_argument("--checkpoint", required=True, help="a checkpoint folder, or an out dir (its newest valid one)")
-    parser.add_argument("--cache", dest="necro_cache", action="append", required=True, metavar="[NAME=]DIR",
-                        help="the run's data, as marin train takes it (repeat for a mixture)")
-    parser.add_argument("--steps", dest="necro_steps", type=_positive, required=True, metavar="N",
-                        help="gradients to rebuild the moments from")
+    parser.add_argument(
+        "--cache",
+        dest="necro_cache",
+        action="append",
+        required=True,
+        metavar="[NAME=]DIR",
+        help="the run's data, as marin train takes it (repeat for a mixture)",
+    )
+    parser.add_argument(
+        "--steps", dest="necro_steps", type=_positive, required=True, metavar="N", help="gradients to rebuild the moments from"
+    )
     parser.add_argument("--out", dest="necro_out", required=True, help="a new out dir for the rebuilt checkpoint")
-    parser.add_argument("--allow-tokenizer-change", dest="necro_allow_tokenizer_change", action="store_true",
-                        help="rebuild even though the cache's tokenizer differs from the checkpoint's")
+    parser.add_argument(
+        "--allow-tokenizer-change",
+        dest="necro_allow_tokenizer_change",
+        action="store_true",
+        help="rebuild even though the cache's tokenizer differs from the checkpoint's",
+    )
     parser.set_defaults(handler=run_necromancy)
 
 
 def _register_transplant(tools) -> None:
     parser = tools.add_parser(
-        "transplant", help="carry a checkpoint's weights into another architecture (QK-norm, dense -> MoE)",
+        "transplant",
+        help="carry a checkpoint's weights into another architecture (QK-norm, dense -> MoE)",
         description="Write CHECKPOINT's parameters, mapped by MAPPING, as a checkpoint of the TARGET config "
-                    "into OUT/checkpoints; then marin train --warm-start OUT. Prints one JSON line.")
-    parser.add_argument("--checkpoint", dest="tp_checkpoint", required=True,
-                        help="a checkpoint folder, or an out dir (its newest valid one)")
-    parser.add_argument("--config", dest="tp_config", required=True,
-                        help="YAML TrainConfig of the target model (model.vocab_size unset: the source's)")
-    parser.add_argument("--mapping", required=True,
-                        help="qk_norm: add QK-norm (gains start at ones); upcycle: dense -> MoE (experts copy the MLP)")
+        "into OUT/checkpoints; then marin train --warm-start OUT. Prints one JSON line.",
+    )
+    parser.add_argument(
+        "--checkpoint", dest="tp_checkpoint", required=True, help="a checkpoint folder, or an out dir (its newest valid one)"
+    )
+    parser.add_argument(
+        "--config",
+        dest="tp_config",
+        required=True,
+        help="YAML TrainConfig of the target model (model.vocab_size unset: the source's)",
+    )
+    parser.add_argument(
+        "--mapping",
+        required=True,
+        help="qk_norm: add QK-norm (gains start at ones); upcycle: dense -> MoE (experts copy the MLP)",
+    )
     parser.add_argument("--out", dest="tp_out", required=True, help="a new out dir for the target checkpoint")
     parser.set_defaults(handler=run_transplant)
 
 
 def _register_prune(tools) -> None:
     parser = tools.add_parser(
-        "prune", help="delete a run's old checkpoints, keeping the last N, each phase's final and pinned ones",
+        "prune",
+        help="delete a run's old checkpoints, keeping the last N, each phase's final and pinned ones",
         description="Delete the checkpoints of OUT that nothing needs: kept are the newest N valid ones, the newest "
-                    "valid one, each phase's final, the --keep-step ones, and any folder that is not a valid "
-                    "committed checkpoint. Holds OUT's lease (refused while a run writes OUT). Prints what it kept, "
-                    "with reasons, and what it deleted, with the bytes freed.")
+        "valid one, each phase's final, the --keep-step ones, and any folder that is not a valid "
+        "committed checkpoint. Holds OUT's lease (refused while a run writes OUT). Prints what it kept, "
+        "with reasons, and what it deleted, with the bytes freed.",
+    )
     parser.add_argument("--out", dest="prune_out", required=True, help="the run dir (a marin train --out) to prune")
-    parser.add_argument("--keep-last", dest="keep_last", type=_positive, required=True, metavar="N",
-                        help="keep the newest N valid checkpoints")
-    parser.add_argument("--keep-step", dest="keep_step", type=int, action="append", default=[], metavar="S",
-                        help="also keep step S (a checkpoint another asset read); repeat for more")
-    parser.add_argument("--dry-run", dest="dry_run", action="store_true",
-                        help="say what would be kept and deleted, delete nothing (takes no lease)")
+    parser.add_argument(
+        "--keep-last", dest="keep_last", type=_positive, required=True, metavar="N", help="keep the newest N valid checkpoints"
+    )
+    parser.add_argument(
+        "--keep-step",
+        dest="keep_step",
+        type=int,
+        action="append",
+        default=[],
+        metavar="S",
+        help="also keep step S (a checkpoint another asset read); repeat for more",
+    )
+    parser.add_argument(
+        "--dry-run",
+        dest="dry_run",
+        action="store_true",
+        help="say what would be kept and deleted, delete nothing (takes no lease)",
+    )
     parser.add_argument("--json", dest="prune_json", action="store_true", help="print one JSON line")
     parser.set_defaults(handler=run_prune)
 
@@ -147,8 +203,10 @@ def held_out_note(sources: dict) -> str | None:
     if any(s.validation is not None for s in sources.values()):
         return None
     given = ", ".join(s.where for s in sources.values())
-    return (f"marin train: no held-out loss: no validation split in {given} (pass what marin datakit run "
-            f"reports as cache, <prefix>/cache, for train and validation splits)")
+    return (
+        f"marin train: no held-out loss: no validation split in {given} (pass what marin datakit run "
+        f"reports as cache, <prefix>/cache, for train and validation splits)"
+    )
 
 
 class _StderrLines(logging.Handler):
@@ -180,10 +238,16 @@ def _json_safe(value):
 
 
 def _summary(result) -> dict:
-    summary = {"final_step": result.final_step, "tokens": result.tokens, "last_loss": result.last_loss,
-               "validation_loss": result.validation_loss, "counts": result.counts,
-               "checkpoint": str(result.checkpoint_dir), "metrics": str(result.metrics_path),
-               "loss_curve": str(result.loss_curve_png)}
+    summary = {
+        "final_step": result.final_step,
+        "tokens": result.tokens,
+        "last_loss": result.last_loss,
+        "validation_loss": result.validation_loss,
+        "counts": result.counts,
+        "checkpoint": str(result.checkpoint_dir),
+        "metrics": str(result.metrics_path),
+        "loss_curve": str(result.loss_curve_png),
+    }
     return {k: _json_safe(v) for k, v in summary.items()}
 
 
@@ -201,8 +265,7 @@ def run(args: argparse.Namespace) -> int:
     from marin_assets.train.sharded_checkpoint import CheckpointNotWritten
     from marin_assets.train.work_dir import check_is_folder
 
-    missing = [flag for flag, value in (("--cache", args.cache), ("--config", args.config), ("--out", args.out))
-               if value is None]
+    missing = [flag for flag, value in (("--cache", args.cache), ("--config", args.config), ("--out", args.out)) if value is None]
     if missing:
         print(f"marin train: the following arguments are required: {', '.join(missing)}", file=sys.stderr)
         return 2
@@ -224,8 +287,15 @@ def run(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
         if args.processes is not None or args.devices_per_process is not None:
             return _run_processes(args, config, caches, out)
-        result = train(config, caches, out, resume=args.resume, warm_start=args.warm_start,
-                       allow_tokenizer_change=args.allow_tokenizer_change, read_weights=warm_start_weights)
+        result = train(
+            config,
+            caches,
+            out,
+            resume=args.resume,
+            warm_start=args.warm_start,
+            allow_tokenizer_change=args.allow_tokenizer_change,
+            read_weights=warm_start_weights,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train: {e}", file=sys.stderr)
         return 2
@@ -282,10 +352,21 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     devices = processes * (per_process or 1)
     # What the workers would reject after starting, said now (the expert axis divides anything
     # the batch shards do: it is chosen inside one process).
-    meshlib.check_fits(types.SimpleNamespace(shape={"data": devices, "expert": 1}), config.model,
-                       config.batch_size, config.seq_len, config.microbatches)
-    spec = TrainSpec(config, caches, str(out), resume=args.resume, warm_start=args.warm_start,
-                     allow_tokenizer_change=args.allow_tokenizer_change)
+    meshlib.check_fits(
+        types.SimpleNamespace(shape={"data": devices, "expert": 1}),
+        config.model,
+        config.batch_size,
+        config.seq_len,
+        config.microbatches,
+    )
+    spec = TrainSpec(
+        config,
+        caches,
+        str(out),
+        resume=args.resume,
+        warm_start=args.warm_start,
+        allow_tokenizer_change=args.allow_tokenizer_change,
+    )
     logs = out / "workers"
     # Worker 0 leases OUT itself; this lease keeps a second launcher from rewriting the first's worker logs.
     with work_dir_lease(logs, "marin train --processes"):
@@ -299,12 +380,25 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     result = json.loads((out / "train_result.json").read_text())
     rows = read_metrics(out / "metrics.jsonl")
     png = out / "loss_curve.png"
-    print(json.dumps(_json_safe({
-        "final_step": result["final_step"], "tokens": rows[-1]["tokens"] if rows else 0,
-        "last_loss": rows[-1]["loss"] if rows else None, "validation_loss": result["validation_loss"],
-        "counts": result["counts"], "checkpoint": str(ckpt.latest_valid(out / "checkpoints")),
-        "metrics": str(out / "metrics.jsonl"), "loss_curve": str(png) if png.exists() else None,
-        "processes": processes, "devices": devices}), allow_nan=False))
+    print(
+        json.dumps(
+            _json_safe(
+                {
+                    "final_step": result["final_step"],
+                    "tokens": rows[-1]["tokens"] if rows else 0,
+                    "last_loss": rows[-1]["loss"] if rows else None,
+                    "validation_loss": result["validation_loss"],
+                    "counts": result["counts"],
+                    "checkpoint": str(ckpt.latest_valid(out / "checkpoints")),
+                    "metrics": str(out / "metrics.jsonl"),
+                    "loss_curve": str(png) if png.exists() else None,
+                    "processes": processes,
+                    "devices": devices,
+                }
+            ),
+            allow_nan=False,
+        )
+    )
     return 0
 
 
@@ -321,14 +415,31 @@ def run_necromancy(args: argparse.Namespace) -> int:
     show_library_log()
     try:
         with work_dir_lease(args.necro_out, "marin train necromancy"):
-            rebuilt = necromancy(args.checkpoint, _caches(args.necro_cache), args.necro_steps, args.necro_out,
-                                 allow_tokenizer_change=args.necro_allow_tokenizer_change)
+            rebuilt = necromancy(
+                args.checkpoint,
+                _caches(args.necro_cache),
+                args.necro_steps,
+                args.necro_out,
+                allow_tokenizer_change=args.necro_allow_tokenizer_change,
+            )
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train necromancy: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(_json_safe({"checkpoint": str(rebuilt.checkpoint), "step": rebuilt.step,
-                                 "gradients": rebuilt.gradients, "skipped": rebuilt.skipped,
-                                 "batch_steps": list(rebuilt.steps), "mean_loss": rebuilt.mean_loss}), allow_nan=False))
+    print(
+        json.dumps(
+            _json_safe(
+                {
+                    "checkpoint": str(rebuilt.checkpoint),
+                    "step": rebuilt.step,
+                    "gradients": rebuilt.gradients,
+                    "skipped": rebuilt.skipped,
+                    "batch_steps": list(rebuilt.steps),
+                    "mean_loss": rebuilt.mean_loss,
+                }
+            ),
+            allow_nan=False,
+        )
+    )
     return 0
 
 
@@ -363,8 +474,9 @@ def run_prune(args: argparse.Namespace) -> int:
         lease = contextlib.nullcontext() if args.dry_run else work_dir_lease(args.prune_out, "marin train prune")
         with lease:  # planned under the lease: no trainer commits between the plan and the deletes
             plan = retention.plan_retention(args.prune_out, args.keep_last, args.keep_step)
-            deleted = retention.sizes(args.prune_out, plan.delete) if args.dry_run else \
-                retention.apply_retention(args.prune_out, plan)
+            deleted = (
+                retention.sizes(args.prune_out, plan.delete) if args.dry_run else retention.apply_retention(args.prune_out, plan)
+            )
     except (ValueError, FileNotFoundError) as e:
         print(f"marin train prune: {e}", file=sys.stderr)
         return 2
@@ -376,13 +488,24 @@ def _print_prune(args: argparse.Namespace, plan, deleted: list[dict]) -> None:
     """What was kept (with reasons) and deleted (with bytes): one JSON line with --json, else a line each."""
     import json
 
-    kept = [{"step": step, "reason": reason, **({"problem": plan.problems[step]} if step in plan.problems else {})}
-            for step, reason in plan.keep]
+    kept = [
+        {"step": step, "reason": reason, **({"problem": plan.problems[step]} if step in plan.problems else {})}
+        for step, reason in plan.keep
+    ]
     freed = sum(d["bytes"] for d in deleted)
     verb = "would delete" if args.dry_run else "deleted"
     if args.prune_json:
-        print(json.dumps({"run_dir": str(args.prune_out), "dry_run": args.dry_run, "kept": kept,
-                          verb.replace(" ", "_"): deleted, "bytes_freed": 0 if args.dry_run else freed}))
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(args.prune_out),
+                    "dry_run": args.dry_run,
+                    "kept": kept,
+                    verb.replace(" ", "_"): deleted,
+                    "bytes_freed": 0 if args.dry_run else freed,
+                }
+            )
+        )
         return
     for k in kept:
         print(f"keep    step {k['step']}: {k['reason']}" + (f" ({k['problem']})" if "problem" in k else ""))

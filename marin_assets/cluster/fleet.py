@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from marin_assets.cluster.tags import ACCELERATORS, MAX_CHIPS, check_accelerator, check_name, check_region
 from marin_assets.config_files import MAX_CONFIG_BYTES, load_structured  # noqa: F401 (re-exported)
@@ -103,8 +104,7 @@ class Pool:
                 raise ValueError(f"{where}: topology {self.topology} has {chips} chips, more than {MAX_CHIPS}")
             if self.domain_chips not in (0, chips):
                 raise ValueError(
-                    f"{where}: domain_chips {self.domain_chips} disagrees with topology "
-                    f"{self.topology} ({chips} chips)"
+                    f"{where}: domain_chips {self.domain_chips} disagrees with topology {self.topology} ({chips} chips)"
                 )
             object.__setattr__(self, "domain_chips", chips)
         else:
@@ -119,16 +119,19 @@ class Pool:
         if not isinstance(self.domain_chips, int) or self.domain_chips < 1:
             raise ValueError(f"{where}: domain_chips must be a positive integer")
         if self.chips_per_host < 1 or self.domain_chips % self.chips_per_host:
-            raise ValueError(
-                f"{where}: chips_per_host {self.chips_per_host} must divide domain_chips {self.domain_chips}"
-            )
+            raise ValueError(f"{where}: chips_per_host {self.chips_per_host} must divide domain_chips {self.domain_chips}")
         if self.ep_domain_chips is not None and not 1 <= self.ep_domain_chips <= self.domain_chips:
             raise ValueError(f"{where}: ep_domain_chips must be in [1, domain_chips={self.domain_chips}]")
-        if self.ep_domain_chips is not None and self.ep_domain_chips % self.chips_per_host and \
-                self.chips_per_host % self.ep_domain_chips:
+        if (
+            self.ep_domain_chips is not None
+            and self.ep_domain_chips % self.chips_per_host
+            and self.chips_per_host % self.ep_domain_chips
+        ):
             # An expert group is a run of whole, consecutive processes (one per host) or part of one.
-            raise ValueError(f"{where}: ep_domain_chips {self.ep_domain_chips} is neither whole hosts nor part of one "
-                             f"(chips_per_host {self.chips_per_host})")
+            raise ValueError(
+                f"{where}: ep_domain_chips {self.ep_domain_chips} is neither whole hosts nor part of one "
+                f"(chips_per_host {self.chips_per_host})"
+            )
         if self.whole_domain is None:
             object.__setattr__(self, "whole_domain", spec.is_tpu)
 
@@ -178,8 +181,17 @@ class Fleet:
         return [p for p in self.pools if p.accelerator == accelerator and (region is None or p.region == region)]
 
 
-_POOL_FIELDS = {"name", "accelerator", "region", "domains", "domain_chips", "chips_per_host", "topology",
-                "ep_domain_chips", "whole_domain"}
+_POOL_FIELDS = {
+    "name",
+    "accelerator",
+    "region",
+    "domains",
+    "domain_chips",
+    "chips_per_host",
+    "topology",
+    "ep_domain_chips",
+    "whole_domain",
+}
 
 
 def check_record(raw: Any, allowed: set[str], where: str) -> None:

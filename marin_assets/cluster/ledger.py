@@ -16,8 +16,8 @@ reported running); counting a release twice would hand out slots that are not fr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True)

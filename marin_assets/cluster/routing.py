@@ -103,8 +103,7 @@ def check_feasible(fleet: Fleet, request: JobRequest, *, job_id: str = "job") ->
     if not fitting:
         biggest = max(p.capacity for p in pools)
         raise ValueError(
-            f"{job_id}: asks for {request.chips} {request.accelerator} chips but the largest "
-            f"matching pool{where} has {biggest}"
+            f"{job_id}: asks for {request.chips} {request.accelerator} chips but the largest matching pool{where} has {biggest}"
         )
     return fitting
 
@@ -224,8 +223,7 @@ class Router:
             self._schedule(job, views, now, result)
         return result
 
-    def admit(self, job_id: str, request: JobRequest, now: float, *,
-              pools: frozenset[str] | None = None) -> TickResult:
+    def admit(self, job_id: str, request: JobRequest, now: float, *, pools: frozenset[str] | None = None) -> TickResult:
         """A tick of one job: place it now (evicting lower bands if it must) or leave it queued.
 
         The launcher's entry: Dagster's run queue orders the runs and offers them one at a
@@ -249,8 +247,11 @@ class Router:
     def _candidate_pools(self, job: JobState) -> list[Pool]:
         """The pools ``job`` may go to: its kind and region, big enough, among ``job.pools`` if set."""
         r = job.request
-        return [p for p in self.fleet.matching(r.accelerator, r.region)
-                if r.chips <= p.capacity and (job.pools is None or p.name in job.pools)]
+        return [
+            p
+            for p in self.fleet.matching(r.accelerator, r.region)
+            if r.chips <= p.capacity and (job.pools is None or p.name in job.pools)
+        ]
 
     def _find_slot(self, job: JobState, views: dict[str, list[int]], now: float) -> Placement | None:
         """The best free place for ``job`` without evicting anything, or None."""
@@ -381,8 +382,7 @@ class Router:
         """Record a job already running at ``placement`` that this router did not place (a launcher
         restarted: its runs in flight are read back from run storage). The heartbeat counts its chips."""
         self.withdraw(job_id)
-        job = JobState(job_id, request, placement.at, status=RUNNING, placement=placement,
-                       first_placed_at=placement.at)
+        job = JobState(job_id, request, placement.at, status=RUNNING, placement=placement, first_placed_at=placement.at)
         self.jobs[job_id] = job
         self._running[placement.pool].add(job_id)
 
@@ -403,4 +403,3 @@ class Router:
         for j in self.jobs.values():
             out[j.status] += 1
         return out
-

@@ -67,9 +67,7 @@ def _show(value: str) -> str:
 
 def check_name(kind: str, value: str) -> str:
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
-        raise ValueError(
-            f"{kind} {_show(str(value))} is not a valid name: use lower-case letters, digits and '-'"
-        )
+        raise ValueError(f"{kind} {_show(str(value))} is not a valid name: use lower-case letters, digits and '-'")
     return value
 
 
@@ -81,9 +79,7 @@ def check_region(value: str, *, what: str = f"tag {REGION_TAG}") -> str:
 
 def check_accelerator(value: str, *, what: str = f"tag {ACCELERATOR_TAG}") -> str:
     if value not in ACCELERATORS:
-        raise ValueError(
-            f"{what}: unknown accelerator {_show(str(value))}; expected one of {', '.join(ACCELERATORS)}"
-        )
+        raise ValueError(f"{what}: unknown accelerator {_show(str(value))}; expected one of {', '.join(ACCELERATORS)}")
     return value
 
 
@@ -240,8 +236,9 @@ def asset_run_tags(tags_by_asset: Mapping[str, Mapping[str, str]]) -> dict[str, 
             memory = max(memory or (0, ""), (memory_bytes(value), value))
     if len(set(pools.values())) > 1:
         named = ", ".join(f"{a}={p}" for a, p in pools.items())
-        raise ValueError(f"tag {POOL_TAG}: the assets of one run name different pools ({named}); "
-                         "materialise them in separate runs")
+        raise ValueError(
+            f"tag {POOL_TAG}: the assets of one run name different pools ({named}); materialise them in separate runs"
+        )
     out: dict[str, str] = {}
     if pools:
         out[POOL_TAG] = next(iter(pools.values()))

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from marin_assets.numeric_checks import check_float
 from marin_assets.datakit.hashing import mix64
+from marin_assets.numeric_checks import check_float
 
 
 def bloom_size(capacity: int, false_positive_rate: float) -> tuple[int, int]:
@@ -42,7 +42,7 @@ class BloomFilter:
         self.bits = bits
 
     @classmethod
-    def for_capacity(cls, capacity: int, false_positive_rate: float) -> "BloomFilter":
+    def for_capacity(cls, capacity: int, false_positive_rate: float) -> BloomFilter:
         return cls(*bloom_size(capacity, false_positive_rate))
 
     def _positions(self, hashes: np.ndarray) -> np.ndarray:
@@ -74,7 +74,7 @@ class BloomFilter:
             out[s : s + batch] = bit.all(axis=1)
         return out
 
-    def union(self, other: "BloomFilter") -> "BloomFilter":
+    def union(self, other: BloomFilter) -> BloomFilter:
         if (self.num_bits, self.num_probes) != (other.num_bits, other.num_probes):
             raise ValueError(
                 "cannot merge Bloom filters of different shapes: "

@@ -72,11 +72,21 @@ class Dataset:
         return self.tokenizer.get("vocab_size")
 
     def to_json(self, base_dir: str) -> dict:
-        return {"name": self.name, "tokenizer": dict(self.tokenizer),
-                "shards": [{**dataclasses.asdict(s), "path": relative(s.path, base_dir),
-                            "documents": relative(s.documents, base_dir) if s.documents else ""} for s in self.shards],
-                "train_tokens": self.train_tokens, "validation_tokens": self.validation_tokens,
-                **({"fields": list(self.fields)} if self.fields != TOKEN_FIELDS else {})}  # an older index's bytes stay
+        return {
+            "name": self.name,
+            "tokenizer": dict(self.tokenizer),
+            "shards": [
+                {
+                    **dataclasses.asdict(s),
+                    "path": relative(s.path, base_dir),
+                    "documents": relative(s.documents, base_dir) if s.documents else "",
+                }
+                for s in self.shards
+            ],
+            "train_tokens": self.train_tokens,
+            "validation_tokens": self.validation_tokens,
+            **({"fields": list(self.fields)} if self.fields != TOKEN_FIELDS else {}),
+        }  # an older index's bytes stay
 
 
 def check_shard(shard: ShardCache, split: str, fields: Sequence[str] = TOKEN_FIELDS) -> None:
@@ -145,11 +155,20 @@ def dataset_from_json(data: Any, base_dir: str, where: str) -> Dataset:
     for i, s in enumerate(data["shards"]):
         if not isinstance(s, dict) or not isinstance(s.get("path"), str) or not isinstance(s.get("key"), str):
             raise ValueError(f"{where}: shards[{i}] needs a 'key' and a 'path'")
-        counts = {k: _checked_count(s.get(k), f"{where}: shards[{i}].{k}")
-                  for k in ("train_tokens", "validation_tokens", "train_docs", "validation_docs")}
+        counts = {
+            k: _checked_count(s.get(k), f"{where}: shards[{i}].{k}")
+            for k in ("train_tokens", "validation_tokens", "train_docs", "validation_docs")
+        }
         documents = s.get("documents") or ""
-        shards.append(ShardCache(s["key"], str(s.get("version", "")), resolve(s["path"], base_dir), **counts,
-                                 documents=resolve(documents, base_dir) if documents else ""))
+        shards.append(
+            ShardCache(
+                s["key"],
+                str(s.get("version", "")),
+                resolve(s["path"], base_dir),
+                **counts,
+                documents=resolve(documents, base_dir) if documents else "",
+            )
+        )
     fields = data.get("fields", list(TOKEN_FIELDS))
     if not isinstance(fields, list) or not fields or fields[0] != "input_ids" or not set(fields) <= {*TOKEN_FIELDS, LOSS_MASK}:
         raise ValueError(f"{where}: fields must list 'input_ids' first, then optionally {LOSS_MASK!r}; got {fields!r}")
@@ -232,5 +251,5 @@ def held_out_texts(dataset: Dataset, limit: int, max_chars: int | None = None) -
         if shard.validation_docs == 0:
             continue
         table = read_table(join(shard.path, VALIDATION_DOCS), columns=["id", "text"]).sort_by("id")
-        texts.extend(table.column("text").to_pylist()[:limit - len(texts)])
+        texts.extend(table.column("text").to_pylist()[: limit - len(texts)])
     return [t[:max_chars] for t in texts] if max_chars is not None else texts

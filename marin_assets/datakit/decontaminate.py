@@ -36,10 +36,10 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
-from marin_assets.knobs import knob
-from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.hashing import distinct_words, mix64
 from marin_assets.datakit.shards import read_table, reset_dir
+from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_float, check_int
 
 _LETTER = re.compile(r"[^\W\d_]")  # a Unicode letter
 
@@ -183,7 +183,7 @@ class EvalNgramIndex:
         self.skipped_items = skipped_items  # items too short to yield any n-gram
 
     @classmethod
-    def build(cls, items: Iterable[tuple[str, str]], config: DecontamConfig = DecontamConfig()) -> "EvalNgramIndex":
+    def build(cls, items: Iterable[tuple[str, str]], config: DecontamConfig = DecontamConfig()) -> EvalNgramIndex:
         items = list(items)
         for eval_id, text in items:
             if not isinstance(text, str):
@@ -222,7 +222,7 @@ class EvalNgramIndex:
             items.update(self.sidecar_items[a:b].tolist())
         return sorted(self.eval_ids[i] for i in items)
 
-    def merge(self, other: "EvalNgramIndex") -> "EvalNgramIndex":
+    def merge(self, other: EvalNgramIndex) -> EvalNgramIndex:
         """Union of two indexes (bit-OR of the filters; both need the same shape, so build
         them with the same ``capacity`` and false-positive rate)."""
         if (self.config.ngram, self.config.short_min_tokens) != (other.config.ngram, other.config.short_min_tokens):
@@ -261,7 +261,7 @@ class EvalNgramIndex:
             json.dump(meta, f)
 
     @classmethod
-    def load(cls, directory: str) -> "EvalNgramIndex":
+    def load(cls, directory: str) -> EvalNgramIndex:
         fs, root = fsspec.core.url_to_fs(directory)
         try:
             with fs.open(posixpath.join(root, "index.json"), "r") as f:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.shards import (
     arrow_int64,
     basename,
@@ -36,6 +35,7 @@ from marin_assets.datakit.shards import (
     write_json,
     write_row_groups,
 )
+from marin_assets.numeric_checks import check_int
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,9 @@ def _sorted_firsts(table, order_columns):
     return order, _first_flags(table.column(order_columns[0]).take(order))
 
 
-def exact_reduce(bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig,
-                 reuse: str | None = None) -> dict:
+def exact_reduce(
+    bucket: int, map_roots: Sequence[str], reduce_root: str, config: ExactDedupConfig, reuse: str | None = None
+) -> dict:
     """Reduce one hash bucket: read its row group of every map file, mark duplicates.
 
     Every copy of an id lands in the same bucket; the copy with the lowest (source,
@@ -245,10 +246,14 @@ def _duplicate_digests(dups) -> dict[str, str]:
     import hashlib
 
     per_key: dict[str, list] = {}
-    for key, row, doc_id, kept_key, kept_row in zip(*(dups.column(c).to_pylist() for c in ("key", "row", "id", "kept_key", "kept_row"))):
+    for key, row, doc_id, kept_key, kept_row in zip(
+        *(dups.column(c).to_pylist() for c in ("key", "row", "id", "kept_key", "kept_row"))
+    ):
         per_key.setdefault(key, []).append((row, doc_id, kept_key, kept_row))
-    return {key: hashlib.sha256("".join(f"{r}\t{i}\t{k}\t{kr}\n" for r, i, k, kr in sorted(rows)).encode()).hexdigest()
-            for key, rows in per_key.items()}
+    return {
+        key: hashlib.sha256("".join(f"{r}\t{i}\t{k}\t{kr}\n" for r, i, k, kr in sorted(rows)).encode()).hexdigest()
+        for key, rows in per_key.items()
+    }
 
 
 def duplicates_digest(shard_key: str, reduce_roots: Sequence[str]) -> str:

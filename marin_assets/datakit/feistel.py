@@ -157,9 +157,7 @@ class BlockShuffle:
         for part in (length == np.uint64(self.window), length != np.uint64(self.window)):
             if part.any():
                 size = int(length[part][0])
-                offset[part] = _cycle_walk(
-                    i[part] - start[part], size, _domain_bits(size), self.window_keys, tweak[part]
-                )
+                offset[part] = _cycle_walk(i[part] - start[part], size, _domain_bits(size), self.window_keys, tweak[part])
         j = start + offset
         # Stage 1: which source block sits at block position j // block_size.
         b = (j // np.uint64(self.block_size)).astype(np.int64)

@@ -67,8 +67,9 @@ def write_pairs(pairs: np.ndarray, shard_keys: list[str], path: str, owners_path
     write_json(summary, owners_path)
 
 
-def write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str,
-               in_order: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def write_keys(
+    keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path: str, in_order: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(key, shard: index into the `shards` metadata, row) of every key a band range held,
     sorted (so a reduce that reused earlier keys writes the same bytes as one that did not).
     The first `in_order` rows are already sorted (an earlier reduce's keys). Returns the
@@ -78,8 +79,13 @@ def write_keys(keys: np.ndarray, nodes: np.ndarray, shard_keys: list[str], path:
     order = _key_order(keys, nodes, in_order)
     keys, nodes = keys[order], nodes[order]
     del order
-    table = pa.table({"key": arrow_array(keys, np.uint64), "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
-                      "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32)})
+    table = pa.table(
+        {
+            "key": arrow_array(keys, np.uint64),
+            "shard": arrow_array((nodes >> 32).astype(np.uint32), np.uint32),
+            "row": arrow_array((nodes & 0xFFFFFFFF).astype(np.uint32), np.uint32),
+        }
+    )
     shard_write_table(table.replace_schema_metadata({"shards": json.dumps(shard_keys)}), path, compression="none")  # hashes
     return keys, nodes
 
@@ -119,8 +125,11 @@ def owned_candidates(key: str, candidate_roots: Sequence[str]) -> pa.Table | Non
 
     paths = [p for root in dict.fromkeys(candidate_roots) for p in list_dir(join(root, PAIRS_DIR), "band-")]
     owner = string_array([key])[0]  # pc.equal on a Python str would import pandas
-    tables = [t.filter(pc.equal(t.column("owner"), owner)).select(["row_a", "shard_b", "row_b"])
-              for t in (_read_owner(p, key) for p in paths) if t is not None]
+    tables = [
+        t.filter(pc.equal(t.column("owner"), owner)).select(["row_a", "shard_b", "row_b"])
+        for t in (_read_owner(p, key) for p in paths)
+        if t is not None
+    ]
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 

@@ -74,9 +74,7 @@ class FuzzyDedupConfig(MinHashParams):
         check_int("bands", self.bands, 1)
         check_int("rows", self.rows, 1)
         if self.bands * self.rows != self.num_perm:
-            raise ValueError(
-                f"bands * rows must equal num_perm: {self.bands} * {self.rows} != {self.num_perm}"
-            )
+            raise ValueError(f"bands * rows must equal num_perm: {self.bands} * {self.rows} != {self.num_perm}")
         check_float("jaccard_threshold", self.jaccard_threshold, 0.0, 1.0, lo_open=True)
         check_int("max_bucket_size", self.max_bucket_size, 2)
         check_int("docs_per_reduce", self.docs_per_reduce, 1)
@@ -98,9 +96,7 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    graph = coo_matrix(
-        (np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(num_nodes, num_nodes)
-    )
+    graph = coo_matrix((np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(num_nodes, num_nodes))
     _, labels = connected_components(graph, directed=False)
     best = np.full(labels.max() + 1 if num_nodes else 0, num_nodes, dtype=np.int64)
     np.minimum.at(best, labels, rank)
@@ -253,7 +249,9 @@ def fuzzy_band_reduce(
     nodes = np.concatenate(node_parts) if node_parts else np.zeros(0, np.int64)
     del key_parts, node_parts
     held = int(keys.size)
-    keys, nodes = write_keys(keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"), earlier[1].num_rows if earlier else 0)
+    keys, nodes = write_keys(
+        keys, nodes, shard_keys, join(out_root, KEYS_DIR, f"{name}.parquet"), earlier[1].num_rows if earlier else 0
+    )
     pairs = band_pairs(keys, nodes, config.max_bucket_size)
     del keys, nodes
     write_pairs(pairs, shard_keys, join(out_root, PAIRS_DIR, f"{name}.parquet"), join(out_root, OWNERS_DIR, f"{name}.json"))

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marin_assets.numeric_checks import check_int
 from marin_assets.datakit.hashing import mix64
+from marin_assets.numeric_checks import check_int
 
 EMPTY_SIGNATURE_VALUE = np.uint32(0xFFFFFFFF)
 

@@ -89,16 +89,18 @@ class Mixture:
         _check_steps([step for step, _ in pairs])
         weights = [_stage_weights(step, w if not _is_pairs(w) else dict(w)) for step, w in pairs]
         sources = sorted({name for w in weights for name in w})
-        stages = tuple((int(step), tuple((name, w.get(name, 0.0)) for name in sources))
-                       for (step, _), w in zip(pairs, (_normalised(w) for w in weights)))
+        stages = tuple(
+            (int(step), tuple((name, w.get(name, 0.0)) for name in sources))
+            for (step, _), w in zip(pairs, (_normalised(w) for w in weights))
+        )
         object.__setattr__(self, "stages", stages)
 
     @classmethod
-    def constant(cls, weights: Mapping[str, float]) -> "Mixture":
+    def constant(cls, weights: Mapping[str, float]) -> Mixture:
         return cls([(0, weights)])
 
     @classmethod
-    def from_dict(cls, obj: Any) -> "Mixture":
+    def from_dict(cls, obj: Any) -> Mixture:
         """A Mixture from its config spellings: ``{source: weight}``, ``{"stages": [[step,
         {source: weight}], ...]}``, the bare stage list, or a Mixture (returned as is)."""
         if isinstance(obj, Mixture):
@@ -111,8 +113,10 @@ class Mixture:
             return cls.constant(obj)
         if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
             return cls(obj)
-        raise ValueError(f"mixture must be {{source: weight}} or {{'stages': [[step, {{source: weight}}], ...]}}, "
-                         f"got {type(obj).__name__} {obj!r}")
+        raise ValueError(
+            f"mixture must be {{source: weight}} or {{'stages': [[step, {{source: weight}}], ...]}}, "
+            f"got {type(obj).__name__} {obj!r}"
+        )
 
     def to_dict(self) -> dict:
         """``{"stages": [[step, {source: weight}], ...]}``: JSON-ready, ``from_dict`` reads it back."""

@@ -122,7 +122,12 @@ class _OpenShard:
 
         if self.rows:
             ids, texts, source_ids, metadata = zip(*self.rows)
-            columns = [string_array(ids), string_array(texts, large=True, utf8=True), string_array(source_ids), string_array(metadata)]
+            columns = [
+                string_array(ids),
+                string_array(texts, large=True, utf8=True),
+                string_array(source_ids),
+                string_array(metadata),
+            ]
             self.parts.append(pa.Table.from_arrays(columns, schema=_part_schema()))
             self.rows = []
 
@@ -153,7 +158,10 @@ def _batch_table(batch: DocumentBatch):
 
 
 def normalize_documents(
-    items: Iterable[Document | DocumentBatch | QuarantineRecord], out_dir: str, config: NormalizeConfig, read_stats: ReadStats | None = None
+    items: Iterable[Document | DocumentBatch | QuarantineRecord],
+    out_dir: str,
+    config: NormalizeConfig,
+    read_stats: ReadStats | None = None,
 ) -> dict:
     """Write `items` as normalized shards + _quarantine.jsonl + _counts.json; return the counts.
 
@@ -241,5 +249,3 @@ def normalize(input_paths: list[str] | str, out_dir: str, config: NormalizeConfi
             yield from iter_path(path, config.reader, stats, batches=True)
 
     return normalize_documents(items(), out_dir, config, stats)
-
-

@@ -137,8 +137,9 @@ def load_quality_model(model_dir: str):
         return QualityModel.load(model_dir)
     if kind == quality_fasttext.KIND:
         return quality_fasttext.FastTextQualityModel.load(model_dir, meta)
-    raise ValueError(f"quality model {model_dir}: unknown kind {kind!r} in {CONFIG_FILE} "
-                     f"(known: {OURS}, {quality_fasttext.KIND})")
+    raise ValueError(
+        f"quality model {model_dir}: unknown kind {kind!r} in {CONFIG_FILE} (known: {OURS}, {quality_fasttext.KIND})"
+    )
 
 
 def check_given_model(path: str, label: str | None) -> None:
@@ -156,8 +157,10 @@ def check_given_model(path: str, label: str | None) -> None:
     elif not fs.exists(join(root, CONFIG_FILE)):
         raise FileNotFoundError(f"quality model {path} is neither a fastText model file nor a dir with {CONFIG_FILE}")
     elif label is not None:
-        raise ValueError(f"a quality label ({label!r}) goes with a fastText model file; {path} is a model dir, "
-                         f"whose {CONFIG_FILE} names its own")
+        raise ValueError(
+            f"a quality label ({label!r}) goes with a fastText model file; {path} is a model dir, "
+            f"whose {CONFIG_FILE} names its own"
+        )
 
 
 def fit_logistic(x, y, config: QualityModelConfig):
@@ -209,8 +212,13 @@ def _labelled(high_paths: Sequence[str], low_paths: Sequence[str], holdout_fract
     return high + low, y, hold
 
 
-def train_quality_model(high_paths: Sequence[str], low_paths: Sequence[str], out_dir: str,
-                        config: QualityModelConfig = QualityModelConfig(), fasttext: FastTextConfig | None = None) -> dict:
+def train_quality_model(
+    high_paths: Sequence[str],
+    low_paths: Sequence[str],
+    out_dir: str,
+    config: QualityModelConfig = QualityModelConfig(),
+    fasttext: FastTextConfig | None = None,
+) -> dict:
     """Fit ours and a fastText classifier on normalized shards of high- vs low-quality sources;
     save the better one to out_dir; return counts that report both.
 
@@ -252,8 +260,11 @@ def _strictly_better(a: dict, b: dict) -> bool:
 
 def _measure(p, y, hold) -> dict:
     """Accuracy at 0.5 on the training and held-out documents, and held-out AUC (None where undefined)."""
-    return {"train_accuracy": _accuracy(p[~hold], y[~hold]), "holdout_accuracy": _accuracy(p[hold], y[hold]),
-            "holdout_auc": _auc(p[hold], y[hold])}
+    return {
+        "train_accuracy": _accuracy(p[~hold], y[~hold]),
+        "holdout_accuracy": _accuracy(p[hold], y[hold]),
+        "holdout_auc": _auc(p[hold], y[hold]),
+    }
 
 
 def _accuracy(p, y) -> float | None:
@@ -271,8 +282,13 @@ def _auc(p, y) -> float | None:
     return float((rankdata(p)[y == 1].sum() - n_high * (n_high + 1) / 2) / (n_high * n_low))
 
 
-def train_on_labelled_sources(raw: Mapping[str, tuple[str, str]], out_dir: str, scratch_dir: str,
-                              config: QualityModelConfig = QualityModelConfig(), fasttext: FastTextConfig | None = None) -> dict:
+def train_on_labelled_sources(
+    raw: Mapping[str, tuple[str, str]],
+    out_dir: str,
+    scratch_dir: str,
+    config: QualityModelConfig = QualityModelConfig(),
+    fasttext: FastTextConfig | None = None,
+) -> dict:
     """Train on raw sources labelled "high" or "low" ({name: (raw files dir, label)}): each is
     normalized into ``scratch_dir`` by the same ``normalize`` the shards run, then fitted."""
     from marin_assets.datakit.normalize import NormalizeConfig, normalize
@@ -286,8 +302,10 @@ def train_on_labelled_sources(raw: Mapping[str, tuple[str, str]], out_dir: str, 
         normalize([raw_dir], normalized, NormalizeConfig(source=name))
         shards[label].extend(list_shards(normalized))
     if not shards["high"] or not shards["low"]:
-        raise ValueError(f"a quality model needs high- and low-quality sources, got {sorted(raw)} labelled "
-                         f"{sorted({label for _, label in raw.values()})}")
+        raise ValueError(
+            f"a quality model needs high- and low-quality sources, got {sorted(raw)} labelled "
+            f"{sorted({label for _, label in raw.values()})}"
+        )
     return train_quality_model(shards["high"], shards["low"], out_dir, config, fasttext)
 
 

@@ -41,9 +41,16 @@ LEASE_ENTRY = ".datakit.lease"
 OWNED = (STORE_ENTRY, CACHE_ENTRY, SUMMARY_FILE, RUN_FILE, LEASE_ENTRY)
 
 # Each nested config: (field of RunSpec, library class). Their knobs are the run's knobs.
-CONFIGS = {"tokenizer": TokenizerChoice, "sharding": ShardingConfig, "reader": ReaderConfig,
-           "quality": QualityScoreConfig, "decontam": DecontamConfig, "tokenize": TokenizeConfig, "fuzzy": FuzzyDedupConfig,
-           "language": LanguageConfig}
+CONFIGS = {
+    "tokenizer": TokenizerChoice,
+    "sharding": ShardingConfig,
+    "reader": ReaderConfig,
+    "quality": QualityScoreConfig,
+    "decontam": DecontamConfig,
+    "tokenize": TokenizeConfig,
+    "fuzzy": FuzzyDedupConfig,
+    "language": LanguageConfig,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +91,7 @@ class RunSpec:
         return json.dumps({**dataclasses.asdict(self), "inputs": list(self.inputs), "evals": list(self.evals)}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "RunSpec":
+    def from_json(cls, text: str) -> RunSpec:
         raw = json.loads(text)
         nested = {name: kind(**raw[name]) for name, kind in CONFIGS.items()}
         return cls(**{**raw, **nested, "inputs": tuple(raw["inputs"]), "evals": tuple(raw["evals"])})
@@ -158,14 +165,20 @@ def check_run_inputs(spec: RunSpec) -> None:
     elif spec.quality_label is not None:
         raise ValueError(f"quality label {spec.quality_label!r} needs a fastText --quality-model to score with")
     owned = [join(prefix, entry) for entry in OWNED]
-    given = [*(("input", p) for p in spec.inputs), *(("eval set", e) for e in spec.evals if e not in PACKAGED_EVAL_SETS),
-             ("quality model", spec.quality_model), ("cache dir", spec.source_cache_dir)]
+    given = [
+        *(("input", p) for p in spec.inputs),
+        *(("eval set", e) for e in spec.evals if e not in PACKAGED_EVAL_SETS),
+        ("quality model", spec.quality_model),
+        ("cache dir", spec.source_cache_dir),
+    ]
     if spec.tokenizer.tokenizer not in ("olmo", "bytes"):
         given.append(("tokenizer", spec.tokenizer.tokenizer))
     for what, path in given:
         if path is not None and any(inside(path, d) for d in owned):
-            raise ValueError(f"{what} {path} lies inside what this run writes under {prefix} ({', '.join(OWNED)}); "
-                             f"copy it elsewhere or use another --prefix")
+            raise ValueError(
+                f"{what} {path} lies inside what this run writes under {prefix} ({', '.join(OWNED)}); "
+                f"copy it elsewhere or use another --prefix"
+            )
 
 
 def check_eval_sets(evals: Sequence[str]) -> int:

@@ -68,7 +68,7 @@ def file_labels(raw_files: Sequence[str], root: str | None = None) -> dict[str, 
     the artifact's version. The one exception: names that differ only in the suffix we strip
     ("a.jsonl" and "a.txt") are all hashed while they are side by side."""
     prefix = root.rstrip("/") + "/" if root else ""
-    names = {raw: raw[len(prefix):] if prefix and raw.startswith(prefix) else basename(raw) for raw in raw_files}
+    names = {raw: raw[len(prefix) :] if prefix and raw.startswith(prefix) else basename(raw) for raw in raw_files}
     labels = {raw: file_label(name) for raw, name in names.items()}
     shared = {label for label, n in Counter(labels.values()).items() if n > 1}
     return {raw: file_label(names[raw], hashed=True) if label in shared else label for raw, label in labels.items()}
@@ -121,7 +121,9 @@ def _writer(out_dir: str, key: str, suffix: str, source: str, entries: dict):
     return fs.open(path, "wb"), entry, hashlib.sha256()
 
 
-def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_bytes: int, root: str | None = None) -> dict[str, dict]:
+def split_source(
+    source: str, raw_files: Sequence[str], out_dir: str, shard_bytes: int, root: str | None = None
+) -> dict[str, dict]:
     """Write the shards of one source into `out_dir`; return {key: {file, sha256, source, bytes, lines}}.
     `root`: the folder the raw files are listed from (file_labels)."""
     import fsspec
@@ -144,8 +146,10 @@ def split_source(source: str, raw_files: Sequence[str], out_dir: str, shard_byte
             entry.update(bytes=size, sha256=digest.hexdigest())
             continue
         if not name.endswith(JSONL_SUFFIXES):
-            raise ValueError(f"raw file {raw}: cannot shard a {name.rsplit('.', 1)[-1]!r} file; expected one of "
-                             f"{JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES}")
+            raise ValueError(
+                f"raw file {raw}: cannot shard a {name.rsplit('.', 1)[-1]!r} file; expected one of "
+                f"{JSONL_SUFFIXES + WHOLE_FILE_SUFFIXES}"
+            )
         fs, raw_path = fsspec.core.url_to_fs(raw)
         # the OpenFile fsspec.open makes; open() itself is typed as returning a list of them
         with fsspec.core.OpenFile(fs, raw_path, "rb", compression="infer") as src:

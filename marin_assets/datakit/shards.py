@@ -77,8 +77,9 @@ def list_dir(directory: str, prefix: str = "", suffix: str = "") -> list[str]:
     fs, root = fsspec.core.url_to_fs(directory)
     if not fs.exists(root):
         return []
-    return [fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False))
-            if basename(p).startswith(prefix) and p.endswith(suffix)]
+    return [
+        fs.unstrip_protocol(p) for p in sorted(fs.ls(root, detail=False)) if basename(p).startswith(prefix) and p.endswith(suffix)
+    ]
 
 
 def write_table(table, path: str, row_group_size: int | None = None, compression: str | None = None) -> None:
@@ -150,9 +151,10 @@ def write_row_groups(parts, path: str) -> None:
     fs, p = fsspec.core.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     native = local_path(path)
-    with (fs.open(p, "wb") if native is None else contextlib.nullcontext(native)) as f, pq.ParquetWriter(
-        f, schema, compression=compression
-    ) as writer:
+    with (
+        fs.open(p, "wb") if native is None else contextlib.nullcontext(native) as f,
+        pq.ParquetWriter(f, schema, compression=compression) as writer,
+    ):
         for _, t in parts:
             writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=t.num_rows)
 

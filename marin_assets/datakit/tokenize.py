@@ -43,8 +43,13 @@ SPLITS = ("train", "validation")
 VALIDATION_DOCS = "validation_docs.parquet"
 BYTES = "bytes"
 # name -> (package, file inside it, what it is)
-PRETRAINED = {"olmo": ("olmo_eval", "tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json",
-                       "OLMo's GPT-NeoX/Dolma v1.5 BPE (50,280 ids; ai2-olmo-eval's tokenizer.json)")}
+PRETRAINED = {
+    "olmo": (
+        "olmo_eval",
+        "tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json",
+        "OLMo's GPT-NeoX/Dolma v1.5 BPE (50,280 ids; ai2-olmo-eval's tokenizer.json)",
+    )
+}
 TOKENIZER_NAMES = (*PRETRAINED, BYTES)
 
 
@@ -55,8 +60,10 @@ def _pretrained_path(name: str) -> str:
     package, relative, _ = PRETRAINED[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"tokenizer {name!r} comes from the {package} package, which is not installed "
-                                f"(make venv installs it from requirements-nodeps.lock)")
+        raise FileNotFoundError(
+            f"tokenizer {name!r} comes from the {package} package, which is not installed "
+            f"(make venv installs it from requirements-nodeps.lock)"
+        )
     return os.path.join(list(spec.submodule_search_locations)[0], relative)
 
 
@@ -156,8 +163,7 @@ def _is_byte_tokenizer(spec: dict) -> bool:
     """A BPE with no merges over exactly the 256 byte symbols, ids = byte values (ours)."""
     model = spec.get("model") or {}
     chars = _byte_to_unicode()
-    return (model.get("type") == "BPE" and not model.get("merges")
-            and model.get("vocab") == {chars[b]: b for b in range(256)})
+    return model.get("type") == "BPE" and not model.get("merges") and model.get("vocab") == {chars[b]: b for b in range(256)}
 
 
 @dataclass(frozen=True)
@@ -213,9 +219,8 @@ def _iter_batches(shard_paths: Sequence[str], columns: list[str], batch_docs: in
 
 def _iter_shard_batches(shard_paths: Sequence[str], columns: list[str], batch_docs: int) -> Iterator:
     """(shard path, record batch) of every batch of the shards, in order."""
-    import pyarrow.parquet as pq
-
     import fsspec
+    import pyarrow.parquet as pq
 
     for path in shard_paths:
         with fsspec.open(path, "rb") as f:
@@ -271,8 +276,9 @@ def _write_validation_docs(ids: list[str], texts: list[str], out_dir: str) -> No
 
     from marin_assets.datakit.shards import write_table
 
-    write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.large_string())}),
-                join(out_dir, VALIDATION_DOCS))
+    write_table(
+        pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.large_string())}), join(out_dir, VALIDATION_DOCS)
+    )
 
 
 def _append_rows(writer: CacheWriter, stats: dict, arrays: list, texts: list[str], rows, eos) -> None:
@@ -289,16 +295,16 @@ def _append_rows(writer: CacheWriter, stats: dict, arrays: list, texts: list[str
     stats["bytes"] += sum(len(texts[r].encode("utf-8")) for r in rows)
 
 
-def tokenize(shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(),
-             progress=None) -> dict:
+def tokenize(
+    shard_paths: Sequence[str], tokenizer: str, out_dir: str, config: TokenizeConfig = TokenizeConfig(), progress=None
+) -> dict:
     """Tokenize the `text` of shards into Levanter caches out_dir/{train,validation}; return stats.
 
     ``tokenizer``: a name (``TOKENIZER_NAMES``) or a tokenizer.json path/URL. ``progress``, if
     given, is called with the number of documents done after each batch.
     """
-    import numpy as np
-
     import fsspec
+    import numpy as np
 
     encoder = load_encoder(tokenizer)
     if encoder.eos_id is None:

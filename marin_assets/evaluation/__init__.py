@@ -15,5 +15,14 @@ from marin_assets.evaluation.multiple_choice import evaluate_task, model_pair_sc
 from marin_assets.evaluation.run import EvalSettings, evaluate
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs, score_spans
 
-__all__ = ["evaluate", "EvalSettings", "bits_per_byte", "score_task", "evaluate_task", "model_pair_scorer",
-           "byte_encode", "model_token_logprobs", "score_spans"]
+__all__ = [
+    "evaluate",
+    "EvalSettings",
+    "bits_per_byte",
+    "score_task",
+    "evaluate_task",
+    "model_pair_scorer",
+    "byte_encode",
+    "model_token_logprobs",
+    "score_spans",
+]

@@ -13,9 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from marin_assets.evaluation.scoring import TokenLogprobs, score_spans
 
 
-def bits_per_byte(sets: Mapping[str, Sequence[str]], token_logprobs: TokenLogprobs,
-                  encode: Callable[[str], list[int]], bos_id: int, seq_len: int,
-                  batch_size: int = 8) -> dict:
+def bits_per_byte(
+    sets: Mapping[str, Sequence[str]],
+    token_logprobs: TokenLogprobs,
+    encode: Callable[[str], list[int]],
+    bos_id: int,
+    seq_len: int,
+    batch_size: int = 8,
+) -> dict:
     """{"sets": {tag: {bpb, nats_per_token, tokens, bytes, docs}}, "micro_bpb", "macro_bpb"}."""
     if not sets:
         raise ValueError("bits_per_byte: no eval sets given")
@@ -29,10 +34,17 @@ def bits_per_byte(sets: Mapping[str, Sequence[str]], token_logprobs: TokenLogpro
         nats = -sum(s for s, _ in scores)
         tokens = sum(c for _, c in scores)
         n_bytes = sum(len(d.encode("utf-8")) for d in docs)
-        per_set[tag] = {"bpb": nats / n_bytes / math.log(2), "nats_per_token": nats / tokens,
-                        "tokens": tokens, "bytes": n_bytes, "docs": len(docs)}
+        per_set[tag] = {
+            "bpb": nats / n_bytes / math.log(2),
+            "nats_per_token": nats / tokens,
+            "tokens": tokens,
+            "bytes": n_bytes,
+            "docs": len(docs),
+        }
         total_nats += nats
         total_bytes += n_bytes
-    return {"sets": per_set,
-            "micro_bpb": total_nats / total_bytes / math.log(2),
-            "macro_bpb": sum(s["bpb"] for s in per_set.values()) / len(per_set)}
+    return {
+        "sets": per_set,
+        "micro_bpb": total_nats / total_bytes / math.log(2),
+        "macro_bpb": sum(s["bpb"] for s in per_set.values()) / len(per_set),
+    }

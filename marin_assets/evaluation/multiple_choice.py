@@ -41,7 +41,7 @@ def score_task(items: Sequence[TaskItem], score: PairScorer, kind: str = "mc") -
         k = len(item.pairs)
         if kind == "mc" and k < 2:
             raise ValueError(f"item {item.id}: {k} choice(s); multiple choice needs at least 2")
-        s = sums[i:i + k]
+        s = sums[i : i + k]
         i += k
         nats -= s[item.gold]
         gold_bytes += len(item.pairs[item.gold][1].encode("utf-8"))
@@ -61,10 +61,12 @@ def score_task(items: Sequence[TaskItem], score: PairScorer, kind: str = "mc") -
     return out
 
 
-def model_pair_scorer(token_logprobs: TokenLogprobs, encode: Callable[[str], list[int]], bos_id: int,
-                      seq_len: int, batch_size: int = 16) -> PairScorer:
+def model_pair_scorer(
+    token_logprobs: TokenLogprobs, encode: Callable[[str], list[int]], bos_id: int, seq_len: int, batch_size: int = 16
+) -> PairScorer:
     """A PairScorer over the model: context and continuation tokenized apart (as OLMES and
     lm-evaluation-harness do), the context after a BOS/EOS token."""
+
     def score(pairs):
         items = [([bos_id] + encode(ctx), encode(cont)) for ctx, cont in pairs]
         return [s for s, _ in score_spans(items, token_logprobs, seq_len, batch_size)]

@@ -33,8 +33,11 @@ class EvalSettings:
     """What an evaluation scores. Knobs (marin_assets/knobs.py): the ``eval/<run>`` and
     ``eval/<run>/tasks`` asset configs and ``marin eval``'s flags are generated from them."""
 
-    tasks: list[str] = knob([], help="eval tasks a phase's eval/<run> also scores (each task has its own eval/<run>/tasks "
-                                     "partition; marin_assets.datakit.eval_sets.TASK_NAMES)")
+    tasks: list[str] = knob(
+        [],
+        help="eval tasks a phase's eval/<run> also scores (each task has its own eval/<run>/tasks "
+        "partition; marin_assets.datakit.eval_sets.TASK_NAMES)",
+    )
     limit: int | None = knob(None, help="items per task: the first this many (none: every item, the task's full size)")
     # eval/<run> scores every phase as it ends: at 256 x 4000 the demo's four domains were 487k bytes (20x the tokens
     # its longest phase trains on) and ~12 s a phase on 2 CPUs; 64 x 2000 (148k bytes) took ~5 s (measured).
@@ -82,13 +85,24 @@ def check_model_tokenizer(encoder, meta: Mapping, config, where: str) -> None:
         )
 
 
-def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] | None = None,
-             tasks: Sequence[str] = tuple(_DEFAULTS.tasks), limit: int | None = _DEFAULTS.limit,
-             encode: Callable[[str], list[int]] = byte_encode, bos_id: int = 0,
-             seq_len: int | None = None, batch_size: int = _DEFAULTS.batch_size, out_path: str | Path | None = None,
-             telemetry_root: str | None = None, telemetry_run: str | None = None,
-             decode: Callable[[list[int]], str] | None = None, eos_id: int | None = None, generate_fn=None,
-             allow_code_execution: bool = False, encoder=None) -> dict:
+def evaluate(
+    checkpoint_dir: str | Path,
+    bpb_sets: Mapping[str, Sequence[str]] | None = None,
+    tasks: Sequence[str] = tuple(_DEFAULTS.tasks),
+    limit: int | None = _DEFAULTS.limit,
+    encode: Callable[[str], list[int]] = byte_encode,
+    bos_id: int = 0,
+    seq_len: int | None = None,
+    batch_size: int = _DEFAULTS.batch_size,
+    out_path: str | Path | None = None,
+    telemetry_root: str | None = None,
+    telemetry_run: str | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    eos_id: int | None = None,
+    generate_fn=None,
+    allow_code_execution: bool = False,
+    encoder=None,
+) -> dict:
     """Score a checkpoint: bits-per-byte of each held-out set in ``bpb_sets`` (a domain each)
     and every task of ``tasks`` (its first ``limit`` items). ``encode``/``bos_id`` must be the
     tokenizer the model trained with (default: raw bytes with EOS 0, the tiny test/demo setup).
@@ -121,8 +135,17 @@ def evaluate(checkpoint_dir: str | Path, bpb_sets: Mapping[str, Sequence[str]] |
         result["bpb"] = bits_per_byte(bpb_sets, logprobs, encode, bos_id, seq_len, batch_size)
     if tasks:
         scorer = model_pair_scorer(logprobs, encode, bos_id, seq_len, batch_size)
-        generative = _GenerativeRunner(params, model_cfg, bias, generate_fn, encode, decode, bos_id,
-                                       bos_id if eos_id is None else eos_id, allow_code_execution)
+        generative = _GenerativeRunner(
+            params,
+            model_cfg,
+            bias,
+            generate_fn,
+            encode,
+            decode,
+            bos_id,
+            bos_id if eos_id is None else eos_id,
+            allow_code_execution,
+        )
         result["tasks"] = {}
         for name in tasks:
             scored = generative.run(name, limit, batch_size) if generative.handles(name) else evaluate_task(name, scorer, limit)
@@ -168,9 +191,18 @@ class _GenerativeRunner:
             self.resolved = True
         generate = None if self.generate_fn is None else generative.bind_model(self.generate_fn, *self.model)
         return generative.evaluate_generative(
-            name, generate, self.encode, self.decode or generative.byte_decode, self.bos_id, self.eos_id, limit=limit,
-            max_seq_len=self.model[1].max_seq_len, batch_size=batch_size,
-            allow_code_execution=self.allow_code_execution, unavailable=self.unavailable)
+            name,
+            generate,
+            self.encode,
+            self.decode or generative.byte_decode,
+            self.bos_id,
+            self.eos_id,
+            limit=limit,
+            max_seq_len=self.model[1].max_seq_len,
+            batch_size=batch_size,
+            allow_code_execution=self.allow_code_execution,
+            unavailable=self.unavailable,
+        )
 
 
 # Scores of generative tasks, as asset metadata and telemetry metrics (skipped tasks have none).

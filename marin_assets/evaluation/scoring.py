@@ -62,8 +62,9 @@ def bucket_length(length: int, seq_len: int) -> int:
     return min(seq_len, max(shortest, 1 << (max(length, 1) - 1).bit_length()))
 
 
-def score_spans(items: Sequence[tuple[Sequence[int], Sequence[int]]], token_logprobs: TokenLogprobs,
-                seq_len: int, batch_size: int) -> list[tuple[float, int]]:
+def score_spans(
+    items: Sequence[tuple[Sequence[int], Sequence[int]]], token_logprobs: TokenLogprobs, seq_len: int, batch_size: int
+) -> list[tuple[float, int]]:
     """For each (prefix_ids, target_ids): (sum of target log-probs, number of targets scored).
 
     ``batch_size`` is rows per model call at ``seq_len``; shorter buckets take proportionally
@@ -79,16 +80,16 @@ def score_spans(items: Sequence[tuple[Sequence[int], Sequence[int]]], token_logp
     for length, group in sorted(by_bucket.items()):
         rows = max(1, batch_size * seq_len // length)
         for b in range(0, len(group), rows):
-            chunk = group[b:b + rows]
+            chunk = group[b : b + rows]
             # One shape per bucket, the last chunk padded to it: a compile (seconds on CPU) costs more
             # than the one padded batch it would save.
             tokens = np.zeros((rows, length), np.int32)
             for i, w in enumerate(chunk):
-                tokens[i, :len(w.tokens)] = w.tokens
+                tokens[i, : len(w.tokens)] = w.tokens
             logprobs = np.asarray(token_logprobs(tokens), np.float64)
             for i, w in enumerate(chunk):
                 # position j of the log-prob row scores token j+1 of the window
-                sums[w.item] += logprobs[i, w.first_target - 1:len(w.tokens) - 1].sum()
+                sums[w.item] += logprobs[i, w.first_target - 1 : len(w.tokens) - 1].sum()
                 counts[w.item] += len(w.tokens) - w.first_target
     return [(float(s), int(c)) for s, c in zip(sums, counts, strict=True)]
 

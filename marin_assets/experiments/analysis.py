@@ -7,7 +7,7 @@ source); ``render_report(record, analysis)`` -> (Markdown, {file name: PNG bytes
 from __future__ import annotations
 
 import io
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -58,11 +58,9 @@ def analyze(record: ExperimentRecord, rows: Sequence[Mapping], bootstrap_seed: i
         "arms": arm_rows,
         "controls": controls,
         "controls_held": all(c["held"] for c in controls),
-        "criterion": {"statement": record.criterion.statement, "checks": checks,
-                      "held": all(c["held"] for c in checks)},
+        "criterion": {"statement": record.criterion.statement, "checks": checks, "held": all(c["held"] for c in checks)},
         "bootstrap": {"n": record.bootstrap, "level": 0.95, "unit": "seed"},
-        "runs": [{k: r[k] for k in ("arm", "budget", "seed", "flops", "steps", "validation_loss", "seconds")}
-                 for r in rows],
+        "runs": [{k: r[k] for k in ("arm", "budget", "seed", "flops", "steps", "validation_loss", "seconds")} for r in rows],
         # The dataset(s) the runs read (runs.execute_run's ``corpus``); rows made before it say none.
         "corpus_versions": sorted({r["corpus"]["version"] for r in rows if "corpus" in r}),
     }
@@ -100,8 +98,13 @@ def plot_loss_vs_compute(analysis: Mapping) -> bytes:
     fit = analysis["baseline_fit"]
     flops = [r["flops"] for r in runs]
     grid = np.geomspace(min(flops), max(flops), 100)
-    ax.plot(grid, fit["E"] + fit["A"] * grid ** (-fit["alpha"]), ls="--", color="gray",
-            label=f"baseline fit {fit['E']:.3g} + {fit['A']:.3g} C^-{fit['alpha']:.3g}")
+    ax.plot(
+        grid,
+        fit["E"] + fit["A"] * grid ** (-fit["alpha"]),
+        ls="--",
+        color="gray",
+        label=f"baseline fit {fit['E']:.3g} + {fit['A']:.3g} C^-{fit['alpha']:.3g}",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel("validation loss (nats/byte)")
@@ -124,8 +127,14 @@ def plot_speedups(analysis: Mapping) -> bytes:
         mid = a["effective_speedup"] if a["effective_speedup"] is not None else cap
         lo = a["ci_low"] if a["ci_low"] is not None else cap
         hi = a["ci_high"] if a["ci_high"] is not None else cap
-        ax.errorbar([mid], [y], xerr=[[max(mid - lo, 0)], [max(hi - mid, 0)]], fmt="o", capsize=3,
-                    color="C3" if a["beyond_noise"] else "C0")
+        ax.errorbar(
+            [mid],
+            [y],
+            xerr=[[max(mid - lo, 0)], [max(hi - mid, 0)]],
+            fmt="o",
+            capsize=3,
+            color="C3" if a["beyond_noise"] else "C0",
+        )
     floor = analysis["noise_floor"]["factor"]
     if floor is not None:
         ax.axvspan(1.0 / floor, floor, color="gray", alpha=0.2, label=f"noise floor x{floor:.2f}")
@@ -157,27 +166,43 @@ def report_markdown(record: ExperimentRecord, analysis: Mapping, image_links: Ma
     crit = analysis["criterion"]
     floor = analysis["noise_floor"]["factor"]
     lines = [
-        f"# Experiment `{record.name}`", "",
-        f"**Hypothesis** (written before any run): {record.hypothesis.strip()}", "",
-        f"**Criterion**: {crit['statement'].strip()}", "",
-        f"**Criterion held: {'yes' if crit['held'] else 'no'}**" +
-        "".join(f"\n- {c['check']}: {'held' if c['held'] else 'did not hold'}" for c in crit["checks"]), "",
-        f"**Controls held: {'yes' if analysis['controls_held'] else 'NO, the screen cannot be trusted'}**" +
-        "".join(f"\n- {c['check']}: {'held' if c['held'] else 'did not hold'}" for c in analysis["controls"]), "",
-        "## Effective speedup", "",
+        f"# Experiment `{record.name}`",
+        "",
+        f"**Hypothesis** (written before any run): {record.hypothesis.strip()}",
+        "",
+        f"**Criterion**: {crit['statement'].strip()}",
+        "",
+        f"**Criterion held: {'yes' if crit['held'] else 'no'}**"
+        + "".join(f"\n- {c['check']}: {'held' if c['held'] else 'did not hold'}" for c in crit["checks"]),
+        "",
+        f"**Controls held: {'yes' if analysis['controls_held'] else 'NO, the screen cannot be trusted'}**"
+        + "".join(f"\n- {c['check']}: {'held' if c['held'] else 'did not hold'}" for c in analysis["controls"]),
+        "",
+        "## Effective speedup",
+        "",
         f"Baseline fit L(C) = {analysis['baseline_fit']['E']:.4g} + {analysis['baseline_fit']['A']:.4g} "
         f"C^-{analysis['baseline_fit']['alpha']:.4g}; noise floor (leave one baseline seed out): "
-        f"x{_fmt(floor)}; {analysis['bootstrap']['n']} bootstrap resamples over seeds, 95% intervals." +
-        "".join(f" Data: the DataKit dataset of the first {record.data_files} standard-library files, version {v[:16]}."
-                for v in analysis.get("corpus_versions", [])), "",
+        f"x{_fmt(floor)}; {analysis['bootstrap']['n']} bootstrap resamples over seeds, 95% intervals."
+        + "".join(
+            f" Data: the DataKit dataset of the first {record.data_files} standard-library files, version {v[:16]}."
+            for v in analysis.get("corpus_versions", [])
+        ),
+        "",
         "| arm | effective speedup | 95% interval | runs | beyond noise |",
         "|---|---|---|---|---|",
     ]
     for a in analysis["arms"]:
-        lines.append(f"| {a['arm']} | {_fmt(a['effective_speedup'])} | [{_fmt(a['ci_low'])}, {_fmt(a['ci_high'])}] "
-                     f"| {a['runs']} | {'yes' if a['beyond_noise'] else 'no'} |")
-    lines += ["", f"![loss vs compute]({link.get('loss_vs_compute.png', 'loss_vs_compute.png')})", "",
-              f"![speedups]({link.get('speedups.png', 'speedups.png')})", ""]
+        lines.append(
+            f"| {a['arm']} | {_fmt(a['effective_speedup'])} | [{_fmt(a['ci_low'])}, {_fmt(a['ci_high'])}] "
+            f"| {a['runs']} | {'yes' if a['beyond_noise'] else 'no'} |"
+        )
+    lines += [
+        "",
+        f"![loss vs compute]({link.get('loss_vs_compute.png', 'loss_vs_compute.png')})",
+        "",
+        f"![speedups]({link.get('speedups.png', 'speedups.png')})",
+        "",
+    ]
     if record.amendments:  # edits made after a run, so the record's history stays visible
         lines += ["## Amendments", ""] + [f"- {a.date}: {' '.join(a.reason.split())}" for a in record.amendments] + [""]
     links = ", ".join(f"{k}: {v}" for k, v in record.links.items())

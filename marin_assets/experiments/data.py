@@ -72,8 +72,11 @@ def paragraphs(path: Path) -> list[tuple[int, str]]:
 
 def corpus_jsonl(n_files: int) -> bytes:
     """The DataKit input: one JSON line {"id", "text"} per paragraph, files in name order."""
-    lines = [json.dumps({"id": f"{f.name}#{i:05d}", "text": text}, ensure_ascii=False)
-             for f in stdlib_files(n_files) for i, text in paragraphs(f)]
+    lines = [
+        json.dumps({"id": f"{f.name}#{i:05d}", "text": text}, ensure_ascii=False)
+        for f in stdlib_files(n_files)
+        for i, text in paragraphs(f)
+    ]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -91,9 +94,16 @@ def corpus_spec(prefix: str, workers: int = 1) -> RunSpec:
     from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
     from marin_assets.store.fsutil import join
 
-    return RunSpec(inputs=(join(prefix, "input", INPUT_NAME),), evals=(), prefix=prefix,
-                   tokenizer=TokenizerChoice(TOKENIZER), quality=QualityScoreConfig(threshold=0.0),
-                   tokenize=TokenizeConfig(validation_fraction=VALIDATION_FRACTION), workers=workers, quiet=True)
+    return RunSpec(
+        inputs=(join(prefix, "input", INPUT_NAME),),
+        evals=(),
+        prefix=prefix,
+        tokenizer=TokenizerChoice(TOKENIZER),
+        quality=QualityScoreConfig(threshold=0.0),
+        tokenize=TokenizeConfig(validation_fraction=VALIDATION_FRACTION),
+        workers=workers,
+        quiet=True,
+    )
 
 
 def materialize_corpus(store: ArtifactStore, n_files: int, log: Callable[[str], None] = print) -> Corpus:
@@ -114,14 +124,17 @@ def materialize_corpus(store: ArtifactStore, n_files: int, log: Callable[[str], 
     before = committed_artifacts(prefix)
     status = run_driver(corpus_spec(prefix, local_workers()), stdout=summary)
     if status != 0:
-        raise CorpusError(f"the DataKit run over {n_files} standard-library files into {prefix} failed "
-                          f"(exit {status}; its error is on stderr)")
+        raise CorpusError(
+            f"the DataKit run over {n_files} standard-library files into {prefix} failed (exit {status}; its error is on stderr)"
+        )
     corpus = _open(prefix, n_files)
     computed = committed_artifacts(prefix) - before
     counts = json.loads(summary.getvalue().strip().splitlines()[-1])
-    log(f"corpus: {counts['docs_in']} documents in, {counts['docs_out']} kept (removed {counts['removed']}); "
+    log(
+        f"corpus: {counts['docs_in']} documents in, {counts['docs_out']} kept (removed {counts['removed']}); "
         f"{corpus.train_tokens} train and {corpus.validation_tokens} validation tokens, version {corpus.version[:16]}; "
-        + (f"{computed} DataKit artifact(s) computed" if computed else "every DataKit artifact was a cache hit"))
+        + (f"{computed} DataKit artifact(s) computed" if computed else "every DataKit artifact was a cache hit")
+    )
     return corpus
 
 
@@ -168,15 +181,23 @@ def _open(prefix: str, n_files: int) -> Corpus:
     ran, wanted = read_json(fs, run_path), json.loads(corpus_spec(prefix).to_json())
     if not isinstance(ran, dict) or _settings(ran) != _settings(wanted):
         why = "none was made" if ran is None else "the last one had other settings"
-        raise FileNotFoundError(f"{prefix}: no DataKit dataset of the first {n_files} standard-library files with the "
-                                f"screens' settings ({why}); materialise {CORPUS_KEY} or run `marin experiment screen`")
+        raise FileNotFoundError(
+            f"{prefix}: no DataKit dataset of the first {n_files} standard-library files with the "
+            f"screens' settings ({why}); materialise {CORPUS_KEY} or run `marin experiment screen`"
+        )
     index = join(prefix, CACHE_ENTRY, INDEX_FILE)
     raw = read_json(fs, filesystem(index)[1])
     dataset = dataset_from_json(raw, join(prefix, CACHE_ENTRY), index)
     if not dataset.shards or dataset.vocab_size is None:
         raise ValueError(f"{index}: the corpus dataset has {len(dataset.shards)} shards and vocabulary {dataset.vocab_size}")
-    return Corpus(index, hashlib.sha256(canonical_json(raw).encode("utf-8")).hexdigest(), dataset.train_tokens,
-                  dataset.validation_tokens, int(dataset.vocab_size), prefix)
+    return Corpus(
+        index,
+        hashlib.sha256(canonical_json(raw).encode("utf-8")).hexdigest(),
+        dataset.train_tokens,
+        dataset.validation_tokens,
+        int(dataset.vocab_size),
+        prefix,
+    )
 
 
 def _settings(spec: dict) -> dict:

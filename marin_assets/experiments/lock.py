@@ -31,7 +31,8 @@ shared with the scaling package's frozen predictions; their names are imported h
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from marin_assets.experiments.record import ExperimentRecord
 from marin_assets.store import ArtifactStore, canonical_json

@@ -38,8 +38,9 @@ import dataclasses
 import datetime
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from marin_assets.store.names import validate_segment
 
@@ -52,8 +53,21 @@ CHECKS = ("ci_contains", "ci_low_above", "ci_high_below", "speedup_above", "spee
 # Names become partition keys "<arm>-C<budget>-s<seed>" and path segments, so they may not
 # contain the "-" separator (validate_segment then refuses anything path-unsafe).
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
-_TOP_FIELDS = ("name", "hypothesis", "links", "baseline", "budgets", "seeds", "arms", "criterion",
-               "schedule", "validation_windows", "bootstrap", "data_files", "amendments")
+_TOP_FIELDS = (
+    "name",
+    "hypothesis",
+    "links",
+    "baseline",
+    "budgets",
+    "seeds",
+    "arms",
+    "criterion",
+    "schedule",
+    "validation_windows",
+    "bootstrap",
+    "data_files",
+    "amendments",
+)
 
 
 def validate_name(name: Any, what: str) -> str:
@@ -121,7 +135,7 @@ class Check:
     value: float
 
     @classmethod
-    def parse(cls, arm: str, spec: Any, where: str) -> list["Check"]:
+    def parse(cls, arm: str, spec: Any, where: str) -> list[Check]:
         spec = _mapping(spec, where)
         unknown = sorted(set(spec) - set(CHECKS))
         if unknown:
@@ -129,9 +143,13 @@ class Check:
         return [cls(arm, kind, _finite(v, f"{where}.{kind}")) for kind, v in spec.items()]
 
     def holds(self, speedup: float, ci_low: float, ci_high: float) -> bool:
-        return {"ci_contains": ci_low <= self.value <= ci_high, "ci_low_above": ci_low > self.value,
-                "ci_high_below": ci_high < self.value, "speedup_above": speedup > self.value,
-                "speedup_below": speedup < self.value}[self.kind]
+        return {
+            "ci_contains": ci_low <= self.value <= ci_high,
+            "ci_low_above": ci_low > self.value,
+            "ci_high_below": ci_high < self.value,
+            "speedup_above": speedup > self.value,
+            "speedup_below": speedup < self.value,
+        }[self.kind]
 
     def describe(self) -> str:
         return f"{self.arm}: {self.kind.replace('_', ' ')} {self.value:g}"
@@ -236,8 +254,9 @@ class ExperimentRecord:
         if not self.criterion.statement.strip():
             raise ValueError(f"{self.source}: criterion.statement must be a non-empty string")
         if len(self.budgets) < 3:
-            raise ValueError(f"{self.source}: need >= 3 budgets (the baseline fit E + A C^-alpha has 3 "
-                             f"parameters), got {list(self.budgets)}")
+            raise ValueError(
+                f"{self.source}: need >= 3 budgets (the baseline fit E + A C^-alpha has 3 parameters), got {list(self.budgets)}"
+            )
         if list(self.budgets) != sorted(set(self.budgets)) or any(b <= 0 for b in self.budgets):
             raise ValueError(f"{self.source}: budgets must be > 0, distinct and increasing, got {list(self.budgets)}")
         if len(self.seeds) < 2:
@@ -279,11 +298,19 @@ class ExperimentRecord:
 
     def frozen(self) -> dict:
         """What may not change once a run has started (see ``lock.py``); not the amendments."""
-        return {"hypothesis": self.hypothesis, "criterion": {"statement": self.criterion.statement,
-                "checks": [dataclasses.asdict(c) for c in self.criterion.checks]},
-                "baseline": self.baseline, "budgets": list(self.budgets), "seeds": list(self.seeds),
-                "schedule": dataclasses.asdict(self.schedule), "validation_windows": self.validation_windows,
-                "data_files": self.data_files}
+        return {
+            "hypothesis": self.hypothesis,
+            "criterion": {
+                "statement": self.criterion.statement,
+                "checks": [dataclasses.asdict(c) for c in self.criterion.checks],
+            },
+            "baseline": self.baseline,
+            "budgets": list(self.budgets),
+            "seeds": list(self.seeds),
+            "schedule": dataclasses.asdict(self.schedule),
+            "validation_windows": self.validation_windows,
+            "data_files": self.data_files,
+        }
 
     def frozen_arm(self, name: str) -> dict:
         arm = self.arm(name)
@@ -297,10 +324,13 @@ _PER_RUN_SCHEDULE = {"total_steps", "warmup_steps", "decay_steps"}
 
 def _check_change(change: Mapping[str, Any], where: str) -> None:
     fixed = sorted(_PER_RUN & set(change)) + sorted(
-        f"schedule.{k}" for k in _PER_RUN_SCHEDULE & set(_mapping(change.get("schedule"), f"{where}.schedule")))
+        f"schedule.{k}" for k in _PER_RUN_SCHEDULE & set(_mapping(change.get("schedule"), f"{where}.schedule"))
+    )
     if fixed:
-        raise ValueError(f"{where}: {fixed} are set per run (steps from the budget, seeds from the seed list, "
-                         "warmup/decay from the record's schedule fractions); change those instead")
+        raise ValueError(
+            f"{where}: {fixed} are set per run (steps from the budget, seeds from the seed list, "
+            "warmup/decay from the record's schedule fractions); change those instead"
+        )
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
@@ -377,8 +407,12 @@ def record_outline(path: str | Path) -> RecordOutline:
         spec = _mapping(spec, f"{source}: arms.{arm}")
         seeds = _seeds(spec["seeds"], f"{source}: arms.{arm}.seeds") if "seeds" in spec else arms[0][1]
         arms.append((validate_name(arm, f"{source}: arm name"), seeds))
-    return RecordOutline(name, data["hypothesis"], tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds),
-                         _int_field(data, "data_files", DEFAULT_DATA_FILES, source))
+    return RecordOutline(
+        name,
+        data["hypothesis"],
+        tuple((a, b, s) for a, seeds in arms for b in budgets for s in seeds),
+        _int_field(data, "data_files", DEFAULT_DATA_FILES, source),
+    )
 
 
 def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inline>") -> ExperimentRecord:
@@ -403,8 +437,14 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
             raise ValueError(f"{where}: unknown field(s) {unknown}; allowed: ['change', 'expect', 'seeds']")
         arm_seeds = _seeds(spec["seeds"], f"{where}.seeds") if "seeds" in spec else seeds
         _check_change(_mapping(spec.get("change"), f"{where}.change"), f"{where}.change")
-        arms.append(Arm(arm_name, _mapping(spec.get("change"), f"{where}.change"), arm_seeds,
-                        tuple(Check.parse(arm_name, spec.get("expect"), f"{where}.expect"))))
+        arms.append(
+            Arm(
+                arm_name,
+                _mapping(spec.get("change"), f"{where}.change"),
+                arm_seeds,
+                tuple(Check.parse(arm_name, spec.get("expect"), f"{where}.expect")),
+            )
+        )
     crit = _mapping(data["criterion"], f"{source}: criterion")
     unknown = sorted(set(crit) - {"statement", "checks"})
     if unknown:
@@ -426,14 +466,25 @@ def record_from_dict(data: Any, base_dir: str | Path = ".", source: str = "<inli
     unknown = sorted(set(schedule) - {"warmup_fraction", "decay_fraction"})
     if unknown:
         raise ValueError(f"{source}: schedule: unknown field(s) {unknown}")
-    ints = {key: _int_field(data, key, default, source)
-            for key, default in (("validation_windows", 64), ("bootstrap", 1000), ("data_files", DEFAULT_DATA_FILES))}
+    ints = {
+        key: _int_field(data, key, default, source)
+        for key, default in (("validation_windows", 64), ("bootstrap", 1000), ("data_files", DEFAULT_DATA_FILES))
+    }
     links = _mapping(data.get("links"), f"{source}: links")
     return ExperimentRecord(
-        name=name, hypothesis=hypothesis, links=links, baseline=_baseline(data["baseline"], Path(base_dir), source),
-        budgets=budgets, seeds=seeds, arms=tuple(arms), criterion=Criterion(statement, tuple(checks)),
+        name=name,
+        hypothesis=hypothesis,
+        links=links,
+        baseline=_baseline(data["baseline"], Path(base_dir), source),
+        budgets=budgets,
+        seeds=seeds,
+        arms=tuple(arms),
+        criterion=Criterion(statement, tuple(checks)),
         schedule=ScheduleScaling(**{k: _finite(v, f"{source}: schedule.{k}") for k, v in schedule.items()}),
-        amendments=_amendments(data.get("amendments"), source), source=source, **ints)
+        amendments=_amendments(data.get("amendments"), source),
+        source=source,
+        **ints,
+    )
 
 
 def load_record(path: str | Path) -> ExperimentRecord:

@@ -25,8 +25,9 @@ import json
 import re
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from marin_assets.experiments.data import CORPUS_KEY, Corpus
 from marin_assets.experiments.lock import STAMP_KEY, check_lock, check_run_rows, lock_arm, run_stamp
@@ -51,7 +52,7 @@ def runs_key(experiment: str) -> str:
 
 
 def partition_key(arm: str, budget: float, seed: int) -> str:
-    """"partial_rope", 2e10, 1 -> "partial_rope-C2e10-s1" (arm names have no "-")."""
+    """ "partial_rope", 2e10, 1 -> "partial_rope-C2e10-s1" (arm names have no "-")."""
     return f"{validate_name(arm, 'arm name')}-C{budget_label(budget)}-s{int(seed)}"
 
 
@@ -62,8 +63,9 @@ def parse_partition_key(key: str) -> tuple[str, float, int]:
             raise ValueError
         return validate_name(arm, "arm name"), float(c_part[1:]), int(s_part[1:])
     except ValueError:
-        raise ValueError(f"experiment run key {key!r} is not of the form <arm>-C<budget>-s<seed>, "
-                         "e.g. partial_rope-C2e10-s1") from None
+        raise ValueError(
+            f"experiment run key {key!r} is not of the form <arm>-C<budget>-s<seed>, e.g. partial_rope-C2e10-s1"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,21 +94,32 @@ def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int, vocab
 
     base = record.train_config(arm, vocab_size=vocab_size)
     if base.model.vocab_size < vocab_size:
-        raise ValueError(f"{record.source}: arm {arm!r}: model.vocab_size {base.model.vocab_size} is below the corpus's "
-                         f"vocabulary {vocab_size}; leave it unset to take the corpus's")
+        raise ValueError(
+            f"{record.source}: arm {arm!r}: model.vocab_size {base.model.vocab_size} is below the corpus's "
+            f"vocabulary {vocab_size}; leave it unset to take the corpus's"
+        )
     fpt = flops_per_token(base.model, base.seq_len)
     steps = round(budget / (fpt * base.tokens_per_step))
     if steps < MIN_STEPS:
-        raise ValueError(f"{record.source}: arm {arm!r} at budget {budget:.3g} gets {steps} steps "
-                         f"({fpt * base.tokens_per_step:.3g} FLOPs each); need >= {MIN_STEPS}: raise the budget")
+        raise ValueError(
+            f"{record.source}: arm {arm!r} at budget {budget:.3g} gets {steps} steps "
+            f"({fpt * base.tokens_per_step:.3g} FLOPs each); need >= {MIN_STEPS}: raise the budget"
+        )
     frac = record.schedule
     schedule = {"total_steps": steps}
     if base.schedule.kind in ("wsd", "cosine"):
         schedule["warmup_steps"] = max(1, round(steps * frac.warmup_fraction))
     if base.schedule.kind == "wsd":
         schedule["decay_steps"] = max(1, round(steps * frac.decay_fraction))
-    config = replace(base, num_steps=steps, seed=seed, data_seed=seed, schedule=schedule,
-                     checkpoint_every_steps=steps, checkpoint_every_seconds=1e9)
+    config = replace(
+        base,
+        num_steps=steps,
+        seed=seed,
+        data_seed=seed,
+        schedule=schedule,
+        checkpoint_every_steps=steps,
+        checkpoint_every_seconds=1e9,
+    )
     return RunSpec(record.name, arm, budget, seed, config, fpt)
 
 
@@ -127,16 +140,19 @@ def plan_runs(record: ExperimentRecord, vocab_size: int) -> list[RunSpec]:
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
     from marin_assets.train.config import config_to_dict
 
-    return compute_version(runs_key(spec.experiment), CODE_VERSION,
-                           {"train": config_to_dict(spec.config), "validation_windows": record.validation_windows},
-                           spec.key, {"corpus": corpus_version})
+    return compute_version(
+        runs_key(spec.experiment),
+        CODE_VERSION,
+        {"train": config_to_dict(spec.config), "validation_windows": record.validation_windows},
+        spec.key,
+        {"corpus": corpus_version},
+    )
 
 
 # ---------------------------------------------------------------- execution
 
 
-def validation_loss(checkpoint_dir: Path, dataset_index: str, seq_len: int, windows: int,
-                    batch_size: int = 32) -> float:
+def validation_loss(checkpoint_dir: Path, dataset_index: str, seq_len: int, windows: int, batch_size: int = 32) -> float:
     """Mean next-token cross-entropy (nats) over the first ``windows`` non-overlapping
     ``seq_len`` windows of the dataset's held-out split (its shards' validation caches, in
     order, opened by the trainer's reader), with the run's own trained router bias (MoE
@@ -168,8 +184,9 @@ _WANDB_RUN_DIR = re.compile(r"(offline-run|run)-\d{8}_\d{6}-([a-z0-9]+)")
 
 def wandb_run_dir(train_out: Path) -> tuple[Path, str, str] | None:
     """(folder, run id, "offline" | "online") of the one W&B run under ``train_out``, or None."""
-    found = [(d, m) for d in sorted((train_out / "wandb").glob("*run-*"))
-             if d.is_dir() and (m := _WANDB_RUN_DIR.fullmatch(d.name))]
+    found = [
+        (d, m) for d in sorted((train_out / "wandb").glob("*run-*")) if d.is_dir() and (m := _WANDB_RUN_DIR.fullmatch(d.name))
+    ]
     if len(found) > 1:
         raise RuntimeError(f"{train_out}: {len(found)} W&B runs where one run was trained: {[d.name for d, _ in found]}")
     if not found:
@@ -192,8 +209,9 @@ def _keep_wandb_run(spec: RunSpec, train_out: Path, out_dir: str) -> dict:
     return {"run_id": run_id, "mode": mode, "dir": kept}
 
 
-def execute_run(spec: RunSpec, corpus: Corpus, validation_windows: int, out_dir: str,
-                stamp: Mapping[str, Any] | None = None) -> dict:
+def execute_run(
+    spec: RunSpec, corpus: Corpus, validation_windows: int, out_dir: str, stamp: Mapping[str, Any] | None = None
+) -> dict:
     """Train and score one run on ``corpus``; write run.json (the dataset it read under ``corpus``,
     ``stamp`` under STAMP_KEY if given) and metrics.jsonl."""
     import fsspec
@@ -209,10 +227,20 @@ def execute_run(spec: RunSpec, corpus: Corpus, validation_windows: int, out_dir:
         loss = validation_loss(result.checkpoint_dir, corpus.index, spec.config.seq_len, validation_windows)
         metrics = (Path(scratch) / "metrics.jsonl").read_bytes()
         link = _keep_wandb_run(spec, Path(scratch), out_dir) if spec.config.wandb else None
-    row = {"arm": spec.arm, "budget": spec.budget, "seed": spec.seed, "flops": spec.flops,
-           "steps": spec.config.num_steps, "tokens": result.tokens, "validation_loss": loss,
-           "train_loss": result.last_loss, "counts": result.counts, "seconds": round(time.monotonic() - started, 2),
-           "config": config_to_dict(spec.config), "corpus": {"index": corpus.index, "version": corpus.version}}
+    row = {
+        "arm": spec.arm,
+        "budget": spec.budget,
+        "seed": spec.seed,
+        "flops": spec.flops,
+        "steps": spec.config.num_steps,
+        "tokens": result.tokens,
+        "validation_loss": loss,
+        "train_loss": result.last_loss,
+        "counts": result.counts,
+        "seconds": round(time.monotonic() - started, 2),
+        "config": config_to_dict(spec.config),
+        "corpus": {"index": corpus.index, "version": corpus.version},
+    }
     if link is not None:
         row["wandb"] = link
     if stamp is not None:
@@ -224,8 +252,9 @@ def execute_run(spec: RunSpec, corpus: Corpus, validation_windows: int, out_dir:
     return row
 
 
-def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus: Corpus,
-                    log: Callable[[str], None] = print) -> tuple[dict, bool]:
+def materialize_run(
+    store: ArtifactStore, record: ExperimentRecord, spec: RunSpec, corpus: Corpus, log: Callable[[str], None] = print
+) -> tuple[dict, bool]:
     """(the run's row, cache_hit). Refuses an edited started record, cache hit or not.
 
     The stamp does not enter the version: an edit to a frozen field that leaves the config
@@ -245,9 +274,17 @@ def materialize_run(store: ArtifactStore, record: ExperimentRecord, spec: RunSpe
         log(f"{record.name} {spec.key}: validation loss {row['validation_loss']:.4f} in {row['seconds']}s")
         return {"validation_loss": row["validation_loss"], "steps": row["steps"]}
 
-    done = store.materialize(runs_key(record.name), spec.key, version, compute,
-                             {"config": {"train": config_to_dict(spec.config)}, "upstream": {"corpus": corpus.version},
-                              "corpus": {"index": corpus.index}})
+    done = store.materialize(
+        runs_key(record.name),
+        spec.key,
+        version,
+        compute,
+        {
+            "config": {"train": config_to_dict(spec.config)},
+            "upstream": {"corpus": corpus.version},
+            "corpus": {"index": corpus.index},
+        },
+    )
     row = read_run(done.ref)
     check_run_rows(record, [row])  # a cache hit may be a version the pointers no longer name
     store.write_pointer(done.ref)
@@ -290,5 +327,10 @@ def read_run(ref: ArtifactRef) -> dict:
 
 
 def run_loss(row: Mapping) -> RunLoss:
-    return RunLoss(arm=row["arm"], budget=float(row["budget"]), seed=int(row["seed"]), flops=float(row["flops"]),
-                   loss=float(row["validation_loss"]))
+    return RunLoss(
+        arm=row["arm"],
+        budget=float(row["budget"]),
+        seed=int(row["seed"]),
+        flops=float(row["flops"]),
+        loss=float(row["validation_loss"]),
+    )

@@ -7,7 +7,7 @@ done by either are cache hits for the other.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from marin_assets.experiments.analysis import analyze
 from marin_assets.experiments.data import materialize_corpus

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,8 +67,13 @@ class ArmSpeedup:
     level: float
 
     def as_json(self) -> dict:
-        return {"arm": self.arm, "effective_speedup": _json_float(self.effective_speedup),
-                "ci_low": _json_float(self.ci_low), "ci_high": _json_float(self.ci_high), "runs": self.runs}
+        return {
+            "arm": self.arm,
+            "effective_speedup": _json_float(self.effective_speedup),
+            "ci_low": _json_float(self.ci_low),
+            "ci_high": _json_float(self.ci_high),
+            "runs": self.runs,
+        }
 
 
 def _json_float(x: float) -> float | None:
@@ -149,8 +154,7 @@ def baseline_envelopes(baseline: Sequence[RunLoss], n: int, seed: int) -> list[L
     return out
 
 
-def t_interval(point: float, log_samples: np.ndarray, n_baseline: int, n_arm: int, level: float
-               ) -> tuple[float, float]:
+def t_interval(point: float, log_samples: np.ndarray, n_baseline: int, n_arm: int, level: float) -> tuple[float, float]:
     """exp(log point -+ t * se): se from the bootstrap, corrected for few seeds (see above)."""
     from scipy.stats import t
 
@@ -161,9 +165,15 @@ def t_interval(point: float, log_samples: np.ndarray, n_baseline: int, n_arm: in
     return math.exp(math.log(point) - half), math.exp(math.log(point) + half)
 
 
-def arm_speedup(arm: str, runs: Sequence[RunLoss], envelope: LossEnvelope,
-                replicates: Sequence[LossEnvelope | None], seed: int, level: float = 0.95,
-                n_baseline_seeds: int = 2) -> ArmSpeedup:
+def arm_speedup(
+    arm: str,
+    runs: Sequence[RunLoss],
+    envelope: LossEnvelope,
+    replicates: Sequence[LossEnvelope | None],
+    seed: int,
+    level: float = 0.95,
+    n_baseline_seeds: int = 2,
+) -> ArmSpeedup:
     """Point estimate on the full fit; interval from the baseline ``replicates`` paired with
     seed-resampled arm runs."""
     if not runs:
@@ -188,9 +198,16 @@ def arm_speedup(arm: str, runs: Sequence[RunLoss], envelope: LossEnvelope,
     else:
         tail = 100.0 * (1.0 - level) / 2.0
         low, high = _percentile(values, tail), _percentile(values, 100.0 - tail)
-    return ArmSpeedup(arm=arm, effective_speedup=point, ci_low=low, ci_high=high,
-                      per_budget=speedup_at_budgets(envelope, runs), runs=len(runs), bootstrap_n=len(samples),
-                      level=level)
+    return ArmSpeedup(
+        arm=arm,
+        effective_speedup=point,
+        ci_low=low,
+        ci_high=high,
+        per_budget=speedup_at_budgets(envelope, runs),
+        runs=len(runs),
+        bootstrap_n=len(samples),
+        level=level,
+    )
 
 
 def noise_floor(baseline: Sequence[RunLoss]) -> dict:
@@ -210,8 +227,9 @@ def noise_floor(baseline: Sequence[RunLoss]) -> dict:
     return {"per_seed": {str(k): _json_float(v) for k, v in per_seed.items()}, "factor": _json_float(factor)}
 
 
-def screen(runs: Sequence[RunLoss], baseline_arm: str = "baseline", bootstrap_n: int = 1000, seed: int = 0,
-           level: float = 0.95) -> tuple[LossEnvelope, dict[str, ArmSpeedup], dict]:
+def screen(
+    runs: Sequence[RunLoss], baseline_arm: str = "baseline", bootstrap_n: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[LossEnvelope, dict[str, ArmSpeedup], dict]:
     """(baseline envelope, {arm: ArmSpeedup} for every non-baseline arm, noise floor)."""
     baseline = [r for r in runs if r.arm == baseline_arm]
     if not baseline:
@@ -220,6 +238,5 @@ def screen(runs: Sequence[RunLoss], baseline_arm: str = "baseline", bootstrap_n:
     replicates = baseline_envelopes(baseline, bootstrap_n, seed)
     arms = sorted({r.arm for r in runs} - {baseline_arm})
     n_base = len(_by_seed(baseline))
-    results = {a: arm_speedup(a, [r for r in runs if r.arm == a], envelope, replicates, seed, level, n_base)
-               for a in arms}
+    results = {a: arm_speedup(a, [r for r in runs if r.arm == a], envelope, replicates, seed, level, n_base) for a in arms}
     return envelope, results, noise_floor(baseline)

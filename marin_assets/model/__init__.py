@@ -25,8 +25,17 @@ forward/loss_fn to run the routed experts with shard_map over the mesh's expert 
 
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.flops import active_matmul_params, count_params, flops_per_token
-from marin_assets.model.transformer import (forward, init_params, init_router_bias, loss_fn,
-                                            next_router_bias, token_mean_loss)
+from marin_assets.model.transformer import forward, init_params, init_router_bias, loss_fn, next_router_bias, token_mean_loss
 
-__all__ = ["ModelConfig", "init_params", "init_router_bias", "forward", "loss_fn",
-           "next_router_bias", "token_mean_loss", "count_params", "flops_per_token", "active_matmul_params"]
+__all__ = [
+    "ModelConfig",
+    "init_params",
+    "init_router_bias",
+    "forward",
+    "loss_fn",
+    "next_router_bias",
+    "token_mean_loss",
+    "count_params",
+    "flops_per_token",
+    "active_matmul_params",
+]

@@ -19,9 +19,22 @@ MAX_INT32 = 2**31 - 1
 # OverflowError later). The ones only an MoE uses may be 0 on a dense model; the MoE checks below
 # ask more of them.
 _INT_RANGES = {
-    "vocab_size": 1, "d_model": 1, "n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "head_dim": 1, "d_ff": 1,
-    "n_routed_experts": 0, "n_shared_experts": 0, "top_k": 0, "expert_d_ff": 0, "latent_dim": 1,
-    "max_seq_len": 1, "histogram_bins": 1, "sliding_window": 1, "global_attention_every": 1,
+    "vocab_size": 1,
+    "d_model": 1,
+    "n_layers": 1,
+    "n_heads": 1,
+    "n_kv_heads": 1,
+    "head_dim": 1,
+    "d_ff": 1,
+    "n_routed_experts": 0,
+    "n_shared_experts": 0,
+    "top_k": 0,
+    "expert_d_ff": 0,
+    "latent_dim": 1,
+    "max_seq_len": 1,
+    "histogram_bins": 1,
+    "sliding_window": 1,
+    "global_attention_every": 1,
 }
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
@@ -109,11 +122,12 @@ class ModelConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"ModelConfig: n_heads ({self.n_heads}) must be divisible by "
-                f"n_kv_heads ({self.n_kv_heads}) for grouped-query attention")
+                f"n_kv_heads ({self.n_kv_heads}) for grouped-query attention"
+            )
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ValueError(
-                f"ModelConfig: d_model ({self.d_model}) is not divisible by n_heads "
-                f"({self.n_heads}); set head_dim explicitly")
+                f"ModelConfig: d_model ({self.d_model}) is not divisible by n_heads ({self.n_heads}); set head_dim explicitly"
+            )
         if self.head_dim is not None:
             positive("head_dim")
         if self.resolved_head_dim % 2:
@@ -124,17 +138,20 @@ class ModelConfig:
             positive("expert_d_ff")
             positive("top_k")
             if self.top_k > self.n_routed_experts:
-                raise ValueError(
-                    f"ModelConfig: top_k ({self.top_k}) must be <= n_routed_experts "
-                    f"({self.n_routed_experts})")
+                raise ValueError(f"ModelConfig: top_k ({self.top_k}) must be <= n_routed_experts ({self.n_routed_experts})")
             if self.latent_dim is not None:
                 positive("latent_dim")
         for name in ("capacity_factor_send", "capacity_factor_recv"):
             # At n_routed_experts a capacity already holds every assignment (send: the expert axis divides
             # E; recv: E x the even share is all of them); a larger one only sizes larger empty buffers, and
             # an absurd one (1e300) buffers that cannot be allocated. 2 leaves a one-expert layout its slack.
-            check_float(f"ModelConfig.{name}", getattr(self, name), 0.0,
-                        max(self.n_routed_experts, 2) if self.is_moe else None, lo_open=True)
+            check_float(
+                f"ModelConfig.{name}",
+                getattr(self, name),
+                0.0,
+                max(self.n_routed_experts, 2) if self.is_moe else None,
+                lo_open=True,
+            )
         if self.router_z_loss < 0 or self.lm_z_loss < 0:
             raise ValueError("ModelConfig: z-loss coefficients must be >= 0")
         if self.balancing not in _BALANCING:
@@ -142,8 +159,7 @@ class ModelConfig:
         if self.router_gating not in _GATINGS:
             raise ValueError(f"ModelConfig.router_gating must be one of {_GATINGS}, got {self.router_gating!r}")
         if self.grouped_matmul not in _GROUPED_MATMUL:
-            raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, "
-                             f"got {self.grouped_matmul!r}")
+            raise ValueError(f"ModelConfig.grouped_matmul must be one of {_GROUPED_MATMUL}, got {self.grouped_matmul!r}")
         for name in ("norm_eps", "init_std", "rope_theta"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -154,8 +170,7 @@ class ModelConfig:
         if self.global_attention_every is not None and self.sliding_window is None:
             raise ValueError("ModelConfig.global_attention_every needs a sliding_window (otherwise every layer is global)")
         if self.ep_transport not in _EP_TRANSPORTS:
-            raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, "
-                             f"got {self.ep_transport!r}")
+            raise ValueError(f"ModelConfig.ep_transport must be one of {_EP_TRANSPORTS}, got {self.ep_transport!r}")
         if not (math.isfinite(self.sequence_balance_loss) and self.sequence_balance_loss >= 0.0):
             raise ValueError(f"ModelConfig.sequence_balance_loss must be a finite number >= 0, got {self.sequence_balance_loss}")
         if not 0.0 < self.balancing_rate <= 1.0:
@@ -169,8 +184,10 @@ class ModelConfig:
     def layer_windows(self) -> tuple[int | None, ...]:
         """Each layer's attention window (None: global), in layer order."""
         every = self.global_attention_every
-        return tuple(None if self.sliding_window is None or (every and (i + 1) % every == 0) else self.sliding_window
-                     for i in range(self.n_layers))
+        return tuple(
+            None if self.sliding_window is None or (every and (i + 1) % every == 0) else self.sliding_window
+            for i in range(self.n_layers)
+        )
 
     @property
     def is_moe(self) -> bool:

@@ -13,8 +13,7 @@ from marin_assets.model.config import ModelConfig
 from marin_assets.model.layers import swiglu
 
 
-def moe_mlp(p: dict, x: jax.Array, config: ModelConfig, bias: jax.Array, ep=None
-            ) -> tuple[jax.Array, dict]:
+def moe_mlp(p: dict, x: jax.Array, config: ModelConfig, bias: jax.Array, ep=None) -> tuple[jax.Array, dict]:
     """x: [B, S, D]; bias: [E]. ep: optional ``kernels.expert_parallel.ExpertParallel``.
 
     Returns (out [B, S, D], stats) with stats: load [E] (assignments chosen per expert,

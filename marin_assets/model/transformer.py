@@ -27,24 +27,33 @@ def init_params(config: ModelConfig, key: jax.Array) -> dict:
         return scale * jax.random.normal(next(keys), shape, jnp.float32)
 
     layers = {
-        "attn_norm": jnp.ones((L, D)), "mlp_norm": jnp.ones((L, D)),
-        "q_norm": jnp.ones((L, hd)), "k_norm": jnp.ones((L, hd)),
-        "wq": normal((L, D, H * hd)), "wk": normal((L, D, KV * hd)), "wv": normal((L, D, KV * hd)),
+        "attn_norm": jnp.ones((L, D)),
+        "mlp_norm": jnp.ones((L, D)),
+        "q_norm": jnp.ones((L, hd)),
+        "k_norm": jnp.ones((L, hd)),
+        "wq": normal((L, D, H * hd)),
+        "wk": normal((L, D, KV * hd)),
+        "wv": normal((L, D, KV * hd)),
         "wo": normal((L, H * hd, D), out_std),
     }
     dense_width = config.d_ff * (config.n_shared_experts if config.is_moe else 1)
     if dense_width > 0:
-        layers |= {"w_gate": normal((L, D, dense_width)), "w_up": normal((L, D, dense_width)),
-                   "w_down": normal((L, dense_width, D), out_std)}
+        layers |= {
+            "w_gate": normal((L, D, dense_width)),
+            "w_up": normal((L, D, dense_width)),
+            "w_down": normal((L, dense_width, D), out_std),
+        }
     if config.is_moe:
         E, F, R = config.n_routed_experts, config.expert_d_ff, config.routed_dim
-        layers |= {"router": normal((L, D, E)),
-                   "e_gate": normal((L, E, R, F)), "e_up": normal((L, E, R, F)),
-                   "e_down": normal((L, E, F, R), out_std)}
+        layers |= {
+            "router": normal((L, D, E)),
+            "e_gate": normal((L, E, R, F)),
+            "e_up": normal((L, E, R, F)),
+            "e_down": normal((L, E, F, R), out_std),
+        }
         if config.latent_dim is not None:
             layers |= {"latent_down": normal((L, D, R)), "latent_up": normal((L, R, D), out_std)}
-    return {"embed": normal((V, D)), "layers": layers, "final_norm": jnp.ones((D,)),
-            "lm_head": normal((D, V))}
+    return {"embed": normal((V, D)), "layers": layers, "final_norm": jnp.ones((D,)), "lm_head": normal((D, V))}
 
 
 def init_router_bias(config: ModelConfig) -> jax.Array:
@@ -52,9 +61,18 @@ def init_router_bias(config: ModelConfig) -> jax.Array:
     return jnp.zeros((config.n_layers, config.n_routed_experts), jnp.float32)
 
 
-def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
-            ep=None, *, compute_dtype: str = DEFAULT_DTYPE, remat: str = DEFAULT_REMAT,
-            segment_ids: jax.Array | None = None, sp=None) -> tuple[jax.Array, dict]:
+def forward(
+    params: dict,
+    tokens: jax.Array,
+    config: ModelConfig,
+    router_bias: jax.Array,
+    ep=None,
+    *,
+    compute_dtype: str = DEFAULT_DTYPE,
+    remat: str = DEFAULT_REMAT,
+    segment_ids: jax.Array | None = None,
+    sp=None,
+) -> tuple[jax.Array, dict]:
     """tokens: [B, S] int -> (logits [B, S, V] float32, aux).
 
     segment_ids [B, S]: the document of each position of a packed row; attention never crosses
@@ -92,9 +110,15 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
             y, stats = moe_mlp(p, h, config, bias, ep)
         else:
             y = swiglu(h, p["w_gate"], p["w_up"], p["w_down"])
-            stats = {"load": jnp.zeros((0,), jnp.int32), "dropped": jnp.int32(0), "dropped_sender": jnp.int32(0),
-                     "dropped_receiver": jnp.int32(0), "shift": jnp.zeros((0,), jnp.float32), "router_z": jnp.float32(0.0),
-                     "seq_balance": jnp.float32(0.0)}
+            stats = {
+                "load": jnp.zeros((0,), jnp.int32),
+                "dropped": jnp.int32(0),
+                "dropped_sender": jnp.int32(0),
+                "dropped_receiver": jnp.int32(0),
+                "shift": jnp.zeros((0,), jnp.float32),
+                "router_z": jnp.float32(0.0),
+                "seq_balance": jnp.float32(0.0),
+            }
         return x + y, stats
 
     bias = router_bias if E > 0 else jnp.zeros((config.n_layers, 0), jnp.float32)
@@ -103,16 +127,32 @@ def forward(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     x = rms_norm(x, params["final_norm"], config.norm_eps)
     # Logits in fp32 (accumulated in fp32 from bf16 operands): the loss's logsumexp and z-loss read them.
     logits = jnp.matmul(x, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
-    aux = {"expert_load": stats["load"], "dropped": stats["dropped"],
-           "dropped_sender": stats["dropped_sender"], "dropped_receiver": stats["dropped_receiver"],
-           "balance_shift": stats["shift"], "router_z": stats["router_z"], "seq_balance": stats["seq_balance"],
-           "load_cv": load_cv(stats["load"]) if E > 0 else jnp.zeros((config.n_layers,))}
+    aux = {
+        "expert_load": stats["load"],
+        "dropped": stats["dropped"],
+        "dropped_sender": stats["dropped_sender"],
+        "dropped_receiver": stats["dropped_receiver"],
+        "balance_shift": stats["shift"],
+        "router_z": stats["router_z"],
+        "seq_balance": stats["seq_balance"],
+        "load_cv": load_cv(stats["load"]) if E > 0 else jnp.zeros((config.n_layers,)),
+    }
     return logits, aux
 
 
-def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: jax.Array,
-            loss_mask: jax.Array | None = None, ep=None, *, compute_dtype: str = DEFAULT_DTYPE,
-            remat: str = DEFAULT_REMAT, segment_ids: jax.Array | None = None, sp=None) -> tuple[jax.Array, dict]:
+def loss_fn(
+    params: dict,
+    tokens: jax.Array,
+    config: ModelConfig,
+    router_bias: jax.Array,
+    loss_mask: jax.Array | None = None,
+    ep=None,
+    *,
+    compute_dtype: str = DEFAULT_DTYPE,
+    remat: str = DEFAULT_REMAT,
+    segment_ids: jax.Array | None = None,
+    sp=None,
+) -> tuple[jax.Array, dict]:
     """Next-token cross-entropy + LM-logit z-loss + router z-loss + sequence-wise balance loss (when on),
     computed in fp32 from fp32 logits.
 
@@ -121,8 +161,9 @@ def loss_fn(params: dict, tokens: jax.Array, config: ModelConfig, router_bias: j
     Returns (loss, aux) with aux = forward's aux plus ce_loss, lm_z_loss, router_z_loss,
     n_tokens. Use with ``jax.value_and_grad(loss_fn, has_aux=True)``.
     """
-    logits, aux = forward(params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat,
-                          segment_ids=segment_ids, sp=sp)
+    logits, aux = forward(
+        params, tokens, config, router_bias, ep, compute_dtype=compute_dtype, remat=remat, segment_ids=segment_ids, sp=sp
+    )
     logits, targets = logits[:, :-1], tokens[:, 1:]
     mask = jnp.ones(targets.shape, jnp.float32) if loss_mask is None else loss_mask[:, 1:].astype(jnp.float32)
     n = jnp.maximum(jnp.sum(mask), 1.0)

@@ -53,8 +53,7 @@ class Failure:
     error: BaseException | None = None  # the exception itself, for in-process failures
 
 
-def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
-            on_done: Callable[[str, Any], None]) -> list[Failure]:
+def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log, on_done: Callable[[str, Any], None]) -> list[Failure]:
     """``task(key, log)`` for every key; ``on_done(key, result)`` in this process as each
     finishes. Returns the failures (the other keys still ran). Worker logs reach ``log``."""
     if workers < 1:
@@ -63,8 +62,10 @@ def fan_out(task: Task, keys: Sequence[str], workers: int, log: Log,
         return _in_process(task, keys, log, on_done)
     unsafe = fork_unsafe_state()
     if unsafe:
-        log(f"note: this process has {unsafe}, whose threads do not survive fork(); computing the {len(keys)} "
-            f"partition(s) in this process instead of on {workers} workers")
+        log(
+            f"note: this process has {unsafe}, whose threads do not survive fork(); computing the {len(keys)} "
+            f"partition(s) in this process instead of on {workers} workers"
+        )
         return _in_process(task, keys, log, on_done)
     # Even one key goes to a worker: the body's imports (levanter, tensorstore) stay out of
     # this process, so the next range in the same run can still fork.
@@ -226,8 +227,9 @@ class _Pool:
         worker.process.join()
         if worker.key is not None:
             reason = _signal_name(worker.process.exitcode)
-            self.failures.append(Failure(worker.key, f"worker pid {worker.process.pid} {reason} while computing "
-                                                     f"partition {worker.key!r}"))
+            self.failures.append(
+                Failure(worker.key, f"worker pid {worker.process.pid} {reason} while computing partition {worker.key!r}")
+            )
             worker.key = None
 
     def _handle(self, worker: _Worker, message: tuple) -> None:

@@ -55,12 +55,16 @@ class ArtifactIOManager(dg.ConfigurableIOManager):
             _point_to(store, obj)
             return
         if not isinstance(obj, Mapping):
-            raise TypeError(f"{name} must return an ArtifactRef (or {{partition: ArtifactRef}} for a range), got {type(obj).__name__}")
+            raise TypeError(
+                f"{name} must return an ArtifactRef (or {{partition: ArtifactRef}} for a range), got {type(obj).__name__}"
+            )
         expected = set(context.asset_partition_keys) if context.has_asset_partitions else set()
         if set(obj) != expected:
             missing, extra = sorted(expected - set(obj)), sorted(set(obj) - expected)
-            raise ValueError(f"{name}: a range output must hold one ArtifactRef per partition of the run; "
-                             f"missing {missing[:5]}, unexpected {extra[:5]}")
+            raise ValueError(
+                f"{name}: a range output must hold one ArtifactRef per partition of the run; "
+                f"missing {missing[:5]}, unexpected {extra[:5]}"
+            )
         for partition, ref in obj.items():
             if not isinstance(ref, ArtifactRef) or ref.partition != partition:
                 raise TypeError(f"{name} partition {partition!r}: expected its ArtifactRef, got {ref!r:.200}")
@@ -141,12 +145,16 @@ def training_backend_from_env(env: Mapping[str, str] | None = None):
     if kind == "local":
         return LocalTrainingBackend()
     if kind == "processes":
-        return ProcessesTrainingBackend(processes=_count(env, TRAIN_PROCESSES_ENV, None) or 2,  # a count is >= 1
-                                        devices_per_process=_count(env, TRAIN_DEVICES_ENV, None))
+        return ProcessesTrainingBackend(
+            processes=_count(env, TRAIN_PROCESSES_ENV, None) or 2,  # a count is >= 1
+            devices_per_process=_count(env, TRAIN_DEVICES_ENV, None),
+        )
     if kind == "kubernetes":
         fleet = setting(FLEET_FILE_ENV, env)
         if not fleet:
-            raise ValueError(f"{TRAINING_BACKEND_ENV}=kubernetes needs {FLEET_FILE_ENV} (the fleet YAML the run's "
-                             f"marin/accelerator and marin/chips tags are checked against)")
+            raise ValueError(
+                f"{TRAINING_BACKEND_ENV}=kubernetes needs {FLEET_FILE_ENV} (the fleet YAML the run's "
+                f"marin/accelerator and marin/chips tags are checked against)"
+            )
         return KubernetesTrainingBackend(fleet_file=fleet)
     raise ValueError(f"{TRAINING_BACKEND_ENV}={kind[:40]!r} is not one of {', '.join(TRAINING_BACKENDS)}")

@@ -75,8 +75,7 @@ class MarinQueuedRunCoordinator(QueuedRunCoordinator):
         except ValueError as err:
             # Queued untagged: the launcher derives the same tags, refuses the run with this
             # message and marks it failed, so it never holds a pod.
-            self._instance.report_engine_event(f"queued without its assets' marin/* tags: {err}", run,
-                                               cls=self.__class__)
+            self._instance.report_engine_event(f"queued without its assets' marin/* tags: {err}", run, cls=self.__class__)
             derived = {}
         added = {**{k: v for k, v in derived.items() if k not in run.tags}, **queue_tags(run)}
         if added:

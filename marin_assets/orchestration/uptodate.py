@@ -45,9 +45,14 @@ class _Pointers:
         return self.seen[at]
 
 
-def stale_partitions(assets: Sequence[dg.AssetsDefinition], wave_keys: Sequence[dg.AssetKey], partitions: Sequence[str | None],
-                     instance: dg.DagsterInstance, store: ArtifactStore,
-                     run_config: Mapping[str, Any] | None = None) -> list[str | None] | None:
+def stale_partitions(
+    assets: Sequence[dg.AssetsDefinition],
+    wave_keys: Sequence[dg.AssetKey],
+    partitions: Sequence[str | None],
+    instance: dg.DagsterInstance,
+    store: ArtifactStore,
+    run_config: Mapping[str, Any] | None = None,
+) -> list[str | None] | None:
     """The partitions (in the order given) a run of `wave_keys` must cover, or None when the
     wave cannot be planned here (then every partition runs). `wave_keys` in topological
     order; `partitions` are the wave's keys ([None] for an unpartitioned wave)."""
@@ -65,9 +70,11 @@ def stale_partitions(assets: Sequence[dg.AssetsDefinition], wave_keys: Sequence[
             return None
         recorded = _recorded(instance, key, assets_def.partitions_def is not None)
         modes = {name: input_mode(assets_def, up, defs.get(up)) for name, up in planner.in_keys.items()}
-        every_key = {name: list(up_def.get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
-                     for name, up in planner.in_keys.items()
-                     if (up_def := defs.get(up)) is not None and modes[name] == InputMode.WHOLE}
+        every_key = {
+            name: list(up_def.get_partition_keys(dynamic_partitions_store=instance))  # one listing, not one per partition
+            for name, up in planner.in_keys.items()
+            if (up_def := defs.get(up)) is not None and modes[name] == InputMode.WHOLE
+        }
         for partition in partitions:
             if partition in stale:
                 continue  # the run covers it for every asset of the wave anyway
@@ -105,8 +112,15 @@ def _recorded(instance: dg.DagsterInstance, key: dg.AssetKey, partitioned: bool)
     return {None} if instance.get_latest_materialization_event(key) is not None else set()
 
 
-def _inputs(planner: Planner, modes: Mapping[str, Any], every_key: Mapping[str, list[str]], defs: Mapping[dg.AssetKey, Any],
-            partition: str | None, pointers: _Pointers, instance: dg.DagsterInstance) -> dict[str, Any] | None:
+def _inputs(
+    planner: Planner,
+    modes: Mapping[str, Any],
+    every_key: Mapping[str, list[str]],
+    defs: Mapping[dg.AssetKey, Any],
+    partition: str | None,
+    pointers: _Pointers,
+    instance: dg.DagsterInstance,
+) -> dict[str, Any] | None:
     """What the body of `partition` would get, from the store pointers; None if one is missing."""
     inputs: dict[str, Any] = {}
     for name, up in planner.in_keys.items():
@@ -128,7 +142,9 @@ def _inputs(planner: Planner, modes: Mapping[str, Any], every_key: Mapping[str, 
     return inputs
 
 
-def _current(planner: Planner, config: Any, partition: str | None, inputs: Mapping[str, Any], pointer: ArtifactRef | None) -> bool:
+def _current(
+    planner: Planner, config: Any, partition: str | None, inputs: Mapping[str, Any], pointer: ArtifactRef | None
+) -> bool:
     if pointer is None:
         return False
     try:

@@ -82,7 +82,9 @@ def wave_partitions(wave: Wave, instance: dg.DagsterInstance) -> list[str | None
         return [None]
     keys = wave.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     if not keys:
-        raise ValueError(f"wave {wave.label()} has no partitions yet (nothing registered the keys of {_def_name(wave.partitions_def)})")
+        raise ValueError(
+            f"wave {wave.label()} has no partitions yet (nothing registered the keys of {_def_name(wave.partitions_def)})"
+        )
     return list(keys)
 
 
@@ -137,7 +139,9 @@ def materialize_waves(
         if "ops" in config:
             wave_ops = {op_names[k] for k in wave.keys}
             config["ops"] = {op: c for op, c in config["ops"].items() if op in wave_ops}
-        todo = None if store_resource is None else stale_partitions(assets, wave.keys, keys, instance, store_resource.store, config)
+        todo = (
+            None if store_resource is None else stale_partitions(assets, wave.keys, keys, instance, store_resource.store, config)
+        )
         todo = keys if todo is None else todo
         if not todo:
             log(f"wave {i}/{len(waves)}: {wave.label()}: all {len(keys)} partition(s) up to date, no run")
@@ -147,8 +151,15 @@ def materialize_waves(
             where = f" ({span[0]} .. {span[1]})" if span else ""
             log(f"wave {i}/{len(waves)}: {wave.label()}{where}: {len(todo)} of {len(keys)} partition(s) to run")
             with _planned_events_per_range(instance):
-                result = dg.materialize(assets, selection=list(wave.keys), instance=instance, resources=resources,
-                                        tags=run_tags, raise_on_error=False, run_config=config or None)
+                result = dg.materialize(
+                    assets,
+                    selection=list(wave.keys),
+                    instance=instance,
+                    resources=resources,
+                    tags=run_tags,
+                    raise_on_error=False,
+                    run_config=config or None,
+                )
             results.append(result)
             if not result.success:
                 log(f"wave {i}/{len(waves)} failed (run {result.run_id}); later waves not started")

@@ -76,8 +76,9 @@ def _used(state: RunState) -> tuple[str, ...]:
 
 def _successor(plan: PhasePlan, state: RunState, **changes) -> PhaseSpec:
     """The current phase's spec as the next phase: warm-started from it, on its model (no transplant again)."""
-    return dataclasses.replace(state.phase, name=plan.name_after(_used(state)), warm_start_from=state.phase.name,
-                               transplant=None, **changes)
+    return dataclasses.replace(
+        state.phase, name=plan.name_after(_used(state)), warm_start_from=state.phase.name, transplant=None, **changes
+    )
 
 
 def _active(mixture, signals: Signals) -> dict[str, float]:
@@ -101,11 +102,20 @@ def _cooldown(plan: PhasePlan, state: RunState, signals: Signals, tokens: int, w
         mix_note = "no high-quality source has data left, keeping the mix"
     z = plan.late_cooldown_z_loss if state.cooldowns_done >= 1 else current.z_loss
     z_note = f", z-loss {z:g} (cooldown #{state.cooldowns_done + 1})" if state.cooldowns_done >= 1 else ""
-    spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="linear_decay",
-                     mixture=mix, batch_size=current.batch_size, hardware=current.hardware, token_budget=tokens,
-                     peak_lr=current.peak_lr, is_cooldown=True, z_loss=z, model_changes=current.model_changes)
-    return Decision("cool_down", f"{why}: linear cooldown to 5% of peak over {tokens:,} tokens with {mix_note}"
-                    f"{z_note}", spec)
+    spec = PhaseSpec(
+        name=plan.name_after(_used(state)),
+        warm_start_from=current.name,
+        schedule="linear_decay",
+        mixture=mix,
+        batch_size=current.batch_size,
+        hardware=current.hardware,
+        token_budget=tokens,
+        peak_lr=current.peak_lr,
+        is_cooldown=True,
+        z_loss=z,
+        model_changes=current.model_changes,
+    )
+    return Decision("cool_down", f"{why}: linear cooldown to 5% of peak over {tokens:,} tokens with {mix_note}{z_note}", spec)
 
 
 def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
@@ -127,9 +137,12 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
 
     # 2. nothing left to spend: no room for the rest of this phase nor for another one
     if budget_left < plan.min_cooldown_tokens and (state.phase_finished or budget_left < phase_left):
-        return Decision("stop", f"budget spent: {state.tokens_trained:,} of {signals.budget_tokens:,} tokens "
-                                f"trained, {max(budget_left, 0):,} left is less than the minimum phase "
-                                f"({plan.min_cooldown_tokens:,})")
+        return Decision(
+            "stop",
+            f"budget spent: {state.tokens_trained:,} of {signals.budget_tokens:,} tokens "
+            f"trained, {max(budget_left, 0):,} left is less than the minimum phase "
+            f"({plan.min_cooldown_tokens:,})",
+        )
 
     # 2b. the ladder's band was left and the watch holds the run for a person to look
     held = _hold_reason(plan, signals)
@@ -138,33 +151,46 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
 
     # 3. budget cut below what the current phase needs
     if budget_left < phase_left:
-        why = (f"budget cut: {budget_left:,} tokens left but {current.name} needs {phase_left:,} more")
+        why = f"budget cut: {budget_left:,} tokens left but {current.name} needs {phase_left:,} more"
         if state.ended_early is not None:
-            why = (f"budget cut: {current.name} ended early at step {state.step} ({state.ended_early}); "
-                   f"{budget_left:,} tokens left of the {phase_left + state.phase_tokens:,} it planned")
+            why = (
+                f"budget cut: {current.name} ended early at step {state.step} ({state.ended_early}); "
+                f"{budget_left:,} tokens left of the {phase_left + state.phase_tokens:,} it planned"
+            )
         if current.is_cooldown:
             spec = _successor(plan, state, token_budget=budget_left, start_fraction=_lr_fraction_now(current, state))
-            return Decision("cool_down", f"{why}: re-time the running cooldown so it still ends at 5% of peak "
-                                         f"after {budget_left:,} tokens", spec)
+            return Decision(
+                "cool_down",
+                f"{why}: re-time the running cooldown so it still ends at 5% of peak after {budget_left:,} tokens",
+                spec,
+            )
         return _cooldown(plan, state, signals, budget_left, why)
 
     # 4. the data is running out (Jellyfish)
     mix_left = sum(signals.tokens_left.get(k, 0) for k, v in current.mixture.items() if v > 0)
     if not current.is_cooldown and mix_left < plan.low_data_tokens:
         tokens = min(plan.cooldown_tokens, budget_left)
-        return _cooldown(plan, state, signals, tokens,
-                         f"data running out: {mix_left:,} tokens left in the mix "
-                         f"(threshold {plan.low_data_tokens:,})")
+        return _cooldown(
+            plan,
+            state,
+            signals,
+            tokens,
+            f"data running out: {mix_left:,} tokens left in the mix (threshold {plan.low_data_tokens:,})",
+        )
 
     # 5. one source exhausted
     exhausted = sorted(k for k, v in current.mixture.items() if v > 0 and signals.tokens_left.get(k, 0) == 0)
     if exhausted:
         remaining = _active(current.mixture, signals)
         if remaining:
-            spec = _successor(plan, state, mixture=normalise(remaining), token_budget=max(phase_left, 1),
-                              warmup_start_fraction=1.0)
-            return Decision("change_mix", f"source(s) {', '.join(exhausted)} exhausted: drop from the mix, "
-                                          f"renormalise to {_fmt_mix(spec.mixture)}", spec)
+            spec = _successor(
+                plan, state, mixture=normalise(remaining), token_budget=max(phase_left, 1), warmup_start_fraction=1.0
+            )
+            return Decision(
+                "change_mix",
+                f"source(s) {', '.join(exhausted)} exhausted: drop from the mix, renormalise to {_fmt_mix(spec.mixture)}",
+                spec,
+            )
 
     # 6. bigger hardware (Ocelot)
     if plan.hardware_ladder and not current.is_cooldown and not state.phase_finished:
@@ -175,11 +201,22 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
             ratio = plan.hardware_ladder[target] / size_now
             batch = int(round(current.batch_size * ratio))
             lr = current.peak_lr * math.sqrt(batch / current.batch_size)
-            spec = _successor(plan, state, hardware=target, batch_size=batch, peak_lr=lr,
-                              token_budget=max(phase_left, 1), warmup_start_fraction=1.0 / math.sqrt(ratio))
-            return Decision("migrate", f"{target} is free ({ratio:g}x {current.hardware}): batch "
-                                       f"{current.batch_size} -> {batch}, peak LR {current.peak_lr:.3g} -> {lr:.3g} "
-                                       f"(sqrt rule)", spec)
+            spec = _successor(
+                plan,
+                state,
+                hardware=target,
+                batch_size=batch,
+                peak_lr=lr,
+                token_budget=max(phase_left, 1),
+                warmup_start_fraction=1.0 / math.sqrt(ratio),
+            )
+            return Decision(
+                "migrate",
+                f"{target} is free ({ratio:g}x {current.hardware}): batch "
+                f"{current.batch_size} -> {batch}, peak LR {current.peak_lr:.3g} -> {lr:.3g} "
+                f"(sqrt rule)",
+                spec,
+            )
 
     # 7. a finished cooldown with budget to spare (Phoenix)
     if current.is_cooldown and state.phase_finished:
@@ -188,21 +225,40 @@ def decide(plan: PhasePlan, state: RunState, signals: Signals) -> Decision:
         if not mix:
             return Decision("stop", "cooldown finished and no source in the re-warm mix has data left")
         base = _last_stable_lr(plan, state)
-        spec = PhaseSpec(name=plan.name_after(_used(state)), warm_start_from=current.name, schedule="wsd",
-                         mixture=normalise(mix), batch_size=current.batch_size, hardware=current.hardware,
-                         token_budget=tokens, peak_lr=base, warmup_start_fraction=plan.rewarm_start_fraction,
-                         model_changes=current.model_changes)
-        return Decision("re_warm", f"budget raised to {signals.budget_tokens:,} tokens ({budget_left:,} left) after "
-                                   f"{current.name}'s cooldown: re-warm from {plan.rewarm_start_fraction:.0%} to peak "
-                                   f"{base:.3g} with mix {_fmt_mix(spec.mixture)}", spec)
+        spec = PhaseSpec(
+            name=plan.name_after(_used(state)),
+            warm_start_from=current.name,
+            schedule="wsd",
+            mixture=normalise(mix),
+            batch_size=current.batch_size,
+            hardware=current.hardware,
+            token_budget=tokens,
+            peak_lr=base,
+            warmup_start_fraction=plan.rewarm_start_fraction,
+            model_changes=current.model_changes,
+        )
+        return Decision(
+            "re_warm",
+            f"budget raised to {signals.budget_tokens:,} tokens ({budget_left:,} left) after "
+            f"{current.name}'s cooldown: re-warm from {plan.rewarm_start_fraction:.0%} to peak "
+            f"{base:.3g} with mix {_fmt_mix(spec.mixture)}",
+            spec,
+        )
 
     # 8. a stable phase used its tokens
     if state.phase_finished:
-        return _cooldown(plan, state, signals, min(plan.cooldown_tokens, budget_left),
-                         f"{current.name} reached its token budget ({current.token_budget:,})")
+        return _cooldown(
+            plan,
+            state,
+            signals,
+            min(plan.cooldown_tokens, budget_left),
+            f"{current.name} reached its token budget ({current.token_budget:,})",
+        )
 
-    return Decision("continue", f"{current.name} on track: {state.phase_tokens:,} of {current.token_budget:,} "
-                                f"tokens, {budget_left:,} left in the budget")
+    return Decision(
+        "continue",
+        f"{current.name} on track: {state.phase_tokens:,} of {current.token_budget:,} tokens, {budget_left:,} left in the budget",
+    )
 
 
 def end_phase_now(plan: PhasePlan, state: RunState, signals: Signals, *, budget: bool = True) -> str | None:
@@ -234,12 +290,20 @@ def _switch(plan: PhasePlan, state: RunState, spike: str, where: str) -> Decisio
         return None
     if current.warm_start_from is None:
         return None  # no checkpoint before the first phase to carry over
-    spec = dataclasses.replace(current, name=plan.name_after(_used(state)), transplant=switch.mapping,
-                               model_changes={**(current.model_changes or {}), **switch.model_changes},
-                               warmup_start_fraction=switch.warmup_start_fraction)
-    return Decision("switch_architecture", f"{SPIKE}: {spike}; {state.rollbacks} roll-back(s) of {current.name} did not "
-                                           f"cure it: switch to the {switch.mapping} architecture "
-                                           f"({_fmt_changes(switch.model_changes)}) as {spec.name} from {where}", spec)
+    spec = dataclasses.replace(
+        current,
+        name=plan.name_after(_used(state)),
+        transplant=switch.mapping,
+        model_changes={**(current.model_changes or {}), **switch.model_changes},
+        warmup_start_fraction=switch.warmup_start_fraction,
+    )
+    return Decision(
+        "switch_architecture",
+        f"{SPIKE}: {spike}; {state.rollbacks} roll-back(s) of {current.name} did not "
+        f"cure it: switch to the {switch.mapping} architecture "
+        f"({_fmt_changes(switch.model_changes)}) as {spec.name} from {where}",
+        spec,
+    )
 
 
 def _hold_reason(plan: PhasePlan, signals: Signals) -> str | None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.numeric_checks import check_field_types
@@ -143,8 +144,9 @@ class ArchitectureSwitch:
         if self.after_rollbacks < 0:
             raise ValueError(f"PhasePlan.architecture_switch.after_rollbacks must be >= 0, got {self.after_rollbacks}")
         if not 0.0 <= self.warmup_start_fraction <= 1.0:
-            raise ValueError("PhasePlan.architecture_switch.warmup_start_fraction must be in [0, 1], "
-                             f"got {self.warmup_start_fraction}")
+            raise ValueError(
+                f"PhasePlan.architecture_switch.warmup_start_fraction must be in [0, 1], got {self.warmup_start_fraction}"
+            )
         _check_mapping_name(self.mapping, "PhasePlan.architecture_switch")
 
 
@@ -235,8 +237,9 @@ class PhasePlan:
         if self.rewarm_mixture is not None:
             _check_mix(self.rewarm_mixture, "PhasePlan.rewarm_mixture")
         if self.hardware_ladder and self.first.hardware not in self.hardware_ladder:
-            raise ValueError(f"PhasePlan: first phase hardware {self.first.hardware!r} is not in the ladder "
-                             f"{sorted(self.hardware_ladder)}")
+            raise ValueError(
+                f"PhasePlan: first phase hardware {self.first.hardware!r} is not in the ladder {sorted(self.hardware_ladder)}"
+            )
         if len(set(self.phase_names)) != len(self.phase_names):
             raise ValueError("PhasePlan.phase_names must be unique")
         if any(BRANCH_MARK in name for name in (self.first.name, *self.phase_names)):
@@ -252,8 +255,10 @@ class PhasePlan:
             raise ValueError(f"PhasePlan.branches: two branches share a partition: {sorted(partitions)}")
         for branch in self.branches:
             if not self.is_main_phase_name(branch.from_phase):
-                raise ValueError(f"PhasePlan.branches: {branch.name!r} leaves from {branch.from_phase!r}, which is not a "
-                                 f"phase of the main run ({self.first.name!r}, phase_names or phase<n>)")
+                raise ValueError(
+                    f"PhasePlan.branches: {branch.name!r} leaves from {branch.from_phase!r}, which is not a "
+                    f"phase of the main run ({self.first.name!r}, phase_names or phase<n>)"
+                )
 
     def is_main_phase_name(self, name: str) -> bool:
         """Whether the main run can name a phase ``name``: its first phase, a name of ``phase_names``, or
@@ -285,8 +290,10 @@ def _context_batch(base, spec: PhaseSpec) -> tuple[int, int]:
     if spec.seq_len > max_seq_len:
         raise ValueError(f"PhaseSpec {spec.name}: seq_len {spec.seq_len} exceeds the model's max_seq_len {max_seq_len}")
     if tokens % spec.seq_len:
-        raise ValueError(f"PhaseSpec {spec.name}: seq_len {spec.seq_len} does not divide the {tokens} tokens per batch "
-                         f"(batch_size {spec.batch_size} x base seq_len {base.seq_len})")
+        raise ValueError(
+            f"PhaseSpec {spec.name}: seq_len {spec.seq_len} does not divide the {tokens} tokens per batch "
+            f"(batch_size {spec.batch_size} x base seq_len {base.seq_len})"
+        )
     return spec.seq_len, tokens // spec.seq_len
 
 
@@ -298,15 +305,30 @@ def phase_train_config(base, spec: PhaseSpec):
     seq_len, batch_size = _context_batch(base, spec)
     steps = max(1, spec.token_budget // (batch_size * seq_len))
     warmup = 0 if spec.schedule == "linear_decay" else min(base.schedule.warmup_steps, steps // 4)
-    schedule = {"kind": spec.schedule, "peak_lr": spec.peak_lr, "total_steps": steps, "warmup_steps": warmup,
-                "warmup_start_fraction": spec.warmup_start_fraction, "start_fraction": spec.start_fraction,
-                "decay_steps": min(base.schedule.decay_steps, max(steps - warmup, 0))}
+    schedule = {
+        "kind": spec.schedule,
+        "peak_lr": spec.peak_lr,
+        "total_steps": steps,
+        "warmup_steps": warmup,
+        "warmup_start_fraction": spec.warmup_start_fraction,
+        "start_fraction": spec.start_fraction,
+        "decay_steps": min(base.schedule.decay_steps, max(steps - warmup, 0)),
+    }
     if spec.schedule == "wsd_s":
         cycle = max(base.schedule.cycle_steps, 1)
-        schedule |= {"cycle_steps": cycle, "decay_steps": min(base.schedule.decay_steps, cycle),
-                     "rewarm_steps": min(base.schedule.rewarm_steps, cycle - min(base.schedule.decay_steps, cycle))}
-    changes = {"num_steps": steps, "batch_size": batch_size, "seq_len": seq_len, "mixture": spec.data_mixture,
-               "schedule": schedule, "phase": spec.name}
+        schedule |= {
+            "cycle_steps": cycle,
+            "decay_steps": min(base.schedule.decay_steps, cycle),
+            "rewarm_steps": min(base.schedule.rewarm_steps, cycle - min(base.schedule.decay_steps, cycle)),
+        }
+    changes = {
+        "num_steps": steps,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "mixture": spec.data_mixture,
+        "schedule": schedule,
+        "phase": spec.name,
+    }
     model = {**(spec.model_changes or {}), **({"lm_z_loss": spec.z_loss} if spec.z_loss is not None else {})}
     if model:
         changes["model"] = model

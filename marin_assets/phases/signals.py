@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for the annotation only: the signals stay importable without the plan's dependencies
+    from marin_assets.phases.plan import PhaseSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Signals:
 
 @dataclasses.dataclass(frozen=True)
 class RunState:
-    phase: "PhaseSpec"  # noqa: F821 - the phase now running (or just finished)
+    phase: PhaseSpec  # the phase now running (or just finished)
     phase_tokens: int  # tokens trained in this phase so far
     tokens_trained: int  # tokens trained in the whole run
     phases_done: tuple[str, ...] = ()  # names of earlier phases, oldest first
@@ -67,7 +71,7 @@ def loss_spike(losses: Sequence[float], sigma: float = 6.0, window: int = 32, mi
     last = losses[-1]
     if not math.isfinite(last):
         return f"loss is {last} at the latest step"
-    history = [x for x in losses[-window - 1:-1] if math.isfinite(x)]
+    history = [x for x in losses[-window - 1 : -1] if math.isfinite(x)]
     if len(history) < min_history:
         return None
     mean = sum(history) / len(history)

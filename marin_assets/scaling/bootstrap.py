@@ -9,7 +9,6 @@ import numpy as np
 
 from marin_assets.numeric_checks import check_float, check_int
 
-
 MAX_RESAMPLES = 100_000
 
 

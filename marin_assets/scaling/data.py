@@ -41,11 +41,16 @@ class Runs:
     def __len__(self) -> int:
         return int(self.loss.size)
 
-    def take(self, index) -> "Runs":
+    def take(self, index) -> Runs:
         """Subset (or resample, with repeated indices) of the runs; excluded rows are kept."""
         return Runs(
-            self.params[index], self.tokens[index], self.flops[index], self.loss[index],
-            self.rows[index], list(self.excluded), self.source,
+            self.params[index],
+            self.tokens[index],
+            self.flops[index],
+            self.loss[index],
+            self.rows[index],
+            list(self.excluded),
+            self.source,
         )
 
 
@@ -212,7 +217,9 @@ def drop_highest_loss(runs: Runs, count: int) -> Runs:
     kept, dropped = np.sort(order[:-count]), order[-count:]
     out = runs.take(kept)
     for j in dropped:
-        out.excluded.append({"row": int(runs.rows[j]), "reason": f"dropped as one of the {count} highest-loss runs (loss={runs.loss[j]:g})"})
+        out.excluded.append(
+            {"row": int(runs.rows[j]), "reason": f"dropped as one of the {count} highest-loss runs (loss={runs.loss[j]:g})"}
+        )
     return out
 
 

@@ -22,7 +22,6 @@ from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
 from marin_assets.scaling.data import SUBSAMPLE_SEED, Runs, bucket_flops, deterministic_subsample
 
-
 # ---------------------------------------------------------------- robust quadratic
 
 
@@ -259,8 +258,12 @@ class IsoFlopResult:
         ci = self.uncertainty.get("ci", {})
         env = None
         if self.envelope is not None:
-            env = {"E": self.envelope.E, "A": self.envelope.A, "alpha": self.envelope.alpha,
-                   "ci": {k: ci.get(f"envelope_{k}") for k in ("E", "A", "alpha")}}
+            env = {
+                "E": self.envelope.E,
+                "A": self.envelope.A,
+                "alpha": self.envelope.alpha,
+                "ci": {k: ci.get(f"envelope_{k}") for k in ("E", "A", "alpha")},
+            }
         return {
             "n_opt_exponent": self.n_opt.exponent,
             "n_opt_coefficient": self.n_opt.k,
@@ -333,8 +336,7 @@ def fit_isoflop(runs: Runs, config: IsoFlopConfig | None = None) -> IsoFlopResul
         if len(opt) < 2:
             return None
         nl, dl, env, _ = _laws_from_optima(opt)
-        out = {"n_opt_exponent": nl.exponent, "n_opt_coefficient": nl.k, "d_opt_exponent": dl.exponent,
-               "d_opt_coefficient": dl.k}
+        out = {"n_opt_exponent": nl.exponent, "n_opt_coefficient": nl.k, "d_opt_exponent": dl.exponent, "d_opt_coefficient": dl.k}
         if env is not None and envelope is not None:
             out.update(envelope_E=env.E, envelope_A=env.A, envelope_alpha=env.alpha)
         return out
@@ -348,8 +350,13 @@ def _capped_groups(groups: dict[float, np.ndarray], cap: int) -> tuple[dict[floa
     capped = {b: g if g.size <= cap else g[deterministic_subsample(g.size, cap)] for b, g in groups.items()}
     given, used = sum(g.size for g in groups.values()), sum(g.size for g in capped.values())
     over = {b: int(g.size) for b, g in groups.items() if g.size > cap}
-    why = [] if not over else [
-        f"{len(over)} budget(s) have more than max_runs_per_budget={cap} runs (up to {max(over.values())}): each was "
-        f"fitted and bootstrapped on a deterministic random subsample of {cap} (seed {SUBSAMPLE_SEED}); "
-        f"{used} of {given} runs used"]
+    why = (
+        []
+        if not over
+        else [
+            f"{len(over)} budget(s) have more than max_runs_per_budget={cap} runs (up to {max(over.values())}): each was "
+            f"fitted and bootstrapped on a deterministic random subsample of {cap} (seed {SUBSAMPLE_SEED}); "
+            f"{used} of {given} runs used"
+        ]
+    )
     return capped, {"given": int(given), "used": int(used), "why": why}

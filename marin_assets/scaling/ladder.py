@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,16 +41,23 @@ class SweepSettings:
 
     vocab_size: int = knob(0, help="model vocabulary; 0 = the tokenizer's, read from the caches' stats.json")
     seq_len: int = knob(64, help="tokens per training sequence")
-    batch_sizes: list[int] = knob([4, 8, 16], help="sequences per step the planner may pick: the largest that leaves "
-                                                   "min_steps (small budgets of wide models get the small ones)")
+    batch_sizes: list[int] = knob(
+        [4, 8, 16],
+        help="sequences per step the planner may pick: the largest that leaves "
+        "min_steps (small budgets of wide models get the small ones)",
+    )
     min_steps: int = knob(50, help="fewest optimizer steps a planned run may take")
     tolerance: float = knob(0.04, help="planned FLOPs within this fraction of the budget")
     recipe: str = knob("v2", help=f"scaling recipe (marin_assets/scaling/recipes.py): one of {sorted(RECIPES)}")
-    lr_base: float = knob(0.0, help="peak LR at the recipe's reference point; 0 = the recipe's own (v2: the "
-                                    "lr_sweep asset's best)")
+    lr_base: float = knob(
+        0.0, help="peak LR at the recipe's reference point; 0 = the recipe's own (v2: the lr_sweep asset's best)"
+    )
     decay_fraction: float = knob(0.2, help="WSD: last fraction of steps decays the LR")
-    skip_sigma: float = knob(0.0, help="loss-spike skip test of the training guards; 0 = off. On these short "
-                                       "mixed-source runs the test froze whole runs (hundreds of skipped steps)")
+    skip_sigma: float = knob(
+        0.0,
+        help="loss-spike skip test of the training guards; 0 = off. On these short "
+        "mixed-source runs the test froze whole runs (hundreds of skipped steps)",
+    )
     seed: int = knob(0, help="model and data-order seed of every run (a ladder seed s adds s)")
     validation_windows: int = knob(256, help="held-out windows of seq_len per source")
     max_width: int = knob(512, help="widest family member the prediction may pick")
@@ -68,10 +76,16 @@ class SweepSettings:
 class LrSweepSettings:
     """The lr_sweep asset's grid (knobs): LRs tried at the recipe's reference shape."""
 
-    lr_factors: list[float] = knob([0.5, 1.0, 2.0], help="LRs the lr_sweep trains at the recipe's reference shape, "
-                                                         "as multiples of the recipe's lr_base (>= 3 for a parabola)")
-    edge_extensions: int = knob(2, help="while the lowest loss sits on an edge of the LRs tried, train one more LR past "
-                                        "it (the edge's own ratio to its neighbour), at most this many times")
+    lr_factors: list[float] = knob(
+        [0.5, 1.0, 2.0],
+        help="LRs the lr_sweep trains at the recipe's reference shape, "
+        "as multiples of the recipe's lr_base (>= 3 for a parabola)",
+    )
+    edge_extensions: int = knob(
+        2,
+        help="while the lowest loss sits on an edge of the LRs tried, train one more LR past "
+        "it (the edge's own ratio to its neighbour), at most this many times",
+    )
 
     def __post_init__(self) -> None:
         if len(self.lr_factors) < 3 or len(set(self.lr_factors)) != len(self.lr_factors):
@@ -95,8 +109,10 @@ def resolve_recipe(settings: SweepSettings, lr_sweep: Mapping[str, Any] | None) 
     if not recipe.tuned_by_sweep:
         return recipe
     if lr_sweep is None or lr_sweep.get("recipe") != recipe.name:
-        raise ValueError(f"recipe {recipe.name!r} takes its reference LR from an lr_sweep of that recipe; the lr_sweep "
-                         f"given was run for {None if lr_sweep is None else lr_sweep.get('recipe')!r}")
+        raise ValueError(
+            f"recipe {recipe.name!r} takes its reference LR from an lr_sweep of that recipe; the lr_sweep "
+            f"given was run for {None if lr_sweep is None else lr_sweep.get('recipe')!r}"
+        )
     return recipe.with_base(float(lr_sweep["best_lr"]))
 
 
@@ -195,9 +211,18 @@ class Ladder:
 # ---------------------------------------------------------------- the reference LR
 
 
-def run_lr_sweep(settings: SweepSettings, grid: LrSweepSettings, shape: FamilyShape, datasets: Mapping[str, str],
-                 out_dir: str, *, run_prefix: str, log: Callable[[str], None] = print, run_fn: Callable[..., dict] | None = None,
-                 workers: int = 1) -> dict:
+def run_lr_sweep(
+    settings: SweepSettings,
+    grid: LrSweepSettings,
+    shape: FamilyShape,
+    datasets: Mapping[str, str],
+    out_dir: str,
+    *,
+    run_prefix: str,
+    log: Callable[[str], None] = print,
+    run_fn: Callable[..., dict] | None = None,
+    workers: int = 1,
+) -> dict:
     """Train the recipe's reference shape at each LR of the grid; the best becomes its lr_base
     (a recipe not tuned by the sweep trains nothing and keeps its own).
 
@@ -219,24 +244,41 @@ def run_lr_sweep(settings: SweepSettings, grid: LrSweepSettings, shape: FamilySh
 
     recipe = get_recipe(settings.recipe)
     if not recipe.tuned_by_sweep:  # nothing to tune: the recipe's own base, no run
-        return {"best_lr": recipe.lr_base, "runs": 0, "flops": 0.0, "interior_vertex": False, "edge_extensions": 0,
-                "recipe": recipe.name}
+        return {
+            "best_lr": recipe.lr_base,
+            "runs": 0,
+            "flops": 0.0,
+            "interior_vertex": False,
+            "edge_extensions": 0,
+            "recipe": recipe.name,
+        }
     runs: list[dict] = []
 
     def train_at(lrs: Sequence[float], pool: concurrent.futures.Executor | None) -> None:
-        jobs = [(reference_run(settings, recipe, shape, lr), settings, dict(datasets),
-                 f"{out_dir.rstrip('/')}/lr{len(runs) + i}", f"{run_prefix}-lr{len(runs) + i}") for i, lr in enumerate(lrs)]
+        jobs = [
+            (
+                reference_run(settings, recipe, shape, lr),
+                settings,
+                dict(datasets),
+                f"{out_dir.rstrip('/')}/lr{len(runs) + i}",
+                f"{run_prefix}-lr{len(runs) + i}",
+            )
+            for i, lr in enumerate(lrs)
+        ]
         counts = list(pool.map(_reference_point, jobs)) if pool else [_reference_point(job, run_fn, log) for job in jobs]
-        runs.extend({"learning_rate": lr, "validation_loss": c["validation_loss"], "flops": c["flops"]}
-                    for lr, c in zip(lrs, counts, strict=True))
+        runs.extend(
+            {"learning_rate": lr, "validation_loss": c["validation_loss"], "flops": c["flops"]}
+            for lr, c in zip(lrs, counts, strict=True)
+        )
         runs.sort(key=lambda r: r["learning_rate"])
 
     with contextlib.ExitStack() as stack:
         pool = None
         if workers > 1:
             context = multiprocessing.get_context("spawn")
-            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(min(workers, len(grid.lr_factors)),
-                                                                              mp_context=context))
+            pool = stack.enter_context(
+                concurrent.futures.ProcessPoolExecutor(min(workers, len(grid.lr_factors)), mp_context=context)
+            )
         train_at(sorted(recipe.lr_base * f for f in grid.lr_factors), pool)
         extended = 0
         while extended < grid.edge_extensions and (beyond := lr_past_edge(runs)) is not None:
@@ -247,17 +289,34 @@ def run_lr_sweep(settings: SweepSettings, grid: LrSweepSettings, shape: FamilySh
     near = lowest_three(losses)
     fit = fit_robust_quadratic([lrs[i] for i in near], [losses[i] for i in near])
     interior, why = fit.interior_minimum()
-    best = 10.0 ** fit.vertex_log10 if interior else lrs[int(np.argmin(losses))]
-    how = "parabola vertex in log10(LR) through the lowest loss and its neighbours" if interior else (
-        f"lowest-loss LR tried ({why})")
+    best = 10.0**fit.vertex_log10 if interior else lrs[int(np.argmin(losses))]
+    how = (
+        "parabola vertex in log10(LR) through the lowest loss and its neighbours"
+        if interior
+        else (f"lowest-loss LR tried ({why})")
+    )
     how += f"; {extended} LR(s) added past the grid's edge" if extended else ""
-    out = {"recipe": recipe.name, "reference": {"width": recipe.lr_ref_width, "steps": recipe.lr_ref_steps},
-           "runs": runs, "best_lr": float(best), "chosen_by": how, "edge_extensions": extended}
+    out = {
+        "recipe": recipe.name,
+        "reference": {"width": recipe.lr_ref_width, "steps": recipe.lr_ref_steps},
+        "runs": runs,
+        "best_lr": float(best),
+        "chosen_by": how,
+        "edge_extensions": extended,
+    }
     write_file(out_dir, "lr_sweep.json", json.dumps(out, indent=1))
-    log(f"lr_sweep {recipe.name}: losses {[round(x, 4) for x in losses]} at LRs {[f'{x:.3g}' for x in lrs]}: "
-        f"best {best:.4g} ({how})")
-    return {"best_lr": float(best), "runs": len(runs), "flops": float(sum(r["flops"] for r in runs)),
-            "interior_vertex": bool(interior), "edge_extensions": extended, "recipe": recipe.name}
+    log(
+        f"lr_sweep {recipe.name}: losses {[round(x, 4) for x in losses]} at LRs {[f'{x:.3g}' for x in lrs]}: "
+        f"best {best:.4g} ({how})"
+    )
+    return {
+        "best_lr": float(best),
+        "runs": len(runs),
+        "flops": float(sum(r["flops"] for r in runs)),
+        "interior_vertex": bool(interior),
+        "edge_extensions": extended,
+        "recipe": recipe.name,
+    }
 
 
 def lowest_three(losses: Sequence[float]) -> list[int]:
@@ -290,8 +349,7 @@ def _reference_point(job: tuple, run_fn: Callable[..., dict] | None = None, log:
 
     cand, settings, datasets, out, name = job
     train = run_fn or train_candidate
-    return train(cand, settings, datasets, held_out_streams(datasets), out, run_name=name, seed=settings.seed,
-                 log=log or _silent)
+    return train(cand, settings, datasets, held_out_streams(datasets), out, run_name=name, seed=settings.seed, log=log or _silent)
 
 
 def _silent(line: str) -> None:
@@ -358,8 +416,14 @@ def select_budgets(counts: Mapping[str, Mapping[str, Any]], fit_budgets: Sequenc
     return {k: c for k, c in counts.items() if budget_label(parse_partition_key(k)[0]) in fit_budgets}
 
 
-def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *, extrapolate_to: float, out_dir: str,
-               log: Callable[[str], None] = print) -> dict:
+def fit_ladder(
+    counts: Mapping[str, Mapping[str, Any]],
+    config: IsoFlopConfig,
+    *,
+    extrapolate_to: float,
+    out_dir: str,
+    log: Callable[[str], None] = print,
+) -> dict:
     """IsoFLOP fit of the runs (seeds averaged per point): writes fit.json, isoflop.png and
     power_laws.png; returns counts."""
     from marin_assets.scaling.fits import fit_isoflop
@@ -367,16 +431,27 @@ def fit_ladder(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopConfig, *
 
     runs, _ = runs_from_counts(counts)
     result = fit_isoflop(runs, config)
-    summary = fit_summary_of(result) | {"runs": [dict(counts[k]) | {"partition": k} for k in sorted(counts)],
-                                        "extrapolate_to": extrapolate_to, "isoflop_config": dataclasses.asdict(config)}
+    summary = fit_summary_of(result) | {
+        "runs": [dict(counts[k]) | {"partition": k} for k in sorted(counts)],
+        "extrapolate_to": extrapolate_to,
+        "isoflop_config": dataclasses.asdict(config),
+    }
     write_file(out_dir, "fit.json", json.dumps(summary, indent=1, default=float))
     write_file(out_dir, "isoflop.png", plot_isoflop_curves(runs, result, bucket_base=config.bucket_base))
     write_file(out_dir, "power_laws.png", plot_power_laws(result, extrapolate_to=extrapolate_to))
     for ex in result.excluded_budgets:
         log(f"scaling_fit: budget {ex['budget']:.3g} excluded: {ex['reason']}")
     law = summary["loss_law"]
-    log(f"scaling_fit: N* ~ C^{result.n_opt.exponent:.3f}, D* ~ C^{result.d_opt.exponent:.3f} "
-        f"from {len(result.optima)} budgets; loss law {law}")
-    return {"runs": len(counts), "points": len(runs), "budgets_fitted": len(result.optima),
-            "budgets_excluded": len(result.excluded_budgets), "n_opt_exponent": result.n_opt.exponent,
-            "d_opt_exponent": result.d_opt.exponent, "loss_law": law["kind"]}
+    log(
+        f"scaling_fit: N* ~ C^{result.n_opt.exponent:.3f}, D* ~ C^{result.d_opt.exponent:.3f} "
+        f"from {len(result.optima)} budgets; loss law {law}"
+    )
+    return {
+        "runs": len(counts),
+        "points": len(runs),
+        "budgets_fitted": len(result.optima),
+        "budgets_excluded": len(result.excluded_budgets),
+        "n_opt_exponent": result.n_opt.exponent,
+        "d_opt_exponent": result.d_opt.exponent,
+        "loss_law": law["kind"],
+    }

@@ -188,7 +188,7 @@ def _objective_and_grad(theta: np.ndarray, log_n, log_d, log_loss, delta: float)
     return float(f[0]), g[0]
 
 
-def _batched_lbfgs(theta0: np.ndarray, log_n, log_d, log_loss, config: "ParametricFitConfig"):
+def _batched_lbfgs(theta0: np.ndarray, log_n, log_d, log_loss, config: ParametricFitConfig):
     """L-BFGS run independently from every row of theta0 (S, P), vectorised over the starts.
 
     Each start keeps its own curvature history (memory m) and its own backtracking Armijo
@@ -260,9 +260,7 @@ def _batched_lbfgs(theta0: np.ndarray, log_n, log_d, log_loss, config: "Parametr
         decrease = fa - f_new
         x[idx], f[idx], g[idx] = x_new, f_new, g_new
         converged = (
-            ~accepted
-            | (np.max(np.abs(g_new), axis=1) < config.gtol)
-            | (decrease <= config.ftol * np.maximum(np.abs(fa), 1e-300))
+            ~accepted | (np.max(np.abs(g_new), axis=1) < config.gtol) | (decrease <= config.ftol * np.maximum(np.abs(fa), 1e-300))
         )
         active[idx[converged]] = False
     return x, f
@@ -295,8 +293,7 @@ def _check_inputs(params, tokens, loss) -> tuple[np.ndarray, np.ndarray, np.ndar
         bad = np.flatnonzero(~np.isfinite(values) | (values <= 0))
         if bad.size:
             raise ValueError(
-                f"{name} must be finite and > 0; bad rows {bad[:10].tolist()} "
-                "(filter with scaling.data.validate_runs first)"
+                f"{name} must be finite and > 0; bad rows {bad[:10].tolist()} (filter with scaling.data.validate_runs first)"
             )
     if params.size < 5:
         raise ValueError(f"the parametric law has 5 parameters; need >= 5 runs, got {params.size}")
@@ -322,9 +319,11 @@ def _theta_to_fit(theta: np.ndarray, n: int, objective: float) -> ParametricFit:
     a, b, e, alpha, beta = (float(v) for v in theta)
     too_big = {name: v for name, v in (("A", a), ("B", b), ("E", e)) if v > _MAX_LOG_COEFFICIENT}
     if too_big:  # the runs do not pin the law down: an exponent ran off and its coefficient with it
-        raise ValueError(f"parametric fit over {n} runs diverged: log {', '.join(too_big)} = "
-                         f"{', '.join(f'{v:.4g}' for v in too_big.values())} (alpha {alpha:.4g}, beta {beta:.4g}); "
-                         f"the runs' sizes and token counts span too little to identify L(N, D)")
+        raise ValueError(
+            f"parametric fit over {n} runs diverged: log {', '.join(too_big)} = "
+            f"{', '.join(f'{v:.4g}' for v in too_big.values())} (alpha {alpha:.4g}, beta {beta:.4g}); "
+            f"the runs' sizes and token counts span too little to identify L(N, D)"
+        )
     return ParametricFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta, n=n, objective=objective)
 
 
@@ -374,8 +373,10 @@ def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot
     runs = runs.take(deterministic_subsample(given, config.max_rows)) if given > config.max_rows else runs
     if len(runs) < 5:
         reasons = "; ".join(f"row {e['row']}: {e['reason']}" for e in runs.excluded[:3])
-        raise ValueError(f"{runs.source}: {len(runs)} usable run(s), the parametric law needs >= 5"
-                         + (f" ({len(runs.excluded)} excluded, e.g. {reasons})" if runs.excluded else ""))
+        raise ValueError(
+            f"{runs.source}: {len(runs)} usable run(s), the parametric law needs >= 5"
+            + (f" ({len(runs.excluded)} excluded, e.g. {reasons})" if runs.excluded else "")
+        )
     try:
         fit = fit_parametric(runs.params, runs.tokens, runs.loss, config)
     except ValueError as err:
@@ -401,9 +402,13 @@ def _rows_report(given: int, used: int, config: ParametricFitConfig) -> dict:
     grid_rows = min(used, config.grid_rows)
     why = []
     if used < given:
-        why.append(f"{given} runs is more than max_rows={config.max_rows}: fitted and bootstrapped a deterministic "
-                   f"random subsample of {used} (seed {SUBSAMPLE_SEED})")
+        why.append(
+            f"{given} runs is more than max_rows={config.max_rows}: fitted and bootstrapped a deterministic "
+            f"random subsample of {used} (seed {SUBSAMPLE_SEED})"
+        )
     if grid_rows < used:
-        why.append(f"the grid search ran on a deterministic random subsample of {grid_rows} of the {used} runs "
-                   f"(grid_rows={config.grid_rows}); its best start was then fitted to all {used}")
+        why.append(
+            f"the grid search ran on a deterministic random subsample of {grid_rows} of the {used} runs "
+            f"(grid_rows={config.grid_rows}); its best start was then fitted to all {used}"
+        )
     return {"given": given, "used": used, "grid_search": grid_rows, "why": why}

@@ -59,8 +59,15 @@ class FamilyShape:
 
     def family(self, widths: tuple[int, ...], **fields: Any) -> ModelFamily:
         """The ModelFamily of these widths with this shape (``fields``: its other fields)."""
-        return ModelFamily(widths=widths, head_dim=self.head_dim, aspect_ratio=self.aspect_ratio, ff_mult=self.ff_mult,
-                           kv_group=self.kv_group, moe=self.moe, **fields)
+        return ModelFamily(
+            widths=widths,
+            head_dim=self.head_dim,
+            aspect_ratio=self.aspect_ratio,
+            ff_mult=self.ff_mult,
+            kv_group=self.kv_group,
+            moe=self.moe,
+            **fields,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -117,13 +124,25 @@ class ModelFamily:
         from marin_assets.model import ModelConfig
 
         kv_heads = max(1, heads // self.kv_group)
-        fields: dict[str, Any] = dict(vocab_size=self.vocab_size, d_model=width, n_layers=depth, n_heads=heads,
-                      n_kv_heads=kv_heads if heads % kv_heads == 0 else heads, d_ff=_round8(self.ff_mult * width),
-                      n_routed_experts=0, max_seq_len=self.seq_len)
+        fields: dict[str, Any] = dict(
+            vocab_size=self.vocab_size,
+            d_model=width,
+            n_layers=depth,
+            n_heads=heads,
+            n_kv_heads=kv_heads if heads % kv_heads == 0 else heads,
+            d_ff=_round8(self.ff_mult * width),
+            n_routed_experts=0,
+            max_seq_len=self.seq_len,
+        )
         if self.moe is not None:
-            fields.update(n_routed_experts=self.moe.routed_experts, n_shared_experts=self.moe.shared_experts,
-                          top_k=self.moe.top_k, expert_d_ff=_round8(self.moe.expert_ff_mult * width),
-                          router_gating=self.moe.router_gating, balancing=self.moe.balancing)
+            fields.update(
+                n_routed_experts=self.moe.routed_experts,
+                n_shared_experts=self.moe.shared_experts,
+                top_k=self.moe.top_k,
+                expert_d_ff=_round8(self.moe.expert_ff_mult * width),
+                router_gating=self.moe.router_gating,
+                balancing=self.moe.balancing,
+            )
         fields.update(self.recipe.model_fields(width))
         fields.update(self.model_overrides)
         return ModelConfig(**fields)
@@ -155,8 +174,22 @@ class SweepCandidate:
         return f"d{self.width}-L{self.depth}"
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("budget", "width", "depth", "heads", "batch_size", "steps",
-                                              "learning_rate", "tokens", "flops", "params", "recipe")} | {"name": self.name}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "budget",
+                "width",
+                "depth",
+                "heads",
+                "batch_size",
+                "steps",
+                "learning_rate",
+                "tokens",
+                "flops",
+                "params",
+                "recipe",
+            )
+        } | {"name": self.name}
 
 
 @dataclass
@@ -235,14 +268,26 @@ def plan_sweep(
                 choice = (batch, steps, spent)
                 break
             if choice is None:
-                skipped.append({"budget": budget, "width": width,
-                                "reason": f"no batch size reaches the budget: {'; '.join(reasons)}"})
+                skipped.append(
+                    {"budget": budget, "width": width, "reason": f"no batch size reaches the budget: {'; '.join(reasons)}"}
+                )
                 continue
             batch, steps, spent = choice
-            candidates.append(SweepCandidate(
-                budget=budget, width=width, depth=depth, heads=heads, batch_size=batch, steps=steps,
-                learning_rate=family.learning_rate(width, steps), tokens=batch * family.seq_len * steps,
-                flops=spent, params=float(count_fn(config)), config=config,
-                recipe=family.recipe.name, optimizer=family.recipe.optimizer_config(),
-            ))
+            candidates.append(
+                SweepCandidate(
+                    budget=budget,
+                    width=width,
+                    depth=depth,
+                    heads=heads,
+                    batch_size=batch,
+                    steps=steps,
+                    learning_rate=family.learning_rate(width, steps),
+                    tokens=batch * family.seq_len * steps,
+                    flops=spent,
+                    params=float(count_fn(config)),
+                    config=config,
+                    recipe=family.recipe.name,
+                    optimizer=family.recipe.optimizer_config(),
+                )
+            )
     return SweepPlan(candidates, skipped)

@@ -69,8 +69,15 @@ def plot_power_laws(result: IsoFlopResult, extrapolate_to: float | None = None, 
     ax.plot(xs, result.d_opt(xs), color="C1", label=f"D* = {result.d_opt.k:.3g} C^{result.d_opt.exponent:.3f}")
     if extrapolate_to:
         ax.axvline(extrapolate_to, color="gray", ls="--", lw=1)
-        ax.scatter([extrapolate_to] * 2, [result.n_opt(extrapolate_to), result.d_opt(extrapolate_to)],
-                   marker="*", s=120, color="red", zorder=3, label="extrapolation")
+        ax.scatter(
+            [extrapolate_to] * 2,
+            [result.n_opt(extrapolate_to), result.d_opt(extrapolate_to)],
+            marker="*",
+            s=120,
+            color="red",
+            zorder=3,
+            label="extrapolation",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("compute C (FLOPs)")
@@ -116,8 +123,13 @@ def plot_extrapolation(fitted, law, targets, title: str = "", path: str | Path |
             ax.errorbar([flops], [predicted], yerr=[[predicted - low], [high - predicted]], color="C1", capsize=4)
         ax.scatter([flops], [predicted], marker="s", color="C1", zorder=3)
         ax.scatter([flops], [actual], marker="*", s=120, color="C3", zorder=4)
-        ax.annotate(f"{name}: {100 * (predicted - actual) / actual:+.2f}%", (flops, actual), fontsize=7,
-                    xytext=(5, -10), textcoords="offset points")
+        ax.annotate(
+            f"{name}: {100 * (predicted - actual) / actual:+.2f}%",
+            (flops, actual),
+            fontsize=7,
+            xytext=(5, -10),
+            textcoords="offset points",
+        )
     ax.scatter([], [], marker="s", color="C1", label="pre-registered prediction (interval: the fit's seeds and the runs' noise)")
     ax.scatter([], [], marker="*", s=120, color="C3", label="actual (mean of the target's runs)")
     ax.set_xscale("log")

@@ -17,8 +17,7 @@ class Prediction:
     loss: float  # expected loss from the envelope L(C) (NaN when there is no envelope)
 
     def as_dict(self) -> dict:
-        return {"budget": self.budget, "params_opt": self.params_opt, "tokens_opt": self.tokens_opt,
-                "loss": self.loss}
+        return {"budget": self.budget, "params_opt": self.params_opt, "tokens_opt": self.tokens_opt, "loss": self.loss}
 
 
 def predict_optimum(result: IsoFlopResult, budget: float) -> Prediction:

@@ -81,7 +81,7 @@ class ArtifactRef:
         }
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> "ArtifactRef":
+    def from_json(cls, value: Mapping[str, Any]) -> ArtifactRef:
         return cls(value["asset_key"], value.get("partition"), value["version"], value["path"], value.get("manifest", {}))
 
 
@@ -226,7 +226,9 @@ class ArtifactStore:
         manifest = {"files": files, "total_bytes": sum(f["bytes"] for f in files), "counts": counts}
         write_json_atomic(self.fs, join(vdir, "manifest.json"), manifest)
         write_json_atomic(
-            self.fs, join(vdir, "provenance.json"), {**provenance, "version": version, "counts": counts, "compute_seconds": round(compute_s, 3)}
+            self.fs,
+            join(vdir, "provenance.json"),
+            {**provenance, "version": version, "counts": counts, "compute_seconds": round(compute_s, 3)},
         )
         try:
             lease.check()
@@ -253,7 +255,9 @@ class ArtifactStore:
         if not lease.held():
             return
         write_json_atomic(
-            self.fs, join(vdir, "STATUS.json"), {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]},
+            self.fs,
+            join(vdir, "STATUS.json"),
+            {"status": FAILED, "version": version, "error": f"{type(err).__name__}: {err}"[:2000]},
             durable=False,
         )
 
@@ -271,7 +275,7 @@ class ArtifactStore:
         """LATEST.json names the version; its ``path`` is written relative to the store (for people
         reading it: ``read_pointer`` derives the directory from the version)."""
         vdir = self.version_dir(ref.asset_key, ref.partition, ref.version)
-        record = {**ref.to_json(), "path": vdir[len(self.root.rstrip("/")) + 1:]}
+        record = {**ref.to_json(), "path": vdir[len(self.root.rstrip("/")) + 1 :]}
         write_json_atomic(self.fs, join(self.partition_dir(ref.asset_key, ref.partition), "LATEST.json"), record)
 
     def read_pointer(self, asset_key: str, partition: str | None) -> ArtifactRef | None:
@@ -283,8 +287,10 @@ class ArtifactStore:
         ref = ArtifactRef.from_json(record)
         key = "/".join(validate_asset_key(asset_key))
         if ref.asset_key != key or ref.partition != partition:
-            raise ValueError(f"{join(self.partition_dir(asset_key, partition), 'LATEST.json')}: names {ref.asset_key} "
-                             f"partition {ref.partition!r}, not {key} partition {partition!r}")
+            raise ValueError(
+                f"{join(self.partition_dir(asset_key, partition), 'LATEST.json')}: names {ref.asset_key} "
+                f"partition {ref.partition!r}, not {key} partition {partition!r}"
+            )
         vdir = self.version_dir(key, partition, ref.version)
         return ArtifactRef(key, partition, ref.version, unstrip(self.fs, vdir), ref.manifest)
 
@@ -292,8 +298,10 @@ class ArtifactStore:
 def file_records(fs, data_dir: str) -> list[dict]:
     """The manifest's record of every file under ``data_dir``: path, bytes, and sha256 when it is
     at most DIGEST_MAX_BYTES."""
-    return [{"path": path, "bytes": size, **({"sha256": sha256_of(fs, join(data_dir, path))} if size <= DIGEST_MAX_BYTES else {})}
-            for path, size in list_files(fs, data_dir)]
+    return [
+        {"path": path, "bytes": size, **({"sha256": sha256_of(fs, join(data_dir, path))} if size <= DIGEST_MAX_BYTES else {})}
+        for path, size in list_files(fs, data_dir)
+    ]
 
 
 def files_damage(fs, data_dir: str, files, under: str = "") -> str | None:
@@ -306,7 +314,7 @@ def files_damage(fs, data_dir: str, files, under: str = "") -> str | None:
         path = record.get("path")
         if not isinstance(path, str) or not path.startswith(prefix):
             continue
-        size = present.get(path[len(prefix):])
+        size = present.get(path[len(prefix) :])
         if size is None:
             return f"{path}: missing (the manifest lists it, {record.get('bytes')} bytes)"
         if size != record.get("bytes"):

@@ -84,8 +84,10 @@ def check_gcs_credentials(env: dict[str, str] | None = None) -> None:
     would fail on first use. Unset, it is fine (the default credentials are looked up)."""
     path = (os.environ if env is None else env).get(CREDENTIALS_ENV)
     if path and not os.path.isfile(path):
-        raise StoreUnusable(f"{CREDENTIALS_ENV}={path}: no such file (point it at a service-account key file, "
-                            "or unset it to use the default credentials)")
+        raise StoreUnusable(
+            f"{CREDENTIALS_ENV}={path}: no such file (point it at a service-account key file, "
+            "or unset it to use the default credentials)"
+        )
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -197,7 +199,7 @@ def list_files(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, int]
     root_stripped = root.rstrip("/") + "/"
     out = []
     for path, info in found.items():
-        rel = path[len(root_stripped):] if path.startswith(root_stripped) else path
+        rel = path[len(root_stripped) :] if path.startswith(root_stripped) else path
         out.append((rel, int(info.get("size") or 0)))
     return sorted(out)
 

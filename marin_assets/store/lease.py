@@ -186,14 +186,18 @@ class Lease:
             now = self.clock.monotonic()
             if said_at is None or now - said_at >= progress_s:
                 said_at = now
-                say(f"the lease {unstrip(self.fs, self.directory)} is held by {_owner(watched.record)}, whose record "
+                say(
+                    f"the lease {unstrip(self.fs, self.directory)} is held by {_owner(watched.record)}, whose record "
                     f"has not changed in the {now - watched.since:.0f}s this process has watched it; taking it over "
                     f"if it stays unchanged for {self.config.stale_after_s:.0f}s (a live holder renews it every "
-                    f"{self.config.heartbeat_s:.0f}s)")
+                    f"{self.config.heartbeat_s:.0f}s)"
+                )
             self.clock.sleep(min(self.config.heartbeat_s / 4, progress_s))
             if self.acquire():
-                say(f"took over the lease {unstrip(self.fs, self.directory)}: its record did not change for "
-                    f"{self.config.stale_after_s:.0f}s, so its holder is gone")
+                say(
+                    f"took over the lease {unstrip(self.fs, self.directory)}: its record did not change for "
+                    f"{self.config.stale_after_s:.0f}s, so its holder is gone"
+                )
                 return True
             if self._observed is not watched:
                 return False  # renewed, or released and retaken: someone alive holds it
@@ -219,9 +223,14 @@ class Lease:
         try:
             write_json_atomic(self.fs, self._record_path(), self._record(), durable=False)
         except Exception as err:  # noqa: BLE001 - any storage error; the next beat retries
-            log.warning("lease heartbeat on %s failed (%s: %s); retrying, last renewal %.1fs ago "
-                        "(stale after %ss)", self.directory, type(err).__name__, err,
-                        started - (self._renewed_at or started), self.config.stale_after_s)
+            log.warning(
+                "lease heartbeat on %s failed (%s: %s); retrying, last renewal %.1fs ago (stale after %ss)",
+                self.directory,
+                type(err).__name__,
+                err,
+                started - (self._renewed_at or started),
+                self.config.stale_after_s,
+            )
             return False
         self._renewed_at = started
         return True
@@ -253,8 +262,9 @@ class Lease:
             return None  # a kernel flock cannot be taken over; its record is informational
         silent = self.clock.monotonic() - (self._renewed_at or 0.0)
         if silent >= self.config.stale_after_s:
-            self._lost = (f"not renewed for {silent:.1f}s (stale_after_s={self.config.stale_after_s}); "
-                          "another run may have taken it over")
+            self._lost = (
+                f"not renewed for {silent:.1f}s (stale_after_s={self.config.stale_after_s}); another run may have taken it over"
+            )
         else:
             newest = self._newest_generation()
             if newest != self._generation:
@@ -284,16 +294,16 @@ class Lease:
             self.fs.makedirs(self.directory, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as err:
             where = "" if err.filename in (None, self.directory) else f" cannot be made: {err.filename}"
-            raise LeaseDamaged(f"lease {self.directory}{where} is a file, not a folder; "
-                               "remove it if no run is using it") from err
+            raise LeaseDamaged(f"lease {self.directory}{where} is a file, not a folder; remove it if no run is using it") from err
 
     def _acquire_flock(self) -> bool:
         lock_path = join(self.directory, ".lock")
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except IsADirectoryError as err:
-            raise LeaseDamaged(f"lease {self.directory}: {lock_path} is a folder, not the lock file; "
-                               "remove it if no run is using it") from err
+            raise LeaseDamaged(
+                f"lease {self.directory}: {lock_path} is a folder, not the lock file; remove it if no run is using it"
+            ) from err
         if not try_flock(fd):
             return False
         self._fd = fd

@@ -1,11 +1,11 @@
 """Telemetry: training/eval/sweep metrics in immutable Parquet segments with a small index.
 
-    with TelemetryWriter(root, run) as w:      # per step
-        w.log(step, {"loss": 2.3, "lr": 1e-3}, phase="warmup")
-    TelemetryStore(root).query(run=run, metric="loss", steps=(100, 200))   # polars DataFrame
-    TelemetryStore(root).scan(...)                                          # lazy
-    TelemetryStore(root).compact()                                          # merge small segments
-    import_metrics_jsonl(root, run, "metrics.jsonl")                        # an existing run
+with TelemetryWriter(root, run) as w:      # per step
+    w.log(step, {"loss": 2.3, "lr": 1e-3}, phase="warmup")
+TelemetryStore(root).query(run=run, metric="loss", steps=(100, 200))   # polars DataFrame
+TelemetryStore(root).scan(...)                                          # lazy
+TelemetryStore(root).compact()                                          # merge small segments
+import_metrics_jsonl(root, run, "metrics.jsonl")                        # an existing run
 """
 
 from marin_assets.telemetry.ingest import IngestReport, import_metrics_jsonl

@@ -43,14 +43,14 @@ from marin_assets.telemetry.segments import INT64_MAX, SourceRange, validate_met
 from marin_assets.telemetry.store import TelemetryStore
 from marin_assets.telemetry.writer import NO_TIME, TelemetryWriter
 
-NONFINITE_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
-                     "-infinity": -math.inf}
+NONFINITE_STRINGS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "-infinity": -math.inf}
 RESERVED = {"step", "phase", "time"}
 MAX_QUARANTINE_KEPT = 100  # the first reasons are kept verbatim; the count is always exact
 _NO_AUTO_FLUSH = 2**62  # the ingester flushes itself, at line ends, so each segment knows its byte ranges
 # A metrics line is a few KB; a longer one means the file is not a metrics.jsonl, and reading
 # on to its newline would hold all of it (a 10 GB file without one, say).
 MAX_LINE_BYTES = 16 * 1024 * 1024
+
 
 @dataclass
 class IngestReport:
@@ -72,8 +72,15 @@ class IngestReport:
         return dict(self.__dict__)
 
 
-def import_metrics_jsonl(root: str | TelemetryStore, run: str, path: str | Path, *, append: bool = False,
-                         flush_rows: int = 500_000, lock_timeout_s: float = 600.0) -> IngestReport:
+def import_metrics_jsonl(
+    root: str | TelemetryStore,
+    run: str,
+    path: str | Path,
+    *,
+    append: bool = False,
+    flush_rows: int = 500_000,
+    lock_timeout_s: float = 600.0,
+) -> IngestReport:
     """Add the rows of ``path`` that ``run`` does not hold yet (see the module docstring).
     Refuses a run that already has rows, none from this file, unless ``append``."""
     store = root if isinstance(root, TelemetryStore) else TelemetryStore(root)
@@ -85,8 +92,10 @@ def import_metrics_jsonl(root: str | TelemetryStore, run: str, path: str | Path,
         held = [s for s in store.segments() if s.run == run]
         covered = _covered_ranges(f, [r for s in held for r in s.sources])
         if held and not covered and not append:
-            raise ValueError(f"run {run!r} already has {sum(s.rows for s in held)} rows in {store.url}, none from "
-                             f"{path}; pass append=True (--append) to add this file's rows as well")
+            raise ValueError(
+                f"run {run!r} already has {sum(s.rows for s in held)} rows in {store.url}, none from "
+                f"{path}; pass append=True (--append) to add this file's rows as well"
+            )
         report.already_ingested_bytes = sum(end - start for start, end in covered)
         writer = TelemetryWriter(store, run, flush_rows=_NO_AUTO_FLUSH, flush_seconds=1e9)
         _read_new_lines(f, covered, writer, report, flush_rows, lease.check)
@@ -104,8 +113,14 @@ def _open_regular(path: str | Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _read_new_lines(f: BinaryIO, covered: list[tuple[int, int]], writer: TelemetryWriter, report: IngestReport,
-                    flush_rows: int, check_lease: Callable[[], None]) -> None:
+def _read_new_lines(
+    f: BinaryIO,
+    covered: list[tuple[int, int]],
+    writer: TelemetryWriter,
+    report: IngestReport,
+    flush_rows: int,
+    check_lease: Callable[[], None],
+) -> None:
     """Ingest every line outside ``covered``; each flush names the byte ranges it consumed. On an
     error the buffered rows are dropped with their ranges, so a rerun reads those lines again."""
     ignored: Counter[str] = Counter()
@@ -114,8 +129,10 @@ def _read_new_lines(f: BinaryIO, covered: list[tuple[int, int]], writer: Telemet
     offset, k = 0, 0
     for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            raise ValueError(f"{report.path}: line {number} runs past {MAX_LINE_BYTES} bytes without a newline; "
-                             "not a metrics.jsonl (its lines are a few KB)")
+            raise ValueError(
+                f"{report.path}: line {number} runs past {MAX_LINE_BYTES} bytes without a newline; "
+                "not a metrics.jsonl (its lines are a few KB)"
+            )
         start, offset = offset, offset + len(raw)
         while k < len(covered) and covered[k][1] <= start:
             k += 1
@@ -123,7 +140,7 @@ def _read_new_lines(f: BinaryIO, covered: list[tuple[int, int]], writer: Telemet
             consumed.close()
             if offset <= covered[k][1]:
                 continue  # the run holds this line's rows already
-            start, raw = covered[k][1], raw[covered[k][1] - start:]  # only the line's head was ingested
+            start, raw = covered[k][1], raw[covered[k][1] - start :]  # only the line's head was ingested
         if not raw.endswith(b"\n") and _deferred_tail(raw, number, report):
             break  # not consumed: the next ingest reads the whole line once it is written
         consumed.add(start, raw)
@@ -261,8 +278,9 @@ def _parse_line(raw: bytes, ignored: Counter) -> tuple | str:
         ignored["phase (not a string)"] += 1
         phase = None
     time = row.get("time", NO_TIME)
-    if time is not NO_TIME and (isinstance(time, bool) or not isinstance(time, numbers.Real)
-                                or not math.isfinite(_as_float(time))):
+    if time is not NO_TIME and (
+        isinstance(time, bool) or not isinstance(time, numbers.Real) or not math.isfinite(_as_float(time))
+    ):
         ignored["time (not a finite number)"] += 1
         time = NO_TIME
     metrics: dict[str, float] = {}

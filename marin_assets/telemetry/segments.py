@@ -51,16 +51,25 @@ def validate_metric_name(name: str) -> str:
         raise ValueError(f"invalid metric name {name!r}: {err}") from None
     return name
 
-SCHEMA = pa.schema([
-    ("run", pa.string()),
-    ("metric", pa.string()),
-    ("step", pa.int64()),
-    ("value", pa.float64()),  # null where the logged value was NaN or +-inf
-    ("time", pa.float64()),  # unix seconds when the value was logged; null if unknown
-    ("phase", pa.string()),
-])
-POLARS_SCHEMA = {"run": pl.String, "metric": pl.String, "step": pl.Int64, "value": pl.Float64,
-                 "time": pl.Float64, "phase": pl.String}
+
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("metric", pa.string()),
+        ("step", pa.int64()),
+        ("value", pa.float64()),  # null where the logged value was NaN or +-inf
+        ("time", pa.float64()),  # unix seconds when the value was logged; null if unknown
+        ("phase", pa.string()),
+    ]
+)
+POLARS_SCHEMA = {
+    "run": pl.String,
+    "metric": pl.String,
+    "step": pl.Int64,
+    "value": pl.Float64,
+    "time": pl.Float64,
+    "phase": pl.String,
+}
 SORT_KEYS = [("metric", "ascending"), ("step", "ascending"), ("time", "ascending")]
 INT64_MAX = 2**63 - 1
 SourceRange = tuple[int, int, str]  # (start, end, sha256 hex of bytes[start:end]) of an ingested file
@@ -123,15 +132,30 @@ class SegmentInfo:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict) -> "SegmentInfo":
-        return cls(path=obj["path"], run=obj["run"], metrics=tuple(obj["metrics"]), step_min=int(obj["step_min"]),
-                   step_max=int(obj["step_max"]), time_min=obj.get("time_min"), time_max=obj.get("time_max"),
-                   rows=int(obj["rows"]), replaces=tuple(obj.get("replaces", ())), bytes=obj.get("bytes"),
-                   sha256=obj.get("sha256"), created=float(obj.get("created", 0.0)),
-                   sources=tuple((int(a), int(b), str(h)) for a, b, h in obj.get("sources", ())))
+    def from_json(cls, obj: dict) -> SegmentInfo:
+        return cls(
+            path=obj["path"],
+            run=obj["run"],
+            metrics=tuple(obj["metrics"]),
+            step_min=int(obj["step_min"]),
+            step_max=int(obj["step_max"]),
+            time_min=obj.get("time_min"),
+            time_max=obj.get("time_max"),
+            rows=int(obj["rows"]),
+            replaces=tuple(obj.get("replaces", ())),
+            bytes=obj.get("bytes"),
+            sha256=obj.get("sha256"),
+            created=float(obj.get("created", 0.0)),
+            sources=tuple((int(a), int(b), str(h)) for a, b, h in obj.get("sources", ())),
+        )
 
-    def overlaps(self, runs: frozenset[str] | None, metrics: frozenset[str] | None,
-                 steps: tuple[int | None, int | None], times: tuple[float | None, float | None]) -> bool:
+    def overlaps(
+        self,
+        runs: frozenset[str] | None,
+        metrics: frozenset[str] | None,
+        steps: tuple[int | None, int | None],
+        times: tuple[float | None, float | None],
+    ) -> bool:
         """Could this segment hold a row the query wants? (False means: skip the file.)"""
         if runs is not None and self.run not in runs:
             return False
@@ -161,8 +185,9 @@ def normalise(table: pa.Table) -> pa.Table:
     return table.sort_by(SORT_KEYS)
 
 
-def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), created: float = 0.0,
-              sources: tuple[SourceRange, ...] = ()) -> SegmentInfo:
+def summarise(
+    table: pa.Table, path: str, replaces: tuple[str, ...] = (), created: float = 0.0, sources: tuple[SourceRange, ...] = ()
+) -> SegmentInfo:
     """The footer/index summary of a normalised, non-empty table that holds one run."""
     runs = table.column("run").unique().to_pylist()
     if len(runs) != 1:
@@ -170,9 +195,19 @@ def summarise(table: pa.Table, path: str, replaces: tuple[str, ...] = (), create
     steps = pc.min_max(table.column("step")).as_py()
     times = pc.min_max(table.column("time")).as_py()
     metrics = tuple(sorted(table.column("metric").unique().to_pylist()))
-    return SegmentInfo(path=path, run=runs[0], metrics=metrics, step_min=steps["min"], step_max=steps["max"],
-                       time_min=times["min"], time_max=times["max"], rows=table.num_rows,
-                       replaces=tuple(replaces), created=created, sources=tuple(sorted(set(sources))))
+    return SegmentInfo(
+        path=path,
+        run=runs[0],
+        metrics=metrics,
+        step_min=steps["min"],
+        step_max=steps["max"],
+        time_min=times["min"],
+        time_max=times["max"],
+        rows=table.num_rows,
+        replaces=tuple(replaces),
+        created=created,
+        sources=tuple(sorted(set(sources))),
+    )
 
 
 def encode(table: pa.Table, info: SegmentInfo) -> tuple[bytes, SegmentInfo]:
@@ -181,8 +216,14 @@ def encode(table: pa.Table, info: SegmentInfo) -> tuple[bytes, SegmentInfo]:
     table = table.replace_schema_metadata({FOOTER_KEY: footer})
     sink = pa.BufferOutputStream()
     # pyarrow's write_table is unannotated: use_dictionary is inferred bool from its default, yet takes column names
-    pq.write_table(table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                   use_dictionary=["run", "metric", "phase"], write_statistics=True)  # pyright: ignore[reportArgumentType]
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        row_group_size=ROW_GROUP_ROWS,
+        use_dictionary=["run", "metric", "phase"],  # pyright: ignore[reportArgumentType]
+        write_statistics=True,
+    )
     data = sink.getvalue().to_pybytes()
     sized = replace(info, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     return data, sized

@@ -35,8 +35,7 @@ NO_TIME = object()  # pass as time= when the moment is unknown (an imported file
 class TelemetryWriter:
     """Buffered appends of one run's metrics; ``segments`` lists what each flush wrote."""
 
-    def __init__(self, root: str | TelemetryStore, run: str, *, flush_rows: int = 100_000,
-                 flush_seconds: float = 60.0):
+    def __init__(self, root: str | TelemetryStore, run: str, *, flush_rows: int = 100_000, flush_seconds: float = 60.0):
         self.store = root if isinstance(root, TelemetryStore) else TelemetryStore(root)
         self.run = validate_segment(run, "run")
         if isinstance(flush_rows, bool) or not isinstance(flush_rows, int) or flush_rows < 1:
@@ -59,8 +58,7 @@ class TelemetryWriter:
         self._last_flush = _time.monotonic()
 
     # ---- the call the trainer makes each step -------------------------------------------
-    def log(self, step: int, metrics: Mapping[str, float], *, time: float | None = None,
-            phase: str | None = None) -> None:
+    def log(self, step: int, metrics: Mapping[str, float], *, time: float | None = None, phase: str | None = None) -> None:
         """Buffer one step's metrics. ``time`` defaults to now (unix seconds)."""
         # Plain int/float/str take the fast paths (this runs once per training step); the
         # rest goes through the full checks, which name the run, step and field they refuse.
@@ -122,7 +120,7 @@ class TelemetryWriter:
     def close(self) -> None:
         self.flush()
 
-    def __enter__(self) -> "TelemetryWriter":
+    def __enter__(self) -> TelemetryWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -154,14 +152,17 @@ class TelemetryWriter:
             cols["phase"].append(np.tile(row_phase[rows_arr], k))
         total = sum(len(v) for v in cols["value"])
         phase_idx = np.concatenate(cols["phase"])
-        return pa.table({
-            "run": _decoded(np.zeros(total, dtype=np.int32), [self.run]),
-            "metric": _decoded(np.concatenate(cols["metric"]), names),
-            "step": pa.array(np.concatenate(cols["step"]), type=pa.int64()),
-            "value": finite_or_null(np.concatenate(cols["value"])),
-            "time": finite_or_null(np.concatenate(cols["time"])),
-            "phase": _decoded(np.maximum(phase_idx, 0), phases or [""], null=phase_idx < 0),
-        }, schema=SCHEMA)
+        return pa.table(
+            {
+                "run": _decoded(np.zeros(total, dtype=np.int32), [self.run]),
+                "metric": _decoded(np.concatenate(cols["metric"]), names),
+                "step": pa.array(np.concatenate(cols["step"]), type=pa.int64()),
+                "value": finite_or_null(np.concatenate(cols["value"])),
+                "time": finite_or_null(np.concatenate(cols["time"])),
+                "phase": _decoded(np.maximum(phase_idx, 0), phases or [""], null=phase_idx < 0),
+            },
+            schema=SCHEMA,
+        )
 
 
 def _decoded(codes: np.ndarray, dictionary: list[str], null: np.ndarray | None = None) -> pa.Array:
@@ -174,5 +175,4 @@ def _check_number(run: str, step, name: str, value) -> None:
     """Accept bools (as 0/1) and numpy/other real numbers; refuse anything else by name."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, numbers.Real):
         return
-    raise ValueError(f"run {run} step {step} metric {name!r}: value must be a real number, "
-                     f"got {type(value).__name__} {value!r}")
+    raise ValueError(f"run {run} step {step} metric {name!r}: value must be a real number, got {type(value).__name__} {value!r}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -29,9 +30,17 @@ class ConfigError(ValueError):
 MAX_SEED = 2**32 - 1
 # Integer fields' [lo, hi]. Steps and token counts are int32 on the device (TrainState.step); seq_len
 # needs one input and one target token.
-_INT_RANGES = {"seq_len": (2, MAX_INT32), "batch_size": (1, MAX_INT32), "num_steps": (1, MAX_INT32),
-               "seed": (0, MAX_SEED), "data_seed": (0, MAX_SEED), "data_block_tokens": (1, MAX_INT32),
-               "checkpoint_every_steps": (1, MAX_INT32), "prefetch": (1, MAX_INT32), "microbatches": (1, MAX_INT32)}
+_INT_RANGES = {
+    "seq_len": (2, MAX_INT32),
+    "batch_size": (1, MAX_INT32),
+    "num_steps": (1, MAX_INT32),
+    "seed": (0, MAX_SEED),
+    "data_seed": (0, MAX_SEED),
+    "data_block_tokens": (1, MAX_INT32),
+    "checkpoint_every_steps": (1, MAX_INT32),
+    "prefetch": (1, MAX_INT32),
+    "microbatches": (1, MAX_INT32),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,28 +69,55 @@ class TrainConfig:
     # How the step computes (marin_assets/model/compute.py). They live here, not on ModelConfig: they
     # leave the parameter tree, the parameter and FLOP counts unchanged, so the same model can be
     # trained, resumed or evaluated under other choices (evaluation and held-out loss run in fp32).
-    compute_dtype: str = knob(DEFAULT_DTYPE, help=f"dtype of activations and matmuls, one of {DTYPE_NAMES}; norms, "
-                              "softmax, router logits, LM logits and the loss stay float32")
-    param_dtype: str = knob(DEFAULT_DTYPE, help=f"dtype of the parameters and optimizer state (the master weights "
-                            f"checkpoints keep), one of {DTYPE_NAMES}")
-    remat: str = knob(DEFAULT_REMAT, versioned=False, help=f"activation rematerialisation per layer, one of {REMAT_NAMES}: "
-                      "full recomputes the layer in the backward, save_matmuls keeps the weight matmuls' outputs")
-    fsdp: bool = knob(False, versioned=False, help="FSDP: params and optimizer state split over every device of the mesh "
-                      "(routed experts over expert x data) and gathered per layer in the step (train/mesh.py)")
-    offload_optimizer: bool = knob(False, versioned=False, help="keep the optimizer state in pinned host memory between "
-                                   "steps, copied to the device inside the step (train/offload.py; refused where the "
-                                   "backend cannot compile it, e.g. XLA:CPU)")
-    document_masking: bool = knob(False, help="attention stays inside each packed document: segment ids from the "
-                                  "caches' EOS tokens (train/data.py); with model.rope_per_document positions restart too")
+    compute_dtype: str = knob(
+        DEFAULT_DTYPE,
+        help=f"dtype of activations and matmuls, one of {DTYPE_NAMES}; norms, "
+        "softmax, router logits, LM logits and the loss stay float32",
+    )
+    param_dtype: str = knob(
+        DEFAULT_DTYPE,
+        help=f"dtype of the parameters and optimizer state (the master weights checkpoints keep), one of {DTYPE_NAMES}",
+    )
+    remat: str = knob(
+        DEFAULT_REMAT,
+        versioned=False,
+        help=f"activation rematerialisation per layer, one of {REMAT_NAMES}: "
+        "full recomputes the layer in the backward, save_matmuls keeps the weight matmuls' outputs",
+    )
+    fsdp: bool = knob(
+        False,
+        versioned=False,
+        help="FSDP: params and optimizer state split over every device of the mesh "
+        "(routed experts over expert x data) and gathered per layer in the step (train/mesh.py)",
+    )
+    offload_optimizer: bool = knob(
+        False,
+        versioned=False,
+        help="keep the optimizer state in pinned host memory between "
+        "steps, copied to the device inside the step (train/offload.py; refused where the "
+        "backend cannot compile it, e.g. XLA:CPU)",
+    )
+    document_masking: bool = knob(
+        False,
+        help="attention stays inside each packed document: segment ids from the "
+        "caches' EOS tokens (train/data.py); with model.rope_per_document positions restart too",
+    )
     # Versioned, unlike remat: the gradient is the batch's up to rounding, but a MoE's quantile-balancing bias moves
     # by the microbatches' mean correction and an expert capacity is a microbatch's (train/accumulate.py).
-    microbatches: int = knob(1, help="gradient accumulation: each step runs its batch as this many microbatches in turn "
-                             "(one microbatch's activations in memory) and sums their gradients into the batch's "
-                             "(train/accumulate.py); must divide batch_size")
+    microbatches: int = knob(
+        1,
+        help="gradient accumulation: each step runs its batch as this many microbatches in turn "
+        "(one microbatch's activations in memory) and sums their gradients into the batch's "
+        "(train/accumulate.py); must divide batch_size",
+    )
 
     def __post_init__(self) -> None:
-        for name, cls in (("model", ModelConfig), ("optimizer", OptimizerConfig), ("schedule", ScheduleConfig),
-                          ("guards", GuardConfig)):
+        for name, cls in (
+            ("model", ModelConfig),
+            ("optimizer", OptimizerConfig),
+            ("schedule", ScheduleConfig),
+            ("guards", GuardConfig),
+        ):
             if not isinstance(getattr(self, name), cls):
                 raise ValueError(f"TrainConfig.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
         check_field_types(self)
@@ -98,8 +134,7 @@ class TrainConfig:
         if self.batch_size % self.microbatches:
             raise ValueError(f"TrainConfig.microbatches ({self.microbatches}) must divide batch_size ({self.batch_size})")
         if self.seq_len > self.model.max_seq_len:
-            raise ValueError(
-                f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
+            raise ValueError(f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
         if self.checkpoint_every_seconds <= 0:
             raise ValueError(f"TrainConfig.checkpoint_every_seconds must be > 0, got {self.checkpoint_every_seconds}")
         dtype_of(self.compute_dtype, "TrainConfig.compute_dtype")
@@ -117,8 +152,7 @@ def _field_value(hint, value, where: str):
         if isinstance(value, hint):
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where} must be a mapping of {hint.__name__} fields, got "
-                              f"{type(value).__name__} {value!r:.80}")
+            raise ConfigError(f"{where} must be a mapping of {hint.__name__} fields, got {type(value).__name__} {value!r:.80}")
         return _build(hint, value, where)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         if abs(value) > _MAX_FLOAT:  # float() would raise OverflowError
@@ -233,12 +267,17 @@ def check_state_fits(config: TrainConfig, where: str = "config", available: int 
     m = config.model
     params, _ = count_params(m)
     embedding = 2 * m.vocab_size * m.d_model  # the embedding table and the untied LM head
-    largest = (f"{embedding / params:.0%} of them in the embedding and head (model.vocab_size={m.vocab_size} x "
-               f"model.d_model={m.d_model})" if 2 * embedding >= params else
-               f"{1 - embedding / params:.0%} of them in the layers (model.n_layers={m.n_layers})")
-    raise ConfigError(f"{where}: the parameters and {config.optimizer.name} state in {config.param_dtype} need at "
-                      f"least {need / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of memory this host "
-                      f"has: {params:,} parameters, {largest}")
+    largest = (
+        f"{embedding / params:.0%} of them in the embedding and head (model.vocab_size={m.vocab_size} x "
+        f"model.d_model={m.d_model})"
+        if 2 * embedding >= params
+        else f"{1 - embedding / params:.0%} of them in the layers (model.n_layers={m.n_layers})"
+    )
+    raise ConfigError(
+        f"{where}: the parameters and {config.optimizer.name} state in {config.param_dtype} need at "
+        f"least {need / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of memory this host "
+        f"has: {params:,} parameters, {largest}"
+    )
 
 
 _NESTED = ("model", "optimizer", "schedule", "guards")

@@ -91,8 +91,12 @@ class DataPosition:
 
     @staticmethod
     def from_json(obj: Mapping) -> DataPosition:
-        return DataPosition(int(obj["batches"]), tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())),
-                            obj.get("unit_tokens"), obj.get("block_tokens"))
+        return DataPosition(
+            int(obj["batches"]),
+            tuple(sorted((k, int(v)) for k, v in obj["consumed"].items())),
+            obj.get("unit_tokens"),
+            obj.get("block_tokens"),
+        )
 
 
 class MaskedRows(NamedTuple):
@@ -127,14 +131,23 @@ class MixedLoader:
     block_tokens: the shuffle's block (default: the position's, or seq_len for a fresh run); a run that
     will grow its context can set it to its longest seq_len up front so every window is contiguous text."""
 
-    def __init__(self, caches: Mapping[str, TokenStream | TokenCache | SourceData | str | os.PathLike], seq_len: int,
-                 batch_size: int, mixture: Mixture | Mapping | None = None, seed: int = 0, vocab_size: int | None = None,
-                 block_tokens: int | None = None, eos_ids: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        caches: Mapping[str, TokenStream | TokenCache | SourceData | str | os.PathLike],
+        seq_len: int,
+        batch_size: int,
+        mixture: Mixture | Mapping | None = None,
+        seed: int = 0,
+        vocab_size: int | None = None,
+        block_tokens: int | None = None,
+        eos_ids: Mapping[str, int] | None = None,
+    ):
         if not caches:
             raise ValueError("MixedLoader: no caches given")
         if eos_ids is not None and set(eos_ids) != set(caches):
-            raise ValueError(f"MixedLoader: document masking needs every source's EOS id; "
-                             f"missing for {sorted(set(caches) - set(eos_ids))}")
+            raise ValueError(
+                f"MixedLoader: document masking needs every source's EOS id; missing for {sorted(set(caches) - set(eos_ids))}"
+            )
         self.eos_ids = dict(eos_ids) if eos_ids is not None else None
         self.sources = {name: as_stream(value) for name, value in sorted(caches.items())}
         self.seq_len, self.batch_size, self.seed, self.vocab_size = seq_len, batch_size, seed, vocab_size
@@ -148,7 +161,8 @@ class MixedLoader:
             if n < 1:
                 raise ValueError(
                     f"source {name!r} ({cache.path}) has {cache.num_tokens} tokens, fewer than one "
-                    f"sequence of seq_len={seq_len}; lower seq_len or add data")
+                    f"sequence of seq_len={seq_len}; lower seq_len or add data"
+                )
             self.windows[name] = n
         if block_tokens is not None:
             self._check_block(block_tokens)
@@ -157,8 +171,10 @@ class MixedLoader:
     def _check_block(self, block: int) -> None:
         for name, cache in self.sources.items():
             if cache.num_tokens < block:
-                raise ValueError(f"source {name!r} ({cache.path}) has {cache.num_tokens} tokens, fewer than one "
-                                 f"shuffle block of {block} tokens; lower block_tokens or add data")
+                raise ValueError(
+                    f"source {name!r} ({cache.path}) has {cache.num_tokens} tokens, fewer than one "
+                    f"shuffle block of {block} tokens; lower block_tokens or add data"
+                )
 
     def block_for(self, position: DataPosition) -> int:
         """The shuffle block of the run ``position`` belongs to (fixed for the run: its order depends on it)."""
@@ -169,8 +185,10 @@ class MixedLoader:
         else:
             block = self.block_tokens or self.seq_len
         if self.block_tokens is not None and self.block_tokens != block:
-            raise ValueError(f"data position was read in shuffle blocks of {block} tokens, the loader asks for "
-                             f"{self.block_tokens}: a run's data order cannot change mid-run")
+            raise ValueError(
+                f"data position was read in shuffle blocks of {block} tokens, the loader asks for "
+                f"{self.block_tokens}: a run's data order cannot change mid-run"
+            )
         return block
 
     def tokens_left(self, position: DataPosition) -> dict[str, int]:
@@ -212,11 +230,10 @@ class MixedLoader:
             rows, columns, ordinals, within = (np.array(v, np.int64) for v in zip(*group, strict=True))
             values = self.sources[name].read(self._block_starts(name, block, ordinals) + within, take, field)
             for row, column, value in zip(rows, columns, values, strict=True):
-                out[row, column:column + take] = value
+                out[row, column : column + take] = value
         return out
 
-    def next_batch(self, position: DataPosition, rows: slice | None = None
-                   ) -> tuple[np.ndarray | MaskedRows, bool, DataPosition]:
+    def next_batch(self, position: DataPosition, rows: slice | None = None) -> tuple[np.ndarray | MaskedRows, bool, DataPosition]:
         """(tokens int32 [B, S], batch_ok, position after this batch); a pure function of position.
         A loader with a masked source (``masked``) gives ``MaskedRows(tokens, loss_mask)`` instead of the
         tokens: the mask is 1 on every row of an unmasked source, the source's own mask on its rows.
@@ -256,8 +273,9 @@ class MixedLoader:
             seen[name] = first + int(where.size) * self.seq_len
         ok = True
         if out.size and self.vocab_size is not None and (out.min() < 0 or out.max() >= self.vocab_size):
-            log.warning("batch %d has token ids outside [0, %d): flagged corrupt, step will be skipped",
-                        position.batches, self.vocab_size)
+            log.warning(
+                "batch %d has token ids outside [0, %d): flagged corrupt, step will be skipped", position.batches, self.vocab_size
+            )
             ok = False
             out = np.clip(out, 0, self.vocab_size - 1)
         unit = math.gcd(position.unit_tokens or self.seq_len, self.seq_len)
@@ -265,8 +283,9 @@ class MixedLoader:
         tokens = out.astype(np.int32)
         return (MaskedRows(tokens, mask, segments) if mask is not None else tokens), ok, new
 
-    def iterate(self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
-                ) -> Generator[tuple[np.ndarray, bool, DataPosition], None, None]:
+    def iterate(
+        self, position: DataPosition, prefetch: int = 2, rows: slice | None = None
+    ) -> Generator[tuple[np.ndarray, bool, DataPosition], None, None]:
         """Batches from ``position`` on (only ``rows`` of each, see ``next_batch``), read ahead
         on a background thread. Close the iterator when done (``contextlib.closing``): that
         stops the thread and waits for it, so no tensorstore read is in flight when the

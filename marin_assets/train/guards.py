@@ -54,15 +54,19 @@ class GuardConfig:
             raise ValueError(f"GuardConfig.max_consecutive_spikes must be >= 0, got {self.max_consecutive_spikes}")
         check_int("GuardConfig.max_consecutive_spikes", self.max_consecutive_spikes, 0, MAX_COUNT)
         if not 2 <= self.min_history <= self.window:
-            raise ValueError(
-                f"GuardConfig.min_history must be in [2, window={self.window}], got {self.min_history}")
+            raise ValueError(f"GuardConfig.min_history must be in [2, window={self.window}], got {self.min_history}")
 
 
 def init_guard_state(cfg: GuardConfig) -> dict:
     zeros = jnp.zeros((cfg.window,), jnp.float32)
-    return {"loss": zeros, "grad_norm": zeros, "update_norm": zeros,
-            "n_accepted": jnp.int32(0), "consecutive_spikes": jnp.int32(0),
-            "counts": {name: jnp.int32(0) for name in COUNTERS}}
+    return {
+        "loss": zeros,
+        "grad_norm": zeros,
+        "update_norm": zeros,
+        "n_accepted": jnp.int32(0),
+        "consecutive_spikes": jnp.int32(0),
+        "counts": {name: jnp.int32(0) for name in COUNTERS},
+    }
 
 
 def window_threshold(history: jax.Array, n_accepted: jax.Array, sigma: float) -> jax.Array:
@@ -86,17 +90,21 @@ def should_skip(cfg: GuardConfig, state: dict, loss, grad_norm, batch_ok) -> dic
     nonfinite = ~jnp.isfinite(loss) | ~jnp.isfinite(grad_norm)
     enough = state["n_accepted"] >= cfg.min_history
     if cfg.skip_sigma > 0:
-        spike = enough & ((loss > window_threshold(state["loss"], state["n_accepted"], cfg.skip_sigma))
-                          | (grad_norm > window_threshold(state["grad_norm"], state["n_accepted"], cfg.skip_sigma)))
+        spike = enough & (
+            (loss > window_threshold(state["loss"], state["n_accepted"], cfg.skip_sigma))
+            | (grad_norm > window_threshold(state["grad_norm"], state["n_accepted"], cfg.skip_sigma))
+        )
         if cfg.max_consecutive_spikes > 0:
             spike = spike & (state["consecutive_spikes"] < cfg.max_consecutive_spikes)
     else:
         spike = jnp.bool_(False)
     bad_batch = ~jnp.asarray(batch_ok, jnp.bool_)
-    return {"nonfinite": nonfinite & ~bad_batch,
-            "spike": spike & ~nonfinite & ~bad_batch,
-            "bad_batch": bad_batch,
-            "skip": nonfinite | spike | bad_batch}
+    return {
+        "nonfinite": nonfinite & ~bad_batch,
+        "spike": spike & ~nonfinite & ~bad_batch,
+        "bad_batch": bad_batch,
+        "skip": nonfinite | spike | bad_batch,
+    }
 
 
 def clip_grads(cfg: GuardConfig, grads, grad_norm, zero: jax.Array):
@@ -106,8 +114,9 @@ def clip_grads(cfg: GuardConfig, grads, grad_norm, zero: jax.Array):
     if cfg.grad_clip > 0:
         scale = jnp.minimum(1.0, cfg.grad_clip / jnp.maximum(grad_norm, 1e-12))
     scale = jnp.where(zero | ~jnp.isfinite(scale), 0.0, scale)
-    return jax.tree.map(lambda g: jnp.where(zero, jnp.zeros_like(g), g * scale.astype(g.dtype)), grads), \
-        (cfg.grad_clip > 0) & (grad_norm > cfg.grad_clip) & ~zero
+    return jax.tree.map(lambda g: jnp.where(zero, jnp.zeros_like(g), g * scale.astype(g.dtype)), grads), (cfg.grad_clip > 0) & (
+        grad_norm > cfg.grad_clip
+    ) & ~zero
 
 
 def clip_updates(cfg: GuardConfig, state: dict, updates):
@@ -121,8 +130,7 @@ def clip_updates(cfg: GuardConfig, state: dict, updates):
     return jax.tree.map(lambda u: u * scale.astype(u.dtype), updates), norm * scale, clipped
 
 
-def record(cfg: GuardConfig, state: dict, decision: dict, loss, grad_norm, update_norm,
-           grad_clipped, update_clipped) -> dict:
+def record(cfg: GuardConfig, state: dict, decision: dict, loss, grad_norm, update_norm, grad_clipped, update_clipped) -> dict:
     """Push an accepted step into the windows and bump the event counters."""
     accept = ~decision["skip"]
     slot = state["n_accepted"] % cfg.window
@@ -131,12 +139,19 @@ def record(cfg: GuardConfig, state: dict, decision: dict, loss, grad_norm, updat
         return jnp.where(accept, buf.at[slot].set(jnp.asarray(value, jnp.float32)), buf)
 
     counts = dict(state["counts"])
-    for name, flag in (("skipped_nonfinite", decision["nonfinite"]), ("skipped_spike", decision["spike"]),
-                       ("skipped_bad_batch", decision["bad_batch"]),
-                       ("update_clipped", update_clipped & accept), ("grad_clipped", grad_clipped & accept)):
+    for name, flag in (
+        ("skipped_nonfinite", decision["nonfinite"]),
+        ("skipped_spike", decision["spike"]),
+        ("skipped_bad_batch", decision["bad_batch"]),
+        ("update_clipped", update_clipped & accept),
+        ("grad_clipped", grad_clipped & accept),
+    ):
         counts[name] = counts[name] + flag.astype(jnp.int32)
-    return {"loss": push(state["loss"], loss), "grad_norm": push(state["grad_norm"], grad_norm),
-            "update_norm": push(state["update_norm"], update_norm),
-            "n_accepted": state["n_accepted"] + accept.astype(jnp.int32),
-            "consecutive_spikes": jnp.where(decision["spike"], state["consecutive_spikes"] + 1, 0).astype(jnp.int32),
-            "counts": counts}
+    return {
+        "loss": push(state["loss"], loss),
+        "grad_norm": push(state["grad_norm"], grad_norm),
+        "update_norm": push(state["update_norm"], update_norm),
+        "n_accepted": state["n_accepted"] + accept.astype(jnp.int32),
+        "consecutive_spikes": jnp.where(decision["spike"], state["consecutive_spikes"] + 1, 0).astype(jnp.int32),
+        "counts": counts,
+    }

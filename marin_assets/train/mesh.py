@@ -55,7 +55,8 @@ import itertools
 import logging
 import math
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,7 @@ REPLICATED_FIELDS = ("guard", "router_bias", "step", "rng")
 
 # -- the mesh ---------------------------------------------------------------------------
 
+
 def default_expert_size(model_config, n_devices: int, ep_domain: int, domain_devices: int | None = None) -> int:
     """Largest e dividing the device count and the expert count, within one EP domain (``ep_domain``
     devices: one process's, or the fleet's ``ep_domain_chips``, so the EP all-to-all stays on the
@@ -81,8 +83,9 @@ def default_expert_size(model_config, n_devices: int, ep_domain: int, domain_dev
     if experts <= 0:
         return 1
     per_domain = domain_devices or n_devices
-    return max(e for e in range(1, min(n_devices, ep_domain) + 1)
-               if n_devices % e == 0 and experts % e == 0 and per_domain % e == 0)
+    return max(
+        e for e in range(1, min(n_devices, ep_domain) + 1) if n_devices % e == 0 and experts % e == 0 and per_domain % e == 0
+    )
 
 
 def expert_axis_size(model_config, n_devices: int, per_process: int, env: Mapping[str, str]) -> int:
@@ -94,8 +97,7 @@ def expert_axis_size(model_config, n_devices: int, per_process: int, env: Mappin
     expert = positive_env(env, "MARIN_EXPERT_PARALLEL", None)
     if expert is not None:
         if ep_domain is not None and expert > ep_domain:
-            raise ValueError(f"MARIN_EXPERT_PARALLEL={expert} is larger than the EP domain "
-                             f"(MARIN_EP_DOMAIN_CHIPS={ep_domain})")
+            raise ValueError(f"MARIN_EXPERT_PARALLEL={expert} is larger than the EP domain (MARIN_EP_DOMAIN_CHIPS={ep_domain})")
         return expert
     hosts = positive_env(env, "MARIN_HOSTS_PER_DOMAIN", None)
     # Only a mesh over whole domains has domains to keep groups inside (not a subset of the devices).
@@ -139,10 +141,15 @@ def expert_parallel(mesh, model_config):
 
     if not model_config.is_moe:
         return None
-    return ExpertParallel(mesh, axis="expert", token_axes=BATCH_AXES, transport=model_config.ep_transport,
-                          capacity_factor_send=model_config.capacity_factor_send,
-                          capacity_factor_recv=model_config.capacity_factor_recv,
-                          grouped_matmul=model_config.grouped_matmul)
+    return ExpertParallel(
+        mesh,
+        axis="expert",
+        token_axes=BATCH_AXES,
+        transport=model_config.ep_transport,
+        capacity_factor_send=model_config.capacity_factor_send,
+        capacity_factor_recv=model_config.capacity_factor_recv,
+        grouped_matmul=model_config.grouped_matmul,
+    )
 
 
 def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: int = 1) -> None:
@@ -150,18 +157,21 @@ def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: 
     each microbatch is split over the batch shards too (train/accumulate.py)."""
     shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
     if batch_size % shards:
-        raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards "
-                         f"of mesh {dict(mesh.shape)}")
+        raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh {dict(mesh.shape)}")
     if (batch_size // microbatches) % shards:
-        raise ValueError(f"TrainConfig.microbatches ({microbatches}): a microbatch of batch_size {batch_size} / {microbatches} = "
-                         f"{batch_size // microbatches} rows is not divisible by the {shards} batch shards of mesh "
-                         f"{dict(mesh.shape)}")
+        raise ValueError(
+            f"TrainConfig.microbatches ({microbatches}): a microbatch of batch_size {batch_size} / {microbatches} = "
+            f"{batch_size // microbatches} rows is not divisible by the {shards} batch shards of mesh "
+            f"{dict(mesh.shape)}"
+        )
     if model_config.is_moe and model_config.n_routed_experts % mesh.shape["expert"]:
-        raise ValueError(f"n_routed_experts {model_config.n_routed_experts} is not divisible by the "
-                         f"expert axis ({mesh.shape['expert']})")
+        raise ValueError(
+            f"n_routed_experts {model_config.n_routed_experts} is not divisible by the expert axis ({mesh.shape['expert']})"
+        )
 
 
 # -- shardings ----------------------------------------------------------------------------
+
 
 def _key_names(path) -> list[str]:
     return [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
@@ -222,8 +232,10 @@ def state_shardings(mesh, state, fsdp: bool = False) -> Any:
         for axis, entry in enumerate(spec):
             parts = math.prod(mesh.shape[a] for a in ((entry,) if isinstance(entry, str) else entry or ()))
             if leaf.shape[axis] % parts:
-                raise ValueError(f"state leaf {jax.tree_util.keystr(path)} {leaf.shape}: axis {axis} is not "
-                                 f"divisible by the {entry} axis ({parts})")
+                raise ValueError(
+                    f"state leaf {jax.tree_util.keystr(path)} {leaf.shape}: axis {axis} is not "
+                    f"divisible by the {entry} axis ({parts})"
+                )
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(one, state)
@@ -281,10 +293,12 @@ def shard_batch(mesh, local_rows, global_batch: int):
         return local_rows._make(None if part is None else shard_batch(mesh, part, global_batch) for part in local_rows)
     rows = process_rows(mesh, global_batch)
     if local_rows.shape[0] != rows.stop - rows.start:
-        raise ValueError(f"shard_batch: got {local_rows.shape[0]} rows, this process holds rows "
-                         f"[{rows.start}, {rows.stop}) of {global_batch}")
-    return jax.make_array_from_process_local_data(batch_sharding(mesh), np.asarray(local_rows),
-                                                  (global_batch,) + tuple(local_rows.shape[1:]))
+        raise ValueError(
+            f"shard_batch: got {local_rows.shape[0]} rows, this process holds rows [{rows.start}, {rows.stop}) of {global_batch}"
+        )
+    return jax.make_array_from_process_local_data(
+        batch_sharding(mesh), np.asarray(local_rows), (global_batch,) + tuple(local_rows.shape[1:])
+    )
 
 
 def place_state(host_state, shardings):
@@ -313,6 +327,7 @@ def host_state(state):
 
 # -- the step -------------------------------------------------------------------------------
 
+
 def jit_step(step: Callable, mesh, state_sh, n_scalars: int = 2, donate: bool = True) -> Callable:
     """jit ``step(state, tokens, *scalars) -> (state, metrics)`` with the mesh's layout.
 
@@ -322,8 +337,12 @@ def jit_step(step: Callable, mesh, state_sh, n_scalars: int = 2, donate: bool = 
     import jax
 
     rep = replicated(mesh)
-    jitted = jax.jit(step, in_shardings=(state_sh, batch_sharding(mesh)) + (rep,) * n_scalars,
-                     out_shardings=(state_sh, rep), donate_argnums=(0,) if donate else ())
+    jitted = jax.jit(
+        step,
+        in_shardings=(state_sh, batch_sharding(mesh)) + (rep,) * n_scalars,
+        out_shardings=(state_sh, rep),
+        donate_argnums=(0,) if donate else (),
+    )
     if jax.process_count() == 1:
         return jitted
     return _compile_then_meet(jitted)

@@ -60,8 +60,7 @@ class MetricsLogger:
     ``truncate_after(step)`` drops lines for steps the checkpoint being resumed from has not
     seen, so a killed-and-resumed run's file reads exactly like an uninterrupted one."""
 
-    def __init__(self, out_dir: str | os.PathLike, use_wandb: bool = False, run_name: str = "train",
-                 config: dict | None = None):
+    def __init__(self, out_dir: str | os.PathLike, use_wandb: bool = False, run_name: str = "train", config: dict | None = None):
         self.fs, root = filesystem(os.fspath(out_dir))
         self.fs.makedirs(root, exist_ok=True)
         self.path = child(out_dir, METRICS_FILE)
@@ -77,8 +76,14 @@ class MetricsLogger:
             import wandb
 
             # wandb writes to a local dir: the out dir when local, else its default (./wandb)
-            self._wandb = wandb.init(project="marin-assets", name=run_name, dir=root if self._local else None,
-                                     config=config or {}, mode=os.environ["WANDB_MODE"], reinit=True)
+            self._wandb = wandb.init(
+                project="marin-assets",
+                name=run_name,
+                dir=root if self._local else None,
+                config=config or {},
+                mode=os.environ["WANDB_MODE"],
+                reinit=True,
+            )
 
     def exists(self) -> bool:
         return self.fs.exists(self._where)
@@ -169,8 +174,7 @@ def plot_loss_curve(rows, png_path: str | os.PathLike, title: str = "training lo
     ax.plot(steps, [r["loss"] for r in rows], lw=1.2, label="loss")
     skipped = [r for r in rows if r.get("skipped")]
     if skipped:
-        ax.scatter([r["step"] for r in skipped], [r["loss"] for r in skipped], color="red", s=12,
-                   label="skipped", zorder=3)
+        ax.scatter([r["step"] for r in skipped], [r["loss"] for r in skipped], color="red", s=12, label="skipped", zorder=3)
     phases = {}
     for r in rows:
         phases.setdefault(r.get("phase"), r["step"])

@@ -21,7 +21,8 @@ weights stacked on a leading axis, so a "matrix" is always the last two axes):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -153,12 +154,10 @@ def _muon(cfg: OptimizerConfig, params) -> Optimizer:
     AdamW's; one learning rate then serves both groups (Moonshot's recipe)."""
     is_matrix = _mask(params, ("matrix",))
     decay = _mask(params, ("matrix", "head"))
-    adam = optax.masked(optax.scale_by_adam(cfg.beta1, cfg.beta2, cfg.eps),
-                        jax.tree.map(lambda m: not m, is_matrix))
+    adam = optax.masked(optax.scale_by_adam(cfg.beta1, cfg.beta2, cfg.eps), jax.tree.map(lambda m: not m, is_matrix))
 
     def init(params):
-        momentum = jax.tree.map(lambda p, m: jnp.zeros_like(p) if m else jnp.zeros((0,), p.dtype),
-                                params, is_matrix)
+        momentum = jax.tree.map(lambda p, m: jnp.zeros_like(p) if m else jnp.zeros((0,), p.dtype), params, is_matrix)
         return {"adam": adam.init(params), "momentum": momentum}
 
     def update(grads, state, params, lr):

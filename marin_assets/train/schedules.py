@@ -23,7 +23,7 @@ Kinds (Marin reference, section 5):
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import jax.numpy as jnp
 
@@ -63,17 +63,22 @@ class ScheduleConfig:
         for name in ("warmup_start_fraction", "min_lr_fraction", "start_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"ScheduleConfig.{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.kind in ("wsd", "cosine") and self.warmup_steps + (self.decay_steps if self.kind == "wsd" else 0) > self.total_steps:
+        if (
+            self.kind in ("wsd", "cosine")
+            and self.warmup_steps + (self.decay_steps if self.kind == "wsd" else 0) > self.total_steps
+        ):
             raise ValueError(
                 f"ScheduleConfig: warmup_steps ({self.warmup_steps}) + decay_steps ({self.decay_steps}) "
-                f"exceed total_steps ({self.total_steps})")
+                f"exceed total_steps ({self.total_steps})"
+            )
         if self.kind == "wsd_s":
             if self.cycle_steps <= 0:
                 raise ValueError("ScheduleConfig: wsd_s needs cycle_steps > 0")
             if self.decay_steps + self.rewarm_steps > self.cycle_steps:
                 raise ValueError(
                     f"ScheduleConfig: wsd_s decay_steps ({self.decay_steps}) + rewarm_steps "
-                    f"({self.rewarm_steps}) must fit in cycle_steps ({self.cycle_steps})")
+                    f"({self.rewarm_steps}) must fit in cycle_steps ({self.cycle_steps})"
+                )
 
 
 def _warmup(step, cfg: ScheduleConfig):

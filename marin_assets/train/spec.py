@@ -31,8 +31,17 @@ from marin_assets.train.budget import BudgetStop
 if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
     from marin_assets.train.config import TrainConfig
 
-SPEC_KEYS = ("config", "caches", "out_dir", "resume", "warm_start", "telemetry_run", "telemetry_root",
-             "allow_tokenizer_change", "budget_file")
+SPEC_KEYS = (
+    "config",
+    "caches",
+    "out_dir",
+    "resume",
+    "warm_start",
+    "telemetry_run",
+    "telemetry_root",
+    "allow_tokenizer_change",
+    "budget_file",
+)
 OPTIONAL_KEYS = ("warm_start", "telemetry_run", "telemetry_root", "budget_file")
 
 
@@ -102,12 +111,17 @@ class TrainSpec:
     def to_json_dict(self) -> dict[str, Any]:
         from marin_assets.train.config import config_to_dict
 
-        return {"config": config_to_dict(self.config), "caches": self.caches, "out_dir": self.out_dir,
-                "resume": self.resume, "allow_tokenizer_change": self.allow_tokenizer_change,
-                **{k: getattr(self, k) for k in OPTIONAL_KEYS}}
+        return {
+            "config": config_to_dict(self.config),
+            "caches": self.caches,
+            "out_dir": self.out_dir,
+            "resume": self.resume,
+            "allow_tokenizer_change": self.allow_tokenizer_change,
+            **{k: getattr(self, k) for k in OPTIONAL_KEYS},
+        }
 
     @classmethod
-    def from_json_dict(cls, data: Any, where: str = "spec") -> "TrainSpec":
+    def from_json_dict(cls, data: Any, where: str = "spec") -> TrainSpec:
         """The spec in ``data`` (parsed JSON); ValueError naming the key at fault."""
         if not isinstance(data, Mapping):
             raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
@@ -116,16 +130,21 @@ class TrainSpec:
         if unknown or missing:
             raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; keys are {list(SPEC_KEYS)}")
         if not isinstance(data["config"], Mapping):
-            raise ValueError(f"{where}.config: expected an object of TrainConfig fields, "
-                             f"got {type(data['config']).__name__}")
+            raise ValueError(f"{where}.config: expected an object of TrainConfig fields, got {type(data['config']).__name__}")
         try:
             from marin_assets.train.config import config_from_dict
 
             config = config_from_dict(data["config"], where=f"{where}.config")
         except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
             raise ValueError(f"{where}.config: {e}") from None
-        return cls(config=config, caches=data["caches"], out_dir=data["out_dir"], resume=data["resume"],
-                   allow_tokenizer_change=data.get("allow_tokenizer_change", False), **{k: data.get(k) for k in OPTIONAL_KEYS})
+        return cls(
+            config=config,
+            caches=data["caches"],
+            out_dir=data["out_dir"],
+            resume=data["resume"],
+            allow_tokenizer_change=data.get("allow_tokenizer_change", False),
+            **{k: data.get(k) for k in OPTIONAL_KEYS},
+        )
 
     def stop_check(self):
         """What ends the phase early besides a signal (``train``'s ``stop_check``): the budget file's cut, if any."""

@@ -13,7 +13,8 @@ dense decoder of ``marin_assets.model``). Swap one function to test a guard, e.g
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,10 +40,10 @@ class TrainState:
         return {name: getattr(self, name) for name in FIELDS}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrainState":
+    def from_dict(cls, data: dict) -> TrainState:
         return cls(**{name: data[name] for name in FIELDS})
 
-    def replace(self, **changes) -> "TrainState":
+    def replace(self, **changes) -> TrainState:
         return dataclasses.replace(self, **changes)
 
 
@@ -86,7 +87,14 @@ def init_state(config, opt, model: Model, key=None) -> TrainState:
     key = jax.random.PRNGKey(config.seed) if key is None else key
     key, init_key = jax.random.split(key)
     dtype = dtype_of(config.param_dtype, "TrainConfig.param_dtype")
-    params = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
-                          model.init_params(config.model, init_key))
-    return TrainState(params=params, opt_state=opt.init(params), guard=init_guard_state(config.guards),
-                      router_bias=model.init_router_bias(config.model), step=jnp.int32(0), rng=key)
+    params = jax.tree.map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, model.init_params(config.model, init_key)
+    )
+    return TrainState(
+        params=params,
+        opt_state=opt.init(params),
+        guard=init_guard_state(config.guards),
+        router_bias=model.init_router_bias(config.model),
+        step=jnp.int32(0),
+        rng=key,
+    )

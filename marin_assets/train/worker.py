@@ -31,7 +31,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING, Callable, ContextManager, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ContextManager
 
 from marin_assets.train.spec import TrainSpec, load_spec
 
@@ -45,16 +46,22 @@ EXIT_BAD_SPEC = 2
 
 def result_metadata(result, mesh) -> dict:
     """The materialisation's metadata: the run's final counts (JSON-able values only)."""
-    meta = {"final_step": result.final_step, "tokens": result.tokens, "counts": dict(result.counts),
-            "data_position": result.data_position, "tokens_left": dict(result.tokens_left),
-            "phase_start_step": result.phase_start_step, "metrics_path": str(result.metrics_path),
-            "checkpoint_dir": str(result.checkpoint_dir) if result.checkpoint_dir else "",
-            "mesh": {k: int(v) for k, v in mesh.shape.items()}, "devices": int(mesh.size),
-            "stopped_by": result.stopped_by or ""}
+    meta = {
+        "final_step": result.final_step,
+        "tokens": result.tokens,
+        "counts": dict(result.counts),
+        "data_position": result.data_position,
+        "tokens_left": dict(result.tokens_left),
+        "phase_start_step": result.phase_start_step,
+        "metrics_path": str(result.metrics_path),
+        "checkpoint_dir": str(result.checkpoint_dir) if result.checkpoint_dir else "",
+        "mesh": {k: int(v) for k, v in mesh.shape.items()},
+        "devices": int(mesh.size),
+        "stopped_by": result.stopped_by or "",
+    }
     # Pipes infers scalars and strings; mappings (and a missing loss) must say what they are.
     typed = {k: {"raw_value": v, "type": "json"} if isinstance(v, Mapping) else v for k, v in meta.items()}
-    typed["last_loss"] = ({"raw_value": None, "type": "null"} if result.last_loss is None
-                          else float(result.last_loss))
+    typed["last_loss"] = {"raw_value": None, "type": "null"} if result.last_loss is None else float(result.last_loss)
     return typed
 
 
@@ -73,24 +80,38 @@ def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) 
 
     if pipes is not None:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
-    result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                   log_fn=report, mesh=mesh, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
-                   allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check(),
-                   read_weights=read_weights)
+    result = train(
+        spec.config,
+        spec.caches,
+        spec.out_dir,
+        resume=spec.resume,
+        warm_start=spec.warm_start,
+        log_fn=report,
+        mesh=mesh,
+        telemetry_run=spec.telemetry_run,
+        telemetry_root=spec.telemetry_root,
+        allow_tokenizer_change=spec.allow_tokenizer_change,
+        stop_check=spec.stop_check(),
+        read_weights=read_weights,
+    )
     if pipes is not None:
-        pipes.log.info(result.stop_message if result.stopped_by else
-                       f"done at step {result.final_step}, last loss {result.last_loss}")
+        pipes.log.info(
+            result.stop_message if result.stopped_by else f"done at step {result.final_step}, last loss {result.last_loss}"
+        )
         pipes.report_asset_materialization(metadata=result_metadata(result, mesh))
     return 0
 
 
-def main(argv: list[str] | None = None, open_reporter: Callable[[], ContextManager] | None = None,
-         prog: str = "python -m marin_assets.train.worker", read_weights: WeightsReader | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    open_reporter: Callable[[], ContextManager] | None = None,
+    prog: str = "python -m marin_assets.train.worker",
+    read_weights: WeightsReader | None = None,
+) -> int:
     """open_reporter: opens process 0's reporter (the Pipes context, given by the entry point
     the backends launch: marin_assets/orchestration/training_backends/pipes_worker.py); None
     trains without reports (`marin train --processes`). read_weights: ``run``'s."""
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", required=True, help="the worker spec JSON file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

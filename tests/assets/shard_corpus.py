@@ -53,8 +53,12 @@ def new_records() -> list:
     """The added raw file: an exact copy of doc 10 with a lower source_id (so the new copy is
     the canonical one and doc 10's shard loses its row), a near copy of doc 20 with the
     lower id (removed from the new shard: doc 20 came first), and two new documents."""
-    return [{"text": prose(NEW_COPIED), "id": "a000"}, {"text": near(prose(NEW_NEAR_TARGET), new_near_seed()), "id": "a001"},
-            {"text": prose(500), "id": "a002"}, {"text": prose(501), "id": "a003"}]
+    return [
+        {"text": prose(NEW_COPIED), "id": "a000"},
+        {"text": near(prose(NEW_NEAR_TARGET), new_near_seed()), "id": "a001"},
+        {"text": prose(500), "id": "a002"},
+        {"text": prose(501), "id": "a003"},
+    ]
 
 
 def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, threshold: float) -> list[dict]:
@@ -71,8 +75,9 @@ def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, thre
 
     docs = []
     for key in shards:
-        table = read_table(store.read_pointer("shards/normalized", key).files(".parquet")[0],
-                           columns=["id", "text", "source", "source_id"])
+        table = read_table(
+            store.read_pointer("shards/normalized", key).files(".parquet")[0], columns=["id", "text", "source", "source_id"]
+        )
         for i, row in enumerate(table.to_pylist()):
             text = mask_pii(row["text"])[0]
             docs.append({**row, "text": text, "id": doc_id(text), "key": key, "row": i})
@@ -81,5 +86,7 @@ def expected_final(store, shards: list[str], model_dir: str, eval_dir: str, thre
     exact, fuzzy = dedup([d for d in docs if place(d) not in low])
     index, bar = EvalNgramIndex.load(eval_dir), DecontamConfig().threshold
     final = [d for d in docs if place(d) not in low | set(exact) | set(fuzzy) and score_text(index, d["text"])[0] < bar]
-    return sorted(({k: d[k] for k in ("id", "text", "source", "source_id")} for d in final),
-                  key=lambda d: (d["id"], d["source"], d["source_id"]))
+    return sorted(
+        ({k: d[k] for k in ("id", "text", "source", "source_id")} for d in final),
+        key=lambda d: (d["id"], d["source"], d["source_id"]),
+    )

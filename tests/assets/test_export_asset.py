@@ -5,17 +5,15 @@ export_hf's one-line reason; never automated. The phase is a stand-in that saves
 stand-ins with a real one's counts and files."""
 
 import json
-
 from pathlib import Path
 
 import dagster as dg
 
 from assets.datakit.datasets import mixture_asset
+from assets.evals import EVAL_KEY
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
 from assets.run_plan import TRAIN_KEY
-from assets.training import EVAL_KEY
-from marin_assets.store import ArtifactRef
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
@@ -24,6 +22,7 @@ from marin_assets.orchestration import (
     versioned,
     versioned_asset,
 )
+from marin_assets.store import ArtifactRef
 from tests.hf.support import MIXTRAL_MODEL
 from tests.support.checkpoints import save_untrained
 from tests.support.configs import TINY_MODEL
@@ -88,8 +87,12 @@ def stub_score(ctx: StageContext, run: dict):
     """The main run's target as main_run_asset writes it: run.json names the phase artifact it scored."""
     ((_, phase),) = run.items()
     Path(ctx.out_dir, "run.json").write_text(json.dumps({"phase": phase.partition, "version": phase.version}))
-    return {"validation_loss": 2.875, "experiment": "scaling_moe_main_x", "frozen_hash": FROZEN["frozen_hash"],
-            "phase": phase.partition}
+    return {
+        "validation_loss": 2.875,
+        "experiment": "scaling_moe_main_x",
+        "frozen_hash": FROZEN["frozen_hash"],
+        "phase": phase.partition,
+    }
 
 
 ASSETS = [*DATASETS, mixture, stub_tokenizer, stub_phase, stub_eval, export_phase]
@@ -117,11 +120,16 @@ def _export(tmp_path, exportable: bool, scored: bool = False, evaluated: bool = 
         run_config={"ops": {stub_phase.op.name: {"config": {"exportable": exportable}}}},
     ).success
     if evaluated:
-        assert dg.materialize(ASSETS, selection=[stub_eval], partition_key="kestrel", instance=instance,
-                              resources=resources).success
+        assert dg.materialize(
+            ASSETS, selection=[stub_eval], partition_key="kestrel", instance=instance, resources=resources
+        ).success
     if scored:
-        assert dg.materialize([*ASSETS, stub_prediction, stub_score], selection=[stub_prediction, stub_score],
-                              instance=instance, resources=resources).success
+        assert dg.materialize(
+            [*ASSETS, stub_prediction, stub_score],
+            selection=[stub_prediction, stub_score],
+            instance=instance,
+            resources=resources,
+        ).success
     result = dg.materialize(
         ASSETS, selection=[export_phase], partition_key="kestrel", instance=instance, resources=resources, raise_on_error=False
     )

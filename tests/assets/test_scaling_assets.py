@@ -49,15 +49,29 @@ REAL_KEY = "C2e09-d32"
 # E + A' C^-a' only approximately (N counts embeddings the FLOPs do not, the vertices are
 # noisy), so the targets are held to 1%: ten times the noise, far below the loss drop.
 LAW = dict(E=2.0, A=40.0, alpha=0.35, B=60.0, beta=0.30)
-LAW_LADDER = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
-                    targets=(Target("x2", 2.0), Target("x4", 4.0)), seeds=(0, 1), max_relative_error=0.01)
+LAW_LADDER = Ladder(
+    name="law",
+    budgets=(8e9, 1.6e10, 3.2e10),
+    widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+    targets=(Target("x2", 2.0), Target("x4", 4.0)),
+    seeds=(0, 1),
+    max_relative_error=0.01,
+)
 # The recipes' LR enters the law runs as a penalty around this optimum (the lr_sweep must find it).
 LR_OPT = 0.021
 SWEEP_CONFIG = {"seq_len": SEQ, "batch_sizes": [8], "min_steps": 20, "validation_windows": 64}
-LAW_RUN_CONFIG = {"ops": {op: {"config": cfg} for op, cfg in {
-    "scaling__law__lr_sweep": {"sweep": SWEEP_CONFIG}, "scaling__law__sweep": SWEEP_CONFIG, "scaling__law__fit": {"bootstrap_n": 20},
-    **{f"scaling__law__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "x4")},
-    **{f"scaling__law__{t}__target": SWEEP_CONFIG for t in ("x2", "x4")}}.items()}}
+LAW_RUN_CONFIG = {
+    "ops": {
+        op: {"config": cfg}
+        for op, cfg in {
+            "scaling__law__lr_sweep": {"sweep": SWEEP_CONFIG},
+            "scaling__law__sweep": SWEEP_CONFIG,
+            "scaling__law__fit": {"bootstrap_n": 20},
+            **{f"scaling__law__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "x4")},
+            **{f"scaling__law__{t}__target": SWEEP_CONFIG for t in ("x2", "x4")},
+        }.items()
+    }
+}
 
 
 def stdlib_blocks(files: list[str]) -> list[str]:
@@ -118,7 +132,7 @@ def test_every_ladder_partition_is_plannable_with_the_default_sweep_config(ladde
         cand = plan_run(budget, width, settings, recipe, ladder.family)  # raises with the reason if there is no run
         assert cand.budget == pytest.approx(budget, rel=0.05)  # snapped to its 1.1 bucket
         assert abs(cand.flops / cand.budget - 1) <= settings.tolerance and cand.steps >= settings.min_steps
-        assert cand.optimizer.name == "adamh" and cand.config.init_std == pytest.approx(width ** -0.5)
+        assert cand.optimizer.name == "adamh" and cand.config.init_std == pytest.approx(width**-0.5)
         assert (cand.config.n_routed_experts > 0) == (ladder is MOE_LADDER)
     assert isinstance(settings, SweepSettings)
 
@@ -137,13 +151,28 @@ def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_run
 
     main = ModelShapeConfig()
     target = MOE_LADDER.targets[-1]
-    assert (target.name, target.width, target.batch_size, target.tokens) == ("main", main.d_model,
-                                                                              TrainBaseConfig().batch_size, MAIN_RUN_TOKENS)
+    assert (target.name, target.width, target.batch_size, target.tokens) == (
+        "main",
+        main.d_model,
+        TrainBaseConfig().batch_size,
+        MAIN_RUN_TOKENS,
+    )
     assert DEMO_LADDER is MOE_LADDER  # the demo runs it: the watch judges the demo's run against its sweep
     family = target.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
     model = family.build_config(*family.shape(main.d_model))
-    for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_routed_experts", "n_shared_experts", "top_k",
-                 "expert_d_ff", "router_gating", "balancing"):
+    for name in (
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "d_ff",
+        "n_routed_experts",
+        "n_shared_experts",
+        "top_k",
+        "expert_d_ff",
+        "router_gating",
+        "balancing",
+    ):
         assert getattr(model, name) == getattr(main, name), name
     # The ladder's members only split their width into smaller heads (4, not 16): at the main run's
     # width, the same matrices (the q/k norm gains are per head size: 2 x 12 per layer fewer) and FLOPs.
@@ -181,30 +210,46 @@ def test_ladder_rejects_bad_shapes():
 
 def test_exports_are_the_demo_and_moe_ladders():
     keys = {a.key.to_user_string() for a in scaling_assets}
-    steps = {ladder.name: ["lr_sweep", "sweep", "fit", "comparison", *(f"{t}/{kind}" for t in ladder.target_keys
-                                                                      for kind in ("prediction", "target"))]
-             for ladder in (DENSE_LADDER, MOE_LADDER)}
+    steps = {
+        ladder.name: [
+            "lr_sweep",
+            "sweep",
+            "fit",
+            "comparison",
+            *(f"{t}/{kind}" for t in ladder.target_keys for kind in ("prediction", "target")),
+        ]
+        for ladder in (DENSE_LADDER, MOE_LADDER)
+    }
     assert keys == {f"scaling/{ladder}/{step}" for ladder, names in steps.items() for step in names}
     assert DENSE_LADDER.target_keys == ["x3"] and MOE_LADDER.target_keys == ["x3", "main"]
     assert {(c.asset_key.to_user_string(), c.name) for check in scaling_checks for c in check.check_specs} == {
-        (f"scaling/{ladder}/comparison", "prediction_error") for ladder in ("dense", "moe")}
+        (f"scaling/{ladder}/comparison", "prediction_error") for ladder in ("dense", "moe")
+    }
     sweep = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/sweep")
     assert sorted(sweep.partitions_def.get_partition_keys()) == sorted(MOE_LADDER.keys())
     assert sweep.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "lr_sweep"])}
     target = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/x3/target")
     assert target.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "x3", "prediction"])}
     main = next(a for a in scaling_assets if a.key.to_user_string() == "scaling/moe/main/target")  # the demo's run itself
-    assert main.dependency_keys == {dg.AssetKey("mixture"), dg.AssetKey(["scaling", "moe", "main", "prediction"]),
-                                    dg.AssetKey(["train", "demo"])}
+    assert main.dependency_keys == {
+        dg.AssetKey("mixture"),
+        dg.AssetKey(["scaling", "moe", "main", "prediction"]),
+        dg.AssetKey(["train", "demo"]),
+    }
     from assets.partitions import demo_phases
 
     main_run = dg.AssetSpec(["train", "demo"], partitions_def=demo_phases)  # the run the main target observes
-    defs = dg.Definitions(assets=[*scaling_assets, *DATA, main_run], asset_checks=scaling_checks,
-                          jobs=[scaling_job], resources=resources(Path("/nonexistent")))
+    defs = dg.Definitions(
+        assets=[*scaling_assets, *DATA, main_run],
+        asset_checks=scaling_checks,
+        jobs=[scaling_job],
+        resources=resources(Path("/nonexistent")),
+    )
     defs.resolve_all_job_defs()
     # The scaling job is the demo's ladder (one partitions definition per job: the dense sweep's is its own group's).
     assert {k.to_user_string() for k in defs.resolve_job_def("scaling").asset_layer.executable_asset_keys} == {
-        k for k in keys if k.startswith("scaling/moe/")}
+        k for k in keys if k.startswith("scaling/moe/")
+    }
 
 
 def test_the_ladder_reads_the_mixtures_datasets(data_store):
@@ -224,10 +269,21 @@ def test_real_sweep_partition_trains_with_its_recipe(data_store):
     lr_sweep, sweep, *_ = build_scaling_assets(REAL_LADDER)[0]
     config = {**SWEEP_CONFIG, "recipe": "v2", "lr_base": 0.02}  # lr_base set: the lr_sweep is not read
     with dg.instance_for_test() as instance:
-        assert dg.materialize([*DATA, lr_sweep], selection=[lr_sweep.key], instance=instance, resources=resources(prefix),
-                              run_config={"ops": {"scaling__real__lr_sweep": {"config": {"sweep": {**config, "recipe": "v1"}}}}}).success
-        result = dg.materialize([*DATA, lr_sweep, sweep], selection=[sweep.key], partition_key=REAL_KEY, instance=instance,
-                                resources=resources(prefix), run_config={"ops": {"scaling__real__sweep": {"config": config}}})
+        assert dg.materialize(
+            [*DATA, lr_sweep],
+            selection=[lr_sweep.key],
+            instance=instance,
+            resources=resources(prefix),
+            run_config={"ops": {"scaling__real__lr_sweep": {"config": {"sweep": {**config, "recipe": "v1"}}}}},
+        ).success
+        result = dg.materialize(
+            [*DATA, lr_sweep, sweep],
+            selection=[sweep.key],
+            partition_key=REAL_KEY,
+            instance=instance,
+            resources=resources(prefix),
+            run_config={"ops": {"scaling__real__sweep": {"config": config}}},
+        )
     ref: ArtifactRef = result.output_for_node("scaling__real__sweep")
     c = ref.counts
     assert c["vocab_size"] == VOCAB  # taken from the datasets' tokenizer, not configured
@@ -238,7 +294,7 @@ def test_real_sweep_partition_trains_with_its_recipe(data_store):
     assert c["learning_rate"] == pytest.approx(0.02 * (16 / 32) ** 0.5 * (150 / c["steps"]) ** 0.5)
     run = json.loads((Path(ref.data_path) / "run.json").read_text())
     assert run["optimizer"]["name"] == "adamh" and run["optimizer"]["weight_decay"] == 0.0
-    assert run["model"]["init_std"] == pytest.approx(32 ** -0.5)
+    assert run["model"]["init_std"] == pytest.approx(32**-0.5)
     # It learned: held-out loss well below a uniform guess over the vocabulary, and the
     # training loss fell from its first step.
     assert c["validation_loss"] < math.log(VOCAB) - 0.5
@@ -255,7 +311,7 @@ def test_real_sweep_partition_trains_with_its_recipe(data_store):
 
 
 def law_loss(params: float, tokens: float, lr: float, seed: int) -> float:
-    noise = 1e-3 * math.sin(7.0 * params ** 0.5 + math.log(tokens) + 1.7 * seed)  # deterministic, |noise| <= 0.1%
+    noise = 1e-3 * math.sin(7.0 * params**0.5 + math.log(tokens) + 1.7 * seed)  # deterministic, |noise| <= 0.1%
     penalty = 0.05 * math.log10(lr / LR_OPT) ** 2  # the loss rises away from the best LR
     return (LAW["E"] + LAW["A"] / params ** LAW["alpha"] + LAW["B"] / tokens ** LAW["beta"]) * (1 + noise) + penalty
 
@@ -264,15 +320,28 @@ def law_train(cand, config, train_caches, validation_caches, out_dir, *, run_nam
     """A ladder run whose loss is the known law at the planned (N, D) and LR: no training."""
     loss = law_loss(cand.params, cand.tokens, cand.learning_rate, seed)
     write_file(out_dir, "run.json", json.dumps({"plan": cand.as_dict(), "validation_loss": {"mean": loss}, **(record or {})}))
-    return {"budget": cand.budget, "width": cand.width, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
-            "steps": cand.steps, "batch_size": cand.batch_size, "validation_loss": loss, "train_loss": loss,
-            "vocab_size": config.vocab_size, "learning_rate": cand.learning_rate, "recipe": cand.recipe, "seed": seed}
+    return {
+        "budget": cand.budget,
+        "width": cand.width,
+        "params": cand.params,
+        "tokens": cand.tokens,
+        "flops": cand.flops,
+        "steps": cand.steps,
+        "batch_size": cand.batch_size,
+        "validation_loss": loss,
+        "train_loss": loss,
+        "vocab_size": config.vocab_size,
+        "learning_rate": cand.learning_rate,
+        "recipe": cand.recipe,
+        "seed": seed,
+    }
 
 
 def law_run(budget, width, config, train_caches, validation_caches, out_dir, log=print, *, recipe, shape, seed, run_prefix):
     cand = plan_run(budget, width, config, recipe, shape)
     return law_train(cand, config, train_caches, validation_caches, out_dir, run_name=f"{run_prefix}-x", seed=seed) | {
-        "lr_base": recipe.lr_base}
+        "lr_base": recipe.lr_base
+    }
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +356,10 @@ def law_protocol(data_store, tmp_path_factory):
         marked = lambda run, tags: run({**tags, "test/mark": "ladder"})  # what the demo's progress reporter does
         out = run_ladder(defs, instance, LAW_LADDER, log=lines.append, run_config=LAW_RUN_CONFIG, execute=marked)
         runs = instance.get_runs(dg.RunsFilter(job_name="scaling"))
-        events = {key: instance.get_latest_materialization_event(dg.AssetKey.from_user_string(f"scaling/law/{key}"))
-                  for key in ("x2/prediction", "x4/prediction", "x2/target", "x4/target", "comparison")}
+        events = {
+            key: instance.get_latest_materialization_event(dg.AssetKey.from_user_string(f"scaling/law/{key}"))
+            for key in ("x2/prediction", "x4/prediction", "x2/target", "x4/target", "comparison")
+        }
     return {"out": out, "lines": lines, "runs": runs, "events": events, "store": ArtifactStore(str(prefix)), "defs": defs}
 
 
@@ -312,7 +383,8 @@ def test_the_protocol_predicts_each_target_before_its_run(law_protocol):
     # Ladder compute (its 18 runs and the lr_sweep's 4) over the two targets' compute.
     comparison = json.loads((Path(store.read_pointer("scaling/law/comparison", None).data_path) / "comparison.json").read_text())
     assert out["ladder_cost_fraction"] == pytest.approx(
-        (comparison["ladder_flops"] + comparison["lr_sweep_flops"]) / comparison["target_flops"])
+        (comparison["ladder_flops"] + comparison["lr_sweep_flops"]) / comparison["target_flops"]
+    )
     assert comparison["target_flops"] == pytest.approx(sum(r["flops"] for r in comparison["rows"]))
     assert out["ladder_cost_fraction"] > 1  # 18 runs and an LR sweep against two targets at 2x and 4x
 
@@ -337,8 +409,9 @@ def test_each_target_shows_its_frozen_prediction_against_its_run_on_its_own_page
     events, store = law_protocol["events"], law_protocol["store"]
     for name in LAW_LADDER.target_keys:
         meta = events[f"{name}/target"].asset_materialization.metadata
-        pred = json.loads((Path(store.read_pointer(f"scaling/law/{name}/prediction", None).data_path)
-                           / "prediction.json").read_text())
+        pred = json.loads(
+            (Path(store.read_pointer(f"scaling/law/{name}/prediction", None).data_path) / "prediction.json").read_text()
+        )
         actual = meta["count/validation_loss"].value
         assert meta["count/predicted"].value == pytest.approx(pred["loss"])
         assert meta["count/relative_error"].value == pytest.approx((pred["loss"] - actual) / actual)
@@ -355,8 +428,9 @@ def test_the_comparison_has_its_plot_and_the_runs_were_in_order(law_protocol):
     assert meta["predicted_vs_actual"].value.count("data:image/png;base64,") == 1
     assert meta["count/ladder_cost_fraction"].value == pytest.approx(law_protocol["out"]["ladder_cost_fraction"])
     # Every prediction was materialised before the first target run.
-    assert max(events[f"{t}/prediction"].timestamp for t in ("x2", "x4")) < min(events[f"{t}/target"].timestamp
-                                                                               for t in ("x2", "x4"))
+    assert max(events[f"{t}/prediction"].timestamp for t in ("x2", "x4")) < min(
+        events[f"{t}/target"].timestamp for t in ("x2", "x4")
+    )
     runs = law_protocol["runs"]
     assert len(runs) == 6 and all(r.tags.get("test/mark") == "ladder" for r in runs)
     lines = law_protocol["lines"]
@@ -377,8 +451,9 @@ def test_a_target_refuses_to_run_without_its_frozen_prediction(law_protocol, tmp
         job = defs.resolve_job_def("scaling")
         config = {"ops": {"scaling__law__x2__target": {"config": {**SWEEP_CONFIG, "seed": 7}}}}  # a new version of the target
         with dg.instance_for_test() as instance, pytest.raises(PredictionNotFrozen, match="was not registered"):
-            job.execute_in_process(instance=instance, run_config=config,
-                                   asset_selection=[dg.AssetKey.from_user_string("scaling/law/x2/target")])
+            job.execute_in_process(
+                instance=instance, run_config=config, asset_selection=[dg.AssetKey.from_user_string("scaling/law/x2/target")]
+            )
     finally:
         path.write_bytes(saved)
 
@@ -386,13 +461,25 @@ def test_a_target_refuses_to_run_without_its_frozen_prediction(law_protocol, tmp
 # ---------------------------------------------------------------- a target that is the main run itself
 
 OBS_MAIN_TOKENS = 81 * 8 * SEQ  # the main run's tokens: 81 steps of 8 x 32
-OBS_LADDER = Ladder(name="obs", budgets=(8e9, 1.6e10), widths=((8, 16, 32),) * 2, max_relative_error=0.5,
-                    targets=(Target("x2", 2.0), Target("main", 4.0, width=32, batch_size=8, tokens=OBS_MAIN_TOKENS,
-                                                       observed="train/stub")))
-OBS_RUN_CONFIG = {"ops": {op: {"config": cfg} for op, cfg in {
-    "scaling__obs__lr_sweep": {"sweep": SWEEP_CONFIG}, "scaling__obs__sweep": SWEEP_CONFIG, "scaling__obs__fit": {"bootstrap_n": 0},
-    **{f"scaling__obs__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "main")},
-    **{f"scaling__obs__{t}__target": SWEEP_CONFIG for t in ("x2", "main")}}.items()}}
+OBS_LADDER = Ladder(
+    name="obs",
+    budgets=(8e9, 1.6e10),
+    widths=((8, 16, 32),) * 2,
+    max_relative_error=0.5,
+    targets=(Target("x2", 2.0), Target("main", 4.0, width=32, batch_size=8, tokens=OBS_MAIN_TOKENS, observed="train/stub")),
+)
+OBS_RUN_CONFIG = {
+    "ops": {
+        op: {"config": cfg}
+        for op, cfg in {
+            "scaling__obs__lr_sweep": {"sweep": SWEEP_CONFIG},
+            "scaling__obs__sweep": SWEEP_CONFIG,
+            "scaling__obs__fit": {"bootstrap_n": 0},
+            **{f"scaling__obs__{t}__prediction": {"sweep": SWEEP_CONFIG, "max_width": 64} for t in ("x2", "main")},
+            **{f"scaling__obs__{t}__target": SWEEP_CONFIG for t in ("x2", "main")},
+        }.items()
+    }
+}
 stub_phases = dg.DynamicPartitionsDefinition(name="stub_phases")
 
 
@@ -416,8 +503,13 @@ def law_score(data_path, config, validation_caches, tokens, out_dir, *, record=N
     cand = plan_run(1e10, 32, config)  # the pinned model (width 32 of the ladder's dense family); its N
     loss = law_loss(cand.params, tokens, LR_OPT, seed=3)
     write_file(out_dir, "run.json", json.dumps({"tokens": tokens, "validation_loss": {"mean": loss}, **(record or {})}))
-    return {"width": 32, "params": cand.params, "tokens": tokens, "flops": cand.flops / cand.tokens * tokens,
-            "validation_loss": loss}
+    return {
+        "width": 32,
+        "params": cand.params,
+        "tokens": tokens,
+        "flops": cand.flops / cand.tokens * tokens,
+        "validation_loss": loss,
+    }
 
 
 @pytest.mark.slow

@@ -22,6 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assets.datakit import make_datakit_graph
+from assets.datakit.index import index_keys, register_shards
+from assets.datakit.inputs import tokenizer_asset
 from assets.partitions import (
     SHARDS_PER_RUN_ENV,
     datakit_shards,
@@ -30,17 +33,27 @@ from assets.partitions import (
     partition_index,
     shard_backfill_policy,
 )
-from assets.datakit import make_datakit_graph
-from assets.datakit.index import index_keys, register_shards
-from assets.datakit.inputs import tokenizer_asset
 from marin_assets.datakit.decontaminate import EvalNgramIndex
 from marin_assets.datakit.normalize import doc_id
 from marin_assets.datakit.removals import read_removal_list
 from marin_assets.datakit.shard_index import LABEL_CHARS, file_labels, split_source
 from marin_assets.datakit.shards import SHARD_KEY_RE, read_table, write_table
-from marin_assets.store.fsutil import filesystem, join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
-from tests.assets.shard_corpus import EVAL_TEXT, COPIED, NEAR_TARGET, NEW_COPIED, NEW_NEAR_TARGET, SOURCE, base_records, expected_final, near, new_records, prose, spam
+from marin_assets.store.fsutil import filesystem, join
+from tests.assets.shard_corpus import (
+    COPIED,
+    EVAL_TEXT,
+    NEAR_TARGET,
+    NEW_COPIED,
+    NEW_NEAR_TARGET,
+    SOURCE,
+    base_records,
+    expected_final,
+    near,
+    new_records,
+    prose,
+    spam,
+)
 
 QUALITY_THRESHOLD = 0.5
 SHARD_BYTES = 2500
@@ -49,7 +62,9 @@ SHARD_BYTES = 2500
 # ---------------------------------------------------------------- stand-ins for the fixed inputs
 def raw_blobs(files: dict[str, list]) -> dict[str, str]:
     """{file name: JSONL text} of {file name: records or raw lines}."""
-    return {name: "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) for name, records in files.items()}
+    return {
+        name: "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) for name, records in files.items()
+    }
 
 
 def raw_source(files: dict[str, list]) -> dg.AssetsDefinition:
@@ -78,6 +93,7 @@ def _parquet(out_dir: str, texts: list[str]) -> str:
 @versioned_asset(key="quality_model", code_version="test")
 def quality_model(ctx: StageContext):
     from marin_assets.datakit.quality import QualityModelConfig, train_quality_model
+
     high = _parquet(f"{ctx.scratch_dir}/high", [prose(1000 + i, 60) for i in range(40)])
     low = _parquet(f"{ctx.scratch_dir}/low", [spam(1000 + i) for i in range(40)])
     return train_quality_model([high], [low], ctx.out_dir, QualityModelConfig(num_features=1 << 12, holdout_fraction=0.0))
@@ -111,14 +127,23 @@ def graph_runner(raw: dg.AssetsDefinition, instance, resources):
     and records {(key, partition): metadata} in run.seen."""
     assets = [raw, quality_model, eval_ngrams, tokenizer, *make_datakit_graph({SOURCE: f"sources/{SOURCE}"})]
     by_key = {a.key.to_user_string(): a for a in assets}
-    config = {by_key["shards/quality"].op.name: {"config": {"threshold": QUALITY_THRESHOLD}},
-              by_key["shards/index"].op.name: {"config": {"shard_bytes": SHARD_BYTES}}}
+    config = {
+        by_key["shards/quality"].op.name: {"config": {"threshold": QUALITY_THRESHOLD}},
+        by_key["shards/index"].op.name: {"config": {"shard_bytes": SHARD_BYTES}},
+    }
 
     def run(keys: list[str], partition: str | None, tags: dict | None = None) -> None:
         selected = [by_key[k] for k in keys]
         ops = {a.op.name for a in selected}
-        result = dg.materialize(assets, selection=selected, partition_key=partition, instance=instance, resources=resources,
-                                run_config={"ops": {op: c for op, c in config.items() if op in ops}}, tags=tags)
+        result = dg.materialize(
+            assets,
+            selection=selected,
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {op: c for op, c in config.items() if op in ops}},
+            tags=tags,
+        )
         assert result.success
         for event in result.get_asset_materialization_events():
             metadata = event.materialization.metadata
@@ -156,8 +181,13 @@ def graph(tmp_path_factory):
     for name, files in passes.items():
         seen = materialize_graph(raw_source(files), instance, resources)
         shards = sorted(instance.get_dynamic_partitions(datakit_shards.name))
-        out[name] = {"seen": seen, "shards": shards, "files": files, "final": final_documents(store.store, shards),
-                     "digests": {s: (exact_list(store.store, s), fuzzy_list(store.store, s)) for s in shards}}
+        out[name] = {
+            "seen": seen,
+            "shards": shards,
+            "files": files,
+            "final": final_documents(store.store, shards),
+            "digests": {s: (exact_list(store.store, s), fuzzy_list(store.store, s)) for s in shards},
+        }
     return out
 
 
@@ -171,8 +201,14 @@ def final_documents(store, shards: list[str]) -> list[dict]:
 
 def shard_of(store, shards: list[str], source_id: str) -> str:
     """The shard whose normalized rows hold `source_id`."""
-    [hit] = [s for s in shards if source_id in read_table(store.read_pointer("shards/normalized", s).files(".parquet")[0],
-                                                          columns=["source_id"]).column("source_id").to_pylist()]
+    [hit] = [
+        s
+        for s in shards
+        if source_id
+        in read_table(store.read_pointer("shards/normalized", s).files(".parquet")[0], columns=["source_id"])
+        .column("source_id")
+        .to_pylist()
+    ]
     return hit
 
 
@@ -216,7 +252,12 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
     assert target < near_copy
     [(shard, [removal])] = fuzzy.items()
     assert (removal.reason, removal.id, shard, removal.kept_id, removal.kept_shard) == (
-        "fuzzy_duplicate", doc_id(near_text), near_copy, doc_id(prose(NEAR_TARGET)), target)
+        "fuzzy_duplicate",
+        doc_id(near_text),
+        near_copy,
+        doc_id(prose(NEAR_TARGET)),
+        target,
+    )
     final_texts = texts(state["final"])
     assert final_texts.count(prose(COPIED)) == 1
     assert final_texts.count(prose(NEAR_TARGET)) + final_texts.count(near_text) == 1
@@ -226,8 +267,13 @@ def test_cross_shard_exact_and_near_duplicates_are_removed_once(graph):
 @pytest.mark.parametrize("state", ["before", "after"])
 def test_sharded_final_documents_equal_the_in_memory_reference(graph, state):
     store, run = graph["store"], graph[state]
-    expected = expected_final(store, run["shards"], store.read_pointer("quality_model", None).data_path,
-                              store.read_pointer("eval_ngrams", None).data_path, QUALITY_THRESHOLD)
+    expected = expected_final(
+        store,
+        run["shards"],
+        store.read_pointer("quality_model", None).data_path,
+        store.read_pointer("eval_ngrams", None).data_path,
+        QUALITY_THRESHOLD,
+    )
     # 24 good documents survive the base file (3 spam, 1 exact copy, 1 near copy, 1 contaminated
     # removed; 2 records quarantined); the added file brings 2 new ones and 2 copies.
     assert len(expected) == {"before": 24, "after": 26}[state]
@@ -252,31 +298,47 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
     # The new near copy has the lower id, yet the earliest copy survives: no old fuzzy list changes.
     assert changed_exact == {lost_exact} and changed_fuzzy == set()
     [removal] = after["digests"][new][1]
-    assert (removal.id, removal.kept_id, removal.kept_shard) == (doc_id(new_records()[1]["text"]), doc_id(prose(NEW_NEAR_TARGET)), near_target)
+    assert (removal.id, removal.kept_id, removal.kept_shard) == (
+        doc_id(new_records()[1]["text"]),
+        doc_id(prose(NEW_NEAR_TARGET)),
+        near_target,
+    )
     assert removal.id < removal.kept_id
     seen = after["seen"]
     expected = {
-        "shards/normalized": {new}, "shards/pii": {new}, "shards/language": {new}, "shards/quality": {new},
+        "shards/normalized": {new},
+        "shards/pii": {new},
+        "shards/language": {new},
+        "shards/quality": {new},
         "shards/exact_map": {new},
         "shards/exact_reduce": set(exact_buckets.get_partition_keys()),
         # only the lists whose duplicate rows changed (their bucket marks digest), not every list
         "shards/exact_removals": {new, lost_exact},
-        "shards/filtered_exact": {new, lost_exact}, "shards/fuzzy_map": {new, lost_exact}, "shards/decontam": {new, lost_exact},
+        "shards/filtered_exact": {new, lost_exact},
+        "shards/fuzzy_map": {new, lost_exact},
+        "shards/decontam": {new, lost_exact},
         "shards/fuzzy_candidates": set(fuzzy_bands.get_partition_keys()),
         # The verifies whose pairs or texts changed: lost_exact's rows moved, and the new shard
         # owns every pair it brings (a pair belongs to the shard of its later document), so
         # near_target's verify keeps its inputs.
         "shards/fuzzy_edges": {new, lost_exact},
-        "shards/fuzzy_removals": {None}, "shards/index": {None}, f"sources/{SOURCE}": {None},
-        "shards/final": {new, lost_exact}, "shards/tokenized": {new, lost_exact},
+        "shards/fuzzy_removals": {None},
+        "shards/index": {None},
+        f"sources/{SOURCE}": {None},
+        "shards/final": {new, lost_exact},
+        "shards/tokenized": {new, lost_exact},
         f"datasets/{SOURCE}": {None},
-        "quality_model": set(), "eval_ngrams": set(), "tokenizer": set(),
+        "quality_model": set(),
+        "eval_ngrams": set(),
+        "tokenizer": set(),
     }
     assert {key: computed(seen, key) for key in expected} == expected
     # The bucket reduces read their earlier marks plus the new shard's map (no old map
     # changed); the band reduces could not reuse theirs: lost_exact's band keys changed.
-    reused = {key: {store.read_pointer(key, p).counts["shards_reused"] for p in defn.get_partition_keys()}
-              for key, defn in (("shards/exact_reduce", exact_buckets), ("shards/fuzzy_candidates", fuzzy_bands))}
+    reused = {
+        key: {store.read_pointer(key, p).counts["shards_reused"] for p in defn.get_partition_keys()}
+        for key, defn in (("shards/exact_reduce", exact_buckets), ("shards/fuzzy_candidates", fuzzy_bands))
+    }
     assert reused == {"shards/exact_reduce": {len(old)}, "shards/fuzzy_candidates": {0}}
     # The cached partitions report the very artifact versions of the first pass: a new file never
     # re-tokenizes another shard (the tokenizer is pinned, not fitted on the corpus).
@@ -290,7 +352,9 @@ def test_adding_a_shard_recomputes_exactly_the_expected_partitions(graph):
 
     dataset = read_dataset(store.read_pointer(f"datasets/{SOURCE}", None).data_path)
     assert [sh.key for sh in dataset.shards] == after["shards"]
-    assert {sh.key: sh.version for sh in dataset.shards} == {s: after["seen"][("shards/tokenized", s)]["version"] for s in after["shards"]}
+    assert {sh.key: sh.version for sh in dataset.shards} == {
+        s: after["seen"][("shards/tokenized", s)]["version"] for s in after["shards"]
+    }
     # And the first pass computed everything (nothing was cached before it).
     assert all(not meta["cache_hit"] for (key, _), meta in before["seen"].items())
 
@@ -311,10 +375,12 @@ def test_every_shard_accounts_for_every_record(graph, state):
             totals["removed"][reason] = totals["removed"].get(reason, 0) + n
     lines = sum(len(records) for records in run["files"].values())
     new_copies = {"before": 0, "after": 1}[state]
-    assert totals == {"docs_in": lines, "docs_out": len(run["final"]), "quarantined": 2,
-                      "removed": {"contaminated": 1, "exact_duplicate": 1 + new_copies, "fuzzy_duplicate": 1 + new_copies,
-                                  "low_quality": 3}}
-
+    assert totals == {
+        "docs_in": lines,
+        "docs_out": len(run["final"]),
+        "quarantined": 2,
+        "removed": {"contaminated": 1, "exact_duplicate": 1 + new_copies, "fuzzy_duplicate": 1 + new_copies, "low_quality": 3},
+    }
 
 
 @pytest.mark.slow  # the module's graph: the sharded DataKit materialised twice through Dagster
@@ -325,15 +391,21 @@ def test_a_fresh_instance_over_the_same_store_gets_the_shards_registered(graph):
     resources["artifact_io"] = ArtifactIOManager(artifact_store=resources["artifact_store"])
     instance = dg.DagsterInstance.ephemeral()
     raw, index = raw_source(graph["after"]["files"]), make_datakit_graph({SOURCE: f"sources/{SOURCE}"})[0]
-    result = dg.materialize([raw, index], instance=instance, resources=resources,
-                            run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}})
+    result = dg.materialize(
+        [raw, index],
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}},
+    )
     assert all(e.materialization.metadata["cache_hit"].value for e in result.get_asset_materialization_events())
     assert sorted(instance.get_dynamic_partitions(datakit_shards.name)) == graph["after"]["shards"]
     ref = store.read_pointer("shards/index", None)
     assert register_shards(instance, index_keys(ref), datakit_shards) == (0, 0)  # idempotent
     # The index is the keys' one authority: a key it no longer lists is deleted (a removed file).
     first, *rest = index_keys(ref)
-    assert register_shards(instance, rest, datakit_shards) == (0, 1) and instance.get_dynamic_partitions(datakit_shards.name) == rest
+    assert (
+        register_shards(instance, rest, datakit_shards) == (0, 1) and instance.get_dynamic_partitions(datakit_shards.name) == rest
+    )
     assert register_shards(instance, index_keys(ref), datakit_shards) == (1, 0)
     with pytest.raises(ValueError, match="invalid shard key"):
         register_shards(instance, ["bad/key"], datakit_shards)
@@ -408,7 +480,9 @@ def test_every_partitioned_shard_asset_carries_pod_tags_and_the_policy(monkeypat
         if asset.partitions_def == datakit_shards:
             assert tags["marin/memory"] == "2Gi"
     partitioned = {a.key.to_user_string() for a in shard_assets if a.partitions_def is not None}
-    assert len(partitioned) == 14 and {"shards/pii", "shards/language"} <= partitioned and "shards/fuzzy_removals" not in partitioned
+    assert (
+        len(partitioned) == 14 and {"shards/pii", "shards/language"} <= partitioned and "shards/fuzzy_removals" not in partitioned
+    )
 
 
 def test_partition_index_names_the_bad_key():
@@ -444,7 +518,9 @@ def test_split_source_cuts_at_line_boundaries_and_keeps_keys_when_files_are_adde
     (tmp_path / "poem.txt").write_text("one document\nof two lines\n")
     three = split_source("src", [str(tmp_path / "poem.txt"), str(tmp_path / "raw-00001.jsonl")], str(tmp_path / "t"), 5)
     assert [(k, e["file"], e["lines"]) for k, e in three.items()] == [
-        ("src-poem-00000", "src-poem-00000.txt", 0), ("src-raw-00001-00000", "src-raw-00001-00000.jsonl", 1)]
+        ("src-poem-00000", "src-poem-00000.txt", 0),
+        ("src-raw-00001-00000", "src-raw-00001-00000.jsonl", 1),
+    ]
     assert (tmp_path / "t" / "src-poem-00000.txt").read_text() == "one document\nof two lines\n"  # whole, though > 5 bytes
     (tmp_path / "notes.csv").write_text("a,b\n")
     with pytest.raises(ValueError, match=r"notes.csv: cannot shard a 'csv' file"):

@@ -16,8 +16,8 @@ import dagster as dg
 import pytest
 
 import assets.datakit.normalized as normalized_module
-from assets.partitions import datakit_shards
 from assets.datakit import make_datakit_graph
+from assets.partitions import datakit_shards
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.fanout import WORKERS_ENV
 from marin_assets.orchestration.waves import materialize_waves
@@ -44,8 +44,14 @@ def _killing_normalize(victim_file: str, parent_pid: int):
 
 def _materialize(assets, instance, resources, seen: list[str]):
     index = next(a for a in assets if a.key.to_user_string() == "shards/index")
-    return materialize_waves(assets, instance, resources, selection=SELECTION, log=seen.append,
-                             run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}})
+    return materialize_waves(
+        assets,
+        instance,
+        resources,
+        selection=SELECTION,
+        log=seen.append,
+        run_config={"ops": {index.op.name: {"config": {"shard_bytes": SHARD_BYTES}}}},
+    )
 
 
 def _messages(error) -> str:
@@ -55,8 +61,11 @@ def _messages(error) -> str:
 
 def _events(results) -> dict[tuple[str, str | None], bool]:
     """{(asset key, partition): cache_hit} of every materialization the runs recorded."""
-    return {(e.asset_key.to_user_string(), e.partition): e.materialization.metadata["cache_hit"].value
-            for r in results for e in r.get_asset_materialization_events()}
+    return {
+        (e.asset_key.to_user_string(), e.partition): e.materialization.metadata["cache_hit"].value
+        for r in results
+        for e in r.get_asset_materialization_events()
+    }
 
 
 @pytest.mark.forks
@@ -65,8 +74,13 @@ def test_a_killed_shard_worker_fails_only_its_shard_and_a_rerun_computes_only_it
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
-    assets = [raw_source({"raw-00000.jsonl": base_records()}), quality_model, eval_ngrams, tokenizer,
-              *make_datakit_graph({SOURCE: f"sources/{SOURCE}"})]
+    assets = [
+        raw_source({"raw-00000.jsonl": base_records()}),
+        quality_model,
+        eval_ngrams,
+        tokenizer,
+        *make_datakit_graph({SOURCE: f"sources/{SOURCE}"}),
+    ]
     assert dg.materialize(assets[:4], instance=instance, resources=resources).success
     monkeypatch.setenv(WORKERS_ENV, "2")
     monkeypatch.setattr(normalized_module, "normalize", _killing_normalize(f"{VICTIM}.jsonl", os.getpid()))

@@ -43,8 +43,11 @@ class Graph:
         self.instance = dg.DagsterInstance.ephemeral()
         store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
         self.store = store.store
-        self.resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store),
-                          **({"training_backend": backend} if backend else {})}
+        self.resources = {
+            "artifact_store": store,
+            "artifact_io": ArtifactIOManager(artifact_store=store),
+            **({"training_backend": backend} if backend else {}),
+        }
         self.defs = dg.Definitions(assets=self.assets, sensors=[self.sensor], resources=self.resources)
 
     def tick(self, cursor: str | None):
@@ -53,8 +56,15 @@ class Graph:
         return self.sensor.evaluate_tick(context)
 
     def run(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
-        return dg.materialize(self.assets, selection=request.asset_selection, run_config=request.run_config,
-                              tags=request.tags, instance=self.instance, resources=self.resources, raise_on_error=False)
+        return dg.materialize(
+            self.assets,
+            selection=request.asset_selection,
+            run_config=request.run_config,
+            tags=request.tags,
+            instance=self.instance,
+            resources=self.resources,
+            raise_on_error=False,
+        )
 
     def shards(self) -> list[str]:
         return self.instance.get_dynamic_partitions(datakit_shards.name)
@@ -82,7 +92,11 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     (request,) = first.run_requests
     assert request.run_key == f"user-files-1@{digest[:16]}"
     assert set(request.asset_selection) == {SOURCE, INDEX}
-    assert (request.tags[DIGEST_TAG], request.tags[REQUEST_TAG], request.tags["dagster/sensor_name"]) == (digest, request.run_key, "new_user_shards")
+    assert (request.tags[DIGEST_TAG], request.tags[REQUEST_TAG], request.tags["dagster/sensor_name"]) == (
+        digest,
+        request.run_key,
+        "new_user_shards",
+    )
     assert request.run_config == {"ops": {graph.source.op.name: {"config": {"directory": str(watched), "expected": digest}}}}
     assert json.loads(first.cursor)["files"] == files
     # A replayed tick (same cursor) asks for the same run_key, which Dagster runs once ...
@@ -102,15 +116,27 @@ def test_new_file_becomes_shard_partitions_then_one_backfill_of_every_step(tmp_p
     partitions = {k.to_user_string(): set(s.get_partition_keys()) for k, s in subset.partitions_subsets_by_asset_key.items()}
     assert partitions["shards/normalized"] == partitions["shards/tokenized"] == {"user-a-00000"}
     assert len(partitions["shards/exact_reduce"]) == EXACT_BUCKETS and len(partitions["shards/fuzzy_candidates"]) == FUZZY_BANDS
-    assert subset.non_partitioned_asset_keys == {dg.AssetKey(["shards", "fuzzy_removals"]), dg.AssetKey(["datasets", "user"]),
-                                                 dg.AssetKey("mixture")}
+    assert subset.non_partitioned_asset_keys == {
+        dg.AssetKey(["shards", "fuzzy_removals"]),
+        dg.AssetKey(["datasets", "user"]),
+        dg.AssetKey("mixture"),
+    }
     assert backfill.tags[DIGEST_TAG] == digest and backfill.tags[REQUEST_TAG] == request.run_key
     # What the sensor daemon does with it (dagster/_daemon/sensor.py): one stored asset backfill.
     from dagster._core.execution.backfill import PartitionBackfill
 
-    graph.instance.add_backfill(PartitionBackfill.from_asset_graph_subset(
-        backfill_id="b1", backfill_timestamp=0.0, tags=backfill.tags, dynamic_partitions_store=graph.instance,
-        asset_graph_subset=subset, title=None, description=None, run_config=None))
+    graph.instance.add_backfill(
+        PartitionBackfill.from_asset_graph_subset(
+            backfill_id="b1",
+            backfill_timestamp=0.0,
+            tags=backfill.tags,
+            dynamic_partitions_store=graph.instance,
+            asset_graph_subset=subset,
+            title=None,
+            description=None,
+            run_config=None,
+        )
+    )
     (stored,) = graph.instance.get_backfills()
     assert stored.asset_backfill_data.target_subset == subset and set(stored.asset_selection) == subset.asset_keys
 
@@ -145,7 +171,11 @@ def test_empty_unset_and_escaping_entries_skip_with_the_reason(tmp_path, watched
     assert graph.run(request).success
     ref = graph.store.read_pointer("sources/user", None)
     assert [os.path.basename(f) for f in ref.files()] == ["mine.jsonl"]
-    assert ref.counts["files"] == 1 and ref.counts["skipped"] == 1 and "outside the input" in ref.counts["skip_reasons"]["leak.jsonl"]
+    assert (
+        ref.counts["files"] == 1
+        and ref.counts["skipped"] == 1
+        and "outside the input" in ref.counts["skip_reasons"]["leak.jsonl"]
+    )
     assert graph.shards() == ["user-mine-00000"]
 
     monkeypatch.delenv(WATCH_ENV)
@@ -155,8 +185,9 @@ def test_empty_unset_and_escaping_entries_skip_with_the_reason(tmp_path, watched
 
 def _materialize_source(graph: Graph, config: dict | None = None) -> dg.ExecuteInProcessResult:
     run_config = {"ops": {graph.source.op.name: {"config": config}}} if config else None
-    return dg.materialize([graph.source], instance=graph.instance, resources=graph.resources, run_config=run_config,
-                          raise_on_error=False)
+    return dg.materialize(
+        [graph.source], instance=graph.instance, resources=graph.resources, run_config=run_config, raise_on_error=False
+    )
 
 
 def _version(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
@@ -192,8 +223,12 @@ def test_the_watched_source_is_versioned_by_file_content_not_paths_or_times(tmp_
 
 
 def _computed(results: list[dg.ExecuteInProcessResult], key: str) -> set[str]:
-    return {e.partition or "" for r in results for e in r.get_asset_materialization_events()
-            if e.asset_key.to_user_string() == key and not e.materialization.metadata["cache_hit"].value}
+    return {
+        e.partition or ""
+        for r in results
+        for e in r.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == key and not e.materialization.metadata["cache_hit"].value
+    }
 
 
 @pytest.mark.slow
@@ -211,8 +246,14 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
         assert graph.run(request).success and graph.shards() == expect_shards
         shards = graph.tick(files.cursor)
         (backfill,) = shards.run_requests
-        results = materialize_waves(graph.assets, graph.instance, graph.resources, selection=backfill.asset_graph_subset.asset_keys,
-                                    log=lambda line: None, run_config=MIX)
+        results = materialize_waves(
+            graph.assets,
+            graph.instance,
+            graph.resources,
+            selection=backfill.asset_graph_subset.asset_keys,
+            log=lambda line: None,
+            run_config=MIX,
+        )
         assert results and all(r.success for r in results)
         return shards.cursor, results
 
@@ -222,7 +263,14 @@ def test_a_new_file_adds_its_shard_and_only_it_and_the_reduces_recompute(tmp_pat
 
     write(watched, "b.jsonl", [{"text": prose(500), "id": "b0"}, {"text": prose(501), "id": "b1"}])
     cursor, second = sync(cursor, ["user-m-00000", "user-b-00000"])  # registration order: the new key last
-    for key in ("shards/normalized", "shards/exact_map", "shards/filtered_exact", "shards/fuzzy_map", "shards/final", "shards/tokenized"):
+    for key in (
+        "shards/normalized",
+        "shards/exact_map",
+        "shards/filtered_exact",
+        "shards/fuzzy_map",
+        "shards/final",
+        "shards/tokenized",
+    ):
         assert _computed(second, key) == {"user-b-00000"}, key
     assert len(_computed(second, "shards/exact_reduce")) == EXACT_BUCKETS
     assert _computed(second, "shards/fuzzy_removals") == {""}
@@ -252,8 +300,9 @@ def test_an_empty_user_source_leaves_the_other_sources_shards(tmp_path, monkeypa
     source = watched_source("user")
     index = make_datakit_graph({"tiny": "sources/tiny", "user": "sources/user"})[0]
     graph = Graph(tmp_path)
-    result = dg.materialize([raw_source({"raw.jsonl": base_records()}), source, index], instance=graph.instance,
-                            resources=graph.resources)
+    result = dg.materialize(
+        [raw_source({"raw.jsonl": base_records()}), source, index], instance=graph.instance, resources=graph.resources
+    )
     assert result.success
     counts = graph.store.read_pointer("shards/index", None).counts
     assert counts["per_source"] == {"tiny": 1, "user": 0} and graph.shards() == ["tiny-raw-00000"]
@@ -267,7 +316,9 @@ def test_input_files_are_named_by_their_path_inside_the_input(tmp_path):
         (tmp_path / "in" / name).write_text('{"text": "a"}\n')
     names = input_names(str(tmp_path / "in"), list_input_files(str(tmp_path / "in")))
     assert [n for n, _ in names] == ["m.jsonl", "x/m.jsonl"]  # sidecars are not listed
-    assert input_names(str(tmp_path / "in" / "m.jsonl"), [str(tmp_path / "in" / "m.jsonl")]) == [("m.jsonl", str(tmp_path / "in" / "m.jsonl"))]
+    assert input_names(str(tmp_path / "in" / "m.jsonl"), [str(tmp_path / "in" / "m.jsonl")]) == [
+        ("m.jsonl", str(tmp_path / "in" / "m.jsonl"))
+    ]
 
 
 def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
@@ -283,8 +334,12 @@ def test_a_file_added_to_an_input_renames_no_shard_wherever_it_sorts(tmp_path):
     index = make_datakit_graph({"docs": "sources/docs"})[0]
 
     def shards() -> dict[str, str]:
-        result = dg.materialize([input_source("docs", str(directory), 1 << 20), index], instance=graph.instance,
-                                resources=graph.resources, run_config={"ops": {index.op.name: {"config": {"shard_bytes": 2500}}}})
+        result = dg.materialize(
+            [input_source("docs", str(directory), 1 << 20), index],
+            instance=graph.instance,
+            resources=graph.resources,
+            run_config={"ops": {index.op.name: {"config": {"shard_bytes": 2500}}}},
+        )
         assert result.success
         ref = graph.store.read_pointer("shards/index", None)
         entries = json.loads(Path(ref.data_path, "index.json").read_text())
@@ -324,20 +379,35 @@ def test_a_file_dropped_into_the_watched_directory_reaches_the_next_phase(tmp_pa
         assert graph.run(request).success
         shards = graph.tick(files.cursor)
         (backfill,) = shards.run_requests
-        results = materialize_waves(graph.assets, graph.instance, graph.resources, run_config=mix,
-                                    selection=backfill.asset_graph_subset.asset_keys, log=lambda line: None)
+        results = materialize_waves(
+            graph.assets,
+            graph.instance,
+            graph.resources,
+            run_config=mix,
+            selection=backfill.asset_graph_subset.asset_keys,
+            log=lambda line: None,
+        )
         assert results and all(r.success for r in results)
         return shards.cursor
 
     def phase(name: str) -> dict:
         SEEN.clear()
         spec = {**dataclasses.asdict(phase_spec(name, 8)), "mixture": None}  # trains on the mixture asset's schedule
-        assert dg.materialize(graph.assets, selection=[train_phase], partition_key=name, instance=graph.instance,
-                              resources=graph.resources, run_config=phase_run_config(spec)).success
+        assert dg.materialize(
+            graph.assets,
+            selection=[train_phase],
+            partition_key=name,
+            instance=graph.instance,
+            resources=graph.resources,
+            run_config=phase_run_config(spec),
+        ).success
         [(train_spec, _)] = SEEN
         dataset = read_dataset(train_spec.caches["user"])
-        return {"shards": [s.key for s in dataset.shards], "tokens": open_source(train_spec.caches["user"]).train.num_tokens,
-                "expected": dataset.train_tokens}
+        return {
+            "shards": [s.key for s in dataset.shards],
+            "tokens": open_source(train_spec.caches["user"]).train.num_tokens,
+            "expected": dataset.train_tokens,
+        }
 
     write(watched, "m.jsonl", base_records())
     cursor = sync(None)
@@ -348,5 +418,8 @@ def test_a_file_dropped_into_the_watched_directory_reaches_the_next_phase(tmp_pa
     sync(cursor)
     after = phase("ocelot")
     assert after["shards"] == ["user-b-00000", "user-m-00000"]  # the new file's shard, read in place
-    assert after["tokens"] == after["expected"] == before["tokens"] + graph.store.read_pointer(
-        "shards/tokenized", "user-b-00000").counts["train_tokens"]
+    assert (
+        after["tokens"]
+        == after["expected"]
+        == before["tokens"] + graph.store.read_pointer("shards/tokenized", "user-b-00000").counts["train_tokens"]
+    )

@@ -7,7 +7,6 @@ At step ``hold_at`` it checkpoints and waits for ``<root>/release`` (a file the 
 the test decides when each run is mid-training and when it may finish.
 """
 
-
 import json
 import os
 import time

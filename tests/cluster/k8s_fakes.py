@@ -14,5 +14,6 @@ def fake_dagster_k8s_client(batch_api, core_api=None):
     """A DagsterKubernetesClient that calls the given fakes and never sleeps."""
     from dagster_k8s.client import DagsterKubernetesClient
 
-    return DagsterKubernetesClient(batch_api=batch_api, core_api=core_api, logger=lambda *a: None,
-                                   sleeper=lambda s: None, timer=lambda: 0.0)
+    return DagsterKubernetesClient(
+        batch_api=batch_api, core_api=core_api, logger=lambda *a: None, sleeper=lambda s: None, timer=lambda: 0.0
+    )

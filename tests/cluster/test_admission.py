@@ -21,11 +21,13 @@ from marin_assets.cluster.tags import PLACEMENT_TAG, JobRequest, classify_tags
 from marin_assets.orchestration.admission import CapacityAdmission, candidate_pools, parse_placement, placement_tag
 from marin_assets.orchestration.run_queue import queue_tags
 
-FLEET = {"pools": [
-    {"name": "racks", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2},
-    {"name": "slices", "accelerator": "tpu-v5e", "region": "us-west4", "domains": 2, "topology": "2x2"},
-    {"name": "east-slices", "accelerator": "tpu-v5e", "region": "us-east5", "domains": 1, "topology": "2x2"},
-]}
+FLEET = {
+    "pools": [
+        {"name": "racks", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2},
+        {"name": "slices", "accelerator": "tpu-v5e", "region": "us-west4", "domains": 2, "topology": "2x2"},
+        {"name": "east-slices", "accelerator": "tpu-v5e", "region": "us-east5", "domains": 1, "topology": "2x2"},
+    ]
+}
 STARTED, SUCCESS = DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS
 
 
@@ -143,18 +145,21 @@ def test_placement_tags_read_back_exactly(pool, domain, at):
     assert parse_placement(placement_tag(placement), fleet, run_id="r") == placement
 
 
-@pytest.mark.parametrize("value, needle", [
-    ("not json", "is not JSON"),
-    ('{"pool": "racks", "domains": [0], "chips": [8]}', "needs the fields"),
-    ('{"pool": "racks", "domains": [0], "chips": [8], "at": 1, "x": 2}', "unknown fields ['x']"),
-    ('{"pool": "nope", "domains": [0], "chips": [8], "at": 1}', "no pool named 'nope'"),
-    ('{"pool": "Racks!", "domains": [0], "chips": [8], "at": 1}', "not a valid name"),
-    ('{"pool": "racks", "domains": [0, 0], "chips": [8, 8], "at": 1}', "do not fit pool racks"),
-    ('{"pool": "racks", "domains": [0], "chips": [73], "at": 1}', "do not fit pool racks"),
-    ('{"pool": "racks", "domains": [true], "chips": [8], "at": 1}', "do not fit pool racks"),
-    ('{"pool": "racks", "domains": [0], "chips": [8], "at": NaN}', "is not a finite time"),
-    ('[1, 2]', "is not a mapping"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("not json", "is not JSON"),
+        ('{"pool": "racks", "domains": [0], "chips": [8]}', "needs the fields"),
+        ('{"pool": "racks", "domains": [0], "chips": [8], "at": 1, "x": 2}', "unknown fields ['x']"),
+        ('{"pool": "nope", "domains": [0], "chips": [8], "at": 1}', "no pool named 'nope'"),
+        ('{"pool": "Racks!", "domains": [0], "chips": [8], "at": 1}', "not a valid name"),
+        ('{"pool": "racks", "domains": [0, 0], "chips": [8, 8], "at": 1}', "do not fit pool racks"),
+        ('{"pool": "racks", "domains": [0], "chips": [73], "at": 1}', "do not fit pool racks"),
+        ('{"pool": "racks", "domains": [true], "chips": [8], "at": 1}', "do not fit pool racks"),
+        ('{"pool": "racks", "domains": [0], "chips": [8], "at": NaN}', "is not a finite time"),
+        ("[1, 2]", "is not a mapping"),
+    ],
+)
 def test_bad_placement_tags_are_refused_naming_the_run(value, needle):
     with pytest.raises(ValueError, match="run r7: tag marin/placement") as err:
         parse_placement(value, fleet_from_dict(FLEET), run_id="r7")
@@ -173,11 +178,15 @@ def test_the_queue_orders_by_band_and_blanks_an_inherited_placement():
 
 
 def test_without_a_run_queue_a_run_that_does_not_fit_is_refused(tmp_path):
-    (tmp_path / "fleet.yaml").write_text(
-        "pools:\n  - {name: racks, accelerator: gb200-nvl72, region: us-central1, domains: 1}\n")
-    overrides = {"run_launcher": {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-                                  "config": {"fleet_file": str(tmp_path / "fleet.yaml")}},
-                 "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"}}
+    (tmp_path / "fleet.yaml").write_text("pools:\n  - {name: racks, accelerator: gb200-nvl72, region: us-central1, domains: 1}\n")
+    overrides = {
+        "run_launcher": {
+            "module": "marin_assets.orchestration.launcher",
+            "class": "RoutingRunLauncher",
+            "config": {"fleet_file": str(tmp_path / "fleet.yaml")},
+        },
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+    }
     holder = {**gb200(64), PLACEMENT_TAG: placement_tag(Placement("x", "racks", (0,), (64,), 1.0))}
     with instance_for_test(overrides=overrides) as instance:
         create_run_for_test(instance, job_name="j", tags=holder, status=STARTED)
@@ -185,4 +194,3 @@ def test_without_a_run_queue_a_run_that_does_not_fit_is_refused(tmp_path):
         with pytest.raises(DagsterLaunchFailedError, match="does not fit in pool racks now, and there is no run queue"):
             instance.launch_run(run.run_id, workspace=None)
         assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
-

@@ -74,8 +74,9 @@ class FakeKubelet:
         env.pop("DAGSTER_HOME", None)  # the pod's path; the instance comes in the args
         with open(self.logs / f"{name}.log", "wb") as log:
             # A session of its own, like a container: deleting the pod ends every process in it.
-            self.procs[name] = subprocess.Popen([sys.executable, "-m", *container.args], env=env,
-                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", *container.args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return body
 
     def delete_namespaced_job(self, name, namespace, **_):
@@ -84,8 +85,11 @@ class FakeKubelet:
 
     def read_namespaced_job_status(self, name, namespace, **_):
         code = self.procs[name].poll()
-        status = kubernetes.client.V1JobStatus(active=1) if code is None else (
-            kubernetes.client.V1JobStatus(succeeded=1) if code == 0 else kubernetes.client.V1JobStatus(failed=1))
+        status = (
+            kubernetes.client.V1JobStatus(active=1)
+            if code is None
+            else (kubernetes.client.V1JobStatus(succeeded=1) if code == 0 else kubernetes.client.V1JobStatus(failed=1))
+        )
         return kubernetes.client.V1Job(status=status)
 
     def list_namespaced_pod(self, namespace, label_selector=None, **_):
@@ -138,8 +142,12 @@ class Cluster:
         self.audits.append(dict(used))
 
     def over_allocated(self) -> list:
-        return [(i, key, u) for i, used in enumerate(self.audits) for key, u in used.items()
-                if u > self.fleet.pool(key[0]).domain_chips]
+        return [
+            (i, key, u)
+            for i, used in enumerate(self.audits)
+            for key, u in used.items()
+            if u > self.fleet.pool(key[0]).domain_chips
+        ]
 
     def submit(self, name: str) -> str:
         tags, seed = RUNS[name]
@@ -149,15 +157,29 @@ class Cluster:
         workspace = self.process_context.create_request_context()
         location = workspace.get_code_location("admission")
         remote_job = location.get_repository("__repository__").get_full_job("train")
-        plan = location.get_execution_plan(remote_job, run_config, step_keys_to_execute=None, known_state=None,
-                                           instance=self.instance)
+        plan = location.get_execution_plan(
+            remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=self.instance
+        )
         run = self.instance.create_run(
-            job_name="train", run_id=None, run_config=run_config, status=DagsterRunStatus.NOT_STARTED, tags=tags,
-            root_run_id=None, parent_run_id=None, step_keys_to_execute=None,
-            execution_plan_snapshot=plan.execution_plan_snapshot, job_snapshot=remote_job.job_snapshot,
-            parent_job_snapshot=remote_job.parent_job_snapshot, asset_selection=None, asset_check_selection=None,
-            resolved_op_selection=None, op_selection=None, remote_job_origin=remote_job.get_remote_origin(),
-            job_code_origin=remote_job.get_python_origin(), asset_graph=workspace.asset_graph)
+            job_name="train",
+            run_id=None,
+            run_config=run_config,
+            status=DagsterRunStatus.NOT_STARTED,
+            tags=tags,
+            root_run_id=None,
+            parent_run_id=None,
+            step_keys_to_execute=None,
+            execution_plan_snapshot=plan.execution_plan_snapshot,
+            job_snapshot=remote_job.job_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            asset_selection=None,
+            asset_check_selection=None,
+            resolved_op_selection=None,
+            op_selection=None,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_graph=workspace.asset_graph,
+        )
         self.instance.submit_run(run.run_id, workspace)
         self.ids[name] = run.run_id
         return run.run_id
@@ -207,21 +229,31 @@ def cluster(tmp_path):
         home = stack.enter_context(tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
         (tmp_path / "kubeconfig.yaml").write_text(KUBECONFIG)
         (tmp_path / "fleet.yaml").write_text(FLEET)
-        west = {"name": "west", "kubeconfig_file": str(tmp_path / "kubeconfig.yaml"), "namespace": "marin",
-                "job_image": "marin:test", "instance_config_map": "dagster-instance",
-                "accelerators": ["tpu-v5e", "gb200-nvl72"], "regions": ["us-west4"]}
+        west = {
+            "name": "west",
+            "kubeconfig_file": str(tmp_path / "kubeconfig.yaml"),
+            "namespace": "marin",
+            "job_image": "marin:test",
+            "instance_config_map": "dagster-instance",
+            "accelerators": ["tpu-v5e", "gb200-nvl72"],
+            "regions": ["us-west4"],
+        }
         overrides = {
-            "run_launcher": {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-                             "config": {"clusters": [west], "unmatched": "fail", "fleet_file": str(tmp_path / "fleet.yaml")}},
+            "run_launcher": {
+                "module": "marin_assets.orchestration.launcher",
+                "class": "RoutingRunLauncher",
+                "config": {"clusters": [west], "unmatched": "fail", "fleet_file": str(tmp_path / "fleet.yaml")},
+            },
             "run_coordinator": {"module": "marin_assets.orchestration.run_queue", "class": "MarinQueuedRunCoordinator"},
             "run_retries": {"enabled": True, "max_retries": 2},
-            "event_log_storage": {"module": "dagster._core.storage.event_log",
-                                  "class": "ConsolidatedSqliteEventLogStorage",
-                                  "config": {"base_dir": str(Path(home) / "event_log")}},
+            "event_log_storage": {
+                "module": "dagster._core.storage.event_log",
+                "class": "ConsolidatedSqliteEventLogStorage",
+                "config": {"base_dir": str(Path(home) / "event_log")},
+            },
         }
         instance = stack.enter_context(instance_for_test(overrides=overrides, temp_dir=home))
-        target = PythonFileTarget(python_file=DEFS_FILE, attribute=None, working_directory=None,
-                                  location_name="admission")
+        target = PythonFileTarget(python_file=DEFS_FILE, attribute=None, working_directory=None, location_name="admission")
         process_context = stack.enter_context(WorkspaceProcessContext(instance, target))
         state = Cluster(instance, process_context, load_fleet(tmp_path / "fleet.yaml"), tmp_path)
         stack.callback(state.kubelet.close)

@@ -53,12 +53,26 @@ def test_hero_counts_from_eval_shape_land_on_535b_a23b(hero):
     assert counts["routed_expert_per_layer"] == ExpertLayout.of(hero).expert_params == 384 * 3 * 3072 * 3072
 
 
-@pytest.mark.parametrize("model", [
-    ModelConfig(vocab_size=50, d_model=16, n_layers=3, n_heads=2, n_kv_heads=1, d_ff=24, n_routed_experts=6,
-                n_shared_experts=1, top_k=2, expert_d_ff=8, latent_dim=4),
-    ModelConfig(n_shared_experts=0, n_routed_experts=8, top_k=3),
-    ModelConfig(n_routed_experts=0),
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        ModelConfig(
+            vocab_size=50,
+            d_model=16,
+            n_layers=3,
+            n_heads=2,
+            n_kv_heads=1,
+            d_ff=24,
+            n_routed_experts=6,
+            n_shared_experts=1,
+            top_k=2,
+            expert_d_ff=8,
+            latent_dim=4,
+        ),
+        ModelConfig(n_shared_experts=0, n_routed_experts=8, top_k=3),
+        ModelConfig(n_routed_experts=0),
+    ],
+)
 def test_eval_shape_counts_agree_with_the_flop_counter(model):
     """count_params is checked against a materialised init_params tree in tests/model/test_config_flops.py."""
     counts = param_counts(model)
@@ -85,8 +99,13 @@ def test_hero_plan_reproduces_the_published_traffic(hero):
     assert round(report["training_state_tib"]) == 8 and report["notes"] == []
 
 
-layouts = st.builds(ExpertLayout, n_experts=st.integers(1, 1024), top_k=st.integers(1, 16),
-                    expert_d_ff=st.integers(1, 1 << 14), routed_dim=st.integers(1, 1 << 14))
+layouts = st.builds(
+    ExpertLayout,
+    n_experts=st.integers(1, 1024),
+    top_k=st.integers(1, 16),
+    expert_d_ff=st.integers(1, 1 << 14),
+    routed_dim=st.integers(1, 1 << 14),
+)
 tokens = st.integers(1, 1 << 20)
 value_bytes = st.sampled_from([0.5, 1.0, 2.0, 4.0])
 
@@ -124,11 +143,17 @@ def test_the_192_choose_4_to_384_choose_8_doubling_at_equal_tokens():
     assert ep_activation_bytes(fine, 65536, 2.0) == 2 * ep_activation_bytes(coarse, 65536, 2.0)
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"tokens_per_gpu": 0}, "tokens_per_gpu"), ({"tokens_per_gpu": True}, "tokens_per_gpu"),
-    ({"bytes_per_value": float("nan")}, "bytes_per_value"), ({"bytes_per_value": -2.0}, "bytes_per_value"),
-    ({"state_bytes_per_param": float("inf")}, "state_bytes_per_param"), ({"granularity": 1}, "granularity"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"tokens_per_gpu": 0}, "tokens_per_gpu"),
+        ({"tokens_per_gpu": True}, "tokens_per_gpu"),
+        ({"bytes_per_value": float("nan")}, "bytes_per_value"),
+        ({"bytes_per_value": -2.0}, "bytes_per_value"),
+        ({"state_bytes_per_param": float("inf")}, "state_bytes_per_param"),
+        ({"granularity": 1}, "granularity"),
+    ],
+)
 def test_bad_assumptions_are_refused_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"CommPlanConfig.{field}"):
         CommPlanConfig(**kwargs)
@@ -156,15 +181,21 @@ def test_cli_table_lists_every_layout(capsys):
     assert main(["plan", "comm", "--config", str(HERO_YAML)]) == 0
     out = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line.split()[-4:] for line in out[2:5]}
-    assert rows == {"config": ["20.25", "GiB", "6.00", "GiB"], "without_latent": ["40.50", "GiB", "12.00", "GiB"],
-                    "coarser": ["20.25", "GiB", "3.00", "GiB"]}
+    assert rows == {
+        "config": ["20.25", "GiB", "6.00", "GiB"],
+        "without_latent": ["40.50", "GiB", "12.00", "GiB"],
+        "coarser": ["20.25", "GiB", "3.00", "GiB"],
+    }
     assert "total 535,305,996,288, active 22,763,096,064" in out[5]
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--tokens-per-gpu", "0"], "marin plan comm: CommPlanConfig.tokens_per_gpu must be in [1, inf], got 0"),
-    (["--bytes-per-value", "-1"], "marin plan comm: CommPlanConfig.bytes_per_value must be in (0, inf], got -1"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--tokens-per-gpu", "0"], "marin plan comm: CommPlanConfig.tokens_per_gpu must be in [1, inf], got 0"),
+        (["--bytes-per-value", "-1"], "marin plan comm: CommPlanConfig.bytes_per_value must be in (0, inf], got -1"),
+    ],
+)
 def test_cli_bad_flags_exit_2_with_one_line(flags, message, capsys):
     assert main(["plan", "comm", "--config", str(HERO_YAML), *flags]) == 2
     assert capsys.readouterr().err.strip() == message
@@ -192,8 +223,15 @@ def test_hero_attention_pattern_is_planned_and_lowers_on_8_devices(hero):
     assert att["kv_bytes_per_sequence"] == 2 * 12 * 128 * 2 * (12 * 4096 + 36 * 2048)  # 720 MiB in bf16
     assert att["attention_flops_per_token"] == 0.625 * att["all_global_attention_flops_per_token"]
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("hero_attention_check.py"))], cwd=root,
-                         env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("hero_attention_check.py"))],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     report = json.loads(out.stdout)
     assert report["devices"] == 8 and report["seq_len"] == 4096
     assert {w: r["layers"] for w, r in report["layer_windows"].items()} == {"2048": 36, "None": 12}

@@ -20,9 +20,15 @@ FLEET = ROOT / "examples" / "fleet.yaml"
 
 @pytest.fixture
 def env(monkeypatch):
-    for name, value in {"DAGSTER_PG_HOST": "pg.invalid", "DAGSTER_PG_PORT": "5432", "DAGSTER_PG_USER": "dagster",
-                        "DAGSTER_PG_PASSWORD": "not-a-secret", "DAGSTER_PG_DB": "dagster",
-                        "MARIN_LOG_BUCKET": "marin-logs", "MARIN_FLEET_FILE": str(FLEET)}.items():
+    for name, value in {
+        "DAGSTER_PG_HOST": "pg.invalid",
+        "DAGSTER_PG_PORT": "5432",
+        "DAGSTER_PG_USER": "dagster",
+        "DAGSTER_PG_PASSWORD": "not-a-secret",
+        "DAGSTER_PG_DB": "dagster",
+        "MARIN_LOG_BUCKET": "marin-logs",
+        "MARIN_FLEET_FILE": str(FLEET),
+    }.items():
         monkeypatch.setenv(name, value)
 
 
@@ -70,10 +76,15 @@ def test_pool_limits_match_the_fleet(env, tmp_path):
 
 
 def test_pool_run_slots_rules():
-    fleet = fleet_from_dict({"pools": [
-        {"name": "v5p", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 3, "topology": "2x2x4"},
-        {"name": "h100", "accelerator": "h100x8", "region": "us-east5", "domains": 5},
-        {"name": "gb", "accelerator": "gb200-nvl72", "region": "us-east5", "domains": 2, "whole_domain": True}]})
+    fleet = fleet_from_dict(
+        {
+            "pools": [
+                {"name": "v5p", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 3, "topology": "2x2x4"},
+                {"name": "h100", "accelerator": "h100x8", "region": "us-east5", "domains": 5},
+                {"name": "gb", "accelerator": "gb200-nvl72", "region": "us-east5", "domains": 2, "whole_domain": True},
+            ]
+        }
+    )
     assert [pool_run_slots(p) for p in fleet.pools] == [3, 5, 2]
 
 
@@ -89,5 +100,6 @@ def test_mistakes_in_the_instance_file_are_refused(env, tmp_path):
     with pytest.raises(DagsterInvalidConfigError, match="incompatible with the `concurrency > runs`"):
         _load(tmp_path, yaml.safe_dump(both))
     with pytest.raises(ValueError, match="run_worker_cpu '2 cores'"):
-        RoutingRunLauncher.from_config_value(None, {"clusters": [{
-            **bad_launcher["run_launcher"]["config"]["clusters"][1], "run_worker_cpu": "2 cores"}]})
+        RoutingRunLauncher.from_config_value(
+            None, {"clusters": [{**bad_launcher["run_launcher"]["config"]["clusters"][1], "run_worker_cpu": "2 cores"}]}
+        )

@@ -26,8 +26,12 @@ def _is_label(value: str, *, letter_first: bool) -> bool:
     """The DNS label rules spelled out character by character (RFC 1035 / RFC 1123 as Kubernetes applies them)."""
     allowed = set(string.ascii_lowercase + string.digits + "-")
     first_ok = string.ascii_lowercase if letter_first else string.ascii_lowercase + string.digits
-    return (0 < len(value) <= 63 and set(value) <= allowed and value[0] in first_ok
-            and value[-1] in string.ascii_lowercase + string.digits)
+    return (
+        0 < len(value) <= 63
+        and set(value) <= allowed
+        and value[0] in first_ok
+        and value[-1] in string.ascii_lowercase + string.digits
+    )
 
 
 _name_text = st.text(alphabet=string.ascii_lowercase[:4] + "09-A_.\n é", max_size=70)
@@ -74,15 +78,18 @@ def test_every_generated_name_keeps_its_rule_or_the_name_is_refused(name, domain
     _validate_strict(service)
 
 
-@pytest.mark.parametrize("name, needle", [
-    ("1job", "job name '1job' is not a DNS-1035 label"),  # a DNS-1123 label, but a Service name must start with a letter
-    ("Job", "job name 'Job' is not a DNS-1035 label"),
-    ("llama-", "job name 'llama-' is not a DNS-1035 label"),
-    ("a" * 64, "is not a DNS-1035 label (at most 63 characters"),
-    ("llama\n", "job name 'llama\\n' is not a DNS-1035 label"),
-    ("", "job name '' is not a DNS-1035 label"),
-    ("a" * 58, "pod hostname '" + "a" * 58 + "-r0-63' would be 64 characters"),  # 64 hosts: suffix -r0-63
-])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("1job", "job name '1job' is not a DNS-1035 label"),  # a DNS-1123 label, but a Service name must start with a letter
+        ("Job", "job name 'Job' is not a DNS-1035 label"),
+        ("llama-", "job name 'llama-' is not a DNS-1035 label"),
+        ("a" * 64, "is not a DNS-1035 label (at most 63 characters"),
+        ("llama\n", "job name 'llama\\n' is not a DNS-1035 label"),
+        ("", "job name '' is not a DNS-1035 label"),
+        ("a" * 58, "pod hostname '" + "a" * 58 + "-r0-63' would be 64 characters"),  # 64 hosts: suffix -r0-63
+    ],
+)
 def test_bad_job_names_are_refused_naming_the_rule(name, needle):
     with pytest.raises(ValueError) as err:
         multihost_jax_manifests(name, V5E, image="marin:1", command=["python"])
@@ -96,8 +103,9 @@ def test_longest_name_the_hostnames_allow_is_accepted_and_validates():
     assert objs[1].metadata.name == "a" * 57 + "-r0"
 
 
-@pytest.mark.parametrize("image", ["", " marin:1", "marin:1 ", "Marin:1", "marin:1\n", "a//b", "marin:", "marin:ä",
-                                   "marin@sha256:abc", "a" * 256])
+@pytest.mark.parametrize(
+    "image", ["", " marin:1", "marin:1 ", "Marin:1", "marin:1\n", "a//b", "marin:", "marin:ä", "marin@sha256:abc", "a" * 256]
+)
 def test_bad_images_are_refused(image):
     with pytest.raises(ValueError, match=r"^image .* is not a container image reference"):
         multihost_jax_manifests("llama", V5E, image=image, command=["python"])
@@ -105,8 +113,17 @@ def test_bad_images_are_refused(image):
         cpu_pod("step", image=image, command=["python"], cores=1, memory_gib=1)
 
 
-@pytest.mark.parametrize("image", ["marin:1", "us-docker.pkg.dev/proj/repo/marin:v1.2_x", "localhost:5000/a/b",
-                                   "ghcr.io/o/marin@sha256:" + "0" * 64, "[::1]:5000/x:y", "a" * 255])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "marin:1",
+        "us-docker.pkg.dev/proj/repo/marin:v1.2_x",
+        "localhost:5000/a/b",
+        "ghcr.io/o/marin@sha256:" + "0" * 64,
+        "[::1]:5000/x:y",
+        "a" * 255,
+    ],
+)
 def test_image_references_are_accepted(image):
     assert check_image(image) == image
     [pod_container] = cpu_pod("step", image=image, command=["python"], cores=1, memory_gib=1).spec.containers
@@ -119,11 +136,14 @@ def test_cpu_pod_name_is_a_hostname():
     assert cpu_pod("1step", image="marin:1", command=["python"], cores=1, memory_gib=1).metadata.name == "1step"
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--name", "1job", "--image", "marin:1"], "job name '1job' is not a DNS-1035 label"),
-    (["--name", "llama", "--image", ""], "image '' is not a container image reference"),
-    (["--name", "llama", "--image", "marin:1", "--namespace", "Prod"], "namespace 'Prod' is not a DNS-1123 label"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--name", "1job", "--image", "marin:1"], "job name '1job' is not a DNS-1035 label"),
+        (["--name", "llama", "--image", ""], "image '' is not a container image reference"),
+        (["--name", "llama", "--image", "marin:1", "--namespace", "Prod"], "namespace 'Prod' is not a DNS-1123 label"),
+    ],
+)
 def test_manifest_cli_refuses_before_printing_anything(capsys, flags, needle):
     assert main(["cluster", "manifest", "--fleet", FLEET, "--pool", "v5e-256", *flags, "--", "python"]) == 2
     out, err = capsys.readouterr()
@@ -138,10 +158,13 @@ def test_gen_jobs_out_makes_a_missing_folder(tmp_path, capsys):
     assert [j.id for j in jobs] == [f"job-{i:04d}" for i in range(5)]
 
 
-@pytest.mark.parametrize("layout, needle", [
-    ("dir", "Is a directory"),  # --out names an existing folder
-    ("file-parent", "File exists"),  # a file stands where the folder would go
-])
+@pytest.mark.parametrize(
+    "layout, needle",
+    [
+        ("dir", "Is a directory"),  # --out names an existing folder
+        ("file-parent", "File exists"),  # a file stands where the folder would go
+    ],
+)
 def test_gen_jobs_out_that_cannot_be_written_is_one_line(tmp_path, capsys, layout, needle):
     (tmp_path / "f").write_text("x")
     out = tmp_path if layout == "dir" else tmp_path / "f" / "jobs.yaml"

@@ -41,9 +41,16 @@ current-context: ctx-east
 
 
 def _cluster(name, kubeconfig, context, accelerators, regions=()):
-    return {"name": name, "kubeconfig_file": str(kubeconfig), "context": context, "namespace": "marin",
-            "job_image": "marin:test", "instance_config_map": "dagster-instance",
-            "accelerators": list(accelerators), "regions": list(regions)}
+    return {
+        "name": name,
+        "kubeconfig_file": str(kubeconfig),
+        "context": context,
+        "namespace": "marin",
+        "job_image": "marin:test",
+        "instance_config_map": "dagster-instance",
+        "accelerators": list(accelerators),
+        "regions": list(regions),
+    }
 
 
 class FakeBatchApi:
@@ -77,25 +84,31 @@ def env(tmp_path_factory):
     """One instance + one code server for the module: starting a gRPC server costs seconds."""
     kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig.yaml"
     kubeconfig.write_text(KUBECONFIG)
-    config = {"clusters": [_cluster("east", kubeconfig, "ctx-east", ["tpu-v5p"], ["us-east5"]),
-                           _cluster("west", kubeconfig, "ctx-west", ["tpu-v5e", "tpu-v5p"], ["us-west4"])]}
+    config = {
+        "clusters": [
+            _cluster("east", kubeconfig, "ctx-east", ["tpu-v5p"], ["us-east5"]),
+            _cluster("west", kubeconfig, "ctx-west", ["tpu-v5e", "tpu-v5p"], ["us-west4"]),
+        ]
+    }
     with instance_for_test(overrides={"run_launcher": {**LAUNCHER, "config": config}}) as instance:
         launcher = instance.run_launcher
         fakes = {}
         for name in ("east", "west"):
             launcher.clusters[name].k8s_client, fakes[name] = _fake_client()
-        target = PythonFileTarget(python_file=JOBS_FILE, attribute=None, working_directory=None,
-                                  location_name="marin_test")
+        target = PythonFileTarget(python_file=JOBS_FILE, attribute=None, working_directory=None, location_name="marin_test")
         with WorkspaceProcessContext(instance, target) as ctx:
             yield instance, ctx.create_request_context(), fakes
 
 
 def _run(instance, workspace, tags):
-    remote_job = (workspace.get_code_location("marin_test").get_repository("__repository__")
-                  .get_full_job("tiny_job"))
-    return create_run_for_test(instance, job_name="tiny_job", tags=tags,
-                               remote_job_origin=remote_job.get_remote_origin(),
-                               job_code_origin=remote_job.get_python_origin())
+    remote_job = workspace.get_code_location("marin_test").get_repository("__repository__").get_full_job("tiny_job")
+    return create_run_for_test(
+        instance,
+        job_name="tiny_job",
+        tags=tags,
+        remote_job_origin=remote_job.get_remote_origin(),
+        job_code_origin=remote_job.get_python_origin(),
+    )
 
 
 @pytest.mark.slow
@@ -145,8 +158,11 @@ def test_bad_tags_fail_the_run_with_a_clear_message(env, tags, needle):
 def test_k8s_tagged_runs_go_to_the_right_cluster(env):
     instance, workspace, fakes = env
     launcher = instance.run_launcher
-    run = _run(instance, workspace, {"marin/accelerator": "tpu-v5p", "marin/chips": "256",
-                                     "marin/region": "us-west4", "marin/priority": "production"})
+    run = _run(
+        instance,
+        workspace,
+        {"marin/accelerator": "tpu-v5p", "marin/chips": "256", "marin/region": "us-west4", "marin/priority": "production"},
+    )
     instance.launch_run(run.run_id, workspace)
     assert fakes["east"].created == []
     [(namespace, job)] = fakes["west"].created
@@ -186,9 +202,15 @@ def test_each_cluster_gets_its_own_kubeconfig_context(tmp_path):
     kubeconfig = tmp_path / "kubeconfig.yaml"
     kubeconfig.write_text(KUBECONFIG)
     before = kubernetes.client.Configuration.get_default_copy().host
-    launcher = RoutingRunLauncher.from_config_value(None, {"clusters": [
-        _cluster("east", kubeconfig, "ctx-east", ["tpu-v5p"]),
-        _cluster("west", kubeconfig, "ctx-west", ["tpu-v5e"])]})
+    launcher = RoutingRunLauncher.from_config_value(
+        None,
+        {
+            "clusters": [
+                _cluster("east", kubeconfig, "ctx-east", ["tpu-v5p"]),
+                _cluster("west", kubeconfig, "ctx-west", ["tpu-v5e"]),
+            ]
+        },
+    )
     east = launcher.clusters["east"].api_client().configuration.host
     west = launcher.clusters["west"].api_client().configuration.host
     assert east == "https://east.example.invalid:6443"
@@ -202,11 +224,13 @@ def test_choose_backend_rules(tmp_path):
     kubeconfig = tmp_path / "k.yaml"
     kubeconfig.write_text(KUBECONFIG)
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("pools:\n  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n"
-                     "  - {name: cpu, accelerator: cpu, region: us-west4, domains: 2}\n")
-    launcher = RoutingRunLauncher.from_config_value(None, {
-        "clusters": [_cluster("west", kubeconfig, "ctx-west", ["tpu-v5e"], ["us-west4"])],
-        "fleet_file": str(fleet)})
+    fleet.write_text(
+        "pools:\n  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n"
+        "  - {name: cpu, accelerator: cpu, region: us-west4, domains: 2}\n"
+    )
+    launcher = RoutingRunLauncher.from_config_value(
+        None, {"clusters": [_cluster("west", kubeconfig, "ctx-west", ["tpu-v5e"], ["us-west4"])], "fleet_file": str(fleet)}
+    )
     assert launcher.choose_backend(JobRequest("tpu-v5e", 256)).name == "west"
     assert launcher.choose_backend(JobRequest("cpu", 8)).name == "local"
     assert launcher.choose_backend(JobRequest("cpu", 8, cluster="local")).name == "local"
@@ -244,22 +268,32 @@ def test_config_validation(tmp_path):
 
 def test_run_worker_pod_settings(tmp_path):
     cluster = _cluster("west", tmp_path / "k", None, ["tpu-v5p"])
-    launcher = RoutingRunLauncher.from_config_value(None, {"clusters": [
-        {**cluster, "run_worker_cpu": "500m", "run_worker_memory": "2Gi", "run_worker_node_pool": "cpu-pool"}]})
+    launcher = RoutingRunLauncher.from_config_value(
+        None,
+        {"clusters": [{**cluster, "run_worker_cpu": "500m", "run_worker_memory": "2Gi", "run_worker_node_pool": "cpu-pool"}]},
+    )
     config = launcher.clusters["west"].run_worker_k8s_config()
-    assert config == {"container_config": {"resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
-                                                         "limits": {"cpu": "500m", "memory": "2Gi"}}},
-                      "pod_spec_config": {"node_selector": {"cloud.google.com/gke-nodepool": "cpu-pool"}}}
-    for field, value, needle in [("run_worker_cpu", "1\n", "CPU quantity"), ("run_worker_memory", "4GB", "quantity like"),
-                                 ("run_worker_node_pool", "Pool!", "not a valid name")]:
+    assert config == {
+        "container_config": {
+            "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"cpu": "500m", "memory": "2Gi"}}
+        },
+        "pod_spec_config": {"node_selector": {"cloud.google.com/gke-nodepool": "cpu-pool"}},
+    }
+    for field, value, needle in [
+        ("run_worker_cpu", "1\n", "CPU quantity"),
+        ("run_worker_memory", "4GB", "quantity like"),
+        ("run_worker_node_pool", "Pool!", "not a valid name"),
+    ]:
         with pytest.raises(ValueError, match=needle):
             RoutingRunLauncher.from_config_value(None, {"clusters": [{**cluster, field: value}]})
 
 
 def test_pool_tag_is_checked_against_the_fleet(tmp_path):
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("pools:\n  - {name: v5p-16, accelerator: tpu-v5p, region: us-east5, domains: 2, topology: 2x2x4}\n"
-                     "  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n")
+    fleet.write_text(
+        "pools:\n  - {name: v5p-16, accelerator: tpu-v5p, region: us-east5, domains: 2, topology: 2x2x4}\n"
+        "  - {name: v5e, accelerator: tpu-v5e, region: us-west4, domains: 1, topology: 16x16}\n"
+    )
     launcher = RoutingRunLauncher.from_config_value(None, {"fleet_file": str(fleet)})
     tags = {"marin/accelerator": "tpu-v5p", "marin/chips": "16"}
     launcher.check_pool_tag({**tags, "marin/pool": "v5p-16"}, classify_tags(tags))
@@ -284,8 +318,9 @@ def test_without_a_fleet_an_asset_pool_tag_runs_locally_and_a_run_pool_tag_is_re
 def test_run_pod_size_comes_from_the_run_tags(env):
     instance, workspace, fakes = env
     before = len(fakes["west"].created)
-    run = _run(instance, workspace, {"marin/accelerator": "tpu-v5e", "marin/chips": "256",
-                                     "marin/cpu": "8", "marin/memory": "32Gi"})
+    run = _run(
+        instance, workspace, {"marin/accelerator": "tpu-v5e", "marin/chips": "256", "marin/cpu": "8", "marin/memory": "32Gi"}
+    )
     instance.launch_run(run.run_id, workspace)
     namespace, job = fakes["west"].created[before]
     container = job.spec.template.spec.containers[0]
@@ -318,12 +353,21 @@ def test_effective_run_tags_take_the_assets_tags_under_the_runs_own():
     from marin_assets.orchestration.launcher import effective_run_tags
 
     a, b = AssetKey(["shards", "normalized"]), AssetKey(["shards", "tokenized"])
-    workspace = SimpleNamespace(asset_graph=_FakeAssetGraph({
-        a: {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
-        b: {"marin/pool": "datakit", "marin/cpu": "2", "marin/memory": "1Gi"}}))
+    workspace = SimpleNamespace(
+        asset_graph=_FakeAssetGraph(
+            {
+                a: {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
+                b: {"marin/pool": "datakit", "marin/cpu": "2", "marin/memory": "1Gi"},
+            }
+        )
+    )
     run = SimpleNamespace(asset_selection=frozenset({a, b}), tags={"dagster/partition": "web-00001"})
-    assert effective_run_tags(run, workspace) == {"marin/pool": "datakit", "marin/cpu": "2", "marin/memory": "2Gi",
-                                                  "dagster/partition": "web-00001"}
+    assert effective_run_tags(run, workspace) == {
+        "marin/pool": "datakit",
+        "marin/cpu": "2",
+        "marin/memory": "2Gi",
+        "dagster/partition": "web-00001",
+    }
     override = SimpleNamespace(asset_selection=frozenset({a}), tags={"marin/memory": "8Gi"})
     assert effective_run_tags(override, workspace) == {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "8Gi"}
     # No workspace or no asset selection (an op job): the run's own tags only.

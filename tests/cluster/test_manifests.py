@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-from kubernetes import client as k8s
-
 import kubernetes_validate
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes import client as k8s
 
 from marin_assets.cluster.fleet import Pool
 from marin_assets.cluster.manifests import (
@@ -36,8 +35,7 @@ def _env(container):
 
 def test_v5e_256_slice():
     pool = Pool("v5e-256", "tpu-v5e", "us-west4", 1, topology="16x16")
-    objs = multihost_jax_manifests("llama", pool, image="marin:1", command=["python", "-m", "train"],
-                                   namespace="marin")
+    objs = multihost_jax_manifests("llama", pool, image="marin:1", command=["python", "-m", "train"], namespace="marin")
     service, job = objs
     for obj in objs:
         back = round_trip(obj)
@@ -48,8 +46,10 @@ def test_v5e_256_slice():
     assert (job.spec.completion_mode, job.spec.completions, job.spec.parallelism) == ("Indexed", 64, 64)
     pod = job.spec.template.spec
     assert pod.subdomain == service.metadata.name
-    assert pod.node_selector == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                                 "cloud.google.com/gke-tpu-topology": "16x16"}
+    assert pod.node_selector == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "16x16",
+    }
     [c] = pod.containers
     assert c.resources.limits == {"google.com/tpu": "4"}
     assert [(t.key, t.effect) for t in pod.tolerations] == [("google.com/tpu", "NoSchedule")]
@@ -61,8 +61,7 @@ def test_v5e_256_slice():
     assert service.spec.selector.items() <= job.spec.template.metadata.labels.items()
     # What a pod with completion index 63 hands to jax.distributed.initialize.
     args = jax_distributed_args({**env, "JOB_COMPLETION_INDEX": "63"})
-    assert args == {"coordinator_address": "llama-r0-0.llama.marin.svc:8476", "num_processes": 64,
-                    "process_id": 63}
+    assert args == {"coordinator_address": "llama-r0-0.llama.marin.svc:8476", "num_processes": 64, "process_id": 63}
 
 
 def test_two_rack_gb200_job():
@@ -71,8 +70,10 @@ def test_two_rack_gb200_job():
     assert [type(o).__name__ for o in objs] == ["dict", "dict", "V1Service", "V1Job", "V1Job"]
     domains = objs[:2]  # ComputeDomain CRDs: one per rack, created before the pods that claim them
     assert [d["metadata"]["name"] for d in domains] == ["moe-r0", "moe-r1"]
-    assert all(d["spec"] == {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{d['metadata']['name']}-channel"}}}
-               for d in domains)
+    assert all(
+        d["spec"] == {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{d['metadata']['name']}-channel"}}}
+        for d in domains
+    )
     for obj in objs[2:]:
         assert round_trip(obj) == obj
         _validate_strict(obj)
@@ -112,15 +113,15 @@ def test_ep_domain_reaches_the_pods_and_their_mesh():
     racks = multihost_jax_manifests("moe", pool, image="marin:1", command=["python"], domains=2)
     env = _env(next(o for o in racks if isinstance(o, k8s.V1Job)).spec.template.spec.containers[0])
     assert expert_axis_size(ModelConfig(n_routed_experts=72, top_k=2), 144, 4, env) == 36
-    no_ep = multihost_jax_manifests("moe", Pool("gb200", "gb200-nvl72", "us-central1", 1), image="marin:1",
-                                    command=["python"], chips=8)
+    no_ep = multihost_jax_manifests(
+        "moe", Pool("gb200", "gb200-nvl72", "us-central1", 1), image="marin:1", command=["python"], chips=8
+    )
     [job] = [o for o in no_ep if isinstance(o, k8s.V1Job)]
     assert "MARIN_EP_DOMAIN_CHIPS" not in _env(job.spec.template.spec.containers[0])
 
 
 def test_cpu_pod_and_step_config():
-    pod = cpu_pod("dedup-step", image="marin:1", command=["dagster", "api"], cores=8, memory_gib=32,
-                  node_pool="cpu-pool")
+    pod = cpu_pod("dedup-step", image="marin:1", command=["dagster", "api"], cores=8, memory_gib=32, node_pool="cpu-pool")
     assert round_trip(pod) == pod
     assert pod.spec.containers[0].resources.requests == {"cpu": "8", "memory": "32Gi"}
     cfg = cpu_step_k8s_config(8, 32, node_pool="cpu-pool")
@@ -141,8 +142,9 @@ def test_manifest_inputs_are_refused_cleanly():
 
 def test_partial_domain_gpu_job_and_spec_config_map():
     pool = Pool("h100", "h100x8", "us-east5", 4)
-    objs = multihost_jax_manifests("small", pool, image="marin:1", command=["python"], chips=2, namespace="marin",
-                                   spec_json='{"out_dir": "gs://b/x"}')
+    objs = multihost_jax_manifests(
+        "small", pool, image="marin:1", command=["python"], chips=2, namespace="marin", spec_json='{"out_dir": "gs://b/x"}'
+    )
     kinds = [o.kind for o in objs]
     assert kinds == ["ConfigMap", "Service", "Job"]  # no ComputeDomain off GB200
     config_map, _, job = objs

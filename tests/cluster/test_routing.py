@@ -11,10 +11,12 @@ from marin_assets.cluster.tags import JobRequest
 
 
 def gpu_fleet(racks=2, nodes=2):
-    return Fleet((
-        Pool("gb200", "gb200-nvl72", "us-central1", racks, ep_domain_chips=64),
-        Pool("h100", "h100x8", "us-east5", nodes),
-    ))
+    return Fleet(
+        (
+            Pool("gb200", "gb200-nvl72", "us-central1", racks, ep_domain_chips=64),
+            Pool("h100", "h100x8", "us-east5", nodes),
+        )
+    )
 
 
 def beat(router, now, pool=None):

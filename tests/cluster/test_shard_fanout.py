@@ -79,28 +79,39 @@ def _fanout_env(stack, tmp_path_factory):
     (tmp_path / "fleet.yaml").write_text(FLEET)
     fleet = load_fleet(tmp_path / "fleet.yaml")
     limits = run_concurrency_config(fleet)["runs"]["tag_concurrency_limits"]
-    assert limits == [{"key": "marin/pool", "value": "datakit", "limit": POOL_SLOTS},
-                      {"key": "marin/pool", "value": "other", "limit": 1}]
-    cluster = {"name": "datakit-gke", "kubeconfig_file": str(tmp_path / "kubeconfig.yaml"), "namespace": "marin",
-               "job_image": "marin:test", "instance_config_map": "dagster-instance", "accelerators": ["cpu"]}
+    assert limits == [
+        {"key": "marin/pool", "value": "datakit", "limit": POOL_SLOTS},
+        {"key": "marin/pool", "value": "other", "limit": 1},
+    ]
+    cluster = {
+        "name": "datakit-gke",
+        "kubeconfig_file": str(tmp_path / "kubeconfig.yaml"),
+        "namespace": "marin",
+        "job_image": "marin:test",
+        "instance_config_map": "dagster-instance",
+        "accelerators": ["cpu"],
+    }
     overrides = {
-        "run_launcher": {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-                         "config": {"clusters": [cluster], "unmatched": "fail",
-                                    "fleet_file": str(tmp_path / "fleet.yaml")}},
+        "run_launcher": {
+            "module": "marin_assets.orchestration.launcher",
+            "class": "RoutingRunLauncher",
+            "config": {"clusters": [cluster], "unmatched": "fail", "fleet_file": str(tmp_path / "fleet.yaml")},
+        },
         "run_coordinator": {"module": "marin_assets.orchestration.launcher", "class": "MarinQueuedRunCoordinator"},
         "concurrency": {"runs": {"max_concurrent_runs": -1, "tag_concurrency_limits": limits}},
         # One event log database, as on Postgres in production: the default SQLite log opens
         # (and migrates) one database file per run, ~1 s per run on this box.
-        "event_log_storage": {"module": "dagster._core.storage.event_log",
-                              "class": "ConsolidatedSqliteEventLogStorage",
-                              "config": {"base_dir": str(Path(home) / "event_log")}},
+        "event_log_storage": {
+            "module": "dagster._core.storage.event_log",
+            "class": "ConsolidatedSqliteEventLogStorage",
+            "config": {"base_dir": str(Path(home) / "event_log")},
+        },
     }
     with instance_for_test(overrides=overrides, temp_dir=home) as instance:
         batch = RecordingBatchApi()
         instance.run_launcher.clusters["datakit-gke"].k8s_client = fake_dagster_k8s_client(batch)
         instance.add_dynamic_partitions("fanout_shards", SHARDS)
-        target = PythonFileTarget(python_file=DEFS_FILE, attribute=None, working_directory=None,
-                                  location_name="fanout")
+        target = PythonFileTarget(python_file=DEFS_FILE, attribute=None, working_directory=None, location_name="fanout")
         with WorkspaceProcessContext(instance, target) as process_context:
             yield instance, process_context, batch
 
@@ -119,9 +130,18 @@ def _backfill(instance, process_context, prefix, steps=("normalized", "filtered"
     workspace = process_context.create_request_context()
     keys = [AssetKey([prefix, name]) for name in steps]
     backfill = PartitionBackfill.from_asset_partitions(
-        backfill_id=f"fanout{prefix}", asset_graph=workspace.asset_graph, partition_names=SHARDS,
-        asset_selection=keys, backfill_timestamp=0.0, tags={}, dynamic_partitions_store=instance,
-        all_partitions=False, title=None, description=None, run_config=None)
+        backfill_id=f"fanout{prefix}",
+        asset_graph=workspace.asset_graph,
+        partition_names=SHARDS,
+        asset_selection=keys,
+        backfill_timestamp=0.0,
+        tags={},
+        dynamic_partitions_store=instance,
+        all_partitions=False,
+        title=None,
+        description=None,
+        run_config=None,
+    )
     instance.add_backfill(backfill)
     errors = [e for e in execute_backfill_iteration(process_context, logging.getLogger("backfill")) if e]
     assert errors == []
@@ -139,15 +159,15 @@ def _run_shards(run) -> list[str]:
     if start is None:
         return [run.tags[PARTITION_NAME_TAG]]
     assert PARTITION_NAME_TAG not in run.tags
-    return SHARDS[SHARDS.index(start): SHARDS.index(end) + 1]
+    return SHARDS[SHARDS.index(start) : SHARDS.index(end) + 1]
 
 
 def _finish(instance, runs):
     """The run workers report success (what the pods would do), freeing their pool slots."""
     for run in runs:
         instance.report_dagster_event(
-            DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name, message="done (fake pod)"),
-            run_id=run.run_id)
+            DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name, message="done (fake pod)"), run_id=run.run_id
+        )
 
 
 def _dequeue(process_context):
@@ -196,8 +216,9 @@ def test_64_shard_backfill_fans_out_into_pool_limited_run_pods(fanout, prefix, s
     launched_ids = []
     while len(launched_ids) < n_runs:
         _dequeue(process_context)
-        started = [r for r in _runs(instance, backfill_id) if r.status != DagsterRunStatus.QUEUED
-                   and r.run_id not in launched_ids]
+        started = [
+            r for r in _runs(instance, backfill_id) if r.status != DagsterRunStatus.QUEUED and r.run_id not in launched_ids
+        ]
         waiting = _runs(instance, backfill_id, DagsterRunStatus.QUEUED)
         assert len(started) == min(POOL_SLOTS, n_runs - len(launched_ids))
         assert len(waiting) == n_runs - len(launched_ids) - len(started)

@@ -10,17 +10,19 @@ import yaml
 
 from marin_assets.cli import main
 from marin_assets.cluster.fleet import Fleet, Pool
-from marin_assets.cluster.simulate import JobStreamConfig, audit, generate_jobs, jobs_from_dict, simulate, _Run
+from marin_assets.cluster.simulate import JobStreamConfig, _Run, audit, generate_jobs, jobs_from_dict, simulate
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def small_fleet():
-    return Fleet((
-        Pool("gb200", "gb200-nvl72", "us-central1", 3, ep_domain_chips=64),
-        Pool("v5e", "tpu-v5e", "us-west4", 1, topology="4x4"),
-        Pool("cpu", "cpu", "us-central1", 2, domain_chips=16),
-    ))
+    return Fleet(
+        (
+            Pool("gb200", "gb200-nvl72", "us-central1", 3, ep_domain_chips=64),
+            Pool("v5e", "tpu-v5e", "us-west4", 1, topology="4x4"),
+            Pool("cpu", "cpu", "us-central1", 2, domain_chips=16),
+        )
+    )
 
 
 def test_generated_stream_replays_with_zero_overallocation_and_no_splits():
@@ -45,10 +47,18 @@ def test_the_audit_is_not_vacuous_without_the_ledger():
 
 def test_audit_counts_overallocation_and_splits_directly():
     fleet = small_fleet()
-    jobs = {j.id: j for j in jobs_from_dict({"jobs": [
-        {"id": "a", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 40},
-        {"id": "b", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 40},
-        {"id": "c", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 8}]})[0]}
+    jobs = {
+        j.id: j
+        for j in jobs_from_dict(
+            {
+                "jobs": [
+                    {"id": "a", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 40},
+                    {"id": "b", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 40},
+                    {"id": "c", "submit_s": 0, "duration_s": 10, "accelerator": "gb200-nvl72", "chips": 8},
+                ]
+            }
+        )[0]
+    }
     up = {p.name: [True] * p.domains for p in fleet.pools}
     running = {"a": _Run("gb200", (0,), (40,), 0, 0), "b": _Run("gb200", (0,), (40,), 0, 0)}
     assert audit(fleet, running, jobs, up) == (1, 0)
@@ -60,31 +70,69 @@ def test_audit_counts_overallocation_and_splits_directly():
 
 def test_preempted_job_resumes_from_its_newest_checkpoint():
     fleet = Fleet((Pool("gb200", "gb200-nvl72", "us-central1", 1),))
-    jobs, _ = jobs_from_dict({"jobs": [
-        {"id": "batch", "submit_s": 0, "duration_s": 3600, "accelerator": "gb200-nvl72", "chips": 72,
-         "checkpoint_interval_s": 600},
-        {"id": "prod", "submit_s": 1000, "duration_s": 500, "accelerator": "gb200-nvl72", "chips": 72,
-         "priority": "production"},
-    ]})
+    jobs, _ = jobs_from_dict(
+        {
+            "jobs": [
+                {
+                    "id": "batch",
+                    "submit_s": 0,
+                    "duration_s": 3600,
+                    "accelerator": "gb200-nvl72",
+                    "chips": 72,
+                    "checkpoint_interval_s": 600,
+                },
+                {
+                    "id": "prod",
+                    "submit_s": 1000,
+                    "duration_s": 500,
+                    "accelerator": "gb200-nvl72",
+                    "chips": 72,
+                    "priority": "production",
+                },
+            ]
+        }
+    )
     report = simulate(fleet, jobs)
     assert report["preempted"] == 1 and report["completed"] == 2
     # batch starts at t=10 (first tick after pool 0's heartbeat at 0), is evicted at t=1000 with
     # 990 s done -> checkpoint 600. prod runs 1000..1500; batch restarts when the 1500 heartbeat
     # shows the rack free (placed at 1500+) and needs 3000 s more: it ends after 4500, not 3610.
     assert report["sim_end_s"] > 4500
-    no_ckpt = jobs_from_dict({"jobs": [
-        {"id": "batch", "submit_s": 0, "duration_s": 3600, "accelerator": "gb200-nvl72", "chips": 72},
-        {"id": "prod", "submit_s": 1000, "duration_s": 500, "accelerator": "gb200-nvl72", "chips": 72,
-         "priority": "production"}]})[0]
+    no_ckpt = jobs_from_dict(
+        {
+            "jobs": [
+                {"id": "batch", "submit_s": 0, "duration_s": 3600, "accelerator": "gb200-nvl72", "chips": 72},
+                {
+                    "id": "prod",
+                    "submit_s": 1000,
+                    "duration_s": 500,
+                    "accelerator": "gb200-nvl72",
+                    "chips": 72,
+                    "priority": "production",
+                },
+            ]
+        }
+    )[0]
     assert simulate(fleet, no_ckpt)["sim_end_s"] - report["sim_end_s"] == pytest.approx(600, abs=30)
 
 
 def test_domain_failure_resubmits_and_still_completes():
     fleet = Fleet((Pool("gb200", "gb200-nvl72", "us-central1", 2),))
-    jobs, failures = jobs_from_dict({
-        "jobs": [{"id": "a", "submit_s": 0, "duration_s": 2000, "accelerator": "gb200-nvl72", "chips": 72,
-                  "checkpoint_interval_s": 300}],
-        "failures": [{"at_s": 700, "pool": "gb200", "domain": 0, "down_s": 600}]})
+    jobs, failures = jobs_from_dict(
+        {
+            "jobs": [
+                {
+                    "id": "a",
+                    "submit_s": 0,
+                    "duration_s": 2000,
+                    "accelerator": "gb200-nvl72",
+                    "chips": 72,
+                    "checkpoint_interval_s": 300,
+                }
+            ],
+            "failures": [{"at_s": 700, "pool": "gb200", "domain": 0, "down_s": 600}],
+        }
+    )
     report = simulate(fleet, jobs, failures)
     assert report["resubmitted_after_failure"] == 1 and report["completed"] == 1
     assert report["overallocations"] == 0
@@ -111,27 +159,44 @@ def _write(tmp_path, name, data):
 
 
 def test_cli_simulate_json_and_refusals(tmp_path, capsys):
-    fleet = _write(tmp_path, "fleet.yaml", {"pools": [
-        {"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2}]})
-    jobs = _write(tmp_path, "jobs.yaml", {"jobs": [
-        {"id": "ok", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", "chips": 8},
-        {"id": "too-big", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", "chips": 145}]})
+    fleet = _write(
+        tmp_path,
+        "fleet.yaml",
+        {"pools": [{"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2}]},
+    )
+    jobs = _write(
+        tmp_path,
+        "jobs.yaml",
+        {
+            "jobs": [
+                {"id": "ok", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", "chips": 8},
+                {"id": "too-big", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", "chips": 145},
+            ]
+        },
+    )
     assert main(["cluster", "simulate", "--fleet", fleet, "--jobs", jobs, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["completed"] == 1 and report["refused"] == 1
     assert "too-big" in report["refusals"][0] and "largest matching pool has 144" in report["refusals"][0]
 
 
-@pytest.mark.parametrize("job, needle", [
-    ({"accelerator": "tpu-v9"}, "unknown accelerator"),
-    ({"chips": "8;rm -rf /"}, "marin/chips"),
-    ({"region": "$(id)"}, "marin/region"),
-])
+@pytest.mark.parametrize(
+    "job, needle",
+    [
+        ({"accelerator": "tpu-v9"}, "unknown accelerator"),
+        ({"chips": "8;rm -rf /"}, "marin/chips"),
+        ({"region": "$(id)"}, "marin/region"),
+    ],
+)
 def test_cli_bad_jobs_file_is_a_clear_refusal(tmp_path, capsys, job, needle):
-    fleet = _write(tmp_path, "fleet.yaml", {"pools": [
-        {"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2}]})
-    jobs = _write(tmp_path, "jobs.yaml", {"jobs": [
-        {"id": "j1", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", **job}]})
+    fleet = _write(
+        tmp_path,
+        "fleet.yaml",
+        {"pools": [{"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 2}]},
+    )
+    jobs = _write(
+        tmp_path, "jobs.yaml", {"jobs": [{"id": "j1", "submit_s": 0, "duration_s": 100, "accelerator": "gb200-nvl72", **job}]}
+    )
     assert main(["cluster", "simulate", "--fleet", fleet, "--jobs", jobs]) == 2
     err = capsys.readouterr().err
     assert "jobs[0]" in err and needle in err
@@ -143,7 +208,25 @@ def test_cli_missing_file(capsys, tmp_path):
 
 
 def test_cli_manifest_prints_yaml(capsys):
-    assert main(["cluster", "manifest", "--fleet", str(EXAMPLES / "fleet.yaml"), "--pool", "v5e-256",
-                 "--name", "llama", "--image", "marin:1", "python", "-m", "train"]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "manifest",
+                "--fleet",
+                str(EXAMPLES / "fleet.yaml"),
+                "--pool",
+                "v5e-256",
+                "--name",
+                "llama",
+                "--image",
+                "marin:1",
+                "python",
+                "-m",
+                "train",
+            ]
+        )
+        == 0
+    )
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["Service", "Job"]

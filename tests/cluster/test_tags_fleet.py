@@ -12,28 +12,38 @@ from marin_assets.cluster.tags import JobRequest, classify_tags, request_tags
 
 def test_classify_defaults_and_values():
     assert classify_tags({}) == JobRequest("cpu", 1, None, "batch")
-    r = classify_tags({"marin/accelerator": "gb200-nvl72", "marin/chips": "144", "marin/region": "us-central1",
-                       "marin/priority": "production", "dagster/partition": "anything goes here"})
+    r = classify_tags(
+        {
+            "marin/accelerator": "gb200-nvl72",
+            "marin/chips": "144",
+            "marin/region": "us-central1",
+            "marin/priority": "production",
+            "dagster/partition": "anything goes here",
+        }
+    )
     assert r == JobRequest("gb200-nvl72", 144, "us-central1", "production")
     assert r.band > JobRequest(priority="interactive").band > JobRequest(priority="batch").band
     assert classify_tags(request_tags(r)) == r
 
 
-@pytest.mark.parametrize("tag, value", [
-    ("marin/accelerator", "tpu-v9"),
-    ("marin/accelerator", "cpu; rm -rf /"),
-    ("marin/chips", "0"),
-    ("marin/chips", "-8"),
-    ("marin/chips", "8 && reboot"),
-    ("marin/chips", "1e3"),
-    ("marin/chips", "99999999"),
-    ("marin/region", "us-central1$(id)"),
-    ("marin/region", "US-CENTRAL1"),
-    ("marin/region", "us central1"),
-    ("marin/priority", "urgent"),
-    ("marin/priority", "batch\n"),
-    ("marin/cluster", "gke|sh"),
-])
+@pytest.mark.parametrize(
+    "tag, value",
+    [
+        ("marin/accelerator", "tpu-v9"),
+        ("marin/accelerator", "cpu; rm -rf /"),
+        ("marin/chips", "0"),
+        ("marin/chips", "-8"),
+        ("marin/chips", "8 && reboot"),
+        ("marin/chips", "1e3"),
+        ("marin/chips", "99999999"),
+        ("marin/region", "us-central1$(id)"),
+        ("marin/region", "US-CENTRAL1"),
+        ("marin/region", "us central1"),
+        ("marin/priority", "urgent"),
+        ("marin/priority", "batch\n"),
+        ("marin/cluster", "gke|sh"),
+    ],
+)
 def test_bad_tag_values_are_refused_naming_the_tag(tag, value):
     with pytest.raises(ValueError) as err:
         classify_tags({tag: value})
@@ -69,8 +79,7 @@ def test_fleet_loading_names_the_bad_record(tmp_path):
     path.write_text(json.dumps(ok))
     assert load_fleet(path).pool("a").capacity == 16
     with pytest.raises(ValueError, match=r"pools\[1\]: .*unknown accelerator"):
-        fleet_from_dict({"pools": [ok["pools"][0], {"name": "b", "accelerator": "x", "region": "us-east5",
-                                                      "domains": 1}]})
+        fleet_from_dict({"pools": [ok["pools"][0], {"name": "b", "accelerator": "x", "region": "us-east5", "domains": 1}]})
     with pytest.raises(ValueError, match="appears twice"):
         fleet_from_dict({"pools": ok["pools"] * 2})
     with pytest.raises(ValueError, match="unknown fields"):
@@ -87,22 +96,28 @@ def test_example_fleet_is_the_scenario():
     assert len(tpus) >= 3
 
 
-@pytest.mark.parametrize("tag, value", [
-    ("marin/chips", "8\n"),
-    ("marin/region", "us-central1\n"),
-    ("marin/cluster", "gke\n"),
-])
+@pytest.mark.parametrize(
+    "tag, value",
+    [
+        ("marin/chips", "8\n"),
+        ("marin/region", "us-central1\n"),
+        ("marin/cluster", "gke\n"),
+    ],
+)
 def test_tag_values_with_a_trailing_newline_are_refused(tag, value):
     """`re.match` with `$` lets "8\\n" through; every check is a full match."""
     with pytest.raises(ValueError, match=tag):
         classify_tags({tag: value})
 
 
-@pytest.mark.parametrize("field, value, needle", [
-    ("name", "gb200\n", "pool name"),
-    ("region", "us-central1\n", "region"),
-    ("topology", "16x16\n", "topology"),
-])
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [
+        ("name", "gb200\n", "pool name"),
+        ("region", "us-central1\n", "region"),
+        ("topology", "16x16\n", "topology"),
+    ],
+)
 def test_fleet_names_with_a_trailing_newline_are_refused(field, value, needle):
     pool = {"name": "v5e", "accelerator": "tpu-v5e", "region": "us-central1", "domains": 2, "topology": "16x16"}
     with pytest.raises(ValueError, match=needle):
@@ -136,12 +151,28 @@ def test_pod_resources_from_tags_else_the_defaults():
     assert (memory_bytes("2Gi"), memory_bytes("512Mi")) == (2 * 2**30, 512 * 2**20)
 
 
-@pytest.mark.parametrize("tag, value", [
-    ("marin/cpu", "0"), ("marin/cpu", "1.5"), ("marin/cpu", "1e3"), ("marin/cpu", "2\n"), ("marin/cpu", "10000"),
-    ("marin/cpu", "2 cores"), ("marin/cpu", "-1"), ("marin/cpu", "0m"), ("marin/cpu", "1m; id"),
-    ("marin/memory", "2GB"), ("marin/memory", "2G"), ("marin/memory", "2Gi\n"), ("marin/memory", "0Gi"),
-    ("marin/memory", "2gi"), ("marin/memory", "2048"), ("marin/memory", "1Ti"), ("marin/memory", ""),
-])
+@pytest.mark.parametrize(
+    "tag, value",
+    [
+        ("marin/cpu", "0"),
+        ("marin/cpu", "1.5"),
+        ("marin/cpu", "1e3"),
+        ("marin/cpu", "2\n"),
+        ("marin/cpu", "10000"),
+        ("marin/cpu", "2 cores"),
+        ("marin/cpu", "-1"),
+        ("marin/cpu", "0m"),
+        ("marin/cpu", "1m; id"),
+        ("marin/memory", "2GB"),
+        ("marin/memory", "2G"),
+        ("marin/memory", "2Gi\n"),
+        ("marin/memory", "0Gi"),
+        ("marin/memory", "2gi"),
+        ("marin/memory", "2048"),
+        ("marin/memory", "1Ti"),
+        ("marin/memory", ""),
+    ],
+)
 def test_bad_cpu_and_memory_tags_are_refused_naming_the_tag(tag, value):
     with pytest.raises(ValueError, match=tag):
         pod_resources({tag: value}, DEFAULT_POD)
@@ -150,8 +181,10 @@ def test_bad_cpu_and_memory_tags_are_refused_naming_the_tag(tag, value):
 
 
 @settings(max_examples=300, deadline=None)
-@given(cpu=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}m?", fullmatch=True)),
-       memory=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}(Mi|Gi|M|G)", fullmatch=True)))
+@given(
+    cpu=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}m?", fullmatch=True)),
+    memory=st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,8}(Mi|Gi|M|G)", fullmatch=True)),
+)
 def test_resource_tags_either_parse_exactly_or_are_refused(cpu, memory):
     """Whatever the value: a valid k8s quantity that round-trips, or a ValueError naming the tag."""
     try:
@@ -166,9 +199,11 @@ def test_resource_tags_either_parse_exactly_or_are_refused(cpu, memory):
 
 
 def test_asset_run_tags_take_the_largest_ask_and_one_pool():
-    chain = {"shards/normalized": {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
-             "shards/filtered": {"marin/pool": "datakit", "marin/cpu": "1500m", "marin/memory": "1536Mi"},
-             "shards/tokenized": {"marin/pool": "datakit", "marin/cpu": "500m", "marin/memory": "1Gi", "x": "y"}}
+    chain = {
+        "shards/normalized": {"marin/pool": "datakit", "marin/cpu": "1", "marin/memory": "2Gi"},
+        "shards/filtered": {"marin/pool": "datakit", "marin/cpu": "1500m", "marin/memory": "1536Mi"},
+        "shards/tokenized": {"marin/pool": "datakit", "marin/cpu": "500m", "marin/memory": "1Gi", "x": "y"},
+    }
     assert asset_run_tags(chain) == {"marin/pool": "datakit", "marin/cpu": "1500m", "marin/memory": "2Gi"}
     assert asset_run_tags({"a": {"marin/memory": "3072Mi"}, "b": {"marin/memory": "2Gi"}}) == {"marin/memory": "3072Mi"}
     assert asset_run_tags({"a": {}, "b": {"owner": "me"}}) == {}

@@ -69,21 +69,37 @@ def test_mask_covers_exactly_the_replies():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["Wren", "Marl", "First Watchman", "KING"]),
-                          st.lists(st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd", "Zs", "Po")), min_size=1,
-                                           max_size=30).filter(lambda t: t.strip() and not t.strip().startswith("[")),
-                                   min_size=1, max_size=3)),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Wren", "Marl", "First Watchman", "KING"]),
+            st.lists(
+                st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd", "Zs", "Po")), min_size=1, max_size=30).filter(
+                    lambda t: t.strip() and not t.strip().startswith("[")
+                ),
+                min_size=1,
+                max_size=3,
+            ),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_modern_layout_round_trips(speeches):
     """Any speeches written in the modern layout (name alone above the lines) parse back as written, and every
     speech is accounted for: in a conversation or dropped unanswered."""
+
     def reads_as_speaker(line: str) -> bool:
         return any(scenes(f"SCENE I.\n\n{line.strip()}\nx\n"))
 
     lines = [[line for line in body if not reads_as_speaker(line)] or ["x"] for _, body in speeches]
     text = "ACT I.\n\nSCENE I. Somewhere.\n\n" + "\n".join(
-        f"{name}.\n" + "\n".join(body) + "\n" for (name, _), body in zip(speeches, lines, strict=True))
-    want = [(0, name, "\n".join(line.strip() for line in body if line.strip())) for (name, _), body in zip(speeches, lines, strict=True)]
+        f"{name}.\n" + "\n".join(body) + "\n" for (name, _), body in zip(speeches, lines, strict=True)
+    )
+    want = [
+        (0, name, "\n".join(line.strip() for line in body if line.strip()))
+        for (name, _), body in zip(speeches, lines, strict=True)
+    ]
     assert _speeches(text) == [w for w in want if w[2]]
     convs, dropped = conversations("p", text, ChatConfig(turns=3))
     assert sum(len(c.messages) for c in convs) + dropped == len([w for w in want if w[2]])

@@ -58,11 +58,37 @@ def test_datakit_run_prints_one_json_line_with_the_invariant(tmp_path, capsys, p
     docs = [{"text": prose(i)} for i in range(12)] + [{"text": prose(3)}, "not json", {"text": near_45}, {"text": near_55}]
     _write(tmp_path / "in.jsonl", docs)
     _write(tmp_path / "eval.jsonl", [{"text": item}])
-    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
-                             "--prefix", str(tmp_path / "out"), "--validation-fraction", "0.2", *BYTES], capsys)
+    code, summary, _ = _run(
+        [
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--eval",
+            str(tmp_path / "eval.jsonl"),
+            "--prefix",
+            str(tmp_path / "out"),
+            "--validation-fraction",
+            "0.2",
+            *BYTES,
+        ],
+        capsys,
+    )
     assert code == 0
-    assert sorted(summary) == ["cache", "docs_in", "docs_out", "languages", "pii_masked", "quarantine_reasons", "quarantined",
-                               "removed", "shards", "skipped_files", "store", "tokenizer", "tokens", "vocab_size"]
+    assert sorted(summary) == [
+        "cache",
+        "docs_in",
+        "docs_out",
+        "languages",
+        "pii_masked",
+        "quarantine_reasons",
+        "quarantined",
+        "removed",
+        "shards",
+        "skipped_files",
+        "store",
+        "tokenizer",
+        "tokens",
+        "vocab_size",
+    ]
     assert summary["docs_in"] == 16 and summary["quarantined"] == 1
     assert summary["removed"] == {"contaminated": 2, "exact_duplicate": 1, "fuzzy_duplicate": 0, "language": 0, "low_quality": 0}
     assert summary["languages"] == {}  # no --languages: lingua does not run
@@ -107,8 +133,10 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     _write(tmp_path / "c.jsonl", [{"text": prose(100 + i)} for i in range(5)])
     _write(tmp_path / "b.jsonl", [{"text": prose(i)} for i in range(6, 18)] + [{"text": prose(7)}])
     common = ["--validation-fraction", "0.3", *BYTES]
-    code, first, _ = _run(["--input", str(tmp_path / "a.jsonl"), "--input", str(tmp_path / "c.jsonl"),
-                           "--prefix", str(tmp_path / "P"), *common], capsys)
+    code, first, _ = _run(
+        ["--input", str(tmp_path / "a.jsonl"), "--input", str(tmp_path / "c.jsonl"), "--prefix", str(tmp_path / "P"), *common],
+        capsys,
+    )
     assert code == 0 and first["docs_out"] == 17
     code, reused, _ = _run(["--input", str(tmp_path / "b.jsonl"), "--prefix", str(tmp_path / "P"), *common], capsys)
     assert code == 0
@@ -117,7 +145,11 @@ def test_rerun_into_a_reused_prefix_equals_a_fresh_prefix(tmp_path, capsys, pros
     assert reused["docs_in"] == 13 and reused["removed"]["exact_duplicate"] == 1 and reused["docs_out"] == 12
     assert _pathless(reused) == _pathless(fresh)
     assert _texts(reused) == _texts(fresh) and _rows(reused, "train") == _rows(fresh, "train")
-    assert sorted(os.listdir(tmp_path / "P")) == sorted(os.listdir(tmp_path / "F")) == [".datakit.lease", "cache", "run.json", "store", "summary.json"]
+    assert (
+        sorted(os.listdir(tmp_path / "P"))
+        == sorted(os.listdir(tmp_path / "F"))
+        == [".datakit.lease", "cache", "run.json", "store", "summary.json"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +208,17 @@ def test_a_second_run_into_a_busy_prefix_is_refused_and_reports_nothing(tmp_path
 def test_paths_inside_what_a_run_writes_are_refused(four_docs, capsys):
     tmp_path = four_docs["tmp"]  # P holds a finished run
     before = (tmp_path / "P" / "cache" / "dataset.json").read_bytes()
-    code, _, err = _run(["--input", str(tmp_path / "a.jsonl"), "--prefix", str(tmp_path / "P"),
-                         "--tokenizer", str(tmp_path / "P" / "cache" / "tokenizer.json")], capsys)
+    code, _, err = _run(
+        [
+            "--input",
+            str(tmp_path / "a.jsonl"),
+            "--prefix",
+            str(tmp_path / "P"),
+            "--tokenizer",
+            str(tmp_path / "P" / "cache" / "tokenizer.json"),
+        ],
+        capsys,
+    )
     assert code == 1 and "tokenizer" in err and "lies inside" in err
     code, _, err = _run(["--input", str(tmp_path / "P" / "store"), "--prefix", str(tmp_path / "P")], capsys)
     assert code == 1 and "input" in err and "lies inside" in err
@@ -247,7 +288,12 @@ def test_a_bad_eval_file_stops_the_run_before_normalization(tmp_path, capsys):
 
 def test_hostile_lines_cost_one_line_each_through_the_cli(tmp_path, capsys, prose):
     lines = [json.dumps({"text": prose(i)}) for i in range(3)]
-    lines += ['{"text": "x", "n": ' + "9" * 5000 + "}", "[" * 200_000, '{"text": "y", "id": "\\ud800"}', '{"text": "z", "id": {"a": 1}}']
+    lines += [
+        '{"text": "x", "n": ' + "9" * 5000 + "}",
+        "[" * 200_000,
+        '{"text": "y", "id": "\\ud800"}',
+        '{"text": "z", "id": {"a": 1}}',
+    ]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"), *BYTES], capsys)
     assert code == 0
@@ -277,8 +323,15 @@ def test_hostile_input_folders_are_read_safely_and_every_skip_is_counted(tmp_pat
     assert summary["docs_in"] == 3 and summary["docs_out"] == 3  # a.jsonl only, its first record kept despite the BOM
     assert "secret" not in _texts(summary)
     skipped = summary["skipped_files"]
-    assert set(skipped) == {"in/out.jsonl", "in/dir_link", "in/loop_a", "in/loop_b", "in/fifo.jsonl", "in/line\\nbreak.jsonl",
-                            "in/\\udcff.jsonl"}
+    assert set(skipped) == {
+        "in/out.jsonl",
+        "in/dir_link",
+        "in/loop_a",
+        "in/loop_b",
+        "in/fifo.jsonl",
+        "in/line\\nbreak.jsonl",
+        "in/\\udcff.jsonl",
+    }
     assert "outside the input" in skipped["in/out.jsonl"] and "FIFO" in skipped["in/fifo.jsonl"]
     assert "not valid UTF-8" in skipped["in/\\udcff.jsonl"] and "control characters" in skipped["in/line\\nbreak.jsonl"]
     assert all("\n" not in k for k in skipped)
@@ -292,16 +345,29 @@ def test_a_small_input_still_gets_a_validation_document(tmp_path, capsys, prose)
     from marin_assets.datakit.tokenize import is_validation
 
     _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(12)])
-    code, summary, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"),
-                             "--validation-fraction", "0.01", *BYTES], capsys)
+    code, summary, _ = _run(
+        ["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "P"), "--validation-fraction", "0.01", *BYTES], capsys
+    )
     from marin_assets.datakit.shards import read_table
 
     ids = [i for s in _dataset(summary).shards for i in read_table(s.documents).column("id").to_pylist()]
     assert code == 0 and len(ids) == 12 and not any(is_validation(i, 0.01) for i in ids)  # the premise
     assert (len(_rows(summary, "validation")), len(_rows(summary, "train"))) == (1, 11)
     assert summary["tokens"]["validation"] > 0 and summary["tokens"]["train"] > summary["tokens"]["validation"]
-    code, none, _ = _run(["--input", str(tmp_path / "in.jsonl"), "--prefix", str(tmp_path / "Z"), "--validation-fraction", "0.01",
-                          "--min-validation-docs", "0", *BYTES], capsys)
+    code, none, _ = _run(
+        [
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--prefix",
+            str(tmp_path / "Z"),
+            "--validation-fraction",
+            "0.01",
+            "--min-validation-docs",
+            "0",
+            *BYTES,
+        ],
+        capsys,
+    )
     assert code == 0 and none["tokens"]["validation"] == 0 and none["tokens"]["train"] == sum(summary["tokens"].values())
 
 

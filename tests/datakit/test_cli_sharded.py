@@ -25,7 +25,9 @@ SHARD_BYTES = 1500
 
 def spam(seed: int) -> str:
     rng = random.Random(seed)
-    return " ".join(rng.choice(["FREE", "$$$", "CLICK", "NOW", "winner", "cheap", "!!!", "http://x.biz", "offer"]) for _ in range(40))
+    return " ".join(
+        rng.choice(["FREE", "$$$", "CLICK", "NOW", "winner", "cheap", "!!!", "http://x.biz", "offer"]) for _ in range(40)
+    )
 
 
 def _write(path, records) -> str:
@@ -37,9 +39,15 @@ def _write(path, records) -> str:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sharded_cli")
     for name, texts in (("high", [prose(1000 + i) for i in range(40)]), ("low", [spam(1000 + i) for i in range(40)])):
-        normalize(_write(tmp / f"{name}.jsonl", [{"text": t} for t in texts]), str(tmp / "qn" / name), NormalizeConfig(source=name))
-    train_quality_model(list_shards(str(tmp / "qn" / "high")), list_shards(str(tmp / "qn" / "low")), str(tmp / "qmodel"),
-                        QualityModelConfig(num_features=1 << 12, holdout_fraction=0.0))
+        normalize(
+            _write(tmp / f"{name}.jsonl", [{"text": t} for t in texts]), str(tmp / "qn" / name), NormalizeConfig(source=name)
+        )
+    train_quality_model(
+        list_shards(str(tmp / "qn" / "high")),
+        list_shards(str(tmp / "qn" / "low")),
+        str(tmp / "qmodel"),
+        QualityModelConfig(num_features=1 << 12, holdout_fraction=0.0),
+    )
     eval_text = " ".join(f"evalword{i}" for i in range(30)) + " what is the capital of the answer."
     near = prose(5).split()
     near[3], near[40] = "zqa", "zqb"
@@ -49,9 +57,27 @@ def runs(tmp_path_factory):
     b = [{"text": prose(100 + i)} for i in range(8)] + [{"text": prose(7)}]  # a copy across inputs
     inputs = [_write(tmp / "a.jsonl", a), _write(tmp / "b.jsonl", b)]
     evals = [_write(tmp / "eval.jsonl", [{"id": "e1", "text": eval_text}])]
-    argv = ["datakit", "run", *(x for p in inputs for x in ("--input", p)), "--eval", evals[0], "--prefix", str(tmp / "P"),
-            "--quality-threshold", "0.5", "--quality-model", str(tmp / "qmodel"), "--tokenizer", "bytes",
-            "--validation-fraction", "0.2", "--shard-bytes", str(SHARD_BYTES), "--workers", "2"]
+    argv = [
+        "datakit",
+        "run",
+        *(x for p in inputs for x in ("--input", p)),
+        "--eval",
+        evals[0],
+        "--prefix",
+        str(tmp / "P"),
+        "--quality-threshold",
+        "0.5",
+        "--quality-model",
+        str(tmp / "qmodel"),
+        "--tokenizer",
+        "bytes",
+        "--validation-fraction",
+        "0.2",
+        "--shard-bytes",
+        str(SHARD_BYTES),
+        "--workers",
+        "2",
+    ]
     return {"tmp": tmp, "argv": argv}
 
 
@@ -88,7 +114,6 @@ def test_the_run_keeps_what_the_in_memory_reference_keeps(runs, sharded):
     # Bytes tokens: each kept document is its UTF-8 bytes and an EOS, split train / validation.
     assert sum(summary["tokens"].values()) == sum(len(d["text"].encode()) + 1 for d in expected)
     assert summary["tokens"]["validation"] > 0
-
 
 
 @pytest.mark.slow  # the module's runs: the sharded graph on worker processes, then a rerun

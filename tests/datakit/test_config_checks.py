@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.datakit.bloom import bloom_size
-from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.datakit.decontaminate import DecontamConfig
 from marin_assets.datakit.dedup_exact import ExactDedupConfig
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
@@ -19,6 +18,7 @@ from marin_assets.datakit.readers import ReaderConfig
 from marin_assets.datakit.shard_index import ShardingConfig
 from marin_assets.datakit.sources import SourceConfig
 from marin_assets.datakit.tokenize import TokenizeConfig
+from marin_assets.numeric_checks import check_float, check_int
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
 
@@ -82,7 +82,9 @@ def test_bloom_size_rejects_nan():
 
 
 @settings(max_examples=200, deadline=None)
-@given(value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.booleans(), st.text(max_size=3), st.none()))
+@given(
+    value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.booleans(), st.text(max_size=3), st.none())
+)
 def test_check_float_accepts_exactly_finite_numbers_in_range(value):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 1
     if ok:

@@ -30,8 +30,11 @@ SEGMENT = st.text("abcxyz-_.0", min_size=1, max_size=6).filter(lambda s: s not i
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(["", "gs://bucket", "memory://m"]), st.lists(SEGMENT, min_size=1, max_size=4),
-       st.lists(SEGMENT, min_size=1, max_size=4))
+@given(
+    st.sampled_from(["", "gs://bucket", "memory://m"]),
+    st.lists(SEGMENT, min_size=1, max_size=4),
+    st.lists(SEGMENT, min_size=1, max_size=4),
+)
 def test_relative_then_resolve_gives_the_target_back(root, base, target):
     base_dir, path = root + "/" + "/".join(base), root + "/" + "/".join(target)
     assert resolve(relative(path, base_dir), base_dir) == path
@@ -62,15 +65,21 @@ def test_held_out_texts_stop_at_the_limit_and_cut_each_text(tmp_path):
     assert held_out_texts(dataset, 10, max_chars=3) == [t[:3] for t in ids_order]
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda d: d.pop("shards"), "not a dataset index"),
-    (lambda d: d["shards"][0].pop("path"), r"shards\[0\] needs a 'key' and a 'path'"),
-    (lambda d: d["shards"][0].update(train_tokens=-1), r"shards\[0\]\.train_tokens must be a non-negative integer"),
-    (lambda d: d["shards"][0].update(train_docs=True), r"shards\[0\]\.train_docs must be a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: d.pop("shards"), "not a dataset index"),
+        (lambda d: d["shards"][0].pop("path"), r"shards\[0\] needs a 'key' and a 'path'"),
+        (lambda d: d["shards"][0].update(train_tokens=-1), r"shards\[0\]\.train_tokens must be a non-negative integer"),
+        (lambda d: d["shards"][0].update(train_docs=True), r"shards\[0\]\.train_docs must be a non-negative integer"),
+    ],
+)
 def test_a_damaged_index_names_the_file_and_field(mutate, message):
-    data = {"name": "src", "tokenizer": TOKENIZER, "shards": [{"key": "k", "path": "p", "train_tokens": 1,
-                                                                "validation_tokens": 0, "train_docs": 1, "validation_docs": 0}]}
+    data = {
+        "name": "src",
+        "tokenizer": TOKENIZER,
+        "shards": [{"key": "k", "path": "p", "train_tokens": 1, "validation_tokens": 0, "train_docs": 1, "validation_docs": 0}],
+    }
     mutate(data)
     with pytest.raises(ValueError, match=f"/x/dataset.json: .*{message}" if "shards" in message else message):
         dataset_from_json(data, "/x", "/x/dataset.json")

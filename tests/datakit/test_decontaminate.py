@@ -135,8 +135,15 @@ def test_index_save_load_merge_roundtrip():
 
 def _write_shard(path, texts):
     ids = [xxhash.xxh3_128_hexdigest(t.encode()) for t in texts]
-    table = pa.table({"id": ids, "text": texts, "source": ["s"] * len(texts),
-                      "source_id": [str(i) for i in range(len(texts))], "metadata": ["{}"] * len(texts)})
+    table = pa.table(
+        {
+            "id": ids,
+            "text": texts,
+            "source": ["s"] * len(texts),
+            "source_id": [str(i) for i in range(len(texts))],
+            "metadata": ["{}"] * len(texts),
+        }
+    )
     with fsspec.open(path, "wb") as f:
         pq.write_table(table, f)
     return ids
@@ -228,9 +235,12 @@ def test_the_blocking_check_names_the_task_of_a_planted_item(tmp_path):
         return {"sets": 2}
 
     store = ArtifactStoreResource(prefix=str(tmp_path))
-    result = dg.materialize([web, ngrams, contamination_check("web")], instance=dg.DagsterInstance.ephemeral(),
-                            resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
-                            raise_on_error=False)
+    result = dg.materialize(
+        [web, ngrams, contamination_check("web")],
+        instance=dg.DagsterInstance.ephemeral(),
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+        raise_on_error=False,
+    )
     (check,) = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["contaminated"].value == 1
     assert check.metadata["leaked_tasks"].value == ["social_iqa"]
@@ -313,7 +323,9 @@ def test_bloom_add_sets_the_bits_contains_reads(values, capacity):
     reference = bloom.bits.copy()
     if hashes.size:
         pos = bloom._positions(hashes).ravel()
-        np.bitwise_or.at(reference, (pos >> np.uint64(3)).astype(np.int64), (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
+        np.bitwise_or.at(
+            reference, (pos >> np.uint64(3)).astype(np.int64), (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8))
+        )
     bloom.add(hashes)
     assert np.array_equal(bloom.bits, reference) and bloom.contains(hashes).all()
 
@@ -331,13 +343,18 @@ def reference_score(index: EvalNgramIndex, text: str) -> tuple[float, list[str]]
 
 
 EVAL_WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
-SMALL_INDEX = EvalNgramIndex.build([("e/1", " ".join(EVAL_WORDS)), ("e/2", " ".join(reversed(EVAL_WORDS))), ("e/3", "eta theta")],
-                                   DecontamConfig(ngram=3))
+SMALL_INDEX = EvalNgramIndex.build(
+    [("e/1", " ".join(EVAL_WORDS)), ("e/2", " ".join(reversed(EVAL_WORDS))), ("e/3", "eta theta")], DecontamConfig(ngram=3)
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(st.lists(st.sampled_from(EVAL_WORDS + ["x", "7", ""]), max_size=12).map(" ".join), max_size=4)
-                .map("\n".join), max_size=6))
+@given(
+    st.lists(
+        st.lists(st.lists(st.sampled_from(EVAL_WORDS + ["x", "7", ""]), max_size=12).map(" ".join), max_size=4).map("\n".join),
+        max_size=6,
+    )
+)
 def test_batched_scores_equal_the_per_document_reference(texts):
     overlaps, matched = score_texts(SMALL_INDEX, texts)
     assert list(zip(overlaps, matched)) == [reference_score(SMALL_INDEX, t) for t in texts]

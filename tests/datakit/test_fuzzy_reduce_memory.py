@@ -59,8 +59,10 @@ def _sliced_peak(roots: list[str], out: str) -> tuple[int, int, int]:
 
 def test_band_reduce_peak_heap_stays_under_a_bound_that_does_not_grow_with_shards(maps, tmp_path):
     sliced = {n: _sliced_peak(roots, str(tmp_path / f"sliced-{n}")) for n, roots in maps.items()}
-    unsliced = {n: peak_heap_bytes(lambda: fuzzy_band_reduce(0, (0, 1), roots, str(tmp_path / f"one-{n}"), CONFIG))[1]
-                for n, roots in maps.items()}
+    unsliced = {
+        n: peak_heap_bytes(lambda: fuzzy_band_reduce(0, (0, 1), roots, str(tmp_path / f"one-{n}"), CONFIG))[1]
+        for n, roots in maps.items()
+    }
     small, large = SIZES
     print({"sliced": sliced, "unsliced": unsliced})  # the measured figures, for the report (-s)
     assert [sliced[n][2] for n in SIZES] == [1, 4]

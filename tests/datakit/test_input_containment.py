@@ -43,8 +43,9 @@ def test_input_scan_skips_and_counts_a_link_into_the_sibling(folders):
     files, skipped = scan_input(str(inside))
     assert [os.path.relpath(f, inside) for f in files] == ["inner.jsonl", "own.jsonl", os.path.join("sub", "kept.jsonl")]
     assert list(skipped) == ["link.jsonl"]
-    assert skipped["link.jsonl"] == (f"a symlink to {os.path.realpath(evil / 'secret.jsonl')}, outside the input "
-                                     "(links are followed only inside it)")
+    assert skipped["link.jsonl"] == (
+        f"a symlink to {os.path.realpath(evil / 'secret.jsonl')}, outside the input (links are followed only inside it)"
+    )
 
 
 def test_a_single_linked_file_given_as_input_is_judged_against_its_own_folder(folders):
@@ -57,8 +58,10 @@ def test_watched_folder_skips_and_names_a_link_into_the_sibling(folders):
     inside, evil = folders
     usable, skipped = scan(str(inside))
     assert sorted(usable) == ["inner.jsonl", "own.jsonl"]  # a folder (sub/) is not watched; a link into it is read
-    assert skipped == {"link.jsonl": f"a symlink to {os.path.realpath(evil / 'secret.jsonl')}, outside the input "
-                                     "(links are followed only inside it)"}
+    assert skipped == {
+        "link.jsonl": f"a symlink to {os.path.realpath(evil / 'secret.jsonl')}, outside the input "
+        "(links are followed only inside it)"
+    }
 
 
 def test_real_path_inside_refuses_the_sibling_and_accepts_its_own_files(folders):

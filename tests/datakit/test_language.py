@@ -51,8 +51,13 @@ def test_each_language_is_identified_and_text_without_letters_is_not(tmp_path, w
         assert math.isfinite(r["language_score"]) and 0.9 <= r["language_score"] <= 1.0
         assert r["off_language"] is False
     assert rows[-1]["language_score"] == 0.0
-    assert counts == {"docs": 6, "identified": True, "languages": {"": 1, "de": 1, "en": 1, "es": 1, "fr": 1, "ja": 1},
-                      "off_language": 0, "keep": []}
+    assert counts == {
+        "docs": 6,
+        "identified": True,
+        "languages": {"": 1, "de": 1, "en": 1, "es": 1, "fr": 1, "ja": 1},
+        "off_language": 0,
+        "keep": [],
+    }
     assert json.loads((tmp_path / "lang" / "_counts.json").read_text()) == counts
 
 

@@ -82,9 +82,11 @@ def test_round_trip_and_normalised_or_a_clear_error(raw):
         assert math.isclose(sum(mix.weights_at(step).values()), 1.0)
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
-                           max_leaves=10)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+    max_leaves=10,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -58,7 +58,9 @@ def test_model_roundtrip_and_scores(trained, prose):
 
 def test_score_attributes_and_threshold(tmp_path, trained, prose, write_jsonl):
     _, model_dir = trained
-    mixed = _shards(tmp_path, "mixed", [_prosy(500 + i, prose) for i in range(5)] + [_spammy(500 + i) for i in range(5)], write_jsonl)
+    mixed = _shards(
+        tmp_path, "mixed", [_prosy(500 + i, prose) for i in range(5)] + [_spammy(500 + i) for i in range(5)], write_jsonl
+    )
     keep_all = score_quality(mixed, model_dir, str(tmp_path / "q0"), QualityScoreConfig(threshold=0.0))
     texts = [t for shard in mixed for t in read_table(shard).column("text").to_pylist()]
     expected_mean = float(np.mean(load_quality_model(model_dir).predict(texts)))

@@ -134,9 +134,9 @@ def test_a_line_without_newline_is_skipped_without_buffering_it(tmp_path, suffix
 
 
 def test_gzip_chunks_are_bounded_per_call():
-    from marin_assets.datakit.byte_streams import _gzip_chunks
-
     import io
+
+    from marin_assets.datakit.byte_streams import _gzip_chunks
 
     data = gzip.compress(b"x" * (8 << 20))  # 8 MiB from ~8 KiB: one read, many bounded outputs
     sizes = [len(c) for c in _gzip_chunks(io.BytesIO(data), 1 << 16)]
@@ -234,7 +234,11 @@ def _check_text_reference(text, config):
 
 @settings(max_examples=400, deadline=None)
 @given(
-    text=st.one_of(st.none(), st.integers(), st.text(alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\n", "\u3000", "\x00", "\ud800", "\udfff"]), max_size=12)),
+    text=st.one_of(
+        st.none(),
+        st.integers(),
+        st.text(alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\n", "\u3000", "\x00", "\ud800", "\udfff"]), max_size=12),
+    ),
     limit=st.integers(min_value=1, max_value=20),
 )
 def test_check_text_keeps_the_rules_and_their_order(text, limit):
@@ -336,7 +340,11 @@ def test_ids_mixing_strings_and_integers_in_one_batch(tmp_path):
 
 
 simple_records = st.fixed_dictionaries(
-    {"text": st.text(alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\u3000", "\x00", "\ud800", "[", "{", '"']), max_size=40)},
+    {
+        "text": st.text(
+            alphabet=st.sampled_from(["a", "é", "😀", " ", "\t", "\u3000", "\x00", "\ud800", "[", "{", '"']), max_size=40
+        )
+    },
     optional={"id": st.one_of(st.none(), st.text(max_size=5), st.integers(-(2**70), 2**70), st.booleans())},
 )
 
@@ -358,7 +366,9 @@ def test_fast_path_matches_the_per_record_path_on_arbitrary_jsonl(values, ascii_
 @given(texts=st.lists(st.one_of(st.none(), st.text(max_size=30)), max_size=12),
        ids=st.one_of(st.none(), st.just("str"), st.just("int")), batch_rows=st.integers(1, 5))  # fmt: skip
 def test_fast_path_matches_the_per_record_path_on_parquet(texts, ids, batch_rows):
-    columns = {"text": pa.array([t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if t else t for t in texts], pa.string())}
+    columns = {
+        "text": pa.array([t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if t else t for t in texts], pa.string())
+    }
     if ids == "str":
         columns["id"] = pa.array([f"r{i}" if i % 3 else None for i in range(len(texts))], pa.string())
     elif ids == "int":
@@ -399,8 +409,14 @@ def _parquet_with_a_big_row(path, big_bytes, **options):
     return small
 
 
-@pytest.mark.parametrize("options", [dict(compression="gzip"), dict(compression="zstd", use_dictionary=False),
-                                     dict(compression="snappy", data_page_version="2.0", use_dictionary=False)])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(compression="gzip"),
+        dict(compression="zstd", use_dictionary=False),
+        dict(compression="snappy", data_page_version="2.0", use_dictionary=False),
+    ],
+)
 def test_a_parquet_page_over_the_limit_is_refused_without_decompressing_it(tmp_path, options):
     """A 275 KB gzip Parquet holding one 256 MiB text peaked at 1.7 GB: Arrow decodes a page
     whole. The reader sizes the pages from their headers first (limit scaled down here: 64 KiB
@@ -427,10 +443,14 @@ def test_parquet_page_headers_account_for_every_byte_of_a_column_chunk(tmp_path)
     dictionary and plain pages, v1 and v2, with statistics and a nested column."""
     from marin_assets.datakit.parquet_pages import page_sizes
 
-    table = pa.table({"text": [f"doc {i} " * (i % 50) for i in range(5000)], "id": list(range(5000)),
-                      "meta": [{"tags": [1, 2, None]}] * 5000})
-    for options in (dict(compression="gzip"), dict(compression="zstd", use_dictionary=False, data_page_version="2.0"),
-                    dict(compression="snappy", data_page_size=1000, write_statistics=True)):
+    table = pa.table(
+        {"text": [f"doc {i} " * (i % 50) for i in range(5000)], "id": list(range(5000)), "meta": [{"tags": [1, 2, None]}] * 5000}
+    )
+    for options in (
+        dict(compression="gzip"),
+        dict(compression="zstd", use_dictionary=False, data_page_version="2.0"),
+        dict(compression="snappy", data_page_size=1000, write_statistics=True),
+    ):
         path = tmp_path / "t.parquet"
         pq.write_table(table, path, row_group_size=2000, **options)
         metadata = pq.ParquetFile(path).metadata

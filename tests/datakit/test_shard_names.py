@@ -10,11 +10,19 @@ from marin_assets.datakit.shards import list_shards
 
 
 def test_list_shards_matches_whole_basenames(tmp_path):
-    for name in ["part-00000-of-00002.parquet", "part-00001-of-00002.parquet", "part-00000-of-00002.parquet\n",
-                 "xpart-00000-of-00002.parquet", "part-00000-of-00002.parquet.tmp", "part-0-of-2.parquet"]:
+    for name in [
+        "part-00000-of-00002.parquet",
+        "part-00001-of-00002.parquet",
+        "part-00000-of-00002.parquet\n",
+        "xpart-00000-of-00002.parquet",
+        "part-00000-of-00002.parquet.tmp",
+        "part-0-of-2.parquet",
+    ]:
         (tmp_path / name).write_bytes(b"")
     assert [p.rsplit("/", 1)[-1] for p in list_shards(str(tmp_path))] == [
-        "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+        "part-00000-of-00002.parquet",
+        "part-00001-of-00002.parquet",
+    ]
 
 
 def test_committed_listings_and_json_are_read_once_and_reread_when_a_local_file_changes(tmp_path, monkeypatch):
@@ -37,7 +45,10 @@ def test_committed_listings_and_json_are_read_once_and_reread_when_a_local_file_
     (tmp_path / "owners" / "band-001.json").write_text(json.dumps({"b": 2}))
     later = os.stat(tmp_path / "owners").st_mtime_ns + 10_000_000
     os.utime(tmp_path / "owners", ns=(later, later))
-    assert [p.rsplit("/", 1)[-1] for p in shards.list_committed_dir(str(tmp_path / "owners"), "band-")] == ["band-000.json", "band-001.json"]
+    assert [p.rsplit("/", 1)[-1] for p in shards.list_committed_dir(str(tmp_path / "owners"), "band-")] == [
+        "band-000.json",
+        "band-001.json",
+    ]
     (tmp_path / "owners" / "band-000.json").write_text(json.dumps({"a": 10}))
     os.utime(tmp_path / "owners" / "band-000.json", ns=(later, later))
     assert shards.read_committed_json(first[0]) == {"a": 10}

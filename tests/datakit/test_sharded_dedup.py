@@ -67,8 +67,11 @@ def normalize_records(tmp_path, name: str, records: list[dict], shard_docs: int)
 
 def corpus_docs(shards: dict[str, str]) -> list[dict]:
     """Every document of `shards` ({key: path}) with its shard key and row: the oracle's input."""
-    return [{**doc, "key": key, "row": row} for key in sorted(shards)
-            for row, doc in enumerate(read_table(shards[key], columns=["id", "text", "source", "source_id"]).to_pylist())]
+    return [
+        {**doc, "key": key, "row": row}
+        for key in sorted(shards)
+        for row, doc in enumerate(read_table(shards[key], columns=["id", "text", "source", "source_id"]).to_pylist())
+    ]
 
 
 def removal_places(lists: dict[str, list[Removal]], rows: dict[str, list[int]] | None = None) -> dict:
@@ -108,8 +111,14 @@ def run_fuzzy(shards: dict[str, str], work: str, config: FuzzyDedupConfig = FUZZ
     verified = {k: fuzzy_verify(k, cand_roots, shards, edges[k], config) for k in keys}
     resolved = fuzzy_resolve(edges, f"{work}/fuzzy_removals")
     lists = {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys}
-    return {**resolved, "lists": lists, "digests": {k: v["digest"] for k, v in resolved["lists"].items()},
-            "verified": verified, "candidates": {k: candidate_digest(k, cand_roots) for k in keys}, "ranges": ranges}
+    return {
+        **resolved,
+        "lists": lists,
+        "digests": {k: v["digest"] for k, v in resolved["lists"].items()},
+        "verified": verified,
+        "candidates": {k: candidate_digest(k, cand_roots) for k in keys},
+        "ranges": ranges,
+    }
 
 
 def _sharded_dedup(shards: dict[str, str], work: str, ranges: int | None = None) -> dict:
@@ -515,7 +524,9 @@ def test_the_fuzzy_steps_do_not_import_pandas(tmp_path, prose):
     import sys
 
     texts = [prose(1, 60), prose(2, 60), _near(prose(1, 60), 3), prose(4, 60)]
-    out = subprocess.run([sys.executable, "-c", PANDAS_FREE_STEPS, str(tmp_path), *texts], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", PANDAS_FREE_STEPS, str(tmp_path), *texts], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "1", "False"]
 
@@ -542,8 +553,9 @@ def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes
             out = {label: str(tmp_path / f"{label}-{band}-{r}") for label in ("full", "earlier", "reused")}
             pairs += fuzzy_band_reduce(band, (r, ranges), list(maps.values()), out["full"], FUZZY)["pairs"]
             fuzzy_band_reduce(band, (r, ranges), [maps[k] for k in earlier], out["earlier"], FUZZY)
-            counts = fuzzy_band_reduce(band, (r, ranges), [maps[k] for k in keys if k not in earlier], out["reused"], FUZZY,
-                                       reuse=out["earlier"])
+            counts = fuzzy_band_reduce(
+                band, (r, ranges), [maps[k] for k in keys if k not in earlier], out["reused"], FUZZY, reuse=out["earlier"]
+            )
             assert _tree(out["reused"]) == _tree(out["full"]) and counts["shards"] == len(keys)
     assert pairs > 0  # the corpus plants near copies across shards
     with pytest.raises(ValueError, match="both new and in the reused reduce"):
@@ -551,8 +563,9 @@ def test_a_band_reduce_that_reuses_earlier_keys_writes_what_a_full_reduce_writes
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 9)), max_size=40), st.integers(0, 40),
-       st.booleans())
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 9)), max_size=40), st.integers(0, 40), st.booleans()
+)
 def test_key_order_equals_a_full_lexsort(rows, split, appended):
     """Whatever the prefix and the rest hold, the merge shortcut gives the (key, node) order
     (appended: the rest's shards sort after the prefix's, the case the shortcut takes)."""

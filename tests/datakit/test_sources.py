@@ -132,8 +132,13 @@ def test_a_runs_cache_dir_reaches_its_pinned_sources_in_the_asset(tmp_path, monk
     seen = []
     monkeypatch.delenv("MARIN_DATAKIT_CACHE", raising=False)
     monkeypatch.setattr(source_assets, "materialize_source", lambda name, out, cache_dir=None, **_: seen.append(cache_dir) or {})
-    spec = RunSpec(("in",), (), str(tmp_path / "run"), quality=QualityScoreConfig(threshold=0.5),
-                   source_cache_dir=str(tmp_path / "downloads"))
+    spec = RunSpec(
+        ("in",),
+        (),
+        str(tmp_path / "run"),
+        quality=QualityScoreConfig(threshold=0.5),
+        source_cache_dir=str(tmp_path / "downloads"),
+    )
     first = quality_model_assets(spec)[0]
     store = ArtifactStoreResource(prefix=str(tmp_path / "store"))
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
@@ -190,10 +195,13 @@ def _docs_tgz(tmp_path, pages: dict[str, bytes]):
 def test_a_web_source_becomes_one_crawl_file_read_page_by_page(tmp_path):
     from marin_assets.datakit.readers import Document, ReadStats, iter_file
 
-    pages = {f"package/docs/output/commands/npm-{n}.html": (
-        f"<html><body><nav>npm docs home</nav><main><h1>npm {n}</h1><p>The {n} command does one thing well, and this "
-        f"paragraph says which thing it is in enough words to count as content.</p></main></body></html>").encode()
-        for n in ("link", "pack")}
+    pages = {
+        f"package/docs/output/commands/npm-{n}.html": (
+            f"<html><body><nav>npm docs home</nav><main><h1>npm {n}</h1><p>The {n} command does one thing well, and this "
+            f"paragraph says which thing it is in enough words to count as content.</p></main></body></html>"
+        ).encode()
+        for n in ("link", "pack")
+    }
     artifact = _docs_tgz(tmp_path, pages)
     counts = sources.unpack_web_source("npm_docs", artifact, str(tmp_path / "a"))
     sources.unpack_web_source("npm_docs", artifact, str(tmp_path / "b"))
@@ -203,6 +211,8 @@ def test_a_web_source_becomes_one_crawl_file_read_page_by_page(tmp_path):
     stats = ReadStats()
     docs = [d for d in iter_file(str(crawl), stats=stats) if isinstance(d, Document)]
     assert stats.records == 2 and [d.metadata["url"] for d in docs] == [
-        "https://docs.npmjs.com/cli/v11/commands/npm-link", "https://docs.npmjs.com/cli/v11/commands/npm-pack"]
+        "https://docs.npmjs.com/cli/v11/commands/npm-link",
+        "https://docs.npmjs.com/cli/v11/commands/npm-pack",
+    ]
     assert all(d.metadata["crawl_date"] == sources.NPM_DOCS_CRAWL_DATE for d in docs)
     assert docs[0].text.startswith("npm link") and "one thing well" in docs[0].text

@@ -152,14 +152,16 @@ def _split_ids(out, shards):
     return ids
 
 
-
-@pytest.mark.parametrize("fraction, wanted, expected", [
-    (1e-9, 1, "one smallest"),   # the slice picks none of 120: the smallest id is held out
-    (1e-9, 3, "three smallest"),
-    (0.0, 1, "none"),            # a fraction of 0 asks for no validation: none is forced
-    (1e-9, 0, "none"),           # off: the pure hash split
-    (0.25, 1, "hash slice"),     # the slice already picks some: nothing moves
-])
+@pytest.mark.parametrize(
+    "fraction, wanted, expected",
+    [
+        (1e-9, 1, "one smallest"),  # the slice picks none of 120: the smallest id is held out
+        (1e-9, 3, "three smallest"),
+        (0.0, 1, "none"),  # a fraction of 0 asks for no validation: none is forced
+        (1e-9, 0, "none"),  # off: the pure hash split
+        (0.25, 1, "hash slice"),  # the slice already picks some: nothing moves
+    ],
+)
 def test_min_validation_docs_tops_up_a_small_split(corpus, fraction, wanted, expected):
     tmp, shards = corpus
     all_ids = sorted(r["id"] for s in shards for r in read_table(s).to_pylist())
@@ -168,7 +170,9 @@ def test_min_validation_docs_tops_up_a_small_split(corpus, fraction, wanted, exp
     stats = tokenize(shards, BYTES, str(out), TokenizeConfig(validation_fraction=fraction, min_validation_docs=wanted))
     ids = _split_ids(out, shards)
     want_validation = {
-        "one smallest": all_ids[:1], "three smallest": all_ids[:3], "none": [],
+        "one smallest": all_ids[:1],
+        "three smallest": all_ids[:3],
+        "none": [],
         "hash slice": [i for i in all_ids if is_validation(i, 0.25)],
     }[expected]
     assert (len(want_validation) > 0) == (expected != "none")
@@ -184,8 +188,12 @@ def test_min_validation_docs_never_empties_train(corpus, n_docs, wanted, split_d
     tmp, shards = corpus
     few = tmp / f"few_{n_docs}.parquet"
     pq.write_table(pq.read_table(shards[0]).slice(0, n_docs), few)
-    stats = tokenize([str(few)], BYTES, str(tmp / f"cache_few_{n_docs}_{wanted}"),
-                     TokenizeConfig(validation_fraction=1e-9, min_validation_docs=wanted))
+    stats = tokenize(
+        [str(few)],
+        BYTES,
+        str(tmp / f"cache_few_{n_docs}_{wanted}"),
+        TokenizeConfig(validation_fraction=1e-9, min_validation_docs=wanted),
+    )
     assert (stats["train"]["documents"], stats["validation"]["documents"]) == split_docs
 
 
@@ -223,9 +231,11 @@ def test_tokenize_on_a_local_path_does_not_import_levanter(corpus):
     import sys
 
     tmp, shards = corpus
-    code = ("import sys; from marin_assets.datakit.tokenize import tokenize; "
-            f"tokenize({[str(s) for s in shards]!r}, {str(tmp / 'bytes.json')!r}, {str(tmp / 'noimport')!r}); "
-            "print(sorted(m for m in ('levanter', 'jax', 'ray') if m in sys.modules))")
+    code = (
+        "import sys; from marin_assets.datakit.tokenize import tokenize; "
+        f"tokenize({[str(s) for s in shards]!r}, {str(tmp / 'bytes.json')!r}, {str(tmp / 'noimport')!r}); "
+        "print(sorted(m for m in ('levanter', 'jax', 'ray') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     assert len(open_cache(str(tmp / "noimport" / "train"))) > 0

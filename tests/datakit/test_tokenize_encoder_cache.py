@@ -39,14 +39,24 @@ def test_a_tokenizer_file_reads_as_text_mode_does(tmp_path):
 
 
 def _shard(path: str, texts: list) -> str:
-    write_table(pa.table({"id": [doc_id(t if t is not None else f"null-{i}") for i, t in enumerate(texts)],
-                          "text": pa.array(texts, pa.string())}), path)
+    write_table(
+        pa.table(
+            {
+                "id": [doc_id(t if t is not None else f"null-{i}") for i, t in enumerate(texts)],
+                "text": pa.array(texts, pa.string()),
+            }
+        ),
+        path,
+    )
     return path
 
 
 def _files(root) -> dict[str, bytes]:
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _, files in os.walk(root) for f in files}
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, files in os.walk(root)
+        for f in files
+    }
 
 
 @pytest.mark.parametrize("tokenizer", [BYTES, "olmo"])

@@ -230,11 +230,14 @@ def test_two_broken_records_cost_two_records(npm_warcs, tmp_path, suffix):
             assert any(f"byte {written['offsets'][uri]}:" in record.detail for uri in EXTRA_TARGETS), record.detail
 
 
-@pytest.mark.parametrize(("name", "data", "quarantined"), [
-    ("noise.warc", bytes(range(256)) * 20, 1),  # not a WARC at all: one record that cannot be read, at byte 0
-    ("notes.warc.gz", b"hello world\nnot a crawl\n", 1),  # text under a WARC name
-    ("empty.warc.gz", b"", 0),  # no records: nothing to count, as an empty JSONL file
-])
+@pytest.mark.parametrize(
+    ("name", "data", "quarantined"),
+    [
+        ("noise.warc", bytes(range(256)) * 20, 1),  # not a WARC at all: one record that cannot be read, at byte 0
+        ("notes.warc.gz", b"hello world\nnot a crawl\n", 1),  # text under a WARC name
+        ("empty.warc.gz", b"", 0),  # no records: nothing to count, as an empty JSONL file
+    ],
+)
 def test_a_file_that_is_not_a_warc_is_one_malformed_record(tmp_path, name, data, quarantined):
     from marin_assets.datakit.readers import ReadStats, iter_file
 

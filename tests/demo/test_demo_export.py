@@ -99,8 +99,8 @@ def test_the_demo_exports_its_newest_phase_as_qwen3_moe_with_our_logits(tmp_path
 
     from demo.export import export_main_run
     from demo.sample import newest_main_phase
-    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.hf import import_hf
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     defs, instance = _trained(tmp_path, ("kestrel", "jellyfish"))
     export = export_main_run(defs, instance, dg.AssetKey.from_user_string(TRAIN_KEY), demo_phases)

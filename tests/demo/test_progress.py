@@ -12,7 +12,14 @@ import sys
 import dagster as dg
 
 from demo.progress import Progress, key_counts, run_directly, stderr_to, watched
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 
 
 class Rows(StageConfig):
@@ -32,8 +39,14 @@ def second(ctx: StageContext, up):
 
 
 def _materialize(instance, resources, tags, rows=3):
-    return dg.materialize([first, second], instance=instance, resources=resources, tags=tags, raise_on_error=False,
-                          run_config={"ops": {"p__first": {"config": {"rows": rows}}}})
+    return dg.materialize(
+        [first, second],
+        instance=instance,
+        resources=resources,
+        tags=tags,
+        raise_on_error=False,
+        run_config={"ops": {"p__first": {"config": {"rows": rows}}}},
+    )
 
 
 def test_one_line_per_asset_with_a_bar_then_cache_hits_then_a_failure(tmp_path):
@@ -54,7 +67,9 @@ def test_one_line_per_asset_with_a_bar_then_cache_hits_then_a_failure(tmp_path):
         assert [("cache hit" in line) for line in again.getvalue().splitlines()] == [True, True]
 
         failed = io.StringIO()
-        result = watched(instance, Progress(2, failed), {"t": "3"}, lambda: _materialize(instance, resources, {"t": "3"}, rows=-1))
+        result = watched(
+            instance, Progress(2, failed), {"t": "3"}, lambda: _materialize(instance, resources, {"t": "3"}, rows=-1)
+        )
         assert not result.success
         lines = failed.getvalue().splitlines()
         assert "p/first" in lines[0] and "computed" in lines[0]

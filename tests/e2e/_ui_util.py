@@ -74,9 +74,13 @@ def wait_location_loaded(url: str, proc: subprocess.Popen, log_path: Path, locat
         if proc.poll() is not None:
             raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}:\n{tail(log_path)}")
         try:
-            data = graphql(url, """{ workspaceOrError { __typename ... on Workspace {
+            data = graphql(
+                url,
+                """{ workspaceOrError { __typename ... on Workspace {
                 locationEntries { name loadStatus
-                  locationOrLoadError { __typename ... on PythonError { message } } } } } }""", timeout=15)
+                  locationOrLoadError { __typename ... on PythonError { message } } } } } }""",
+                timeout=15,
+            )
             entries = data["workspaceOrError"].get("locationEntries", [])
             entry = next((e for e in entries if e["name"] == location), None)
             if entry and entry["loadStatus"] == "LOADED":
@@ -94,28 +98,47 @@ def wait_location_loaded(url: str, proc: subprocess.Popen, log_path: Path, locat
 def start_process(argv: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
     """A Dagster process in its own session (``kill_group`` tears it down with its children), output to ``log_path``."""
     with open(log_path, "ab") as log:  # the child holds its own descriptor
-        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                # SIGINT is a graceful stop for dagster; a backgrounded shell may have ignored it.
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # SIGINT is a graceful stop for dagster; a backgrounded shell may have ignored it.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
+        )
 
 
 class DagsterDev:
     """`dagster dev` (webserver + daemon + code server) on 127.0.0.1:<port> in its own session."""
 
-    def __init__(self, repo: Path, home: Path, prefix: Path, log_path: Path, dagster_bin: str,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, repo: Path, home: Path, prefix: Path, log_path: Path, dagster_bin: str, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.home, self.prefix, self.log_path = home, prefix, log_path
         home.mkdir(parents=True, exist_ok=True)
         # The instance config under test is the repo's own dagster.yaml (the routing launcher).
         (home / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
-        self.env = {**os.environ, "DAGSTER_HOME": str(home), "MARIN_PREFIX": str(prefix),
-                    "JAX_PLATFORMS": "cpu", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "MARIN_PREFIX": str(prefix),
+            "JAX_PLATFORMS": "cpu",
+            "WANDB_MODE": "offline",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        }
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [dagster_bin, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=repo, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=repo,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             # A shell that backgrounds pytest ignores SIGINT, and dagster maps SIGTERM onto the
             # SIGINT handler: restore the default so stop() can shut it down gracefully.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
@@ -129,10 +152,13 @@ class DagsterDev:
         return wait_location_loaded(self.url, self.proc, self.log_path, LOCATION, timeout_s)
 
     def run_info(self, run_id: str) -> dict:
-        data = self.gql("""query($id: ID!) { runOrError(runId: $id) { __typename
+        data = self.gql(
+            """query($id: ID!) { runOrError(runId: $id) { __typename
             ... on Run { runId status jobName stepKeysToExecute tags { key value }
               eventConnection { events { __typename ... on MessageEvent { message } } } }
-            ... on RunNotFoundError { message } } }""", {"id": run_id})
+            ... on RunNotFoundError { message } } }""",
+            {"id": run_id},
+        )
         return data["runOrError"]
 
     def wait_for_run(self, run_id: str, timeout_s: float) -> dict:
@@ -177,11 +203,24 @@ def chromium(binary: str, profile: Path, url: str, *, mode: list[str], budget_ms
     pending, so a slow server only costs wall time, not a half-rendered page.
     """
     args = [
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
-        f"--user-data-dir={profile}", "--window-size=1600,1000", f"--virtual-time-budget={budget_ms}",
-        *mode, url,
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--disable-extensions",
+        "--mute-audio",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--window-size=1600,1000",
+        f"--virtual-time-budget={budget_ms}",
+        *mode,
+        url,
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -224,10 +263,24 @@ def chromium_poll(binary: str, profile: Path, url: str, script: str, *, timeout_
     profile.mkdir(parents=True, exist_ok=True)
     port_file = profile / "DevToolsActivePort"
     port_file.unlink(missing_ok=True)
-    args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-            "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
-            "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", "--window-size=1600,1000",
-            "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", url]
+    args = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-dev-shm-usage",
+        "--disable-extensions",
+        "--mute-audio",
+        f"--user-data-dir={profile}",
+        "--window-size=1600,1000",
+        "--remote-debugging-address=127.0.0.1",
+        "--remote-debugging-port=0",
+        url,
+    ]
     log = open(profile / "chromium.log", "wb")  # a file, not a pipe nobody drains while we poll
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     deadline = time.monotonic() + timeout_s
@@ -236,8 +289,11 @@ def chromium_poll(binary: str, profile: Path, url: str, script: str, *, timeout_
         ws = _devtools_page(proc, port_file, url, deadline)
         try:
             for call in range(1, 1_000_000):
-                ws.send(json.dumps({"id": call, "method": "Runtime.evaluate",
-                                    "params": {"expression": script, "returnByValue": True}}))
+                ws.send(
+                    json.dumps(
+                        {"id": call, "method": "Runtime.evaluate", "params": {"expression": script, "returnByValue": True}}
+                    )
+                )
                 while True:  # responses only: no protocol domain is enabled, so no events
                     reply = json.loads(ws.recv())
                     if reply.get("id") == call:
@@ -271,7 +327,6 @@ def _devtools_page(proc: subprocess.Popen, port_file: Path, url: str, deadline: 
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
                 pages = [t for t in json.load(resp) if t.get("type") == "page"]
             if pages:
-                return websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=60,
-                                                   suppress_origin=True)
+                return websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
         time.sleep(0.5)
     raise AssertionError(f"chromium opened no DevTools page for {url}")

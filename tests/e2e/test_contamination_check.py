@@ -9,10 +9,19 @@ from assets.datakit.datasets import contamination_check
 from marin_assets.datakit.datasets import Dataset, ShardCache, write_dataset
 from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex
 from marin_assets.datakit.shards import join, write_table
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 
-EVAL_ITEM = ("A farmer has 17 sheep and all but 9 run away; how many sheep does the farmer have left "
-             "at the end of the day after counting them twice in the evening light")
+EVAL_ITEM = (
+    "A farmer has 17 sheep and all but 9 run away; how many sheep does the farmer have left "
+    "at the end of the day after counting them twice in the evening light"
+)
 
 
 class DocsConfig(StageConfig):
@@ -22,8 +31,10 @@ class DocsConfig(StageConfig):
 @versioned_asset(key="datasets/web", code_version="test", config_cls=DocsConfig)
 def fake_dataset(ctx: StageContext, config: DocsConfig):
     """A dataset of two shards whose documents the check reads (their caches are not needed)."""
-    texts = [["An ordinary paragraph about rivers, mountains and the weather in the north."],
-             ["Another harmless document on the history of printing presses in Europe."]]
+    texts = [
+        ["An ordinary paragraph about rivers, mountains and the weather in the north."],
+        ["Another harmless document on the history of printing presses in Europe."],
+    ]
     if config.leak:
         texts[1].append("Homework help.\n\n" + EVAL_ITEM)
     shards = []
@@ -48,8 +59,13 @@ def test_check_passes_clean_data_and_fails_a_leak_then_caches_the_scan(tmp_path,
     instance = dg.DagsterInstance.ephemeral()
     run_config = {"ops": {"datasets__web": {"config": {"leak": leak}}}}
     for _ in range(2):  # the second evaluation reuses the versioned scan
-        result = dg.materialize([fake_dataset, fake_ngrams, contamination_check("web")], instance=instance,
-                                resources=resources, run_config=run_config, raise_on_error=False)
+        result = dg.materialize(
+            [fake_dataset, fake_ngrams, contamination_check("web")],
+            instance=instance,
+            resources=resources,
+            run_config=run_config,
+            raise_on_error=False,
+        )
         evaluation = result.get_asset_check_evaluations()[0]
         assert evaluation.passed is (not leak) and evaluation.metadata["documents"].value == 2 + int(leak)
         assert evaluation.metadata["contaminated"].value == int(leak)

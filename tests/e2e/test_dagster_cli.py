@@ -45,10 +45,10 @@ def test_dagster_job_execute_of_an_unknown_partition_names_it_and_the_known_ones
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("demo_phases", ["kestrel", "ocelot"])
-    cmd = [DAGSTER, "job", "execute", "-f", "definitions.py", "-j", "train_phase",
-           "--tags", '{"dagster/partition": "nope"}']
+    cmd = [DAGSTER, "job", "execute", "-f", "definitions.py", "-j", "train_phase", "--tags", '{"dagster/partition": "nope"}']
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
-    assert ("ValueError: step train__demo: partition 'nope' is not a partition of demo_phases; "
-            "known (2): ['kestrel', 'ocelot']") in proc.stdout + proc.stderr
+    assert (
+        "ValueError: step train__demo: partition 'nope' is not a partition of demo_phases; known (2): ['kestrel', 'ocelot']"
+    ) in proc.stdout + proc.stderr
     assert "has not been materialised" not in proc.stdout + proc.stderr  # refused before any input is read

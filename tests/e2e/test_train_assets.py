@@ -17,14 +17,26 @@ from tests.support.configs import PHASE_BASE
 
 
 def _phase(name, warm_from, budget_steps, cooldown=False, mixture=None):
-    return PhaseSpec(name=name, warm_start_from=warm_from, schedule="linear_decay" if cooldown else "wsd",
-                     mixture=mixture or {"sotu": 0.5, "shakespeare": 0.5}, batch_size=4, hardware="cpu",
-                     token_budget=budget_steps * TOKENS_PER_STEP, peak_lr=3e-3, is_cooldown=cooldown)
+    return PhaseSpec(
+        name=name,
+        warm_start_from=warm_from,
+        schedule="linear_decay" if cooldown else "wsd",
+        mixture=mixture or {"sotu": 0.5, "shakespeare": 0.5},
+        batch_size=4,
+        hardware="cpu",
+        token_budget=budget_steps * TOKENS_PER_STEP,
+        peak_lr=3e-3,
+        is_cooldown=cooldown,
+    )
 
 
 def _resources(tmp_path):
     store = ArtifactStoreResource(prefix=str(tmp_path))
-    return {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store), "training_backend": LocalTrainingBackend()}
+    return {
+        "artifact_store": store,
+        "artifact_io": ArtifactIOManager(artifact_store=store),
+        "training_backend": LocalTrainingBackend(),
+    }
 
 
 def _upstream(instance, resources):
@@ -33,8 +45,14 @@ def _upstream(instance, resources):
 
 def _run(assets, instance, resources, spec, warm_version=""):
     config = {"phase": dataclasses.asdict(spec), "base": PHASE_BASE, "warm_start_version": warm_version}
-    result = dg.materialize(assets, selection=[train_phase], partition_key=spec.name, instance=instance, resources=resources,
-                            run_config={"ops": {"train__demo": {"config": config}}})
+    result = dg.materialize(
+        assets,
+        selection=[train_phase],
+        partition_key=spec.name,
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"train__demo": {"config": config}}},
+    )
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[0] == "train"]  # not its checkpoints
     return event.materialization.metadata
@@ -93,4 +111,6 @@ def test_a_missing_warm_start_is_a_clear_error(tmp_path):
     _upstream(instance, resources)
     instance.add_dynamic_partitions(phases.name, ["jellyfish"])
     with pytest.raises(Exception, match="warm start 'kestrel'"):
-        _run([*byte_caches, mixture, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64)
+        _run(
+            [*byte_caches, mixture, train_phase], instance, resources, _phase("jellyfish", "kestrel", 4, cooldown=True), "0" * 64
+        )

@@ -43,9 +43,14 @@ LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __
 @pytest.fixture
 def dagster_dev(tmp_path):
     root = tmp_path / "dagster_ui"
-    server = ui.DagsterDev(REPO, home=root / "home", prefix=root / "prefix",
-                           log_path=root / "dagster_dev.log", dagster_bin=DAGSTER,
-                           extra_env={"MARIN_EXPERIMENTS_DIR": str(EXPERIMENTS)})
+    server = ui.DagsterDev(
+        REPO,
+        home=root / "home",
+        prefix=root / "prefix",
+        log_path=root / "dagster_dev.log",
+        dagster_bin=DAGSTER,
+        extra_env={"MARIN_EXPERIMENTS_DIR": str(EXPERIMENTS)},
+    )
     try:
         # Webserver, daemon and code server each import the definitions: slow on a loaded box.
         server.wait_ready(timeout_s=300)
@@ -56,9 +61,15 @@ def dagster_dev(tmp_path):
 
 def launch_via_graphql(dagster_dev) -> dict:
     """Launch the demo subset through GraphQL (what the UI's Materialize button sends)."""
-    params = {"selector": {"repositoryLocationName": ui.LOCATION, "repositoryName": ui.REPOSITORY,
-                           "jobName": JOB, "assetSelection": [{"path": k} for k in SUBSET_KEYS]},
-              "runConfigData": {}}
+    params = {
+        "selector": {
+            "repositoryLocationName": ui.LOCATION,
+            "repositoryName": ui.REPOSITORY,
+            "jobName": JOB,
+            "assetSelection": [{"path": k} for k in SUBSET_KEYS],
+        },
+        "runConfigData": {},
+    }
     result = dagster_dev.gql(LAUNCH, {"p": params})["launchRun"]
     assert result["__typename"] == "LaunchRunSuccess", result
     return dagster_dev.wait_for_run(result["run"]["runId"], timeout_s=480)
@@ -88,9 +99,11 @@ def test_operator_path_dagster_dev_runs_and_asset_graph(dagster_dev, tmp_path, m
 
     binary = ui.find_chromium()
     if binary is None:
-        pytest.skip("dagster dev, the GraphQL run and the `dagster job launch` run passed; Chromium is "
-                    "not installed (Debian package `chromium`; .ci/run installs it), so the browser "
-                    "check of the asset graph was not run")
+        pytest.skip(
+            "dagster dev, the GraphQL run and the `dagster job launch` run passed; Chromium is "
+            "not installed (Debian package `chromium`; .ci/run installs it), so the browser "
+            "check of the asset graph was not run"
+        )
     check_asset_graph_in_browser(dagster_dev, binary, tmp_path / "browser")
     markdown, speedup = materialize_experiment_report(dagster_dev, monkeypatch)
     check_experiment_report_in_browser(dagster_dev, binary, tmp_path / "report_browser", markdown, speedup)
@@ -100,8 +113,7 @@ def check_dagster_job_launch(dagster_dev) -> None:
     # `dagster job launch` submits to the QueuedRunCoordinator; the daemon of `dagster dev`
     # dequeues the run and hands it to the routing launcher.
     run_id = str(uuid.uuid4())
-    cmd = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", JOB,
-           "-o", ",".join(SUBSET_STEPS), "--run-id", run_id]
+    cmd = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", JOB, "-o", ",".join(SUBSET_STEPS), "--run-id", run_id]
     proc = subprocess.run(cmd, cwd=REPO, env=dagster_dev.env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = dagster_dev.wait_for_run(run_id, timeout_s=480)
@@ -114,9 +126,10 @@ def check_dagster_job_launch(dagster_dev) -> None:
 def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> None:
     tmp_path.mkdir()
 
-    group = dagster_dev.gql("""query($g: AssetGroupSelector!) { assetNodes(group: $g) { assetKey { path } } }""",
-                            {"g": {"groupName": "datakit", "repositoryName": ui.REPOSITORY,
-                                   "repositoryLocationName": ui.LOCATION}})["assetNodes"]
+    group = dagster_dev.gql(
+        """query($g: AssetGroupSelector!) { assetNodes(group: $g) { assetKey { path } } }""",
+        {"g": {"groupName": "datakit", "repositoryName": ui.REPOSITORY, "repositoryLocationName": ui.LOCATION}},
+    )["assetNodes"]
     # The graph labels a node with the last part of its key: sources/sotu and datasets/sotu
     # are both drawn as "sotu", so compare counts, not sets.
     expected = Counter(node["assetKey"]["path"][-1] for node in group)
@@ -125,8 +138,7 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
     graph_url = f"{dagster_dev.url}/locations/{ui.LOCATION}/asset-groups/datakit"
     # Layout runs in a web worker; on a loaded machine give it a second, longer chance.
     for budget_ms in (30_000, 90_000):
-        dom = ui.chromium(binary, tmp_path / "profile", graph_url, mode=["--dump-dom"],
-                          budget_ms=budget_ms, timeout_s=240)
+        dom = ui.chromium(binary, tmp_path / "profile", graph_url, mode=["--dump-dom"], budget_ms=budget_ms, timeout_s=240)
         missing = expected - Counter(ui.asset_node_names(dom))
         if not missing:
             break
@@ -138,15 +150,13 @@ def check_asset_graph_in_browser(dagster_dev, binary: str, tmp_path: Path) -> No
     check_crawl_lineage_reaches_its_warc(dagster_dev, binary, tmp_path)
 
     shot = tmp_path / "asset_graph.png"
-    ui.chromium(binary, tmp_path / "profile", graph_url, mode=[f"--screenshot={shot}"],
-                budget_ms=30_000, timeout_s=240)
+    ui.chromium(binary, tmp_path / "profile", graph_url, mode=[f"--screenshot={shot}"], budget_ms=30_000, timeout_s=240)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
     # The asset's own page shows its latest materialization from this instance: the metadata
     # carries the artifact path under this test's MARIN_PREFIX and the document count.
     page = f"{dagster_dev.url}/assets/sources/sotu"
-    text = ui.visible_text(ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"],
-                                       budget_ms=30_000, timeout_s=240))
+    text = ui.visible_text(ui.chromium(binary, tmp_path / "profile", page, mode=["--dump-dom"], budget_ms=30_000, timeout_s=240))
     for needle in ("sources / sotu", "Latest materialization", str(dagster_dev.prefix / "sources" / "sotu"), "count/docs"):
         assert needle in text, f"{needle!r} not on {page}: {text[:3000]}"
     assert "Join the Dagster community" not in text
@@ -156,8 +166,9 @@ def check_phase_lineage_reaches_the_shards(dagster_dev, binary: str, tmp_path: P
     """The upstream lineage of a train/demo phase, as the asset page's Lineage tab draws it:
     mixture -> datasets -> shards/tokenized -> shards/final ... -> shards/index -> the sources, the
     crawl's WARC (sources/npm_docs) among them."""
-    wanted = Counter({"mixture": 1, "tokenized": 1, "final": 1, "pii": 1, "normalized": 1, "index": 1, "sotu": 2, "npm_docs": 2,
-                      "demo": 1})
+    wanted = Counter(
+        {"mixture": 1, "tokenized": 1, "final": 1, "pii": 1, "normalized": 1, "index": 1, "sotu": 2, "npm_docs": 2, "demo": 1}
+    )
     upstream_lineage(dagster_dev, binary, tmp_path, "train/demo", wanted)
 
 
@@ -211,11 +222,22 @@ def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]
     record = load_record(UI_RECORD)
 
     def law(c: float) -> float:
-        return 2.0 + 40.0 * c ** -0.2
+        return 2.0 + 40.0 * c**-0.2
 
-    rows = [{"arm": arm.name, "budget": b, "seed": s, "flops": b, "steps": 10, "seconds": 0.0,
-             "validation_loss": law(b if arm.name == "baseline" else b / 2) + 0.002 * (s - 1)}
-            for arm in record.all_arms() for b in record.budgets for s in arm.seeds]
+    rows = [
+        {
+            "arm": arm.name,
+            "budget": b,
+            "seed": s,
+            "flops": b,
+            "steps": 10,
+            "seconds": 0.0,
+            "validation_loss": law(b if arm.name == "baseline" else b / 2) + 0.002 * (s - 1),
+        }
+        for arm in record.all_arms()
+        for b in record.budgets
+        for s in arm.seeds
+    ]
     result = analyze(record, rows)
     (harm,) = result["arms"]
     assert abs(harm["effective_speedup"] - 0.5) < 0.01 and result["controls_held"], harm
@@ -226,8 +248,12 @@ def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_dev.home))  # dagster.yaml's sqlite base_dir
     runs, analysis, report = build_experiment_assets(UI_RECORD)
     with dg.DagsterInstance.from_config(str(dagster_dev.home)) as instance:
-        done = dg.materialize([runs, analysis, report], selection=[report.key], instance=instance,
-                              resources={"artifact_store": ArtifactStoreResource(prefix=str(dagster_dev.prefix))})
+        done = dg.materialize(
+            [runs, analysis, report],
+            selection=[report.key],
+            instance=instance,
+            resources={"artifact_store": ArtifactStoreResource(prefix=str(dagster_dev.prefix))},
+        )
     assert done.success
     return done.asset_materializations_for_node(report.node_def.name)[0].metadata["report"].value, harm["effective_speedup"]
 
@@ -256,18 +282,18 @@ _REPORT_DIALOG = """(() => {
 })()"""
 
 
-def check_experiment_report_in_browser(dagster_dev, binary: str, tmp_path: Path, markdown: str,
-                                       speedup: float) -> None:
+def check_experiment_report_in_browser(dagster_dev, binary: str, tmp_path: Path, markdown: str, speedup: float) -> None:
     page = f"{dagster_dev.url}/assets/experiments/ui_report/report"
     seen = ui.chromium_poll(binary, tmp_path / "profile", page, _REPORT_DIALOG, timeout_s=180)
     # The Markdown is rendered (a heading and a table, no raw "**"), not shown as text.
     assert seen["headings"] == ["Experiment ui_report"], seen["headings"]
     assert seen["tables"] == 1 and "**" not in seen["text"], seen["text"][:2000]
-    for needle in ("Criterion held: yes", "Controls held: yes", "control_harm: ci high below 1: held",
-                   "effective speedup"):
+    for needle in ("Criterion held: yes", "Controls held: yes", "control_harm: ci high below 1: held", "effective speedup"):
         assert needle in seen["text"], f"{needle!r} not in the report dialog: {seen['text'][:2000]}"
     assert re.search(rf"control_harm\s+{speedup:.3f}\s+\[", seen["text"]), seen["text"][:2000]  # the table row
     # Both plots decoded in the browser, at the widths of the PNGs the asset embedded.
     assert [(i["alt"], i["src"]) for i in seen["images"]] == [
-        ("loss vs compute", "data:image/png;base64,"), ("speedups", "data:image/png;base64,")], seen["images"]
+        ("loss vs compute", "data:image/png;base64,"),
+        ("speedups", "data:image/png;base64,"),
+    ], seen["images"]
     assert [i["width"] for i in seen["images"]] == _png_widths(markdown) and min(_png_widths(markdown)) > 300

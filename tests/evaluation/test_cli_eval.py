@@ -23,10 +23,14 @@ def test_tasks_lists_each_task_at_its_full_size(monkeypatch, capsys):
     monkeypatch.setattr(generative, "GEN_TASKS", {})  # listed in tests/evaluation/test_generative.py
     assert main(["eval", "tasks", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out == {"tasks": [{"task": "copa", "kind": "mc", "format": "hf", "items": 100},
-                             {"task": "cb", "kind": "mc", "format": "hf", "items": 56},
-                             {"task": "codex_humaneval", "kind": "bpb", "format": "oe_eval", "items": 164}],
-                   "total_items": 320}
+    assert out == {
+        "tasks": [
+            {"task": "copa", "kind": "mc", "format": "hf", "items": 100},
+            {"task": "cb", "kind": "mc", "format": "hf", "items": 56},
+            {"task": "codex_humaneval", "kind": "bpb", "format": "oe_eval", "items": 164},
+        ],
+        "total_items": 320,
+    }
 
 
 def test_score_a_checkpoint_on_tasks_and_a_dataset(checkpoint, tmp_path, capsys):
@@ -35,8 +39,26 @@ def test_score_a_checkpoint_on_tasks_and_a_dataset(checkpoint, tmp_path, capsys)
 
     shard = write_shard(str(tmp_path / "ds"), "web-00000", ["train text"], [f"held-out page {i}" for i in range(5)])
     write_dataset(Dataset("web", (shard,), {}), str(tmp_path / "ds"))
-    argv = ["eval", "score", str(checkpoint), "--task", "copa", "--task", "lambada", "--limit", "3", "--tokenizer", "bytes",
-            "--dataset", f"web={tmp_path / 'ds'}", "--docs-per-source", "4", "--json", "--out", str(tmp_path / "eval.json")]
+    argv = [
+        "eval",
+        "score",
+        str(checkpoint),
+        "--task",
+        "copa",
+        "--task",
+        "lambada",
+        "--limit",
+        "3",
+        "--tokenizer",
+        "bytes",
+        "--dataset",
+        f"web={tmp_path / 'ds'}",
+        "--docs-per-source",
+        "4",
+        "--json",
+        "--out",
+        str(tmp_path / "eval.json"),
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["step"] == 7 and set(out["tasks"]) == {"copa", "lambada"}
@@ -45,12 +67,15 @@ def test_score_a_checkpoint_on_tasks_and_a_dataset(checkpoint, tmp_path, capsys)
     assert json.loads((tmp_path / "eval.json").read_text()) == out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--task", "hellaswagg"], "unknown eval task 'hellaswagg'"),
-    (["--limit", "0"], "limit"),
-    (["--dataset", "web"], "want NAME=PATH"),
-    (["--no-tasks"], "nothing to score"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--task", "hellaswagg"], "unknown eval task 'hellaswagg'"),
+        (["--limit", "0"], "limit"),
+        (["--dataset", "web"], "want NAME=PATH"),
+        (["--no-tasks"], "nothing to score"),
+    ],
+)
 def test_score_refuses_bad_flags_with_exit_2(checkpoint, capsys, argv, message):
     assert main(["eval", "score", str(checkpoint), "--tokenizer", "bytes", *argv]) == 2
     assert message in capsys.readouterr().err

@@ -8,8 +8,9 @@ import dagster as dg
 import pytest
 
 from assets.datakit.datasets import mixture_asset
+from assets.evals import EVAL_KEY, TASKS_KEY, eval_phase, eval_task
 from assets.partitions import demo_phases
-from assets.training import EVAL_KEY, TASKS_KEY, TRAIN_KEY, eval_phase, eval_task
+from assets.training import TRAIN_KEY
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.orchestration import (
     ArtifactIOManager,
@@ -62,8 +63,13 @@ def resources(tmp_path):
 
 def _train(instance, resources, phase: str, step: int) -> None:
     instance.add_dynamic_partitions(demo_phases.name, [phase])
-    dg.materialize([stub_train], partition_key=phase, instance=instance, resources=resources,
-                   run_config={"ops": {stub_train.op.name: {"config": {"step": step}}}})
+    dg.materialize(
+        [stub_train],
+        partition_key=phase,
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {stub_train.op.name: {"config": {"step": step}}}},
+    )
 
 
 def test_eval_phase_scores_up_to_docs_per_source_held_out_documents_of_every_source(resources):
@@ -72,17 +78,29 @@ def test_eval_phase_scores_up_to_docs_per_source_held_out_documents_of_every_sou
     datasets = byte_datasets({"web": (["train text of the web"] * 4, web), "code": (["def g(): pass"] * 4, code)})
     mixture = mixture_asset(["web", "code"])
     instance = dg.DagsterInstance.ephemeral()
-    dg.materialize([*datasets, mixture, stub_tokenizer], instance=instance, resources=resources,
-                   run_config=mixture_run_config({"web": 0.5, "code": 0.5}))
+    dg.materialize(
+        [*datasets, mixture, stub_tokenizer],
+        instance=instance,
+        resources=resources,
+        run_config=mixture_run_config({"web": 0.5, "code": 0.5}),
+    )
     _train(instance, resources, "kestrel", 10)
-    result = dg.materialize([*datasets, mixture, stub_tokenizer, stub_train, eval_phase], selection=[eval_phase],
-                            partition_key="kestrel", instance=instance, resources=resources)
+    result = dg.materialize(
+        [*datasets, mixture, stub_tokenizer, stub_train, eval_phase],
+        selection=[eval_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources,
+    )
     meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
     assert meta["count/docs/web"] == 64 and meta["count/docs/code"] == 20  # 64 by default; all 20 of the smaller one
     for domain in ("web", "code"):
         assert 6.0 < meta[f"count/bpb/{domain}"] < 10.0  # an untrained byte model: near 8 bits per byte
-    assert min(meta["count/bpb/web"], meta["count/bpb/code"]) <= meta["count/micro_bpb"] <= max(
-        meta["count/bpb/web"], meta["count/bpb/code"])
+    assert (
+        min(meta["count/bpb/web"], meta["count/bpb/code"])
+        <= meta["count/micro_bpb"]
+        <= max(meta["count/bpb/web"], meta["count/bpb/code"])
+    )
     assert meta["count/macro_bpb"] == pytest.approx((meta["count/bpb/web"] + meta["count/bpb/code"]) / 2)
     assert not any(k.startswith("count/acc") for k in meta)  # the task suite has its own partitions
 
@@ -95,8 +113,14 @@ def test_a_task_partition_scores_its_task_on_the_newest_phase(resources):
     assets = [stub_train, stub_tokenizer, eval_task]
 
     def run(task: str) -> dg.ExecuteInProcessResult:
-        return dg.materialize(assets, selection=[eval_task], partition_key=task, instance=instance, resources=resources,
-                              run_config={"ops": {eval_task.op.name: {"config": {"limit": 5}}}})
+        return dg.materialize(
+            assets,
+            selection=[eval_task],
+            partition_key=task,
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {eval_task.op.name: {"config": {"limit": 5}}}},
+        )
 
     for task, kind in (("copa", "mc"), ("lambada", "bpb")):
         (event,) = run(task).get_asset_materialization_events()

@@ -81,7 +81,7 @@ def naive_spans(items, seq_len):
             start = max(0, stop - seq_len)
             row = np.asarray([ids[start:stop]], np.int32)
             lp = context_logprobs(row)[0]
-            total += lp[window_start - start - 1:stop - start - 1].sum()
+            total += lp[window_start - start - 1 : stop - start - 1].sum()
             window_start = stop
         out.append((total, len(target)))
     return out
@@ -95,9 +95,15 @@ def test_score_spans_sums_only_targets_and_splits_long_items():
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=st.lists(st.tuples(st.lists(st.integers(0, 50), min_size=1, max_size=40),
-                                st.lists(st.integers(0, 50), min_size=0, max_size=300)), min_size=1, max_size=12),
-       seq_len=st.sampled_from([2, 3, 8, 17, 64, 130, 256, 520]), batch_size=st.integers(1, 5))
+@given(
+    items=st.lists(
+        st.tuples(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.lists(st.integers(0, 50), min_size=0, max_size=300)),
+        min_size=1,
+        max_size=12,
+    ),
+    seq_len=st.sampled_from([2, 3, 8, 17, 64, 130, 256, 520]),
+    batch_size=st.integers(1, 5),
+)
 def test_score_spans_equals_the_one_window_at_a_time_reference(items, seq_len, batch_size):
     """Bucketing by length, padding and batching change nothing about any item's sum."""
     got = score_spans(items, context_logprobs, seq_len, batch_size)
@@ -121,6 +127,7 @@ def test_bits_per_byte_formula_micro_and_macro():
     r = bits_per_byte(sets, uniform, byte_encode, bos_id=0, seq_len=16)
     assert r["sets"]["a"]["bpb"] == pytest.approx(8.0) and r["sets"]["b"]["bpb"] == pytest.approx(8.0)
     assert r["sets"]["a"]["bytes"] == 11 and r["sets"]["a"]["tokens"] == 11  # ö is 2 bytes
+
     # A tokenizer with 2 bytes per token: bpb = nats/token * tokens / bytes / ln 2
     def pairs(s):
         return [ord(c) for c in s[::2]]
@@ -155,8 +162,7 @@ def checkpoint(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("ckpt")
     config = config_from_dict(EVAL_CHECKPOINT)
-    state = {"params": init_params(config.model, jax.random.PRNGKey(0)),
-             "router_bias": init_router_bias(config.model)}
+    state = {"params": init_params(config.model, jax.random.PRNGKey(0)), "router_bias": init_router_bias(config.model)}
     ckpt.save(folder / "checkpoints", 10, state, {"config": config_to_dict(config), "phase": "main"})
     return folder
 
@@ -189,12 +195,18 @@ def test_evaluate_checkpoint_on_packaged_tasks(checkpoint, tmp_path):
     untrained tiny model, against each pair scored alone by the model (batch of one, full window)."""
     from marin_assets.datakit.eval_sets import load_task
     from marin_assets.evaluation import evaluate
-    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.evaluation.scoring import model_token_logprobs
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     tasks = ("hellaswag", "winogrande", "boolq", "gsm8k")
-    out = evaluate(checkpoint, bpb_sets={"license": ["Python is a programming language."]},
-                   tasks=tasks, limit=6, batch_size=8, out_path=tmp_path / "eval.json")
+    out = evaluate(
+        checkpoint,
+        bpb_sets={"license": ["Python is a programming language."]},
+        tasks=tasks,
+        limit=6,
+        batch_size=8,
+        out_path=tmp_path / "eval.json",
+    )
     assert out["step"] == 10 and (tmp_path / "eval.json").exists()
     assert 6.0 < out["bpb"]["micro_bpb"] < 10.0  # an untrained byte model is near 8 bits/byte
     params, model_cfg, bias, _ = load_model_from_checkpoint(checkpoint)
@@ -208,8 +220,8 @@ def test_evaluate_checkpoint_on_packaged_tasks(checkpoint, tmp_path):
             stop = min(len(ids), t + 63)
             start = max(0, stop - 64)
             row = np.zeros((1, 64), np.int32)
-            row[0, :stop - start] = ids[start:stop]
-            total += float(logprobs(row)[0, t - start - 1:stop - start - 1].sum())
+            row[0, : stop - start] = ids[start:stop]
+            total += float(logprobs(row)[0, t - start - 1 : stop - start - 1].sum())
             t = stop
         return total
 

@@ -41,9 +41,14 @@ def reference_attention(p, x, config, qk_norm=True):
 def params(config, seed=0):
     keys = jax.random.split(jax.random.PRNGKey(seed), 6)
     D, H, KV, hd = config.d_model, config.n_heads, config.n_kv_heads, config.resolved_head_dim
-    return {"wq": jax.random.normal(keys[0], (D, H * hd)) * 0.2, "wk": jax.random.normal(keys[1], (D, KV * hd)) * 0.2,
-            "wv": jax.random.normal(keys[2], (D, KV * hd)) * 0.2, "wo": jax.random.normal(keys[3], (H * hd, D)) * 0.2,
-            "q_norm": 1.0 + 0.1 * jax.random.normal(keys[4], (hd,)), "k_norm": 1.0 + 0.1 * jax.random.normal(keys[5], (hd,))}
+    return {
+        "wq": jax.random.normal(keys[0], (D, H * hd)) * 0.2,
+        "wk": jax.random.normal(keys[1], (D, KV * hd)) * 0.2,
+        "wv": jax.random.normal(keys[2], (D, KV * hd)) * 0.2,
+        "wo": jax.random.normal(keys[3], (H * hd, D)) * 0.2,
+        "q_norm": 1.0 + 0.1 * jax.random.normal(keys[4], (hd,)),
+        "k_norm": 1.0 + 0.1 * jax.random.normal(keys[5], (hd,)),
+    }
 
 
 X = jax.random.normal(jax.random.PRNGKey(9), (2, 12, 32))

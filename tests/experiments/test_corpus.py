@@ -58,8 +58,10 @@ def test_the_dataset_is_the_datakit_run_over_the_content_addressed_input(made):
     assert corpus.prefix == str(prefix) and (prefix / "input" / "stdlib.jsonl").read_bytes() == data
     assert corpus.index == str(prefix / "cache" / "dataset.json")
     index = json.loads(Path(corpus.index).read_text())
-    assert corpus.version == hashlib.sha256(json.dumps(index, sort_keys=True, separators=(",", ":"),
-                                                       ensure_ascii=False).encode()).hexdigest()
+    assert (
+        corpus.version
+        == hashlib.sha256(json.dumps(index, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    )
     assert index["tokenizer"]["vocab_size"] == VOCAB_SIZE == corpus.vocab_size and index["tokenizer"]["eos_id"] == EOS
     assert corpus.train_tokens == sum(s["train_tokens"] for s in index["shards"]) > 0
     assert corpus.validation_tokens == sum(s["validation_tokens"] for s in index["shards"]) > 0
@@ -120,11 +122,11 @@ def test_the_validation_loss_reads_the_held_out_split(made, tmp_path):
     import numpy as np
 
     from marin_assets.datakit.datasets import read_dataset
-    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.experiments.record import record_from_dict
     from marin_assets.experiments.runs import run_spec, validation_loss
     from marin_assets.model import loss_fn
     from marin_assets.train.loop import train
+    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.train.token_caches import TokenCache, TokenStream
     from tests.experiments.test_screen_e2e import RECORD
 

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from marin_assets.experiments.lock import (STAMP_KEY, RecordChangedError, check_lock, experiment_dir, lock_arm,
-                                           lock_path, read_lock, run_stamp)
+from marin_assets.experiments.lock import (
+    STAMP_KEY,
+    RecordChangedError,
+    check_lock,
+    experiment_dir,
+    lock_arm,
+    lock_path,
+    read_lock,
+    run_stamp,
+)
 from marin_assets.experiments.record import record_from_dict
 from marin_assets.experiments.runs import partition_key, runs_key
 from marin_assets.experiments.screen import run_screen
@@ -59,8 +67,7 @@ def unlock(store, name="tiny"):
 def commit_run(store, rec, arm, budget, seed, *, loss=2.0, stamped=True, pointer=True, version=None):
     """A committed run artifact as ``materialize_run`` leaves it (run.json stamped with ``rec``), without training."""
     key = partition_key(arm, budget, seed)
-    row = {"arm": arm, "budget": budget, "seed": seed, "flops": budget, "steps": 10, "seconds": 0.0,
-           "validation_loss": loss}
+    row = {"arm": arm, "budget": budget, "seed": seed, "flops": budget, "steps": 10, "seconds": 0.0, "validation_loss": loss}
     if stamped:
         row[STAMP_KEY] = run_stamp(rec, arm)
     version = version or compute_version(runs_key(rec.name), "test", {"row": row}, key, {})
@@ -122,8 +129,9 @@ def _start(store, mode):
 def test_each_frozen_field_edit_is_refused(store, mode, field, value, named):
     _start(store, mode)
     where = "lock .*LOCK.json" if mode == "lock files" else f"run {partition_key('baseline', 1e7, 0)}"
-    with pytest.raises(RecordChangedError,
-                       match=rf"^tiny.yaml: experiment 'tiny' has started runs \({where}\); its {named} may no longer"):
+    with pytest.raises(
+        RecordChangedError, match=rf"^tiny.yaml: experiment 'tiny' has started runs \({where}\); its {named} may no longer"
+    ):
         check_lock(store, record(**{field: value}))
 
 
@@ -150,6 +158,7 @@ def test_started_arms_are_frozen_new_arms_are_not(store):
     more = copy.deepcopy(RECORD)
     more["arms"]["new_idea"] = {"change": {"model": {"qk_norm": False}}}
     check_lock(store, record_from_dict(more, source="tiny.yaml"))  # adding an arm is fine
+
 
 def test_amendments_are_not_frozen_but_the_edits_they_explain_still_are(store):
     lock_arm(store, record(), "baseline")

@@ -15,8 +15,17 @@ import yaml
 from marin_assets.cli import main
 from marin_assets.experiments.analysis import analyze
 from marin_assets.experiments.data import Corpus
-from marin_assets.experiments.lock import (STAMP_KEY, LockFileError, RecordChangedError, arm_lock_path, check_lock,
-                                           lock_arm, lock_path, read_lock, run_stamp)
+from marin_assets.experiments.lock import (
+    STAMP_KEY,
+    LockFileError,
+    RecordChangedError,
+    arm_lock_path,
+    check_lock,
+    lock_arm,
+    lock_path,
+    read_lock,
+    run_stamp,
+)
 from marin_assets.experiments.runs import materialize_run, partition_key, run_spec, run_version, runs_key
 from marin_assets.store import ArtifactStore
 from tests.experiments.test_lock import commit_run, record, unlock
@@ -34,8 +43,12 @@ def _started(store):
     rec = record()
     lock_arm(store, rec, "baseline")
     lock_arm(store, rec, "wider_lr")
-    return [commit_run(store, rec, arm.name, b, s, loss=2.0 + 40.0 * b ** -0.2 + 0.002 * s)
-            for arm in rec.all_arms() for b in rec.budgets for s in arm.seeds]
+    return [
+        commit_run(store, rec, arm.name, b, s, loss=2.0 + 40.0 * b**-0.2 + 0.002 * s)
+        for arm in rec.all_arms()
+        for b in rec.budgets
+        for s in arm.seeds
+    ]
 
 
 def test_deleting_the_lock_files_does_not_unfreeze_the_record(store):
@@ -84,14 +97,17 @@ def test_a_started_arm_removed_is_refused_by_its_runs(store):
         check_lock(store, record(arms={"other": {"change": {}}}, criterion__checks=[]))
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("null", "holds null, not a lock"),
-    ("{}", "not the lock of experiment 'tiny'"),
-    ("[]", "not the lock of experiment 'tiny'"),
-    ('{"experiment": "tiny", "frozen": {}, "frozen_hash": "0"}', "not the lock of experiment 'tiny'"),
-    ("{not json", "not JSON"),
-    ("", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("null", "holds null, not a lock"),
+        ("{}", "not the lock of experiment 'tiny'"),
+        ("[]", "not the lock of experiment 'tiny'"),
+        ('{"experiment": "tiny", "frozen": {}, "frozen_hash": "0"}', "not the lock of experiment 'tiny'"),
+        ("{not json", "not JSON"),
+        ("", "not JSON"),
+    ],
+)
 def test_a_corrupt_lock_file_is_one_clear_line(store, text, needle):
     _started(store)
     path = lock_path(store, "tiny")
@@ -112,12 +128,15 @@ def test_a_corrupt_arm_lock_is_one_clear_line(store, text):
         check_lock(store, record())
 
 
-@pytest.mark.parametrize("damage", [
-    lambda stamp: stamp.pop("arm_hash"),
-    lambda stamp: stamp.update(frozen_hash="not a hash"),
-    lambda stamp: stamp.update(experiment="other"),
-    lambda stamp: stamp.update(frozen=None),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda stamp: stamp.pop("arm_hash"),
+        lambda stamp: stamp.update(frozen_hash="not a hash"),
+        lambda stamp: stamp.update(experiment="other"),
+        lambda stamp: stamp.update(frozen=None),
+    ],
+)
 def test_a_damaged_run_stamp_is_refused(store, damage):
     rows = _started(store)
     damage(rows[0][STAMP_KEY])
@@ -179,8 +198,7 @@ def test_a_computed_run_keeps_the_stamp_of_its_record(store, tmp_path, monkeypat
 
     def fake_train(config, caches, out_dir, resume):
         Path(out_dir, "metrics.jsonl").write_text('{"step": 1}\n')
-        return SimpleNamespace(final_step=config.num_steps, checkpoint_dir=Path(out_dir), tokens=640, last_loss=3.0,
-                               counts={})
+        return SimpleNamespace(final_step=config.num_steps, checkpoint_dir=Path(out_dir), tokens=640, last_loss=3.0, counts={})
 
     monkeypatch.setattr(loop, "train", fake_train)
     monkeypatch.setattr(runs, "validation_loss", lambda *args: 2.5)

@@ -20,10 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREEN = ROOT / "experiments" / "screen_tiny_moe.yaml"
 
 RECORD = {
-    "name": "tiny", "hypothesis": "a change does nothing", "links": {"issue": 14},
-    "baseline": {"config": {"model": SCREEN_MODEL, "seq_len": 16, "batch_size": 4,
-                            "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003}}},
-    "budgets": [1e7, 2e7, 4e7], "seeds": [0, 1],
+    "name": "tiny",
+    "hypothesis": "a change does nothing",
+    "links": {"issue": 14},
+    "baseline": {
+        "config": {
+            "model": SCREEN_MODEL,
+            "seq_len": 16,
+            "batch_size": 4,
+            "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003},
+        }
+    },
+    "budgets": [1e7, 2e7, 4e7],
+    "seeds": [0, 1],
     "arms": {"wider_lr": {"change": {"schedule": {"peak_lr": 0.006}}, "expect": {"ci_contains": 1.0}}},
     "criterion": {"statement": "wider_lr is within noise", "checks": [{"arm": "wider_lr", "ci_contains": 1.0}]},
 }
@@ -32,14 +41,24 @@ RECORD = {
 def test_the_screen_record_has_six_ideas_and_two_controls():
     record = load_record(SCREEN)
     names = [a.name for a in record.arms]
-    assert names == ["partial_rope", "no_qk_norm", "no_shared_expert", "top1", "muon", "zloss_high",
-                     "control_seed", "control_harm"]
+    assert names == [
+        "partial_rope",
+        "no_qk_norm",
+        "no_shared_expert",
+        "top1",
+        "muon",
+        "zloss_high",
+        "control_seed",
+        "control_harm",
+    ]
     control_seed, control_harm = record.arm("control_seed"), record.arm("control_harm")
     assert control_seed.change == {} and set(control_seed.seeds).isdisjoint(record.seeds)
     assert [(c.kind, c.value) for c in control_seed.expect] == [("ci_contains", 1.0)]
     assert [(c.kind, c.value) for c in control_harm.expect] == [("ci_high_below", 1.0)]
     # 30x the baseline's learning rate, and the ideas' changes reach the TrainConfig.
-    assert record.train_config("control_harm").schedule.peak_lr == pytest.approx(30 * record.train_config("baseline").schedule.peak_lr)
+    assert record.train_config("control_harm").schedule.peak_lr == pytest.approx(
+        30 * record.train_config("baseline").schedule.peak_lr
+    )
     assert record.train_config("partial_rope").model.rope_fraction == 0.5
     assert record.train_config("no_qk_norm").model.qk_norm is False
     assert record.train_config("top1").model.top_k == 1
@@ -97,40 +116,43 @@ def _with(path: str, value, base=RECORD) -> dict:
 _DELETE = object()
 
 
-@pytest.mark.parametrize("path,value,message", [
-    ("budgets", [1e7, float("nan"), 4e7], r"budgets\[1\] must be finite"),
-    ("budgets", [1e7, 2e7], ">= 3 budgets"),
-    ("budgets", [2e7, 1e7, 4e7], "distinct and increasing"),
-    ("budgets", "1e7", "budgets must be a list"),
-    ("seeds", [0], ">= 2 baseline seeds"),
-    ("seeds", [0, 0], "seeds repeat"),
-    ("seeds", [0, -1], "seed -1 is not an int >= 0"),
-    ("hypothesis", "  ", "hypothesis must be a non-empty string"),
-    ("hypothesis", _DELETE, "missing required field 'hypothesis'"),
-    ("name", "../etc", "name '../etc' must match"),
-    ("name", "Screen-1", "must match"),
-    ("name", "ok\n", "must match"),
-    ("arms.bad-name", {"change": {}}, "arm name 'bad-name' must match"),
-    ("arms.baseline", {"change": {}}, "reserved for the baseline"),
-    ("arms.a", {"change": {"num_steps": 5}}, r"arms.a.change: \['num_steps'\] are set per run"),
-    ("arms.a", {"change": {"schedule": {"warmup_steps": 5}}}, r"schedule.warmup_steps"),
-    ("arms.a", {"change": {"model": {"top_k": 9}}}, "arm 'a': invalid config: .*top_k"),
-    ("arms.a", {"change": {"model": {"rope_fraction": 1.5}}}, "rope_fraction must be in"),
-    ("arms.a", {"chnage": {}}, r"arms.a: unknown field\(s\) \['chnage'\]"),
-    ("arms.a", {"expect": {"ci_above": 1.0}}, r"unknown check\(s\) \['ci_above'\]"),
-    ("arms.a", {"expect": {"ci_contains": float("inf")}}, "ci_contains must be finite"),
-    ("criterion.checks", [{"arm": "nope", "ci_contains": 1.0}], "names unknown arm 'nope'"),
-    ("criterion.statement", "", "criterion.statement must be a non-empty string"),
-    ("bootstrap", 5, "bootstrap >= 10"),
-    ("extra", 1, r"unknown field\(s\) \['extra'\]"),
-    ("amendments", {"date": "2026-11-30", "reason": "x"}, "amendments must be a list"),
-    ("amendments", [{"date": "2026-11-30"}], r"amendments\[0\]: needs exactly the fields \['date', 'reason'\]"),
-    ("amendments", [{"date": "2026-11-30", "reason": "x", "by": "me"}], r"amendments\[0\]: needs exactly"),
-    ("amendments", [{"date": "30.11.2026", "reason": "x"}], r"amendments\[0\]: .*ISO date YYYY-MM-DD"),
-    ("amendments", [{"date": "2026-02-30", "reason": "x"}], r"amendments\[0\]: .*not a calendar date"),
-    ("amendments", [{"date": "2026-11-30", "reason": "  "}], r"amendments\[0\]: .*reason must be a non-empty"),
-    ("amendments", [{"date": "2026-11-30\n", "reason": "x"}], r"ISO date"),
-])
+@pytest.mark.parametrize(
+    "path,value,message",
+    [
+        ("budgets", [1e7, float("nan"), 4e7], r"budgets\[1\] must be finite"),
+        ("budgets", [1e7, 2e7], ">= 3 budgets"),
+        ("budgets", [2e7, 1e7, 4e7], "distinct and increasing"),
+        ("budgets", "1e7", "budgets must be a list"),
+        ("seeds", [0], ">= 2 baseline seeds"),
+        ("seeds", [0, 0], "seeds repeat"),
+        ("seeds", [0, -1], "seed -1 is not an int >= 0"),
+        ("hypothesis", "  ", "hypothesis must be a non-empty string"),
+        ("hypothesis", _DELETE, "missing required field 'hypothesis'"),
+        ("name", "../etc", "name '../etc' must match"),
+        ("name", "Screen-1", "must match"),
+        ("name", "ok\n", "must match"),
+        ("arms.bad-name", {"change": {}}, "arm name 'bad-name' must match"),
+        ("arms.baseline", {"change": {}}, "reserved for the baseline"),
+        ("arms.a", {"change": {"num_steps": 5}}, r"arms.a.change: \['num_steps'\] are set per run"),
+        ("arms.a", {"change": {"schedule": {"warmup_steps": 5}}}, r"schedule.warmup_steps"),
+        ("arms.a", {"change": {"model": {"top_k": 9}}}, "arm 'a': invalid config: .*top_k"),
+        ("arms.a", {"change": {"model": {"rope_fraction": 1.5}}}, "rope_fraction must be in"),
+        ("arms.a", {"chnage": {}}, r"arms.a: unknown field\(s\) \['chnage'\]"),
+        ("arms.a", {"expect": {"ci_above": 1.0}}, r"unknown check\(s\) \['ci_above'\]"),
+        ("arms.a", {"expect": {"ci_contains": float("inf")}}, "ci_contains must be finite"),
+        ("criterion.checks", [{"arm": "nope", "ci_contains": 1.0}], "names unknown arm 'nope'"),
+        ("criterion.statement", "", "criterion.statement must be a non-empty string"),
+        ("bootstrap", 5, "bootstrap >= 10"),
+        ("extra", 1, r"unknown field\(s\) \['extra'\]"),
+        ("amendments", {"date": "2026-11-30", "reason": "x"}, "amendments must be a list"),
+        ("amendments", [{"date": "2026-11-30"}], r"amendments\[0\]: needs exactly the fields \['date', 'reason'\]"),
+        ("amendments", [{"date": "2026-11-30", "reason": "x", "by": "me"}], r"amendments\[0\]: needs exactly"),
+        ("amendments", [{"date": "30.11.2026", "reason": "x"}], r"amendments\[0\]: .*ISO date YYYY-MM-DD"),
+        ("amendments", [{"date": "2026-02-30", "reason": "x"}], r"amendments\[0\]: .*not a calendar date"),
+        ("amendments", [{"date": "2026-11-30", "reason": "  "}], r"amendments\[0\]: .*reason must be a non-empty"),
+        ("amendments", [{"date": "2026-11-30\n", "reason": "x"}], r"ISO date"),
+    ],
+)
 def test_bad_records_name_the_field(path, value, message):
     with pytest.raises(ValueError, match=message):
         record_from_dict(_with(path, value), source="exp.yaml")
@@ -178,8 +200,11 @@ def test_names_are_safe_identifiers_or_refused(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
-       st.floats(min_value=1e3, max_value=1e25, allow_nan=False), st.integers(0, 10**6))
+@given(
+    st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
+    st.floats(min_value=1e3, max_value=1e25, allow_nan=False),
+    st.integers(0, 10**6),
+)
 def test_partition_keys_round_trip(arm, budget, seed):
     key = partition_key(arm, budget, seed)
     parsed_arm, parsed_budget, parsed_seed = parse_partition_key(key)
@@ -206,8 +231,17 @@ def test_partition_key_errors():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.fixed_dictionaries({"date": st.one_of(st.dates().map(str), st.text(max_size=12), st.dates(), st.none()),
-                                       "reason": st.one_of(st.text(max_size=20), st.integers())}), max_size=3))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "date": st.one_of(st.dates().map(str), st.text(max_size=12), st.dates(), st.none()),
+                "reason": st.one_of(st.text(max_size=20), st.integers()),
+            }
+        ),
+        max_size=3,
+    )
+)
 def test_any_amendment_list_is_accepted_only_when_valid(amendments):
     import datetime
 

@@ -21,8 +21,12 @@ def test_env_folder_replaces_the_default(monkeypatch, tmp_path):
     (tmp_path / "tiny_screen.yaml").write_text(yaml.safe_dump(RECORD))
     monkeypatch.setenv(RECORDS_ENV, str(tmp_path))
     keys = sorted(k.to_user_string() for a in build_all() for k in a.keys)
-    assert keys == ["experiments/corpus", "experiments/tiny_screen/analysis", "experiments/tiny_screen/report",
-                    "experiments/tiny_screen/runs"]
+    assert keys == [
+        "experiments/corpus",
+        "experiments/tiny_screen/analysis",
+        "experiments/tiny_screen/report",
+        "experiments/tiny_screen/runs",
+    ]
 
 
 def test_env_that_is_not_a_folder_is_refused(monkeypatch, tmp_path):
@@ -51,7 +55,6 @@ def test_loading_the_code_location_does_not_import_jax():
     import subprocess
 
     code = "import sys, definitions; bad = [m for m in ('jax', 'jaxlib') if m in sys.modules]; print(bad)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=RECORDS_DIR.parent, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], cwd=RECORDS_DIR.parent, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"

@@ -15,9 +15,20 @@ def _report(amendments=None) -> str:
         data["amendments"] = amendments
     record = record_from_dict(data, source="tiny_screen.yaml")
     # Losses on a known power law; control_harm needs twice the compute (speedup 0.5).
-    rows = [{"arm": a.name, "budget": b, "seed": s, "flops": b, "steps": 10, "seconds": 0.0,
-             "validation_loss": 2.0 + 40.0 * (b if a.name != "control_harm" else b / 2) ** -0.2 + 0.002 * s}
-            for a in record.all_arms() for b in record.budgets for s in a.seeds]
+    rows = [
+        {
+            "arm": a.name,
+            "budget": b,
+            "seed": s,
+            "flops": b,
+            "steps": 10,
+            "seconds": 0.0,
+            "validation_loss": 2.0 + 40.0 * (b if a.name != "control_harm" else b / 2) ** -0.2 + 0.002 * s,
+        }
+        for a in record.all_arms()
+        for b in record.budgets
+        for s in a.seeds
+    ]
     return report_markdown(record, analyze(record, rows))
 
 

@@ -23,15 +23,28 @@ RECORD = {
     "name": "tiny_screen",
     "hypothesis": "The same config with other seeds matches the baseline; a 30x lower learning rate is worse.",
     "links": {"issue": 14},
-    "baseline": {"config": {"model": MODEL, "seq_len": 16, "batch_size": 4,
-                            "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003}}},
-    "budgets": [3.0e7, 6.0e7, 1.2e8], "seeds": [0, 1],
-    "validation_windows": 32, "bootstrap": 50, "data_files": 6,
-    "arms": {"control_seed": {"change": {}, "seeds": [5, 6], "expect": {"ci_contains": 1.0}},
-             # 30x too low: at 10-40 steps a 30x *higher* rate still helped (measured), so it is no control here.
-             "control_harm": {"change": {"schedule": {"peak_lr": 0.0001}}, "expect": {"ci_high_below": 1.0}}},
-    "criterion": {"statement": "control_harm is worse than the baseline",
-                  "checks": [{"arm": "control_harm", "speedup_below": 1.0}]},
+    "baseline": {
+        "config": {
+            "model": MODEL,
+            "seq_len": 16,
+            "batch_size": 4,
+            "schedule": {"kind": "constant", "warmup_steps": 2, "peak_lr": 0.003},
+        }
+    },
+    "budgets": [3.0e7, 6.0e7, 1.2e8],
+    "seeds": [0, 1],
+    "validation_windows": 32,
+    "bootstrap": 50,
+    "data_files": 6,
+    "arms": {
+        "control_seed": {"change": {}, "seeds": [5, 6], "expect": {"ci_contains": 1.0}},
+        # 30x too low: at 10-40 steps a 30x *higher* rate still helped (measured), so it is no control here.
+        "control_harm": {"change": {"schedule": {"peak_lr": 0.0001}}, "expect": {"ci_high_below": 1.0}},
+    },
+    "criterion": {
+        "statement": "control_harm is worse than the baseline",
+        "checks": [{"arm": "control_harm", "speedup_below": 1.0}],
+    },
 }
 N_RUNS = 3 * (2 + 2 + 2)
 
@@ -167,14 +180,18 @@ def test_dagster_assets_materialize_runs_analysis_and_report(screen):
     result = dg.materialize(everything, selection=[corpus_asset.key], resources=resources, instance=instance)
     (made,) = result.asset_materializations_for_node(corpus_asset.node_def.name)[0].metadata["datasets"].value
     corpus = open_corpus(ArtifactStore(str(store)), RECORD["data_files"])
-    assert made == {"data_files": RECORD["data_files"], "index": corpus.index, "version": corpus.version,
-                    "train_tokens": corpus.train_tokens, "validation_tokens": corpus.validation_tokens,
-                    "vocab_size": VOCAB_SIZE}
+    assert made == {
+        "data_files": RECORD["data_files"],
+        "index": corpus.index,
+        "version": corpus.version,
+        "train_tokens": corpus.train_tokens,
+        "validation_tokens": corpus.validation_tokens,
+        "vocab_size": VOCAB_SIZE,
+    }
     keys = runs.partitions_def.get_partition_keys()
     assert len(keys) == N_RUNS and "control_harm-C6e07-s1" in keys
     for key in keys:
-        result = dg.materialize(everything, selection=[runs.key], partition_key=key, resources=resources,
-                                instance=instance)
+        result = dg.materialize(everything, selection=[runs.key], partition_key=key, resources=resources, instance=instance)
         meta = result.asset_materializations_for_node(runs.node_def.name)[0].metadata
         assert meta["cache_hit"].value is True and meta["validation_loss"].value > 0
     result = dg.materialize(everything, selection=[analysis.key, report.key], resources=resources, instance=instance)

@@ -7,8 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from marin_assets.experiments.speedup import (RunLoss, baseline_envelopes, compute_to_reach, effective_speedup,
-                                              fit_baseline, noise_floor, screen, speedup_at_budgets, t_interval)
+from marin_assets.experiments.speedup import (
+    RunLoss,
+    baseline_envelopes,
+    compute_to_reach,
+    effective_speedup,
+    fit_baseline,
+    noise_floor,
+    screen,
+    speedup_at_budgets,
+    t_interval,
+)
 from marin_assets.scaling.fits import LossEnvelope
 
 LAW = LossEnvelope(E=2.0, A=10.0, alpha=0.3)
@@ -16,7 +25,7 @@ BUDGETS = (1e3, 2e3, 4e3, 8e3)
 
 
 def law(c):
-    return 2.0 + 10.0 * c ** -0.3
+    return 2.0 + 10.0 * c**-0.3
 
 
 def runs(arm, loss_at, seeds=(0, 1, 2), noise=0.0, rng=None):
@@ -60,8 +69,13 @@ def test_exact_law_gives_a_point_interval_at_two():
     assert result.ci_low == pytest.approx(2.0, rel=2e-3) and result.ci_high == pytest.approx(2.0, rel=2e-3)
     assert result.runs == 12 and result.bootstrap_n == 30
     assert floor["factor"] == pytest.approx(1.0, abs=2e-3)  # identical seeds: no noise
-    assert result.as_json() == {"arm": "faster", "effective_speedup": result.effective_speedup,
-                                "ci_low": result.ci_low, "ci_high": result.ci_high, "runs": 12}
+    assert result.as_json() == {
+        "arm": "faster",
+        "effective_speedup": result.effective_speedup,
+        "ci_low": result.ci_low,
+        "ci_high": result.ci_high,
+        "runs": 12,
+    }
 
 
 def test_per_budget_speedups_are_averaged_geometrically():
@@ -80,9 +94,11 @@ def test_loss_beyond_the_asymptote_is_unbounded_and_prints_null():
 
 def test_a_harmful_arm_is_below_one_despite_seed_noise():
     rng = np.random.default_rng(7)
-    all_runs = (runs("baseline", law, noise=0.004, rng=rng)
-                + runs("harm", lambda c: law(c / 4), seeds=(0, 1), noise=0.004, rng=rng)
-                + runs("help", lambda c: law(c * 4), seeds=(0, 1), noise=0.004, rng=rng))
+    all_runs = (
+        runs("baseline", law, noise=0.004, rng=rng)
+        + runs("harm", lambda c: law(c / 4), seeds=(0, 1), noise=0.004, rng=rng)
+        + runs("help", lambda c: law(c * 4), seeds=(0, 1), noise=0.004, rng=rng)
+    )
     _, arms, floor = screen(all_runs, bootstrap_n=100, seed=1)
     harm, helps = arms["harm"], arms["help"]
     assert harm.ci_high < 1.0 and harm.effective_speedup == pytest.approx(0.25, rel=0.3)
@@ -149,5 +165,4 @@ def test_screen_interval_equals_the_hand_computed_t_interval_on_seed_counts():
     half = float(t.ppf(0.975, 3 + 2 - 2)) * se
     point = arms["arm"].effective_speedup
     assert arms["arm"].bootstrap_n == len(samples) > 30
-    assert (arms["arm"].ci_low, arms["arm"].ci_high) == pytest.approx((point * math.exp(-half), point * math.exp(half)),
-                                                                      rel=1e-9)
+    assert (arms["arm"].ci_low, arms["arm"].ci_high) == pytest.approx((point * math.exp(-half), point * math.exp(half)), rel=1e-9)

@@ -36,8 +36,9 @@ def stand_in_corpus(root: Path) -> Corpus:
 
     paragraphs = stdlib_paragraphs()
     shard = write_shard(str(root), "stdlib-test-00000", paragraphs[:-10], paragraphs[-10:])
-    index = write_dataset(Dataset("stdlib", (shard,), {"sha256": "bytes-test", "vocab_size": VOCAB_SIZE, "eos_id": EOS}),
-                          str(root))
+    index = write_dataset(
+        Dataset("stdlib", (shard,), {"sha256": "bytes-test", "vocab_size": VOCAB_SIZE, "eos_id": EOS}), str(root)
+    )
     return Corpus(index, "5" * 64, shard.train_tokens, shard.validation_tokens, VOCAB_SIZE, str(root))
 
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from tests.gcs.gcs_emulator import BUCKET, EmulatorMissing, FakeGcsServer, emulator_env, fake_gcs_binary
 
 

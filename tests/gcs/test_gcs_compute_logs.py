@@ -7,8 +7,8 @@ from __future__ import annotations
 import dagster as dg
 import yaml
 
-from tests.gcs.gcs_emulator import FakeGcsServer
 from tests.cluster.test_instance_config import EXAMPLE
+from tests.gcs.gcs_emulator import FakeGcsServer
 
 LOG_BUCKET = "marin-logs-test"
 MARKER = "compute log marker 7f3a"

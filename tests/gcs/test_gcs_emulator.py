@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+
 from tests.gcs.gcs_emulator import BUCKET, emulator_env
 
 

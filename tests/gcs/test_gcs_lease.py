@@ -80,8 +80,12 @@ def test_a_datakit_run_takes_over_the_prefix_lease_of_a_run_killed_with_kill_9(g
     from assets.datakit.run import hold_prefix
     from marin_assets.datakit.run_spec import LEASE_ENTRY, RunSpec
 
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_AND_HANG, f"{gcs_prefix}/{LEASE_ENTRY}"],
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, **emulator_env()})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_AND_HANG, f"{gcs_prefix}/{LEASE_ENTRY}"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **emulator_env()},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
     finally:
@@ -95,8 +99,10 @@ def test_a_datakit_run_takes_over_the_prefix_lease_of_a_run_killed_with_kill_9(g
         lines = capsys.readouterr().err.splitlines()
         assert lines[0].startswith(f"marin datakit run: the lease {gcs_prefix}/{LEASE_ENTRY} is held by ")
         assert "has not changed in the 0s this process has watched it; taking it over if it stays unchanged for 90s" in lines[0]
-        assert lines[-1] == (f"marin datakit run: took over the lease {gcs_prefix}/{LEASE_ENTRY}: its record did not "
-                             "change for 90s, so its holder is gone")
+        assert lines[-1] == (
+            f"marin datakit run: took over the lease {gcs_prefix}/{LEASE_ENTRY}: its record did not "
+            "change for 90s, so its holder is gone"
+        )
     finally:
         lease.release()
 

@@ -37,8 +37,10 @@ def test_commit_load_and_cache_hit_on_gcs(gcs_prefix):
     assert calls[0].startswith(f"{gcs_prefix}/a/b/p0/") and "/.staging-" in calls[0]
     assert first.ref == second.ref == store.load("a/b", "p0", version)
     assert first.ref.path.startswith("gs://")
-    assert first.ref.manifest["files"] == [{"path": "part-0.txt", "bytes": 5, "sha256": hashlib.sha256(b"hello").hexdigest()},
-                                           {"path": "sub/part-1.bin", "bytes": 7, "sha256": hashlib.sha256(b"\x00" * 7).hexdigest()}]
+    assert first.ref.manifest["files"] == [
+        {"path": "part-0.txt", "bytes": 5, "sha256": hashlib.sha256(b"hello").hexdigest()},
+        {"path": "sub/part-1.bin", "bytes": 7, "sha256": hashlib.sha256(b"\x00" * 7).hexdigest()},
+    ]
     assert first.ref.manifest["total_bytes"] == 12 and first.ref.counts == {"files": 2}
     fs, _ = fsspec.core.url_to_fs(gcs_prefix)
     fs.rm(first.ref.files(".bin")[0])  # an object deleted after the commit: not a cache hit any more

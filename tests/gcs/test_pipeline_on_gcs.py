@@ -14,8 +14,9 @@ import pytest
 
 from assets.datakit import make_datakit_graph
 from assets.datakit.datasets import mixture_asset
+from assets.evals import eval_phase
 from assets.partitions import demo_phases
-from assets.training import eval_phase, train_phase
+from assets.training import train_phase
 from marin_assets.datakit.datasets import read_dataset
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
@@ -34,16 +35,31 @@ def test_sources_to_eval_with_the_prefix_on_the_emulator(gcs_prefix, tmp_path, m
     monkeypatch.delenv("MARIN_LOCAL_WORKERS", raising=False)  # the default: forked workers on gs:// (issue 35)
     monkeypatch.chdir(tmp_path)  # a stray relative write would land here: checked at the end
     store_resource = ArtifactStoreResource(prefix=gcs_prefix)
-    resources = {"artifact_store": store_resource, "artifact_io": ArtifactIOManager(artifact_store=store_resource),
-                 "training_backend": LocalTrainingBackend()}
+    resources = {
+        "artifact_store": store_resource,
+        "artifact_io": ArtifactIOManager(artifact_store=store_resource),
+        "training_backend": LocalTrainingBackend(),
+    }
     mixture = mixture_asset([SOURCE])
-    datakit = [raw_source({"a.jsonl": base_records()}), quality_model, eval_ngrams, tokenizer,
-               *make_datakit_graph({SOURCE: f"sources/{SOURCE}"}), mixture]
+    datakit = [
+        raw_source({"a.jsonl": base_records()}),
+        quality_model,
+        eval_ngrams,
+        tokenizer,
+        *make_datakit_graph({SOURCE: f"sources/{SOURCE}"}),
+        mixture,
+    ]
     assets = [*datakit, train_phase, eval_phase]
     instance = dg.DagsterInstance.ephemeral()
 
-    results = materialize_waves(assets, instance, resources, selection=[a.key for a in datakit],
-                                run_config={"ops": {mixture.op.name: {"config": MIXTURE}}}, log=lambda line: None)
+    results = materialize_waves(
+        assets,
+        instance,
+        resources,
+        selection=[a.key for a in datakit],
+        run_config={"ops": {mixture.op.name: {"config": MIXTURE}}},
+        log=lambda line: None,
+    )
     assert results and all(r.success for r in results)
     store = store_resource.store
     dataset = read_dataset(store.read_pointer(f"datasets/{SOURCE}", None).data_path)
@@ -52,18 +68,32 @@ def test_sources_to_eval_with_the_prefix_on_the_emulator(gcs_prefix, tmp_path, m
 
     instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
     spec = {**dataclasses.asdict(phase_spec("kestrel", 6)), "mixture": None}
-    trained = dg.materialize(assets, selection=[train_phase], partition_key="kestrel", instance=instance,
-                             resources=resources, run_config=phase_run_config(spec))
+    trained = dg.materialize(
+        assets,
+        selection=[train_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources,
+        run_config=phase_run_config(spec),
+    )
     assert trained.success
-    [metadata] = [e.materialization.metadata for e in trained.get_asset_materialization_events() if e.asset_key.path[0] == "train"]
+    [metadata] = [
+        e.materialization.metadata for e in trained.get_asset_materialization_events() if e.asset_key.path[0] == "train"
+    ]
     assert metadata["count/final_step"].value == 6
     checkpoint_root = store.read_pointer("train/demo", "kestrel").data_path
     assert checkpoint_root.startswith(gcs_prefix)
     fs, _ = filesystem(gcs_prefix)
     assert fs.find(f"{checkpoint_root}/checkpoints"), "no checkpoint objects on the bucket"
 
-    evaluated = dg.materialize(assets, selection=[eval_phase], partition_key="kestrel", instance=instance,
-                               resources=resources, run_config={"ops": {eval_phase.op.name: {"config": {"limit": 2}}}})
+    evaluated = dg.materialize(
+        assets,
+        selection=[eval_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {eval_phase.op.name: {"config": {"limit": 2}}}},
+    )
     assert evaluated.success
     scores = evaluated.get_asset_materialization_events()[0].materialization.metadata
     assert 0 < scores["count/micro_bpb"].value < 20

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-LEVANTER_CONFIGS = {"llama": "levanter.models.llama:LlamaConfig", "qwen3": "levanter.models.qwen:Qwen3Config",
-                    "mixtral": "levanter.models.mixtral:MixtralConfig"}  # Levanter has no Qwen3-MoE
+LEVANTER_CONFIGS = {
+    "llama": "levanter.models.llama:LlamaConfig",
+    "qwen3": "levanter.models.qwen:Qwen3Config",
+    "mixtral": "levanter.models.mixtral:MixtralConfig",
+}  # Levanter has no Qwen3-MoE
 HF_CONFIGS = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "mixtral": "MixtralConfig"}
 
 
@@ -49,8 +52,12 @@ def converter(layout: str, reference: Path, tokenizer_json: Path | None = None, 
 
     # Built here, not by the config's hf_checkpoint_converter(): that one reads its reference checkpoint's
     # tokenizer from the hub.
-    return HFCheckpointConverter(config_class(layout), reference_checkpoint=str(reference),
-                                 HfConfigClass=getattr(transformers, HF_CONFIGS[layout]), tokenizer=tok)
+    return HFCheckpointConverter(
+        config_class(layout),
+        reference_checkpoint=str(reference),
+        HfConfigClass=getattr(transformers, HF_CONFIGS[layout]),
+        tokenizer=tok,
+    )
 
 
 def _tokenizer_object(text: str):

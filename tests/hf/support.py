@@ -9,12 +9,22 @@ from typing import Any
 from tests.support.configs import TINY_MODEL
 
 # Dense, Llama layout: 2 layers, GQA 4:2, head_dim 16, no QK-norm, a non-default rope_theta and eps.
-LLAMA_MODEL: dict[str, Any] = dict(TINY_MODEL, n_layers=2, n_heads=4, n_kv_heads=2, n_routed_experts=0, qk_norm=False,
-                   rope_theta=5000.0, norm_eps=1e-5)
+LLAMA_MODEL: dict[str, Any] = dict(
+    TINY_MODEL, n_layers=2, n_heads=4, n_kv_heads=2, n_routed_experts=0, qk_norm=False, rope_theta=5000.0, norm_eps=1e-5
+)
 QWEN3_MODEL: dict[str, Any] = dict(LLAMA_MODEL, qk_norm=True, head_dim=12)  # head_dim not d_model / heads
 # MoE, Mixtral layout: 4 experts top-2, softmax gating, no shared expert, bias kept 0.
-MIXTRAL_MODEL: dict[str, Any] = dict(TINY_MODEL, n_layers=2, n_heads=4, n_kv_heads=2, n_shared_experts=0, qk_norm=False,
-                     router_gating="softmax", balancing="none", rope_theta=5000.0)
+MIXTRAL_MODEL: dict[str, Any] = dict(
+    TINY_MODEL,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    n_shared_experts=0,
+    qk_norm=False,
+    router_gating="softmax",
+    balancing="none",
+    rope_theta=5000.0,
+)
 QWEN3_MOE_MODEL: dict[str, Any] = dict(MIXTRAL_MODEL, qk_norm=True)
 
 
@@ -34,6 +44,7 @@ def perturbed_params(model_config, seed: int = 0) -> dict:
         if "norm" in name:
             return leaf + 0.3 * jax.random.uniform(next(keys), leaf.shape, jnp.float32, -1.0, 1.0)
         return leaf * 10.0  # init_std 0.02 -> 0.2
+
     return jax.tree_util.tree_map_with_path(perturb, params)
 
 
@@ -49,8 +60,12 @@ def save_checkpoint(out: Path, model: dict, *, seed: int = 0, router_bias=None, 
     config = config_from_dict(dict(EVAL_CHECKPOINT, model=model, seq_len=model["max_seq_len"]))
     bias = init_router_bias(config.model) if router_bias is None else jnp.asarray(router_bias, jnp.float32)
     state = {"params": perturbed_params(config.model, seed), "router_bias": bias}
-    meta = {"config": config_to_dict(config), "phase": "main", "tokens": 1234,
-            "data_tokenizers": tokenizers if tokenizers is not None else {}}
+    meta = {
+        "config": config_to_dict(config),
+        "phase": "main",
+        "tokens": 1234,
+        "data_tokenizers": tokenizers if tokenizers is not None else {},
+    }
     ckpt.save(out / "checkpoints", 7, state, meta)
     return out
 

@@ -72,16 +72,28 @@ def test_one_file_under_the_shard_size_and_the_imported_model_gives_our_logits(t
 
 def test_the_card_renders_the_lineage_and_a_bad_lineage_is_refused(tmp_path):
     run = save_checkpoint(tmp_path / "run", LLAMA_MODEL)
-    lineage = {"run": "demo", "phase": "main", "code_version": "abc123",
-               "datasets": [{"name": "fineweb-edu", "version": "v-9f3e", "tokens": 1200}],
-               "tokens": 1234, "evals": {"bpb/web": 1.25, "copa": 0.6},
-               "prediction": {"metric": "bpb/web", "predicted": 1.3, "interval": [1.2, 1.4], "frozen_at": "2026-12-01",
-                              "outcome": 1.25}}
+    lineage = {
+        "run": "demo",
+        "phase": "main",
+        "code_version": "abc123",
+        "datasets": [{"name": "fineweb-edu", "version": "v-9f3e", "tokens": 1200}],
+        "tokens": 1234,
+        "evals": {"bpb/web": 1.25, "copa": 0.6},
+        "prediction": {"metric": "bpb/web", "predicted": 1.3, "interval": [1.2, 1.4], "frozen_at": "2026-12-01", "outcome": 1.25},
+    }
     export_hf(run, tmp_path / "hf", tokenizer="bytes", lineage=lineage)
     card = (tmp_path / "hf" / "README.md").read_text()
-    for text in ("# demo", "| fineweb-edu | v-9f3e | 1200 |", "Tokens trained on: 1234", "- copa: 0.6",
-                 "- predicted: 1.3", "- outcome: 1.25 (error -0.05)", "- within the interval: yes", "Byte-level",
-                 "`llama` layout"):
+    for text in (
+        "# demo",
+        "| fineweb-edu | v-9f3e | 1200 |",
+        "Tokens trained on: 1234",
+        "- copa: 0.6",
+        "- predicted: 1.3",
+        "- outcome: 1.25 (error -0.05)",
+        "- within the interval: yes",
+        "Byte-level",
+        "`llama` layout",
+    ):
         assert text in card, text
     with pytest.raises(ValueError, match=r"lineage.prediction.outcome must be a finite number") as e:
         export_hf(run, tmp_path / "hf2", lineage={"prediction": {"metric": "m", "predicted": 1.0, "outcome": float("nan")}})
@@ -183,18 +195,21 @@ def _edit_config(folder, **changes):
     path.write_text(json.dumps(json.loads(path.read_text()) | changes))
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"vocab_size": 300}, r"tensor model.embed_tokens.weight has shape \[257, 32\], the config wants \[300, 32\]"),
-    ({"vocab_size": 200}, r"tokenizer.json has 257 ids, more than config.json vocab_size 200"),
-    ({"model_type": "gpt2"}, r"config.json model_type='gpt2' is not a supported layout"),
-    ({"model_type": "qwen3"}, r"tensor model.layers.0.self_attn.q_norm.weight is missing \(layout qwen3\)"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling=.* has no counterpart"),
-    ({"hidden_act": "gelu"}, r"hidden_act='gelu' has no counterpart"),
-    ({"rope_theta": float("inf")}, r"rope_theta=inf is not a finite number"),
-    ({"rms_norm_eps": "1e-5"}, r"rms_norm_eps='1e-5' is not a finite number"),
-    ({"num_hidden_layers": 0}, r"config.json does not make a valid model: ModelConfig.n_layers"),
-    ({"intermediate_size": 48}, r"mlp.gate_proj.weight has shape \[64, 32\], the config wants \[48, 32\]"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"vocab_size": 300}, r"tensor model.embed_tokens.weight has shape \[257, 32\], the config wants \[300, 32\]"),
+        ({"vocab_size": 200}, r"tokenizer.json has 257 ids, more than config.json vocab_size 200"),
+        ({"model_type": "gpt2"}, r"config.json model_type='gpt2' is not a supported layout"),
+        ({"model_type": "qwen3"}, r"tensor model.layers.0.self_attn.q_norm.weight is missing \(layout qwen3\)"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling=.* has no counterpart"),
+        ({"hidden_act": "gelu"}, r"hidden_act='gelu' has no counterpart"),
+        ({"rope_theta": float("inf")}, r"rope_theta=inf is not a finite number"),
+        ({"rms_norm_eps": "1e-5"}, r"rms_norm_eps='1e-5' is not a finite number"),
+        ({"num_hidden_layers": 0}, r"config.json does not make a valid model: ModelConfig.n_layers"),
+        ({"intermediate_size": 48}, r"mlp.gate_proj.weight has shape \[64, 32\], the config wants \[48, 32\]"),
+    ],
+)
 def test_an_import_mismatch_is_one_line(exported, changes, message):
     _edit_config(exported, **changes)
     with pytest.raises(ImportMismatch, match=message) as e:

@@ -37,12 +37,29 @@ def test_levanter_loads_our_export_and_gives_our_logits(tmp_path, layout):
 
 
 LEVANTER_FIELDS = {
-    "llama": dict(seq_len=32, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                  layer_norm_epsilon=1e-5),
-    "qwen3": dict(seq_len=32, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                  head_dim=12, layer_norm_epsilon=1e-6),
-    "mixtral": dict(seq_len=32, hidden_dim=32, intermediate_dim=24, num_layers=2, num_heads=4, num_kv_heads=2,
-                    n_routed_experts=4, num_experts_per_tok=2),
+    "llama": dict(
+        seq_len=32, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, layer_norm_epsilon=1e-5
+    ),
+    "qwen3": dict(
+        seq_len=32,
+        hidden_dim=32,
+        intermediate_dim=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=12,
+        layer_norm_epsilon=1e-6,
+    ),
+    "mixtral": dict(
+        seq_len=32,
+        hidden_dim=32,
+        intermediate_dim=24,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+    ),
 }
 
 

@@ -22,15 +22,21 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_warm")
     write_cache(root / "cache", stdlib_paragraphs())
     export_hf(save_checkpoint(root / "src", LLAMA_MODEL), root / "hf", tokenizer="bytes")
-    config = dict(TINY_TRAIN, model=LLAMA_MODEL, num_steps=2, checkpoint_every_steps=2,
-                  schedule={"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 1, "decay_steps": 1})
+    config = dict(
+        TINY_TRAIN,
+        model=LLAMA_MODEL,
+        num_steps=2,
+        checkpoint_every_steps=2,
+        schedule={"kind": "wsd", "peak_lr": 3e-3, "warmup_steps": 1, "decay_steps": 1},
+    )
     (root / "train.yaml").write_text(yaml.safe_dump(config))
     return root
 
 
 def _train(setup, out, *extra) -> int:
-    return main(["train", "--config", str(setup / "train.yaml"), "--cache", f"license={setup / 'cache'}",
-                 "--out", str(out), *extra])
+    return main(
+        ["train", "--config", str(setup / "train.yaml"), "--cache", f"license={setup / 'cache'}", "--out", str(out), *extra]
+    )
 
 
 @pytest.mark.slow  # one dense compile and two steps
@@ -56,8 +62,17 @@ def test_a_phase_trains_from_imported_hf_weights(setup, tmp_path, capsys):
 def test_an_hf_model_that_is_not_the_runs_is_refused_naming_the_field(setup, tmp_path, capsys):
     other = dict(yaml.safe_load((setup / "train.yaml").read_text()), model=dict(LLAMA_MODEL, norm_eps=1e-6))
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
-    argv = ["train", "--config", str(tmp_path / "other.yaml"), "--cache", f"license={setup / 'cache'}",
-            "--out", str(tmp_path / "run"), "--warm-start", f"hf:{setup / 'hf'}"]
+    argv = [
+        "train",
+        "--config",
+        str(tmp_path / "other.yaml"),
+        "--cache",
+        f"license={setup / 'cache'}",
+        "--out",
+        str(tmp_path / "run"),
+        "--warm-start",
+        f"hf:{setup / 'hf'}",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # the lines before it: the trainer's info
     assert err.startswith("marin train: warm start hf:")

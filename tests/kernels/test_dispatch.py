@@ -12,8 +12,11 @@ from kernels.routing import route_topk
 
 def _weights(E=4, D=8, F=6, seed=0):
     k = jax.random.split(jax.random.PRNGKey(seed), 3)
-    return (0.3 * jax.random.normal(k[0], (E, D, F)), 0.3 * jax.random.normal(k[1], (E, D, F)),
-            0.3 * jax.random.normal(k[2], (E, F, D)))
+    return (
+        0.3 * jax.random.normal(k[0], (E, D, F)),
+        0.3 * jax.random.normal(k[1], (E, D, F)),
+        0.3 * jax.random.normal(k[2], (E, F, D)),
+    )
 
 
 def _naive(x, ids, w, wg, wu, wd, capacity=None):
@@ -73,13 +76,16 @@ def test_position_in_group():
     assert position_in_group(keys, 3).tolist() == [0, 0, 1, 0, 1, 2]
 
 
-@pytest.mark.parametrize("counts,cap,want", [
-    ([5, 1, 3], 9, [5, 1, 3]),  # everything fits
-    ([5, 1, 3], 6, [3, 1, 2]),  # rounds: (1,1,1) (1,_,1) (1,_,_) = 6
-    ([5, 1, 3], 7, [3, 1, 3]),
-    ([4, 4, 4, 4], 6, [2, 2, 1, 1]),  # leftover goes to the first sources
-    ([0, 0], 3, [0, 0]),
-])
+@pytest.mark.parametrize(
+    "counts,cap,want",
+    [
+        ([5, 1, 3], 9, [5, 1, 3]),  # everything fits
+        ([5, 1, 3], 6, [3, 1, 2]),  # rounds: (1,1,1) (1,_,1) (1,_,_) = 6
+        ([5, 1, 3], 7, [3, 1, 3]),
+        ([4, 4, 4, 4], 6, [2, 2, 1, 1]),  # leftover goes to the first sources
+        ([0, 0], 3, [0, 0]),
+    ],
+)
 def test_round_robin_counts(counts, cap, want):
     assert round_robin_counts(jnp.array(counts), cap).tolist() == want
 

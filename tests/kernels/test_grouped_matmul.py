@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from kernels.dispatch import moe_local
-from kernels.grouped_matmul import (block_layout, default_block, expert_swiglu, grouped_matmul,
-                                    resolve_impl)
+from kernels.grouped_matmul import block_layout, default_block, expert_swiglu, grouped_matmul, resolve_impl
 from kernels.routing import route_topk
 
 # float32, same products summed in a different order: a few ulps of the O(1) outputs.
@@ -19,10 +18,12 @@ def _inputs(M=50, K=16, N=12, G=5, seed=0):
     return jax.random.normal(k[0], (M, K)), jax.random.normal(k[1], (G, K, N))
 
 
-GROUPINGS = [[7, 0, 20, 3, 10],  # empty group, rows past the sum (dropped rows)
-             [50, 0, 0, 0, 0],  # everything in one group
-             [0, 0, 0, 0, 0],  # nothing routed
-             [10, 10, 10, 10, 10]]  # exactly full
+GROUPINGS = [
+    [7, 0, 20, 3, 10],  # empty group, rows past the sum (dropped rows)
+    [50, 0, 0, 0, 0],  # everything in one group
+    [0, 0, 0, 0, 0],  # nothing routed
+    [10, 10, 10, 10, 10],
+]  # exactly full
 
 
 @pytest.mark.parametrize("sizes", GROUPINGS)
@@ -36,9 +37,8 @@ def test_blocked_matches_ragged_dot_forward_and_grads(sizes, block):
 
     ref, got = grouped_matmul(x, w, gs, "ragged_dot"), grouped_matmul(x, w, gs, "blocked", block)
     np.testing.assert_allclose(got, ref, atol=TOL)
-    assert not np.asarray(got[int(sum(sizes)):]).any()  # rows in no group are exact zeros
-    for g_ref, g_got in zip(jax.grad(loss("ragged_dot"), (0, 1))(x, w),
-                            jax.grad(loss("blocked"), (0, 1))(x, w)):
+    assert not np.asarray(got[int(sum(sizes)) :]).any()  # rows in no group are exact zeros
+    for g_ref, g_got in zip(jax.grad(loss("ragged_dot"), (0, 1))(x, w), jax.grad(loss("blocked"), (0, 1))(x, w)):
         np.testing.assert_allclose(g_got, g_ref, atol=TOL)
 
 
@@ -52,10 +52,8 @@ def test_blocked_swiglu_matches_ragged_dot_grads():
         return lambda *a: jnp.sum(jnp.sin(expert_swiglu(*a, gs, impl, 8)))
 
     args = (x, wg, wu, wd)
-    np.testing.assert_allclose(expert_swiglu(*args, gs, "blocked", 8),
-                               expert_swiglu(*args, gs, "ragged_dot"), atol=10 * TOL)
-    for g_ref, g_got in zip(jax.grad(loss("ragged_dot"), (0, 1, 2, 3))(*args),
-                            jax.grad(loss("blocked"), (0, 1, 2, 3))(*args)):
+    np.testing.assert_allclose(expert_swiglu(*args, gs, "blocked", 8), expert_swiglu(*args, gs, "ragged_dot"), atol=10 * TOL)
+    for g_ref, g_got in zip(jax.grad(loss("ragged_dot"), (0, 1, 2, 3))(*args), jax.grad(loss("blocked"), (0, 1, 2, 3))(*args)):
         np.testing.assert_allclose(g_got, g_ref, atol=10 * TOL)  # larger values: |x| ~ 10
 
 

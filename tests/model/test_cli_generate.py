@@ -33,8 +33,8 @@ def _run(argv, capsys) -> tuple[int, str, str]:
 
 def _expected_ids(checkpoint, text: str, n: int) -> list[int]:
     """What the library generates for ``text`` (EOS first, as the CLI starts each prompt), stopping at EOS."""
-    from marin_assets.train.restore import load_model_from_checkpoint
     from marin_assets.model.decode import generate
+    from marin_assets.train.restore import load_model_from_checkpoint
 
     params, config, bias, _ = load_model_from_checkpoint(checkpoint)
     return generate(params, config, bias, [[EOS, *text.encode()]], max_new_tokens=n, stop_sequences=[[EOS]])[0]
@@ -43,8 +43,20 @@ def _expected_ids(checkpoint, text: str, n: int) -> list[int]:
 def test_generate_finds_the_byte_tokenizer_and_matches_the_library(checkpoint, tmp_path, capsys):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("second prompt\n\n")
-    code, out, err = _run(["--checkpoint", str(checkpoint), "--prompt", "Once upon", "--prompt-file", str(prompts),
-                           "--max-new-tokens", "12", "--json"], capsys)
+    code, out, err = _run(
+        [
+            "--checkpoint",
+            str(checkpoint),
+            "--prompt",
+            "Once upon",
+            "--prompt-file",
+            str(prompts),
+            "--max-new-tokens",
+            "12",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     result = json.loads(out)
     assert result["step"] == 7 and [s["prompt"] for s in result["samples"]] == ["Once upon", "second prompt"]
@@ -57,8 +69,20 @@ def test_generate_finds_the_byte_tokenizer_and_matches_the_library(checkpoint, t
 def test_a_stop_text_ends_the_completion_before_it(checkpoint, capsys):
     ids = _expected_ids(checkpoint, "Once upon", 12)
     first_ascii = next(i for i, t in enumerate(ids) if 32 <= t < 127)  # the fixed init emits one (checked here)
-    code, out, err = _run(["--checkpoint", str(checkpoint), "--prompt", "Once upon", "--max-new-tokens", "12",
-                           "--stop", chr(ids[first_ascii]), "--json"], capsys)
+    code, out, err = _run(
+        [
+            "--checkpoint",
+            str(checkpoint),
+            "--prompt",
+            "Once upon",
+            "--max-new-tokens",
+            "12",
+            "--stop",
+            chr(ids[first_ascii]),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     sample = json.loads(out)["samples"][0]
     assert sample["tokens"] == first_ascii
@@ -70,19 +94,23 @@ def test_a_checkpoint_without_a_recorded_tokenizer_asks_for_one(tmp_path, capsys
     code, _, err = _run(["--checkpoint", str(folder), "--prompt", "x", "--max-new-tokens", "2"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "records no tokenizer: pass --tokenizer PATH|bytes" in err
-    code, out, err = _run(["--checkpoint", str(folder), "--prompt", "x", "--max-new-tokens", "2", "--tokenizer", "bytes",
-                           "--json"], capsys)
+    code, out, err = _run(
+        ["--checkpoint", str(folder), "--prompt", "x", "--max-new-tokens", "2", "--tokenizer", "bytes", "--json"], capsys
+    )
     assert code == 0, err
     assert json.loads(out)["samples"][0]["tokens"] <= 2
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--top-p", "0"], "top_p must be in (0, 1]"),
-    (["--temperature", "nan"], "temperature must be a finite number"),
-    (["--max-new-tokens", "64"], "max_seq_len 64"),
-    (["--stop", ""], "a stop text must not be empty"),
-    (["--tokenizer", "olmo"], "is not the one"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--top-p", "0"], "top_p must be in (0, 1]"),
+        (["--temperature", "nan"], "temperature must be a finite number"),
+        (["--max-new-tokens", "64"], "max_seq_len 64"),
+        (["--stop", ""], "a stop text must not be empty"),
+        (["--tokenizer", "olmo"], "is not the one"),
+    ],
+)
 def test_bad_flags_are_one_line_exit_2(checkpoint, capsys, argv, message):
     code, _, err = _run(["--checkpoint", str(checkpoint), "--prompt", "hello", *argv], capsys)
     assert code == 2 and err.count("\n") == 1

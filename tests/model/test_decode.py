@@ -9,16 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.model import ModelConfig, forward, init_params
-from marin_assets.model import decode
+from marin_assets.model import ModelConfig, decode, forward, init_params
 from tests.support.configs import NARROW_MODEL, TINY_MODEL
 
 # init_std 0.5: logits far from uniform, so no near-tie flips an argmax between two exact computations
 DENSE = ModelConfig(**dict(TINY_MODEL, n_layers=2, n_routed_experts=0, rope_fraction=0.5, init_std=0.5))
 MOE = ModelConfig(**dict(NARROW_MODEL, n_layers=2, max_seq_len=32, init_std=0.5))
 # a window of 4 on layer 0, layer 1 global: the cache must mask what the forward's window masks
-WINDOWED = ModelConfig(**dict(TINY_MODEL, n_layers=2, n_routed_experts=0, init_std=0.5, sliding_window=4,
-                              global_attention_every=2))
+WINDOWED = ModelConfig(
+    **dict(TINY_MODEL, n_layers=2, n_routed_experts=0, init_std=0.5, sliding_window=4, global_attention_every=2)
+)
 PROMPTS = [[5, 17, 200, 3, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [42, 43]]
 NEW = 8
 
@@ -34,9 +34,9 @@ def _forward_logits(params, config, bias, rows: list[list[int]]) -> list[np.ndar
     a prefix never changes the prefix's logits)."""
     tokens = np.zeros((len(rows), max(map(len, rows))), np.int32)
     for i, row in enumerate(rows):
-        tokens[i, :len(row)] = row
+        tokens[i, : len(row)] = row
     logits = np.asarray(jax.jit(lambda p, t, b: forward(p, t, config, b)[0])(params, tokens, bias))
-    return [logits[i, :len(row)] for i, row in enumerate(rows)]
+    return [logits[i, : len(row)] for i, row in enumerate(rows)]
 
 
 @pytest.mark.parametrize("config", [DENSE, MOE, WINDOWED], ids=["dense", "moe", "windowed"])
@@ -47,19 +47,34 @@ def test_greedy_decoding_is_the_full_forwards_argmax_at_every_step(config):
     full = _forward_logits(params, config, bias, [p + g for p, g in zip(PROMPTS, generated)])
     for prompt, new, logits in zip(PROMPTS, generated, full):
         # the logits at the prompt's last token and at each generated one predict the next generated token
-        assert np.argmax(logits[len(prompt) - 1:-1], axis=-1).tolist() == new
+        assert np.argmax(logits[len(prompt) - 1 : -1], axis=-1).tolist() == new
 
     # and the cache's logits equal the forward's at every step (the decode step _decode runs)
     tokens, pad = decode._left_padded(PROMPTS)
     step = jax.jit(decode._layers, static_argnames=("config", "dtype"))
-    logits, cache = decode._prefill(params, jnp.asarray(bias), tokens, pad, config=config, compute_dtype="float32",
-                                    cache_len=decode.bucket(tokens.shape[1] + NEW))
+    logits, cache = decode._prefill(
+        params,
+        jnp.asarray(bias),
+        tokens,
+        pad,
+        config=config,
+        compute_dtype="float32",
+        cache_len=decode.bucket(tokens.shape[1] + NEW),
+    )
     for t in range(NEW):
         want = np.stack([row[len(p) - 1 + t] for p, row in zip(PROMPTS, full)])
-        np.testing.assert_allclose(np.asarray(logits)[:len(PROMPTS)], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(logits)[: len(PROMPTS)], want, rtol=1e-5, atol=1e-5)
         new = np.asarray([g[t] for g in generated] + [0] * (tokens.shape[0] - len(PROMPTS)), np.int32)
-        logits, cache = step(params, jnp.asarray(bias), new[:, None], jnp.asarray(pad), cache,
-                             jnp.int32(tokens.shape[1] + t), config=config, dtype=jnp.float32)
+        logits, cache = step(
+            params,
+            jnp.asarray(bias),
+            new[:, None],
+            jnp.asarray(pad),
+            cache,
+            jnp.int32(tokens.shape[1] + t),
+            config=config,
+            dtype=jnp.float32,
+        )
 
 
 def test_a_batched_prompt_decodes_as_it_does_alone():
@@ -85,7 +100,7 @@ def test_sampling_nucleus_seed_and_stop_sequences():
     stop = greedy[0][2:4]
     stopped = gen(PROMPTS, max_new_tokens=NEW, stop_sequences=[stop, [999 % DENSE.vocab_size] * 3])
     for row, (s, g) in enumerate(zip(stopped, greedy)):
-        at = next((i for i in range(len(g) - 1) if g[i:i + 2] == stop), None)
+        at = next((i for i in range(len(g) - 1) if g[i : i + 2] == stop), None)
         assert s == (g[:at] if at is not None else g), row
     assert stopped[0] == greedy[0][:2]
     # a one-token stop sequence that is every row's first token: every row returns nothing
@@ -107,15 +122,18 @@ def test_a_new_prompt_length_in_the_same_bucket_does_not_retrace():
     assert decode.TRACES["prefill"] == before["prefill"] + 1
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"top_p": 0.0}, "top_p"),
-    ({"temperature": float("nan")}, "temperature"),
-    ({"max_new_tokens": -1}, "max_new_tokens"),
-    ({"prompts": [[1], []]}, "prompt 1 is empty"),
-    ({"prompts": [[1, 257]]}, "prompt 0 holds 257"),
-    ({"prompts": [[1] * 30]}, "max_seq_len 32"),
-    ({"stop_sequences": [[]]}, "stop sequence 0 is empty"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"top_p": 0.0}, "top_p"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"prompts": [[1], []]}, "prompt 1 is empty"),
+        ({"prompts": [[1, 257]]}, "prompt 0 holds 257"),
+        ({"prompts": [[1] * 30]}, "max_seq_len 32"),
+        ({"stop_sequences": [[]]}, "stop sequence 0 is empty"),
+    ],
+)
 def test_bad_arguments_are_refused_naming_them(kwargs, message):
     params, bias = _model(DENSE)
     args = {"prompts": [[1, 2]], "max_new_tokens": 4} | kwargs

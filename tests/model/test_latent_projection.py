@@ -16,8 +16,18 @@ from marin_assets.model import ModelConfig, init_params
 from marin_assets.model.layers import swiglu
 from marin_assets.model.moe import moe_mlp
 
-BASE = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32, n_routed_experts=4,
-                   top_k=2, expert_d_ff=16, max_seq_len=16)
+BASE = ModelConfig(
+    vocab_size=64,
+    d_model=32,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    d_ff=32,
+    n_routed_experts=4,
+    top_k=2,
+    expert_d_ff=16,
+    max_seq_len=16,
+)
 LATENT = dataclasses.replace(BASE, latent_dim=8)
 
 

@@ -18,6 +18,7 @@ def _real_text() -> bytes:
         return license_txt.read_bytes()
     import codecs
     import this  # noqa: F401  (the Zen of Python, stored rot13)
+
     return codecs.decode(this.s, "rot13").encode() * 8
 
 
@@ -25,8 +26,18 @@ def _real_text() -> bytes:
 def test_loss_falls_on_real_text():
     data = np.frombuffer(_real_text(), dtype=np.uint8).astype(np.int32)
     assert data.size > 5000
-    c = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
-                    n_routed_experts=4, top_k=2, expert_d_ff=64, max_seq_len=64)
+    c = ModelConfig(
+        vocab_size=256,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=64,
+        n_routed_experts=4,
+        top_k=2,
+        expert_d_ff=64,
+        max_seq_len=64,
+    )
     params, bias = init_params(c, jax.random.PRNGKey(0)), init_router_bias(c)
     opt = optax.adamw(3e-3, weight_decay=0.0)
     opt_state = opt.init(params)
@@ -41,7 +52,7 @@ def test_loss_falls_on_real_text():
     losses, cvs = [], []
     for _ in range(300):
         starts = rng.integers(0, data.size - 64, size=8)
-        tokens = jnp.asarray(np.stack([data[s:s + 64] for s in starts]))
+        tokens = jnp.asarray(np.stack([data[s : s + 64] for s in starts]))
         params, opt_state, bias, aux = step(params, opt_state, bias, tokens)
         losses.append(float(aux["ce_loss"]))
         cvs.append(float(aux["load_cv"].mean()))

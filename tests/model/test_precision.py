@@ -13,11 +13,21 @@ import pytest
 from marin_assets.model import ModelConfig, forward, init_params, init_router_bias, loss_fn
 from marin_assets.model.compute import dtype_of
 
-CONFIG = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=48, n_routed_experts=4,
-                     top_k=2, expert_d_ff=24, latent_dim=16, max_seq_len=16)
+CONFIG = ModelConfig(
+    vocab_size=96,
+    d_model=32,
+    n_layers=2,
+    n_heads=2,
+    n_kv_heads=1,
+    d_ff=48,
+    n_routed_experts=4,
+    top_k=2,
+    expert_d_ff=24,
+    latent_dim=16,
+    max_seq_len=16,
+)
 SEQ = 12  # not a width of the model, so the attention logits' [S, S] is told apart by shape
-DENSE = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=48, n_routed_experts=0,
-                    max_seq_len=16)
+DENSE = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=48, n_routed_experts=0, max_seq_len=16)
 
 
 def _inputs(config: ModelConfig):

@@ -17,8 +17,19 @@ from marin_assets.train.optimizers import make_optimizer
 
 # Three layers and 128-token sequences: the per-layer activations (attention's [S, S] per head
 # above all) outweigh the parameters, as they do at scale.
-MODEL = {"vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
-         "n_routed_experts": 4, "n_shared_experts": 1, "top_k": 2, "expert_d_ff": 32, "max_seq_len": 128}
+MODEL = {
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_layers": 3,
+    "n_heads": 2,
+    "n_kv_heads": 1,
+    "d_ff": 64,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "top_k": 2,
+    "expert_d_ff": 32,
+    "max_seq_len": 128,
+}
 SEQ, BATCH = 128, 2
 # The memory test's model: the same without experts. Remat's saving is in the activations either way
 # (measured: temp bytes full/none 0.32 dense, 0.31 MoE), and a dense step compiles in half the time.
@@ -29,8 +40,7 @@ def _grads(remat: str):
     config = ModelConfig(**MODEL)
     params = init_params(config, jax.random.PRNGKey(0))
     tokens = jax.random.randint(jax.random.PRNGKey(1), (BATCH, 32), 0, config.vocab_size)  # short: compiles faster
-    fn = jax.jit(jax.value_and_grad(lambda p: loss_fn(p, tokens, config, init_router_bias(config), remat=remat),
-                                    has_aux=True))
+    fn = jax.jit(jax.value_and_grad(lambda p: loss_fn(p, tokens, config, init_router_bias(config), remat=remat), has_aux=True))
     (loss, _), grads = fn(params)
     return float(loss), grads
 
@@ -46,8 +56,16 @@ def test_losses_and_grads_agree_across_policies():
 
 
 def _temp_bytes(remat: str) -> int:
-    config = config_from_dict({"model": DENSE, "seq_len": SEQ, "batch_size": BATCH, "num_steps": 2, "remat": remat,
-                               "schedule": {"warmup_steps": 1, "decay_steps": 1}})
+    config = config_from_dict(
+        {
+            "model": DENSE,
+            "seq_len": SEQ,
+            "batch_size": BATCH,
+            "num_steps": 2,
+            "remat": remat,
+            "schedule": {"warmup_steps": 1, "decay_steps": 1},
+        }
+    )
     model = default_model()
     opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     mesh = meshlib.make_mesh(config.model)

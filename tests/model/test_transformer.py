@@ -12,14 +12,36 @@ forward = jax.jit(_forward, static_argnums=2)
 loss_fn = jax.jit(_loss_fn, static_argnums=2)
 
 CONFIGS = {
-    "moe": ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
-                       n_routed_experts=4, top_k=2, expert_d_ff=16, max_seq_len=16),
-    "dense": ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
-                         n_routed_experts=0, max_seq_len=16),
-    "latent_hist": ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4,
-                               d_ff=32, n_routed_experts=4, top_k=1, expert_d_ff=16,
-                               latent_dim=8, balancing="quantile_histogram", max_seq_len=16,
-                               router_z_loss=1e-3),
+    "moe": ModelConfig(
+        vocab_size=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=32,
+        n_routed_experts=4,
+        top_k=2,
+        expert_d_ff=16,
+        max_seq_len=16,
+    ),
+    "dense": ModelConfig(
+        vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32, n_routed_experts=0, max_seq_len=16
+    ),
+    "latent_hist": ModelConfig(
+        vocab_size=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=4,
+        d_ff=32,
+        n_routed_experts=4,
+        top_k=1,
+        expert_d_ff=16,
+        latent_dim=8,
+        balancing="quantile_histogram",
+        max_seq_len=16,
+        router_z_loss=1e-3,
+    ),
 }
 
 
@@ -56,8 +78,9 @@ def test_loss_mask_and_z_losses():
     c = CONFIGS["latent_hist"]
     p, bias, tok = init_params(c, jax.random.PRNGKey(0)), init_router_bias(c), _tokens()
     loss, aux = loss_fn(p, tok, c, bias)
-    np.testing.assert_allclose(loss, aux["ce_loss"] + c.lm_z_loss * aux["lm_z_loss"]
-                               + c.router_z_loss * aux["router_z_loss"], rtol=1e-6)
+    np.testing.assert_allclose(
+        loss, aux["ce_loss"] + c.lm_z_loss * aux["lm_z_loss"] + c.router_z_loss * aux["router_z_loss"], rtol=1e-6
+    )
     mask = jnp.zeros_like(tok).at[:, :5].set(1)
     _, aux_m = loss_fn(p, tok, c, bias, loss_mask=mask)
     assert float(aux_m["n_tokens"]) == 2 * 4  # targets at positions 1..4
@@ -82,8 +105,7 @@ def test_next_router_bias_is_mean_centred_and_moves_against_load():
 def test_invalid_tokens_shape():
     c = CONFIGS["dense"]
     with pytest.raises(ValueError, match="tokens"):
-        forward(init_params(c, jax.random.PRNGKey(0)), jnp.zeros((16,), jnp.int32), c,
-                init_router_bias(c))
+        forward(init_params(c, jax.random.PRNGKey(0)), jnp.zeros((16,), jnp.int32), c, init_router_bias(c))
 
 
 def test_grouped_matmul_impls_give_the_same_loss_and_grads():
@@ -92,6 +114,7 @@ def test_grouped_matmul_impls_give_the_same_loss_and_grads():
     compares the two kernels themselves (uneven groups, capacity drops); a second model config here
     cost ~15 s of the inner loop for no path the kernel tests miss."""
     import dataclasses
+
     c = CONFIGS["latent_hist"]
     p, bias, tok = init_params(c, jax.random.PRNGKey(0)), init_router_bias(c), _tokens()
     results = {}

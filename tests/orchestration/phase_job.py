@@ -30,9 +30,13 @@ CRASH_AT_STEP = 6
 
 
 # Two real byte-level datasets from Python's own text (two shards each: reads cross shard ends).
-byte_caches = byte_datasets({"sotu": ([json.__doc__] * 6, []),
-                             "shakespeare": ([dataclasses.__doc__ or "", Path(dataclasses.__file__).read_text()[:20000]], [])},
-                            shards_per_source=2)
+byte_caches = byte_datasets(
+    {
+        "sotu": ([json.__doc__] * 6, []),
+        "shakespeare": ([dataclasses.__doc__ or "", Path(dataclasses.__file__).read_text()[:20000]], []),
+    },
+    shards_per_source=2,
+)
 mixture = mixture_asset(["sotu", "shakespeare"])
 
 # The mixture asset's config for these datasets (its default names a third source).
@@ -40,8 +44,16 @@ MIXTURE_CONFIG = mixture_run_config({"sotu": 1.0, "shakespeare": 1.0})
 
 
 def phase_spec(name: str, steps: int, mixture_weights: dict | None = None) -> PhaseSpec:
-    return PhaseSpec(name=name, warm_start_from=None, schedule="wsd", mixture=mixture_weights or {"sotu": 0.5, "shakespeare": 0.5},
-                     batch_size=4, hardware="cpu", token_budget=steps * TOKENS_PER_STEP, peak_lr=3e-3)
+    return PhaseSpec(
+        name=name,
+        warm_start_from=None,
+        schedule="wsd",
+        mixture=mixture_weights or {"sotu": 0.5, "shakespeare": 0.5},
+        batch_size=4,
+        hardware="cpu",
+        token_budget=steps * TOKENS_PER_STEP,
+        peak_lr=3e-3,
+    )
 
 
 def phase_run_config(phase: dict) -> dict:
@@ -75,7 +87,6 @@ def resources(backend) -> dict:
 
 def phase_job() -> dg.JobDefinition:
     """train/demo alone, with the train_phase job's tags (dagster/max_retries among them)."""
-    job = dg.define_asset_job("phase", selection=[train_phase], tags=train_phase_job.tags,
-                              executor_def=dg.in_process_executor)
+    job = dg.define_asset_job("phase", selection=[train_phase], tags=train_phase_job.tags, executor_def=dg.in_process_executor)
     defs = dg.Definitions(assets=[*byte_caches, mixture, train_phase], jobs=[job], resources=resources(DiesOnceBackend()))
     return defs.resolve_job_def("phase")

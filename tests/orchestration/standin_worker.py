@@ -48,8 +48,13 @@ def main() -> int:
     pid = args["process_id"]
     out = Path(spec["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    seen = {"args": args, "devices_per_process": os.environ.get("MARIN_DEVICES_PER_PROCESS"),
-            "spec_keys": sorted(spec), "num_steps": spec["config"]["num_steps"], "pid": os.getpid()}
+    seen = {
+        "args": args,
+        "devices_per_process": os.environ.get("MARIN_DEVICES_PER_PROCESS"),
+        "spec_keys": sorted(spec),
+        "num_steps": spec["config"]["num_steps"],
+        "pid": os.getpid(),
+    }
     if os.environ.get("STANDIN_JAX") == "1":
         seen["jax"] = _jax_check(args)
     (out / f"process-{pid}.json").write_text(json.dumps(seen))
@@ -76,10 +81,16 @@ def main() -> int:
         for step in range(steps):
             pipes.report_custom_message({"metrics": {"step": step, "loss": 5.0 - 0.1 * step}})
         if os.environ.get("STANDIN_NO_REPORT") != "1":
-            pipes.report_asset_materialization(metadata={
-                "final_step": steps, "tokens": steps * 512, "phase_start_step": 0, "last_loss": 5.0 - 0.1 * (steps - 1),
-                "tokens_left": {"raw_value": {"sotu": 100}, "type": "json"},
-                "counts": {"raw_value": {"skipped_spike": 0, "grad_clipped": 2}, "type": "json"}})
+            pipes.report_asset_materialization(
+                metadata={
+                    "final_step": steps,
+                    "tokens": steps * 512,
+                    "phase_start_step": 0,
+                    "last_loss": 5.0 - 0.1 * (steps - 1),
+                    "tokens_left": {"raw_value": {"sotu": 100}, "type": "json"},
+                    "counts": {"raw_value": {"skipped_spike": 0, "grad_clipped": 2}, "type": "json"},
+                }
+            )
     return 0
 
 

@@ -241,9 +241,14 @@ def test_retention_at_phase_end_deletes_all_but_the_last_n_and_the_final_and_say
     kestrel = dataclasses.asdict(phase_spec("kestrel", 8))
     config = phase_run_config(kestrel)
     config["ops"]["train__demo"]["config"]["keep_last_checkpoints"] = 1
-    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
-                            instance=instance, resources={**resources, "training_backend": CommittingBackend()},
-                            run_config=config)
+    result = dg.materialize(
+        [*DATASETS, mixture, train_phase],
+        selection=[train_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources={**resources, "training_backend": CommittingBackend()},
+        run_config=config,
+    )
     (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == train_phase.key]
     meta = {k: v.value for k, v in event.materialization.metadata.items()}
     assert meta["count/checkpoints_deleted"] == ["kestrel.000000004"]

@@ -27,10 +27,12 @@ from marin_assets.orchestration.training_backends import (
 from tests.orchestration.training_backend_helpers import materialize_with, step_error_text, tiny_spec
 
 STANDIN = str(Path(__file__).with_name("standin_worker.py"))
-FLEET = {"pools": [
-    {"name": "v5p-16", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 2, "topology": "2x2x4"},
-    {"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 11, "ep_domain_chips": 64},
-]}
+FLEET = {
+    "pools": [
+        {"name": "v5p-16", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 2, "topology": "2x2x4"},
+        {"name": "gb200", "accelerator": "gb200-nvl72", "region": "us-central1", "domains": 11, "ep_domain_chips": 64},
+    ]
+}
 FAKE = None  # the FakeKube the backend under test talks to
 
 
@@ -82,21 +84,43 @@ class FakeKube:
                 self.logs[name] = self._run_standin(pod_env)
             elif failed:
                 self.logs[name] = "\n".join(f"worker line {i}" for i in range(100)) + "\nRuntimeError: NCCL timeout"
-            self.pods.append(k8s.V1Pod(
-                metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels), annotations={
-                    "batch.kubernetes.io/job-completion-index": str(index)}),
-                status=k8s.V1PodStatus(phase="Failed" if failed else "Succeeded", container_statuses=[
-                    k8s.V1ContainerStatus(name="jax", image="x", image_id="x", ready=False, restart_count=0,
-                                          state=k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(
-                                              exit_code=1 if failed else 0, reason="Error" if failed else "Completed")))])))
+            self.pods.append(
+                k8s.V1Pod(
+                    metadata=k8s.V1ObjectMeta(
+                        name=name, labels=dict(labels), annotations={"batch.kubernetes.io/job-completion-index": str(index)}
+                    ),
+                    status=k8s.V1PodStatus(
+                        phase="Failed" if failed else "Succeeded",
+                        container_statuses=[
+                            k8s.V1ContainerStatus(
+                                name="jax",
+                                image="x",
+                                image_id="x",
+                                ready=False,
+                                restart_count=0,
+                                state=k8s.V1ContainerState(
+                                    terminated=k8s.V1ContainerStateTerminated(
+                                        exit_code=1 if failed else 0, reason="Error" if failed else "Completed"
+                                    )
+                                ),
+                            )
+                        ],
+                    ),
+                )
+            )
 
     def _run_standin(self, pod_env) -> str:
         spec = json.loads(self.spec_json)
         spec["out_dir"] = str(self.tmp / "bucket")  # the object store the pods would share
         path = self.tmp / "spec.json"
         path.write_text(json.dumps(spec))
-        proc = subprocess.run([sys.executable, STANDIN, "--spec", str(path)], env={"PATH": "/usr/bin:/bin", **pod_env},
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, STANDIN, "--spec", str(path)],
+            env={"PATH": "/usr/bin:/bin", **pod_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stderr
 
@@ -108,8 +132,9 @@ class FakeKube:
             return k8s.V1PodList(items=[])
         return k8s.V1PodList(items=[p for p in self.pods if p.metadata.labels.get(key) == value])
 
-    def read_namespaced_pod_log(self, name, namespace, follow=False, timestamps=False, tail_lines=None,
-                                _preload_content=True, **_):
+    def read_namespaced_pod_log(
+        self, name, namespace, follow=False, timestamps=False, tail_lines=None, _preload_content=True, **_
+    ):
         self.calls.append(("read_log", "Pod", name))
         lines = self.logs.get(name, "").splitlines()
         if tail_lines is not None:
@@ -123,9 +148,13 @@ class FakeKube:
         self.calls.append(("read_status", "Job", name))
         job = self.objects[("Job", name)]
         mine = [p for p in self.pods if p.metadata.name.startswith(f"{name}-")]
-        return k8s.V1Job(status=k8s.V1JobStatus(
-            succeeded=sum(p.status.phase == "Succeeded" for p in mine),
-            failed=sum(p.status.phase == "Failed" for p in mine), active=0))
+        return k8s.V1Job(
+            status=k8s.V1JobStatus(
+                succeeded=sum(p.status.phase == "Succeeded" for p in mine),
+                failed=sum(p.status.phase == "Failed" for p in mine),
+                active=0,
+            )
+        )
 
     # -- delete --
     def _delete(self, kind, name):
@@ -159,8 +188,17 @@ def fake(tmp_path):
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps(FLEET))
     FAKE = FakeKube(tmp_path)
-    yield FAKE, FakeClusterBackend(fleet_file=str(fleet), namespace="marin", image="marin:test", poll_interval_s=0.01,
-                                   log_reader_join_s=30, log_tail_lines=4)
+    yield (
+        FAKE,
+        FakeClusterBackend(
+            fleet_file=str(fleet),
+            namespace="marin",
+            image="marin:test",
+            poll_interval_s=0.01,
+            log_reader_join_s=30,
+            log_tail_lines=4,
+        ),
+    )
     FAKE = None
 
 
@@ -220,8 +258,10 @@ def test_tpu_v5p_16_chips(fake):
     assert (job.spec.completion_mode, job.spec.completions, job.spec.parallelism) == ("Indexed", 4, 4)
     pod = job.spec.template.spec
     assert pod.subdomain == name
-    assert pod.node_selector == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
-                                 "cloud.google.com/gke-tpu-topology": "2x2x4"}
+    assert pod.node_selector == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x4",
+    }
     assert [(t.key, t.operator, t.effect) for t in pod.tolerations] == [("google.com/tpu", "Exists", "NoSchedule")]
     [c] = pod.containers
     assert c.resources.limits == c.resources.requests == {"google.com/tpu": "4"}
@@ -260,8 +300,10 @@ def test_two_rack_gb200(fake):
         assert term.topology_key == "nvidia.com/gpu.clique"
         assert term.label_selector.match_labels["marin/domain"] == str(rack)
         [claim] = pod.resource_claims
-        assert claim.resource_claim_template_name == objects["ComputeDomain"][rack]["spec"]["channel"][
-            "resourceClaimTemplate"]["name"]
+        assert (
+            claim.resource_claim_template_name
+            == objects["ComputeDomain"][rack]["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        )
         assert [cl.name for cl in c.resources.claims] == [claim.name]
         env = _env(job)
         assert env["JAX_NUM_PROCESSES"] == "36" and env["NCCL_MNNVL_ENABLE"] == "1"
@@ -272,14 +314,19 @@ def test_two_rack_gb200(fake):
 
 
 # (verb, kind) recorded by the fake -> (apiGroup, resource, verb) the API server checks
-_PERMISSION = {("create", "Job"): ("batch", "jobs", "create"), ("delete", "Job"): ("batch", "jobs", "delete"),
-               ("read_status", "Job"): ("batch", "jobs/status", "get"),
-               ("create", "Service"): ("", "services", "create"), ("delete", "Service"): ("", "services", "delete"),
-               ("create", "ConfigMap"): ("", "configmaps", "create"),
-               ("delete", "ConfigMap"): ("", "configmaps", "delete"),
-               ("list", "Pod"): ("", "pods", "list"), ("read_log", "Pod"): ("", "pods/log", "get"),
-               ("create", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "create"),
-               ("delete", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "delete")}
+_PERMISSION = {
+    ("create", "Job"): ("batch", "jobs", "create"),
+    ("delete", "Job"): ("batch", "jobs", "delete"),
+    ("read_status", "Job"): ("batch", "jobs/status", "get"),
+    ("create", "Service"): ("", "services", "create"),
+    ("delete", "Service"): ("", "services", "delete"),
+    ("create", "ConfigMap"): ("", "configmaps", "create"),
+    ("delete", "ConfigMap"): ("", "configmaps", "delete"),
+    ("list", "Pod"): ("", "pods", "list"),
+    ("read_log", "Pod"): ("", "pods/log", "get"),
+    ("create", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "create"),
+    ("delete", "ComputeDomain"): ("resource.nvidia.com", "computedomains", "delete"),
+}
 
 
 def _check_rbac_covers(calls):
@@ -294,8 +341,9 @@ def _check_rbac_covers(calls):
 def test_a_failed_pod_fails_the_step_with_its_last_lines_and_cleans_up(fake):
     kube, backend = fake
     kube.fail = (1, 3)  # rack 1, host 3
-    result = materialize_with(backend, _remote_spec(), tags={"marin/accelerator": "gb200-nvl72", "marin/chips": "144"},
-                              raise_on_error=False)
+    result = materialize_with(
+        backend, _remote_spec(), tags={"marin/accelerator": "gb200-nvl72", "marin/chips": "144"}, raise_on_error=False
+    )
     text = step_error_text(result)
     assert "-r1-3-x7k2p (domain 1 index 3) failed (Error, exit code 1)" in text
     assert "RuntimeError: NCCL timeout" in text and "worker line 97" in text and "worker line 96" not in text
@@ -311,13 +359,22 @@ def test_a_failed_job_without_pods_fails_the_step(fake):
 
     def deadline_exceeded(name, namespace, **kw):
         original(name, namespace, **kw)
-        return k8s.V1Job(status=k8s.V1JobStatus(failed=0, conditions=[k8s.V1JobCondition(
-            type="Failed", status="True", reason="DeadlineExceeded", message="Job was active longer than specified")]))
+        return k8s.V1Job(
+            status=k8s.V1JobStatus(
+                failed=0,
+                conditions=[
+                    k8s.V1JobCondition(
+                        type="Failed", status="True", reason="DeadlineExceeded", message="Job was active longer than specified"
+                    )
+                ],
+            )
+        )
 
     kube.read_namespaced_job_status = deadline_exceeded
     kube.pods_hidden = True
-    result = materialize_with(backend, _remote_spec(), tags={"marin/accelerator": "tpu-v5p", "marin/chips": "16"},
-                              raise_on_error=False)
+    result = materialize_with(
+        backend, _remote_spec(), tags={"marin/accelerator": "tpu-v5p", "marin/chips": "16"}, raise_on_error=False
+    )
     assert "-r0 failed (DeadlineExceeded: Job was active longer than specified)" in step_error_text(result)
     assert kube.objects == {} and len([c for c in kube.calls if c[0] == "delete"]) == 3
 
@@ -338,9 +395,14 @@ def test_bad_requests_are_refused_before_anything_is_created(fake):
 
 
 def test_choose_pool_prefers_the_pool_tag():
-    fleet = fleet_from_dict({"pools": [*FLEET["pools"],
-                                       {"name": "v5p-16b", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 1,
-                                        "topology": "2x2x4"}]})
+    fleet = fleet_from_dict(
+        {
+            "pools": [
+                *FLEET["pools"],
+                {"name": "v5p-16b", "accelerator": "tpu-v5p", "region": "us-east5", "domains": 1, "topology": "2x2x4"},
+            ]
+        }
+    )
     assert choose_pool(fleet, {"marin/accelerator": "tpu-v5p", "marin/chips": "16"})[0].name == "v5p-16"
     tags = {"marin/accelerator": "tpu-v5p", "marin/chips": "16", "marin/pool": "v5p-16b"}
     assert choose_pool(fleet, tags)[0].name == "v5p-16b"
@@ -355,11 +417,11 @@ def test_real_api_clients_come_from_the_named_kubeconfig_context(tmp_path):
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://tpu.example.invalid:6443'}\n"
         "users:\n- name: u\n  user: {token: not-a-real-token}\ncontexts:\n- name: ctx\n  context: {cluster: c, user: u}\n"
-        "current-context: ctx\n")
+        "current-context: ctx\n"
+    )
     before = k8s.Configuration.get_default_copy().host
     apis = KubernetesTrainingBackend(fleet_file="unused", kubeconfig_file=str(kubeconfig), kube_context="ctx").apis()
-    assert {a.api_client.configuration.host for a in (apis.core, apis.batch, apis.custom)} == {
-        "https://tpu.example.invalid:6443"}
+    assert {a.api_client.configuration.host for a in (apis.core, apis.batch, apis.custom)} == {"https://tpu.example.invalid:6443"}
     assert k8s.Configuration.get_default_copy().host == before
     with pytest.raises(Exception, match="[Ss]ervice"):  # not in a pod: no service account to load
         KubernetesTrainingBackend(fleet_file="unused").apis()

@@ -61,8 +61,14 @@ def build(record_dir: Path, kill: str | None = None, test_pid: int | None = None
         assert inputs["src"].partition == partition, (inputs["src"], partition)
         return {"src": inputs["src"].version}
 
-    @versioned_asset(key="r/copied", code_version="1", ins={"src": "r/src"}, partitions_def=SHARDS,
-                     backfill_policy=SINGLE_RUN, version_inputs=by_src_version)
+    @versioned_asset(
+        key="r/copied",
+        code_version="1",
+        ins={"src": "r/src"},
+        partitions_def=SHARDS,
+        backfill_policy=SINGLE_RUN,
+        version_inputs=by_src_version,
+    )
     def copied(ctx: StageContext, src: ArtifactRef):
         _note(record_dir, "copied", ctx.partition_key)
         Path(ctx.out_dir, "y.txt").write_text(Path(src.files(".txt")[0]).read_text() * 2)
@@ -70,8 +76,9 @@ def build(record_dir: Path, kill: str | None = None, test_pid: int | None = None
 
     all_src = dg.AssetIn(key=dg.AssetKey(["r", "src"]), partition_mapping=dg.AllPartitionMapping())
 
-    @versioned_asset(key="r/everything", code_version="1", ins={"src": all_src}, partitions_def=SHARDS,
-                     backfill_policy=SINGLE_RUN)
+    @versioned_asset(
+        key="r/everything", code_version="1", ins={"src": all_src}, partitions_def=SHARDS, backfill_policy=SINGLE_RUN
+    )
     def everything(ctx: StageContext, src: Mapping[str, ArtifactRef]):
         _note(record_dir, "everything", ctx.partition_key)
         return {"refs": len(src), "keys": ",".join(sorted(src)), "docs": sum(r.counts["docs"] for r in src.values())}
@@ -91,8 +98,10 @@ def setup(tmp_path):
 
 
 def _events(result) -> dict[tuple[str, str], dict]:
-    return {(e.asset_key.to_user_string(), e.partition): {k: v.value for k, v in e.materialization.metadata.items()}
-            for e in result.get_asset_materialization_events()}
+    return {
+        (e.asset_key.to_user_string(), e.partition): {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+    }
 
 
 def _failure(result) -> str:
@@ -231,7 +240,9 @@ def test_a_single_partition_run_loads_only_its_partition(setup, monkeypatch):
     assets = build(records)
     assert _range_run(assets[:1], resources, instance).success
     os.remove(Path(store.store.partition_dir("r/src", "s0"), "LATEST.json"))  # s0's pointer is gone
-    events = _events(dg.materialize(assets[:2], selection=[assets[1]], partition_key="s1", resources=resources, instance=instance))
+    events = _events(
+        dg.materialize(assets[:2], selection=[assets[1]], partition_key="s1", resources=resources, instance=instance)
+    )
     assert events[("r/copied", "s1")]["count/src_partition"] == "s1"
     with pytest.raises(Exception, match="'r/src' partition 's0' has not been materialised"):
         dg.materialize(assets[:2], selection=[assets[1]], partition_key="s0", resources=resources, instance=instance)
@@ -301,8 +312,13 @@ def test_a_range_over_a_static_mapping_gives_each_partition_its_mapped_keys(tmp_
     def letter(ctx: StageContext):
         return {"letter": ctx.partition_key}
 
-    @versioned_asset(key="m/pair", code_version="1", partitions_def=pairs, backfill_policy=SINGLE_RUN,
-                     ins={"letters": dg.AssetIn(key=dg.AssetKey(["m", "letter"]), partition_mapping=mapping)})
+    @versioned_asset(
+        key="m/pair",
+        code_version="1",
+        partitions_def=pairs,
+        backfill_policy=SINGLE_RUN,
+        ins={"letters": dg.AssetIn(key=dg.AssetKey(["m", "letter"]), partition_mapping=mapping)},
+    )
     def pair(ctx: StageContext, letters: Mapping[str, ArtifactRef]):
         return {"letters": ",".join(sorted(letters))}
 
@@ -310,8 +326,15 @@ def test_a_range_over_a_static_mapping_gives_each_partition_its_mapped_keys(tmp_
     resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)}
     instance = dg.DagsterInstance.ephemeral()
     dg.materialize([letter], resources=resources, instance=instance, tags={RANGE_START_TAG: "a", RANGE_END_TAG: "d"})
-    ranged = _events(dg.materialize([letter, pair], selection=[pair], resources=resources, instance=instance,
-                                    tags={RANGE_START_TAG: "x", RANGE_END_TAG: "y"}))
+    ranged = _events(
+        dg.materialize(
+            [letter, pair],
+            selection=[pair],
+            resources=resources,
+            instance=instance,
+            tags={RANGE_START_TAG: "x", RANGE_END_TAG: "y"},
+        )
+    )
     assert ranged[("m/pair", "x")]["count/letters"] == "a,b" and ranged[("m/pair", "y")]["count/letters"] == "c,d"
     single = _events(dg.materialize([letter, pair], selection=[pair], partition_key="y", resources=resources, instance=instance))
     assert single[("m/pair", "y")]["cache_hit"] is True
@@ -363,13 +386,15 @@ def test_a_version_that_cannot_be_planned_names_its_partition(setup, monkeypatch
     def shard_digest(config, partition, inputs):
         return {"raw": {"s0": "d0", "s1": "d1"}[partition]}  # s2 has no digest: an error naming s2
 
-    @versioned_asset(key="r/src", code_version="1", partitions_def=SHARDS, backfill_policy=SINGLE_RUN,
-                     version_inputs=shard_digest)
+    @versioned_asset(
+        key="r/src", code_version="1", partitions_def=SHARDS, backfill_policy=SINGLE_RUN, version_inputs=shard_digest
+    )
     def src(ctx: StageContext):
         return {"docs": 1}
 
-    result = dg.materialize([src], resources=resources, instance=instance, raise_on_error=False,
-                            tags={RANGE_START_TAG: "s0", RANGE_END_TAG: "s2"})
+    result = dg.materialize(
+        [src], resources=resources, instance=instance, raise_on_error=False, tags={RANGE_START_TAG: "s0", RANGE_END_TAG: "s2"}
+    )
     assert "r/src partition 's2': its version could not be planned: KeyError: 's2'" in _failure(result)
 
 
@@ -389,12 +414,15 @@ def test_fan_out_computes_in_process_when_forking_is_unsafe(monkeypatch):
     logs: list[str] = []
     assert fan_out(lambda key, log: os.getpid(), ["a", "b"], 2, logs.append, done.__setitem__) == []
     assert done == {"a": os.getpid(), "b": os.getpid()}
-    assert logs == ["note: this process has tensorstore loaded (levanter's cache writer), whose threads do not survive "
-                    "fork(); computing the 2 partition(s) in this process instead of on 2 workers"]
+    assert logs == [
+        "note: this process has tensorstore loaded (levanter's cache writer), whose threads do not survive "
+        "fork(); computing the 2 partition(s) in this process instead of on 2 workers"
+    ]
 
 
 def test_run_forked_returns_the_childs_result_and_the_child_may_fan_out_its_own_workers():
     """The demo runs its DataKit so: tensorstore then loads in the child, and this process can still fork the sweep."""
+
     def work() -> tuple[int, dict[str, int]]:
         done: dict[str, int] = {}
         assert fan_out(lambda key, log: os.getpid(), ["a", "b"], 2, lambda _: None, done.__setitem__) == []

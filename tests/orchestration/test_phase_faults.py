@@ -31,21 +31,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _materialize_upstream(instance, backend):
-    assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources(backend),
-                          run_config=MIXTURE_CONFIG).success
+    assert dg.materialize(
+        [*byte_caches, mixture], instance=instance, resources=resources(backend), run_config=MIXTURE_CONFIG
+    ).success
     instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
 
 
 def _metadata(instance, run_id) -> dict:
-    [event] = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_materialization
-               and e.dagster_event.asset_key.path[0] == "train"]  # not its checkpoints
+    [event] = [
+        e
+        for e in instance.all_logs(run_id)
+        if e.dagster_event and e.dagster_event.is_step_materialization and e.dagster_event.asset_key.path[0] == "train"
+    ]  # not its checkpoints
     return {k: v.value for k, v in event.dagster_event.step_materialization_data.materialization.metadata.items()}
 
 
 def _reported_checkpoints(instance) -> list[tuple[str, str]]:
     """(partition, data version) of every checkpoints/demo report, in the order they were made."""
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", "demo"])),
-                                              limit=20, ascending=True).records
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", "demo"])), limit=20, ascending=True
+    ).records
     return [(r.partition_key, r.asset_materialization.tags[DATA_VERSION_TAG]) for r in records]
 
 
@@ -72,8 +77,14 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "reference"))
     reference_instance = dg.DagsterInstance.ephemeral()
     _materialize_upstream(reference_instance, LocalTrainingBackend())
-    reference = dg.materialize([*byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
-                               instance=reference_instance, resources=resources(LocalTrainingBackend()), run_config=config)
+    reference = dg.materialize(
+        [*byte_caches, mixture, train_phase],
+        selection=[train_phase],
+        partition_key="kestrel",
+        instance=reference_instance,
+        resources=resources(LocalTrainingBackend()),
+        run_config=config,
+    )
     assert reference.success
     reference_meta = _metadata(reference_instance, reference.run_id)
     reference_checkpoints = _reported_checkpoints(reference_instance)  # live, as each committed
@@ -96,9 +107,13 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
         [work] = list((tmp_path / "faulty" / "train" / "demo").glob("*/*/.work"))
         assert ckpt.load(ckpt.latest_valid(work / "checkpoints"))[1]["step"] == 4
 
-        retry = dg.execute_job(recon, instance, run_config=failed.run_config,
-                               tags={"dagster/partition": "kestrel", RETRY_NUMBER_TAG: "1"},
-                               reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance))
+        retry = dg.execute_job(
+            recon,
+            instance,
+            run_config=failed.run_config,
+            tags={"dagster/partition": "kestrel", RETRY_NUMBER_TAG: "1"},
+            reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance),
+        )
         assert retry.success
         assert instance.get_run_by_id(retry.run_id).parent_run_id == first.run_id
         meta = _metadata(instance, retry.run_id)
@@ -118,9 +133,9 @@ def test_a_killed_phase_is_retried_and_ends_bit_identical(tmp_path, monkeypatch)
     for key in expected:
         assert arrays[key].dtype == expected[key].dtype and np.array_equal(arrays[key], expected[key]), key
     # The comparison can fail: training moved the parameters after the step-4 checkpoint.
-    [step4] = [f for f in ckpt.list_checkpoints(Path(reference_meta["path"], "data", "checkpoints"))
-               if ckpt.load(f)[1]["step"] == 4]
+    [step4] = [
+        f for f in ckpt.list_checkpoints(Path(reference_meta["path"], "data", "checkpoints")) if ckpt.load(f)[1]["step"] == 4
+    ]
     step4, _ = ckpt.load(step4)
     params = [k for k in expected if k.startswith("['params']")]
     assert params and all(not np.array_equal(step4[k], expected[k]) for k in params)
-

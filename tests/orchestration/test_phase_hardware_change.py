@@ -54,20 +54,28 @@ def _launcher(monkeypatch) -> RoutingRunLauncher:
 def _finished_first_phase(instance, store, plan, run_key):
     """What the controller sees after kestrel: its committed checkpoint and its materialisation
     (half its budget trained, so bigger hardware is still worth moving to)."""
-    store.store.materialize("train/demo", "kestrel", WARM_VERSION,
-                            lambda out: write_json({"step": 4}, join(out, "checkpoints", "meta.json")) or {}, {})
+    store.store.materialize(
+        "train/demo",
+        "kestrel",
+        WARM_VERSION,
+        lambda out: write_json({"step": 4}, join(out, "checkpoints", "meta.json")) or {},
+        {},
+    )
 
     @dg.asset(key=["train", "demo"], partitions_def=demo_phases)
     def kestrel_done():
-        return dg.MaterializeResult(metadata={
-            "version": WARM_VERSION, "count/phase_tokens": plan.first.token_budget // 2,
-            "count/tokens_trained": plan.first.token_budget // 2,
-            "count/tokens_consumed": dg.MetadataValue.json({"sotu": 100, "shakespeare": 100}),
-            "count/tokens_available": dg.MetadataValue.json({"sotu": 4900, "shakespeare": 6900}),
-            "count/recent_losses": dg.MetadataValue.json([5.0, 4.9, 4.8])})
+        return dg.MaterializeResult(
+            metadata={
+                "version": WARM_VERSION,
+                "count/phase_tokens": plan.first.token_budget // 2,
+                "count/tokens_trained": plan.first.token_budget // 2,
+                "count/tokens_consumed": dg.MetadataValue.json({"sotu": 100, "shakespeare": 100}),
+                "count/tokens_available": dg.MetadataValue.json({"sotu": 4900, "shakespeare": 6900}),
+                "count/recent_losses": dg.MetadataValue.json([5.0, 4.9, 4.8]),
+            }
+        )
 
-    assert dg.materialize([kestrel_done], partition_key="kestrel", instance=instance,
-                          tags={"dagster/run_key": run_key}).success
+    assert dg.materialize([kestrel_done], partition_key="kestrel", instance=instance, tags={"dagster/run_key": run_key}).success
 
 
 def test_a_migration_to_gb200_creates_gb200_jobs(tmp_path, monkeypatch, store):
@@ -75,11 +83,16 @@ def test_a_migration_to_gb200_creates_gb200_jobs(tmp_path, monkeypatch, store):
     monkeypatch.setattr(kube_test, "FAKE", global_fake)
     instance = dg.DagsterInstance.ephemeral()
     first = dataclasses.replace(phase_spec("kestrel", 8), hardware="cpu")
-    plan = PhasePlan(run="demo", first=first, phase_names=("kestrel", "ocelot"),
-                     hardware_ladder={"cpu": 1.0, "gb200-nvl72": 4.0})
+    plan = PhasePlan(run="demo", first=first, phase_names=("kestrel", "ocelot"), hardware_ladder={"cpu": 1.0, "gb200-nvl72": 4.0})
     budget = tmp_path / "budget.yaml"
-    write_budget(budget, Budget(budget_tokens=10**6, data_allotment_tokens={"sotu": 5000, "shakespeare": 7000},
-                                hardware_available=("cpu", "gb200-nvl72")))
+    write_budget(
+        budget,
+        Budget(
+            budget_tokens=10**6,
+            data_allotment_tokens={"sotu": 5000, "shakespeare": 7000},
+            hardware_available=("cpu", "gb200-nvl72"),
+        ),
+    )
     sensor = phase_controller_sensor(plan, train_phase, budget_file=lambda: budget)
 
     tick1 = sensor(dg.build_sensor_context(instance=instance))
@@ -106,18 +119,28 @@ def test_a_migration_to_gb200_creates_gb200_jobs(tmp_path, monkeypatch, store):
 
     # Inside that run: the train asset on the Kubernetes backend, with the request's tags.
     instance.add_dynamic_partitions(demo_phases.name, ["ocelot"])
-    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store),
-                 "training_backend": kube_test.FakeClusterBackend(fleet_file=str(FLEET), namespace="marin", image="marin:test",
-                                                                  poll_interval_s=0.01, log_reader_join_s=30)}
+    resources = {
+        "artifact_store": store,
+        "artifact_io": ArtifactIOManager(artifact_store=store),
+        "training_backend": kube_test.FakeClusterBackend(
+            fleet_file=str(FLEET), namespace="marin", image="marin:test", poll_interval_s=0.01, log_reader_join_s=30
+        ),
+    }
     mix = mixture_run_config({"sotu": 1.0, "shakespeare": 1.0})
     assert dg.materialize([*DATASETS, mixture], instance=instance, resources=resources, run_config=mix).success
     config = {"ops": {"train__demo": {"config": {**move.run_config["ops"]["train__demo"]["config"], "base": BASE}}}}
     created: dict[str, list] = {}
     record = global_fake._create
     global_fake._create = lambda kind, ns, body: (record(kind, ns, body), created.setdefault(kind, []).append(body))
-    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key=move.partition_key,
-                            instance=instance, resources=resources, run_config=config,
-                            tags={**move.tags, BACKEND_TAG: cluster.name})
+    result = dg.materialize(
+        [*DATASETS, mixture, train_phase],
+        selection=[train_phase],
+        partition_key=move.partition_key,
+        instance=instance,
+        resources=resources,
+        run_config=config,
+        tags={**move.tags, BACKEND_TAG: cluster.name},
+    )
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[0] == "train"]  # not its checkpoints
     meta = {k: v.value for k, v in event.materialization.metadata.items()}

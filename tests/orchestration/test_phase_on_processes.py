@@ -17,11 +17,18 @@ from tests.orchestration.test_phase_faults import _final_checkpoint
 def _train(tmp_path, monkeypatch, name: str, backend) -> dict:
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / name))
     instance = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources(backend), run_config=MIXTURE_CONFIG).success
+    assert dg.materialize(
+        [*byte_caches, mixture], instance=instance, resources=resources(backend), run_config=MIXTURE_CONFIG
+    ).success
     instance.add_dynamic_partitions(demo_phases.name, ["kestrel"])
-    result = dg.materialize([*byte_caches, mixture, train_phase], selection=[train_phase], partition_key="kestrel",
-                            instance=instance, resources=resources(backend),
-                            run_config=phase_run_config(dataclasses.asdict(phase_spec("kestrel", 8))))
+    result = dg.materialize(
+        [*byte_caches, mixture, train_phase],
+        selection=[train_phase],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources(backend),
+        run_config=phase_run_config(dataclasses.asdict(phase_spec("kestrel", 8))),
+    )
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[0] == "train"]  # not its checkpoints
     return {k: v.value for k, v in event.materialization.metadata.items()}
@@ -34,8 +41,17 @@ def test_processes_backend_matches_local_to_the_bit(tmp_path, monkeypatch):
     worker = _train(tmp_path, monkeypatch, "processes", backend)
     assert (local["count/backend"], worker["count/backend"]) == ("local", "processes(1)")
     assert worker["version"] == local["version"]  # where it ran is not part of what it is
-    for key in ("final_step", "tokens_trained", "phase_tokens", "tokens_consumed", "tokens_available", "guard_events",
-                "steps_reported", "recent_losses", "last_loss"):
+    for key in (
+        "final_step",
+        "tokens_trained",
+        "phase_tokens",
+        "tokens_consumed",
+        "tokens_available",
+        "guard_events",
+        "steps_reported",
+        "recent_losses",
+        "last_loss",
+    ):
         assert worker[f"count/{key}"] == local[f"count/{key}"], key
     arrays, meta = _final_checkpoint(worker["path"])
     expected, _ = _final_checkpoint(local["path"])

@@ -17,7 +17,14 @@ import dagster as dg
 import pytest
 import yaml
 
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,8 +56,16 @@ def postgres():
     subprocess.run([*as_postgres, initdb, "-D", str(data), "-A", "trust", "-U", "dagster"], check=True, capture_output=True)
     port = _free_port()
     opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1"
-    subprocess.run([*as_postgres, pg_ctl, "-D", str(data), "-o", opts, "-w", "start", "-l", str(data / "log")], check=True, capture_output=True)
-    subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "dagster", "-d", "postgres", "-c", "CREATE DATABASE marin"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_postgres, pg_ctl, "-D", str(data), "-o", opts, "-w", "start", "-l", str(data / "log")],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "dagster", "-d", "postgres", "-c", "CREATE DATABASE marin"],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield {"hostname": "127.0.0.1", "port": port, "username": "dagster", "password": "unused", "db_name": "marin"}
     finally:
@@ -62,8 +77,13 @@ def postgres():
 def test_documented_postgres_block_runs_versioned_assets(postgres, tmp_path, monkeypatch):
     # The block shipped in dagster.postgres.yaml, resolved from the environment.
     block = yaml.safe_load((REPO / "dagster.postgres.yaml").read_text())["storage"]
-    env = {"DAGSTER_PG_HOST": postgres["hostname"], "DAGSTER_PG_PORT": str(postgres["port"]), "DAGSTER_PG_USER": postgres["username"],
-           "DAGSTER_PG_PASSWORD": postgres["password"], "DAGSTER_PG_DB": postgres["db_name"]}
+    env = {
+        "DAGSTER_PG_HOST": postgres["hostname"],
+        "DAGSTER_PG_PORT": str(postgres["port"]),
+        "DAGSTER_PG_USER": postgres["username"],
+        "DAGSTER_PG_PASSWORD": postgres["password"],
+        "DAGSTER_PG_DB": postgres["db_name"],
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
 
@@ -86,7 +106,21 @@ def test_documented_postgres_block_runs_versioned_assets(postgres, tmp_path, mon
         event = instance.get_latest_materialization_event(dg.AssetKey(["pg", "numbers"]))
         assert event.asset_materialization.metadata["count/n"].value == 4
     rows = subprocess.run(
-        ["psql", "-h", postgres["hostname"], "-p", str(postgres["port"]), "-U", "dagster", "-d", "marin", "-tAc", "SELECT count(*) FROM runs"],
-        check=True, capture_output=True, text=True,
+        [
+            "psql",
+            "-h",
+            postgres["hostname"],
+            "-p",
+            str(postgres["port"]),
+            "-U",
+            "dagster",
+            "-d",
+            "marin",
+            "-tAc",
+            "SELECT count(*) FROM runs",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     assert int(rows) == 2

@@ -42,7 +42,11 @@ class RecordingBackend(TrainingBackend):
 
 def _resources(tmp_path):
     store = ArtifactStoreResource(prefix=str(tmp_path))
-    return {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store), "training_backend": RecordingBackend()}
+    return {
+        "artifact_store": store,
+        "artifact_io": ArtifactIOManager(artifact_store=store),
+        "training_backend": RecordingBackend(),
+    }
 
 
 def _mixture(instance, resources, stages):
@@ -52,9 +56,16 @@ def _mixture(instance, resources, stages):
 
 def _train(instance, resources, phase: dict, raise_on_error=True):
     SEEN.clear()
-    result = dg.materialize([*DATASETS, mixture, train_phase], selection=[train_phase], partition_key=phase["name"],
-                            instance=instance, resources=resources, run_config=phase_run_config(phase),
-                            raise_on_error=raise_on_error, tags={"marin/accelerator": "cpu"})
+    result = dg.materialize(
+        [*DATASETS, mixture, train_phase],
+        selection=[train_phase],
+        partition_key=phase["name"],
+        instance=instance,
+        resources=resources,
+        run_config=phase_run_config(phase),
+        raise_on_error=raise_on_error,
+        tags={"marin/accelerator": "cpu"},
+    )
     if not raise_on_error:
         return result
     [event] = result.get_asset_materialization_events()
@@ -125,17 +136,20 @@ def test_a_mix_naming_a_source_without_a_cache_is_refused(setup):
 
 def test_the_backend_comes_from_the_environment():
     assert isinstance(training_backend_from_env({}), LocalTrainingBackend)
-    processes = training_backend_from_env({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "4",
-                                           "MARIN_TRAIN_DEVICES_PER_PROCESS": "2"})
+    processes = training_backend_from_env(
+        {"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "4", "MARIN_TRAIN_DEVICES_PER_PROCESS": "2"}
+    )
     assert isinstance(processes, ProcessesTrainingBackend) and (processes.processes, processes.devices_per_process) == (4, 2)
     assert training_backend_from_env({"MARIN_TRAINING_BACKEND": "processes"}).devices_per_process is None
     kube = training_backend_from_env({"MARIN_TRAINING_BACKEND": "kubernetes", "MARIN_FLEET_FILE": "/etc/fleet.yaml"})
     assert isinstance(kube, KubernetesTrainingBackend) and kube.fleet_file == "/etc/fleet.yaml"
-    for env, needle in [({"MARIN_TRAINING_BACKEND": "slurm"}, "MARIN_TRAINING_BACKEND='slurm' is not one of"),
-                        ({"MARIN_TRAINING_BACKEND": "kubernetes"}, "needs MARIN_FLEET_FILE"),
-                        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "0"}, "MARIN_TRAIN_PROCESSES='0'"),
-                        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "2\n"}, "not an integer"),
-                        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_DEVICES_PER_PROCESS": "1025"}, "[1, 1024]")]:
+    for env, needle in [
+        ({"MARIN_TRAINING_BACKEND": "slurm"}, "MARIN_TRAINING_BACKEND='slurm' is not one of"),
+        ({"MARIN_TRAINING_BACKEND": "kubernetes"}, "needs MARIN_FLEET_FILE"),
+        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "0"}, "MARIN_TRAIN_PROCESSES='0'"),
+        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_PROCESSES": "2\n"}, "not an integer"),
+        ({"MARIN_TRAINING_BACKEND": "processes", "MARIN_TRAIN_DEVICES_PER_PROCESS": "1025"}, "[1, 1024]"),
+    ]:
         with pytest.raises(ValueError) as err:
             training_backend_from_env(env)
         assert needle in str(err.value), env

@@ -55,8 +55,17 @@ def test_processes_backend_runs_two_workers_and_reports_through_pipes(tmp_path):
     assert len(coordinators) == 1 and coordinators.pop().startswith("127.0.0.1:")
     assert [s["args"]["process_id"] for s in seen] == [0, 1]
     assert all(s["args"]["num_processes"] == 2 and s["devices_per_process"] == "2" for s in seen)
-    assert seen[0]["spec_keys"] == ["allow_tokenizer_change", "budget_file", "caches", "config", "out_dir", "resume",
-                                    "telemetry_root", "telemetry_run", "warm_start"]
+    assert seen[0]["spec_keys"] == [
+        "allow_tokenizer_change",
+        "budget_file",
+        "caches",
+        "config",
+        "out_dir",
+        "resume",
+        "telemetry_root",
+        "telemetry_run",
+        "warm_start",
+    ]
     assert seen[0]["num_steps"] == 5
     # Process 0's Pipes log line reached the step's log.
     assert "standin: 2 processes, 5 steps" in _log_messages(instance, result)
@@ -118,8 +127,9 @@ def test_a_hung_worker_is_stopped_at_the_timeout(tmp_path):
 def test_local_backend_trains_in_process(tmp_path):
     """Today's path through the same interface: a real 3-step run, outcome from the loop."""
     write_cache(tmp_path / "license", stdlib_paragraphs(limit=200))
-    spec = TrainSpec(config_from_dict(dict(BACKEND_TRAIN, num_steps=3), "tiny"), {"license": str(tmp_path / "license")},
-                     str(tmp_path / "out"))
+    spec = TrainSpec(
+        config_from_dict(dict(BACKEND_TRAIN, num_steps=3), "tiny"), {"license": str(tmp_path / "license")}, str(tmp_path / "out")
+    )
     result = materialize_with(LocalTrainingBackend(log_every_steps=1), spec)
     meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("phase")[0].metadata.items()}
     assert meta["backend"] == "local" and meta["final_step"] == 3 and meta["steps_reported"] == 3
@@ -137,8 +147,14 @@ def test_backend_settings_are_checked():
 
 
 def test_outcome_report_is_validated():
-    good = {"final_step": 5, "tokens": 10, "phase_start_step": 0, "last_loss": 1.5, "tokens_left": {"a": 1},
-            "counts": {"grad_clipped": 0}}
+    good = {
+        "final_step": 5,
+        "tokens": 10,
+        "phase_start_step": 0,
+        "last_loss": 1.5,
+        "tokens_left": {"a": 1},
+        "counts": {"grad_clipped": 0},
+    }
     out = outcome_from_report("b", good, [{"metrics": {"step": 1, "loss": 2.0}}, {"metrics": {"step": 0, "loss": 3.0}}])
     assert [r["step"] for r in out.metrics] == [0, 1]
     with pytest.raises(ValueError, match=r"lacks \['counts'\]"):

@@ -14,8 +14,15 @@ REQUEST = {"marin/accelerator": "gb200-nvl72", "marin/chips": "8"}
 
 
 def _fleet():
-    pool = lambda name, region: {"name": name, "accelerator": "gb200-nvl72", "region": region, "domains": 2,  # noqa: E731
-                                 "domain_chips": 72, "chips_per_host": 4, "ep_domain_chips": 64}
+    pool = lambda name, region: {
+        "name": name,
+        "accelerator": "gb200-nvl72",
+        "region": region,
+        "domains": 2,  # noqa: E731
+        "domain_chips": 72,
+        "chips_per_host": 4,
+        "ep_domain_chips": 64,
+    }
     return fleet_from_dict({"pools": [pool("east", "us-east1"), pool("west", "us-west1")]})
 
 

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 from marin_assets.orchestration.fanout import WORKERS_ENV
 from marin_assets.orchestration.uptodate import stale_partitions
 from marin_assets.orchestration.waves import RANGE_END_TAG, RANGE_START_TAG, materialize_waves, plan_waves, spans
@@ -29,33 +36,55 @@ def build(content: dict[str, str], ran: list[tuple[str, str | None]]):
     """raw (per shard, versioned by content[shard]) -> scaled (config) -> total (per bucket,
     reads every shard) -> applied (per shard, reads every bucket) -> summary."""
 
-    @versioned_asset(key="u/raw", code_version="1", partitions_def=SHARDS, backfill_policy=SINGLE_RUN,
-                     version_inputs=lambda config, partition, inputs: {"content": content[partition]})
+    @versioned_asset(
+        key="u/raw",
+        code_version="1",
+        partitions_def=SHARDS,
+        backfill_policy=SINGLE_RUN,
+        version_inputs=lambda config, partition, inputs: {"content": content[partition]},
+    )
     def raw(ctx: StageContext):
         ran.append(("raw", ctx.partition_key))
         Path(ctx.out_dir, "text").write_text(content[ctx.partition_key])
         return {"chars": len(content[ctx.partition_key])}
 
-    @versioned_asset(key="u/scaled", code_version="1", config_cls=ScaleConfig, partitions_def=SHARDS,
-                     backfill_policy=SINGLE_RUN, ins={"raw": "u/raw"})
+    @versioned_asset(
+        key="u/scaled",
+        code_version="1",
+        config_cls=ScaleConfig,
+        partitions_def=SHARDS,
+        backfill_policy=SINGLE_RUN,
+        ins={"raw": "u/raw"},
+    )
     def scaled(ctx: StageContext, config: ScaleConfig, raw):
         ran.append(("scaled", ctx.partition_key))
         return {"chars": raw.counts["chars"] * config.scale}
 
-    @versioned_asset(key="u/total", code_version="1", partitions_def=BUCKETS, backfill_policy=SINGLE_RUN,
-                     ins={"scaled": dg.AssetIn(key=dg.AssetKey(["u", "scaled"]), partition_mapping=ALL)})
+    @versioned_asset(
+        key="u/total",
+        code_version="1",
+        partitions_def=BUCKETS,
+        backfill_policy=SINGLE_RUN,
+        ins={"scaled": dg.AssetIn(key=dg.AssetKey(["u", "scaled"]), partition_mapping=ALL)},
+    )
     def total(ctx: StageContext, scaled):
         ran.append(("total", ctx.partition_key))
         return {"chars": sum(ref.counts["chars"] for ref in scaled.values())}
 
-    @versioned_asset(key="u/applied", code_version="1", partitions_def=SHARDS, backfill_policy=SINGLE_RUN,
-                     ins={"total": dg.AssetIn(key=dg.AssetKey(["u", "total"]), partition_mapping=ALL)})
+    @versioned_asset(
+        key="u/applied",
+        code_version="1",
+        partitions_def=SHARDS,
+        backfill_policy=SINGLE_RUN,
+        ins={"total": dg.AssetIn(key=dg.AssetKey(["u", "total"]), partition_mapping=ALL)},
+    )
     def applied(ctx: StageContext, total):
         ran.append(("applied", ctx.partition_key))
         return {"buckets": len(total)}
 
-    @versioned_asset(key="u/summary", code_version="1",
-                     ins={"applied": dg.AssetIn(key=dg.AssetKey(["u", "applied"]), partition_mapping=ALL)})
+    @versioned_asset(
+        key="u/summary", code_version="1", ins={"applied": dg.AssetIn(key=dg.AssetKey(["u", "applied"]), partition_mapping=ALL)}
+    )
     def summary(ctx: StageContext, applied):
         ran.append(("summary", None))
         return {"shards": len(applied)}
@@ -69,8 +98,13 @@ def lab(tmp_path, monkeypatch):
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
     content = {"s0": "a", "s1": "bb", "s2": "ccc"}
     ran: list = []
-    return {"store": store, "resources": {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
-            "content": content, "ran": ran, "assets": build(content, ran)}
+    return {
+        "store": store,
+        "resources": {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+        "content": content,
+        "ran": ran,
+        "assets": build(content, ran),
+    }
 
 
 def _pass(lab, instance, **kwargs) -> tuple[list[dg.ExecuteInProcessResult], list[str]]:
@@ -91,8 +125,11 @@ def _runs(results) -> list[tuple[tuple[str, ...], str | None, str | None]]:
 
 
 def _hits(results) -> dict[tuple[str, str | None], bool]:
-    return {(e.asset_key.to_user_string(), e.partition): e.materialization.metadata["cache_hit"].value
-            for r in results for e in r.get_asset_materialization_events()}
+    return {
+        (e.asset_key.to_user_string(), e.partition): e.materialization.metadata["cache_hit"].value
+        for r in results
+        for e in r.get_asset_materialization_events()
+    }
 
 
 def test_an_unchanged_store_starts_no_run_and_a_new_shard_runs_only_what_reads_it(lab):
@@ -100,7 +137,9 @@ def test_an_unchanged_store_starts_no_run_and_a_new_shard_runs_only_what_reads_i
     instance.add_dynamic_partitions(SHARDS.name, ["s0", "s1", "s2"])
     first, _ = _pass(lab, instance)
     assert len(first) == 4 and sorted(lab["ran"]) == sorted(
-        [(a, s) for a in ("raw", "scaled", "applied") for s in ("s0", "s1", "s2")] + [("total", "b0"), ("total", "b1"), ("summary", None)])
+        [(a, s) for a in ("raw", "scaled", "applied") for s in ("s0", "s1", "s2")]
+        + [("total", "b0"), ("total", "b1"), ("summary", None)]
+    )
 
     again, lines = _pass(lab, instance)
     assert again == [] and lab["ran"] == []
@@ -115,8 +154,10 @@ def test_an_unchanged_store_starts_no_run_and_a_new_shard_runs_only_what_reads_i
         (("u/applied",), "s0", "s3"),  # every shard reads the totals, which changed
         (("u/summary",), None, None),
     ]
-    assert sorted(lab["ran"]) == sorted([("raw", "s3"), ("scaled", "s3"), ("total", "b0"), ("total", "b1"), ("summary", None)]
-                                        + [("applied", s) for s in ("s0", "s1", "s2", "s3")])
+    assert sorted(lab["ran"]) == sorted(
+        [("raw", "s3"), ("scaled", "s3"), ("total", "b0"), ("total", "b1"), ("summary", None)]
+        + [("applied", s) for s in ("s0", "s1", "s2", "s3")]
+    )
 
 
 def test_changed_content_config_or_pointer_makes_exactly_those_partitions_stale(lab):
@@ -202,7 +243,7 @@ def test_spans_property(flags, gap):
     keys = [f"k{i:02d}" for i in range(len(flags))]
     todo = {k for k, f in zip(keys, flags) if f}
     runs = spans(keys, todo, max_gap=gap)
-    covered = [set(keys[keys.index(a): keys.index(b) + 1]) for a, b in runs]
+    covered = [set(keys[keys.index(a) : keys.index(b) + 1]) for a, b in runs]
     assert set().union(*covered) >= todo  # every stale key runs
     for (a, b), (c, _) in zip(runs, runs[1:]):  # ordered, disjoint, and kept apart only by a long gap
         assert keys.index(c) - keys.index(b) - 1 > gap

@@ -5,7 +5,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageConfig, StageContext, versioned, versioned_asset
+from marin_assets.orchestration import (
+    ArtifactIOManager,
+    ArtifactStoreResource,
+    StageConfig,
+    StageContext,
+    versioned,
+    versioned_asset,
+)
 from marin_assets.orchestration.automation import rerun_on_change
 from marin_assets.store import ArtifactRef
 
@@ -20,13 +27,22 @@ def build_graph(calls: list, src_code="1", scale=2, down_code="1"):
     class ScaleConfig(StageConfig):
         factor: int = versioned(scale)
 
-    @versioned_asset(key="t/src", code_version=src_code, config_cls=SrcConfig, partitions_def=PARTS, automation_condition=rerun_on_change())
+    @versioned_asset(
+        key="t/src", code_version=src_code, config_cls=SrcConfig, partitions_def=PARTS, automation_condition=rerun_on_change()
+    )
     def src(ctx: StageContext, config: SrcConfig):
         calls.append(("src", ctx.partition_key))
         Path(ctx.out_dir, "x.txt").write_text(ctx.partition_key * config.repeat)
         return {"rows": config.repeat}
 
-    @versioned_asset(key="t/scaled", code_version=down_code, config_cls=ScaleConfig, ins={"src": "t/src"}, partitions_def=PARTS, automation_condition=rerun_on_change())
+    @versioned_asset(
+        key="t/scaled",
+        code_version=down_code,
+        config_cls=ScaleConfig,
+        ins={"src": "t/src"},
+        partitions_def=PARTS,
+        automation_condition=rerun_on_change(),
+    )
     def scaled(ctx: StageContext, config: ScaleConfig, src: ArtifactRef):
         calls.append(("scaled", ctx.partition_key))
         text = Path(src.files(".txt")[0]).read_text()
@@ -101,12 +117,18 @@ def test_unversioned_config_field_does_not_change_the_version(resources):
     assets = build_graph(calls)
     dg.materialize(assets[:1], partition_key="a", resources=resources, instance=instance)
     result = dg.materialize(
-        assets[:1], partition_key="a", resources=resources, instance=instance,
+        assets[:1],
+        partition_key="a",
+        resources=resources,
+        instance=instance,
         run_config={"ops": {"t__src": {"config": {"verbose": True}}}},
     )
     assert result.get_asset_materialization_events()[0].materialization.metadata["cache_hit"].value is True
     result = dg.materialize(
-        assets[:1], partition_key="a", resources=resources, instance=instance,
+        assets[:1],
+        partition_key="a",
+        resources=resources,
+        instance=instance,
         run_config={"ops": {"t__src": {"config": {"repeat": 4}}}},
     )
     assert result.get_asset_materialization_events()[0].materialization.metadata["cache_hit"].value is False
@@ -116,7 +138,9 @@ def test_unversioned_config_field_does_not_change_the_version(resources):
 def test_missing_upstream_gives_a_clear_error(resources):
     assets = build_graph([])
     with pytest.raises(Exception, match="has not been materialised"):
-        dg.materialize(assets, selection=[assets[1]], partition_key="a", resources=resources, instance=dg.DagsterInstance.ephemeral())
+        dg.materialize(
+            assets, selection=[assets[1]], partition_key="a", resources=resources, instance=dg.DagsterInstance.ephemeral()
+        )
 
 
 def _requested(result) -> set[str]:
@@ -183,6 +207,7 @@ def test_version_as_hashes_a_nested_config_as_the_json_text_it_replaced(tmp_path
         @versioned_asset(key="t/staged", code_version="1", config_cls=config_cls)
         def staged(ctx: StageContext, config):
             return {"ok": 1}
+
         return staged
 
     store = ArtifactStoreResource(prefix=str(tmp_path))

@@ -16,8 +16,9 @@ def upstream(ctx: StageContext):
 
 
 def _asset(versioned_ins):
-    @versioned_asset(key="downstream", code_version="1", ins={"up": "upstream"}, resources={"greeting": Greeting},
-                     versioned_ins=versioned_ins)
+    @versioned_asset(
+        key="downstream", code_version="1", ins={"up": "upstream"}, resources={"greeting": Greeting}, versioned_ins=versioned_ins
+    )
     def downstream(ctx: StageContext, up, greeting: Greeting):
         return {"word": greeting.word, "run_tag": ctx.dagster_context.run.tags.get("who", "")}
 

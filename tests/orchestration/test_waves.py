@@ -61,15 +61,26 @@ def _ran(log_dir) -> dict[str, list[list[str]]]:
 def test_waves_follow_dependencies_and_group_same_partition_chains(tmp_path):
     waves = plan_waves(_graph(tmp_path))
     assert [[k.to_user_string() for k in w.keys] for w in waves] == [
-        ["index"], ["mapped", "mapped_again"], ["reduced"], ["applied"], ["summary"]]
+        ["index"],
+        ["mapped", "mapped_again"],
+        ["reduced"],
+        ["applied"],
+        ["summary"],
+    ]
 
 
 def test_every_wave_runs_once_over_all_its_keys(tmp_path):
     with dg.instance_for_test() as instance:
         results = materialize_waves(_graph(tmp_path), instance, {}, log=lambda _: None)
     assert len(results) == 5 and all(r.success for r in results)
-    assert _ran(tmp_path) == {"index": [[]], "mapped": [["s0", "s1", "s2"]], "mapped_again": [["s0", "s1", "s2"]],
-                              "reduced": [["b0", "b1"]], "applied": [["s0", "s1", "s2"]], "summary": [[]]}
+    assert _ran(tmp_path) == {
+        "index": [[]],
+        "mapped": [["s0", "s1", "s2"]],
+        "mapped_again": [["s0", "s1", "s2"]],
+        "reduced": [["b0", "b1"]],
+        "applied": [["s0", "s1", "s2"]],
+        "summary": [[]],
+    }
 
 
 def test_a_failed_wave_stops_the_later_ones(tmp_path):
@@ -93,7 +104,9 @@ def test_selection_must_name_assets_of_the_graph(tmp_path):
 
 
 def _planned(instance: dg.DagsterInstance, key: str) -> list:
-    records = instance.get_event_records(dg.EventRecordsFilter(dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, asset_key=dg.AssetKey(key)))
+    records = instance.get_event_records(
+        dg.EventRecordsFilter(dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, asset_key=dg.AssetKey(key))
+    )
     return [r.event_log_entry.dagster_event.event_specific_data.partition for r in records]
 
 
@@ -102,7 +115,7 @@ def test_an_ephemeral_instance_gets_one_planned_event_per_asset_and_run(tmp_path
     from marin_assets.orchestration.waves import PLANNED_SUBSET_ENV
 
     monkeypatch.delenv(PLANNED_SUBSET_ENV, raising=False)
-    with (dg.DagsterInstance.ephemeral() if ephemeral else dg.instance_for_test()) as instance:
+    with dg.DagsterInstance.ephemeral() if ephemeral else dg.instance_for_test() as instance:
         results = materialize_waves(_graph(tmp_path, fail_bucket="b1"), instance, {}, log=lambda _: None)
         # One run per wave; mapped (3 partitions) is planned once on an ephemeral instance,
         # once per partition on a persistent one (its UI marks failed partitions from them).

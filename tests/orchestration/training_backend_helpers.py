@@ -19,8 +19,9 @@ def materialize_with(backend: TrainingBackend, spec: TrainSpec, *, tags=None, ra
         outcome = training_backend.run(context, spec)
         return dg.MaterializeResult(metadata=outcome.metadata())
 
-    return dg.materialize([phase], resources={"training_backend": backend}, tags=tags or {},
-                          raise_on_error=raise_on_error, instance=instance)
+    return dg.materialize(
+        [phase], resources={"training_backend": backend}, tags=tags or {}, raise_on_error=raise_on_error, instance=instance
+    )
 
 
 def step_error_text(result) -> str:

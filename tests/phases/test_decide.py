@@ -19,26 +19,53 @@ from marin_assets.phases import (
 )
 
 M = 1_000_000
-KESTREL = PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd_s",
-                    mixture={"dclm": 0.7, "starcoder": 0.2, "proofpile": 0.1}, batch_size=1024, hardware="v4-1024",
-                    token_budget=100 * M, peak_lr=1e-3)
-PLAN = PhasePlan(run="tootsie-8b", first=KESTREL, high_quality_sources=("flan", "wiki"), cooldown_hq_fraction=0.3,
-                 cooldown_tokens=10 * M, min_cooldown_tokens=1 * M, low_data_tokens=5 * M,
-                 rewarm_mixture={"nemotron": 0.6, "starcoder": 0.2, "flan": 0.2}, rewarm_tokens=50 * M,
-                 late_cooldown_z_loss=1e-4, hardware_ladder={"v4-1024": 1.0, "v4-1536": 1.5, "v4-256": 0.25})
-PLENTY = {"dclm": 500 * M, "starcoder": 100 * M, "proofpile": 50 * M, "flan": 20 * M, "wiki": 20 * M,
-          "nemotron": 400 * M}
+KESTREL = PhaseSpec(
+    name="kestrel",
+    warm_start_from=None,
+    schedule="wsd_s",
+    mixture={"dclm": 0.7, "starcoder": 0.2, "proofpile": 0.1},
+    batch_size=1024,
+    hardware="v4-1024",
+    token_budget=100 * M,
+    peak_lr=1e-3,
+)
+PLAN = PhasePlan(
+    run="tootsie-8b",
+    first=KESTREL,
+    high_quality_sources=("flan", "wiki"),
+    cooldown_hq_fraction=0.3,
+    cooldown_tokens=10 * M,
+    min_cooldown_tokens=1 * M,
+    low_data_tokens=5 * M,
+    rewarm_mixture={"nemotron": 0.6, "starcoder": 0.2, "flan": 0.2},
+    rewarm_tokens=50 * M,
+    late_cooldown_z_loss=1e-4,
+    hardware_ladder={"v4-1024": 1.0, "v4-1536": 1.5, "v4-256": 0.25},
+)
+PLENTY = {"dclm": 500 * M, "starcoder": 100 * M, "proofpile": 50 * M, "flan": 20 * M, "wiki": 20 * M, "nemotron": 400 * M}
 FLAT = tuple(2.0 + 0.01 * (i % 3) for i in range(20))
 
 
 def state(phase=KESTREL, phase_tokens=10 * M, trained=10 * M, done=(), cooldowns=0):
-    return RunState(phase=phase, phase_tokens=phase_tokens, tokens_trained=trained, phases_done=done,
-                    cooldowns_done=cooldowns, last_good_checkpoint="ckpt/step-100")
+    return RunState(
+        phase=phase,
+        phase_tokens=phase_tokens,
+        tokens_trained=trained,
+        phases_done=done,
+        cooldowns_done=cooldowns,
+        last_good_checkpoint="ckpt/step-100",
+    )
 
 
 def signals(left=None, budget=1000 * M, hw=(), losses=FLAT, band=None, drops=()):
-    return Signals(tokens_left=dict(PLENTY if left is None else left), budget_tokens=budget,
-                   hardware_available=hw, recent_losses=losses, off_band=band, recent_drop_rates=drops)
+    return Signals(
+        tokens_left=dict(PLENTY if left is None else left),
+        budget_tokens=budget,
+        hardware_available=hw,
+        recent_losses=losses,
+        off_band=band,
+        recent_drop_rates=drops,
+    )
 
 
 def test_continue_when_nothing_fires():
@@ -72,8 +99,7 @@ def test_budget_cut_cools_down_exactly_within_budget():
 
 
 def test_budget_cut_during_cooldown_retimes_it():
-    cd = dataclasses.replace(KESTREL, name="jellyfish", schedule="linear_decay", is_cooldown=True,
-                             token_budget=10 * M)
+    cd = dataclasses.replace(KESTREL, name="jellyfish", schedule="linear_decay", is_cooldown=True, token_budget=10 * M)
     d = decide(PLAN, state(phase=cd, phase_tokens=5 * M, trained=50 * M, done=("kestrel",)), signals(budget=52 * M))
     assert d.action == "cool_down" and "re-time" in d.reason
     assert d.next_phase.token_budget == 2 * M
@@ -139,8 +165,7 @@ def test_tootsie_sequence_kestrel_jellyfish_phoenix_starling():
     assert (d.action, jelly.name, jelly.warm_start_from) == ("cool_down", "jellyfish", "kestrel")
     assert jelly.mixture["flan"] + jelly.mixture["wiki"] == pytest.approx(0.3)
     # Jellyfish finishes its cooldown; meanwhile the budget was raised
-    st = RunState(phase=jelly, phase_tokens=jelly.token_budget, tokens_trained=90 * M, phases_done=("kestrel",),
-                  cooldowns_done=0)
+    st = RunState(phase=jelly, phase_tokens=jelly.token_budget, tokens_trained=90 * M, phases_done=("kestrel",), cooldowns_done=0)
     d = decide(plan, st, signals(left=dict(left, flan=10 * M), budget=400 * M))
     log.append(d)
     phoenix = d.next_phase
@@ -148,16 +173,22 @@ def test_tootsie_sequence_kestrel_jellyfish_phoenix_starling():
     assert phoenix.warmup_start_fraction == 0.05 and phoenix.schedule == "wsd"
     assert set(phoenix.mixture) == {"nemotron", "starcoder", "flan"} and not phoenix.is_cooldown
     # Phoenix runs; the budget is cut: second cooldown, with z-loss
-    st = RunState(phase=phoenix, phase_tokens=20 * M, tokens_trained=110 * M, phases_done=("kestrel", "jellyfish"),
-                  cooldowns_done=1)
+    st = RunState(
+        phase=phoenix, phase_tokens=20 * M, tokens_trained=110 * M, phases_done=("kestrel", "jellyfish"), cooldowns_done=1
+    )
     d = decide(plan, st, signals(left=dict(left, flan=8 * M), budget=120 * M))
     log.append(d)
     starling = d.next_phase
     assert (d.action, starling.name, starling.warm_start_from) == ("cool_down", "starling", "phoenix")
     assert starling.z_loss == 1e-4 and "z-loss" in d.reason and starling.token_budget == 10 * M
     # Starling ends at the budget: stop
-    st = RunState(phase=starling, phase_tokens=10 * M, tokens_trained=120 * M,
-                  phases_done=("kestrel", "jellyfish", "phoenix"), cooldowns_done=1)
+    st = RunState(
+        phase=starling,
+        phase_tokens=10 * M,
+        tokens_trained=120 * M,
+        phases_done=("kestrel", "jellyfish", "phoenix"),
+        cooldowns_done=1,
+    )
     d = decide(plan, st, signals(budget=120 * M))
     log.append(d)
     assert [x.action for x in log] == ["cool_down", "re_warm", "cool_down", "stop"]
@@ -165,12 +196,14 @@ def test_tootsie_sequence_kestrel_jellyfish_phoenix_starling():
 
 
 def test_every_action_is_reachable():
-    seen = {decide(PLAN, state(), signals()).action,
-            decide(PLAN, state(), signals(losses=FLAT + (50.0,))).action,
-            decide(PLAN, state(trained=95 * M), signals(budget=100 * M)).action,
-            decide(PLAN, state(), signals(left=dict(PLENTY, proofpile=0))).action,
-            decide(PLAN, state(), signals(hw=("v4-1536",))).action,
-            decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M)).action}
+    seen = {
+        decide(PLAN, state(), signals()).action,
+        decide(PLAN, state(), signals(losses=FLAT + (50.0,))).action,
+        decide(PLAN, state(trained=95 * M), signals(budget=100 * M)).action,
+        decide(PLAN, state(), signals(left=dict(PLENTY, proofpile=0))).action,
+        decide(PLAN, state(), signals(hw=("v4-1536",))).action,
+        decide(PLAN, state(phase_tokens=100 * M, trained=100 * M), signals(budget=100 * M)).action,
+    }
     cd = dataclasses.replace(KESTREL, name="jellyfish", is_cooldown=True, schedule="linear_decay", token_budget=M)
     seen.add(decide(PLAN, state(phase=cd, phase_tokens=M, done=("kestrel",)), signals()).action)
     seen.add(decide(PLAN, state(), signals(band=BandSignal("loss left the band", "hold"))).action)
@@ -197,21 +230,32 @@ def test_phase_train_config_turns_a_spec_into_a_train_config():
     from marin_assets.train.config import TrainConfig
 
     base = TrainConfig(seq_len=64)
-    spec = dataclasses.replace(KESTREL, name="starling", schedule="linear_decay", token_budget=64 * 8 * 10,
-                               batch_size=8, z_loss=1e-3, mixture={"a": 1.0}, peak_lr=2e-3)
+    spec = dataclasses.replace(
+        KESTREL,
+        name="starling",
+        schedule="linear_decay",
+        token_budget=64 * 8 * 10,
+        batch_size=8,
+        z_loss=1e-3,
+        mixture={"a": 1.0},
+        peak_lr=2e-3,
+    )
     cfg = phase_train_config(base, spec)
     assert cfg.num_steps == 10 and cfg.batch_size == 8 and cfg.phase == "starling"
     assert cfg.schedule.kind == "linear_decay" and cfg.schedule.peak_lr == 2e-3 and cfg.model.lm_z_loss == 1e-3
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"peak_lr": float("nan")}, "PhaseSpec.peak_lr must be finite"),
-    ({"peak_lr": float("inf")}, "PhaseSpec.peak_lr must be finite"),
-    ({"z_loss": float("nan")}, "PhaseSpec.z_loss must be finite"),
-    ({"mixture": {"web": float("nan")}}, "PhaseSpec kestrel: mixture stage at step 0: weight of 'web' must be finite"),
-    ({"mixture": {"web": 0.0}}, "weights sum to zero"),
-    ({"batch_size": 8.0}, "PhaseSpec.batch_size must be int"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"peak_lr": float("nan")}, "PhaseSpec.peak_lr must be finite"),
+        ({"peak_lr": float("inf")}, "PhaseSpec.peak_lr must be finite"),
+        ({"z_loss": float("nan")}, "PhaseSpec.z_loss must be finite"),
+        ({"mixture": {"web": float("nan")}}, "PhaseSpec kestrel: mixture stage at step 0: weight of 'web' must be finite"),
+        ({"mixture": {"web": 0.0}}, "weights sum to zero"),
+        ({"batch_size": 8.0}, "PhaseSpec.batch_size must be int"),
+    ],
+)
 def test_phase_spec_rejects_non_finite_and_bad_mixes(change, message):
     import dataclasses
 
@@ -223,14 +267,23 @@ def test_phase_mix_is_the_trainers_mixture():
     from marin_assets.datakit.mixture import Mixture
     from marin_assets.train.config import TrainConfig
 
-    spec = PhaseSpec(name="a", warm_start_from=None, schedule="wsd", mixture={"web": 3, "code": 1}, batch_size=8,
-                     hardware="cpu", token_budget=64 * 8 * 100, peak_lr=1e-3)
+    spec = PhaseSpec(
+        name="a",
+        warm_start_from=None,
+        schedule="wsd",
+        mixture={"web": 3, "code": 1},
+        batch_size=8,
+        hardware="cpu",
+        token_budget=64 * 8 * 100,
+        peak_lr=1e-3,
+    )
     config = phase_train_config(TrainConfig(), spec)
     assert config.mixture == spec.data_mixture == Mixture.constant({"code": 0.25, "web": 0.75})
     assert normalise({"web": 3, "code": 1, "math": 0}) == {"code": 0.25, "web": 0.75}
 
 
 # ---- mid-phase: end_phase_now on live signals ------------------------------------------------
+
 
 def test_end_phase_now_on_a_cut_below_what_the_phase_needs():
     from marin_assets.phases import end_phase_now
@@ -260,8 +313,9 @@ def test_end_phase_now_on_a_spike_and_decide_rolls_back_the_ended_phase():
 
 
 def test_a_phase_ended_by_a_cut_cools_down_and_the_reason_names_the_step():
-    ended = dataclasses.replace(state(phase_tokens=40 * M, trained=40 * M), step=402,
-                                ended_early="budget cut at step 400 to 50,000,000 tokens")
+    ended = dataclasses.replace(
+        state(phase_tokens=40 * M, trained=40 * M), step=402, ended_early="budget cut at step 400 to 50,000,000 tokens"
+    )
     d = decide(PLAN, ended, signals(budget=50 * M))
     assert d.action == "cool_down" and d.next_phase.token_budget == 10 * M
     assert d.reason.startswith("budget cut: kestrel ended early at step 402 (budget cut at step 400")
@@ -365,16 +419,27 @@ def test_the_budget_file_lists_released_holds(tmp_path):
 
 # ---- the architecture switch and the MoE drop-rate signal -----------------------------------
 
-SWITCHING = dataclasses.replace(PLAN, architecture_switch=ArchitectureSwitch(
-    mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2, warmup_start_fraction=0.1))
+SWITCHING = dataclasses.replace(
+    PLAN,
+    architecture_switch=ArchitectureSwitch(
+        mapping="qk_norm", model_changes={"qk_norm": True}, after_rollbacks=2, warmup_start_fraction=0.1
+    ),
+)
 OCELOT = dataclasses.replace(KESTREL, name="ocelot", warm_start_from="kestrel", model_changes={"qk_norm": False})
 SPIKE = FLAT + (50.0,)
 
 
 def after(rollbacks=0, switches=(), phase=OCELOT):
     """Ocelot, warm-started from kestrel, after ``rollbacks`` roll-backs."""
-    return RunState(phase=phase, phase_tokens=10 * M, tokens_trained=110 * M, phases_done=("kestrel",),
-                    last_good_checkpoint="kestrel", rollbacks=rollbacks, switches_done=switches)
+    return RunState(
+        phase=phase,
+        phase_tokens=10 * M,
+        tokens_trained=110 * M,
+        phases_done=("kestrel",),
+        last_good_checkpoint="kestrel",
+        rollbacks=rollbacks,
+        switches_done=switches,
+    )
 
 
 def test_switch_architecture_after_the_planned_roll_backs_not_before():
@@ -412,9 +477,11 @@ def test_phases_after_a_switch_keep_its_model_and_transplant_nothing():
     switched = dataclasses.replace(OCELOT, name="jellyfish", transplant="qk_norm", model_changes={"qk_norm": True})
     at_end = RunState(phase=switched, phase_tokens=100 * M, tokens_trained=200 * M, phases_done=("kestrel", "ocelot"))
     cut = dataclasses.replace(at_end, phase_tokens=10 * M, tokens_trained=110 * M)
-    for d in (decide(SWITCHING, at_end, signals()),  # planned cooldown
-              decide(SWITCHING, cut, signals(left=dict(PLENTY, proofpile=0))),  # change_mix
-              decide(SWITCHING, cut, signals(hw=("v4-1536",)))):  # migrate
+    for d in (
+        decide(SWITCHING, at_end, signals()),  # planned cooldown
+        decide(SWITCHING, cut, signals(left=dict(PLENTY, proofpile=0))),  # change_mix
+        decide(SWITCHING, cut, signals(hw=("v4-1536",))),
+    ):  # migrate
         assert d.next_phase.model_changes == {"qk_norm": True} and d.next_phase.transplant is None, d.action
         assert d.next_phase.warm_start_from == "jellyfish" and d.next_phase.name == "phoenix"
 
@@ -422,24 +489,33 @@ def test_phases_after_a_switch_keep_its_model_and_transplant_nothing():
 def test_phase_train_config_applies_the_model_changes():
     from marin_assets.train.config import TrainConfig
 
-    spec = dataclasses.replace(OCELOT, token_budget=64 * 8 * 10, batch_size=8, z_loss=1e-3,
-                               model_changes={"qk_norm": False, "n_routed_experts": 0})
+    spec = dataclasses.replace(
+        OCELOT, token_budget=64 * 8 * 10, batch_size=8, z_loss=1e-3, model_changes={"qk_norm": False, "n_routed_experts": 0}
+    )
     cfg = phase_train_config(TrainConfig(seq_len=64), spec)
     assert cfg.model.qk_norm is False and cfg.model.n_routed_experts == 0 and cfg.model.lm_z_loss == 1e-3
     assert phase_train_config(TrainConfig(seq_len=64), KESTREL).model.qk_norm is True
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: dataclasses.replace(OCELOT, model_changes={"qk_nrom": True}), "model_changes names 'qk_nrom', which is not"),
-    (lambda: dataclasses.replace(OCELOT, model_changes={"init_std": math.nan}), r"model_changes\['init_std'\] must be a finite"),
-    (lambda: dataclasses.replace(KESTREL, transplant="qk_norm"), "transplant 'qk_norm' needs a warm_start_from"),
-    (lambda: ArchitectureSwitch(mapping="llama", model_changes={"qk_norm": True}), "mapping 'llama' is not one of"),
-    (lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, warmup_start_fraction=math.inf),
-     "warmup_start_fraction must be finite"),
-    (lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={}), "must be a non-empty mapping"),
-    (lambda: dataclasses.replace(PLAN, max_drop_rate=math.nan), "max_drop_rate must be finite"),
-    (lambda: dataclasses.replace(PLAN, max_drop_rate=1.5), r"max_drop_rate must be a finite fraction in \[0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: dataclasses.replace(OCELOT, model_changes={"qk_nrom": True}), "model_changes names 'qk_nrom', which is not"),
+        (
+            lambda: dataclasses.replace(OCELOT, model_changes={"init_std": math.nan}),
+            r"model_changes\['init_std'\] must be a finite",
+        ),
+        (lambda: dataclasses.replace(KESTREL, transplant="qk_norm"), "transplant 'qk_norm' needs a warm_start_from"),
+        (lambda: ArchitectureSwitch(mapping="llama", model_changes={"qk_norm": True}), "mapping 'llama' is not one of"),
+        (
+            lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={"qk_norm": True}, warmup_start_fraction=math.inf),
+            "warmup_start_fraction must be finite",
+        ),
+        (lambda: ArchitectureSwitch(mapping="qk_norm", model_changes={}), "must be a non-empty mapping"),
+        (lambda: dataclasses.replace(PLAN, max_drop_rate=math.nan), "max_drop_rate must be finite"),
+        (lambda: dataclasses.replace(PLAN, max_drop_rate=1.5), r"max_drop_rate must be a finite fraction in \[0, 1\]"),
+    ],
+)
 def test_architecture_and_drop_rate_settings_are_checked(make, message):
     with pytest.raises(ValueError, match=message):
         make()
@@ -452,8 +528,10 @@ def test_drop_rate_above_the_plan_limit_holds_the_run():
     high = (0.1,) * 8 + (0.5,) * 24  # mean 0.4 over the last 32 steps
     d = decide(DROPPY, state(phase_tokens=100 * M), signals(left=dict(PLENTY, proofpile=0), drops=high))
     assert d.action == "hold" and d.next_phase is None
-    assert d.reason == ("MoE drop rate 40.00% (mean of the last 32 steps) > max_drop_rate 20.00%; no next phase until the "
-                        "budget file's released_holds names kestrel")
+    assert d.reason == (
+        "MoE drop rate 40.00% (mean of the last 32 steps) > max_drop_rate 20.00%; no next phase until the "
+        "budget file's released_holds names kestrel"
+    )
 
 
 def test_drop_rate_signal_stays_quiet_below_the_limit_without_the_column_or_a_limit():
@@ -472,7 +550,8 @@ def test_a_spike_and_a_spent_budget_still_beat_the_drop_rate_hold():
 
 def test_drop_rate_alarm_reads_the_mean_of_the_finite_recent_values():
     assert drop_rate_alarm((), 0.1) is None
-    assert drop_rate_alarm((0.3, math.nan, 0.1), 0.1, window=3) == ("MoE drop rate 20.00% (mean of the last 2 steps) > "
-                                                                    "max_drop_rate 10.00%")
+    assert drop_rate_alarm((0.3, math.nan, 0.1), 0.1, window=3) == (
+        "MoE drop rate 20.00% (mean of the last 2 steps) > max_drop_rate 10.00%"
+    )
     assert drop_rate_alarm((0.3, 0.1, 0.1), 0.2, window=3) is None
     assert drop_rate_alarm((0.9, 0.1, 0.1), 0.2, window=2) is None  # outside the window

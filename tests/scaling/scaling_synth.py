@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from marin_assets.scaling.data import validate_runs
 from marin_assets.scaling.parametric import ParametricFit
 

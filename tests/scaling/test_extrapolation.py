@@ -9,12 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from marin_assets.scaling.extrapolation import (PredictionNotFrozen, check_stamp, compare, comparison_png, lock_name,
-                                                register_prediction, require_frozen)
+from marin_assets.scaling.extrapolation import (
+    PredictionNotFrozen,
+    check_stamp,
+    compare,
+    comparison_png,
+    lock_name,
+    register_prediction,
+    require_frozen,
+)
 from marin_assets.scaling.fits import IsoFlopConfig
 from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at
-from marin_assets.scaling.ladder_predict import (frozen_candidate, loss_at_config, off_optimum, predict_target, run_noise,
-                                                seed_interval, top_budget_holdout)
+from marin_assets.scaling.ladder_predict import (
+    frozen_candidate,
+    loss_at_config,
+    off_optimum,
+    predict_target,
+    run_noise,
+    seed_interval,
+    top_budget_holdout,
+)
 from marin_assets.scaling.recipes import V2
 from marin_assets.scaling.sweep import partition_key, plan_run
 from marin_assets.store import ArtifactStore
@@ -79,13 +93,19 @@ def test_a_lock_rewritten_by_hand_is_refused(store):
 # ---------------------------------------------------------------- the prediction
 
 # A fit summary whose laws are known: N* = 10 C^0.5, envelope 2 + 1e3 C^-0.3, curvature 0.5.
-FIT = {"n_opt_coefficient": 10.0, "n_opt_exponent": 0.5, "d_opt_coefficient": 1 / 60, "d_opt_exponent": 0.5,
-       "loss_law": {"kind": "envelope", "E": 2.0, "A": 1e3, "alpha": 0.3}, "curvature_log10_params": 0.5}
+FIT = {
+    "n_opt_coefficient": 10.0,
+    "n_opt_exponent": 0.5,
+    "d_opt_coefficient": 1 / 60,
+    "d_opt_exponent": 0.5,
+    "loss_law": {"kind": "envelope", "E": 2.0, "A": 1e3, "alpha": 0.3},
+    "curvature_log10_params": 0.5,
+}
 
 
 def test_the_loss_at_a_config_is_the_envelope_plus_the_parabolas_rise():
     c = 1e12
-    n_star = 10 * c ** 0.5
+    n_star = 10 * c**0.5
     assert loss_at_config(FIT, c, n_star) == pytest.approx(loss_at(FIT["loss_law"], c))
     assert loss_at_config(FIT, c, 10 * n_star) == pytest.approx(loss_at(FIT["loss_law"], c) + 0.5)  # a decade off N*
     assert loss_at_config(FIT, c, n_star / 10) == pytest.approx(loss_at(FIT["loss_law"], c) + 0.5)
@@ -105,9 +125,16 @@ def law_counts(seeds: int, noise: float, top_widths: tuple[int, ...] = (16, 24, 
             base = LAW["E"] + LAW["A"] / cand.params ** LAW["alpha"] + LAW["B"] / cand.tokens ** LAW["beta"]
             for seed in range(seeds):
                 counts[partition_key(budget, width, seed)] = {
-                    "budget": cand.budget, "params": cand.params, "tokens": cand.tokens, "flops": cand.flops,
-                    "validation_loss": base * (1 + noise * (-1) ** (seed + width // 8)), "vocab_size": 257,
-                    "recipe": "v2", "lr_base": recipe.lr_base, "lr_sweep_flops": 1e9}
+                    "budget": cand.budget,
+                    "params": cand.params,
+                    "tokens": cand.tokens,
+                    "flops": cand.flops,
+                    "validation_loss": base * (1 + noise * (-1) ** (seed + width // 8)),
+                    "vocab_size": 257,
+                    "recipe": "v2",
+                    "lr_base": recipe.lr_base,
+                    "lr_sweep_flops": 1e9,
+                }
     return counts
 
 
@@ -118,7 +145,9 @@ def fit_of(counts: dict) -> dict:
     runs, _ = runs_from_counts(counts)
     config = IsoFlopConfig(bootstrap_n=0)
     return fit_summary_of(fit_isoflop(runs, config)) | {
-        "runs": [dict(c) | {"partition": k} for k, c in counts.items()], "isoflop_config": config.__dict__ | {"bootstrap_n": 50}}
+        "runs": [dict(c) | {"partition": k} for k, c in counts.items()],
+        "isoflop_config": config.__dict__ | {"bootstrap_n": 50},
+    }
 
 
 def test_seeds_are_averaged_and_resampled_for_the_interval():
@@ -168,8 +197,13 @@ def test_run_noise_is_one_runs_pooled_seed_deviation_relative_to_its_loss():
 
 
 def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
-    ladder = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
-                    targets=(Target("x2", 2.0), Target("pinned", 4.0, width=32, batch_size=8)), seeds=(0, 1))
+    ladder = Ladder(
+        name="law",
+        budgets=(8e9, 1.6e10, 3.2e10),
+        widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+        targets=(Target("x2", 2.0), Target("pinned", 4.0, width=32, batch_size=8)),
+        seeds=(0, 1),
+    )
     fit = fit_of(law_counts(2, 0.002))
     pred = json.loads(json.dumps(predict_target(fit, ladder, ladder.targets[0], SETTINGS)))
     assert pred["budget"] == pytest.approx(6.4e10, rel=0.05) and pred["recipe"]["name"] == "v2"
@@ -188,8 +222,11 @@ def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
     reach = max(abs(off_optimum(fit, r["flops"], r["params"])) for r in fit["runs"])
     for p in (pred, pinned):
         decades = off_optimum(fit, p["config"]["flops"], p["config"]["params"])
-        assert p["off_optimum"] == {"decades": pytest.approx(decades), "ladder_reach_decades": pytest.approx(reach),
-                                    "extrapolated": abs(decades) > reach}
+        assert p["off_optimum"] == {
+            "decades": pytest.approx(decades),
+            "ladder_reach_decades": pytest.approx(reach),
+            "extrapolated": abs(decades) > reach,
+        }
     assert abs(pred["off_optimum"]["decades"]) < 0.1 and not pred["off_optimum"]["extrapolated"]  # the member nearest N*
     far = predict_target(fit, ladder, Target("far", 2.0, width=128, batch_size=8), SETTINGS)["off_optimum"]
     assert far["decades"] > far["ladder_reach_decades"] and far["extrapolated"]
@@ -198,8 +235,13 @@ def test_a_prediction_names_its_run_and_the_target_replans_exactly_it():
 def test_a_target_of_pinned_tokens_trains_exactly_them_and_replans_exactly_them():
     """A main run's target: its model and batch for its tokens, not the nearest 1.1 budget bucket
     (a bucket is up to 5% off: 82 steps instead of the main run's 81)."""
-    ladder = Ladder(name="law", budgets=(8e9, 1.6e10, 3.2e10), widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
-                    targets=(Target("main", 4.0, width=32, batch_size=8, tokens=81 * 8 * 32),), seeds=(0, 1))
+    ladder = Ladder(
+        name="law",
+        budgets=(8e9, 1.6e10, 3.2e10),
+        widths=((8, 16, 32), (8, 16, 32), (16, 24, 40)),
+        targets=(Target("main", 4.0, width=32, batch_size=8, tokens=81 * 8 * 32),),
+        seeds=(0, 1),
+    )
     fit = fit_of(law_counts(2, 0.002))
     pred = json.loads(json.dumps(predict_target(fit, ladder, ladder.targets[0], SETTINGS)))
     assert (pred["config"]["steps"], pred["config"]["tokens"], pred["pinned_tokens"]) == (81, 81 * 8 * 32, 81 * 8 * 32)
@@ -215,12 +257,27 @@ def test_a_target_of_pinned_tokens_trains_exactly_them_and_replans_exactly_them(
 
 
 def test_the_comparison_reports_errors_intervals_and_the_cost_fraction():
-    preds = {t: {"ladder": "law", "target": t, "multiple": m, "budget": b, "loss": p, "c_fit": 1e10, "recipe": {"name": "v2"},
-                 "interval": {"low": p - 0.05, "high": p + 0.05}, "ladder_flops": 6e10, "lr_sweep_flops": 1e10,
-                 "loss_law": FIT["loss_law"], "in_sample": [{"budget": 1e10, "vertex_loss": 3.0, "predicted": 3.0}]}
-             for t, m, b, p in (("x3", 3, 3e10, 2.6), ("x10", 10, 1e11, 2.4))}
-    actual = {"x3": {"validation_loss": 2.5, "flops": 3e10, "width": 16, "params": 1e4},
-              "x10": {"validation_loss": 2.41, "flops": 1e11, "width": 24, "params": 2e4}}
+    preds = {
+        t: {
+            "ladder": "law",
+            "target": t,
+            "multiple": m,
+            "budget": b,
+            "loss": p,
+            "c_fit": 1e10,
+            "recipe": {"name": "v2"},
+            "interval": {"low": p - 0.05, "high": p + 0.05},
+            "ladder_flops": 6e10,
+            "lr_sweep_flops": 1e10,
+            "loss_law": FIT["loss_law"],
+            "in_sample": [{"budget": 1e10, "vertex_loss": 3.0, "predicted": 3.0}],
+        }
+        for t, m, b, p in (("x3", 3, 3e10, 2.6), ("x10", 10, 1e11, 2.4))
+    }
+    actual = {
+        "x3": {"validation_loss": 2.5, "flops": 3e10, "width": 16, "params": 1e4},
+        "x10": {"validation_loss": 2.41, "flops": 1e11, "width": 24, "params": 2e4},
+    }
     out = compare(preds, actual, bound=0.01)
     rows = {r["target"]: r for r in out["rows"]}
     assert rows["x3"]["relative_error"] == pytest.approx(0.04) and rows["x3"]["actual_in_interval"] is False
@@ -235,9 +292,21 @@ def test_the_comparison_reports_errors_intervals_and_the_cost_fraction():
 def test_the_comparison_takes_a_targets_seed_mean_and_widens_the_interval_by_the_runs_noise():
     """A target run at several seeds: the actual is their mean; the interval it is judged by adds
     the ladder's one-run noise over sqrt(seeds) to the fit's interval, in quadrature."""
-    pred = {"ladder": "law", "target": "x3", "multiple": 3, "budget": 3e10, "loss": 2.6, "c_fit": 1e10,
-            "recipe": {"name": "v2"}, "interval": {"low": 2.57, "high": 2.64, "level": 0.95}, "run_sd": 0.01,
-            "ladder_flops": 6e10, "lr_sweep_flops": 0.0, "loss_law": FIT["loss_law"], "in_sample": []}
+    pred = {
+        "ladder": "law",
+        "target": "x3",
+        "multiple": 3,
+        "budget": 3e10,
+        "loss": 2.6,
+        "c_fit": 1e10,
+        "recipe": {"name": "v2"},
+        "interval": {"low": 2.57, "high": 2.64, "level": 0.95},
+        "run_sd": 0.01,
+        "ladder_flops": 6e10,
+        "lr_sweep_flops": 0.0,
+        "loss_law": FIT["loss_law"],
+        "in_sample": [],
+    }
     run = {"flops": 3e10, "width": 16, "params": 1e4}
     seeds = [run | {"validation_loss": loss} for loss in (2.525, 2.565)]
     (row,) = compare({"x3": pred}, {"x3": seeds}, bound=0.05)["rows"]

@@ -36,7 +36,7 @@ def test_v1_keeps_the_old_numbers(width, n):
 def test_v2_falls_as_the_square_root_of_width(width, n):
     assert V2.learning_rate(4 * width, n) == pytest.approx(V2.learning_rate(width, n) / 2)
     assert V2.learning_rate(V2.lr_ref_width, V2.lr_ref_steps) == pytest.approx(V2.lr_base)
-    assert V2.model_fields(width) == {"init_std": pytest.approx(width ** -0.5)}
+    assert V2.model_fields(width) == {"init_std": pytest.approx(width**-0.5)}
 
 
 def test_v2_is_adamh_with_no_weight_decay():
@@ -67,7 +67,7 @@ def test_the_planner_asks_the_recipe():
         for cand in plan.candidates:
             assert cand.learning_rate == recipe.learning_rate(cand.width, cand.steps)
             assert cand.recipe == recipe.name and cand.optimizer == recipe.optimizer_config()
-            assert cand.config.init_std == (cand.width ** -0.5 if recipe is V2 else 0.02)
+            assert cand.config.init_std == (cand.width**-0.5 if recipe is V2 else 0.02)
     with pytest.raises(ValueError, match="ModelFamily.recipe must be a Recipe"):
         dataclasses.replace(family, recipe="v2")
 

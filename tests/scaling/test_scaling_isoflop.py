@@ -10,8 +10,7 @@ import pytest
 
 from marin_assets.cli import main
 from marin_assets.scaling.data import bucket_flops, validate_runs
-from marin_assets.scaling.fits import (IsoFlopConfig, fit_isoflop, fit_loss_envelope, fit_power_law,
-                                       fit_robust_quadratic)
+from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop, fit_loss_envelope, fit_power_law, fit_robust_quadratic
 from marin_assets.scaling.predict import predict_optimum, predict_parametric, relative_error
 from tests.scaling.scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep, sweep_runs
 
@@ -90,12 +89,21 @@ def test_parametric_optimum_is_the_isoflop_minimum():
 def test_bad_budgets_are_excluded_with_reasons():
     p, t, c, l = isoflop_sweep([1e17, 1e18, 1e19], noise=0.0)
     # Budget with only 2 runs.
-    p += [1e7, 2e7]; t += [1e20 / 6e7, 1e20 / 1.2e8]; c += [1e20, 1e20]; l += [3.0, 2.9]
+    p += [1e7, 2e7]
+    t += [1e20 / 6e7, 1e20 / 1.2e8]
+    c += [1e20, 1e20]
+    l += [3.0, 2.9]
     # Non-convex budget: loss falls monotonically with N (all runs on one side of the optimum).
     for n, loss in [(1e6, 4.0), (2e6, 3.8), (4e6, 3.6), (8e6, 3.4)]:
-        p.append(n); t.append(1e16 / (6 * n)); c.append(1e16); l.append(loss)
+        p.append(n)
+        t.append(1e16 / (6 * n))
+        c.append(1e16)
+        l.append(loss)
     # Bad rows: NaN loss and a zero parameter count.
-    p += [1e8, 0.0]; t += [1e9, 1e9]; c += [6e17, 6e17]; l += [math.nan, 3.0]
+    p += [1e8, 0.0]
+    t += [1e9, 1e9]
+    c += [6e17, 6e17]
+    l += [math.nan, 3.0]
     runs = validate_runs(params=p, tokens=t, flops=c, loss=l)
     result = fit_isoflop(runs, FAST)
     reasons = {round(math.log10(e["budget"])): e["reason"] for e in result.excluded_budgets}
@@ -111,7 +119,10 @@ def test_bad_budgets_are_excluded_with_reasons():
 def test_concave_budget_is_reported_as_not_convex():
     p, t, c, l = isoflop_sweep([1e17, 1e18], noise=0.0)
     for n, loss in [(1e6, 3.0), (2e6, 3.3), (4e6, 3.4), (8e6, 3.3), (1.6e7, 3.0)]:
-        p.append(n); t.append(1e16 / (6 * n)); c.append(1e16); l.append(loss)
+        p.append(n)
+        t.append(1e16 / (6 * n))
+        c.append(1e16)
+        l.append(loss)
     result = fit_isoflop(validate_runs(params=p, tokens=t, flops=c, loss=l), FAST)
     (bad,) = result.excluded_budgets
     assert "not convex" in bad["reason"]

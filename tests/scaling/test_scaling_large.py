@@ -26,8 +26,9 @@ from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric,
 from tests.scaling.scaling_synth import TRUE_D_EXPONENT, TRUE_LAW, TRUE_N_EXPONENT, isoflop_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
-COARSE = dict(grid={"a": (0.0, 10.0, 20.0), "b": (0.0, 10.0, 20.0), "e": (-1.0, 0.0, 1.0),
-                    "alpha": (0.5, 1.5), "beta": (0.5, 1.5)})
+COARSE = dict(
+    grid={"a": (0.0, 10.0, 20.0), "b": (0.0, 10.0, 20.0), "e": (-1.0, 0.0, 1.0), "alpha": (0.5, 1.5), "beta": (0.5, 1.5)}
+)
 
 
 def _million_runs(seed: int = 0):
@@ -73,8 +74,7 @@ def test_a_million_runs_fit_in_bounded_memory_and_the_subsample_is_reported():
     # Before: the parametric grid's temporaries were (starts, runs) float64 arrays (33.5 GiB each
     # with the published grid at 1e6 runs; 0.8 GiB each with this coarse one). A fresh process, so
     # its peak RSS is this fit's alone.
-    child = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           check=False)
+    child = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert child.returncode == 0, child.stderr[-2000:]
     out = json.loads(child.stdout)
     assert out["peak_rss"] < 1.5 * 2**30, f"peak RSS {out['peak_rss'] / 2**20:.0f} MiB"
@@ -157,8 +157,10 @@ _cell = st.sampled_from(["1e9", "2e10", " 3.5 ", "", "nan", "-1", "x", "1_0", "4
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(_cell, max_size=6), max_size=12), st.sampled_from([["params", "tokens", "loss"],
-       ["params", "flops", "loss", "loss"], ["loss", "params", "tokens", "flops"]]))
+@given(
+    st.lists(st.lists(_cell, max_size=6), max_size=12),
+    st.sampled_from([["params", "tokens", "loss"], ["params", "flops", "loss", "loss"], ["loss", "params", "tokens", "flops"]]),
+)
 def test_the_block_reader_reads_what_csv_dictreader_reads(tmp_path_factory, rows, header):
     # Blank lines, short and long rows, a repeated column name; blocks of 3 rows so rows cross blocks.
     text = io.StringIO()

@@ -23,8 +23,7 @@ PUBLISHED = {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.36
 def test_anchor_fit_matches_published_replication(capsys):
     # Published protocol: drop the 5 highest-loss runs, Huber delta 1e-3 on log-loss, L-BFGS
     # from the full 4,500-point grid (the CLI default). Bootstrap kept tiny: not under test here.
-    code = main(["scaling", "fit-parametric", "--csv", str(ANCHOR_CSV), "--json",
-                 "--drop-highest", "5", "--bootstrap", "2"])
+    code = main(["scaling", "fit-parametric", "--csv", str(ANCHOR_CSV), "--json", "--drop-highest", "5", "--bootstrap", "2"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n"] == 240
@@ -40,8 +39,9 @@ def test_anchor_fit_matches_published_replication(capsys):
 
 # Tests below use a coarse grid (3 x 3 x 3 x 2 x 2 = 108 starts) to stay fast; the acceptance
 # test above uses the published grid.
-COARSE = ParametricFitConfig(grid={"a": (0.0, 10.0, 20.0), "b": (0.0, 10.0, 20.0), "e": (-1.0, 0.0, 1.0),
-                                   "alpha": (0.5, 1.5), "beta": (0.5, 1.5)})
+COARSE = ParametricFitConfig(
+    grid={"a": (0.0, 10.0, 20.0), "b": (0.0, 10.0, 20.0), "e": (-1.0, 0.0, 1.0), "alpha": (0.5, 1.5), "beta": (0.5, 1.5)}
+)
 
 
 def _synthetic(noise: float, seed: int = 0):
@@ -115,11 +115,24 @@ def test_config_validation():
 # the main run: a shared expert, sigmoid gating): (params, tokens, validation loss). Three sizes at three token
 # counts each do not identify L(N, D): the fit's alpha runs off to ~360.
 MOE_LADDER_RUNS = [
-    (12184, 277504, 2.59562), (12184, 277504, 2.60025), (32040, 100352, 2.730931), (32040, 100352, 2.728418),
-    (5136, 685568, 2.558714), (5136, 685568, 2.681958), (12184, 66560, 2.763663), (12184, 66560, 2.744465),
-    (32040, 24064, 2.921149), (32040, 24064, 2.921702), (5136, 164352, 2.738514), (5136, 164352, 2.735101),
-    (12184, 129536, 2.711129), (12184, 129536, 2.690893), (32040, 46592, 2.825447), (32040, 46592, 2.824426),
-    (5136, 320000, 2.679749), (5136, 320000, 2.697265),
+    (12184, 277504, 2.59562),
+    (12184, 277504, 2.60025),
+    (32040, 100352, 2.730931),
+    (32040, 100352, 2.728418),
+    (5136, 685568, 2.558714),
+    (5136, 685568, 2.681958),
+    (12184, 66560, 2.763663),
+    (12184, 66560, 2.744465),
+    (32040, 24064, 2.921149),
+    (32040, 24064, 2.921702),
+    (5136, 164352, 2.738514),
+    (5136, 164352, 2.735101),
+    (12184, 129536, 2.711129),
+    (12184, 129536, 2.690893),
+    (32040, 46592, 2.825447),
+    (32040, 46592, 2.824426),
+    (5136, 320000, 2.679749),
+    (5136, 320000, 2.697265),
 ]
 
 

@@ -8,8 +8,9 @@ from marin_assets.model import ModelConfig, flops_per_token
 from marin_assets.scaling.data import bucket_flops
 from marin_assets.scaling.planner import ModelFamily, plan_sweep
 
-FAMILY = ModelFamily(widths=(32, 64, 96, 128), vocab_size=256, seq_len=64, head_dim=16, aspect_ratio=32,
-                     batch_sizes=(4, 8, 16, 32), min_steps=20)
+FAMILY = ModelFamily(
+    widths=(32, 64, 96, 128), vocab_size=256, seq_len=64, head_dim=16, aspect_ratio=32, batch_sizes=(4, 8, 16, 32), min_steps=20
+)
 
 
 def test_bucket_flops_is_nearest_power_of_base():
@@ -43,8 +44,9 @@ def test_candidates_hit_budget_with_real_flop_counter():
 def test_injected_flop_counter_and_skips_with_reasons():
     # 6N with N = width^2 * 12 (a toy counter), to show the planner works on any family.
     fpt = lambda cfg, seq: 6.0 * 12 * cfg[0] ** 2  # noqa: E731
-    plan = plan_sweep([1e9], FAMILY, flops_per_token=fpt, param_count=lambda cfg: 12 * cfg[0] ** 2,
-                      build_config=lambda w, d, h: (w, d, h))
+    plan = plan_sweep(
+        [1e9], FAMILY, flops_per_token=fpt, param_count=lambda cfg: 12 * cfg[0] ** 2, build_config=lambda w, d, h: (w, d, h)
+    )
     kept = {c.width for c in plan.candidates}
     skipped = {s["width"]: s["reason"] for s in plan.skipped}
     assert kept | set(skipped) == set(FAMILY.widths)

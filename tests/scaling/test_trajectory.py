@@ -37,8 +37,7 @@ def rows(params: float, seed: int, *, loss_shift=None, grad_scale=None, dropped=
         tokens = step * TOKENS_PER_STEP
         loss = law(params, tokens) + rng.normal(0, 0.04) + (loss_shift(step) if loss_shift else 0.0)
         grad = math.exp(rng.normal(0, 0.15)) * (1 + 2 * math.exp(-step / 5)) * (grad_scale(step) if grad_scale else 1.0)
-        out.append({"step": step, "tokens": tokens, "loss": loss, "grad_norm": grad,
-                    "dropped": dropped(step) if dropped else 0})
+        out.append({"step": step, "tokens": tokens, "loss": loss, "grad_norm": grad, "dropped": dropped(step) if dropped else 0})
     return out
 
 
@@ -175,13 +174,24 @@ def _train(caches, out, width: int, lr: float, seed: int) -> Curve:
     from marin_assets.train.loop import train
     from marin_assets.train.metrics import read_metrics
 
-    config = config_from_dict({
-        "model": _model(width), "seq_len": 32, "batch_size": 8, "num_steps": STEPS_REAL, "seed": seed, "data_seed": seed,
-        "checkpoint_every_steps": STEPS_REAL, "guards": {"max_skipped_fraction": 1.0},  # let a diverging run log every step
-        "schedule": {"kind": "wsd", "peak_lr": lr, "warmup_steps": 2, "decay_steps": 4}}, "run")
+    config = config_from_dict(
+        {
+            "model": _model(width),
+            "seq_len": 32,
+            "batch_size": 8,
+            "num_steps": STEPS_REAL,
+            "seed": seed,
+            "data_seed": seed,
+            "checkpoint_every_steps": STEPS_REAL,
+            "guards": {"max_skipped_fraction": 1.0},  # let a diverging run log every step
+            "schedule": {"kind": "wsd", "peak_lr": lr, "warmup_steps": 2, "decay_steps": 4},
+        },
+        "run",
+    )
     result = train(config, caches, out, resume=False, telemetry_root=str(out / "telemetry"))
-    return Curve.from_rows(f"d{width}-lr{lr:g}-s{seed}", _active_params(width), read_metrics(result.metrics_path),
-                           planned_tokens=STEPS_REAL * 8 * 32)
+    return Curve.from_rows(
+        f"d{width}-lr{lr:g}-s{seed}", _active_params(width), read_metrics(result.metrics_path), planned_tokens=STEPS_REAL * 8 * 32
+    )
 
 
 @pytest.mark.slow
@@ -210,4 +220,4 @@ def test_real_runs_a_100x_lr_leaves_the_band_within_10_steps_and_a_normal_lr_sta
     # The phase controller's own detector compares a run with its own recent past: a run that is
     # bad from the start and stays bad never spikes against it.
     losses = list(too_high.series("loss"))
-    assert not any(loss_spike(losses[:i + 1], 6.0, 32) for i in range(len(losses)))
+    assert not any(loss_spike(losses[: i + 1], 6.0, 32) for i in range(len(losses)))

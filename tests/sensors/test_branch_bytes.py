@@ -30,9 +30,17 @@ from tests.support.plays import FOLIO_PLAY, MODERN_PLAY
 
 # The main run's two datasets (sotu, and plays for shakespeare: one held out), the byte tokenizer, the chat
 # dataset made from the plays, and the mixture over all three (the chat dataset at weight 0, as in the code location).
-DATA = [*byte_datasets({"sotu": ([json.__doc__] * 6, []),
-                        "shakespeare": ([MODERN_PLAY.replace("Wren", name) for name in ("Wren", "Ash", "Rook")], [FOLIO_PLAY])}),
-        tokenizer_asset("bytes"), shakespeare_chat, mixture_asset(["sotu", "shakespeare", CHAT_SOURCE])]
+DATA = [
+    *byte_datasets(
+        {
+            "sotu": ([json.__doc__] * 6, []),
+            "shakespeare": ([MODERN_PLAY.replace("Wren", name) for name in ("Wren", "Ash", "Rook")], [FOLIO_PLAY]),
+        }
+    ),
+    tokenizer_asset("bytes"),
+    shakespeare_chat,
+    mixture_asset(["sotu", "shakespeare", CHAT_SOURCE]),
+]
 
 # kestrel (8 steps), then the planned cooldown jellyfish (4 steps) that spends the budget; the branch cools
 # kestrel down for 4 steps of its own.
@@ -44,8 +52,15 @@ PLAN = PhasePlan(
     min_cooldown_tokens=TOKENS_PER_STEP,
 )
 BRANCH = BranchSpec(name="early_cooldown", from_phase="kestrel", token_budget=4 * TOKENS_PER_STEP)
-SFT = BranchSpec(name="sft", from_phase="kestrel", token_budget=3 * TOKENS_PER_STEP, schedule="constant", is_cooldown=False,
-                 mixture={CHAT_SOURCE: 1.0}, peak_lr=1e-3)
+SFT = BranchSpec(
+    name="sft",
+    from_phase="kestrel",
+    token_budget=3 * TOKENS_PER_STEP,
+    schedule="constant",
+    is_cooldown=False,
+    mixture={CHAT_SOURCE: 1.0},
+    peak_lr=1e-3,
+)
 WALL_CLOCK = {"tokens_per_s", "mfu"}  # metrics columns timed by the host's clock: they differ between any two runs
 
 
@@ -149,6 +164,10 @@ def test_the_main_runs_versions_and_bytes_are_the_same_with_and_without_a_branch
     rows = [r for r in read_metrics(Path(sft.data_path) / "metrics.jsonl") if r["phase"] == SFT.partition]
     assert [r["step"] for r in rows] == [9, 10, 11] and all(r["lr"] == pytest.approx(1e-3) for r in rows)
     chat = branched_store.store.read_pointer("datasets/shakespeare_chat", None)
-    assert chat.counts["plays"] == 4 and chat.counts["validation_docs"] > 0 and 0 < chat.counts["train_target_tokens"] < chat.counts["train_tokens"]
+    assert (
+        chat.counts["plays"] == 4
+        and chat.counts["validation_docs"] > 0
+        and 0 < chat.counts["train_target_tokens"] < chat.counts["train_tokens"]
+    )
     result = json.loads((Path(sft.data_path) / "train_result.json").read_text())
     assert result["validation_loss"] is not None and result["validation_loss"] > 0

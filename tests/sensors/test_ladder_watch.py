@@ -41,13 +41,22 @@ PARAMS = float(count_params(ModelConfig(**MODEL))[1])
 LADDER = {"C1-d1": PARAMS / 2, "C1-d2": PARAMS * 0.8, "C1-d3": PARAMS * 1.6, "C1-d4": PARAMS * 3}  # one seed each
 STEPS, FAULT_AT = 60, 20
 TOO_HIGH_LR = 0.5
-KESTREL = PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd", mixture={"web": 1.0}, batch_size=8, hardware="cpu",
-                    token_budget=STEPS * TOKENS_PER_STEP, peak_lr=3e-3)
+KESTREL = PhaseSpec(
+    name="kestrel",
+    warm_start_from=None,
+    schedule="wsd",
+    mixture={"web": 1.0},
+    batch_size=8,
+    hardware="cpu",
+    token_budget=STEPS * TOKENS_PER_STEP,
+    peak_lr=3e-3,
+)
 phases = dg.DynamicPartitionsDefinition(name="watch_phases")
 
 
-@versioned_asset(key="sweep_stub", code_version="1", partitions_def=dg.StaticPartitionsDefinition(list(LADDER)),
-                 group_name="scaling")
+@versioned_asset(
+    key="sweep_stub", code_version="1", partitions_def=dg.StaticPartitionsDefinition(list(LADDER)), group_name="scaling"
+)
 def sweep_stub(ctx: StageContext):
     from marin_assets.store.artifact_files import write_file
 
@@ -68,15 +77,27 @@ def make_train(telemetry_root: str, plan_run: str):
     def train_watched(ctx: StageContext, config: StubConfig):
         spec = PhaseSpec(**config.phase)
         faulty = spec.peak_lr > 0.01
-        steps = rows(PARAMS, seed=10 + config.attempt, loss_shift=lambda s: 1.5 * (faulty and s >= FAULT_AT),
-                     grad_scale=lambda s: 8.0 if faulty and s >= FAULT_AT else 1.0, steps=spec.token_budget // TOKENS_PER_STEP)
+        steps = rows(
+            PARAMS,
+            seed=10 + config.attempt,
+            loss_shift=lambda s: 1.5 * (faulty and s >= FAULT_AT),
+            grad_scale=lambda s: 8.0 if faulty and s >= FAULT_AT else 1.0,
+            steps=spec.token_budget // TOKENS_PER_STEP,
+        )
         with TelemetryWriter(telemetry_root, phase_telemetry_run(plan_run, spec.name)) as writer:
             for row in steps:
                 writer.log(row["step"], {k: v for k, v in row.items() if k != "step"}, phase=spec.name)
         tokens = steps[-1]["tokens"]
-        return {"phase": spec.name, "tokens_trained": tokens, "phase_tokens": tokens, "final_step": steps[-1]["step"],
-                "tokens_consumed": {"web": tokens}, "tokens_available": {"web": 10**9},
-                "recent_losses": [r["loss"] for r in steps[-32:]], "is_cooldown": spec.is_cooldown}
+        return {
+            "phase": spec.name,
+            "tokens_trained": tokens,
+            "phase_tokens": tokens,
+            "final_step": steps[-1]["step"],
+            "tokens_consumed": {"web": tokens},
+            "tokens_available": {"web": 10**9},
+            "recent_losses": [r["loss"] for r in steps[-32:]],
+            "is_cooldown": spec.is_cooldown,
+        }
 
     return train_watched
 
@@ -101,17 +122,27 @@ class Harness:
         write_budget(self.budget, Budget(budget_tokens=10 * STEPS * TOKENS_PER_STEP))
         store = ArtifactStoreResource(prefix=str(tmp_path / "store"))
         telemetry = str(tmp_path / "telemetry")
-        plan = PhasePlan(run="watched", first=dataclasses.replace(KESTREL, peak_lr=lr),
-                         cooldown_tokens=16 * TOKENS_PER_STEP)
+        plan = PhasePlan(run="watched", first=dataclasses.replace(KESTREL, peak_lr=lr), cooldown_tokens=16 * TOKENS_PER_STEP)
         self.train = make_train(telemetry, plan.run)
-        self.watch = LadderWatch("sweep_stub", list(LADDER), MODEL, LadderWatchSettings(action=action, **settings),
-                                 store=lambda: ArtifactStore(ladder_store))
-        self.sensor = phase_controller_sensor(plan, self.train, budget_file=lambda: self.budget,
-                                              telemetry_root=lambda: telemetry, watch=self.watch)
+        self.watch = LadderWatch(
+            "sweep_stub",
+            list(LADDER),
+            MODEL,
+            LadderWatchSettings(action=action, **settings),
+            store=lambda: ArtifactStore(ladder_store),
+        )
+        self.sensor = phase_controller_sensor(
+            plan, self.train, budget_file=lambda: self.budget, telemetry_root=lambda: telemetry, watch=self.watch
+        )
         check = ladder_band_check(self.train, self.watch, plan.run, telemetry_root=lambda: telemetry)
         self.job = dg.define_asset_job("watched_phase", selection=dg.AssetSelection.groups("training"))
-        self.defs = dg.Definitions(assets=[self.train], asset_checks=[check], jobs=[self.job], sensors=[self.sensor],
-                                   resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
+        self.defs = dg.Definitions(
+            assets=[self.train],
+            asset_checks=[check],
+            jobs=[self.job],
+            sensors=[self.sensor],
+            resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+        )
         self.instance = instance or dg.DagsterInstance.ephemeral()
         self.cursor = None
 
@@ -123,8 +154,12 @@ class Harness:
     def execute(self, request: dg.RunRequest) -> None:
         self.instance.add_dynamic_partitions(phases.name, [request.partition_key])
         job = self.defs.resolve_job_def("watched_phase")
-        run = job.execute_in_process(run_config=request.run_config, partition_key=request.partition_key, instance=self.instance,
-                                     tags={**request.tags, "dagster/run_key": request.run_key})
+        run = job.execute_in_process(
+            run_config=request.run_config,
+            partition_key=request.partition_key,
+            instance=self.instance,
+            tags={**request.tags, "dagster/run_key": request.run_key},
+        )
         assert run.success
 
     def first_phase(self) -> dg.RunRequest:
@@ -209,8 +244,11 @@ def test_rollback_restarts_the_phase_then_holds_after_max_rollbacks(tmp_path, la
 
 
 def test_rollback_ends_a_running_phase_mid_way_like_a_loss_spike(tmp_path, ladder_store):
-    launcher = {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-                "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"}}
+    launcher = {
+        "module": "marin_assets.orchestration.launcher",
+        "class": "RoutingRunLauncher",
+        "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"},
+    }
     with dg.instance_for_test(overrides={"run_launcher": launcher}) as instance:
         _end_mid_phase(Harness(tmp_path, ladder_store, "rollback", lr=TOO_HIGH_LR, instance=instance), tmp_path)
 
@@ -220,8 +258,14 @@ def _end_mid_phase(h: Harness, tmp_path) -> None:
 
     (request,) = h.tick().run_requests
     # The phase's run has started and logged 30 steps, off the band from step 20.
-    h.instance.add_run(DagsterRun(job_name="watched_phase", run_id="running-kestrel", status=DagsterRunStatus.STARTED,
-                                  tags={"dagster/run_key": request.run_key}))
+    h.instance.add_run(
+        DagsterRun(
+            job_name="watched_phase",
+            run_id="running-kestrel",
+            status=DagsterRunStatus.STARTED,
+            tags={"dagster/run_key": request.run_key},
+        )
+    )
     live = rows(PARAMS, seed=10, loss_shift=lambda s: 1.5 * (s >= FAULT_AT), grad_scale=lambda s: 8.0 if s >= FAULT_AT else 1.0)
     with TelemetryWriter(str(tmp_path / "telemetry"), phase_telemetry_run("watched", "kestrel")) as writer:
         for row in live[:30]:
@@ -258,15 +302,23 @@ def test_the_check_judges_a_real_train_demo_phase_in_its_run(tmp_path, monkeypat
     watch = LadderWatch("sweep_stub", list(LADDER), MODEL, store=lambda: ArtifactStore(ladder_store))
     check = ladder_band_check(train_phase, watch, RUN)
     store = ArtifactStoreResource()
-    resources = {"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store),
-                 "training_backend": LocalTrainingBackend()}
+    resources = {
+        "artifact_store": store,
+        "artifact_io": ArtifactIOManager(artifact_store=store),
+        "training_backend": LocalTrainingBackend(),
+    }
     instance = dg.DagsterInstance.ephemeral()
     assert dg.materialize([*byte_caches, mixture], instance=instance, resources=resources, run_config=MIXTURE_CONFIG).success
     instance.add_dynamic_partitions(train_phase.partitions_def.name, ["kestrel"])
     config = {"phase": dataclasses.asdict(phase_spec("kestrel", 12)), "base": BASE, "warm_start_version": ""}
-    result = dg.materialize([*byte_caches, mixture, train_phase, check], selection=[train_phase, check],
-                            partition_key="kestrel", instance=instance, resources=resources,
-                            run_config={"ops": {"train__demo": {"config": config}}})
+    result = dg.materialize(
+        [*byte_caches, mixture, train_phase, check],
+        selection=[train_phase, check],
+        partition_key="kestrel",
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"train__demo": {"config": config}}},
+    )
     assert result.success
     (evaluation,) = result.get_asset_check_evaluations()
     meta = {k: v.value for k, v in evaluation.metadata.items()}
@@ -284,8 +336,10 @@ def test_before_the_ladder_has_run_nothing_is_judged_and_the_plan_goes_on(tmp_pa
     assert nxt.tags["marin/action"] == "cool_down"
     (in_run,) = h.check_evaluations()
     assert in_run.passed and in_run.severity == dg.AssetCheckSeverity.WARN
-    assert in_run.description == ("not judged: no ladder trajectory yet: the ladder watch needs runs of >= 2 model sizes, "
-                                  "got [] from 0 run(s) (left out 4 of 4 ladder runs: C1-d1, C1-d2, C1-d3, C1-d4)")
+    assert in_run.description == (
+        "not judged: no ladder trajectory yet: the ladder watch needs runs of >= 2 model sizes, "
+        "got [] from 0 run(s) (left out 4 of 4 ladder runs: C1-d1, C1-d2, C1-d3, C1-d4)"
+    )
     assert h.observations("ladder_watch") == []
 
 

@@ -374,7 +374,7 @@ def test_the_newest_main_phase_mapping_skips_branches_that_lastpartitionmapping_
 
 
 def test_the_task_suite_scores_the_newest_main_phase_not_a_branch_added_after_it(tmp_path):
-    from assets.training import eval_task
+    from assets.evals import eval_task
     from tests.evaluation.test_eval_assets import stub_tokenizer
     from tests.evaluation.test_eval_assets import stub_train as checkpoint_train
 

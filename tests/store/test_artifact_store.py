@@ -90,15 +90,19 @@ def test_kill_9_mid_write_leaves_nothing_complete_and_rerun_gives_same_result(tm
     rerun = subprocess.run([sys.executable, WORKER, str(prefix), str(log), "0.1"], capture_output=True, text=True, timeout=120)
     assert rerun.stdout.strip().splitlines()[-1] == "computed", rerun.stderr
     ref = store.load("test/shared", None, version)
-    assert ref is not None and ref.manifest["files"] == [{"path": "payload.bin", "bytes": 10_000,
-                                                             "sha256": hashlib.sha256(b"x" * 10_000).hexdigest()}]
+    assert ref is not None and ref.manifest["files"] == [
+        {"path": "payload.bin", "bytes": 10_000, "sha256": hashlib.sha256(b"x" * 10_000).hexdigest()}
+    ]
     assert not list(prefix.rglob(".staging-*"))
 
 
 def test_two_processes_same_version_exactly_one_computes(tmp_path):
     log = tmp_path / "log.txt"
     prefix = tmp_path / "prefix"
-    procs = [subprocess.Popen([sys.executable, WORKER, str(prefix), str(log), "1.5"], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, WORKER, str(prefix), str(log), "1.5"], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outcomes = sorted(p.communicate(timeout=120)[0].strip().splitlines()[-1] for p in procs)
     assert outcomes == ["computed", "hit"]
     assert log.read_text().splitlines() == ["computed"]
@@ -107,8 +111,14 @@ def test_two_processes_same_version_exactly_one_computes(tmp_path):
 def test_local_lease_is_exclusive_and_released_on_process_death(tmp_path):
     fs = fsspec.filesystem("file")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT); fcntl.flock(fd,fcntl.LOCK_EX); print('locked',flush=True); time.sleep(60)", str(tmp_path / ".lock")],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT); fcntl.flock(fd,fcntl.LOCK_EX); print('locked',flush=True); time.sleep(60)",
+            str(tmp_path / ".lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout.readline().strip() == "locked"
     lease = Lease(fs, str(tmp_path))
@@ -273,11 +283,17 @@ def _committed(store, text="hello world"):
     return version, calls, compute, store.materialize("a/b", "p0", version, compute, {}).ref
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (lambda path: path.unlink(), "out.txt: missing (the manifest lists it, 11 bytes)"),
-    (lambda path: path.write_text("hello"), "out.txt: 5 bytes, the manifest says 11"),
-    (lambda path: path.write_text("HELLO WORLD"), "out.txt: its sha256 differs from the manifest's (rewritten after the commit)"),
-])
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (lambda path: path.unlink(), "out.txt: missing (the manifest lists it, 11 bytes)"),
+        (lambda path: path.write_text("hello"), "out.txt: 5 bytes, the manifest says 11"),
+        (
+            lambda path: path.write_text("HELLO WORLD"),
+            "out.txt: its sha256 differs from the manifest's (rewritten after the commit)",
+        ),
+    ],
+)
 def test_a_committed_artifact_whose_files_changed_is_recomputed_not_served(tmp_path, damage, reason, caplog):
     # A file deleted, cut or rewritten (same size) after the commit: before, load served it as a cache hit.
     store = ArtifactStore(str(tmp_path))

@@ -195,8 +195,15 @@ def test_local_flock_holder_survives_failed_record_writes(tmp_path, monkeypatch)
     lease.release()
 
 
-@pytest.mark.parametrize("bad", [dict(heartbeat_s=float("nan")), dict(stale_after_s=float("inf")),
-                                 dict(heartbeat_s=0), dict(heartbeat_s=100, stale_after_s=90)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(heartbeat_s=float("nan")),
+        dict(stale_after_s=float("inf")),
+        dict(heartbeat_s=0),
+        dict(heartbeat_s=100, stale_after_s=90),
+    ],
+)
 def test_lease_config_rejects_non_finite_and_inverted_windows(bad):
     with pytest.raises(ValueError, match="heartbeat|stale"):
         LeaseConfig(**bad)

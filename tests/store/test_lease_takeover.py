@@ -19,8 +19,9 @@ POLL_S = CONFIG.heartbeat_s / 4
 
 
 def _lease(directory: str, fs=None, clock: FakeClock | None = None, owner: str = "new-run") -> Lease:
-    return Lease(fs or fsspec.filesystem("memory"), directory, CONFIG, owner=owner, clock=clock or FakeClock(),
-                 heartbeat_thread=False)
+    return Lease(
+        fs or fsspec.filesystem("memory"), directory, CONFIG, owner=owner, clock=clock or FakeClock(), heartbeat_thread=False
+    )
 
 
 def _dir(name: str) -> str:
@@ -37,12 +38,13 @@ def test_a_fresh_process_takes_over_a_crashed_holders_lease_after_the_window_say
     waited = fresh.clock.monotonic() - 7_000.0
     assert CONFIG.stale_after_s <= waited < CONFIG.stale_after_s + POLL_S
     assert fresh._generation == 2 and fresh.held()
-    assert said[0].startswith(f"the lease memory://{directory} is held by host:123:crashed, whose record has not "
-                              "changed in the 0s this process has watched it; taking it over if it stays unchanged "
-                              "for 30s (a live holder renews it every 10s)")
+    assert said[0].startswith(
+        f"the lease memory://{directory} is held by host:123:crashed, whose record has not "
+        "changed in the 0s this process has watched it; taking it over if it stays unchanged "
+        "for 30s (a live holder renews it every 10s)"
+    )
     assert [line.split("changed in the ")[1].split("s ")[0] for line in said[1:-1]] == ["10", "20"]
-    assert said[-1] == (f"took over the lease memory://{directory}: its record did not change for 30s, "
-                        "so its holder is gone")
+    assert said[-1] == (f"took over the lease memory://{directory}: its record did not change for 30s, so its holder is gone")
     with pytest.raises(LeaseLost, match="taken over"):
         crashed.check()
 
@@ -111,8 +113,9 @@ def test_a_garbage_newest_record_is_taken_over_after_the_window_naming_it_unread
 def test_a_file_where_the_lease_folder_should_be_is_one_clear_error(tmp_path):
     (tmp_path / ".datakit.lease").write_text("x")
     lease = _lease(str(tmp_path / ".datakit.lease"), fs=fsspec.filesystem("file"))
-    with pytest.raises(LeaseDamaged, match=f"^lease {tmp_path}/.datakit.lease is a file, not a folder; "
-                                           "remove it if no run is using it$"):
+    with pytest.raises(
+        LeaseDamaged, match=f"^lease {tmp_path}/.datakit.lease is a file, not a folder; remove it if no run is using it$"
+    ):
         lease.acquire()
 
 

@@ -6,7 +6,13 @@ from marin_assets.store import ArtifactStore, compute_version, short_version, va
 
 
 def test_version_is_deterministic_and_sensitive_to_each_input():
-    base = dict(asset_key="datakit/normalized", code_version="1", config={"shard_docs": 100}, partition_key="sotu", upstream={"sources/sotu[sotu]": "ab"})
+    base = dict(
+        asset_key="datakit/normalized",
+        code_version="1",
+        config={"shard_docs": 100},
+        partition_key="sotu",
+        upstream={"sources/sotu[sotu]": "ab"},
+    )
     v = compute_version(**base)
     assert v == compute_version(**base)
     assert len(v) == 64

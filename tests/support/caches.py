@@ -42,5 +42,5 @@ def write_cache(cache_dir: str | Path, docs: Sequence[str]) -> int:
 
     with CacheWriter(str(cache_dir)) as writer:
         for start in range(0, len(docs), BATCH_DOCS):
-            writer.write_batch({"input_ids": [byte_ids(doc) for doc in docs[start:start + BATCH_DOCS]]})
+            writer.write_batch({"input_ids": [byte_ids(doc) for doc in docs[start : start + BATCH_DOCS]]})
     return writer.tokens

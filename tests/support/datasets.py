@@ -32,17 +32,26 @@ def write_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequen
     root = join(out_dir, key)
     train_tokens, validation_tokens = write_cache(join(root, "train"), train), write_cache(join(root, "validation"), validation)
     ids = [f"{i:032x}" for i in range(len(validation) + len(train))]
-    write_table(pa.table({"id": ids[:len(validation)], "text": list(validation)}), join(root, VALIDATION_DOCS))
+    write_table(pa.table({"id": ids[: len(validation)], "text": list(validation)}), join(root, VALIDATION_DOCS))
     write_table(pa.table({"id": ids, "text": [*validation, *train]}), join(root, "documents.parquet"))
-    return ShardCache(key, hashlib.sha256(json.dumps([train, validation]).encode()).hexdigest(), root, train_tokens,
-                      validation_tokens, len(train), len(validation), documents=join(root, "documents.parquet"))
+    return ShardCache(
+        key,
+        hashlib.sha256(json.dumps([train, validation]).encode()).hexdigest(),
+        root,
+        train_tokens,
+        validation_tokens,
+        len(train),
+        len(validation),
+        documents=join(root, "documents.parquet"),
+    )
 
 
 def counted_shard(out_dir: str, key: str, train: Sequence[str], validation: Sequence[str]) -> ShardCache:
     """A shard entry with the counts the texts would give, and no caches (for readers of the
     index alone, on filesystems tensorstore cannot write: memory://)."""
-    return ShardCache(key, "counted", f"{out_dir.rstrip('/')}/{key}", token_count(train), token_count(validation), len(train),
-                      len(validation))
+    return ShardCache(
+        key, "counted", f"{out_dir.rstrip('/')}/{key}", token_count(train), token_count(validation), len(train), len(validation)
+    )
 
 
 def byte_tokenizer_identity() -> dict:
@@ -55,7 +64,9 @@ def byte_tokenizer_identity() -> dict:
     return {"sha256": encoder.sha256, "vocab_size": VOCAB_SIZE, "eos_id": EOS}
 
 
-def byte_dataset_asset(source: str, shards: Sequence[tuple[Sequence[str], Sequence[str]]], caches: bool = True) -> dg.AssetsDefinition:
+def byte_dataset_asset(
+    source: str, shards: Sequence[tuple[Sequence[str], Sequence[str]]], caches: bool = True
+) -> dg.AssetsDefinition:
     """datasets/<source> over ``shards`` ([(train texts, validation texts)] per shard), versioned by
     the texts; ``caches=False`` writes the index and counts only."""
     digest = hashlib.sha256(json.dumps([source, [list(map(list, s)) for s in shards], caches]).encode()).hexdigest()[:16]
@@ -66,15 +77,21 @@ def byte_dataset_asset(source: str, shards: Sequence[tuple[Sequence[str], Sequen
         caches = [make(ctx.out_dir, f"{source}-test-{i:05d}", train, held) for i, (train, held) in enumerate(shards)]
         dataset = Dataset(source, tuple(caches), byte_tokenizer_identity())
         write_dataset(dataset, ctx.out_dir)
-        return {"shards": len(caches), "train_tokens": dataset.train_tokens, "validation_tokens": dataset.validation_tokens,
-                "train_docs": sum(c.train_docs for c in caches), "validation_docs": sum(c.validation_docs for c in caches),
-                "vocab_size": VOCAB_SIZE}
+        return {
+            "shards": len(caches),
+            "train_tokens": dataset.train_tokens,
+            "validation_tokens": dataset.validation_tokens,
+            "train_docs": sum(c.train_docs for c in caches),
+            "validation_docs": sum(c.validation_docs for c in caches),
+            "vocab_size": VOCAB_SIZE,
+        }
 
     return _dataset
 
 
-def byte_datasets(texts: Mapping[str, tuple[Sequence[str], Sequence[str]]], shards_per_source: int = 1,
-                  caches: bool = True) -> list[dg.AssetsDefinition]:
+def byte_datasets(
+    texts: Mapping[str, tuple[Sequence[str], Sequence[str]]], shards_per_source: int = 1, caches: bool = True
+) -> list[dg.AssetsDefinition]:
     """One stand-in dataset per source ({source: (train texts, validation texts)}), each split
     over ``shards_per_source`` shards (round-robin), so readers cross shard boundaries."""
     out = []

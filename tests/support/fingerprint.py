@@ -38,7 +38,9 @@ def _is_ours(obj: Any) -> bool:
     if module.split(".")[0] not in OURS or not (inspect.isfunction(obj) or inspect.isclass(obj)):
         return False
     try:
-        return inspect.getsourcefile(obj) is not None and not (inspect.isfunction(obj) and obj.__code__.co_filename.startswith("<"))
+        return inspect.getsourcefile(obj) is not None and not (
+            inspect.isfunction(obj) and obj.__code__.co_filename.startswith("<")
+        )
     except TypeError:
         return False
 
@@ -89,8 +91,13 @@ def _syntax_hash(obj: Any) -> str:
     tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 
@@ -181,13 +188,17 @@ def differences(pinned: dict[str, dict], now: dict[str, dict]) -> list[str]:
         if old is None:
             lines.append(f"{key}: not pinned (run python -m tests.support.fingerprint --update)")
         elif old["code_version"] != entry["code_version"]:
-            lines.append(f"{key}: code_version {old['code_version']} -> {entry['code_version']}: re-pin "
-                         f"(python -m tests.support.fingerprint --update)")
+            lines.append(
+                f"{key}: code_version {old['code_version']} -> {entry['code_version']}: re-pin "
+                f"(python -m tests.support.fingerprint --update)"
+            )
         else:
             changed = sorted(n for n in set(old["code"]) | set(entry["code"]) if old["code"].get(n) != entry["code"].get(n))
             if changed:
-                lines.append(f"{key}: code changed without a code_version bump (still {entry['code_version']}): "
-                             f"{', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}")
+                lines.append(
+                    f"{key}: code changed without a code_version bump (still {entry['code_version']}): "
+                    f"{', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"
+                )
     lines += [f"{key}: pinned but no longer a versioned asset (re-pin)" for key in sorted(set(pinned) - set(now))]
     return lines
 

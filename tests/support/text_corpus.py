@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import random
 
-VOCAB = [f"{a}{b}" for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa") for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")]
+VOCAB = [
+    f"{a}{b}"
+    for a in ("ka", "lo", "mi", "ne", "su", "ta", "vo", "re", "di", "pa")
+    for b in ("n", "s", "th", "r", "l", "m", "ck", "ve")
+]
 
 
 def prose(seed: int, words: int = 60) -> str:

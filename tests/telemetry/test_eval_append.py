@@ -8,11 +8,20 @@ from tests.support.configs import EVAL_CHECKPOINT
 
 
 def test_telemetry_metrics_flattens_bpb_and_accuracies():
-    result = {"step": 3, "phase": "p",
-              "bpb": {"micro_bpb": 1.5, "macro_bpb": 1.25, "sets": {"web": {"bpb": 1.0}, "code": {"bpb": 1.5}}},
-              "multiple_choice": {"arc_easy": {"acc": 0.5, "acc_norm": 0.25, "n": 8, "chance": 0.25}}}
-    assert telemetry_metrics(result) == {"eval.bpb.micro": 1.5, "eval.bpb.macro": 1.25, "eval.bpb.web": 1.0,
-                                         "eval.bpb.code": 1.5, "eval.acc.arc_easy": 0.5, "eval.acc_norm.arc_easy": 0.25}
+    result = {
+        "step": 3,
+        "phase": "p",
+        "bpb": {"micro_bpb": 1.5, "macro_bpb": 1.25, "sets": {"web": {"bpb": 1.0}, "code": {"bpb": 1.5}}},
+        "multiple_choice": {"arc_easy": {"acc": 0.5, "acc_norm": 0.25, "n": 8, "chance": 0.25}},
+    }
+    assert telemetry_metrics(result) == {
+        "eval.bpb.micro": 1.5,
+        "eval.bpb.macro": 1.25,
+        "eval.bpb.web": 1.0,
+        "eval.bpb.code": 1.5,
+        "eval.acc.arc_easy": 0.5,
+        "eval.acc_norm.arc_easy": 0.25,
+    }
     assert telemetry_metrics({"step": 1, "phase": None}) == {}
 
 
@@ -30,6 +39,7 @@ def checkpoint(tmp_path):
     def save(folder, meta):
         ckpt.save(folder / "checkpoints", 10, state, {"config": config_to_dict(config), "phase": "phoenix", **meta})
         return folder
+
     return save
 
 
@@ -38,13 +48,16 @@ def test_evaluate_appends_at_the_checkpoint_step_under_the_training_run(checkpoi
 
     root = str(tmp_path / "telemetry")
     named = checkpoint(tmp_path / "named", {"telemetry_run": "demo-phoenix"})
-    out = evaluate(named, bpb_sets={"license": ["Python is a programming language."]}, tasks=(), batch_size=8,
-                   telemetry_root=root)
+    out = evaluate(
+        named, bpb_sets={"license": ["Python is a programming language."]}, tasks=(), batch_size=8, telemetry_root=root
+    )
     frame = TelemetryStore(root).query(run="demo-phoenix")
     got = {(m, s, p): v for m, s, v, p in frame.select("metric", "step", "value", "phase").iter_rows()}
-    assert got == {("eval.bpb.micro", 10, "phoenix"): pytest.approx(out["bpb"]["micro_bpb"]),
-                   ("eval.bpb.macro", 10, "phoenix"): pytest.approx(out["bpb"]["macro_bpb"]),
-                   ("eval.bpb.license", 10, "phoenix"): pytest.approx(out["bpb"]["sets"]["license"]["bpb"])}
+    assert got == {
+        ("eval.bpb.micro", 10, "phoenix"): pytest.approx(out["bpb"]["micro_bpb"]),
+        ("eval.bpb.macro", 10, "phoenix"): pytest.approx(out["bpb"]["macro_bpb"]),
+        ("eval.bpb.license", 10, "phoenix"): pytest.approx(out["bpb"]["sets"]["license"]["bpb"]),
+    }
 
     # a checkpoint from before telemetry names no run: nothing appended, unless a run is given
     old = checkpoint(tmp_path / "old", {})

@@ -107,8 +107,10 @@ def test_two_concurrent_ingest_processes_add_the_file_once(tmp_path):
     path, root, go = tmp_path / "metrics.jsonl", str(tmp_path / "tel"), tmp_path / "go"
     path.write_text(lines(range(20_000)))
     # Both processes import everything first, then start ingesting at the same moment.
-    body = ("import os, sys, time\nfrom marin_assets.cli import main\nimport marin_assets.telemetry\n"
-            "while not os.path.exists(sys.argv[1]): time.sleep(0.005)\nsys.exit(main(sys.argv[2:]))")
+    body = (
+        "import os, sys, time\nfrom marin_assets.cli import main\nimport marin_assets.telemetry\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.005)\nsys.exit(main(sys.argv[2:]))"
+    )
     argv = [sys.executable, "-c", body, str(go), "telemetry", "ingest", "--root", root, "--run", "r1", str(path)]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     time.sleep(3.0)  # time for both to import
@@ -120,8 +122,10 @@ def test_two_concurrent_ingest_processes_add_the_file_once(tmp_path):
     assert stored_rows(root) == expected_rows(range(20_000))
 
 
-records = st.fixed_dictionaries({"step": st.integers(0, 50)}, optional={
-    "loss": st.floats(allow_nan=False, allow_infinity=False, width=32), "lr": st.sampled_from([1e-3, "nan", True])})
+records = st.fixed_dictionaries(
+    {"step": st.integers(0, 50)},
+    optional={"loss": st.floats(allow_nan=False, allow_infinity=False, width=32), "lr": st.sampled_from([1e-3, "nan", True])},
+)
 
 
 @settings(max_examples=30, deadline=None)
@@ -139,8 +143,12 @@ def test_ingesting_after_every_growth_equals_one_ingest_of_the_whole_file(tmp_pa
     once.write_bytes(content)
     import_metrics_jsonl(str(tmp / "tel"), "r2", once)
     columns = ["metric", "step", "value"]
-    assert TelemetryStore(str(tmp / "tel")).query(run="r1").select(columns).equals(
-        TelemetryStore(str(tmp / "tel")).query(run="r2").select(columns))
+    assert (
+        TelemetryStore(str(tmp / "tel"))
+        .query(run="r1")
+        .select(columns)
+        .equals(TelemetryStore(str(tmp / "tel")).query(run="r2").select(columns))
+    )
 
 
 def test_a_line_read_before_its_newline_and_the_next_line_are_each_stored_once(tmp_path):

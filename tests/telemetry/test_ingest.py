@@ -14,9 +14,20 @@ from marin_assets.train.metrics import MetricsLogger
 
 
 def trainer_rows(n):
-    return [{"step": s, "loss": 3.0 - s / 10, "lr": 1e-3, "grad_norm": math.nan if s == 2 else 0.5,
-             "update_norm": 0.1, "skipped": s == 2, "tokens": 4096 * s, "phase": "warmup" if s < 3 else "stable",
-             "counts": {"spike_skips": int(s == 2), "nonfinite": 0}} for s in range(1, n + 1)]
+    return [
+        {
+            "step": s,
+            "loss": 3.0 - s / 10,
+            "lr": 1e-3,
+            "grad_norm": math.nan if s == 2 else 0.5,
+            "update_norm": 0.1,
+            "skipped": s == 2,
+            "tokens": 4096 * s,
+            "phase": "warmup" if s < 3 else "stable",
+            "counts": {"spike_skips": int(s == 2), "nonfinite": 0},
+        }
+        for s in range(1, n + 1)
+    ]
 
 
 def test_trainer_file_imports_every_value(tmp_path):
@@ -30,35 +41,49 @@ def test_trainer_file_imports_every_value(tmp_path):
     assert report.values == 5 * 8 and report.nonfinite == 1 and report.ignored_fields == {}
     frame = TelemetryStore(root).query(run="r1", steps=(2, 2))
     got = dict(zip(frame["metric"], frame["value"]))
-    assert got == {"loss": 2.8, "lr": 1e-3, "grad_norm": None, "update_norm": 0.1, "skipped": 1.0,
-                   "tokens": 8192.0, "counts.spike_skips": 1.0, "counts.nonfinite": 0.0}
+    assert got == {
+        "loss": 2.8,
+        "lr": 1e-3,
+        "grad_norm": None,
+        "update_norm": 0.1,
+        "skipped": 1.0,
+        "tokens": 8192.0,
+        "counts.spike_skips": 1.0,
+        "counts.nonfinite": 0.0,
+    }
     assert set(frame["phase"]) == {"warmup"} and frame["time"].null_count() == frame.height
     assert TelemetryStore(root).query(metric="loss", steps=(4, 5))["phase"].to_list() == ["stable", "stable"]
 
 
 def test_bad_lines_are_quarantined_with_reasons(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"step": 1, "loss": 2.0, "time": 5.5, "note": "hello", "tags": [1]}),
-        json.dumps({"loss": 2.0}),
-        json.dumps({"step": -3, "loss": 2.0}),
-        json.dumps([1, 2]),
-        "",
-        json.dumps({"step": 2}),
-        json.dumps({"step": 3, "bad name": 1.0, "loss": "-inf"}),
-        '{"step": 4, "loss": 1.',
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"step": 1, "loss": 2.0, "time": 5.5, "note": "hello", "tags": [1]}),
+                json.dumps({"loss": 2.0}),
+                json.dumps({"step": -3, "loss": 2.0}),
+                json.dumps([1, 2]),
+                "",
+                json.dumps({"step": 2}),
+                json.dumps({"step": 3, "bad name": 1.0, "loss": "-inf"}),
+                '{"step": 4, "loss": 1.',
+            ]
+        )
+        + "\n"
+    )
     root = str(tmp_path / "tel")
     report = import_metrics_jsonl(root, "r1", path)
     assert report.lines == 7  # the blank line is not a record
     assert (report.steps, report.empty, report.quarantined) == (2, 1, 4)
     assert report.steps + report.empty + report.quarantined == report.lines
-    assert report.quarantine == ["line 2: step must be a non-negative integer, got None",
-                                 "line 3: step must be a non-negative integer, got -3",
-                                 "line 4: not a JSON object (list)",
-                                 "line 8: not JSON (Expecting ',' delimiter)"]
-    assert report.ignored_fields == {"bad name (invalid metric name)": 1, "note (not a number)": 1,
-                                     "tags (not a number)": 1}
+    assert report.quarantine == [
+        "line 2: step must be a non-negative integer, got None",
+        "line 3: step must be a non-negative integer, got -3",
+        "line 4: not a JSON object (list)",
+        "line 8: not JSON (Expecting ',' delimiter)",
+    ]
+    assert report.ignored_fields == {"bad name (invalid metric name)": 1, "note (not a number)": 1, "tags (not a number)": 1}
     frame = TelemetryStore(root).query()
     assert frame.select("step", "metric", "value", "time").rows() == [(1, "loss", 2.0, 5.5), (3, "loss", None, None)]
 
@@ -80,16 +105,33 @@ def test_same_file_again_adds_nothing_and_another_file_needs_append(tmp_path):
         import_metrics_jsonl(root, "r 1", path)
 
 
-scalars = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.booleans(),
-                    st.sampled_from(["nan", "inf", "-inf", "text"]), st.none())
+scalars = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**6), 10**6),
+    st.booleans(),
+    st.sampled_from(["nan", "inf", "-inf", "text"]),
+    st.none(),
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.one_of(
-    st.fixed_dictionaries({"step": st.integers(0, 1000)}, optional={
-        "loss": scalars, "lr": scalars, "phase": st.one_of(st.none(), st.text(max_size=3)),
-        "counts": st.dictionaries(st.sampled_from(["a", "b"]), scalars, max_size=2)}),
-    st.text(max_size=8)), max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"step": st.integers(0, 1000)},
+                optional={
+                    "loss": scalars,
+                    "lr": scalars,
+                    "phase": st.one_of(st.none(), st.text(max_size=3)),
+                    "counts": st.dictionaries(st.sampled_from(["a", "b"]), scalars, max_size=2),
+                },
+            ),
+            st.text(max_size=8),
+        ),
+        max_size=12,
+    )
+)
 def test_any_file_is_accounted_for_line_by_line(tmp_path_factory, records):
     tmp = tmp_path_factory.mktemp("ingest")
     lines = [json.dumps(r) if isinstance(r, dict) else r.replace("\n", " ") for r in records]

@@ -15,13 +15,24 @@ INT64_MAX = 2**63 - 1
 
 def test_a_step_beyond_int64_is_quarantined_and_the_rest_ingested(tmp_path, capsys):
     path, root = tmp_path / "metrics.jsonl", str(tmp_path / "tel")
-    path.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"step": 1, "loss": 2.0}, {"step": 2**70, "loss": 1.0}, {"step": INT64_MAX, "loss": 0.5},
-        {"step": 10**400, "loss": 0.1}, {"step": 3, "loss": 1.5}]))
+    path.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"step": 1, "loss": 2.0},
+                {"step": 2**70, "loss": 1.0},
+                {"step": INT64_MAX, "loss": 0.5},
+                {"step": 10**400, "loss": 0.1},
+                {"step": 3, "loss": 1.5},
+            ]
+        )
+    )
     report = import_metrics_jsonl(root, "r1", path)
     assert (report.steps, report.quarantined, report.values) == (3, 2, 3)
-    assert report.quarantine == ["line 2: step 1180591620717411303424 is beyond int64 (the largest step is 2**63-1)",
-                                 "line 4: step 100000000000... (401 digits) is beyond int64 (the largest step is 2**63-1)"]
+    assert report.quarantine == [
+        "line 2: step 1180591620717411303424 is beyond int64 (the largest step is 2**63-1)",
+        "line 4: step 100000000000... (401 digits) is beyond int64 (the largest step is 2**63-1)",
+    ]
     frame = TelemetryStore(root).query()
     assert frame.select("step", "value").rows() == [(1, 2.0), (3, 1.5), (INT64_MAX, 0.5)]
     assert main(["telemetry", "ingest", "--root", str(tmp_path / "tel2"), "--run", "r1", str(path)]) == 0
@@ -31,14 +42,21 @@ def test_a_step_beyond_int64_is_quarantined_and_the_rest_ingested(tmp_path, caps
 
 def test_numbers_beyond_float64_are_null_like_other_non_finite_values(tmp_path):
     path, root = tmp_path / "metrics.jsonl", str(tmp_path / "tel")
-    path.write_text(f'{{"step": 1, "loss": {10**400}, "lr": -{10**400}, "x": 1e400, "time": {10**400}}}\n'
-                    '{"step": 2, "loss": "nan", "lr": 0.5, "time": 7.0}\n')
+    path.write_text(
+        f'{{"step": 1, "loss": {10**400}, "lr": -{10**400}, "x": 1e400, "time": {10**400}}}\n'
+        '{"step": 2, "loss": "nan", "lr": 0.5, "time": 7.0}\n'
+    )
     report = import_metrics_jsonl(root, "r1", path)
     assert (report.values, report.nonfinite, report.quarantined) == (5, 4, 0)
     assert report.ignored_fields == {"time (not a finite number)": 1}
     frame = TelemetryStore(root).query()
     assert frame.select("step", "metric", "value", "time").rows() == [
-        (1, "loss", None, None), (2, "loss", None, 7.0), (1, "lr", None, None), (2, "lr", 0.5, 7.0), (1, "x", None, None)]
+        (1, "loss", None, None),
+        (2, "loss", None, 7.0),
+        (1, "lr", None, None),
+        (2, "lr", 0.5, 7.0),
+        (1, "x", None, None),
+    ]
 
 
 def test_a_line_that_is_not_utf8_is_quarantined_not_fatal(tmp_path):

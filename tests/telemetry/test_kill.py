@@ -22,8 +22,9 @@ STEPS_PER_FLUSH = 2000
 @pytest.mark.parametrize("acks_before_kill, delay_s", [(3, 0.0), (4, 0.017)])
 def test_kill9_during_ingest_loses_at_most_the_segment_being_written(tmp_path, acks_before_kill, delay_s):
     root = str(tmp_path / "telemetry")
-    proc = subprocess.Popen([sys.executable, WORKER, root, "r1", str(STEPS_PER_FLUSH)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, root, "r1", str(STEPS_PER_FLUSH)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     acked = -1
     try:
         deadline = time.monotonic() + 120

@@ -92,17 +92,20 @@ def test_nonfinite_values_are_kept_as_null_rows(root):
     assert frame.filter(pl.col("metric") == "loss")["value"].to_list() == [None, 1.5]
 
 
-@pytest.mark.parametrize("step, metrics, kwargs, message", [
-    (-1, {"loss": 1.0}, {}, "non-negative integer"),
-    (True, {"loss": 1.0}, {}, "non-negative integer"),
-    ("3", {"loss": 1.0}, {}, "non-negative integer"),
-    (1, {"../loss": 1.0}, {}, "invalid metric name '../loss'"),
-    (1, {"loss\n": 1.0}, {}, "invalid metric name"),
-    (1, {"loss": "2.0"}, {}, "metric 'loss': value must be a real number, got str"),
-    (1, {"loss": None}, {}, "metric 'loss': value must be a real number, got NoneType"),
-    (1, {"loss": 1.0}, {"time": math.nan}, "time must be a finite number"),
-    (1, {"loss": 1.0}, {"phase": 3}, "phase must be a string"),
-])
+@pytest.mark.parametrize(
+    "step, metrics, kwargs, message",
+    [
+        (-1, {"loss": 1.0}, {}, "non-negative integer"),
+        (True, {"loss": 1.0}, {}, "non-negative integer"),
+        ("3", {"loss": 1.0}, {}, "non-negative integer"),
+        (1, {"../loss": 1.0}, {}, "invalid metric name '../loss'"),
+        (1, {"loss\n": 1.0}, {}, "invalid metric name"),
+        (1, {"loss": "2.0"}, {}, "metric 'loss': value must be a real number, got str"),
+        (1, {"loss": None}, {}, "metric 'loss': value must be a real number, got NoneType"),
+        (1, {"loss": 1.0}, {"time": math.nan}, "time must be a finite number"),
+        (1, {"loss": 1.0}, {"phase": 3}, "phase must be a string"),
+    ],
+)
 def test_log_rejects_bad_input_by_name(tmp_path, step, metrics, kwargs, message):
     w = TelemetryWriter(str(tmp_path), "r1")
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):

@@ -26,12 +26,10 @@ def store_root(tmp_path):
 
 
 def test_query_prints_csv_of_the_inclusive_range(store_root, capsys):
-    assert main(["telemetry", "query", "--root", store_root, "--run", "r1", "--metric", "loss",
-                 "--steps", "100:200"]) == 0
+    assert main(["telemetry", "query", "--root", store_root, "--run", "r1", "--metric", "loss", "--steps", "100:200"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [int(r["step"]) for r in rows] == list(range(100, 201))
-    assert rows[0] == {"run": "r1", "metric": "loss", "step": "100", "value": "9.0", "time": "200.0",
-                       "phase": "stable"}
+    assert rows[0] == {"run": "r1", "metric": "loss", "step": "100", "value": "9.0", "time": "200.0", "phase": "stable"}
 
 
 def test_query_prints_json_and_accepts_open_ranges(store_root, capsys):
@@ -47,8 +45,10 @@ def test_query_latest_flag(store_root, capsys):
         w.log(5, {"loss": 0.25}, time=10_000.0)
     assert main(["telemetry", "query", "--root", store_root, "--metric", "loss", "--steps", "5"]) == 0
     assert capsys.readouterr().out.count("\n") == 3
-    assert main(["telemetry", "query", "--root", store_root, "--metric", "loss", "--steps", "5", "--latest",
-                 "--format", "json"]) == 0
+    assert (
+        main(["telemetry", "query", "--root", store_root, "--metric", "loss", "--steps", "5", "--latest", "--format", "json"])
+        == 0
+    )
     assert [(r["step"], r["value"]) for r in json.loads(capsys.readouterr().out)] == [(5, 0.25)]
 
 
@@ -60,14 +60,17 @@ def test_query_defaults_to_marin_prefix(store_root, tmp_path, monkeypatch, capsy
     assert capsys.readouterr().out.count("\n") == 3
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--steps", "200:100"], "start 200 is after end 100"),
-    (["--steps=-5:10"], "START:END with non-negative integers"),
-    (["--steps", "1:2:3"], "START:END"),
-    (["--steps", "1.5:3"], "START:END"),
-    (["--run", "../etc"], "invalid run '../etc'"),
-    (["--metric", "loss;rm"], "invalid metric name"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "200:100"], "start 200 is after end 100"),
+        (["--steps=-5:10"], "START:END with non-negative integers"),
+        (["--steps", "1:2:3"], "START:END"),
+        (["--steps", "1.5:3"], "START:END"),
+        (["--run", "../etc"], "invalid run '../etc'"),
+        (["--metric", "loss;rm"], "invalid metric name"),
+    ],
+)
 def test_query_refuses_bad_input_with_exit_2(store_root, capsys, argv, message):
     assert main(["telemetry", "query", "--root", store_root, *argv]) == 2
     assert message in capsys.readouterr().err
@@ -81,8 +84,7 @@ def test_query_with_no_match_exits_1(store_root, capsys):
 
 def test_ingest_then_compact_then_repair(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / (s + 1), "phase": "a"}) + "\n" for s in range(50))
-                    + "garbage\n")
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / (s + 1), "phase": "a"}) + "\n" for s in range(50)) + "garbage\n")
     root = str(tmp_path / "tel")
     assert main(["telemetry", "ingest", "--root", root, "--run", "r1", str(path)]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -109,8 +111,7 @@ def test_ingest_of_a_file_with_no_values_exits_1(tmp_path, capsys):
     path.write_text('{"step": 1}\n')
     assert main(["telemetry", "ingest", "--root", str(tmp_path / "tel"), "--run", "r1", str(path)]) == 1
     assert "no metric values imported" in capsys.readouterr().err
-    assert main(["telemetry", "ingest", "--root", str(tmp_path / "tel"), "--run", "r1",
-                 str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["telemetry", "ingest", "--root", str(tmp_path / "tel"), "--run", "r1", str(tmp_path / "missing.jsonl")]) == 2
 
 
 def test_compact_refuses_bad_numbers(tmp_path, capsys):
@@ -170,11 +171,14 @@ def test_ingest_refuses_a_file_that_is_not_regular_at_once(tmp_path, kind):
     path = {"device": "/dev/zero", "fifo": str(tmp_path / "fifo"), "directory": str(tmp_path)}[kind]
     if kind == "fifo":
         os.mkfifo(path)
-    done = subprocess.run([sys.executable, "-c", _INGEST_BOUNDED, str(tmp_path / "tel"), path],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _INGEST_BOUNDED, str(tmp_path / "tel"), path], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr == f"marin telemetry ingest: {path}: not a regular file (a device, FIFO, socket or directory); " \
-                          "give a metrics.jsonl file\n"
+    assert (
+        done.stderr == f"marin telemetry ingest: {path}: not a regular file (a device, FIFO, socket or directory); "
+        "give a metrics.jsonl file\n"
+    )
 
 
 def test_ingest_refuses_a_line_past_the_bound_without_reading_on(tmp_path, capsys, monkeypatch):
@@ -186,6 +190,8 @@ def test_ingest_refuses_a_line_past_the_bound_without_reading_on(tmp_path, capsy
         f.write(b'{"step": 1, "loss": 1.0}\n')
         f.truncate(1 << 30)  # a sparse GiB of NUL bytes: no newline after line 1
     assert main(["telemetry", "ingest", "--root", str(tmp_path / "tel"), "--run", "r1", str(path)]) == 2
-    assert capsys.readouterr().err == (f"marin telemetry ingest: {path}: line 2 runs past 4096 bytes without a newline; "
-                                       "not a metrics.jsonl (its lines are a few KB)\n")
+    assert capsys.readouterr().err == (
+        f"marin telemetry ingest: {path}: line 2 runs past 4096 bytes without a newline; "
+        "not a metrics.jsonl (its lines are a few KB)\n"
+    )
     assert TelemetryStore(str(tmp_path / "tel")).query().height == 0  # nothing half-ingested

@@ -8,7 +8,6 @@ import pytest
 from filelock import FileLock
 
 from marin_assets.train.compile_cache import CACHE_ENV
-
 from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
 from tests.support.configs import TINY_TRAIN
 
@@ -41,9 +40,11 @@ def tiny_config(jax_cache):
 # 4-device process; 2x2 is 2 processes x 2 devices. Runs: both transports, and FSDP on ragged.
 # "env" is the mesh a pod of a fleet pool with ep_domain_chips=4 builds from its environment on
 # 2 processes x 2 devices: an expert axis of 4 across both processes (both transports).
-MESH_GROUPS = ((1, 4, "1x1,1x4", "ragged,pooled,fsdp_ragged", {}),
-               (2, 2, "2x2", "ragged,pooled,fsdp_ragged", {}),
-               (2, 2, "env", "ragged,pooled", {"MARIN_EP_DOMAIN_CHIPS": "4"}))
+MESH_GROUPS = (
+    (1, 4, "1x1,1x4", "ragged,pooled,fsdp_ragged", {}),
+    (2, 2, "2x2", "ragged,pooled,fsdp_ragged", {}),
+    (2, 2, "env", "ragged,pooled", {"MARIN_EP_DOMAIN_CHIPS": "4"}),
+)
 
 
 def _train_every_layout(caches: dict, root: Path) -> None:
@@ -57,8 +58,21 @@ def _train_every_layout(caches: dict, root: Path) -> None:
     # cores), so the three overlap well; each writes only its own layouts' folders.
     launched = []
     for n_processes, devices, layouts, runs, env in MESH_GROUPS:
-        argv = [sys.executable, "-m", "tests.train.train_check", "--caches", str(caches_json), "--out", str(root),
-                "--steps", str(STEPS), "--layouts", layouts, "--runs", runs]
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.train.train_check",
+            "--caches",
+            str(caches_json),
+            "--out",
+            str(root),
+            "--steps",
+            str(STEPS),
+            "--layouts",
+            layouts,
+            "--runs",
+            runs,
+        ]
         launched.append(launch_argv(n_processes, devices, argv, **env))
     for procs in launched:
         finish(procs, PROC_TIMEOUT_S)

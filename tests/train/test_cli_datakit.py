@@ -30,17 +30,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def marin_train(cache, cfg, out, *extra, env=None, timeout=300):
-    return subprocess.run([MARIN, "train", "--cache", str(cache), "--config", str(cfg), "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [MARIN, "train", "--cache", str(cache), "--config", str(cfg), "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("text,field", [
-    ("- 1\n- 2\n", "expected a mapping of TrainConfig fields, got list"),
-    ("model: 5\n", "config.model must be a mapping of ModelConfig fields, got int 5"),
-    ("model:\n  init_std: .nan\n", "ModelConfig.init_std must be finite, got nan"),
-    ("optimizer:\n  weight_decay: .nan\n", "OptimizerConfig.weight_decay must be finite, got nan"),
-    ("guards:\n  grad_clip: .inf\n", "GuardConfig.grad_clip must be finite, got inf"),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ("- 1\n- 2\n", "expected a mapping of TrainConfig fields, got list"),
+        ("model: 5\n", "config.model must be a mapping of ModelConfig fields, got int 5"),
+        ("model:\n  init_std: .nan\n", "ModelConfig.init_std must be finite, got nan"),
+        ("optimizer:\n  weight_decay: .nan\n", "OptimizerConfig.weight_decay must be finite, got nan"),
+        ("guards:\n  grad_clip: .inf\n", "GuardConfig.grad_clip must be finite, got inf"),
+    ],
+)
 def test_wrong_shaped_config_is_a_one_line_error(caches, tmp_path, capsys, text, field):
     """In this process (the CLI's own entry point; a subprocess per case cost ~6 s of imports each):
     exit 2, one line on stderr naming the file and the field, nothing written."""
@@ -69,9 +77,19 @@ def test_summary_prints_null_for_non_finite_numbers(tmp_path):
     from marin_assets.cli.train import _summary
     from marin_assets.train.loop import TrainResult
 
-    result = TrainResult(final_step=3, tokens=12, metrics_path=tmp_path, checkpoint_dir=None, loss_curve_png=None,
-                         counts={"skipped_nonfinite": 3}, data_position={}, tokens_left={}, phase_start_step=0,
-                         last_loss=math.nan, validation_loss=math.inf)
+    result = TrainResult(
+        final_step=3,
+        tokens=12,
+        metrics_path=tmp_path,
+        checkpoint_dir=None,
+        loss_curve_png=None,
+        counts={"skipped_nonfinite": 3},
+        data_position={},
+        tokens_left={},
+        phase_start_step=0,
+        last_loss=math.nan,
+        validation_loss=math.inf,
+    )
     line = json.dumps(_summary(result), allow_nan=False)
     assert json.loads(line)["last_loss"] is None and json.loads(line)["validation_loss"] is None
     assert json.loads(line)["counts"] == {"skipped_nonfinite": 3}
@@ -101,8 +119,9 @@ def test_held_out_note_only_when_no_cache_has_a_validation_split(caches, tmp_pat
     write_cache(folder / "validation", stdlib_paragraphs()[20:22])
     assert note({"train": str(folder)}) is None
     assert note({"a": single, "b": str(folder)}) is None  # one source with held-out data is enough
-    assert note({"a": single, "b": str(caches["docs"])}) == (f"marin train: no held-out loss: no validation split in "
-                                                             f"{single}, {caches['docs']} {advice}")
+    assert note({"a": single, "b": str(caches["docs"])}) == (
+        f"marin train: no held-out loss: no validation split in {single}, {caches['docs']} {advice}"
+    )
 
 
 def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
@@ -132,8 +151,9 @@ def test_a_run_that_skips_every_step_exits_non_zero_with_the_counts(caches, jax_
 
 
 def write_input(path: Path) -> Path:
-    docs = stdlib_paragraphs() + stdlib_module_docs(("json", "argparse", "dataclasses", "functools", "pathlib",
-                                                     "collections", "typing", "logging", "unittest", "inspect"))
+    docs = stdlib_paragraphs() + stdlib_module_docs(
+        ("json", "argparse", "dataclasses", "functools", "pathlib", "collections", "typing", "logging", "unittest", "inspect")
+    )
     with path.open("w") as f:
         for i, text in enumerate(docs):
             f.write(json.dumps({"id": f"doc-{i}", "text": text}) + "\n")
@@ -147,9 +167,24 @@ README_STEPS = 40
 def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
     prefix, out = tmp_path / "P", tmp_path / "R"
-    dk = subprocess.run([MARIN, "datakit", "run", "--input", str(write_input(tmp_path / "in.jsonl")),
-                         "--prefix", str(prefix), "--validation-fraction", "0.2", "--json"],
-                        capture_output=True, text=True, timeout=300, env=env)
+    dk = subprocess.run(
+        [
+            MARIN,
+            "datakit",
+            "run",
+            "--input",
+            str(write_input(tmp_path / "in.jsonl")),
+            "--prefix",
+            str(prefix),
+            "--validation-fraction",
+            "0.2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert dk.returncode == 0, dk.stderr[-2000:]
     summary = json.loads(dk.stdout)
     assert Path(summary["cache"]) == prefix / "cache" and summary["tokens"]["validation"] > 128
@@ -162,8 +197,18 @@ def test_readme_path_datakit_then_train_then_kill_and_resume(jax_cache, tmp_path
     config = yaml.safe_load((ROOT / "examples" / "tiny_moe.yaml").read_text())
     config |= {"batch_size": 4, "checkpoint_every_steps": README_STEPS // 2}
     (tmp_path / "tiny_moe.yaml").write_text(yaml.safe_dump(config))
-    command = [MARIN, "train", "--cache", str(prefix / "cache"), "--config", str(tmp_path / "tiny_moe.yaml"),
-               "--out", str(out), "--steps", str(README_STEPS)]
+    command = [
+        MARIN,
+        "train",
+        "--cache",
+        str(prefix / "cache"),
+        "--config",
+        str(tmp_path / "tiny_moe.yaml"),
+        "--out",
+        str(out),
+        "--steps",
+        str(README_STEPS),
+    ]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     killed_at, deadline = None, time.time() + 400
     while time.time() < deadline and proc.poll() is None:
@@ -202,7 +247,7 @@ def test_a_shard_with_a_deleted_chunk_is_one_line_exit_2_not_zeros(jax_cache, tm
     from tests.support.datasets import byte_tokenizer_identity, write_shard
 
     docs = stdlib_paragraphs()
-    shards = tuple(write_shard(str(tmp_path / "shards"), f"s-{i}", docs[i::2], docs[i:i + 2]) for i in range(2))
+    shards = tuple(write_shard(str(tmp_path / "shards"), f"s-{i}", docs[i::2], docs[i : i + 2]) for i in range(2))
     write_dataset(Dataset("src", shards, byte_tokenizer_identity()), str(tmp_path / "cache"))
     (tmp_path / "shards" / "s-1" / "train" / "input_ids" / "data" / "c" / "0").unlink()
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")

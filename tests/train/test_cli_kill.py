@@ -22,8 +22,19 @@ STEPS = 200
 
 
 def cli(caches, cfg_path, out, *extra):
-    return [MARIN, "train", "--cache", f"license={caches['license']}", "--cache", f"docs={caches['docs']}",
-            "--config", str(cfg_path), "--out", str(out), *extra]
+    return [
+        MARIN,
+        "train",
+        "--cache",
+        f"license={caches['license']}",
+        "--cache",
+        f"docs={caches['docs']}",
+        "--config",
+        str(cfg_path),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -55,11 +66,9 @@ def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_
     refused = subprocess.run(cli(caches, cfg_path, out), env=env, capture_output=True, text=True, timeout=240)
     assert refused.returncode == 2 and "--resume" in refused.stderr
 
-    done = subprocess.run(cli(caches, cfg_path, out, "--resume"), env=env, capture_output=True, text=True,
-                          timeout=400)
+    done = subprocess.run(cli(caches, cfg_path, out, "--resume"), env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    straight = train(config_from_dict(data), {"license": caches["license"], "docs": caches["docs"]},
-                     tmp_path / "straight")
+    straight = train(config_from_dict(data), {"license": caches["license"], "docs": caches["docs"]}, tmp_path / "straight")
     key = lambda rows: [(r["step"], r["loss"], r["lr"], r["grad_norm"], r["skipped"]) for r in rows]
     resumed_rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in resumed_rows] == list(range(1, STEPS + 1))
@@ -70,6 +79,10 @@ def test_kill_dash_nine_then_resume_matches_straight_run(caches, jax_cache, tmp_
 def test_cli_rejects_bad_config(caches, tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(yaml.safe_dump(dict(TINY_TRAIN, batch_sise=3)))
-    r = subprocess.run([MARIN, "train", "--cache", str(caches["license"]), "--config", str(cfg), "--out",
-                        str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [MARIN, "train", "--cache", str(caches["license"]), "--config", str(cfg), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "unknown field(s) ['batch_sise']" in r.stderr

@@ -21,8 +21,19 @@ def run_cli(caches, tmp_path, *extra, timeout=600, **config):
     cfg.write_text(yaml.safe_dump(dict(TINY_TRAIN, **config)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COORDINATOR", "MARIN_", "DAGSTER_PIPES"))}
     env.update(JAX_PLATFORMS="cpu")
-    argv = [MARIN, "train", "--cache", f"license={caches['license']}", "--cache", f"docs={caches['docs']}",
-            "--config", str(cfg), "--out", str(tmp_path / "run"), *extra]
+    argv = [
+        MARIN,
+        "train",
+        "--cache",
+        f"license={caches['license']}",
+        "--cache",
+        f"docs={caches['docs']}",
+        "--config",
+        str(cfg),
+        "--out",
+        str(tmp_path / "run"),
+        *extra,
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.model.config import ModelConfig
-from marin_assets.train.config import (ConfigError, TrainConfig, config_from_dict, config_to_dict, load_config,
-                                       replace)
+from marin_assets.train.config import ConfigError, TrainConfig, config_from_dict, config_to_dict, load_config, replace
 from marin_assets.train.guards import GuardConfig
 from marin_assets.train.optimizers import OptimizerConfig
 from marin_assets.train.schedules import ScheduleConfig
@@ -40,25 +39,28 @@ def test_the_issue_examples_are_rejected():
             config_from_dict({section: {name: math.nan}})
 
 
-@pytest.mark.parametrize("data,message", [
-    ([1, 2], "expected a mapping of TrainConfig fields, got list"),
-    ("text", "expected a mapping of TrainConfig fields, got str"),
-    ({"model": 5}, "config.model must be a mapping of ModelConfig fields, got int 5"),
-    ({"model": [1]}, "config.model must be a mapping"),
-    ({"schedule": "wsd", "num_steps": 3}, "config.schedule must be a mapping of ScheduleConfig"),
-    ({"seq_len": "64"}, "TrainConfig.seq_len must be int, got str"),
-    ({"seq_len": 64.0}, "TrainConfig.seq_len must be int, got float"),
-    ({"batch_size": True}, "TrainConfig.batch_size must be int, got bool"),
-    ({"wandb": "yes"}, "TrainConfig.wandb must be bool"),
-    ({"model": {"d_model": None}}, "ModelConfig.d_model must be int"),
-    ({"model": {"init_std": "0.02"}}, "ModelConfig.init_std must be float"),
-    ({"model": {"init_std": 0.0}}, "ModelConfig.init_std must be > 0"),
-    ({"model": {"grouped_matmul": "fast"}}, "grouped_matmul must be one of"),
-    ({"mixture": 5}, "mixture must be"),
-    ({"mixture": {"web": -1}}, "weight of 'web' must be finite and >= 0"),
-    ({"guards": {"max_skipped_fraction": 1.5}}, "max_skipped_fraction must be in"),
-    ({"nope": 1}, r"unknown field\(s\) \['nope'\]"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ([1, 2], "expected a mapping of TrainConfig fields, got list"),
+        ("text", "expected a mapping of TrainConfig fields, got str"),
+        ({"model": 5}, "config.model must be a mapping of ModelConfig fields, got int 5"),
+        ({"model": [1]}, "config.model must be a mapping"),
+        ({"schedule": "wsd", "num_steps": 3}, "config.schedule must be a mapping of ScheduleConfig"),
+        ({"seq_len": "64"}, "TrainConfig.seq_len must be int, got str"),
+        ({"seq_len": 64.0}, "TrainConfig.seq_len must be int, got float"),
+        ({"batch_size": True}, "TrainConfig.batch_size must be int, got bool"),
+        ({"wandb": "yes"}, "TrainConfig.wandb must be bool"),
+        ({"model": {"d_model": None}}, "ModelConfig.d_model must be int"),
+        ({"model": {"init_std": "0.02"}}, "ModelConfig.init_std must be float"),
+        ({"model": {"init_std": 0.0}}, "ModelConfig.init_std must be > 0"),
+        ({"model": {"grouped_matmul": "fast"}}, "grouped_matmul must be one of"),
+        ({"mixture": 5}, "mixture must be"),
+        ({"mixture": {"web": -1}}, "weight of 'web' must be finite and >= 0"),
+        ({"guards": {"max_skipped_fraction": 1.5}}, "max_skipped_fraction must be in"),
+        ({"nope": 1}, r"unknown field\(s\) \['nope'\]"),
+    ],
+)
 def test_wrong_shapes_and_types_name_the_field(data, message):
     with pytest.raises(ConfigError, match=message):
         config_from_dict(data)
@@ -102,8 +104,9 @@ def test_examples_load_and_round_trip():
 
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
-json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=3)
-                           | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=12)
+json_values = st.recursive(
+    json_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=12
+)
 field_names = st.sampled_from([f.name for f in dataclasses.fields(TrainConfig)])
 section_fields = st.sampled_from(sorted({f.name for cls in NESTED.values() for f in dataclasses.fields(cls)}))
 
@@ -118,9 +121,10 @@ def test_any_json_value_is_a_config_or_a_config_error(value):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(field_names, json_values, max_size=4),
-       st.dictionaries(st.sampled_from(sorted(NESTED)), st.dictionaries(section_fields, json_values, max_size=3),
-                       max_size=2))
+@given(
+    st.dictionaries(field_names, json_values, max_size=4),
+    st.dictionaries(st.sampled_from(sorted(NESTED)), st.dictionaries(section_fields, json_values, max_size=3), max_size=2),
+)
 def test_known_fields_with_any_values_never_raise_anything_else(top, nested):
     """Arbitrary values under the real field names reach every __post_init__ check."""
     try:

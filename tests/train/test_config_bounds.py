@@ -25,21 +25,50 @@ from tests.train.test_cli_datakit import marin_train
 I32 = 2**31 - 1
 # Every integer field and its allowed [lo, hi] (hi None: bounded by another field only).
 INT_RANGES = {
-    (None, "seq_len"): (2, I32), (None, "batch_size"): (1, I32), (None, "num_steps"): (1, I32),
-    (None, "seed"): (0, 2**32 - 1), (None, "data_seed"): (0, 2**32 - 1), (None, "data_block_tokens"): (1, I32),
-    (None, "checkpoint_every_steps"): (1, I32), (None, "prefetch"): (1, I32), (None, "microbatches"): (1, I32),
-    **{("model", name): (lo, I32) for name, lo in (
-        ("vocab_size", 1), ("d_model", 1), ("n_layers", 1), ("n_heads", 1), ("n_kv_heads", 1), ("head_dim", 1),
-        ("d_ff", 1), ("n_routed_experts", 0), ("n_shared_experts", 0), ("top_k", 0), ("expert_d_ff", 0),
-        ("latent_dim", 1), ("max_seq_len", 1), ("histogram_bins", 1), ("sliding_window", 1),
-        ("global_attention_every", 1))},
+    (None, "seq_len"): (2, I32),
+    (None, "batch_size"): (1, I32),
+    (None, "num_steps"): (1, I32),
+    (None, "seed"): (0, 2**32 - 1),
+    (None, "data_seed"): (0, 2**32 - 1),
+    (None, "data_block_tokens"): (1, I32),
+    (None, "checkpoint_every_steps"): (1, I32),
+    (None, "prefetch"): (1, I32),
+    (None, "microbatches"): (1, I32),
+    **{
+        ("model", name): (lo, I32)
+        for name, lo in (
+            ("vocab_size", 1),
+            ("d_model", 1),
+            ("n_layers", 1),
+            ("n_heads", 1),
+            ("n_kv_heads", 1),
+            ("head_dim", 1),
+            ("d_ff", 1),
+            ("n_routed_experts", 0),
+            ("n_shared_experts", 0),
+            ("top_k", 0),
+            ("expert_d_ff", 0),
+            ("latent_dim", 1),
+            ("max_seq_len", 1),
+            ("histogram_bins", 1),
+            ("sliding_window", 1),
+            ("global_attention_every", 1),
+        )
+    },
     ("optimizer", "muon_ns_steps"): (1, 100),
     **{("schedule", name): (0, I32) for name in ("warmup_steps", "decay_steps", "cycle_steps", "rewarm_steps")},
     ("schedule", "total_steps"): (1, I32),
-    ("guards", "window"): (2, I32), ("guards", "min_history"): (2, None), ("guards", "max_consecutive_spikes"): (0, I32),
+    ("guards", "window"): (2, I32),
+    ("guards", "min_history"): (2, None),
+    ("guards", "max_consecutive_spikes"): (0, I32),
 }
-SECTIONS = {None: TrainConfig, "model": ModelConfig, "optimizer": OptimizerConfig, "schedule": ScheduleConfig,
-            "guards": GuardConfig}
+SECTIONS = {
+    None: TrainConfig,
+    "model": ModelConfig,
+    "optimizer": OptimizerConfig,
+    "schedule": ScheduleConfig,
+    "guards": GuardConfig,
+}
 
 
 def _fields(kind: str):
@@ -112,11 +141,14 @@ def test_a_normal_config_fits_and_the_estimate_is_cheap_and_a_lower_bound(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("text,message", [
-    ("seed: 1180591620717411303424\n", "TrainConfig.seed must be in [0, 4294967295], got 1180591620717411303424"),
-    ("model:\n  vocab_size: 1073741824\n", "model.vocab_size=1073741824 x model.d_model=64"),
-    ("model:\n  init_std: 1" + "0" * 400 + "\n", "config.model.init_std must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("seed: 1180591620717411303424\n", "TrainConfig.seed must be in [0, 4294967295], got 1180591620717411303424"),
+        ("model:\n  vocab_size: 1073741824\n", "model.vocab_size=1073741824 x model.d_model=64"),
+        ("model:\n  init_std: 1" + "0" * 400 + "\n", "config.model.init_std must be a finite number"),
+    ],
+)
 def test_marin_train_refuses_in_one_line_with_exit_2(caches, tmp_path, text, message):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(text)

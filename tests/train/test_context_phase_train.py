@@ -57,8 +57,12 @@ def test_context_phase_warm_starts_and_trains_on_the_next_tokens(caches, tiny_co
     base = replace(tiny_config, model={"max_seq_len": 32}, checkpoint_every_steps=4)
     short = phase_train_config(base, PhaseSpec(name="kestrel", token_budget=4 * 128, **SPEC))
     first = train(short, {"license": caches["license"]}, tmp_path / "kestrel")
-    long_spec = PhaseSpec(name="ocelot", token_budget=4 * 128, seq_len=128, **dict(
-        SPEC, warm_start_from="kestrel", model_changes={"max_seq_len": 128, "attention_impl": "blockwise"}))
+    long_spec = PhaseSpec(
+        name="ocelot",
+        token_budget=4 * 128,
+        seq_len=128,
+        **dict(SPEC, warm_start_from="kestrel", model_changes={"max_seq_len": 128, "attention_impl": "blockwise"}),
+    )
     long = phase_train_config(base, long_spec)
     assert (long.seq_len, long.batch_size, long.model.attention_impl) == (128, 1, "blockwise")
     second = train(long, {"license": caches["license"]}, tmp_path / "ocelot", warm_start=tmp_path / "kestrel")

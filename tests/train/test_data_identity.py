@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from marin_assets.datakit.levanter_cache import CacheWriter
 from marin_assets.datakit.normalize import NormalizeConfig, normalize
 from marin_assets.datakit.shards import list_shards
-from marin_assets.datakit.levanter_cache import CacheWriter
 from marin_assets.datakit.tokenize import TokenizeConfig, byte_tokenizer_json, tokenize
 from marin_assets.train.config import replace
 

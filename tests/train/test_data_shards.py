@@ -34,9 +34,9 @@ def _dataset(root, data: np.ndarray, ends: np.ndarray, cuts: list[int]) -> str:
         path = root / f"shard-{s}"
         with CacheWriter(str(path / "train")) as writer:
             for b in range(lo, hi, 7):
-                rows = ends[b:min(b + 7, hi)]
+                rows = ends[b : min(b + 7, hi)]
                 start = int(ends[b - 1]) if b else 0
-                writer.write_rows(data[start:int(rows[-1])], rows - start)
+                writer.write_rows(data[start : int(rows[-1])], rows - start)
         shards.append(ShardCache(f"k{s:03d}", "v", str(path), last - first, 0, hi - lo, 0))
     write_dataset(Dataset("t", tuple(shards), {"vocab_size": 1000}), str(root / "index"))
     return str(root / "index")
@@ -56,7 +56,7 @@ def test_shard_caches_read_as_the_flat_token_stream(sources):
     data, one, many = sources
     assert len(many.caches) == 8 and many.num_tokens == one.num_tokens == data.size
     starts = np.arange(0, data.size - SEQ_LEN, 17)  # every shard boundary is crossed by some window
-    flat = np.stack([data[s:s + SEQ_LEN] for s in starts])
+    flat = np.stack([data[s : s + SEQ_LEN] for s in starts])
     assert np.array_equal(many.read(starts, SEQ_LEN), flat)
     assert np.array_equal(one.read(starts, SEQ_LEN), flat)
 
@@ -102,12 +102,19 @@ def _claim_more_tokens(index):
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("damage,file,reason", [
-    (lambda shard, index: (shard / "train/input_ids/data/c/0").unlink(), "train/input_ids/data/c/0", "missing"),
-    (lambda shard, index: (shard / "train/input_ids/offsets/c/0").unlink(), "train/input_ids/offsets", "shard_ledger.json says"),
-    (lambda shard, index: _set_ledger_unfinished(shard), "train/shard_ledger.json", "does not say is_finished"),
-    (lambda shard, index: _claim_more_tokens(index), "train/input_ids/offsets", "the index says"),
-])
+@pytest.mark.parametrize(
+    "damage,file,reason",
+    [
+        (lambda shard, index: (shard / "train/input_ids/data/c/0").unlink(), "train/input_ids/data/c/0", "missing"),
+        (
+            lambda shard, index: (shard / "train/input_ids/offsets/c/0").unlink(),
+            "train/input_ids/offsets",
+            "shard_ledger.json says",
+        ),
+        (lambda shard, index: _set_ledger_unfinished(shard), "train/shard_ledger.json", "does not say is_finished"),
+        (lambda shard, index: _claim_more_tokens(index), "train/input_ids/offsets", "the index says"),
+    ],
+)
 def test_a_damaged_shard_is_refused_on_its_first_read_naming_shard_file_and_reason(tmp_path, damage, file, reason):
     # Before: a deleted chunk read as zeros (the zarr fill value; 0 is a token id), and so did a shard the
     # index claims more tokens of; an unfinished ledger went unnoticed once the shard was in an index.
@@ -135,8 +142,9 @@ def test_a_shard_in_the_store_is_checked_against_its_manifest(tmp_path):
         return {}
 
     ref = store.materialize("shards/tokenized", "s0", compute_version("shards/tokenized", "1", {}), compute, {}).ref
-    write_dataset(Dataset("t", (ShardCache("s0", ref.version, ref.data_path, data.size, 0, len(ends), 0),), {}),
-                  str(tmp_path / "index"))
+    write_dataset(
+        Dataset("t", (ShardCache("s0", ref.version, ref.data_path, data.size, 0, len(ends), 0),), {}), str(tmp_path / "index")
+    )
     assert np.array_equal(open_source(str(tmp_path / "index")).train.read([5], 4)[0], data[5:9])
     meta = tmp_path / "store" / "shards/tokenized/s0" / ref.version[:16] / "data/train/input_ids/data/zarr.json"
     meta.write_text(meta.read_text().replace('"clevel":5', '"clevel":4'))  # same size, other bytes

@@ -2,8 +2,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.train.guards import (GuardConfig, clip_grads, clip_updates, global_norm, init_guard_state, record,
-                                       should_skip, window_threshold)
+from marin_assets.train.guards import (
+    GuardConfig,
+    clip_grads,
+    clip_updates,
+    global_norm,
+    init_guard_state,
+    record,
+    should_skip,
+    window_threshold,
+)
 
 
 def test_window_threshold_matches_numpy():
@@ -51,8 +59,11 @@ def test_a_lasting_level_shift_is_accepted_after_the_consecutive_skip_cap():
 def test_nonfinite_and_bad_batch_always_skip_and_are_counted_separately():
     cfg = GuardConfig(window=8, min_history=4)
     state = init_guard_state(cfg)
-    for loss, ok, kind in ((jnp.nan, True, "skipped_nonfinite"), (2.0, False, "skipped_bad_batch"),
-                           (jnp.inf, True, "skipped_nonfinite")):
+    for loss, ok, kind in (
+        (jnp.nan, True, "skipped_nonfinite"),
+        (2.0, False, "skipped_bad_batch"),
+        (jnp.inf, True, "skipped_nonfinite"),
+    ):
         d = should_skip(cfg, state, jnp.float32(loss), jnp.float32(1.0), ok)
         assert bool(d["skip"])
         state = record(cfg, state, d, loss, 1.0, 0.1, jnp.bool_(False), jnp.bool_(False))

@@ -65,8 +65,7 @@ def test_every_n_counts_global_steps_after_a_warm_start_and_at_end_sees_a_stop(c
     assert ends == [(4, True, "SIGTERM")]
     # a phase of 4 steps from global step 4: steps 5-8, so every=3 runs at 6 only
     every3, seen3 = recording(every=3)
-    second = train(replace(tiny_config, num_steps=4, phase="b"), caches, tmp_path / "b", warm_start=tmp_path / "a",
-                   hooks=every3)
+    second = train(replace(tiny_config, num_steps=4, phase="b"), caches, tmp_path / "b", warm_start=tmp_path / "a", hooks=every3)
     assert second.phase_start_step == 4 and second.final_step == 8 and steps(seen3) == [6]
 
 
@@ -104,8 +103,14 @@ def test_the_first_row_reaches_the_telemetry_store_before_the_next_step(caches, 
         if row["step"] in (1, 2):
             seen[row["step"]] = sorted(set(store.query(run="live", metric="loss")["step"]))
 
-    train(replace(tiny_config, num_steps=3), caches, tmp_path / "run", log_fn=log_fn, telemetry_root=str(tmp_path / "t"),
-          telemetry_run="live")
+    train(
+        replace(tiny_config, num_steps=3),
+        caches,
+        tmp_path / "run",
+        log_fn=log_fn,
+        telemetry_root=str(tmp_path / "t"),
+        telemetry_run="live",
+    )
     assert seen == {1: [1], 2: [1]}  # row 2 waits for the next flush
 
 

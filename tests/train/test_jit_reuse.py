@@ -42,11 +42,13 @@ def seed_zero_run(caches, jax_cache, tmp_path_factory) -> tuple[OrderedDict, obj
         compile_cache._JITTED = kept
 
 
-def test_a_second_seed_reuses_the_step_and_trains_as_a_fresh_process_would(caches, tiny_config, tmp_path, monkeypatch,
-                                                                          seed_zero_run):
+def test_a_second_seed_reuses_the_step_and_trains_as_a_fresh_process_would(
+    caches, tiny_config, tmp_path, monkeypatch, seed_zero_run
+):
     monkeypatch.setattr(compile_cache, "_JITTED", type(compile_cache._JITTED)())  # this test's own, empty
-    other = dataclasses.replace(tiny_config, seed=7, num_steps=8,
-                                schedule=ScheduleConfig(kind="constant", peak_lr=0.001, warmup_steps=2, total_steps=8))
+    other = dataclasses.replace(
+        tiny_config, seed=7, num_steps=8, schedule=ScheduleConfig(kind="constant", peak_lr=0.001, warmup_steps=2, total_steps=8)
+    )
     alone = train(other, caches, tmp_path / "alone")  # the first run of its kind in this cache
     alone_losses = _losses(tmp_path / "alone")
     assert sorted(k[0] for k in _kept_keys()) == ["init_state", "train_step"]  # the test caches hold no validation split

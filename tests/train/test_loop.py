@@ -66,10 +66,14 @@ def test_nan_loss_steps_are_skipped_counted_and_training_continues(caches, tiny_
 
 def test_warm_start_keeps_data_position_and_restarts_schedule(caches, tiny_config, tmp_path):
     first = train(replace(tiny_config, num_steps=6, phase="kestrel"), caches, tmp_path / "kestrel")
-    cooldown = replace(tiny_config, num_steps=4, phase="jellyfish", mixture={"docs": 1.0},
-                       optimizer={"weight_decay": 0.0},
-                       schedule={"kind": "linear_decay", "warmup_steps": 0, "decay_steps": 0, "total_steps": 4,
-                                 "start_fraction": 0.5})
+    cooldown = replace(
+        tiny_config,
+        num_steps=4,
+        phase="jellyfish",
+        mixture={"docs": 1.0},
+        optimizer={"weight_decay": 0.0},
+        schedule={"kind": "linear_decay", "warmup_steps": 0, "decay_steps": 0, "total_steps": 4, "start_fraction": 0.5},
+    )
     second = train(cooldown, caches, tmp_path / "jellyfish", warm_start=tmp_path / "kestrel")
     rows = read_metrics(second.metrics_path)
     assert [r["step"] for r in rows] == [7, 8, 9, 10]
@@ -99,8 +103,13 @@ def datakit_folder(root, vocab_size):
     """The shape `marin datakit run` writes under <prefix>/cache: train/, validation/, stats.json."""
     write_cache(root / "train", stdlib_paragraphs())
     # 120 bytes + EOS: three windows of 32, fewer than one batch of 4 -> one short batch
-    write_cache(root / "validation", ["JSON (JavaScript Object Notation) is a lightweight data interchange "
-                                      "format inspired by JavaScript object literal syntax."])
+    write_cache(
+        root / "validation",
+        [
+            "JSON (JavaScript Object Notation) is a lightweight data interchange "
+            "format inspired by JavaScript object literal syntax."
+        ],
+    )
     (root / "stats.json").write_text(json.dumps({"vocab_size": vocab_size}))
     return root
 
@@ -118,8 +127,7 @@ def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_con
     tokens = val.read([0, 32, 64], 32).astype(np.int32)
     arrays, _ = ckpt.load(result.checkpoint_dir)
     moe = default_model()
-    params = ckpt.restore_like(jax.eval_shape(lambda: moe.init_params(config.model, jax.random.PRNGKey(0))),
-                               arrays, "['params']")
+    params = ckpt.restore_like(jax.eval_shape(lambda: moe.init_params(config.model, jax.random.PRNGKey(0))), arrays, "['params']")
     bias = ckpt.restore_like(moe.init_router_bias(config.model), arrays, "['router_bias']")
     expected = float(moe.loss_fn(params, jnp.asarray(tokens), config.model, bias)[1]["ce_loss"])
     assert result.validation_loss == pytest.approx(expected, rel=1e-5)

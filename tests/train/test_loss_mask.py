@@ -43,10 +43,10 @@ def test_loader_reads_each_rows_mask_at_its_tokens(chat_dir, caches):
         batch, ok, position = loader.next_batch(position)
         assert isinstance(batch, MaskedRows) and ok and batch.tokens.shape == batch.loss_mask.shape == (8, 32)
         for tokens, row_mask in zip(batch.tokens, batch.loss_mask, strict=True):
-            starts = [s for s in range(0, len(ids) - 31, 32) if np.array_equal(ids[s:s + 32], tokens)]
+            starts = [s for s in range(0, len(ids) - 31, 32) if np.array_equal(ids[s : s + 32], tokens)]
             if starts:  # a chat row: its mask is the cache's at the same tokens
                 chat_rows += 1
-                assert np.array_equal(row_mask, mask[starts[0]:starts[0] + 32])
+                assert np.array_equal(row_mask, mask[starts[0] : starts[0] + 32])
             else:  # a license row counts every target
                 assert row_mask.min() == 1
     assert chat_rows > 0 and 0 < mask.mean() < 1
@@ -69,8 +69,9 @@ def test_train_step_counts_only_the_reply_targets(chat_dir, tiny_config, tmp_pat
     logged = read_metrics(result.metrics_path)[0]["loss"]
     params_shape = jax.eval_shape(lambda: moe.init_params(config.model, jax.random.PRNGKey(0)))
     state = init_state(config, make_optimizer(config.optimizer, params_shape), moe)
-    batch, _, _ = MixedLoader({"chat": open_source(chat_dir)}, config.seq_len, config.batch_size, seed=config.data_seed,
-                              mixture={"chat": 1.0}).next_batch(DataPosition())
+    batch, _, _ = MixedLoader(
+        {"chat": open_source(chat_dir)}, config.seq_len, config.batch_size, seed=config.data_seed, mixture={"chat": 1.0}
+    ).next_batch(DataPosition())
     masked, _ = moe.loss_fn(state.params, batch.tokens, config.model, state.router_bias, batch.loss_mask)
     mask_sum = int(batch.loss_mask.sum())
     assert 0 < mask_sum < batch.loss_mask.size

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin_assets.train import mesh as meshlib
 from marin_assets.train import processes
@@ -31,8 +32,11 @@ def free_port() -> int:
 
 
 def base_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JOB_COMPLETION", "MARIN_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JOB_COMPLETION", "MARIN_"))
+    }
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
     return env
 
@@ -47,8 +51,7 @@ def launch_argv(n_processes: int, devices: int, argv: list[str], **env_extra) ->
             env.update(processes.local_env(pid, n_processes, port, devices))
         else:
             env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
-        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
 
@@ -143,6 +146,7 @@ def test_a_wrong_batch_slice_is_caught(layouts):
 
 # -- in-process (one CPU device) -------------------------------------------------------------
 
+
 def test_env_single_process_and_errors():
     assert processes.distributed_from_env({}) == processes.Distributed()
     env = processes.local_env(1, 2, 1234, 2)
@@ -157,9 +161,12 @@ def test_env_single_process_and_errors():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.sampled_from(["JAX_NUM_PROCESSES", "JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET",
-                                        "JAX_COORDINATOR_ADDRESS"]),
-                       st.text(alphabet="0123456789-x: ", max_size=4)))
+@given(
+    st.dictionaries(
+        st.sampled_from(["JAX_NUM_PROCESSES", "JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_COORDINATOR_ADDRESS"]),
+        st.text(alphabet="0123456789-x: ", max_size=4),
+    )
+)
 def test_env_parser_accepts_or_names_the_problem(env):
     try:
         d = processes.distributed_from_env(env)
@@ -214,8 +221,9 @@ def test_one_device_mesh_shardings_and_batch():
     cfg = ModelConfig(n_routed_experts=4, top_k=2)
     mesh = meshlib.make_mesh(cfg, expert=1)
     assert dict(mesh.shape) == {"data": 1, "expert": 1}
-    shapes = jax.eval_shape(lambda: {"params": init_params(cfg, jax.random.PRNGKey(0)),
-                                     "opt": {"mu": init_params(cfg, jax.random.PRNGKey(0))}})
+    shapes = jax.eval_shape(
+        lambda: {"params": init_params(cfg, jax.random.PRNGKey(0)), "opt": {"mu": init_params(cfg, jax.random.PRNGKey(0))}}
+    )
     sh = meshlib.state_shardings(mesh, shapes)
     assert sh["params"]["layers"]["e_up"].spec == P(None, "expert")
     assert sh["opt"]["mu"]["layers"]["e_down"].spec == P(None, "expert")
@@ -250,4 +258,3 @@ def test_mesh_rejects_shapes_that_do_not_divide():
 
     with pytest.raises(ValueError, match="token_axes .* include 'expert'"):
         ExpertParallel(mesh, token_axes=("data",))
-

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin_assets.train.metrics import MetricsLogger, plot_loss_curve, read_metrics
 
@@ -68,8 +69,9 @@ def test_the_loss_curve_is_a_png_wherever_the_out_dir_is(out_dir):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.fixed_dictionaries({"step": st.integers(0, 10**6), "loss": st.floats(allow_nan=False)}),
-                max_size=8), st.data())
+@given(
+    st.lists(st.fixed_dictionaries({"step": st.integers(0, 10**6), "loss": st.floats(allow_nan=False)}), max_size=8), st.data()
+)
 def test_read_metrics_returns_a_prefix_of_the_rows_whatever_the_cut(written, data):
     """A writer killed mid-line leaves any byte prefix of the file: the reader returns the rows
     before the cut (the one it cut dropped), never an error or a garbled row."""
@@ -88,8 +90,14 @@ def test_read_metrics_returns_a_prefix_of_the_rows_whatever_the_cut(written, dat
         assert got[-1] == written[complete]
 
 
-MOE_COLUMNS = ("moe/drop_rate", "moe/drop_rate_sender", "moe/drop_rate_receiver", "moe/load_max_over_mean",
-               "moe/load_cv", "moe/router_z_loss")
+MOE_COLUMNS = (
+    "moe/drop_rate",
+    "moe/drop_rate_sender",
+    "moe/drop_rate_receiver",
+    "moe/load_max_over_mean",
+    "moe/load_cv",
+    "moe/router_z_loss",
+)
 
 
 def test_throughput_is_tokens_over_the_time_of_a_trailing_window_of_rows():
@@ -110,9 +118,18 @@ def test_moe_columns_flatten_per_step_and_per_layer_and_reach_telemetry_fields()
     from marin_assets.train.emit import moe_columns
     from marin_assets.train.metrics import telemetry_fields
 
-    moe = {"drop_rate": 0.25, "drop_rate_sender": 0.125, "drop_rate_receiver": 0.125, "load_max_over_mean": 2.0,
-           "load_cv": 1.0, "router_z_loss": 1.5, "layer_drop_rate": [0.5, 0.0], "layer_load_max_over_mean": [3.0, 1.0],
-           "layer_load_cv": [1.5, 0.5], "layer_router_z_loss": [2.0, 1.0]}
+    moe = {
+        "drop_rate": 0.25,
+        "drop_rate_sender": 0.125,
+        "drop_rate_receiver": 0.125,
+        "load_max_over_mean": 2.0,
+        "load_cv": 1.0,
+        "router_z_loss": 1.5,
+        "layer_drop_rate": [0.5, 0.0],
+        "layer_load_max_over_mean": [3.0, 1.0],
+        "layer_load_cv": [1.5, 0.5],
+        "layer_router_z_loss": [2.0, 1.0],
+    }
     cols = moe_columns(moe)
     assert {k: cols[k] for k in MOE_COLUMNS} == {f"moe/{k}": moe[k] for k in (c.removeprefix("moe/") for c in MOE_COLUMNS)}
     assert cols["moe/layer0/drop_rate"] == 0.5 and cols["moe/layer1/load_cv"] == 0.5
@@ -122,9 +139,19 @@ def test_moe_columns_flatten_per_step_and_per_layer_and_reach_telemetry_fields()
 
 
 def _moe_rows(n: int) -> list[dict]:
-    return [{"step": s, "phase": "main", "moe/drop_rate": 0.1 / s, "moe/drop_rate_sender": 0.06 / s,
-             "moe/drop_rate_receiver": 0.04 / s, "moe/load_cv": 1.0 / s, "moe/layer0/load_cv": 1.2 / s,
-             "moe/layer1/load_cv": 0.8 / s} for s in range(1, n + 1)]
+    return [
+        {
+            "step": s,
+            "phase": "main",
+            "moe/drop_rate": 0.1 / s,
+            "moe/drop_rate_sender": 0.06 / s,
+            "moe/drop_rate_receiver": 0.04 / s,
+            "moe/load_cv": 1.0 / s,
+            "moe/layer0/load_cv": 1.2 / s,
+            "moe/layer1/load_cv": 0.8 / s,
+        }
+        for s in range(1, n + 1)
+    ]
 
 
 def test_the_moe_plot_is_a_png_from_rows_or_a_telemetry_query(tmp_path):

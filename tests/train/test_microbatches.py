@@ -28,9 +28,10 @@ TOLERANCE = 1e-6
 BATCH, SEQ = 8, 32
 # Capacity factors of n_routed_experts: nothing can drop (what drops depends on the microbatch: accumulate.py).
 # The router z-loss and sequence balance are on: means over tokens and sequences, weighed unlike the token mean.
-MODELS = {"dense": dict(TINY_MODEL, n_routed_experts=0),
-          "moe": dict(TINY_MODEL, capacity_factor_send=4.0, capacity_factor_recv=4.0, router_z_loss=1e-2,
-                      sequence_balance_loss=1e-2)}
+MODELS = {
+    "dense": dict(TINY_MODEL, n_routed_experts=0),
+    "moe": dict(TINY_MODEL, capacity_factor_send=4.0, capacity_factor_recv=4.0, router_z_loss=1e-2, sequence_balance_loss=1e-2),
+}
 
 
 def uneven_masks(rng, batch: int, seq_len: int) -> np.ndarray:
@@ -42,8 +43,9 @@ def uneven_masks(rng, batch: int, seq_len: int) -> np.ndarray:
 def _config(model: str, microbatches: int):
     # Adam's eps at 1e-3 bounds how far its first step can amplify a gradient's rounding (|d update / d g| <= lr / eps):
     # at 1e-8, a component of |g| ~ 1e-8 moves by up to lr whichever way it rounds (7e-5 measured at lr 1e-2).
-    return config_from_dict({**TINY_TRAIN, "model": MODELS[model], "batch_size": BATCH, "microbatches": microbatches,
-                             "optimizer": {"eps": 1e-3}})
+    return config_from_dict(
+        {**TINY_TRAIN, "model": MODELS[model], "batch_size": BATCH, "microbatches": microbatches, "optimizer": {"eps": 1e-3}}
+    )
 
 
 @functools.cache
@@ -60,15 +62,20 @@ def differences(one: tuple, other: tuple) -> dict:
     and the largest of the MoE telemetry's (expert loads, drops, router z-loss: the microbatches' aux combined)."""
     (p1, g1, m1), (p2, g2, m2) = one, other
     assert m1.keys() == m2.keys()
-    return {"params": max_abs_diff(p1, p2), "gradient": max_abs_diff(g1, g2), "loss": abs(m1["loss"] - m2["loss"]),
-            "grad_norm": abs(m1["grad_norm"] - m2["grad_norm"]),
-            "moe": max((abs(m1[k] - m2[k]) for k in m1 if k.startswith("moe/")), default=0.0)}
+    return {
+        "params": max_abs_diff(p1, p2),
+        "gradient": max_abs_diff(g1, g2),
+        "loss": abs(m1["loss"] - m2["loss"]),
+        "grad_norm": abs(m1["grad_norm"] - m2["grad_norm"]),
+        "moe": max((abs(m1[k] - m2[k]) for k in m1 if k.startswith("moe/")), default=0.0),
+    }
 
 
 # Each case compiles a step (~30 s cold on a busy 2-core CPU): the dense model without a mask (every share 1/m),
 # the MoE with uneven masks (shares by counted targets, its router terms by 1/m: the general case).
-@pytest.mark.parametrize(("model", "masked", "microbatches"), [
-    ("dense", False, 2), ("dense", False, 4), ("moe", True, 2), ("moe", True, 4)])
+@pytest.mark.parametrize(
+    ("model", "masked", "microbatches"), [("dense", False, 2), ("dense", False, 4), ("moe", True, 2), ("moe", True, 4)]
+)
 def test_a_step_in_microbatches_updates_as_the_whole_batch(model, masked, microbatches):
     ref = _step(model, masked, 1)
     diffs = differences(_step(model, masked, microbatches), ref)
@@ -106,12 +113,15 @@ def test_microbatches_compose_with_fsdp_and_expert_parallelism(mesh_runs):
     assert control["dropped"] == [0, 0] and control["split_collectives"] == []
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    (0, "TrainConfig.microbatches must be a positive int, got 0"),
-    (-2, "TrainConfig.microbatches must be a positive int, got -2"),
-    (3, "TrainConfig.microbatches (3) must divide batch_size (4)"),
-    (True, "TrainConfig.microbatches must be int, got bool True"),
-])
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (0, "TrainConfig.microbatches must be a positive int, got 0"),
+        (-2, "TrainConfig.microbatches must be a positive int, got -2"),
+        (3, "TrainConfig.microbatches (3) must divide batch_size (4)"),
+        (True, "TrainConfig.microbatches must be int, got bool True"),
+    ],
+)
 def test_a_bad_microbatches_is_a_one_line_config_error(value, why):
     with pytest.raises(ConfigError) as caught:
         config_from_dict({**TINY_TRAIN, "microbatches": value}, where="run.yaml: config")
@@ -120,8 +130,11 @@ def test_a_bad_microbatches_is_a_one_line_config_error(value, why):
 
 def test_a_microbatch_that_does_not_split_over_the_mesh_is_refused_before_compute(caches, tiny_config, tmp_path):
     two = types.SimpleNamespace(shape={"data": 2, "expert": 1})  # check_fits reads only the shape
-    with pytest.raises(ValueError, match=r"TrainConfig\.microbatches \(4\): a microbatch of batch_size 4 / 4 = 1 rows "
-                                         r"is not divisible by the 2 batch shards"):
+    with pytest.raises(
+        ValueError,
+        match=r"TrainConfig\.microbatches \(4\): a microbatch of batch_size 4 / 4 = 1 rows "
+        r"is not divisible by the 2 batch shards",
+    ):
         train(replace(tiny_config, microbatches=4), caches, tmp_path / "a", mesh=two)
     assert not (tmp_path / "a").exists()
     meshlib.check_fits(two, tiny_config.model, batch_size=4, seq_len=32, microbatches=2)  # 2 rows: one per shard

@@ -21,8 +21,8 @@ from marin_assets.cli import main
 from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.loop import default_model, train
-from marin_assets.train.metrics import read_metrics
 from marin_assets.train.mesh import make_mesh
+from marin_assets.train.metrics import read_metrics
 from marin_assets.train.necromancy import BatchGradients, open_checkpoint, rebuild_opt_state
 from marin_assets.train.optimizers import OptimizerConfig, make_optimizer
 from tests.support.configs import TINY_TRAIN
@@ -43,8 +43,7 @@ def toy_problem(seed: int = 0):
 
 def toy_grads(a, c, p, noise_scale: float, n: int, seed: int = 1) -> list[dict]:
     rng = np.random.default_rng(seed)
-    return [{k: a[k] * (p[k] - c[k] - noise_scale * rng.normal(size=p[k].shape).astype(np.float32)) for k in p}
-            for _ in range(n)]
+    return [{k: a[k] * (p[k] - c[k] - noise_scale * rng.normal(size=p[k].shape).astype(np.float32)) for k in p} for _ in range(n)]
 
 
 def ema(grads: list[dict], key: str, beta: float, power: int = 1, scale: float | None = None) -> np.ndarray:
@@ -91,8 +90,7 @@ def test_batch_gradients_are_clipped_as_the_step_clips_and_skipped_batches_left_
     """The real path (BatchGradients -> rebuild_opt_state) on the toy: gradients clipped to guards.grad_clip by their
     global norm, a batch the loader flagged and one with a non-finite loss left out and counted."""
     a, c, p = toy_problem(seed=7)
-    config = config_from_dict(dict(TINY_TRAIN, model=dict(TINY_TRAIN["model"], n_routed_experts=0),
-                                   guards={"grad_clip": 0.5}))
+    config = config_from_dict(dict(TINY_TRAIN, model=dict(TINY_TRAIN["model"], n_routed_experts=0), guards={"grad_clip": 0.5}))
 
     def loss_fn(params, targets, model_cfg, bias, mask=None, ep=None):
         return sum(0.5 * jnp.sum(a[k] * (params[k] - targets[k]) ** 2) for k in params), {}
@@ -109,8 +107,9 @@ def test_batch_gradients_are_clipped_as_the_step_clips_and_skipped_batches_left_
     assert (count, stream.skipped, len(stream.losses)) == (4, 2, 4)
     used = [targets[i] for i in (0, 1, 3, 5)]
     grads = [{k: a[k] * (p[k] - t[k]) for k in p} for t in used]
-    clipped = [{k: g[k] * min(1.0, 0.5 / np.sqrt(sum(np.sum(x.astype(np.float64) ** 2) for x in g.values()))) for k in g}
-               for g in grads]
+    clipped = [
+        {k: g[k] * min(1.0, 0.5 / np.sqrt(sum(np.sum(x.astype(np.float64) ** 2) for x in g.values()))) for k in g} for g in grads
+    ]
     for key in p:
         np.testing.assert_allclose(np.asarray(state.mu[key]), ema(clipped, key, B1), rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(np.asarray(state.nu[key]), ema(clipped, key, B2, power=2), rtol=1e-5, atol=1e-9)
@@ -143,10 +142,10 @@ def test_rebuilt_moments_track_a_slowly_moving_run_within_the_stated_bound():
     rebuilt, _ = rebuild_opt_state(opt, params, [grad(params)] * 50)
     for key in p:
         g = np.asarray(grad(params)[key], np.float64)
-        true_m = np.asarray(state.mu[key]) / (1 - B1 ** steps)
-        true_v = np.asarray(state.nu[key]) / (1 - B2 ** steps)
-        new_m = np.asarray(rebuilt.mu[key]) / (1 - B1 ** 50)
-        new_v = np.asarray(rebuilt.nu[key]) / (1 - B2 ** 50)
+        true_m = np.asarray(state.mu[key]) / (1 - B1**steps)
+        true_v = np.asarray(state.nu[key]) / (1 - B2**steps)
+        new_m = np.asarray(rebuilt.mu[key]) / (1 - B1**50)
+        new_v = np.asarray(rebuilt.nu[key]) / (1 - B2**50)
         np.testing.assert_allclose(new_m, g, rtol=1e-5)  # frozen: the average of one gradient is that gradient
         m_bound = a[key] * lr / (1 - B1) + 1e-5
         v_bound = 2 * np.abs(g) * a[key] * lr / (1 - B2) + (a[key] * lr) ** 2 * (1 + B2) / (1 - B2) ** 2 + 1e-5
@@ -161,8 +160,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "taken" / "checkpoints" / "step-000000004").mkdir(parents=True)
     cases = [
         (["--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "new")], "no valid checkpoint in"),
-        (["--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "taken")],
-         "already has checkpoints: give necromancy an out dir of its own"),
+        (
+            ["--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "taken")],
+            "already has checkpoints: give necromancy an out dir of its own",
+        ),
     ]
     for argv, message in cases:
         assert main(["train", "necromancy", "--cache", str(tmp_path), "--steps", "4", *argv]) == 2
@@ -179,9 +180,13 @@ def opt_leaves(arrays: dict, what: str) -> list[np.ndarray]:
 
 SPIKE_STEPS = 24
 # Guards off: the test is about the optimizer state, and the update clip and spike skip would hide the planted spike.
-SPIKE_CONFIG = dict(TINY_TRAIN, num_steps=SPIKE_STEPS, checkpoint_every_steps=12,
-                    schedule=dict(TINY_TRAIN["schedule"], warmup_steps=2, decay_steps=2),
-                    guards={"window": 16, "min_history": 4, "skip_sigma": 0.0, "update_clip_sigma": 0.0})
+SPIKE_CONFIG = dict(
+    TINY_TRAIN,
+    num_steps=SPIKE_STEPS,
+    checkpoint_every_steps=12,
+    schedule=dict(TINY_TRAIN["schedule"], warmup_steps=2, decay_steps=2),
+    guards={"window": 16, "min_history": 4, "skip_sigma": 0.0, "update_clip_sigma": 0.0},
+)
 
 
 @pytest.mark.slow
@@ -204,8 +209,20 @@ def test_a_planted_spike_recurs_from_the_corrupted_state_and_not_from_the_rebuil
     corrupt = resumed_losses(config, caches, tmp_path / "corrupt-resumed")
     assert max(corrupt) > 5 * corrupt[0], corrupt
 
-    argv = ["train", "necromancy", "--checkpoint", str(tmp_path / "corrupt"), "--cache", f"license={caches['license']}",
-            "--cache", f"docs={caches['docs']}", "--steps", "8", "--out", str(tmp_path / "rebuilt")]
+    argv = [
+        "train",
+        "necromancy",
+        "--checkpoint",
+        str(tmp_path / "corrupt"),
+        "--cache",
+        f"license={caches['license']}",
+        "--cache",
+        f"docs={caches['docs']}",
+        "--steps",
+        "8",
+        "--out",
+        str(tmp_path / "rebuilt"),
+    ]
     assert main(argv) == 0
     arrays, rebuilt_meta = ckpt.load(tmp_path / "rebuilt" / "checkpoints" / "step-000000012")
     corrupt_arrays, _ = ckpt.load(tmp_path / "corrupt" / "checkpoints" / "step-000000012")
@@ -217,7 +234,8 @@ def test_a_planted_spike_recurs_from_the_corrupted_state_and_not_from_the_rebuil
         if not key.startswith("['opt_state']"):
             np.testing.assert_array_equal(arrays[key], corrupt_arrays[key], err_msg=key)
     assert max(np.abs(m).max() for m in opt_leaves(arrays, "mu")) * 100 < max(
-        np.abs(m).max() for m in opt_leaves(corrupt_arrays, "mu"))
+        np.abs(m).max() for m in opt_leaves(corrupt_arrays, "mu")
+    )
 
     rebuilt = resumed_losses(config, caches, tmp_path / "rebuilt")
     uncorrupted = resumed_losses(config, caches, tmp_path / "healthy")

@@ -23,8 +23,13 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="states w
 
 
 def _narrow(**changes):
-    base = {"model": NARROW_MODEL, "seq_len": 16, "batch_size": 2, "num_steps": 2,
-            "schedule": {"warmup_steps": 1, "decay_steps": 1}}
+    base = {
+        "model": NARROW_MODEL,
+        "seq_len": 16,
+        "batch_size": 2,
+        "num_steps": 2,
+        "schedule": {"warmup_steps": 1, "decay_steps": 1},
+    }
     return config_from_dict({**base, **changes})
 
 

@@ -8,10 +8,16 @@ from marin_assets.train.optimizers import OptimizerConfig, make_optimizer, newto
 
 def toy_params():
     k = jax.random.split(jax.random.PRNGKey(0), 4)
-    return {"embed": jax.random.normal(k[0], (16, 8)), "final_norm": jnp.ones((8,)),
-            "layers": {"attn_norm": jnp.ones((2, 8)), "wq": jax.random.normal(k[1], (2, 8, 8)) * 0.3,
-                       "e_up": jax.random.normal(k[2], (2, 3, 8, 4)) * 0.3},
-            "lm_head": jax.random.normal(k[3], (8, 16)) * 0.3}
+    return {
+        "embed": jax.random.normal(k[0], (16, 8)),
+        "final_norm": jnp.ones((8,)),
+        "layers": {
+            "attn_norm": jnp.ones((2, 8)),
+            "wq": jax.random.normal(k[1], (2, 8, 8)) * 0.3,
+            "e_up": jax.random.normal(k[2], (2, 3, 8, 4)) * 0.3,
+        },
+        "lm_head": jax.random.normal(k[3], (8, 16)) * 0.3,
+    }
 
 
 def toy_loss(p, x):

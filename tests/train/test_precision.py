@@ -32,8 +32,13 @@ MEAN_DEVIATION = 0.02
 def test_bf16_compute_tracks_fp32_for_50_steps_and_checkpoints_fp32_masters(caches, tiny_config, tmp_path):
     # The spike-skip and update-clip guards are threshold tests: a loss on either side of a threshold
     # (seen: step 41 skipped in fp32, not in bf16) would compare two different runs, not two precisions.
-    fp32 = replace(tiny_config, num_steps=STEPS, checkpoint_every_steps=STEPS, schedule={"total_steps": STEPS},
-                   guards={"skip_sigma": 0.0, "update_clip_sigma": 0.0})
+    fp32 = replace(
+        tiny_config,
+        num_steps=STEPS,
+        checkpoint_every_steps=STEPS,
+        schedule={"total_steps": STEPS},
+        guards={"skip_sigma": 0.0, "update_clip_sigma": 0.0},
+    )
     bf16 = replace(fp32, compute_dtype="bfloat16")
     runs = {name: train(config, caches, tmp_path / name) for name, config in (("fp32", fp32), ("bf16", bf16))}
     rows = {name: read_metrics(run.metrics_path) for name, run in runs.items()}
@@ -41,23 +46,33 @@ def test_bf16_compute_tracks_fp32_for_50_steps_and_checkpoints_fp32_masters(cach
     assert [r["skipped"] for r in rows["fp32"]] == [r["skipped"] for r in rows["bf16"]]
     loss32, loss16 = (np.array([r["loss"] for r in rows[name]]) for name in ("fp32", "bf16"))
     deviation = np.abs(loss16 - loss32)
-    print(f"|bf16 - fp32| loss over {STEPS} steps: max {deviation.max():.4f} (step {deviation.argmax() + 1}), "
-          f"mean {deviation.mean():.4f}; fp32 {loss32[0]:.3f} -> {loss32[-1]:.3f}")
+    print(
+        f"|bf16 - fp32| loss over {STEPS} steps: max {deviation.max():.4f} (step {deviation.argmax() + 1}), "
+        f"mean {deviation.mean():.4f}; fp32 {loss32[0]:.3f} -> {loss32[-1]:.3f}"
+    )
     assert deviation.max() > 0  # the bf16 run did compute in bf16
     assert deviation.max() < MAX_DEVIATION and deviation.mean() < MEAN_DEVIATION
     assert loss16[-5:].mean() < loss16[:5].mean() - 1.0  # and it learns
 
     arrays, meta = ckpt.load(runs["bf16"].checkpoint_dir)
     assert meta["step"] == STEPS and meta["config"]["compute_dtype"] == "bfloat16"
-    masters = {k: a.dtype for k, a in arrays.items() if k.startswith(("['params']", "['opt_state']"))
-               and np.issubdtype(a.dtype, np.floating)}
+    masters = {
+        k: a.dtype
+        for k, a in arrays.items()
+        if k.startswith(("['params']", "['opt_state']")) and np.issubdtype(a.dtype, np.floating)
+    }
     assert masters and set(masters.values()) == {np.dtype(np.float32)}, masters
     assert any(k.startswith("['opt_state']") for k in masters)
 
 
 def _narrow(**changes):
-    base = {"model": NARROW_MODEL, "seq_len": 16, "batch_size": 2, "num_steps": 2,
-            "schedule": {"warmup_steps": 1, "decay_steps": 1}}
+    base = {
+        "model": NARROW_MODEL,
+        "seq_len": 16,
+        "batch_size": 2,
+        "num_steps": 2,
+        "schedule": {"warmup_steps": 1, "decay_steps": 1},
+    }
     return config_from_dict({**base, **changes})
 
 
@@ -84,13 +99,16 @@ def test_bf16_params_keep_params_and_optimizer_state_in_bf16_through_a_step():
     assert any(jax.tree.leaves(moved))
 
 
-@pytest.mark.parametrize(("field", "value", "why"), [
-    ("compute_dtype", "fp16", "must be one of ('float32', 'bfloat16'), got 'fp16'"),
-    ("compute_dtype", "float16", "must be one of ('float32', 'bfloat16'), got 'float16'"),
-    ("param_dtype", "bf16", "must be one of ('float32', 'bfloat16'), got 'bf16'"),
-    ("param_dtype", 16, "must be str, got int 16"),
-    ("remat", "everything", "must be one of ('none', 'full', 'save_matmuls'), got 'everything'"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("compute_dtype", "fp16", "must be one of ('float32', 'bfloat16'), got 'fp16'"),
+        ("compute_dtype", "float16", "must be one of ('float32', 'bfloat16'), got 'float16'"),
+        ("param_dtype", "bf16", "must be one of ('float32', 'bfloat16'), got 'bf16'"),
+        ("param_dtype", 16, "must be str, got int 16"),
+        ("remat", "everything", "must be one of ('none', 'full', 'save_matmuls'), got 'everything'"),
+    ],
+)
 def test_a_bad_precision_or_remat_value_is_a_one_line_config_error(field, value, why):
     with pytest.raises(ConfigError) as caught:
         config_from_dict({**TINY_TRAIN, field: value}, where="run.yaml: config")

@@ -39,8 +39,7 @@ def test_cosine_ends_at_floor():
 
 
 def test_wsd_s_cycles_decay_and_rewarm():
-    kw = dict(kind="wsd_s", peak_lr=1.0, warmup_steps=4, total_steps=1000, cycle_steps=20, decay_steps=5,
-              rewarm_steps=4)
+    kw = dict(kind="wsd_s", peak_lr=1.0, warmup_steps=4, total_steps=1000, cycle_steps=20, decay_steps=5, rewarm_steps=4)
     assert lr(4 + 10, **kw) == 1.0  # stable inside cycle 0
     assert lr(4 + 20 - 1, **kw) < 0.3  # end of cycle 0 decays
     assert lr(4 + 20, **kw) == pytest.approx(0.05)  # cycle 1 re-warms from the floor
@@ -60,12 +59,15 @@ def test_linear_cooldown_from_a_fraction_and_rewarm_from_floor():
     assert lr(10, **rewarm) == 1.0
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(kind="nope"), "kind"),
-    (dict(warmup_steps=90, decay_steps=20, total_steps=100), "exceed"),
-    (dict(kind="wsd_s", cycle_steps=0), "cycle_steps"),
-    (dict(min_lr_fraction=1.5), "min_lr_fraction"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(kind="nope"), "kind"),
+        (dict(warmup_steps=90, decay_steps=20, total_steps=100), "exceed"),
+        (dict(kind="wsd_s", cycle_steps=0), "cycle_steps"),
+        (dict(min_lr_fraction=1.5), "min_lr_fraction"),
+    ],
+)
 def test_invalid_schedules_are_rejected(kw, msg):
     with pytest.raises(ValueError, match=msg):
         ScheduleConfig(**kw)

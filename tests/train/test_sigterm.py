@@ -17,6 +17,7 @@ def _signal_at(step: int, signum=signal.SIGTERM):
     def log_fn(row):
         if row["step"] == step:
             os.kill(os.getpid(), signum)
+
     return log_fn
 
 
@@ -26,8 +27,9 @@ def test_sigterm_checkpoints_the_step_and_the_successor_starts_after_it(caches, 
     store = tmp_path / "telemetry"
     config = replace(tiny_config, phase="phoenix")  # 12 steps, checkpoints every 4
     # Row 5 is written while step 6 runs, so the loop sees the signal after step 6.
-    result = train(config, caches, tmp_path / "phoenix", log_fn=_signal_at(5), telemetry_root=str(store),
-                   telemetry_run="demo-phoenix")
+    result = train(
+        config, caches, tmp_path / "phoenix", log_fn=_signal_at(5), telemetry_root=str(store), telemetry_run="demo-phoenix"
+    )
     assert result.stopped_by == "SIGTERM" and result.final_step == 6
     assert result.stop_message == "stopped at step 6 by SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
@@ -46,8 +48,14 @@ def test_sigterm_checkpoints_the_step_and_the_successor_starts_after_it(caches, 
     assert set(frame["phase"]) == {"phoenix"}
     assert result.loss_curve_png.exists() and result.loss_curve_png.stat().st_size > 1000
 
-    successor = train(replace(tiny_config, phase="starling", num_steps=3), caches, tmp_path / "starling",
-                      warm_start=tmp_path / "phoenix", telemetry_root=str(store), telemetry_run="demo-starling")
+    successor = train(
+        replace(tiny_config, phase="starling", num_steps=3),
+        caches,
+        tmp_path / "starling",
+        warm_start=tmp_path / "phoenix",
+        telemetry_root=str(store),
+        telemetry_run="demo-starling",
+    )
     assert successor.phase_start_step == 6 and successor.stopped_by is None
     assert [r["step"] for r in read_metrics(successor.metrics_path)] == [7, 8, 9]  # checkpoint step + 1 first
     assert successor.final_step == 9
@@ -56,8 +64,14 @@ def test_sigterm_checkpoints_the_step_and_the_successor_starts_after_it(caches, 
 @pytest.mark.slow  # two trainings (a SIGINT, an error)
 def test_sigint_stops_the_same_way_and_an_error_still_flushes_telemetry(caches, tiny_config, tmp_path):
     store = tmp_path / "telemetry"
-    result = train(replace(tiny_config, checkpoint_every_steps=8), caches, tmp_path / "a", log_fn=_signal_at(2, signal.SIGINT),
-                   telemetry_root=str(store), telemetry_run="a")
+    result = train(
+        replace(tiny_config, checkpoint_every_steps=8),
+        caches,
+        tmp_path / "a",
+        log_fn=_signal_at(2, signal.SIGINT),
+        telemetry_root=str(store),
+        telemetry_run="a",
+    )
     assert (result.stopped_by, result.final_step) == ("SIGINT", 3)
     assert ckpt.latest_valid(tmp_path / "a" / "checkpoints").name == "step-000000003"
 
@@ -92,8 +106,9 @@ def test_default_telemetry_run_is_valid_and_distinct_per_out_dir(tmp_path):
 
 def test_a_signal_at_the_last_step_leaves_the_completed_phase_alone(caches, tiny_config, tmp_path, caplog):
     # row 4 (the last) is written at the final checkpoint: the signal arrives after the last step ran
-    result = train(replace(tiny_config, num_steps=4), caches, tmp_path / "d", log_fn=_signal_at(4),
-                   telemetry_root=str(tmp_path / "t"))
+    result = train(
+        replace(tiny_config, num_steps=4), caches, tmp_path / "d", log_fn=_signal_at(4), telemetry_root=str(tmp_path / "t")
+    )
     assert result.stopped_by is None and result.final_step == 4
     assert "arrived after the last step (4): the phase is complete" in caplog.text
     assert ckpt.latest_valid(tmp_path / "d" / "checkpoints").name == "step-000000004"

@@ -39,10 +39,21 @@ KEY = "train/wc"
 PHASES = dg.DynamicPartitionsDefinition(name="wc_test_phases")
 PLAN = PhasePlan(
     run="wc",
-    first=PhaseSpec(name="kestrel", warm_start_from=None, schedule="wsd", mixture={"license": 0.5, "docs": 0.5},
-                    batch_size=4, hardware="cpu", token_budget=48 * TOKENS_PER_STEP, peak_lr=3e-3),
-    phase_names=("kestrel", "starling"), high_quality_sources=("docs",), cooldown_tokens=8 * TOKENS_PER_STEP,
-    min_cooldown_tokens=2 * TOKENS_PER_STEP)
+    first=PhaseSpec(
+        name="kestrel",
+        warm_start_from=None,
+        schedule="wsd",
+        mixture={"license": 0.5, "docs": 0.5},
+        batch_size=4,
+        hardware="cpu",
+        token_budget=48 * TOKENS_PER_STEP,
+        peak_lr=3e-3,
+    ),
+    phase_names=("kestrel", "starling"),
+    high_quality_sources=("docs",),
+    cooldown_tokens=8 * TOKENS_PER_STEP,
+    min_cooldown_tokens=2 * TOKENS_PER_STEP,
+)
 
 
 class Phase(dg.Config):
@@ -78,40 +89,69 @@ def make_asset(tiny_config, caches):
         train_config = dataclasses.replace(phase_train_config(tiny_config, spec), checkpoint_every_steps=CHECKPOINT_EVERY)
         warm = ctx.store.load(KEY, spec.warm_start_from, config.warm_start_version).data_path if spec.warm_start_from else None
         # ~0.1 s a step, so the person and the controller get a few ticks inside the phase
-        result = train(train_config, {s: caches[s] for s in spec.mixture}, ctx.scratch_dir, warm_start=warm,
-                       log_fn=lambda row: time.sleep(0.1), telemetry_run=phase_telemetry_run(PLAN.run, spec.name))
+        result = train(
+            train_config,
+            {s: caches[s] for s in spec.mixture},
+            ctx.scratch_dir,
+            warm_start=warm,
+            log_fn=lambda row: time.sleep(0.1),
+            telemetry_run=phase_telemetry_run(PLAN.run, spec.name),
+        )
         for name in os.listdir(ctx.scratch_dir):
             shutil.move(os.path.join(ctx.scratch_dir, name), os.path.join(ctx.out_dir, name))
         rows = read_metrics(Path(ctx.out_dir, "metrics.jsonl"))
-        return {"phase": spec.name, "final_step": result.final_step, "first_step": rows[0]["step"],
-                "tokens_trained": result.tokens, "stopped_by": result.stopped_by or "",
-                "phase_tokens": (result.final_step - result.phase_start_step) * TOKENS_PER_STEP,
-                "recent_losses": [r["loss"] for r in rows][-32:], "last_loss": result.last_loss,
-                "tokens_consumed": {}, "tokens_available": {s: 10**9 for s in spec.mixture},
-                "checkpoint": Path(result.checkpoint_dir).name}
+        return {
+            "phase": spec.name,
+            "final_step": result.final_step,
+            "first_step": rows[0]["step"],
+            "tokens_trained": result.tokens,
+            "stopped_by": result.stopped_by or "",
+            "phase_tokens": (result.final_step - result.phase_start_step) * TOKENS_PER_STEP,
+            "recent_losses": [r["loss"] for r in rows][-32:],
+            "last_loss": result.last_loss,
+            "tokens_consumed": {},
+            "tokens_available": {s: 10**9 for s in spec.mixture},
+            "checkpoint": Path(result.checkpoint_dir).name,
+        }
+
     return wc_train
 
 
-def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it(caches, tiny_config, tmp_path,
-                                                                                  monkeypatch):
+def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it(caches, tiny_config, tmp_path, monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "prefix"))
     monkeypatch.setenv(BUDGET_ENV, str(tmp_path / "budget.yaml"))
     asset = make_asset(tiny_config, caches)
     store = ArtifactStoreResource(prefix=str(tmp_path / "prefix"))
-    defs = dg.Definitions(assets=[asset], jobs=[dg.define_asset_job("train_phase", selection=[asset])],
-                          sensors=[phase_controller_sensor(PLAN, asset, name="wc_controller")],
-                          resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)})
-    routing = {"module": "marin_assets.orchestration.launcher", "class": "RoutingRunLauncher",
-               "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"}}
+    defs = dg.Definitions(
+        assets=[asset],
+        jobs=[dg.define_asset_job("train_phase", selection=[asset])],
+        sensors=[phase_controller_sensor(PLAN, asset, name="wc_controller")],
+        resources={"artifact_store": store, "artifact_io": ArtifactIOManager(artifact_store=store)},
+    )
+    routing = {
+        "module": "marin_assets.orchestration.launcher",
+        "class": "RoutingRunLauncher",
+        "config": {"local": {"accelerators": ["cpu"]}, "unmatched": "local"},
+    }
     lines = []
     with dg.instance_for_test(overrides={"run_launcher": routing}) as instance:
-        ticks = run_phase_demo(defs, instance, tmp_path / "budget.yaml", Budget(budget_tokens=10**6),
-                               lambda b, t: b,  # no raise: the run ends when the cut budget is spent
-                               lambda b, tokens: dataclasses.replace(b, budget_tokens=tokens + 16 * TOKENS_PER_STEP),
-                               sensor_name="wc_controller", log=lines.append, cut_during="continue", cut_after_steps=4)
+        ticks = run_phase_demo(
+            defs,
+            instance,
+            tmp_path / "budget.yaml",
+            Budget(budget_tokens=10**6),
+            lambda b, t: b,  # no raise: the run ends when the cut budget is spent
+            lambda b, tokens: dataclasses.replace(b, budget_tokens=tokens + 16 * TOKENS_PER_STEP),
+            sensor_name="wc_controller",
+            log=lines.append,
+            cut_during="continue",
+            cut_after_steps=4,
+        )
         log = decision_log(instance, dg.AssetKey(["train", "wc"]))
-        mats = {r.event_log_entry.asset_materialization.partition: r.event_log_entry.asset_materialization.metadata
-                for r in instance.fetch_materializations(dg.AssetKey(["train", "wc"]), limit=10).records}
+        mats = {
+            r.event_log_entry.asset_materialization.partition: r.event_log_entry.asset_materialization.metadata
+            for r in instance.fetch_materializations(dg.AssetKey(["train", "wc"]), limit=10).records
+        }
 
     ran = [t for t in ticks if "phase" in t]
     assert [(t["phase"], t["action"]) for t in ran] == [("kestrel", "continue"), ("starling", "cool_down")]

@@ -33,8 +33,13 @@ WORKER_STEPS = 20
 
 def worker_spec(caches, out_dir: Path, resume: bool) -> dict:
     config = dict(TINY_TRAIN, num_steps=WORKER_STEPS, checkpoint_every_steps=10, batch_size=8)
-    return {"config": config, "caches": {k: str(v) for k, v in caches.items()}, "out_dir": str(out_dir),
-            "resume": resume, "warm_start": None}
+    return {
+        "config": config,
+        "caches": {k: str(v) for k, v in caches.items()},
+        "out_dir": str(out_dir),
+        "resume": resume,
+        "warm_start": None,
+    }
 
 
 def run_workers(spec: dict, path: Path, **env) -> list[subprocess.Popen]:
@@ -51,12 +56,27 @@ def straight(caches, tmp_path_factory):
     """An uninterrupted 2-process x 2-device worker run; process 0 reports through Pipes."""
     root = tmp_path_factory.mktemp("straight")
     messages = root / "messages.jsonl"
-    context = {"asset_keys": ["train/tiny"], "code_version_by_asset_key": None, "provenance_by_asset_key": None,
-               "partition_key": None, "partition_key_range": None, "partition_time_window": None,
-               "run_id": "r1", "job_name": "j", "retry_number": 0, "extras": {}}
-    finish(run_workers(worker_spec(caches, root / "out", resume=False), root / "spec.json",
-                       DAGSTER_PIPES_CONTEXT=encode_param({"data": context}),
-                       DAGSTER_PIPES_MESSAGES=encode_param({"path": str(messages)})), PROC_TIMEOUT_S)
+    context = {
+        "asset_keys": ["train/tiny"],
+        "code_version_by_asset_key": None,
+        "provenance_by_asset_key": None,
+        "partition_key": None,
+        "partition_key_range": None,
+        "partition_time_window": None,
+        "run_id": "r1",
+        "job_name": "j",
+        "retry_number": 0,
+        "extras": {},
+    }
+    finish(
+        run_workers(
+            worker_spec(caches, root / "out", resume=False),
+            root / "spec.json",
+            DAGSTER_PIPES_CONTEXT=encode_param({"data": context}),
+            DAGSTER_PIPES_MESSAGES=encode_param({"path": str(messages)}),
+        ),
+        PROC_TIMEOUT_S,
+    )
     return root
 
 
@@ -95,8 +115,11 @@ def test_killed_worker_fails_its_peer_and_the_resumed_run_is_bit_identical(cache
             if p.poll() is None:
                 p.kill()
             p.wait()
-    print(json.dumps({"survivor_rc": rc, "seconds_to_fail": round(elapsed, 1),
-                      "resumes_from": ckpt.latest_valid(out / "checkpoints").name}))
+    print(
+        json.dumps(
+            {"survivor_rc": rc, "seconds_to_fail": round(elapsed, 1), "resumes_from": ckpt.latest_valid(out / "checkpoints").name}
+        )
+    )
     assert rc not in (None, 0), f"survivor still running {elapsed:.0f} s after the kill"
     assert elapsed < 60
     resumed_from = int(ckpt.latest_valid(out / "checkpoints").name.split("-")[1])

@@ -37,8 +37,10 @@ def random_params(model: dict, seed: int = 0) -> dict:
     """{"layers/wq": array} of an initialised model (norm gains perturbed, so a copy is told from a fresh one)."""
     params = MODEL.init_params(config(model).model, jax.random.PRNGKey(seed))
     rng = np.random.default_rng(seed)
-    return {name: (np.asarray(x) + (0.1 * rng.normal(size=x.shape) if "norm" in name else 0.0)).astype(np.float32)
-            for name, x in param_names(params).items()}
+    return {
+        name: (np.asarray(x) + (0.1 * rng.normal(size=x.shape) if "norm" in name else 0.0)).astype(np.float32)
+        for name, x in param_names(params).items()
+    }
 
 
 def save_source(root, model: dict, step: int = 7) -> str:
@@ -46,9 +48,17 @@ def save_source(root, model: dict, step: int = 7) -> str:
     cfg = config(model)
     opt = make_optimizer(cfg.optimizer, MODEL.init_params(cfg.model, jax.random.PRNGKey(0)))
     state = init_state(cfg, opt, MODEL)
-    meta = {"config": config_to_dict(cfg), "data_position": {"batches": step, "consumed": {"train": 4 * step}},
-            "phase_start_step": 0, "tokens_before_phase": 0, "tokens": step * cfg.tokens_per_step, "phase": "main",
-            "optimizer": cfg.optimizer.name, "telemetry_run": None, "data_tokenizers": {}}
+    meta = {
+        "config": config_to_dict(cfg),
+        "data_position": {"batches": step, "consumed": {"train": 4 * step}},
+        "phase_start_step": 0,
+        "tokens_before_phase": 0,
+        "tokens": step * cfg.tokens_per_step,
+        "phase": "main",
+        "optimizer": cfg.optimizer.name,
+        "telemetry_run": None,
+        "data_tokenizers": {},
+    }
     return str(ckpt.save(root, step, state.replace(step=jnp.int32(step)).to_dict(), meta))
 
 
@@ -96,12 +106,17 @@ def test_qk_norm_takes_a_source_without_the_gains():
     np.testing.assert_array_equal(target["layers/k_norm"], 1.0)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda p: p.pop("layers/wq"), "target layers/wq reads source parameter layers/wq, which the checkpoint does not have"),
-    (lambda p: p.update({"layers/bq": np.zeros((1, 32))}), "source parameter layers/bq is not used by any rule"),
-    (lambda p: p.update({"layers/wo": np.zeros((1, 16, 32))}),
-     r"layers/wo from layers/wo \(copy\): source shape \[1, 16, 32\] gives \[1, 16, 32\], the target needs \[1, 32, 32\]"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda p: p.pop("layers/wq"), "target layers/wq reads source parameter layers/wq, which the checkpoint does not have"),
+        (lambda p: p.update({"layers/bq": np.zeros((1, 32))}), "source parameter layers/bq is not used by any rule"),
+        (
+            lambda p: p.update({"layers/wo": np.zeros((1, 16, 32))}),
+            r"layers/wo from layers/wo \(copy\): source shape \[1, 16, 32\] gives \[1, 16, 32\], the target needs \[1, 32, 32\]",
+        ),
+    ],
+)
 def test_a_missing_extra_or_misshapen_parameter_is_one_line_naming_it(change, message):
     source = random_params(NO_QK)
     change(source)
@@ -114,8 +129,11 @@ def test_a_target_parameter_without_a_rule_or_experts_of_another_width_are_named
     dense = random_params(DENSE)
     with pytest.raises(ValueError, match="target parameter layers/latent_down has no rule"):
         map_params(MAPPINGS["upcycle"], dense, config(dict(UPCYCLED, latent_dim=16)), MODEL)
-    with pytest.raises(ValueError, match=r"layers/e_down from layers/w_down \(experts_down\): source \[1, 64, 32\] "
-                                         r"cannot fill 4 experts of shape \[1, 32, 32\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"layers/e_down from layers/w_down \(experts_down\): source \[1, 64, 32\] "
+        r"cannot fill 4 experts of shape \[1, 32, 32\]",
+    ):
         map_params(MAPPINGS["upcycle"], dense, config(dict(UPCYCLED, expert_d_ff=32, n_shared_experts=0)), MODEL)
 
 
@@ -134,13 +152,17 @@ def test_transplant_writes_a_target_checkpoint_a_warm_start_reads(tmp_path):
         transplant(source, target, "upcycle", tmp_path / "new")
 
 
-@pytest.mark.parametrize("mapping, source_model, target_model, message", [
-    ("qk_norm", TINY_MODEL, TINY_MODEL, "the source model already has QK-norm"),
-    ("qk_norm", NO_QK, dict(TINY_MODEL, d_model=64), "model.d_model is 32 in the source and 64 in the target"),
-    ("upcycle", TINY_MODEL, UPCYCLED, "the source model is not dense"),
-])
-def test_models_the_mapping_cannot_join_are_refused_before_anything_is_written(tmp_path, mapping, source_model,
-                                                                                target_model, message):
+@pytest.mark.parametrize(
+    "mapping, source_model, target_model, message",
+    [
+        ("qk_norm", TINY_MODEL, TINY_MODEL, "the source model already has QK-norm"),
+        ("qk_norm", NO_QK, dict(TINY_MODEL, d_model=64), "model.d_model is 32 in the source and 64 in the target"),
+        ("upcycle", TINY_MODEL, UPCYCLED, "the source model is not dense"),
+    ],
+)
+def test_models_the_mapping_cannot_join_are_refused_before_anything_is_written(
+    tmp_path, mapping, source_model, target_model, message
+):
     source = save_source(tmp_path / "src", source_model)
     with pytest.raises(ValueError, match=message):
         transplant(source, config(target_model), mapping, tmp_path / "new")
@@ -170,10 +192,26 @@ def test_qk_norm_switch_from_the_cli_keeps_the_loss_and_recovers(caches, jax_cac
     source = train(config(NO_QK, num_steps=24, checkpoint_every_steps=24), caches, tmp_path / "src")
     before = held_out(source.checkpoint_dir, caches)
     target_yaml = tmp_path / "target.yaml"
-    target_yaml.write_text(yaml.safe_dump(dict(TINY_TRAIN, model={k: v for k, v in TINY_MODEL.items() if k != "vocab_size"},
-                                               **AFTER)))
-    assert main(["train", "transplant", "--checkpoint", str(tmp_path / "src"), "--config", str(target_yaml),
-                 "--mapping", "qk_norm", "--out", str(tmp_path / "switched")]) == 0
+    target_yaml.write_text(
+        yaml.safe_dump(dict(TINY_TRAIN, model={k: v for k, v in TINY_MODEL.items() if k != "vocab_size"}, **AFTER))
+    )
+    assert (
+        main(
+            [
+                "train",
+                "transplant",
+                "--checkpoint",
+                str(tmp_path / "src"),
+                "--config",
+                str(target_yaml),
+                "--mapping",
+                "qk_norm",
+                "--out",
+                str(tmp_path / "switched"),
+            ]
+        )
+        == 0
+    )
     switched = ckpt.latest_valid(tmp_path / "switched" / "checkpoints")
     right_after = held_out(switched, caches)
     assert abs(right_after / before - 1) < 0.05, (before, right_after)

@@ -30,13 +30,22 @@ MARIN = shutil.which("marin", path=str(Path(sys.executable).parent)) or "marin"
 
 def _snapshot(root: Path) -> dict[str, str]:
     """Every file under ``root`` and its sha256: what 'nothing changed' means."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _cli_args(caches, cfg_path: Path, out: Path, *extra: str) -> list[str]:
-    return ["train", "--cache", f"license={caches['license']}", "--cache", f"docs={caches['docs']}",
-            "--config", str(cfg_path), "--out", str(out), *extra]
+    return [
+        "train",
+        "--cache",
+        f"license={caches['license']}",
+        "--cache",
+        f"docs={caches['docs']}",
+        "--config",
+        str(cfg_path),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +130,7 @@ def test_two_trainers_on_one_out_dir_the_second_is_refused_and_the_first_is_whol
     cfg.write_text(yaml.safe_dump(data))
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PLATFORMS="cpu")
     out = tmp_path / "run"
-    first = subprocess.Popen([MARIN, *_cli_args(caches, cfg, out)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    first = subprocess.Popen([MARIN, *_cli_args(caches, cfg, out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 240
         while time.time() < deadline and first.poll() is None and not (out / "metrics.jsonl").exists():
@@ -179,10 +187,24 @@ def test_out_naming_a_file_is_one_line(caches, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and "Traceback" not in err
     assert a_file.read_text() == "mine"
-    assert marin(["train", "necromancy", "--checkpoint", str(tmp_path), "--cache", str(caches["license"]),
-                  "--steps", "1", "--out", str(a_file)]) == 2
+    assert (
+        marin(
+            [
+                "train",
+                "necromancy",
+                "--checkpoint",
+                str(tmp_path),
+                "--cache",
+                str(caches["license"]),
+                "--steps",
+                "1",
+                "--out",
+                str(a_file),
+            ]
+        )
+        == 2
+    )
     assert "is a file, not a folder" in capsys.readouterr().err
-
 
 
 def test_an_object_store_work_dir_refuses_a_live_holder_and_takes_over_a_crashed_ones():

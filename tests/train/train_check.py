@@ -43,10 +43,12 @@ def config(transport: str, steps: int, fsdp: bool = False):
     from marin_assets.train.config import config_from_dict
 
     # Two layers: the scan carries (and FSDP gathers) the stacked layer weights one layer at a time.
-    model = dict(TINY_TRAIN["model"], n_layers=2, ep_transport=transport, capacity_factor_send=CAPACITY,
-                 capacity_factor_recv=CAPACITY)
-    return config_from_dict(dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=BATCH,
-                                 checkpoint_every_steps=steps, fsdp=fsdp))
+    model = dict(
+        TINY_TRAIN["model"], n_layers=2, ep_transport=transport, capacity_factor_send=CAPACITY, capacity_factor_recv=CAPACITY
+    )
+    return config_from_dict(
+        dict(TINY_TRAIN, model=model, num_steps=steps, batch_size=BATCH, checkpoint_every_steps=steps, fsdp=fsdp)
+    )
 
 
 def layout_mesh(name: str, model_config):
@@ -57,7 +59,7 @@ def layout_mesh(name: str, model_config):
     if name == "env":
         return meshlib.make_mesh(model_config)
     data, expert = (int(x) for x in name.split("x"))
-    return meshlib.make_mesh(model_config, expert=expert, devices=jax.devices()[:data * expert])
+    return meshlib.make_mesh(model_config, expert=expert, devices=jax.devices()[: data * expert])
 
 
 def state_layout(state) -> dict:
@@ -66,10 +68,12 @@ def state_layout(state) -> dict:
 
     out = {}
     for path, x in jax.tree_util.tree_leaves_with_path(state):
-        out[jax.tree_util.keystr(path)] = {"shape": list(x.shape), "itemsize": x.dtype.itemsize,
-                                           "spec": [e if e is None or isinstance(e, str) else list(e)
-                                                    for e in x.sharding.spec],
-                                           "shard": list(x.sharding.shard_shape(x.shape))}
+        out[jax.tree_util.keystr(path)] = {
+            "shape": list(x.shape),
+            "itemsize": x.dtype.itemsize,
+            "spec": [e if e is None or isinstance(e, str) else list(e) for e in x.sharding.spec],
+            "shard": list(x.sharding.shard_shape(x.shape)),
+        }
     return out
 
 
@@ -91,9 +95,14 @@ def final_state_hook(out: Path, transport: str, control: dict | None):
             flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)}
             np.savez(f"{out}.params.npz", **flat)
             state = info.state.to_dict()
-            Path(f"{out}.state.json").write_text(json.dumps({
-                "layout": state_layout(state), "per_device_bytes": meshlib.per_device_bytes(
-                    state, jax.tree.map(lambda x: x.sharding, state))}))
+            Path(f"{out}.state.json").write_text(
+                json.dumps(
+                    {
+                        "layout": state_layout(state),
+                        "per_device_bytes": meshlib.per_device_bytes(state, jax.tree.map(lambda x: x.sharding, state)),
+                    }
+                )
+            )
 
     return hooks
 
@@ -114,11 +123,10 @@ def wrong_slice_control(state, transport: str) -> dict:
         return weights, {"loss": loss_fn(weights[0], tokens, cfg, weights[1], None, ep)[0]}
 
     loss = meshlib.jit_step(step, mesh, jax.tree.map(lambda x: x.sharding, weights), n_scalars=0, donate=False)
-    batch = np.random.default_rng([1234, 0]).integers(0, cfg.vocab_size, (BATCH, TINY_TRAIN["seq_len"]),
-                                                      dtype=np.int32)
+    batch = np.random.default_rng([1234, 0]).integers(0, cfg.vocab_size, (BATCH, TINY_TRAIN["seq_len"]), dtype=np.int32)
     rows = meshlib.process_rows(mesh, BATCH)
     good = loss(weights, meshlib.shard_batch(mesh, batch[rows], BATCH))[1]["loss"]
-    bad = loss(weights, meshlib.shard_batch(mesh, batch[:rows.stop - rows.start], BATCH))[1]["loss"]
+    bad = loss(weights, meshlib.shard_batch(mesh, batch[: rows.stop - rows.start], BATCH))[1]["loss"]
     return {"good": float(good), "bad": float(bad)}
 
 
@@ -140,10 +148,13 @@ def one_step(config, batch, mesh, lr: float = 1e-2) -> tuple[dict, dict, dict]:
     state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), config.fsdp)
     step = train_step_for(config, opt, model, mesh, state_sh)
     rows = meshlib.process_rows(mesh, config.batch_size)
-    local = (batch._make(None if part is None else part[rows] for part in batch) if isinstance(batch, MaskedRows)
-             else batch[rows])
-    state, metrics = step(meshlib.init_sharded(init, mesh, config.fsdp), meshlib.shard_batch(mesh, local, config.batch_size),
-                          np.bool_(True), np.float32(lr))
+    local = batch._make(None if part is None else part[rows] for part in batch) if isinstance(batch, MaskedRows) else batch[rows]
+    state, metrics = step(
+        meshlib.init_sharded(init, mesh, config.fsdp),
+        meshlib.shard_batch(mesh, local, config.batch_size),
+        np.bool_(True),
+        np.float32(lr),
+    )
     assert config.optimizer.name == "adamw", "the gradient is read off AdamW's state"
     # host_state: a collective, every process calls it
     params, moment = meshlib.host_state((state.params, state.opt_state.mu))
@@ -172,9 +183,15 @@ def microbatch_control(config, mesh) -> dict:
     (p1, g1, m1), (p2, g2, m2) = (one_step(replace(config, microbatches=m), batch, mesh) for m in (1, 2))
     split = jax.jit(lambda x: accumulate.split(x, 2, mesh), in_shardings=meshlib.batch_sharding(mesh))
     hlo = split.lower(jax.ShapeDtypeStruct((BATCH, config.seq_len), np.int32)).compile().as_text()
-    return {"params": max_abs_diff(p1, p2), "gradient": max_abs_diff(g1, g2), "loss": abs(m1["loss"] - m2["loss"]),
-            "loss_value": m1["loss"], "grad_norm": abs(m1["grad_norm"] - m2["grad_norm"]),
-            "dropped": [m1["dropped"], m2["dropped"]], "split_collectives": sorted(op for op in COLLECTIVES if op in hlo)}
+    return {
+        "params": max_abs_diff(p1, p2),
+        "gradient": max_abs_diff(g1, g2),
+        "loss": abs(m1["loss"] - m2["loss"]),
+        "loss_value": m1["loss"],
+        "grad_norm": abs(m1["grad_norm"] - m2["grad_norm"]),
+        "dropped": [m1["dropped"], m2["dropped"]],
+        "split_collectives": sorted(op for op in COLLECTIVES if op in hlo),
+    }
 
 
 COLLECTIVES = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "reduce-scatter")
@@ -204,9 +221,16 @@ def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, 
     rows = meshlib.process_rows(mesh, BATCH)
     # Per row of the expert axis (an expert group), the process of each of its devices.
     groups = [[d.process_index for d in row] for row in mesh.devices]
-    return {"mesh": dict(mesh.shape), "processes": setup.num_processes, "devices": mesh.size,
-            "global_devices": jax.device_count(), "rows": [rows.start, rows.stop], "wrong_slice": controls,
-            "expert_group_processes": groups, **facts}
+    return {
+        "mesh": dict(mesh.shape),
+        "processes": setup.num_processes,
+        "devices": mesh.size,
+        "global_devices": jax.device_count(),
+        "rows": [rows.start, rows.stop],
+        "wrong_slice": controls,
+        "expert_group_processes": groups,
+        **facts,
+    }
 
 
 def load_layout(root: Path, name: str) -> dict:
@@ -220,8 +244,11 @@ def load_layout(root: Path, name: str) -> dict:
         run = root / name / metrics.parent.name
         with np.load(f"{run}.params.npz") as z:
             params = {k: z[k] for k in z.files}
-        out["runs"][metrics.parent.name] = {"rows": read_metrics(metrics), "params": params,
-                                            "state": json.loads(Path(f"{run}.state.json").read_text())}
+        out["runs"][metrics.parent.name] = {
+            "rows": read_metrics(metrics),
+            "params": params,
+            "state": json.loads(Path(f"{run}.state.json").read_text()),
+        }
     return out
 
 
@@ -240,9 +267,11 @@ def main() -> int:
     for name in args.layouts.split(","):
         result = run_layout(name, args.runs.split(","), args.steps, caches, out, setup)
         # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
-        result["agree"] = {"process0_value": processes.agree(setup.process_id + 7),
-                           "all_true": processes.all_processes(True),
-                           "one_false": processes.all_processes(setup.process_id != 1)}
+        result["agree"] = {
+            "process0_value": processes.agree(setup.process_id + 7),
+            "all_true": processes.all_processes(True),
+            "one_false": processes.all_processes(setup.process_id != 1),
+        }
         if processes.is_writer():
             (out / f"{name}.json").write_text(json.dumps(result))
     processes.barrier("train_check_done")

@@ -65,8 +65,21 @@ from marin_assets.orchestration.training_backends.processes import ProcessesTrai
 from marin_assets.train.spec import TrainSpec
 
 __all__ = [
-    "OUTCOME_FIELDS", "WORKER_MODULE", "KubeApis", "KubeTrainingJob", "KubernetesTrainingBackend",
-    "LocalTrainingBackend", "ProcessesTrainingBackend", "TrainOutcome", "TrainSpec", "TrainingBackend",
-    "TrainingFailed", "choose_pool", "launch_workers", "outcome_from_report", "outcome_from_session",
-    "pool_tags", "worker_env",
+    "OUTCOME_FIELDS",
+    "WORKER_MODULE",
+    "KubeApis",
+    "KubeTrainingJob",
+    "KubernetesTrainingBackend",
+    "LocalTrainingBackend",
+    "ProcessesTrainingBackend",
+    "TrainOutcome",
+    "TrainSpec",
+    "TrainingBackend",
+    "TrainingFailed",
+    "choose_pool",
+    "launch_workers",
+    "outcome_from_report",
+    "outcome_from_session",
+    "pool_tags",
+    "worker_env",
 ]

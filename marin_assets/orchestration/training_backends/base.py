@@ -48,15 +48,23 @@ class TrainOutcome:
         for name in ("tokens_left", "counts"):
             value = getattr(self, name)
             if not isinstance(value, Mapping) or not all(
-                    isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()):
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()
+            ):
                 raise ValueError(f"outcome field {name!r}: {value!r} is not a mapping of names to integers")
 
     def metadata(self) -> dict[str, Any]:
         """Plain values for the materialisation (the versioned-asset wrapper types them)."""
-        return {"backend": self.backend, "final_step": self.final_step, "tokens_trained": self.tokens,
-                "phase_start_step": self.phase_start_step, "last_loss": self.last_loss,
-                "tokens_left": dict(self.tokens_left), "guard_events": dict(self.counts),
-                "steps_reported": len(self.metrics), "stopped_by": self.stopped_by or ""}
+        return {
+            "backend": self.backend,
+            "final_step": self.final_step,
+            "tokens_trained": self.tokens,
+            "phase_start_step": self.phase_start_step,
+            "last_loss": self.last_loss,
+            "tokens_left": dict(self.tokens_left),
+            "guard_events": dict(self.counts),
+            "steps_reported": len(self.metrics),
+            "stopped_by": self.stopped_by or "",
+        }
 
 
 def _plain(value: Any) -> Any:
@@ -77,19 +85,30 @@ def outcome_from_report(backend: str, metadata: Mapping[str, Any], metrics: Sequ
     for i, message in enumerate(metrics):
         row = message.get("metrics") if isinstance(message, Mapping) else None
         if not isinstance(row, Mapping) or not isinstance(row.get("step"), int) or not isinstance(row.get("loss"), (int, float)):
-            raise ValueError(f"{backend}: metrics message {i} is not {{'metrics': {{'step': int, 'loss': float, ...}}}}: "
-                             f"{str(message)[:200]}")
+            raise ValueError(
+                f"{backend}: metrics message {i} is not {{'metrics': {{'step': int, 'loss': float, ...}}}}: {str(message)[:200]}"
+            )
         rows.append(dict(row))
-    return TrainOutcome(backend, values["final_step"], values["tokens"], values["phase_start_step"], last_loss,
-                        dict(values["tokens_left"]), dict(values["counts"]),
-                        tuple(sorted(rows, key=lambda r: r["step"])), values.get("stopped_by") or None)
+    return TrainOutcome(
+        backend,
+        values["final_step"],
+        values["tokens"],
+        values["phase_start_step"],
+        last_loss,
+        dict(values["tokens_left"]),
+        dict(values["counts"]),
+        tuple(sorted(rows, key=lambda r: r["step"])),
+        values.get("stopped_by") or None,
+    )
 
 
 def outcome_from_session(backend: str, session) -> TrainOutcome:
     reports = [r for r in session.get_reported_results() if isinstance(r, dg.MaterializeResult)]
     if len(reports) != 1:
-        raise TrainingFailed(f"{backend}: the workers finished but process 0 sent {len(reports)} final reports "
-                             f"(expected 1); see the step log for their output")
+        raise TrainingFailed(
+            f"{backend}: the workers finished but process 0 sent {len(reports)} final reports "
+            f"(expected 1); see the step log for their output"
+        )
     customs = session.get_custom_messages()
     return outcome_from_report(backend, reports[0].metadata or {}, customs)
 
@@ -100,8 +119,7 @@ class TrainingBackend(dg.ConfigurableResource):
     def run(self, context: dg.AssetExecutionContext, spec: TrainSpec) -> TrainOutcome:
         raise NotImplementedError
 
-    def run_announcing(self, context: dg.AssetExecutionContext, spec: TrainSpec,
-                       on_checkpoint: OnCheckpoint) -> TrainOutcome:
+    def run_announcing(self, context: dg.AssetExecutionContext, spec: TrainSpec, on_checkpoint: OnCheckpoint) -> TrainOutcome:
         """``run``, calling ``on_checkpoint(folder, step)`` on the calling thread for each checkpoint that
         commits while it runs. A backend whose workers cannot say so (their commits are seen only in the
         work dir afterwards) announces none: the caller scans the work dir once ``run`` returns."""

@@ -70,10 +70,12 @@ class KubernetesTrainingBackend(TrainingBackend):
             kubernetes.config.load_incluster_config(client_configuration=configuration)
             api = kubernetes.client.ApiClient(configuration)
         else:
-            api = kubernetes.config.new_client_from_config(config_file=self.kubeconfig_file,
-                                                           context=self.kube_context, persist_config=False)
-        return KubeApis(kubernetes.client.CoreV1Api(api), kubernetes.client.BatchV1Api(api),
-                        kubernetes.client.CustomObjectsApi(api))
+            api = kubernetes.config.new_client_from_config(
+                config_file=self.kubeconfig_file, context=self.kube_context, persist_config=False
+            )
+        return KubeApis(
+            kubernetes.client.CoreV1Api(api), kubernetes.client.BatchV1Api(api), kubernetes.client.CustomObjectsApi(api)
+        )
 
     def _namespace(self) -> str:
         from marin_assets.cluster.tags import check_name
@@ -83,8 +85,9 @@ class KubernetesTrainingBackend(TrainingBackend):
     def _image(self) -> str:
         image = self.image or setting("MARIN_K8S_IMAGE")
         if not image:
-            raise ValueError("kubernetes backend: no image (set `image` or run under the routing launcher, "
-                             "which sets MARIN_K8S_IMAGE)")
+            raise ValueError(
+                "kubernetes backend: no image (set `image` or run under the routing launcher, which sets MARIN_K8S_IMAGE)"
+            )
         return image
 
     def plan(self, tags: Mapping[str, str], spec: TrainSpec, *, name: str, pipes_env: Mapping[str, str]) -> list[Any]:
@@ -94,8 +97,9 @@ class KubernetesTrainingBackend(TrainingBackend):
         from marin_assets.cluster.tags import classify_tags
 
         if classify_tags(tags).accelerator == "cpu":
-            raise ValueError("kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local "
-                             "or processes backend")
+            raise ValueError(
+                "kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local or processes backend"
+            )
         pool, request = choose_pool(load_fleet(self.fleet_file), tags)
         if spec.budget_file and not _is_remote(spec.budget_file):
             # A pod cannot read the controller's local budget file: this run's budget cut then reaches it as the
@@ -103,12 +107,18 @@ class KubernetesTrainingBackend(TrainingBackend):
             spec = dataclasses.replace(spec, budget_file=None)
         local = [p for p in spec.paths() if not _is_remote(p)]
         if local:
-            raise ValueError(f"kubernetes backend: {local} are local paths the pods cannot see; "
-                             f"use object-store URLs (gs://...)")
+            raise ValueError(f"kubernetes backend: {local} are local paths the pods cannot see; use object-store URLs (gs://...)")
         command = list(self.worker_command or ["python", "-m", WORKER_MODULE]) + ["--spec", f"{SPEC_MOUNT}/{SPEC_FILE}"]
-        return multihost_jax_manifests(name, pool, image=self._image(), command=command, namespace=self._namespace(),
-                                       env=dict(pipes_env), chips=request.chips,
-                                       spec_json=json.dumps(spec.to_json_dict(), sort_keys=True))
+        return multihost_jax_manifests(
+            name,
+            pool,
+            image=self._image(),
+            command=command,
+            namespace=self._namespace(),
+            env=dict(pipes_env),
+            chips=request.chips,
+            spec_json=json.dumps(spec.to_json_dict(), sort_keys=True),
+        )
 
     def run(self, context, spec: TrainSpec) -> TrainOutcome:
         from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
@@ -117,9 +127,18 @@ class KubernetesTrainingBackend(TrainingBackend):
         reader = PipesK8sPodLogsMessageReader()
         with dg.open_pipes_session(context, dg.PipesEnvContextInjector(), reader) as session:
             objects = self.plan(context.run.tags, spec, name=name, pipes_env=session.get_bootstrap_env_vars())
-            job = KubeTrainingJob(self.apis(), self._namespace(), name, objects, context, reader,
-                                  poll_interval_s=self.poll_interval_s, timeout_s=self.timeout_s,
-                                  log_tail_lines=self.log_tail_lines, log_reader_join_s=self.log_reader_join_s)
+            job = KubeTrainingJob(
+                self.apis(),
+                self._namespace(),
+                name,
+                objects,
+                context,
+                reader,
+                poll_interval_s=self.poll_interval_s,
+                timeout_s=self.timeout_s,
+                log_tail_lines=self.log_tail_lines,
+                log_reader_join_s=self.log_reader_join_s,
+            )
             job.run()
         return outcome_from_session(f"kubernetes({name})", session)
 
@@ -172,9 +191,22 @@ def _name(obj: Any) -> str:
 class KubeTrainingJob:
     """One launch: create the objects, watch the pods, read rank 0's Pipes messages, clean up."""
 
-    def __init__(self, apis: KubeApis, namespace: str, name: str, objects: list[Any], context, reader, *,
-                 poll_interval_s: float, timeout_s: float | None, log_tail_lines: int, log_reader_join_s: float,
-                 sleep=time.sleep, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        apis: KubeApis,
+        namespace: str,
+        name: str,
+        objects: list[Any],
+        context,
+        reader,
+        *,
+        poll_interval_s: float,
+        timeout_s: float | None,
+        log_tail_lines: int,
+        log_reader_join_s: float,
+        sleep=time.sleep,
+        clock=time.monotonic,
+    ) -> None:
         self.apis, self.namespace, self.name, self.objects = apis, namespace, name, objects
         self.context, self.reader = context, reader
         self.poll_interval_s, self.timeout_s = poll_interval_s, timeout_s
@@ -212,8 +244,9 @@ class KubeTrainingJob:
             else:
                 raise ValueError(f"no create call for kind {kind}")
             self.created.append(obj)
-        self.context.log.info(f"created {', '.join(f'{_kind(o)}/{_name(o)}' for o in self.created)} "
-                              f"in namespace {self.namespace}")
+        self.context.log.info(
+            f"created {', '.join(f'{_kind(o)}/{_name(o)}' for o in self.created)} in namespace {self.namespace}"
+        )
 
     def delete_all(self) -> None:
         """Delete what this launch created, newest first; a failed delete is logged, not raised."""
@@ -253,8 +286,9 @@ class KubeTrainingJob:
     def _is_rank0(self, pod) -> bool:
         from marin_assets.cluster.job_objects import DOMAIN_LABEL
 
-        return ((pod.metadata.labels or {}).get(DOMAIN_LABEL) == "0"
-                and (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index") == "0")
+        return (pod.metadata.labels or {}).get(DOMAIN_LABEL) == "0" and (pod.metadata.annotations or {}).get(
+            "batch.kubernetes.io/job-completion-index"
+        ) == "0"
 
     def _fail(self, pod) -> TrainingFailed:
         try:
@@ -262,12 +296,13 @@ class KubeTrainingJob:
         except Exception as err:
             tail = f"(could not read its log: {str(err)[:200]})"
         reason = ""
-        for status in (pod.status.container_statuses or []):
+        for status in pod.status.container_statuses or []:
             term = status.state.terminated if status.state else None
             if term is not None:
                 reason = f" ({term.reason or 'Error'}, exit code {term.exit_code})"
-        return TrainingFailed(f"training pod {pod.metadata.name} ({self._process(pod)}) failed{reason}; "
-                              f"its last lines:\n{str(tail).rstrip()}")
+        return TrainingFailed(
+            f"training pod {pod.metadata.name} ({self._process(pod)}) failed{reason}; its last lines:\n{str(tail).rstrip()}"
+        )
 
     def _start_reader(self, pod) -> None:
         def consume() -> None:
@@ -302,16 +337,18 @@ class KubeTrainingJob:
             if failed:
                 raise self._fail(sorted(failed, key=lambda p: p.metadata.name)[0])
             if self._reader_thread is None:
-                rank0 = [p for p in pods if self._is_rank0(p) and p.status is not None
-                         and p.status.phase in ("Running", "Succeeded")]
+                rank0 = [
+                    p for p in pods if self._is_rank0(p) and p.status is not None and p.status.phase in ("Running", "Succeeded")
+                ]
                 if rank0:
                     self._start_reader(rank0[0])
             if self._jobs_succeeded():
                 if self._reader_thread is None:  # finished between two polls: read its whole log now
                     rank0 = [p for p in self._pods() if self._is_rank0(p)]
                     if not rank0:
-                        raise TrainingFailed(f"{self.name}: jobs succeeded but process 0's pod is gone; "
-                                             f"its Pipes messages cannot be read")
+                        raise TrainingFailed(
+                            f"{self.name}: jobs succeeded but process 0's pod is gone; its Pipes messages cannot be read"
+                        )
                     self._start_reader(rank0[0])
                 return
             if self.timeout_s is not None and self.clock() - started > self.timeout_s:
@@ -322,7 +359,8 @@ class KubeTrainingJob:
         if self._reader_thread is not None:
             self._reader_thread.join(self.log_reader_join_s)
             if self._reader_thread.is_alive():
-                raise TrainingFailed(f"{self.name}: process 0's log stream did not end within "
-                                     f"{self.log_reader_join_s:.0f}s of the pods finishing")
+                raise TrainingFailed(
+                    f"{self.name}: process 0's log stream did not end within {self.log_reader_join_s:.0f}s of the pods finishing"
+                )
         if self._reader_error:
             raise TrainingFailed(f"{self.name}: reading process 0's log failed: {self._reader_error[0]}")

@@ -45,17 +45,30 @@ def _stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
 
 def worker_env(index: int, processes: int, coordinator: str, devices_per_process: int | None = None) -> dict[str, str]:
     """What a manifest sets for worker ``index`` of a ``processes``-process job (see train/mesh.py)."""
-    env = {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": str(processes),
-           "JOB_COMPLETION_INDEX": str(index), "MARIN_PROCESS_OFFSET": "0"}
+    env = {
+        "JAX_COORDINATOR_ADDRESS": coordinator,
+        "JAX_NUM_PROCESSES": str(processes),
+        "JOB_COMPLETION_INDEX": str(index),
+        "MARIN_PROCESS_OFFSET": "0",
+    }
     if devices_per_process is not None:
         env["MARIN_DEVICES_PER_PROCESS"] = str(devices_per_process)
     return env
 
 
-def launch_workers(argv: list[str], processes: int, devices_per_process: int | None, logs: Path, *,
-                   env: Mapping[str, str] | None = None, log: Callable[[str], None] | None = None,
-                   timeout_s: float | None = None, kill_grace_s: float = 10.0, log_tail_lines: int = 40,
-                   poll_interval_s: float = 0.2) -> None:
+def launch_workers(
+    argv: list[str],
+    processes: int,
+    devices_per_process: int | None,
+    logs: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
+    kill_grace_s: float = 10.0,
+    log_tail_lines: int = 40,
+    poll_interval_s: float = 0.2,
+) -> None:
     """Run ``processes`` copies of ``argv`` as one ``jax.distributed`` job on this host and wait.
 
     Each gets ``worker_env`` (coordinator on a free local port) on top of this process's
@@ -77,8 +90,14 @@ def launch_workers(argv: list[str], processes: int, devices_per_process: int | N
         _stop_all(procs, kill_grace_s)
 
 
-def _watch(procs: list[subprocess.Popen], logs: Path, timeout_s: float | None, kill_grace_s: float,
-           log_tail_lines: int, poll_interval_s: float) -> None:
+def _watch(
+    procs: list[subprocess.Popen],
+    logs: Path,
+    timeout_s: float | None,
+    kill_grace_s: float,
+    log_tail_lines: int,
+    poll_interval_s: float,
+) -> None:
     started = time.monotonic()
     while True:
         codes = [p.poll() for p in procs]
@@ -86,8 +105,10 @@ def _watch(procs: list[subprocess.Popen], logs: Path, timeout_s: float | None, k
             if code not in (None, 0):
                 # One dead process would leave the others blocked in a collective: stop them now.
                 _stop_all(procs, kill_grace_s)
-                raise TrainingFailed(f"worker process {i} exited with code {code}; its last lines:\n"
-                                     f"{_tail(logs / f'process-{i}.log', log_tail_lines)}")
+                raise TrainingFailed(
+                    f"worker process {i} exited with code {code}; its last lines:\n"
+                    f"{_tail(logs / f'process-{i}.log', log_tail_lines)}"
+                )
         if all(code == 0 for code in codes):
             return
         if timeout_s is not None and time.monotonic() - started > timeout_s:

@@ -40,15 +40,31 @@ class LocalTrainingBackend(TrainingBackend):
             if self.log_every_steps > 0 and row["step"] % self.log_every_steps == 0:
                 context.log.info(f"step {row['step']}: loss {row['loss']:.4f}")
 
-        result = train(spec.config, spec.caches, spec.out_dir, resume=spec.resume, warm_start=spec.warm_start,
-                       log_fn=log_row, telemetry_run=spec.telemetry_run, telemetry_root=spec.telemetry_root,
-                       allow_tokenizer_change=spec.allow_tokenizer_change, stop_check=spec.stop_check(),
-                       on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)),
-                       read_weights=warm_start_weights)
+        result = train(
+            spec.config,
+            spec.caches,
+            spec.out_dir,
+            resume=spec.resume,
+            warm_start=spec.warm_start,
+            log_fn=log_row,
+            telemetry_run=spec.telemetry_run,
+            telemetry_root=spec.telemetry_root,
+            allow_tokenizer_change=spec.allow_tokenizer_change,
+            stop_check=spec.stop_check(),
+            on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)),
+            read_weights=warm_start_weights,
+        )
         announce()  # the final checkpoint commits after the last row
         if result.stopped_by:
             context.log.info(result.stop_message)
-        return TrainOutcome("local", result.final_step, result.tokens, result.phase_start_step,
-                            None if result.last_loss is None else float(result.last_loss),
-                            {k: int(v) for k, v in result.tokens_left.items()},
-                            {k: int(v) for k, v in result.counts.items()}, tuple(rows), result.stopped_by)
+        return TrainOutcome(
+            "local",
+            result.final_step,
+            result.tokens,
+            result.phase_start_step,
+            None if result.last_loss is None else float(result.last_loss),
+            {k: int(v) for k, v in result.tokens_left.items()},
+            {k: int(v) for k, v in result.counts.items()},
+            tuple(rows),
+            result.stopped_by,
+        )

@@ -37,7 +37,9 @@ class ProcessesTrainingBackend(TrainingBackend):
             raise ValueError(f"processes: {self.processes} is not in [1, 1024]")
         if self.devices_per_process is not None and not 1 <= self.devices_per_process <= 1024:
             raise ValueError(f"devices_per_process: {self.devices_per_process} is not in [1, 1024]")
-        if self.worker_command is not None and (not self.worker_command or not all(isinstance(a, str) for a in self.worker_command)):
+        if self.worker_command is not None and (
+            not self.worker_command or not all(isinstance(a, str) for a in self.worker_command)
+        ):
             raise ValueError("worker_command must be a non-empty list of strings (never a shell string)")
 
     def process_env(self, index: int, coordinator: str) -> dict[str, str]:
@@ -54,6 +56,15 @@ class ProcessesTrainingBackend(TrainingBackend):
             return outcome_from_session(f"processes({self.processes})", session)
 
     def _run_processes(self, context, argv: list[str], pipes_env: Mapping[str, str], logs: Path) -> None:
-        launch_workers(argv, self.processes, self.devices_per_process, logs, env=pipes_env, log=context.log.info,
-                       timeout_s=self.timeout_s, kill_grace_s=self.kill_grace_s,
-                       log_tail_lines=self.log_tail_lines, poll_interval_s=self.poll_interval_s)
+        launch_workers(
+            argv,
+            self.processes,
+            self.devices_per_process,
+            logs,
+            env=pipes_env,
+            log=context.log.info,
+            timeout_s=self.timeout_s,
+            kill_grace_s=self.kill_grace_s,
+            log_tail_lines=self.log_tail_lines,
+            poll_interval_s=self.poll_interval_s,
+        )
