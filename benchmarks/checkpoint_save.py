@@ -67,10 +67,10 @@ def state_of(mesh, mib: int) -> dict:
 
 def worker(mib: int, repeats: int, root: str) -> None:
     """One process of the job: time both ways; process 0 prints the timings as one JSON line."""
+    from marin_assets.train import distributed
     from marin_assets.train import mesh as meshlib
-    from marin_assets.train import processes
 
-    processes.init_distributed()
+    distributed.init_distributed()
     import jax
 
     from marin_assets.train import checkpoint as ckpt
@@ -83,18 +83,18 @@ def worker(mib: int, repeats: int, root: str) -> None:
 
     def gathered() -> None:
         host = meshlib.host_state(state)
-        if processes.is_writer():
+        if distributed.is_writer():
             ckpt.save(f"{root}/gathered", next(step), host, {})
         else:
             next(step)
-        processes.barrier(f"bench-gathered-{counter['n']}")
+        distributed.barrier(f"bench-gathered-{counter['n']}")
 
     def sharded_save() -> None:
         sharded.start_save(f"{root}/sharded", next(step), state, {}).wait()
 
     def timed(fn) -> float:
         counter["n"] += 1
-        processes.barrier(f"bench-start-{counter['n']}")
+        distributed.barrier(f"bench-start-{counter['n']}")
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
@@ -104,7 +104,7 @@ def worker(mib: int, repeats: int, root: str) -> None:
     for _ in range(repeats):
         times["gathered"].append(timed(gathered))
         times["sharded"].append(timed(sharded_save))
-    if processes.is_writer():
+    if distributed.is_writer():
         print(json.dumps({"bytes": nbytes, **times}), flush=True)
 
 
@@ -124,7 +124,7 @@ def main() -> None:
     if args.worker:
         worker(args.mb, args.repeats, args.root)
         return
-    from marin_assets.train import processes
+    from marin_assets.train import distributed
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-", dir=os.environ.get("TMPDIR")) as root:
@@ -132,7 +132,7 @@ def main() -> None:
         procs = []
         for pid in range(2):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COORDINATOR", "JAX_NUM_PROCESSES", "MARIN_"))}
-            env.update(processes.local_env(pid, 2, port, 2), JAX_PLATFORMS="cpu")
+            env.update(distributed.local_env(pid, 2, port, 2), JAX_PLATFORMS="cpu")
             procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=1800) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):

@@ -62,7 +62,6 @@ def matmul_peak(n: int, dtype) -> float:
 
 def ours_step(args, dtype):
     import jax
-    import jax.numpy as jnp
 
     from marin_assets.model import init_params, init_router_bias, loss_fn, next_router_bias
 
@@ -84,7 +83,6 @@ def levanter_step(args, dtype):
     import equinox as eqx
     import haliax as hax
     import jax
-    import jax.numpy as jnp
     import levanter.tracker
 
     levanter.tracker.jit_log = lambda *a, **k: None  # breaks under jax 0.7.2 tracing
@@ -148,10 +146,10 @@ def model_config(args):
 
 def ep_child(args) -> int:
     """One process of an EP run (started by ``ep_side``); process 0 prints the median step time."""
+    from marin_assets.train import distributed
     from marin_assets.train import mesh as meshlib
-    from marin_assets.train import processes
 
-    setup = processes.init_distributed()
+    setup = distributed.init_distributed()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -185,7 +183,7 @@ def ep_child(args) -> int:
         state, loss = step_fn(state, tokens)
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - t0)
-    processes.barrier("moe_step_ep_done")
+    distributed.barrier("moe_step_ep_done")
     if setup.process_id == 0:
         import statistics
 
@@ -210,7 +208,7 @@ def ep_side(argv: list[str], processes: int, devices: int, timeout: float) -> di
     import subprocess
     import sys
 
-    from marin_assets.train.processes import local_env
+    from marin_assets.train.distributed import local_env
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin_assets.phases.signals import RunState, Signals
 from marin_assets.train.budget import Budget
-from marin_assets.train.signals import STOP_SIGNAL_NAMES
+from marin_assets.train.stopping import STOP_SIGNAL_NAMES
 
 if TYPE_CHECKING:  # controller.py imports this module: its state is read here, never built
     from marin_assets.phases.controller import ControllerState, LiveSteps

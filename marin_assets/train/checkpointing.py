@@ -18,8 +18,8 @@ from pathlib import Path
 
 from marin_assets.store.fsutil import child
 from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import distributed
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.emit import Emitter
 from marin_assets.train.hooks import StepInfo
@@ -42,7 +42,7 @@ class CheckpointCadence:
         a collective): its stop signal and its clock."""
         config = self.run.config
         permanent = info.step % config.checkpoint_every_steps == 0 or info.final
-        if permanent or processes.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
+        if permanent or distributed.agree(time.monotonic() - self.last_save >= config.checkpoint_every_seconds):
             self.wait()  # one save in flight at a time: checkpoints commit in step order
             self.emitter.sync()  # the metrics file and the store hold every step the checkpoint names
             self.pending = save(self.run, info.step, "permanent" if permanent else "temporary", self.on_checkpoint)
@@ -71,9 +71,9 @@ def save(run: Run, step: int, kind: str, on_checkpoint: OnCheckpoint | None = No
     if sharded.supported(run.ckpt_root):
         return sharded.start_save(run.ckpt_root, step, state, run.meta(step), kind, on_commit=committed)
     host = meshlib.host_state(state)  # a store tensorstore cannot write: gather, process 0 writes one file
-    if processes.is_writer():
+    if distributed.is_writer():
         ckpt.save(run.ckpt_root, step, host, run.meta(step), kind)  # prunes the older temporaries itself
         if on_checkpoint is not None:
             on_checkpoint(folder, step)
-    processes.barrier(f"ckpt-{step}")
+    distributed.barrier(f"ckpt-{step}")
     return sharded.PendingSave(folder, None)

@@ -28,7 +28,7 @@ import numpy as np
 from marin_assets.model.flops import PeakFlops, flops_per_token, peak_flops
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.telemetry import TelemetryWriter
-from marin_assets.train import processes
+from marin_assets.train import distributed
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.metrics import MetricsLogger, telemetry_fields
@@ -110,7 +110,7 @@ class Emitter:
             return
         first = self.last_row is None
         self.last_row = row
-        if not processes.is_writer():  # metrics are replicated: process 0 speaks for all
+        if not distributed.is_writer():  # metrics are replicated: process 0 speaks for all
             return
         self.logger.write(row)
         self.telemetry.log(row["step"], telemetry_fields(row), phase=row["phase"])

@@ -12,7 +12,7 @@ runs it once more when the phase ends (its last step, a stop signal, or a resume
 phase already complete), unless it has just run at that step. Nothing runs at the end of an
 abandoned loop (``stop_at_step``) or after an error. With several processes every process runs
 every hook at the same steps (the built-in ones make collective calls), so a hook that writes
-files should write on process 0 only (``processes.is_writer``).
+files should write on process 0 only (``distributed.is_writer``).
 
 ``train`` registers its own hooks first, in this order: the metrics emitter, the
 ``stop_at_step`` kill, the stop-signal check (it marks the step final), the caller's stop check

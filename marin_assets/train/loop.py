@@ -5,7 +5,7 @@
 State is one pytree (``TrainState``) so a checkpoint is a single flatten and a resume a single
 unflatten. The host loop only feeds batches (read ahead on a thread) to the jitted step
 (``step.py``) and runs the hooks (``hooks.py``) after each step; ``train`` registers the
-metrics emitter (``emit.py``), the stop-signal check (``signals.py``), the checkpoint cadence
+metrics emitter (``emit.py``), the stop-request check (``stopping.py``), the checkpoint cadence
 (``checkpointing.py``) and the held-out loss (``heldout.py``) as hooks, and a caller adds its
 own with ``Hooks.add_hook(fn, every=N)``. Where the phase starts (fresh, resume, warm start) is
 ``restore.py``; what it leaves (``TrainResult``) is ``result.py``.
@@ -38,8 +38,8 @@ import numpy as np
 
 from marin_assets.store.fsutil import child, filesystem
 from marin_assets.telemetry import TelemetryWriter
+from marin_assets.train import distributed
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
 from marin_assets.train.checkpointing import CheckpointCadence, OnCheckpoint
 from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
@@ -57,10 +57,10 @@ from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.restore import Run, WeightsReader, fresh_run, resolve_checkpoint, start
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
-from marin_assets.train.signals import CheckedStop, StopCheck, StopSignals
 from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.state import Model, init_state, moe_model
 from marin_assets.train.step import default_model, make_train_step, phase_lrs, train_step_for
+from marin_assets.train.stopping import CheckedStop, StopCheck, StopSignals
 from marin_assets.train.work_dir import check_is_folder, work_dir_lease
 
 __all__ = [
@@ -156,7 +156,7 @@ def train(
     out_dir = os.fspath(out_dir)  # the work dir: a local dir or any fsspec URL (gs://...)
     sources, validation_dirs = _check_inputs(config, mesh, cache_dirs, out_dir)
     # One writer per work dir: a second trainer would delete this one's in-progress checkpoint as a leftover.
-    with work_dir_lease(out_dir, holder=processes.is_writer(), agree=processes.agree):
+    with work_dir_lease(out_dir, holder=distributed.is_writer(), agree=distributed.agree):
         loader = train_loader(config, sources)
         ckpt_root = child(out_dir, "checkpoints") if checkpoint_dir is None else checkpoint_dir
         telemetry_run = telemetry_run or default_telemetry_run(out_dir, config.phase)
@@ -219,7 +219,7 @@ def _emitter(
     telemetry = TelemetryWriter(telemetry_root or default_telemetry_root(), telemetry_run, flush_seconds=TELEMETRY_FLUSH_SECONDS)
     logger = MetricsLogger(
         out_dir,
-        use_wandb=config.wandb and processes.is_writer(),
+        use_wandb=config.wandb and distributed.is_writer(),
         run_name=f"{dir_name(out_dir)}-{config.phase}",
         config=config_to_dict(config),
     )
@@ -280,7 +280,7 @@ def _run_steps(run: Run, step_fn, loader: MixedLoader, hooks: Hooks) -> None:
             for step in range(begin + 1, end_step + 1):
                 local, ok, next_position = next(batches)  # this process's rows of the global batch
                 tokens = meshlib.shard_batch(run.mesh, local, config.batch_size)
-                ok = processes.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
+                ok = distributed.all_processes(ok)  # one corrupt row anywhere skips the step everywhere
                 run.state, metrics = step_fn(run.state, tokens, np.bool_(ok), lrs[step - begin - 1])
                 run.position = next_position
                 row_fn = functools.partial(host_row, step, metrics, config, run.tokens_at(step))

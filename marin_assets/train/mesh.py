@@ -1,6 +1,6 @@
 """The training device mesh: ``("data", "expert")``, one or many processes.
 
-    setup = processes.init_distributed()           # before anything touches a JAX backend
+    setup = distributed.init_distributed()           # before anything touches a JAX backend
     mesh = make_mesh(config.model)                 # all global devices
     ep = expert_parallel(mesh, config.model)       # the routed experts' shard_map transport
     state_sh = state_shardings(mesh, state)        # state: arrays or jax.eval_shape output
@@ -37,7 +37,7 @@ Processes: every process runs the same program on the same global batch order; e
 reads only its own rows (``process_rows``) and ``shard_batch`` assembles the global array.
 State leaves become host numpy through ``host_state`` (a collective: every process calls
 it). Joining the job and the host-side syncs (``is_writer``, ``agree``, ``barrier``) are
-``marin_assets/train/processes.py``.
+``marin_assets/train/distributed.py``.
 
 Environment:
   MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from marin_assets.train.processes import barrier, positive_env
+from marin_assets.train.distributed import barrier, positive_env
 
 log = logging.getLogger(__name__)
 

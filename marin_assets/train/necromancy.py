@@ -34,8 +34,8 @@ import numpy as np
 from marin_assets.numeric_checks import check_int
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import distributed
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
 from marin_assets.train.config import TrainConfig, config_from_dict
 from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader, tokens_and_mask
 from marin_assets.train.guards import clip_grads, global_norm
@@ -134,7 +134,7 @@ def _next_batches(loader: MixedLoader, mesh, position: DataPosition, n: int, bat
     rows = meshlib.process_rows(mesh, batch_size)
     for _ in range(n):
         local, ok, position = loader.next_batch(position, rows)
-        yield meshlib.shard_batch(mesh, local, batch_size), processes.all_processes(ok)
+        yield meshlib.shard_batch(mesh, local, batch_size), distributed.all_processes(ok)
 
 
 def check_new_out(out: str, tool: str) -> None:

@@ -23,8 +23,8 @@ from marin_assets.model import init_params, init_router_bias
 from marin_assets.model.config import ModelConfig, first_architecture_difference
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train import checkpoint as ckpt
+from marin_assets.train import distributed, offload
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import offload, processes
 from marin_assets.train import sharded_checkpoint as sharded
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
@@ -172,7 +172,7 @@ def start(
         return
     if resume:
         refuse_unverified_checkpoints(run.ckpt_root)
-    if processes.is_writer():
+    if distributed.is_writer():
         logger.truncate_after(-1)  # a fresh start owns the file
     if warm_start is not None and str(warm_start).startswith(HF_PREFIX):
         _warm_start_hf(run, str(warm_start), read_weights)
@@ -212,7 +212,7 @@ def _resume(run: Run, folder: Path | str, logger: MetricsLogger) -> None:
     run.state = TrainState.from_dict(state)
     run.position = checkpoint_position(meta)
     run.phase_start, run.tokens_before = int(meta["phase_start_step"]), int(meta["tokens_before_phase"])
-    if processes.is_writer():
+    if distributed.is_writer():
         logger.truncate_after(int(meta["step"]))
     log.info("resumed from %s at step %d", folder, meta["step"])
 

@@ -11,7 +11,7 @@ import jax
 
 from marin_assets.store.fsutil import child, filesystem, join, write_bytes_atomic, write_json_atomic
 from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import processes
+from marin_assets.train import distributed
 from marin_assets.train.data import MixedLoader
 from marin_assets.train.emit import Emitter, dir_name
 from marin_assets.train.guards import COUNTERS
@@ -73,12 +73,12 @@ def finish(
     skipped. ``stopped``: the loop was abandoned (``stop_at_step``); a phase ended by a signal
     is a clean, checkpointed early end. Process 0 writes; the others read its metrics file
     after the barrier."""
-    processes.barrier("train-finish")  # process 0's metrics file is complete before anyone reads it
+    distributed.barrier("train-finish")  # process 0's metrics file is complete before anyone reads it
     rows = read_metrics(emitter.logger.path)
     counts = rows[-1].get("counts", {}) if rows else {k: 0 for k in COUNTERS}
     final_step = int(jax.device_get(run.state.step)) if not stopped else (int(rows[-1]["step"]) if rows else start)
-    png = _loss_curve(run, emitter, out_dir, final_step) if processes.is_writer() else None
-    if processes.is_writer():
+    png = _loss_curve(run, emitter, out_dir, final_step) if distributed.is_writer() else None
+    if distributed.is_writer():
         fs, root = filesystem(out_dir)
         write_json_atomic(
             fs,

@@ -189,15 +189,15 @@ class PendingSave:
 
 
 def _barrier(name: str) -> None:
-    from marin_assets.train import processes
+    from marin_assets.train import distributed
 
-    processes.barrier(name)
+    distributed.barrier(name)
 
 
 def _agree(value: bool) -> bool:
-    from marin_assets.train import processes
+    from marin_assets.train import distributed
 
-    return bool(processes.agree(value))
+    return bool(distributed.agree(value))
 
 
 def start_save(

@@ -56,7 +56,7 @@ def work_dir_lease(
 ) -> Iterator[None]:
     """Hold ``out``'s lease (making the folder) for the ``with`` block; ``WorkDirBusy`` if another run
     holds it. In a job of several processes only the ``holder`` (process 0) takes it, and ``agree``
-    (``processes.agree``: process 0's value everywhere) makes every process refuse together. ``config``: the
+    (``distributed.agree``: process 0's value everywhere) makes every process refuse together. ``config``: the
     object-store lease's heartbeat and stale window (default ``LeaseConfig()``)."""
     out = os.fspath(out)
     release = _acquire(out, config or LeaseConfig()) if holder else _nothing

@@ -121,9 +121,9 @@ def main(
         print(f"marin train worker: bad spec: {e}", file=sys.stderr)
         return EXIT_BAD_SPEC
 
-    from marin_assets.train import processes
+    from marin_assets.train import distributed
 
-    setup = processes.init_distributed()  # before anything starts a JAX backend
+    setup = distributed.init_distributed()  # before anything starts a JAX backend
     if setup.process_id != 0 or open_reporter is None:
         return run(spec, read_weights=read_weights)
     with open_reporter() as pipes:  # reports an exception raised inside (to Dagster)

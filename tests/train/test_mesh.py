@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from marin_assets.train import distributed
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
 from tests.train.train_check import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def launch_argv(n_processes: int, devices: int, argv: list[str], **env_extra) ->
     for pid in range(n_processes):
         env = base_env(**env_extra)
         if n_processes > 1:
-            env.update(processes.local_env(pid, n_processes, port, devices))
+            env.update(distributed.local_env(pid, n_processes, port, devices))
         else:
             env["MARIN_DEVICES_PER_PROCESS"] = str(devices)
         procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -148,16 +148,16 @@ def test_a_wrong_batch_slice_is_caught(layouts):
 
 
 def test_env_single_process_and_errors():
-    assert processes.distributed_from_env({}) == processes.Distributed()
-    env = processes.local_env(1, 2, 1234, 2)
+    assert distributed.distributed_from_env({}) == distributed.Distributed()
+    env = distributed.local_env(1, 2, 1234, 2)
     assert env["MARIN_DEVICES_PER_PROCESS"] == "2"
-    assert processes.distributed_from_env(env) == processes.Distributed(1, 2, "127.0.0.1:1234")
+    assert distributed.distributed_from_env(env) == distributed.Distributed(1, 2, "127.0.0.1:1234")
     with pytest.raises(ValueError, match="process id 2 is outside"):
-        processes.local_env(2, 2, 1234)
+        distributed.local_env(2, 2, 1234)
     with pytest.raises(ValueError, match="MARIN_DEVICES_PER_PROCESS must be a positive integer"):
-        processes.init_distributed({"MARIN_DEVICES_PER_PROCESS": "two"})
+        distributed.init_distributed({"MARIN_DEVICES_PER_PROCESS": "two"})
     with pytest.raises(ValueError, match="lacks 'JOB_COMPLETION_INDEX'"):
-        processes.distributed_from_env({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"})
+        distributed.distributed_from_env({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"})
 
 
 @settings(max_examples=60, deadline=None)
@@ -169,7 +169,7 @@ def test_env_single_process_and_errors():
 )
 def test_env_parser_accepts_or_names_the_problem(env):
     try:
-        d = processes.distributed_from_env(env)
+        d = distributed.distributed_from_env(env)
     except ValueError as e:
         assert any(k in str(e) for k in ("JAX_", "JOB_", "process id", "coordinator", "environment")), str(e)
     else:
@@ -236,8 +236,8 @@ def test_one_device_mesh_shardings_and_batch():
         meshlib.shard_batch(mesh, tokens[:4], 8)
     host = meshlib.host_state({"a": arr})
     assert isinstance(host["a"], np.ndarray) and np.array_equal(host["a"], tokens)
-    assert processes.agree(np.bool_(True)) and processes.is_writer()
-    assert processes.all_processes(True) is True and processes.all_processes(False) is False
+    assert distributed.agree(np.bool_(True)) and distributed.is_writer()
+    assert distributed.all_processes(True) is True and distributed.all_processes(False) is False
 
 
 def test_mesh_rejects_shapes_that_do_not_divide():

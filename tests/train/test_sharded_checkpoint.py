@@ -83,10 +83,10 @@ def main() -> int:
     ap.add_argument("--pause-at-step", type=int)
     args = ap.parse_args()
 
+    from marin_assets.train import distributed
     from marin_assets.train import mesh as meshlib
-    from marin_assets.train import processes
 
-    processes.init_distributed()
+    distributed.init_distributed()
     import jax
 
     from marin_assets.train.loop import train

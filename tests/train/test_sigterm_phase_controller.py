@@ -158,7 +158,7 @@ def test_cut_mid_phase_ends_it_at_a_checkpoint_and_the_successor_starts_after_it
     kestrel, starling = ran
     cut_step, end_step = kestrel["cut_step"], kestrel["final_step"]
     assert cut_step == 4  # the person acts at a step, not a moment
-    assert kestrel["reaction"].startswith(f"end_phase: budget cut at step ")
+    assert kestrel["reaction"].startswith("end_phase: budget cut at step ")
     # ended at the SIGTERM checkpoint, within one checkpoint interval of the cut, long before its 48 steps
     assert mats["kestrel"]["count/stopped_by"].value == "SIGTERM"
     assert mats["kestrel"]["count/checkpoint"].value == f"step-{end_step:09d}"

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from marin_assets.train import distributed
 from marin_assets.train import mesh as meshlib
-from marin_assets.train import processes
 from tests.support.configs import TINY_TRAIN
 
 CAPACITY = 4.0  # = the largest expert axis of the layouts: no assignment can drop
@@ -91,7 +91,7 @@ def final_state_hook(out: Path, transport: str, control: dict | None):
         if control is not None:
             control.update(wrong_slice_control(info.state, transport))
         params = meshlib.host_state(info.state.params)  # a collective: every process calls it
-        if processes.is_writer():
+        if distributed.is_writer():
             flat = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(params)}
             np.savez(f"{out}.params.npz", **flat)
             state = info.state.to_dict()
@@ -261,20 +261,20 @@ def main() -> int:
     ap.add_argument("--runs", default="ragged,pooled,fsdp_ragged")
     args = ap.parse_args()
 
-    setup = processes.init_distributed()
+    setup = distributed.init_distributed()
     caches = json.loads(Path(args.caches).read_text())
     out = Path(args.out)
     for name in args.layouts.split(","):
         result = run_layout(name, args.runs.split(","), args.steps, caches, out, setup)
         # Host-side agreement across processes: process 0's value everywhere; an AND of flags.
         result["agree"] = {
-            "process0_value": processes.agree(setup.process_id + 7),
-            "all_true": processes.all_processes(True),
-            "one_false": processes.all_processes(setup.process_id != 1),
+            "process0_value": distributed.agree(setup.process_id + 7),
+            "all_true": distributed.all_processes(True),
+            "one_false": distributed.all_processes(setup.process_id != 1),
         }
-        if processes.is_writer():
+        if distributed.is_writer():
             (out / f"{name}.json").write_text(json.dumps(result))
-    processes.barrier("train_check_done")
+    distributed.barrier("train_check_done")
     return 0
 
 

@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from marin_assets.train import processes
+from marin_assets.train import distributed
 from marin_assets.train.hooks import StepInfo
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class StopSignals:
     def mark(self, info: StepInfo) -> None:
         """The stop-signal hook: a signal received so far makes this step the phase's last.
         Process 0's signal decides for all (the stop's checkpoint is a collective)."""
-        if processes.agree(self.received is not None):
+        if distributed.agree(self.received is not None):
             info.stopped_by = self.received or "process 0's signal"
 
 
@@ -64,9 +64,9 @@ class CheckedStop:
             return
         reason = (
             self.check(self.phase, info.step, self.tokens_at(info.step), self.tokens_at(info.end_step))
-            if processes.is_writer()
+            if distributed.is_writer()
             else None
         )
-        if processes.agree(reason is not None):
+        if distributed.agree(reason is not None):
             self.reason = info.stopped_by = reason or "process 0's stop check"
             log.warning("stop check at step %d: %s", info.step, self.reason)
