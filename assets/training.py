@@ -32,8 +32,8 @@ from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.train.budget import load_budget
+from marin_assets.train.checkpoints.retention import RetentionSettings
 from marin_assets.train.metrics import DROP_RATE
-from marin_assets.train.retention import RetentionSettings
 
 
 class PhaseSpecConfig(dg.Config):

@@ -67,14 +67,14 @@ def state_of(mesh, mib: int) -> dict:
 
 def worker(mib: int, repeats: int, root: str) -> None:
     """One process of the job: time both ways; process 0 prints the timings as one JSON line."""
-    from marin_assets.train import distributed
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import hosts as distributed
+    from marin_assets.train.distributed import mesh as meshlib
 
     distributed.init_distributed()
     import jax
 
-    from marin_assets.train import checkpoint as ckpt
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import checkpoint as ckpt
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     mesh = meshlib.make_mesh(expert=2)
     state = state_of(mesh, mib)
@@ -124,7 +124,7 @@ def main() -> None:
     if args.worker:
         worker(args.mb, args.repeats, args.root)
         return
-    from marin_assets.train import distributed
+    from marin_assets.train.distributed import hosts as distributed
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-", dir=os.environ.get("TMPDIR")) as root:

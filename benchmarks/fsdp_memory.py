@@ -33,8 +33,8 @@ def state_and_mesh(config_path: str, data: int, expert: int):
     """(TrainState shapes, its init function, the data x expert mesh) for the config."""
     import jax
 
-    from marin_assets.train import mesh as meshlib
     from marin_assets.train.config import load_config
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.optimizers import make_optimizer
     from marin_assets.train.state import init_state, moe_model
 
@@ -49,7 +49,7 @@ def non_expert_part(shapes):
     """The params and optimizer moments other than the routed experts' (None elsewhere)."""
     import jax
 
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import mesh as meshlib
 
     def keep(path, leaf):
         names = meshlib._key_names(path)
@@ -62,7 +62,7 @@ def xla_output_bytes(init, mesh, fsdp: bool) -> int:
     """Per-device output bytes of the compiled, sharded state init, as XLA reports them."""
     import jax
 
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import mesh as meshlib
 
     shardings = meshlib.state_shardings(mesh, jax.eval_shape(init), fsdp)
     return int(jax.jit(init, out_shardings=shardings).lower().compile().memory_analysis().output_size_in_bytes)
@@ -78,7 +78,7 @@ def main() -> int:
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import mesh as meshlib
 
     shapes, init, mesh = state_and_mesh(args.config, args.data, args.expert)
     mesh_name = f"{args.data}x{args.expert}"

@@ -65,10 +65,10 @@ def trained(args, cache: Path, root: Path, context: int, setting: str):
     """(config, params, router bias, data position) after a short single-device run."""
     import jax
 
-    from marin_assets.train import checkpoint as ckpt
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.checkpoints import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict
-    from marin_assets.train.data import DataPosition
+    from marin_assets.train.data.batches import DataPosition
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.loop import default_model, train
 
     config = config_from_dict(
@@ -108,8 +108,8 @@ def drop_rate(args, cache: Path, config, params, bias, position, transport: str,
 
     from marin_assets.model import forward
     from marin_assets.model.moe import moe_step_metrics
-    from marin_assets.train import mesh as meshlib
-    from marin_assets.train.sources import open_sources, train_loader
+    from marin_assets.train.data.sources import open_sources, train_loader
+    from marin_assets.train.distributed import mesh as meshlib
 
     cf = {} if capacity_factor is None else {"capacity_factor_send": capacity_factor, "capacity_factor_recv": capacity_factor}
     model = dataclasses.replace(config.model, ep_transport=transport, **cf)

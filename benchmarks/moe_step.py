@@ -11,7 +11,7 @@ Prints JSON lines: {"name": "moe_train_step", "unit": "tokens/s", "ours", "refer
 measured in this same run (a big float32 jnp.dot).
 
 ``moe_train_step_ep``: the same model trained on the ("data", "expert") mesh of
-marin_assets/train/mesh.py with the EP layer, as P processes x D/P devices (jax.distributed,
+marin_assets/train/distributed/mesh.py with the EP layer, as P processes x D/P devices (jax.distributed,
 gloo on CPU) vs 1 process x D devices, same mesh shape, same global batch; ours = the
 multi-process tokens/s, reference = the single-process one. Each side runs in its own
 child processes (device counts are fixed when JAX starts). On one CPU host this measures
@@ -146,8 +146,8 @@ def model_config(args):
 
 def ep_child(args) -> int:
     """One process of an EP run (started by ``ep_side``); process 0 prints the median step time."""
-    from marin_assets.train import distributed
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import hosts as distributed
+    from marin_assets.train.distributed import mesh as meshlib
 
     setup = distributed.init_distributed()
     import jax
@@ -208,7 +208,7 @@ def ep_side(argv: list[str], processes: int, devices: int, timeout: float) -> di
     import subprocess
     import sys
 
-    from marin_assets.train.distributed import local_env
+    from marin_assets.train.distributed.hosts import local_env
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

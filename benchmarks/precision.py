@@ -35,7 +35,7 @@ def build(config, concrete: bool = True):
     import jax
     import numpy as np
 
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.loop import default_model, init_state, make_train_step
     from marin_assets.train.optimizers import make_optimizer
 

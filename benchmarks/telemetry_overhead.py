@@ -38,7 +38,7 @@ class Side:
         import numpy as np
 
         from marin_assets.telemetry import TelemetryWriter
-        from marin_assets.train import mesh as meshlib
+        from marin_assets.train.distributed import mesh as meshlib
         from marin_assets.train.emit import TELEMETRY_FLUSH_SECONDS, Throughput
         from marin_assets.train.metrics import MetricsLogger
         from marin_assets.train.optimizers import make_optimizer

@@ -79,8 +79,8 @@ def read_batches(index_dir: str, seq_len: int, batch_size: int, batches: int) ->
     """(seconds, CPU seconds of the process, the batches) of `batches` batches through a fresh
     loader, read as the trainer reads them."""
     from marin_assets.train.config import TrainConfig
-    from marin_assets.train.data import DataPosition, MixedLoader
-    from marin_assets.train.token_caches import open_source
+    from marin_assets.train.data.batches import DataPosition, MixedLoader
+    from marin_assets.train.data.token_caches import open_source
 
     start, cpu = time.perf_counter(), time.process_time()
     loader = MixedLoader({"bench": open_source(index_dir).train}, seq_len, batch_size, seed=0, vocab_size=VOCAB)

@@ -51,8 +51,8 @@ def main() -> None:
 
     import jax
 
-    from marin_assets.train import mesh as meshlib
     from marin_assets.train.config import load_config, replace
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.loop import default_model, init_state, make_train_step, train
     from marin_assets.train.optimizers import make_optimizer
 

@@ -1,4 +1,4 @@
-"""The worker ``marin train --processes`` launches: ``marin_assets.train.worker`` without reports, able to
+"""The worker ``marin train --processes`` launches: ``marin_assets.train.distributed.worker`` without reports, able to
 warm start from an HF model folder (``hf:PATH``).
 
     python -m marin_assets.cli._train_worker --spec SPEC.json
@@ -11,7 +11,7 @@ subcommand (the leading underscore keeps it out of ``marin``'s command list).
 from __future__ import annotations
 
 from marin_assets.hf import warm_start_weights
-from marin_assets.train import worker
+from marin_assets.train.distributed import worker
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,7 +79,7 @@ def _screen(args: argparse.Namespace) -> int:
 
 def _write_report(out: Path, markdown: str, images: dict[str, bytes], result: dict) -> None:
     """report.md, its PNGs and analysis.json into ``out``, holding the folder's lease (one writer)."""
-    from marin_assets.train.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     with work_dir_lease(out, "marin experiment screen --report"):
         (out / "report.md").write_text(markdown)

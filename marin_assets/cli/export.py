@@ -48,7 +48,7 @@ def register(subparsers) -> None:
 def _hf(args: argparse.Namespace) -> int:
     from marin_assets.hf import export_hf
     from marin_assets.hf.weights import DEFAULT_SHARD_BYTES
-    from marin_assets.train.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     try:
         with work_dir_lease(args.out, "marin export hf"):  # two exports into one empty folder would interleave

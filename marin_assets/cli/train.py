@@ -1,7 +1,7 @@
 """``marin train --cache DIR --config FILE --out DIR [--resume] [--processes P --devices-per-process D]``.
 
 ``--processes P`` runs the ``processes`` training backend: P worker processes
-(``python -m marin_assets.cli._train_worker``: ``marin_assets.train.worker`` that reads an
+(``python -m marin_assets.cli._train_worker``: ``marin_assets.train.distributed.worker`` that reads an
 ``hf:PATH`` warm start) forming one ``jax.distributed`` job on this host, the batch split
 over all P x D devices of the ("data", "expert") mesh; process 0 writes
 OUT. ``--devices-per-process D`` gives each process D devices (on CPU: forced host devices).
@@ -160,10 +160,10 @@ def run(args: argparse.Namespace) -> int:
 
     from marin_assets.hf import warm_start_weights
     from marin_assets.store.fsutil import check_bucket, child
+    from marin_assets.train.checkpoints.sharded_checkpoint import CheckpointNotWritten
+    from marin_assets.train.checkpoints.work_dir import check_is_folder
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
-    from marin_assets.train.sharded_checkpoint import CheckpointNotWritten
-    from marin_assets.train.work_dir import check_is_folder
 
     missing = [flag for flag, value in (("--cache", args.cache), ("--config", args.config), ("--out", args.out)) if value is None]
     if missing:
@@ -216,7 +216,7 @@ def storage_failure(error: Exception, out) -> str:
     """One line for a write that failed mid-run (a full disk, say): the error, and where --resume would
     continue from (a checkpoint commits only once every file is written, so a failed save is never used)."""
     from marin_assets.store.fsutil import child
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
 
     latest = ckpt.latest_valid(child(out, "checkpoints"))
     then = f"--resume continues from {latest}" if latest is not None else "no checkpoint had committed yet"
@@ -241,10 +241,10 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     import types
 
     from marin_assets.orchestration.training_backends import TrainingFailed, TrainSpec, launch_workers
-    from marin_assets.train import checkpoint as ckpt
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.checkpoints import checkpoint as ckpt
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.metrics import read_metrics
-    from marin_assets.train.work_dir import work_dir_lease
 
     if isinstance(out, str):
         raise ValueError(f"--processes keeps the workers' logs next to --out: give a local --out, not {out}")

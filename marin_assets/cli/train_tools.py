@@ -1,6 +1,6 @@
 """The checkpoint tools under ``marin train`` (``cli/train.py`` registers them as its TOOL sub-commands).
 
-Recovery tools (``marin_assets/train/necromancy.py``, ``transplant.py``), each writing a new out dir:
+Recovery tools (``marin_assets/train/checkpoints/necromancy.py``, ``transplant.py``), each writing a new out dir:
 
   marin train necromancy --checkpoint CKPT --cache [NAME=]DIR --steps N --out NEW
       the optimizer state rebuilt from N gradients at CKPT's frozen parameters; then
@@ -8,7 +8,7 @@ Recovery tools (``marin_assets/train/necromancy.py``, ``transplant.py``), each w
   marin train transplant --checkpoint CKPT --config TARGET.yaml --mapping qk_norm|upcycle --out NEW
       CKPT's weights carried into another architecture; then ``--warm-start NEW``.
 
-Retention (``marin_assets/train/retention.py``), in place, under OUT's lease:
+Retention (``marin_assets/train/checkpoints/retention.py``), in place, under OUT's lease:
 
   marin train prune --out OUT --keep-last N [--keep-step S ...] [--dry-run] [--json]
       delete OUT's checkpoints but the newest N valid ones, each phase's final, the --keep-step
@@ -125,8 +125,8 @@ def run_necromancy(args: argparse.Namespace) -> int:
     from marin_assets.train.compile_cache import ensure_compile_cache
 
     ensure_compile_cache()
-    from marin_assets.train.necromancy import necromancy
-    from marin_assets.train.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.necromancy import necromancy
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     show_library_log()
     try:
@@ -163,8 +163,8 @@ def run_transplant(args: argparse.Namespace) -> int:
     """``marin train transplant``: 0 written (one JSON line), 2 bad input (one line naming it)."""
     import json
 
-    from marin_assets.train.transplant import transplant
-    from marin_assets.train.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.transplant import transplant
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     show_library_log()
     try:
@@ -181,8 +181,8 @@ def run_prune(args: argparse.Namespace) -> int:
     """``marin train prune``: 0 pruned (or planned, --dry-run), 2 bad input or OUT busy (one line naming it)."""
     import contextlib
 
-    from marin_assets.train import retention
-    from marin_assets.train.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints import retention
+    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     try:
         retention.check_run_dir(args.prune_out)  # before the lease, which would make the folder

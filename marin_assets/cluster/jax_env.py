@@ -5,7 +5,7 @@ Process 0 of domain 0 (pod ``<job>-r0-0`` behind the job's headless Service) is 
 coordinator. The Job also sets ``MARIN_PROCESS_OFFSET`` (domain * hosts per domain) and
 Kubernetes sets ``JOB_COMPLETION_INDEX``; their sum is the pod's JAX process id. A pool with an
 ``ep_domain_chips`` tells its pods ``MARIN_EP_DOMAIN_CHIPS``: the devices the training mesh's
-expert axis may span (marin_assets/train/mesh.py ``expert_axis_size``).
+expert axis may span (marin_assets/train/distributed/mesh.py ``expert_axis_size``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 caches were made from), both written relative to the index's own directory, so a store
 copied elsewhere (another disk, a gs:// bucket) keeps working. The trainer reads a source
 as the concatenation of its shards' train caches: the cumulative token counts are the
-offsets of its global index (``marin_assets.train.token_caches``).
+offsets of its global index (``marin_assets.train.data.token_caches``).
 """
 
 from __future__ import annotations

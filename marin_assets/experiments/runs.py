@@ -162,8 +162,8 @@ def validation_loss(checkpoint_dir: Path, dataset_index: str, seq_len: int, wind
     import numpy as np
 
     from marin_assets.model import loss_fn
+    from marin_assets.train.data.sources import open_sources
     from marin_assets.train.restore import load_model_from_checkpoint
-    from marin_assets.train.sources import open_sources
 
     params, model_config, bias, _ = load_model_from_checkpoint(checkpoint_dir)
     cache = open_sources({"corpus": dataset_index})["corpus"].validation

@@ -19,8 +19,8 @@ from marin_assets.hf.layouts import (
 from marin_assets.hf.weights import DEFAULT_SHARD_BYTES, from_hf, read_safetensors, to_hf, write_safetensors
 from marin_assets.model.config import ModelConfig
 from marin_assets.store.fsutil import filesystem, join, read_json, write_bytes_atomic
+from marin_assets.train.checkpoints.work_dir import LEASE_ENTRY
 from marin_assets.train.restore import HF_PREFIX, load_model_from_checkpoint
-from marin_assets.train.work_dir import LEASE_ENTRY
 
 _EOS = "<|endoftext|>"
 
@@ -62,7 +62,7 @@ def export_hf(
     if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool) or shard_bytes < 1:
         raise ValueError(f"shard size must be a positive number of bytes, got {shard_bytes!r}")
     fs, where = filesystem(str(out))
-    # the object-store lease of the writer (marin export hf holds one: train/work_dir.py) is not content
+    # the object-store lease of the writer (marin export hf holds one: train/checkpoints/work_dir.py) is not content
     if fs.exists(where) and (
         not fs.isdir(where) or [p for p in fs.ls(where, detail=False) if p.rstrip("/").rsplit("/", 1)[-1] != LEASE_ENTRY]
     ):

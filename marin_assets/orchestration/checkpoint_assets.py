@@ -32,7 +32,7 @@ from marin_assets.store.versioning import canonical_json, compute_version
 
 log = logging.getLogger(__name__)
 LEDGER = "checkpoint_versions.json"  # {partition key: {step, version, parent, path, tokens, kind}} in the work dir
-STEP_DIGITS = 9  # checkpoint folders are step-NNNNNNNNN (train/checkpoint.py)
+STEP_DIGITS = 9  # checkpoint folders are step-NNNNNNNNN (train/checkpoints/checkpoint.py)
 
 
 def checkpoint_key(phase: str, step: int) -> str:
@@ -99,7 +99,7 @@ class CheckpointReporter:
     def committed(self, folder: Path | str, step: int) -> None:
         """A checkpoint the trainer just committed (``TrainingBackend.run_announcing``): its writer has
         verified it, so only the marker's presence is checked here, not every shard's digest again."""
-        from marin_assets.train.checkpoint import MARKER
+        from marin_assets.train.checkpoints.checkpoint import MARKER
 
         fs, path = filesystem(os.fspath(folder))
         if not fs.exists(join(path, MARKER)):
@@ -110,7 +110,7 @@ class CheckpointReporter:
     def scan(self) -> list[str]:
         """Report every valid checkpoint of the work dir not reported yet, in step order (what a backend
         could not announce, or an earlier attempt did not live to); returns their keys."""
-        from marin_assets.train import checkpoint as ckpt
+        from marin_assets.train.checkpoints import checkpoint as ckpt
 
         reported = []
         for folder in ckpt.list_checkpoints(child(self.work_dir, "checkpoints")):
@@ -125,12 +125,12 @@ class CheckpointReporter:
         return reported
 
     def retain(self, keep_last: int) -> list[str]:
-        """The retention policy (train/retention.py) on the work dir before it becomes the phase's artifact:
+        """The retention policy (train/checkpoints/retention.py) on the work dir before it becomes the phase's artifact:
         keep the newest ``keep_last`` valid checkpoints and the phase's final one, delete the other committed
         ones (0 keeps every one). Nothing else has read this phase's checkpoints yet, and every reader in the
         graph (a warm start, a branch, eval/<run>, export/<run>) reads a phase's final one, so no other
         checkpoint is pinned. A deleted checkpoint stays in the ledger, marked ``deleted``; returns their keys."""
-        from marin_assets.train.retention import apply_retention, plan_retention
+        from marin_assets.train.checkpoints.retention import apply_retention, plan_retention
 
         if keep_last == 0 or not self.ledger:
             return []

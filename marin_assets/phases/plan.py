@@ -9,7 +9,7 @@ hardware ladder for migrations. ``decide`` (decide.py) turns signals into the ne
 
 A phase may change the model (``model_changes``: ModelConfig overrides that hold from that phase
 on); one that does so on a checkpoint of another architecture names the ``transplant`` mapping
-(marin_assets/train/transplant.py) that carries the warm start's weights over. The plan's
+(marin_assets/train/checkpoints/transplant.py) that carries the warm start's weights over. The plan's
 ``architecture_switch`` says which switch ``decide`` may make when roll-backs do not cure a
 divergence (the 32B run's last resort: a warm start into a block with QK-norm).
 
@@ -66,7 +66,7 @@ def _check_name(name: str, what: str) -> None:
 
 
 def _check_mapping_name(name: str, where: str) -> None:
-    from marin_assets.train.transplant import MAPPINGS  # imports JAX: only for a plan that names a mapping
+    from marin_assets.train.checkpoints.transplant import MAPPINGS  # imports JAX: only for a plan that names a mapping
 
     if name not in MAPPINGS:
         raise ValueError(f"{where}: transplant mapping {name!r} is not one of {sorted(MAPPINGS)}")

@@ -1,5 +1,5 @@
 """The executor's half of ``switch_architecture``: a phase whose spec names a ``transplant`` mapping
-starts from its warm start's weights carried into its own model (marin_assets/train/transplant.py).
+starts from its warm start's weights carried into its own model (marin_assets/train/checkpoints/transplant.py).
 
     warm = transplanted_warm_start(warm, train_config, spec.transplant, scratch)
     train(train_config, caches, scratch, resume=True, warm_start=warm)
@@ -23,8 +23,8 @@ TRANSPLANTED = "transplanted"  # the scratch dir's sub-folder holding the carrie
 def transplanted_warm_start(warm_start: str, config, mapping: str, scratch_dir: str) -> str:
     """The folder under ``scratch_dir`` holding ``warm_start``'s newest checkpoint carried by ``mapping`` into
     ``config``'s model (a TrainConfig), written unless an earlier attempt already wrote it in full."""
-    from marin_assets.train import checkpoint as ckpt
-    from marin_assets.train.transplant import transplant
+    from marin_assets.train.checkpoints import checkpoint as ckpt
+    from marin_assets.train.checkpoints.transplant import transplant
 
     work = os.fspath(child(scratch_dir, TRANSPLANTED))
     if ckpt.latest_valid(child(work, "checkpoints")) is not None:

@@ -140,7 +140,7 @@ def validation_loss(
     import numpy as np
 
     from marin_assets.model import init_router_bias, loss_fn
-    from marin_assets.train.token_caches import as_stream
+    from marin_assets.train.data.token_caches import as_stream
 
     bias = init_router_bias(model_config)
 
@@ -202,7 +202,7 @@ def score_trained_run(
 def held_out_streams(datasets: Mapping[str, str]) -> dict:
     """{source: its held-out TokenStream} of {source: dataset index path}; a source without
     held-out tokens is an error naming it (its loss could not be measured)."""
-    from marin_assets.train.token_caches import open_source
+    from marin_assets.train.data.token_caches import open_source
 
     out = {}
     for name, path in sorted(datasets.items()):

@@ -4,9 +4,9 @@ Public API
 ----------
 train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, model=None,
       stop_at_step=None, mesh=None, checkpoint_dir=None, hooks=None) -> TrainResult (loop.py)
-      on a ("data", "expert") device mesh (mesh.py; default every global device),
+      on a ("data", "expert") device mesh (distributed/mesh.py; default every global device),
       out_dir (checkpoints, metrics.jsonl, loss curve, train_result.json) a local dir
-      or any fsspec URL (checkpoint.py, metrics.py)
+      or any fsspec URL (checkpoints/checkpoint.py, metrics.py)
 Hooks().add_hook(fn, every=N, at_end=False): fn(StepInfo) after every Nth global step
       (hooks.py); checkpoints, metrics, stop signals and held-out loss are hooks too
 TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                (result.py)

@@ -34,8 +34,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels.balancing import load_cv
-from marin_assets.train import mesh as meshlib
-from marin_assets.train.data import MaskedRows, tokens_and_mask
+from marin_assets.train.data.batches import MaskedRows, tokens_and_mask
+from marin_assets.train.distributed import mesh as meshlib
 
 # aux keys (model.forward / loss_fn) that count over the batch: summed over the microbatches.
 SUMMED = ("expert_load", "dropped", "dropped_sender", "dropped_receiver", "n_tokens")

@@ -59,7 +59,7 @@ class TrainConfig:
     data_seed: int = 0
     # The data shuffle's block in tokens, fixed for the whole run (None: the first phase's seq_len). A phase
     # of longer context reads windows of several consecutive blocks, so set it to the run's longest seq_len
-    # for every window to be contiguous text (train/data.py).
+    # for every window to be contiguous text (train/data/batches.py).
     data_block_tokens: int | None = None
     checkpoint_every_steps: int = 100  # permanent checkpoints
     checkpoint_every_seconds: float = 600.0  # temporary checkpoints
@@ -88,19 +88,19 @@ class TrainConfig:
         False,
         versioned=False,
         help="FSDP: params and optimizer state split over every device of the mesh "
-        "(routed experts over expert x data) and gathered per layer in the step (train/mesh.py)",
+        "(routed experts over expert x data) and gathered per layer in the step (train/distributed/mesh.py)",
     )
     offload_optimizer: bool = knob(
         False,
         versioned=False,
         help="keep the optimizer state in pinned host memory between "
-        "steps, copied to the device inside the step (train/offload.py; refused where the "
+        "steps, copied to the device inside the step (train/distributed/offload.py; refused where the "
         "backend cannot compile it, e.g. XLA:CPU)",
     )
     document_masking: bool = knob(
         False,
         help="attention stays inside each packed document: segment ids from the "
-        "caches' EOS tokens (train/data.py); with model.rope_per_document positions restart too",
+        "caches' EOS tokens (train/data/batches.py); with model.rope_per_document positions restart too",
     )
     # Versioned, unlike remat: the gradient is the batch's up to rounding, but a MoE's quantile-balancing bias moves
     # by the microbatches' mean correction and an expert capacity is a microbatch's (train/accumulate.py).

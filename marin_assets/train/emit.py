@@ -28,8 +28,8 @@ import numpy as np
 from marin_assets.model.flops import PeakFlops, flops_per_token, peak_flops
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.telemetry import TelemetryWriter
-from marin_assets.train import distributed
 from marin_assets.train.config import TrainConfig
+from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.metrics import MetricsLogger, telemetry_fields
 

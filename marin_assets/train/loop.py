@@ -10,7 +10,7 @@ metrics emitter (``emit.py``), the stop-request check (``stopping.py``), the che
 own with ``Hooks.add_hook(fn, every=N)``. Where the phase starts (fresh, resume, warm start) is
 ``restore.py``; what it leaves (``TrainResult``) is ``result.py``.
 
-Mesh (``train/mesh.py``): the step runs on a ``("data", "expert")`` mesh of every global
+Mesh (``train/distributed/mesh.py``): the step runs on a ``("data", "expert")`` mesh of every global
 device, one process or many (one device is the 1 x 1 mesh of the same code). The state is
 laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
 replicated), the routed experts run through the mesh's EP transport, and each process reads
@@ -38,12 +38,15 @@ import numpy as np
 
 from marin_assets.store.fsutil import child, filesystem
 from marin_assets.telemetry import TelemetryWriter
-from marin_assets.train import distributed
-from marin_assets.train import mesh as meshlib
-from marin_assets.train.checkpointing import CheckpointCadence, OnCheckpoint
+from marin_assets.train.checkpoints.checkpointing import CheckpointCadence, OnCheckpoint
+from marin_assets.train.checkpoints.work_dir import check_is_folder, work_dir_lease
 from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
-from marin_assets.train.data import MixedLoader
+from marin_assets.train.data.batches import MixedLoader
+from marin_assets.train.data.heldout import HeldOutLoss, validation_loss
+from marin_assets.train.data.sources import check_vocab, data_identity, open_sources, train_loader
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.emit import (
     TELEMETRY_FLUSH_SECONDS,
     Emitter,
@@ -52,16 +55,13 @@ from marin_assets.train.emit import (
     dir_name,
     host_row,
 )
-from marin_assets.train.heldout import HeldOutLoss, validation_loss
 from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.restore import Run, WeightsReader, fresh_run, resolve_checkpoint, start
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
-from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.state import Model, init_state, moe_model
 from marin_assets.train.step import default_model, make_train_step, phase_lrs, train_step_for
 from marin_assets.train.stopping import CheckedStop, StopCheck, StopSignals
-from marin_assets.train.work_dir import check_is_folder, work_dir_lease
 
 __all__ = [
     "Hooks",

@@ -22,13 +22,14 @@ import numpy as np
 from marin_assets.model import init_params, init_router_bias
 from marin_assets.model.config import ModelConfig, first_architecture_difference
 from marin_assets.store.fsutil import child, filesystem, join
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import distributed, offload
-from marin_assets.train import mesh as meshlib
-from marin_assets.train import sharded_checkpoint as sharded
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
-from marin_assets.train.data import DataPosition
+from marin_assets.train.data.batches import DataPosition
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
+from marin_assets.train.distributed import offload
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.state import Model, TrainState, init_state

@@ -10,9 +10,9 @@ from pathlib import Path
 import jax
 
 from marin_assets.store.fsutil import child, filesystem, join, write_bytes_atomic, write_json_atomic
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import distributed
-from marin_assets.train.data import MixedLoader
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.data.batches import MixedLoader
+from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.emit import Emitter, dir_name
 from marin_assets.train.guards import COUNTERS
 from marin_assets.train.metrics import DROP_RATE, plot_loss_curve, read_metrics, telemetry_rows

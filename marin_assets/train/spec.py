@@ -2,7 +2,7 @@
 
 The orchestration side builds a ``TrainSpec`` (``orchestration.training_backends``
 re-exports it) and writes ``to_json_dict()``; every worker process reads it back with
-``load_spec`` (``python -m marin_assets.train.worker --spec SPEC``). One class for both
+``load_spec`` (``python -m marin_assets.train.distributed.worker --spec SPEC``). One class for both
 sides, checked on construction, so a spec the orchestrator accepts is one a worker accepts.
 
 The JSON (every key required except the optional ones)::

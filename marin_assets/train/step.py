@@ -15,10 +15,11 @@ import numpy as np
 
 from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.model.moe import moe_step_metrics
-from marin_assets.train import accumulate, offload
-from marin_assets.train import mesh as meshlib
+from marin_assets.train import accumulate
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
+from marin_assets.train.distributed import mesh as meshlib
+from marin_assets.train.distributed import offload
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
 from marin_assets.train.optimizers import Optimizer
 from marin_assets.train.schedules import learning_rate
@@ -51,7 +52,7 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     The params (and so the gradients, the optimizer state and the update) stay in their stored
     dtype (``config.param_dtype``); the model casts them to ``config.compute_dtype`` per use.
     With ``config.offload_optimizer`` the optimizer state comes in and goes out in host memory
-    (train/offload.py) and is copied to the device for the update."""
+    (train/distributed/offload.py) and is copied to the device for the update."""
     model_cfg, guard_cfg = config.model, config.guards
     ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
     options = compute_options(config)

@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from marin_assets.train import distributed
+from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.hooks import StepInfo
 
 log = logging.getLogger(__name__)

@@ -364,7 +364,7 @@ def test_a_file_dropped_into_the_watched_directory_reaches_the_next_phase(tmp_pa
     from assets.partitions import demo_phases
     from assets.training import train_phase
     from marin_assets.datakit.datasets import read_dataset
-    from marin_assets.train.token_caches import open_source
+    from marin_assets.train.data.token_caches import open_source
     from tests.orchestration.phase_job import phase_run_config, phase_spec
     from tests.orchestration.test_train_phase_asset import SEEN, RecordingBackend
 

@@ -98,7 +98,7 @@ def test_ep_domain_reaches_the_pods_and_their_mesh():
     """The pool's ep_domain_chips is every pod's MARIN_EP_DOMAIN_CHIPS, and the expert axis the
     worker derives from that environment spans the processes of one EP domain."""
     from marin_assets.model import ModelConfig
-    from marin_assets.train.mesh import expert_axis_size
+    from marin_assets.train.distributed.mesh import expert_axis_size
 
     pool = Pool("gb200", "gb200-nvl72", "us-central1", 11, ep_domain_chips=64)
     objs = multihost_jax_manifests("moe", pool, image="marin:1", command=["python", "train.py"], chips=64)

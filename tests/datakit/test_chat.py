@@ -18,7 +18,7 @@ from marin_assets.datakit.chat import (
 )
 from marin_assets.datakit.levanter_cache import is_finished_cache
 from marin_assets.datakit.tokenize import load_encoder
-from marin_assets.train.token_caches import TokenCache
+from marin_assets.train.data.token_caches import TokenCache
 from tests.support.plays import FOLIO_PLAY, FOLIO_SPEECHES, MODERN_PLAY, PLAY_SPEECHES
 
 

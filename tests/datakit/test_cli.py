@@ -428,7 +428,7 @@ def test_a_copied_prefix_reads_only_itself_and_a_rerun_recomputes_a_damaged_shar
     # deleted after the run was trained on as zeros while a rerun said "up to date".
     import shutil
 
-    from marin_assets.train.token_caches import open_source
+    from marin_assets.train.data.token_caches import open_source
 
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "in.jsonl", [{"text": prose(i)} for i in range(8)])

@@ -157,7 +157,7 @@ def checkpoint(tmp_path_factory):
     import jax
 
     from marin_assets.model import init_params, init_router_bias
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
 
     folder = tmp_path_factory.mktemp("ckpt")

@@ -125,9 +125,9 @@ def test_the_validation_loss_reads_the_held_out_split(made, tmp_path):
     from marin_assets.experiments.record import record_from_dict
     from marin_assets.experiments.runs import run_spec, validation_loss
     from marin_assets.model import loss_fn
+    from marin_assets.train.data.token_caches import TokenCache, TokenStream
     from marin_assets.train.loop import train
     from marin_assets.train.restore import load_model_from_checkpoint
-    from marin_assets.train.token_caches import TokenCache, TokenStream
     from tests.experiments.test_screen_e2e import RECORD
 
     _, corpus, _ = made

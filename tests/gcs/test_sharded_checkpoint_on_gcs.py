@@ -1,4 +1,4 @@
-"""Sharded checkpoints (marin_assets/train/sharded_checkpoint.py) on the GCS emulator: the save commits,
+"""Sharded checkpoints (marin_assets/train/checkpoints/sharded_checkpoint.py) on the GCS emulator: the save commits,
 restores, and a torn shard makes the previous checkpoint the newest valid one. Here, not beside the
 multi-process tests in tests/train/, so the worker's one session GCS server (tests/gcs/conftest.py) serves
 it: a second server started by an imported fixture would repoint every client's environment at itself."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 
 
 @pytest.mark.slow
@@ -17,7 +17,7 @@ def test_sharded_checkpoint_on_the_gcs_emulator(gcs_prefix):
     import jax
     import jax.numpy as jnp
 
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     root = f"{gcs_prefix}/run/checkpoints"
     state = {"w": jnp.arange(12, dtype=jnp.float32).reshape(3, 4), "step": jnp.int32(5)}

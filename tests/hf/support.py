@@ -53,7 +53,7 @@ def save_checkpoint(out: Path, model: dict, *, seed: int = 0, router_bias=None, 
     import jax.numpy as jnp
 
     from marin_assets.model import init_router_bias
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
     from tests.support.configs import EVAL_CHECKPOINT
 

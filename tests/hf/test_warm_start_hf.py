@@ -41,7 +41,7 @@ def _train(setup, out, *extra) -> int:
 
 @pytest.mark.slow  # one dense compile and two steps
 def test_a_phase_trains_from_imported_hf_weights(setup, tmp_path, capsys):
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
 
     assert _train(setup, tmp_path / "run", "--warm-start", f"hf:{setup / 'hf'}") == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

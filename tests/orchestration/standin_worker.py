@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m marin_assets.train.worker`` (helper H9 builds the real one).
+"""A stand-in for ``python -m marin_assets.train.distributed.worker`` (helper H9 builds the real one).
 
 It honours the same contract: reads ``--spec``, derives its process id from the manifest
 environment with ``jax_distributed_args``, writes ``process-<id>.json`` (its view of the

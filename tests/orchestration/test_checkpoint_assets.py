@@ -37,7 +37,7 @@ class CommittingBackend(TrainingBackend):
         return self.run_announcing(context, spec, lambda folder, step: None)
 
     def run_announcing(self, context, spec: TrainSpec, on_checkpoint) -> TrainOutcome:
-        from marin_assets.train import checkpoint as ckpt
+        from marin_assets.train.checkpoints import checkpoint as ckpt
 
         root = Path(spec.out_dir) / "checkpoints"
         root.mkdir(parents=True, exist_ok=True)

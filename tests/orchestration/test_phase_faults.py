@@ -24,7 +24,7 @@ from assets.partitions import demo_phases
 from assets.training import train_phase
 from marin_assets.orchestration.compat import DATA_VERSION_TAG
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from tests.orchestration.phase_job import MIXTURE_CONFIG, byte_caches, mixture, phase_job, phase_run_config, phase_spec, resources
 
 ROOT = Path(__file__).resolve().parents[2]

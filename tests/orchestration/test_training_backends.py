@@ -1,7 +1,7 @@
 """Training backends inside real Dagster materialisations.
 
 The processes backend starts real worker processes. Until helper H9's
-``marin_assets.train.worker`` lands, they run ``standin_worker.py`` (same contract: spec
+``marin_assets.train.distributed.worker`` lands, they run ``standin_worker.py`` (same contract: spec
 file, manifest environment, Pipes from process 0) instead of training. The Kubernetes
 backend runs against a recording fake API (see test_kubernetes_backend.py).
 """

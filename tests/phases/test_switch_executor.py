@@ -15,10 +15,10 @@ from assets.training import train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend, TrainSpec
 from marin_assets.phases.plan import PhaseSpec
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints.transplant import META_KEY, saved_params
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.restore import resolve_checkpoint
-from marin_assets.train.transplant import META_KEY, saved_params
 from tests.orchestration.phase_job import MIXTURE_CONFIG, TOKENS_PER_STEP, byte_caches, mixture
 from tests.support.configs import PHASE_BASE
 

@@ -19,8 +19,8 @@ from assets.training import TRAIN_KEY, train_phase
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.orchestration.training_backends import LocalTrainingBackend
 from marin_assets.phases.plan import BranchSpec, PhasePlan
-from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.budget import Budget, write_budget
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.restore import resolve_checkpoint
 from sensors.phase_controller import phase_controller_sensor

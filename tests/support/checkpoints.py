@@ -14,7 +14,7 @@ def save_untrained(folder: Path, model_changes: dict | None = None, meta: dict |
     import jax
 
     from marin_assets.model import init_params, init_router_bias
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
 
     config = config_from_dict(dict(EVAL_CHECKPOINT, model=dict(EVAL_CHECKPOINT["model"], **(model_changes or {}))))

@@ -30,7 +30,7 @@ def checkpoint(tmp_path):
     import jax
 
     from marin_assets.model import init_params, init_router_bias
-    from marin_assets.train import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt
     from marin_assets.train.config import config_from_dict, config_to_dict
 
     config = config_from_dict(EVAL_CHECKPOINT)

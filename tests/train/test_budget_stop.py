@@ -3,8 +3,8 @@ it no longer covers, within one checkpoint interval of the step it was written a
 
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
 from marin_assets.train.budget import Budget, BudgetStop, budget_cut, write_budget
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import replace
 from marin_assets.train.hooks import Hooks, hooks_in_this_context
 from marin_assets.train.loop import train

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 
 
 def state(v):
@@ -146,7 +146,7 @@ def shardings_of(tree):
 def test_sharded_roundtrip_is_exact_and_read_into_the_target_layout(tmp_path):
     import jax
 
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     s = jax.tree.map(jnp.asarray, sharded_state(1.5))
     folder = sharded.start_save(tmp_path, 7, s, {"data_position": {"batches": 7}}).wait()
@@ -165,7 +165,7 @@ def test_sharded_roundtrip_is_exact_and_read_into_the_target_layout(tmp_path):
 def test_a_damaged_sharded_checkpoint_is_skipped(tmp_path, caplog, damage):
     """Every chunk file is named, with its digest, by the manifest of the process that wrote it;
     a torn chunk, a manifest that leaves a file out, or lost metadata make the folder invalid."""
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     sharded.start_save(tmp_path, 2, sharded_state(2), {}).wait()
     newer = sharded.start_save(tmp_path, 4, sharded_state(4), {}).wait()
@@ -197,7 +197,7 @@ def test_sharded_marker_is_written_after_the_shards_and_training_goes_on(tmp_pat
     finished, the folder has no marker and the previous checkpoint is the newest valid one."""
     import threading
 
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     first = sharded.start_save(tmp_path, 2, sharded_state(2), {}).wait()
     release, written = threading.Event(), threading.Event()
@@ -229,14 +229,14 @@ def jax_tree_of(v):
 
 
 def test_sharded_save_leaves_memory_filesystems_to_the_single_file_format():
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     assert sharded.supported("/tmp/x") and sharded.supported("gs://bucket/run/checkpoints")
     assert not sharded.supported("memory://run/checkpoints")
 
 
 def test_a_failed_sharded_write_raises_on_wait_and_commits_nothing(tmp_path, monkeypatch):
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     first = sharded.start_save(tmp_path, 2, sharded_state(2), {}).wait()
 

@@ -5,7 +5,7 @@ import threading
 import types
 
 from marin_assets.orchestration.training_backends import LocalTrainingBackend, TrainSpec
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 
 
 def test_the_local_backend_announces_every_committed_checkpoint_on_the_training_thread(caches, tiny_config, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
 from tests.support.caches import stdlib_module_docs, stdlib_paragraphs, write_cache
 from tests.support.configs import TINY_TRAIN
@@ -132,7 +132,7 @@ def test_library_log_lines_reach_stderr_once_with_the_prefix(capsys):
     show_library_log()
     show_library_log()  # a second in-process run adds no second handler
     logging.getLogger("marin_assets.train.loop").info("resumed from %s at step %d", "R/checkpoints/step-000000100", 100)
-    logging.getLogger("marin_assets.train.data").debug("not shown")
+    logging.getLogger("marin_assets.train.data.batches").debug("not shown")
     assert capsys.readouterr().err == "marin train: resumed from R/checkpoints/step-000000100 at step 100\n"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics

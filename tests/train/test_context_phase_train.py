@@ -8,7 +8,7 @@ import pytest
 
 from marin_assets.phases.plan import PhaseSpec, phase_train_config, spec_record
 from marin_assets.train.config import replace
-from marin_assets.train.data import DataPosition, MixedLoader
+from marin_assets.train.data.batches import DataPosition, MixedLoader
 from marin_assets.train.loop import train
 
 SPEC = {

@@ -4,8 +4,8 @@ new phase reads exactly the stream's tokens after the old phase's last one (none
 import numpy as np
 import pytest
 
-from marin_assets.train.data import DataPosition, MixedLoader
-from marin_assets.train.token_caches import TokenCache
+from marin_assets.train.data.batches import DataPosition, MixedLoader
+from marin_assets.train.data.token_caches import TokenCache
 
 
 def _read(loader: MixedLoader, position: DataPosition, batches: int) -> tuple[np.ndarray, DataPosition]:
@@ -100,7 +100,7 @@ def test_a_legacy_checkpoint_warm_started_into_a_longer_phase_counts_in_its_own_
 
 def test_the_train_config_sets_the_runs_shuffle_block(caches):
     from marin_assets.train.config import config_from_dict
-    from marin_assets.train.sources import open_sources, train_loader
+    from marin_assets.train.data.sources import open_sources, train_loader
     from tests.support.configs import TINY_TRAIN
 
     config = config_from_dict({**TINY_TRAIN, "data_block_tokens": 128})

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from marin_assets.train.data import DataPosition, MixedLoader
-from marin_assets.train.token_caches import TokenCache
+from marin_assets.train.data.batches import DataPosition, MixedLoader
+from marin_assets.train.data.token_caches import TokenCache
 from tests.support.byte_tokens import VOCAB_SIZE, byte_ids, token_count
 from tests.support.caches import stdlib_paragraphs
 

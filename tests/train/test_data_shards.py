@@ -10,8 +10,8 @@ import pytest
 
 from marin_assets.datakit.datasets import Dataset, ShardCache, write_dataset
 from marin_assets.datakit.levanter_cache import CacheWriter
-from marin_assets.train.data import DataPosition, MixedLoader
-from marin_assets.train.token_caches import open_source
+from marin_assets.train.data.batches import DataPosition, MixedLoader
+from marin_assets.train.data.token_caches import open_source
 
 SEQ_LEN, BATCH = 48, 6
 

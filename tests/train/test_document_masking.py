@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from marin_assets.train.config import replace
-from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader, segment_ids
+from marin_assets.train.data.batches import DataPosition, MaskedRows, MixedLoader, segment_ids
+from marin_assets.train.data.token_caches import open_source
 from marin_assets.train.loop import default_model, train
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.optimizers import make_optimizer
 from marin_assets.train.state import init_state
-from marin_assets.train.token_caches import open_source
 
 EOS = 32  # a stand-in EOS id: the byte caches' space, frequent enough to end several "documents" a row
 

@@ -1,4 +1,4 @@
-"""FSDP (train/mesh.py ``fsdp``): params and optimizer state split over every device, experts
+"""FSDP (train/distributed/mesh.py ``fsdp``): params and optimizer state split over every device, experts
 kept on the expert axis; the same training on 1 x 1, 1 x 4 and 2 processes x 2 devices (the
 session's shared runs, tests/train/conftest.py ``mesh_runs``), and per-device state bytes of
 1/N of the replicated layout plus what stays replicated by design."""
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.distributed import mesh as meshlib
 from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import assert_same_training
 
@@ -40,7 +40,7 @@ def leaf_bytes(leaf) -> int:
 
 
 def by_design_replicated(path, leaf) -> bool:
-    """What the FSDP layout keeps whole (module docstring of train/mesh.py): the run's small
+    """What the FSDP layout keeps whole (module docstring of train/distributed/mesh.py): the run's small
     fields and scalars."""
     return meshlib._key_names(path)[0] in meshlib.REPLICATED_FIELDS or leaf.ndim == 0
 

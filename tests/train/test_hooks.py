@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from marin_assets.telemetry import TelemetryStore
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import replace
 from marin_assets.train.hooks import Hooks, StepInfo
 from marin_assets.train.loop import train

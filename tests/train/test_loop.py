@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import replace
-from marin_assets.train.data import DataPosition, MixedLoader
+from marin_assets.train.data.batches import DataPosition, MixedLoader
 from marin_assets.train.loop import default_model, train
 from marin_assets.train.metrics import read_metrics
 from tests.support.byte_tokens import VOCAB_SIZE
@@ -115,7 +115,7 @@ def datakit_folder(root, vocab_size):
 
 
 def test_datakit_folder_trains_on_train_split_and_reports_held_out_loss(tiny_config, tmp_path):
-    from marin_assets.train.token_caches import TokenCache
+    from marin_assets.train.data.token_caches import TokenCache
 
     folder = datakit_folder(tmp_path / "cache", vocab_size=VOCAB_SIZE)
     config = replace(tiny_config, num_steps=4)

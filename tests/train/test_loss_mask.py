@@ -10,13 +10,13 @@ import pytest
 
 from marin_assets.datakit.chat import ChatConfig, tokenize_chat
 from marin_assets.train.config import replace
-from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader
-from marin_assets.train.heldout import validation_loss
+from marin_assets.train.data.batches import DataPosition, MaskedRows, MixedLoader
+from marin_assets.train.data.heldout import validation_loss
+from marin_assets.train.data.token_caches import TokenStream, open_source
 from marin_assets.train.loop import default_model, train
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.optimizers import make_optimizer
 from marin_assets.train.state import init_state
-from marin_assets.train.token_caches import TokenStream, open_source
 from tests.support.plays import FOLIO_PLAY, MODERN_PLAY
 
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marin_assets.train import distributed
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from tests.train.train_check import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.orchestration.training_backends import WORKER_MODULE
+from marin_assets.train.distributed.worker import EXIT_BAD_SPEC
 from marin_assets.train.spec import TrainSpec, load_spec
-from marin_assets.train.worker import EXIT_BAD_SPEC
 from tests.support.configs import TINY_TRAIN
 
 spec_from_dict = TrainSpec.from_json_dict

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from marin_assets.knobs import knob_info
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import ConfigError, TrainConfig, config_from_dict, load_config, replace
-from marin_assets.train.data import MaskedRows
+from marin_assets.train.data.batches import MaskedRows
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics
 from tests.support.configs import TINY_MODEL, TINY_TRAIN

@@ -1,4 +1,4 @@
-"""Necromancy (marin_assets/train/necromancy.py): the optimizer state rebuilt from gradients at frozen parameters.
+"""Necromancy (marin_assets/train/checkpoints/necromancy.py): the optimizer state rebuilt from gradients at frozen parameters.
 
 On a quadratic toy the gradients are known in closed form, so the rebuilt moments are checked against
 the moments written out by hand (exact to float rounding) and against those of a real, slowly moving
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from marin_assets.cli import main
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints.necromancy import BatchGradients, open_checkpoint, rebuild_opt_state
 from marin_assets.train.config import config_from_dict
+from marin_assets.train.distributed.mesh import make_mesh
 from marin_assets.train.loop import default_model, train
-from marin_assets.train.mesh import make_mesh
 from marin_assets.train.metrics import read_metrics
-from marin_assets.train.necromancy import BatchGradients, open_checkpoint, rebuild_opt_state
 from marin_assets.train.optimizers import OptimizerConfig, make_optimizer
 from tests.support.configs import TINY_TRAIN
 

@@ -12,9 +12,9 @@ import jax
 import numpy as np
 import pytest
 
-from marin_assets.train import mesh as meshlib
-from marin_assets.train import offload
 from marin_assets.train.config import config_from_dict
+from marin_assets.train.distributed import mesh as meshlib
+from marin_assets.train.distributed import offload
 from marin_assets.train.loop import default_model, init_state, make_train_step, train
 from marin_assets.train.optimizers import make_optimizer
 from tests.support.configs import NARROW_MODEL

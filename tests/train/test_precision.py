@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import ConfigError, config_from_dict, replace
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.loop import default_model, init_state, make_train_step, train
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.optimizers import make_optimizer

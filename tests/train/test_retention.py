@@ -1,4 +1,4 @@
-"""Checkpoint retention (issue 34 item 1, marin_assets/train/retention.py): keep the last N, the newest
+"""Checkpoint retention (issue 34 item 1, marin_assets/train/checkpoints/retention.py): keep the last N, the newest
 valid, each phase's final and pinned steps; delete only valid checkpoints nothing else keeps, uncommitted
 first; ``marin train prune`` holds the work dir's lease, says what it did, and a resume still continues."""
 
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from marin_assets.cli import main as marin
 from marin_assets.store.fsutil import filesystem, join
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import retention
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints import retention
+from marin_assets.train.checkpoints.retention import RetentionPlan, apply_retention, plan_retention
+from marin_assets.train.checkpoints.work_dir import work_dir_lease
 from marin_assets.train.metrics import read_metrics
-from marin_assets.train.retention import RetentionPlan, apply_retention, plan_retention
-from marin_assets.train.work_dir import work_dir_lease
 from tests.support.configs import TINY_TRAIN
 
 _RUNS = itertools.count()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
 from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import PROC_TIMEOUT_S, finish
@@ -45,7 +45,7 @@ def config(steps: int, every: int):
 
 
 def _slow_writes(seconds: float) -> None:
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     real = sharded._write_pieces
 
@@ -58,7 +58,7 @@ def _slow_writes(seconds: float) -> None:
 
 def _never_commit_at(step: int) -> None:
     """The save of ``step`` writes its shards and manifest, says so, then hangs before the marker."""
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     real = sharded._commit
 
@@ -83,8 +83,8 @@ def main() -> int:
     ap.add_argument("--pause-at-step", type=int)
     args = ap.parse_args()
 
-    from marin_assets.train import distributed
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import hosts as distributed
+    from marin_assets.train.distributed import mesh as meshlib
 
     distributed.init_distributed()
     import jax

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from marin_assets.telemetry import TelemetryStore
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import replace
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics

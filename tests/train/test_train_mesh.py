@@ -17,7 +17,7 @@ import pytest
 from dagster_pipes import encode_param
 
 from marin_assets.orchestration.training_backends import WORKER_MODULE
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.metrics import read_metrics
 from tests.support.configs import TINY_TRAIN
 from tests.train.test_mesh import PROC_TIMEOUT_S, finish

@@ -1,4 +1,4 @@
-"""Cross-architecture warm start (marin_assets/train/transplant.py): a checkpoint into a model with QK-norm, and
+"""Cross-architecture warm start (marin_assets/train/checkpoints/transplant.py): a checkpoint into a model with QK-norm, and
 a dense checkpoint upcycled into a MoE, each by a declarative table of rules; every mismatch is one line naming
 the parameter. The trained cases (slow) measure the loss right before and after the switch and after N steps."""
 
@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from marin_assets.cli import main
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints.necromancy import open_checkpoint
+from marin_assets.train.checkpoints.transplant import MAPPINGS, map_params, param_names, saved_params, transplant
 from marin_assets.train.config import config_from_dict, config_to_dict
-from marin_assets.train.heldout import validation_loss
+from marin_assets.train.data.heldout import validation_loss
 from marin_assets.train.loop import train
-from marin_assets.train.necromancy import open_checkpoint
 from marin_assets.train.optimizers import make_optimizer
 from marin_assets.train.state import init_state, moe_model
-from marin_assets.train.transplant import MAPPINGS, map_params, param_names, saved_params, transplant
 from tests.support.configs import TINY_MODEL, TINY_TRAIN
 
 MODEL = moe_model()

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from marin_assets.cli import main as marin
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints.work_dir import WorkDirBusy, work_dir_lease
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics
 from marin_assets.train.restore import NoValidCheckpoint
-from marin_assets.train.work_dir import WorkDirBusy, work_dir_lease
 from tests.support.configs import TINY_TRAIN
 
 MARIN = shutil.which("marin", path=str(Path(sys.executable).parent)) or "marin"
@@ -213,7 +213,7 @@ def test_an_object_store_work_dir_refuses_a_live_holder_and_takes_over_a_crashed
     import fsspec
 
     from marin_assets.store.lease import Lease, LeaseConfig
-    from marin_assets.train.work_dir import LEASE_ENTRY
+    from marin_assets.train.checkpoints.work_dir import LEASE_ENTRY
 
     out = "memory://work-dir-lease/run"
     fs = fsspec.filesystem("memory")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from marin_assets.train import distributed
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from tests.support.configs import TINY_TRAIN
 
 CAPACITY = 4.0  # = the largest expert axis of the layouts: no assignment can drop
@@ -138,7 +138,7 @@ def one_step(config, batch, mesh, lr: float = 1e-2) -> tuple[dict, dict, dict]:
     MoE's per-step ``moe/...`` telemetry."""
     import jax
 
-    from marin_assets.train.data import MaskedRows
+    from marin_assets.train.data.batches import MaskedRows
     from marin_assets.train.loop import default_model, init_state, train_step_for
     from marin_assets.train.optimizers import make_optimizer
 

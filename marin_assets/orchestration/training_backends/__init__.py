@@ -10,7 +10,7 @@
 
 All three return a ``TrainOutcome``; the asset turns it into materialisation metadata.
 
-The worker contract (``marin_assets.train.worker`` implements it; the backends launch it
+The worker contract (``marin_assets.train.distributed.worker`` implements it; the backends launch it
 through ``pipes_worker``, which adds the Pipes context)::
 
     python -m marin_assets.orchestration.training_backends.pipes_worker --spec SPEC

@@ -44,7 +44,7 @@ def _stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
 
 
 def worker_env(index: int, processes: int, coordinator: str, devices_per_process: int | None = None) -> dict[str, str]:
-    """What a manifest sets for worker ``index`` of a ``processes``-process job (see train/mesh.py)."""
+    """What a manifest sets for worker ``index`` of a ``processes``-process job (see train/distributed/mesh.py)."""
     env = {
         "JAX_COORDINATOR_ADDRESS": coordinator,
         "JAX_NUM_PROCESSES": str(processes),

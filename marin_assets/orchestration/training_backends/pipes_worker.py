@@ -1,4 +1,4 @@
-"""The training worker as the backends launch it: ``marin_assets.train.worker`` with process 0
+"""The training worker as the backends launch it: ``marin_assets.train.distributed.worker`` with process 0
 reporting through Dagster Pipes.
 
     python -m marin_assets.orchestration.training_backends.pipes_worker --spec SPEC
@@ -12,7 +12,7 @@ start (``marin_assets.hf.warm_start_weights``: train does not import hf, which s
 from __future__ import annotations
 
 from marin_assets.hf import warm_start_weights
-from marin_assets.train import worker
+from marin_assets.train.distributed import worker
 
 
 def open_pipes():

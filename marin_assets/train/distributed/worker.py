@@ -1,11 +1,11 @@
 """The training worker: one process of a (possibly multi-process) training phase.
 
-    python -m marin_assets.train.worker --spec SPEC.json
+    python -m marin_assets.train.distributed.worker --spec SPEC.json
 
 SPEC: ``TrainSpec.to_json_dict()`` (``marin_assets/train/spec.py`` names its keys), in a
 local file or at an fsspec URL; the orchestration side builds the same ``TrainSpec``.
 
-Environment: see marin_assets/train/mesh.py (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+Environment: see marin_assets/train/distributed/mesh.py (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JOB_COMPLETION_INDEX, MARIN_PROCESS_OFFSET, MARIN_DEVICES_PER_PROCESS,
 MARIN_EXPERT_PARALLEL, MARIN_HEARTBEAT_TIMEOUT_S, MARIN_INIT_TIMEOUT_S) and Dagster
 Pipes' (DAGSTER_PIPES_CONTEXT, DAGSTER_PIPES_MESSAGES).
@@ -32,14 +32,15 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, ContextManager
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from marin_assets.train.spec import TrainSpec, load_spec
 
 if TYPE_CHECKING:  # the module stays light until main runs: restore imports JAX
     from marin_assets.train.restore import WeightsReader
 
-log = logging.getLogger("marin_assets.train.worker")
+log = logging.getLogger("marin_assets.train.distributed.worker")
 
 EXIT_BAD_SPEC = 2
 
@@ -68,7 +69,7 @@ def result_metadata(result, mesh) -> dict:
 def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) -> int:
     """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None;
     ``read_weights``: what reads an ``hf:PATH`` warm start (``train``'s argument)."""
-    from marin_assets.train import mesh as meshlib
+    from marin_assets.train.distributed import mesh as meshlib
     from marin_assets.train.loop import train
 
     mesh = meshlib.make_mesh(spec.config.model)
@@ -104,8 +105,8 @@ def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) 
 
 def main(
     argv: list[str] | None = None,
-    open_reporter: Callable[[], ContextManager] | None = None,
-    prog: str = "python -m marin_assets.train.worker",
+    open_reporter: Callable[[], AbstractContextManager] | None = None,
+    prog: str = "python -m marin_assets.train.distributed.worker",
     read_weights: WeightsReader | None = None,
 ) -> int:
     """open_reporter: opens process 0's reporter (the Pipes context, given by the entry point
@@ -121,7 +122,7 @@ def main(
         print(f"marin train worker: bad spec: {e}", file=sys.stderr)
         return EXIT_BAD_SPEC
 
-    from marin_assets.train import distributed
+    from marin_assets.train.distributed import hosts as distributed
 
     setup = distributed.init_distributed()  # before anything starts a JAX backend
     if setup.process_id != 0 or open_reporter is None:

@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import MixedLoader
-from marin_assets.train.token_caches import SourceData, open_source
+from marin_assets.train.data.batches import MixedLoader
+from marin_assets.train.data.token_caches import SourceData, open_source
 
 
 def open_sources(cache_dirs: Mapping[str, str | os.PathLike] | str | os.PathLike) -> dict[str, SourceData]:

@@ -1,6 +1,6 @@
 """Training batches from Levanter-format token caches: packed, Feistel-shuffled, mixed.
 
-The sources are token streams (``train/token_caches.py``: Levanter caches read in place). Like
+The sources are token streams (``train/data/token_caches.py``: Levanter caches read in place). Like
 Levanter's causal-LM dataset we pack by cutting a stream into consecutive ``seq_len`` windows
 (documents end with EOS, so a window may span a document or a shard boundary).
 
@@ -46,7 +46,7 @@ import numpy as np
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.datakit.feistel import FeistelPermutation
 from marin_assets.datakit.mixture import Mixture
-from marin_assets.train.token_caches import SourceData, TokenCache, TokenStream, as_stream
+from marin_assets.train.data.token_caches import SourceData, TokenCache, TokenStream, as_stream
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ Processes: every process runs the same program on the same global batch order; e
 reads only its own rows (``process_rows``) and ``shard_batch`` assembles the global array.
 State leaves become host numpy through ``host_state`` (a collective: every process calls
 it). Joining the job and the host-side syncs (``is_writer``, ``agree``, ``barrier``) are
-``marin_assets/train/distributed.py``.
+``marin_assets/train/distributed/hosts.py``.
 
 Environment:
   MARIN_EXPERT_PARALLEL      size of the expert axis (default: the largest divisor of the
@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from marin_assets.train.distributed import barrier, positive_env
+from marin_assets.train.distributed.hosts import barrier, positive_env
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ def process_rows(mesh, global_batch: int) -> slice:
         starts.append(rows.start or 0)
         stops.append(global_batch if rows.stop is None else rows.stop)
     lo, hi = min(starts), max(stops)
-    covered = sum(b - a for a, b in set(zip(starts, stops)))
+    covered = sum(b - a for a, b in set(zip(starts, stops, strict=True)))
     if covered != hi - lo:
         raise ValueError(f"this process's batch rows are not contiguous on mesh {dict(mesh.shape)}")
     return slice(lo, hi)
@@ -287,7 +287,7 @@ def shard_batch(mesh, local_rows, global_batch: int):
     (tokens, loss mask, segment ids or None) -> the same of global arrays."""
     import jax
 
-    from marin_assets.train.data import MaskedRows
+    from marin_assets.train.data.batches import MaskedRows
 
     if isinstance(local_rows, MaskedRows):
         return local_rows._make(None if part is None else shard_batch(mesh, part, global_batch) for part in local_rows)

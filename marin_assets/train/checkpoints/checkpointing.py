@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from marin_assets.store.fsutil import child
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import distributed
-from marin_assets.train import mesh as meshlib
-from marin_assets.train import sharded_checkpoint as sharded
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints import sharded_checkpoint as sharded
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.emit import Emitter
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.restore import Run

@@ -33,15 +33,15 @@ import numpy as np
 
 from marin_assets.numeric_checks import check_int
 from marin_assets.store.fsutil import child, filesystem, join
-from marin_assets.train import checkpoint as ckpt
-from marin_assets.train import distributed
-from marin_assets.train import mesh as meshlib
+from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import TrainConfig, config_from_dict
-from marin_assets.train.data import DataPosition, MaskedRows, MixedLoader, tokens_and_mask
+from marin_assets.train.data.batches import DataPosition, MaskedRows, MixedLoader, tokens_and_mask
+from marin_assets.train.data.sources import check_vocab, data_identity, open_sources, train_loader
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.guards import clip_grads, global_norm
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.restore import Run, resolve_checkpoint
-from marin_assets.train.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.state import Model, TrainState, init_state, moe_model
 from marin_assets.train.step import compute_options
 

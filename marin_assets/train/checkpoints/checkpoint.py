@@ -121,7 +121,7 @@ def marker_problem(folder: str | os.PathLike) -> str | None:
     not a commit. Sharded format (``sharded_checkpoint.py``): it names meta.json and every
     process's manifest, and the manifests together name every file of every leaf, each verified.
     """
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     fs, path = _fs(folder)
     try:
@@ -153,7 +153,7 @@ def marker_problem(folder: str | os.PathLike) -> str | None:
 
 def is_sharded(folder: str | os.PathLike) -> bool:
     """Whether a (verified) checkpoint folder is in the sharded format."""
-    from marin_assets.train import sharded_checkpoint as sharded
+    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
     fs, path = _fs(folder)
     return not fs.exists(join(path, "state.npz")) and sharded.read_meta(folder).get("format") == sharded.FORMAT
@@ -205,7 +205,7 @@ def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     if problem is not None:
         raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
     if is_sharded(folder):
-        from marin_assets.train import sharded_checkpoint as sharded
+        from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
         meta = sharded.read_meta(folder)
         return sharded.load_arrays(folder, meta), meta
@@ -214,7 +214,7 @@ def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         meta = json.loads(f.read())
     with fs.open(join(path, "state.npz"), "rb") as f, np.load(f) as z:
         arrays = {}
-        for i, (key, dtype) in enumerate(zip(meta["keys"], meta["dtypes"])):
+        for i, (key, dtype) in enumerate(zip(meta["keys"], meta["dtypes"], strict=True)):
             x = z[f"a{i}"]
             arrays[key] = x.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
     return arrays, meta

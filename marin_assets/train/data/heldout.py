@@ -11,13 +11,13 @@ import jax
 import numpy as np
 
 from marin_assets.datakit.datasets import LOSS_MASK
-from marin_assets.train import mesh as meshlib
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data import MaskedRows, tokens_and_mask
+from marin_assets.train.data.batches import MaskedRows, tokens_and_mask
+from marin_assets.train.data.token_caches import TokenCache, TokenStream, as_stream
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.hooks import StepInfo
 from marin_assets.train.state import Model, TrainState
-from marin_assets.train.token_caches import TokenCache, TokenStream, as_stream
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The job's processes: who this process is, joining the others, and host-side agreement.
 
-    setup = init_distributed()       # before anything touches a JAX backend (marin_assets/train/mesh.py then
+    setup = init_distributed()       # before anything touches a JAX backend (marin_assets/train/distributed/mesh.py then
                                      # lays the global devices out as a mesh)
     if agree(time_to_save): ...      # process 0's host decision, on every process
     barrier("checkpoint-written")    # every process reaches it before any goes on

@@ -45,10 +45,10 @@ import numpy as np
 from marin_assets.model.compute import dtype_of
 from marin_assets.model.config import ModelConfig
 from marin_assets.store.fsutil import child
-from marin_assets.train import checkpoint as ckpt
+from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.checkpoints.necromancy import check_new_out
 from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict, load_config
 from marin_assets.train.guards import init_guard_state
-from marin_assets.train.necromancy import check_new_out
 from marin_assets.train.optimizers import make_optimizer
 from marin_assets.train.restore import resolve_checkpoint
 from marin_assets.train.state import Model, TrainState, moe_model
