@@ -1,54 +1,88 @@
-"""The base training config every phase of train/demo starts from (``PhaseConfig.base``): the demo's model
-shape, optimizer, schedule and run lengths, as typed Dagster config."""
+"""The Dagster configs of a train/demo phase, generated from the library dataclasses they stand for
+(marin_assets/orchestration/knob_configs.py ``dataclass_config``): ``PhaseSpecConfig`` is a
+``PhaseSpec``; ``TrainBaseConfig`` the part of a ``TrainConfig`` a phase does not decide itself (the
+model's shape, optimizer, schedule, run lengths). Each field has its library field's type and default
+(tests/test_knobs.py checks); the demo's own values are ``assets/run_plan.py``'s ``DEMO_BASE``."""
 
 from __future__ import annotations
 
-import dagster as dg
+import dataclasses
+
+from marin_assets.model.config import ModelConfig
+from marin_assets.orchestration.knob_configs import Override, dataclass_config
+from marin_assets.phases.job import TOKENIZER_VOCAB
+from marin_assets.phases.plan import PhaseSpec
+from marin_assets.train.config import TrainConfig
+from marin_assets.train.optimizers import OptimizerConfig
+from marin_assets.train.schedules import ScheduleConfig
 
 
-# A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64), Qwen3-MoE-shaped (QK-norm,
-# no shared expert, softmax router, no balancing bias) so that the main run exports exactly to HF's qwen3_moe
-# layout (export/demo); our own MoE (ModelConfig's defaults) has no exact HF counterpart.
-class ModelShapeConfig(dg.Config):
-    vocab_size: int = 0  # 0: the tokenizer's, from the mixture's datasets
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    d_ff: int = 128
-    n_routed_experts: int = 4
-    n_shared_experts: int = 0
-    top_k: int = 2
-    expert_d_ff: int = 64
-    max_seq_len: int = 64
-    router_gating: str = "softmax"  # ModelConfig checks the value
-    balancing: str = "none"  # a quantile bias changes which experts are chosen: no HF router has one
-    # No balance loss either. Measured in `make demo` (routed assignments dropped in training, 2-process expert
-    # axis; eval bits-per-byte), kestrel / jellyfish: 0: 0.34, 4.904 / 0.26, 4.758; sequence_balance_loss 1e-3:
-    # 0.31, 4.904 / 0.29, 4.775; 1e-2: 0.23, 5.132 / 0.15, 4.850 (the earlier shared-expert, sigmoid, quantile
-    # model: 0.18, 4.930 / 0.04, 4.797). Inference, and so the export, is dropless.
+class PhaseSpecConfig(
+    dataclass_config(
+        "PhaseSpecConfig",
+        PhaseSpec,
+        [f.name for f in dataclasses.fields(PhaseSpec)],
+        overrides={"mixture": Override(dict[str, float] | None, None, "the phase's own mix; None: the mixture asset's schedule")},
+    )
+):
+    """A PhaseSpec (marin_assets/phases/plan.py), chosen by the phase controller for each phase."""
 
 
-class OptimizerBaseConfig(dg.Config):
-    name: str = "adamw"
-    weight_decay: float = 0.1
+# The fields a base config sets (the phase decides steps, schedule kind, LR, batch and mixture: plan.py
+# ``phase_train_config``). The set is part of every phase's content version (its dump is hashed): a new
+# field here re-versions every phase.
+class ModelShapeConfig(
+    dataclass_config(
+        "ModelShapeConfig",
+        ModelConfig,
+        [
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "d_ff",
+            "n_routed_experts",
+            "n_shared_experts",
+            "top_k",
+            "expert_d_ff",
+            "max_seq_len",
+            "router_gating",
+            "balancing",
+        ],
+        overrides={
+            "vocab_size": Override(int, TOKENIZER_VOCAB, f"{TOKENIZER_VOCAB}: the tokenizer's, from the mixture's datasets")
+        },
+    )
+):
+    """The model's shape (ModelConfig's fields a base config sets)."""
 
 
-class ScheduleBaseConfig(dg.Config):
-    kind: str = "wsd"
-    peak_lr: float = 0.003
-    warmup_steps: int = 8
-    decay_steps: int = 8
+class OptimizerBaseConfig(dataclass_config("OptimizerBaseConfig", OptimizerConfig, ["name", "weight_decay"])):
+    """The optimizer (OptimizerConfig's fields a base config sets)."""
 
 
-class TrainBaseConfig(dg.Config):
+class ScheduleBaseConfig(
+    dataclass_config("ScheduleBaseConfig", ScheduleConfig, ["kind", "peak_lr", "warmup_steps", "decay_steps"])
+):
+    """The LR schedule's shape (the phase sets its kind, peak and length)."""
+
+
+class TrainBaseConfig(
+    dataclass_config(
+        "TrainBaseConfig",
+        TrainConfig,
+        [
+            "model",
+            "optimizer",
+            "schedule",
+            "seq_len",
+            "batch_size",
+            "num_steps",
+            "checkpoint_every_steps",
+            "checkpoint_every_seconds",
+        ],
+        nested={"model": ModelShapeConfig, "optimizer": OptimizerBaseConfig, "schedule": ScheduleBaseConfig},
+    )
+):
     """The TrainConfig (marin_assets/train/config.py) every phase starts from."""
-
-    model: ModelShapeConfig = ModelShapeConfig()
-    optimizer: OptimizerBaseConfig = OptimizerBaseConfig()
-    schedule: ScheduleBaseConfig = ScheduleBaseConfig()
-    seq_len: int = 64
-    batch_size: int = 8
-    num_steps: int = 48
-    checkpoint_every_steps: int = 16
-    checkpoint_every_seconds: float = 60.0

@@ -9,65 +9,27 @@ from its newest valid checkpoint after a kill; the artifact: checkpoints, metric
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any
 
-import dagster as dg
 import pydantic
 
 from assets.checkpoints import checkpoint_metadata, checkpoints_spec, phase_reporter, warm_start_checkpoint
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import demo_phases
-from assets.run_plan import DEMO_PLAN, RUN, TRAIN_KEY
-from assets.train_base import TrainBaseConfig
-from marin_assets.datakit.mixture import Mixture
+from assets.run_plan import DEMO_BASE, DEMO_PLAN, RUN, TRAIN_KEY
+from assets.train_base import PhaseSpecConfig, TrainBaseConfig
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageContext, png_markdown, versioned, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
-from marin_assets.orchestration.training_backends import TrainingBackend, TrainSpec
-from marin_assets.phases.plan import PhaseSpec, phase_telemetry_run, phase_train_config, spec_record
-from marin_assets.phases.switch import drop_transplanted, transplanted_warm_start
+from marin_assets.orchestration.training_backends import TrainingBackend
+from marin_assets.phases.job import base_config, phase_job, phase_mixture, phase_spec
+from marin_assets.phases.plan import PhaseSpec, spec_record
+from marin_assets.phases.switch import drop_transplanted
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
-from marin_assets.train.budget import load_budget
 from marin_assets.train.checkpoints.retention import RetentionSettings
 from marin_assets.train.metrics import DROP_RATE
-
-
-class PhaseSpecConfig(dg.Config):
-    """A ``PhaseSpec`` (marin_assets/phases/plan.py), chosen by the controller for each phase."""
-
-    name: str
-    warm_start_from: str | None = None
-    schedule: str
-    mixture: dict[str, float] | None = None  # None: train on the ``mixture`` asset's schedule
-    batch_size: int
-    hardware: str
-    token_budget: int
-    peak_lr: float
-    is_cooldown: bool = False
-    z_loss: float | None = None
-    warmup_start_fraction: float = 0.0
-    start_fraction: float = 1.0
-    model_changes: dict[str, Any] | None = None  # ModelConfig overrides from this phase on
-    transplant: str | None = None  # switch_architecture: carry the warm start over by this mapping
-    seq_len: int | None = None  # a context phase's sequence length (None: the base's)
-
-    @classmethod
-    def of(cls, spec: PhaseSpec) -> PhaseSpecConfig:
-        return cls(**dataclasses.asdict(spec))
-
-    def to_spec(self, data_mixture: Mixture | None = None) -> PhaseSpec:
-        """PhaseSpec validates the values; a phase without its own mix records the weights of
-        ``data_mixture``'s first stage (the trainer gets the whole schedule)."""
-        values = self.model_dump()
-        if values["mixture"] is None:
-            if data_mixture is None:
-                raise ValueError(f"phase {self.name} names no mixture and none was given (the mixture asset's)")
-            values["mixture"] = data_mixture.weights_at(0)
-        return PhaseSpec(**values)
 
 
 def _as_json(value) -> str:
@@ -76,7 +38,7 @@ def _as_json(value) -> str:
 
 class PhaseConfig(stage_config("PhaseRetention", (RetentionSettings, {"keep_last": "keep_last_checkpoints"}))):
     phase: PhaseSpecConfig = versioned(PhaseSpecConfig.of(DEMO_PLAN.first), description="the phase chosen by the controller")
-    base: TrainBaseConfig = versioned(TrainBaseConfig(), description="base training config of every phase")
+    base: TrainBaseConfig = versioned(DEMO_BASE, description="base training config of every phase")
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
     attempt: int = versioned(0, description="bumped by a roll-back so the retry draws fresh randomness")
     # Not versioned: where the budget is read from is no part of what the phase computes.
@@ -114,11 +76,6 @@ def _version_inputs(config: PhaseConfig, partition: str | None, inputs) -> dict[
     return dataset_versions(inputs["mixture"], own)
 
 
-def _data_mixture(config: PhaseConfig, schedule: Mixture) -> Mixture:
-    """The phase's own mix wins (plan.py); without one, the ``mixture`` asset's schedule."""
-    return Mixture.constant(config.phase.mixture) if config.phase.mixture is not None else schedule
-
-
 # 6: the phase reports its checkpoints (checkpoints/demo) and keeps their versions in checkpoint_versions.json.
 # 7: tokens_consumed names every dataset the weights saw, an earlier phase's too (carried from the warm start).
 # 8: tokens_available names every dataset of the mixture, the ones the phase did not train on too.
@@ -139,41 +96,22 @@ TRAIN_CODE_VERSION = "8"
 )
 def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, training_backend: TrainingBackend):
     """One phase of the run on the ``training_backend`` resource: warm-started from its predecessor, data position kept."""
-    from marin_assets.train.config import config_from_dict
-
     schedule, datasets = read_mixture(mixture)
-    data_mixture = _data_mixture(config, schedule)
-    spec = config.phase.to_spec(data_mixture)
+    data_mixture = phase_mixture(config.phase.mixture, schedule)
+    spec = phase_spec(config.phase.model_dump(), data_mixture)
     if spec.name != ctx.partition_key:
         raise ValueError(f"phase config names {spec.name!r} but the partition is {ctx.partition_key!r}")
-    data_mixture.check_sources([s for s, d in datasets.items() if d["train_tokens"] > 0], where=f"phase {spec.name}'s mixture")
-    base = config.base.model_dump()
-    if not base["model"]["vocab_size"]:
-        base["model"]["vocab_size"] = mixture.counts["vocab_size"]
-    train_config = phase_train_config(config_from_dict(base, "base"), spec)
-    train_config = dataclasses.replace(train_config, seed=train_config.seed + config.attempt, mixture=data_mixture)
-    used = {name for _, weights in data_mixture.stages for name, w in weights if w > 0}
-    cache_dirs = {s: datasets[s]["index"] for s in sorted(used)}
-    warm = warm_dir = warm_ref = None
-    if spec.warm_start_from:
-        warm_ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version)
-        if warm_ref is None:
-            raise FileNotFoundError(
-                f"warm start {spec.warm_start_from!r} version {config.warm_start_version[:16]} is not materialised"
-            )
-        warm = warm_dir = warm_ref.data_path
-        if spec.transplant:  # switch_architecture: the warm start's weights carried into this phase's model
-            warm = transplanted_warm_start(warm, train_config, spec.transplant, ctx.scratch_dir)
-    # Live metrics go under the run name the phase controller watches while the phase runs.
-    if config.budget_file:  # read now: a budget file that is missing fails before compute, not at a checkpoint
-        load_budget(config.budget_file)
-    job = TrainSpec(
-        train_config,
-        cache_dirs,
-        ctx.scratch_dir,
-        resume=True,
-        warm_start=warm,
-        telemetry_run=phase_telemetry_run(RUN, spec.name),
+    warm_ref = _warm_start(ctx, spec, config.warm_start_version)
+    warm_dir = warm_ref.data_path if warm_ref is not None else None
+    job = phase_job(
+        spec,
+        base_config(config.base.model_dump(), mixture.counts["vocab_size"]),
+        data_mixture,
+        datasets,
+        out_dir=ctx.scratch_dir,
+        run=RUN,
+        attempt=config.attempt,
+        warm_start=warm_dir,
         budget_file=config.budget_file or None,
     )
     warm_key, warm_version = warm_start_checkpoint(warm_dir, config.warm_start_version)
@@ -190,14 +128,14 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         f"{spec.name}: step {outcome.final_step} on {outcome.backend}, {outcome.tokens:,} tokens in the run, "
         f"last loss {outcome.last_loss}"
     )
-    consumed = _tokens_consumed(warm_ref, datasets, cache_dirs, outcome.tokens_left)
+    consumed = _tokens_consumed(warm_ref, datasets, job.caches, outcome.tokens_left)
     return {
         "phase": spec.name,
         "backend": outcome.backend,
         "final_step": outcome.final_step,
         "tokens_trained": outcome.tokens,
         "phase_start_step": outcome.phase_start_step,
-        "phase_tokens": (outcome.final_step - outcome.phase_start_step) * train_config.tokens_per_step,
+        "phase_tokens": (outcome.final_step - outcome.phase_start_step) * job.config.tokens_per_step,
         "last_loss": outcome.last_loss,
         **_recent(ctx.out_dir, spec.name, outcome),
         "tokens_consumed": consumed,
@@ -209,6 +147,16 @@ def train_phase(ctx: StageContext, config: PhaseConfig, mixture: ArtifactRef, tr
         **checkpoint_metadata(reporter, warm_key),
         "checkpoints_deleted": deleted,
     }
+
+
+def _warm_start(ctx: StageContext, spec: PhaseSpec, version: str) -> ArtifactRef | None:
+    """The artifact of the phase ``spec`` warm-starts from, at the version the controller named (None: a first phase)."""
+    if not spec.warm_start_from:
+        return None
+    ref = ctx.store.load(TRAIN_KEY, spec.warm_start_from, version)
+    if ref is None:
+        raise FileNotFoundError(f"warm start {spec.warm_start_from!r} version {version[:16]} is not materialised")
+    return ref
 
 
 def _tokens_consumed(warm_ref: ArtifactRef | None, datasets: dict, sources, tokens_left: dict[str, int]) -> dict[str, int]:

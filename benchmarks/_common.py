@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Callable
 
-# The demo's main-run model (assets/train_base.py ModelShapeConfig) on byte tokens: what the benchmarks that
+# The demo's main-run model (assets/run_plan.py DEMO_BASE.model) on byte tokens: what the benchmarks that
 # measure the demo's model start from (set max_seq_len to the context they run).
 DEMO_MODEL = {
     "vocab_size": 257,

@@ -1,7 +1,7 @@
 """attention: train-step memory and time of the blockwise attention kernel vs the naive reference.
 
-The model is the demo's main-run model (_common.DEMO_MODEL with assets/train_base.py's current
-ModelShapeConfig: no shared expert, softmax router, no balancing bias; byte tokens) with
+The model is the demo's main-run model (_common.DEMO_MODEL with assets/run_plan.py's DEMO_BASE.model:
+no shared expert, softmax router, no balancing bias; byte tokens) with
 max_seq_len raised to each S, batch 1, fp32, no remat. The step is the jitted
 ``jax.value_and_grad(model.loss_fn, has_aux=True)`` (forward, loss and every gradient; no optimizer,
 which is the same for both sides). The two sides differ only in ``ModelConfig.attention_impl``:
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from _common import DEMO_MODEL, emit  # noqa: E402
 
-# assets/train_base.py ModelShapeConfig differs from _common.DEMO_MODEL in these (the demo's current model)
+# assets/run_plan.py DEMO_BASE.model differs from _common.DEMO_MODEL in these (the demo's current model)
 DEMO_OVERRIDES = {"n_shared_experts": 0, "router_gating": "softmax", "balancing": "none"}
 # --quick: a one-layer dense model, so the smoke test's compiles take seconds
 TINY_OVERRIDES = {"n_layers": 1, "n_routed_experts": 0}

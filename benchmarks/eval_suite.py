@@ -15,7 +15,7 @@ Figures (one JSON line each, benchmarks/_common.py):
 - ``eval_suite/full_suite``: seconds to score every task in full with our scorer, against
   the reference's seconds for as many pairs at its measured rate (``reference_is`` says so).
 
-The model is the demo's ``train/demo`` shape (assets/train_base.py ModelShapeConfig: d_model
+The model is the demo's ``train/demo`` shape (assets/run_plan.py DEMO_BASE.model: d_model
 64, 2 layers, 4 routed experts top-2 + 1 shared, 64-token context) over the byte tokenizer,
 untrained (weights change no cost). ``--quick`` scores 4 items per task (the smoke test).
 

@@ -7,7 +7,10 @@ Rules, checked by ``problems`` (the self-checks at the end feed it hand-made dup
     field, its versioned marker and type), and carries it under the knob's dest/name;
 (b) a knob is a knob in one place: its tag names one library dataclass (one class of that name
     declares knobs, under marin_assets/), and one parser or config exposes it at most once;
-(c) any other flag or field with a default of its own is in ALLOWLIST (which must not go stale).
+(c) any other flag or field with a default of its own is in ALLOWLIST (which must not go stale);
+(d) a field generated from a library dataclass's field (``dataclass_config``: "module:Cls.field")
+    has that field's default, unless it is an ``Override`` that gives its reason. A nested config
+    whose value is the run's own (PhaseConfig.base) is still checked: its class's defaults are.
 "Its own default" leaves out None, a switch that is off unless given (store_true) and a
 repeatable flag that starts empty; an asset field's '' or [] is a value and counts.
 """
@@ -29,6 +32,7 @@ from pydantic import Field
 from marin_assets.cli import build_parser
 from marin_assets.knobs import add_flags, knob_info
 from marin_assets.orchestration import StageConfig, versioned
+from marin_assets.orchestration.knob_configs import Override, dataclass_config, field_default
 from marin_assets.orchestration.versioned import planner_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +70,8 @@ class Setting:
     dest_ok: bool = True  # the value lands where the knob's reader looks (argparse dest / field name)
     versioned: bool | None = None  # asset fields only
     annotation: Any = None  # asset fields only
+    field_of: str | None = None  # "module:Cls.field" when generated from a library dataclass's field
+    override: str | None = None  # why a generated field departs from its library field
 
 
 # ---- what the code location exposes ------------------------------------------------------
@@ -124,7 +130,8 @@ def _nested_matches_its_class(annotation: type, default: Any) -> bool:
 
 
 def config_settings(cls: type, prefix: str = "") -> list[Setting]:
-    """Every field of an asset config class, recursing into nested configs whose default is their class's."""
+    """Every field of an asset config class, recursing into nested configs whose default is their class's;
+    a nested config with a value of its own is one setting, and its class's defaults are walked too."""
     out = []
     for name, field in cls.model_fields.items():
         where = f"{prefix or cls.__name__}.{name}"
@@ -133,6 +140,7 @@ def config_settings(cls: type, prefix: str = "") -> list[Setting]:
             if _nested_matches_its_class(field.annotation, default):
                 out += config_settings(field.annotation, where)
                 continue
+            out += config_settings(field.annotation)
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = None if field.is_required() else field.get_default(call_default_factory=True)
         out.append(
@@ -144,6 +152,8 @@ def config_settings(cls: type, prefix: str = "") -> list[Setting]:
                 default is not None,
                 versioned=extra.get("versioned"),
                 annotation=field.annotation,
+                field_of=extra.get("field_of"),
+                override=extra.get("override"),
             )
         )
     return out
@@ -232,6 +242,26 @@ def _tagged_problem(s: Setting, declared) -> str | None:
     return None
 
 
+def library_field_default(field_of: str) -> Any:
+    """The default of the library dataclass field "module:Cls.field" (``dataclasses.MISSING``: none)."""
+    module, _, path = field_of.partition(":")
+    owner, _, name = path.rpartition(".")
+    cls = importlib.import_module(module)
+    for part in owner.split("."):
+        cls = getattr(cls, part)
+    return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
+
+
+def _generated_problem(s: Setting) -> str | None:
+    if s.override is not None:
+        return None if s.override.strip() else f"{s.where} overrides {s.field_of} without a reason"
+    library = library_field_default(s.field_of)
+    default = None if library is dataclasses.MISSING else library
+    if s.default != default:
+        return f"{s.where} defaults to {s.default!r}, but {s.field_of} to {default!r}: one default per field (or an Override with its reason)"
+    return None
+
+
 def _untagged_problem(s: Setting, knob_names: Mapping[str, list[str]]) -> str:
     same = knob_names.get(s.name)
     hint = f" (a knob of this name exists: {', '.join(sorted(same))})" if same else ""
@@ -261,8 +291,8 @@ def problems(settings: list[Setting], allowlist: Mapping[str, str], declared) ->
                 knob_names.setdefault(name, []).append(f"{owner}.{name}")
     out, used = [], set()
     for s in settings:
-        if s.knob is not None:
-            found = _tagged_problem(s, declared)
+        if s.knob is not None or s.field_of is not None:
+            found = _tagged_problem(s, declared) if s.knob is not None else _generated_problem(s)
             if found:
                 out.append(found)
         elif s.own_default:
@@ -295,7 +325,8 @@ def everything():
     settings = cli_settings(build_parser())
     for cls in asset_config_classes(defs):
         settings += config_settings(cls)
-    return settings + plain_asset_config_settings(defs)
+    settings += plain_asset_config_settings(defs)
+    return list({s.where: s for s in settings}.values())  # a nested class reached twice is one set of settings
 
 
 def test_every_flag_and_asset_config_field_has_one_default(everything, declared):
@@ -323,6 +354,22 @@ def test_the_walk_sees_what_the_issue_names(everything):
     assert tags["marin telemetry compact --grace-seconds"] == "CompactionConfig.grace_s"
     assert tags["marin datakit run --validation-fraction"] == "TokenizeConfig.validation_fraction"
     assert "PhaseConfig.phase" in tags and "PhaseConfig.phase.name" not in tags  # a nested value of its own is not walked into
+
+
+def test_the_phase_configs_are_generated_from_the_library(everything):
+    """PhaseConfig's phase and base are values of the run, but their classes are walked: every field is
+    one of PhaseSpec's or TrainConfig's (and nested ModelConfig's...), with its default or a stated override."""
+    generated = {s.where: s.field_of for s in everything if s.field_of}
+    assert generated["PhaseSpecConfig.is_cooldown"] == "marin_assets.phases.plan:PhaseSpec.is_cooldown"
+    assert generated["TrainBaseConfig.model.d_model"] == "marin_assets.model.config:ModelConfig.d_model"
+    assert generated["TrainBaseConfig.schedule.warmup_steps"] == "marin_assets.train.schedules:ScheduleConfig.warmup_steps"
+    assert (
+        generated["TrainBaseConfig.checkpoint_every_seconds"] == "marin_assets.train.config:TrainConfig.checkpoint_every_seconds"
+    )
+    for prefix in ("PhaseSpecConfig.", "TrainBaseConfig."):  # no hand-written field left in them
+        assert [s.where for s in everything if s.where.startswith(prefix) and not s.field_of] == []
+    overrides = {s.where: s.override for s in everything if s.override}
+    assert set(overrides) == {"PhaseSpecConfig.mixture", "TrainBaseConfig.model.vocab_size"}
 
 
 def test_the_one_bootstrap_default_is_100(everything):
@@ -409,10 +456,39 @@ def test_hand_written_and_mistagged_asset_fields_are_caught(declared):
     ]
     (why,) = problems(config_settings(_NoSuchKnob), {}, declared)
     assert why.endswith("declares no knob 'nope'")
-    # A nested config with its class's defaults is walked into; one with other values is a value of its own.
+    # A nested config with its class's defaults is walked into; one with other values is a value of its own
+    # (and its class's defaults are walked under the class's name).
     nested = config_settings(_NestedOtherValue)
-    assert [s.where for s in nested] == ["_NestedOtherValue.inner.threshold", "_NestedOtherValue.other"]
+    assert [s.where for s in nested] == ["_NestedOtherValue.inner.threshold", "_Inner.threshold", "_NestedOtherValue.other"]
     assert [p.split(" has")[0] for p in problems(nested, {}, declared)] == ["_NestedOtherValue.other"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _LibrarySettings:
+    width: int = 64
+    name: str = "x"
+    required: int | None = dataclasses.field(default=None)
+
+
+def test_a_generated_field_that_departs_from_its_library_default_is_caught(declared):
+    generated = dataclass_config("_Gen", _LibrarySettings, ["width", "name"])
+    assert problems(config_settings(generated), {}, declared) == []
+    changed = type(
+        "_Changed",
+        (generated,),
+        {
+            "__annotations__": {"width": int},
+            "width": Field(32, json_schema_extra=dict(generated.model_fields["width"].json_schema_extra)),
+        },
+    )
+    assert problems(config_settings(changed), {}, declared) == [
+        f"_Changed.width defaults to 32, but {__name__}:_LibrarySettings.width to 64: one default per field "
+        "(or an Override with its reason)"
+    ]
+    silent = dataclass_config("_Silent", _LibrarySettings, ["width"], overrides={"width": Override(int, 0, " ")})
+    assert problems(config_settings(silent), {}, declared) == [
+        f"_Silent.width overrides {__name__}:_LibrarySettings.width without a reason"
+    ]
 
 
 def test_a_stale_allowlist_entry_is_caught(declared):

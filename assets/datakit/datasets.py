@@ -201,7 +201,7 @@ def mixture_asset(sources: Sequence[str]) -> dg.AssetsDefinition:
         schedule = Mixture([(stage.step, dict(stage.weights)) for stage in config.schedule])
         by_source = {name.removeprefix("ds_"): ref for name, ref in datasets.items()}
         schedule.check_sources(list(by_source), where="mixture schedule")
-        used = {name for _, weights in schedule.stages for name, w in weights if w > 0}
+        used = schedule.weighted
         empty = sorted(s for s in used if by_source[s].counts["train_tokens"] == 0)
         if empty:
             raise ValueError(f"mixture gives weight to {empty}, whose datasets hold no training tokens (no files yet?)")
@@ -242,7 +242,7 @@ def dataset_versions(mixture: ArtifactRef, sources: Sequence[str]) -> dict[str, 
 def weighted_sources(mixture: ArtifactRef) -> list[str]:
     """The sources the mixture's schedule gives weight at some stage."""
     schedule, _ = read_mixture_file(mixture.data_path)
-    return sorted({name for _, weights in schedule.stages for name, w in weights if w > 0})
+    return list(schedule.weighted)
 
 
 def read_mixture(mixture: ArtifactRef) -> tuple[Mixture, dict[str, dict]]:

@@ -132,6 +132,11 @@ class Mixture:
         return tuple(name for name, _ in self.stages[0][1])
 
     @property
+    def weighted(self) -> tuple[str, ...]:
+        """The sources some stage gives a positive weight, sorted (what a trainer reads)."""
+        return tuple(sorted({name for _, weights in self.stages for name, w in weights if w > 0}))
+
+    @property
     def steps(self) -> tuple[int, ...]:
         return tuple(step for step, _ in self.stages)
 
@@ -150,8 +155,7 @@ class Mixture:
 
     def check_sources(self, available: Sequence[str], where: str = "mixture") -> None:
         """Every source with a positive weight in some stage must be among ``available``."""
-        used = {name for _, weights in self.stages for name, w in weights if w > 0}
-        unknown = sorted(used - set(available))
+        unknown = sorted(set(self.weighted) - set(available))
         if unknown:
             raise ValueError(f"{where} names unknown sources {unknown}; available: {sorted(available)}")
 

@@ -7,13 +7,29 @@ versioned marker, and records the knob it came from (``json_schema_extra["knob"]
 UI's launchpad, the asset's content version and ``marin datakit run --quality-threshold``
 all read one declaration. ``library_config`` turns the Dagster config back into the
 library dataclass (whose own checks then run).
+
+A config that mirrors a whole library dataclass (a phase, a base train config) is generated from
+its fields the same way:
+
+    PhaseSpecConfig = dataclass_config("PhaseSpecConfig", PhaseSpec, [f.name for f in fields(PhaseSpec)])
+
+Each field keeps the dataclass's type and default and records where it came from
+(``json_schema_extra["field_of"]``: "module:Class.field"); a field that must depart from the
+library (a value only the config layer understands) says so with an ``Override`` and its reason.
+tests/test_knobs.py holds every generated field to its source's default.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
+import types
+import typing
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+import dagster as dg
 import pydantic
 from pydantic import Field
 
@@ -62,3 +78,98 @@ def library_config(config: StageConfig, cls: type, names: Sequence[str] | Mappin
             continue
         values[knob_name] = getattr(config, field_name)
     return cls(**{**values, **fixed})
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """A generated field that departs from its library field: its type and default, and why."""
+
+    annotation: Any
+    default: Any
+    reason: str
+
+
+class DataclassConfig(dg.Config):
+    """The base of a ``dataclass_config``: ``of`` builds one from the library value it mirrors."""
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        """This config holding ``value``'s fields (a nested config from the nested dataclass)."""
+        fields = {}
+        for name, info in cls.model_fields.items():
+            item = getattr(value, name)
+            if isinstance(info.annotation, type) and issubclass(info.annotation, DataclassConfig):
+                item = info.annotation.of(item)
+            elif isinstance(item, Mapping):
+                item = dict(item)
+            fields[name] = item
+        return cls(**fields)
+
+
+def dataclass_config(
+    name: str,
+    cls: type,
+    fields: Sequence[str],
+    *,
+    nested: Mapping[str, type[DataclassConfig]] | None = None,
+    overrides: Mapping[str, Override] | None = None,
+    doc: str = "",
+) -> Any:  # a DataclassConfig subclass; Any, as its fields exist only at run time (a type checker cannot see them)
+    """A Dagster config with the library dataclass ``cls``'s ``fields``: its types and defaults (a
+    field without a default is required), ``nested`` configs for dataclass-typed fields (their class
+    defaults), ``overrides`` where the config layer means something the dataclass does not."""
+    nested, overrides = nested or {}, overrides or {}
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - set(by_name))
+    if unknown:
+        raise ValueError(f"{name}: {cls.__name__} has no field(s) {unknown}")
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for field_name in fields:
+        extra: dict[str, Any] = {"field_of": f"{cls.__module__}:{cls.__qualname__}.{field_name}"}
+        if field_name in nested:
+            out[field_name] = (nested[field_name], pydantic.Field(nested[field_name](), json_schema_extra=extra))
+        elif field_name in overrides:
+            o = overrides[field_name]
+            out[field_name] = (
+                o.annotation,
+                pydantic.Field(o.default, description=o.reason, json_schema_extra=extra | {"override": o.reason}),
+            )
+        else:
+            out[field_name] = (_config_type(hints[field_name]), _library_default(by_name[field_name], extra))
+    model = pydantic.create_model(name, __base__=DataclassConfig, **out)
+    model.__doc__ = doc or f"{cls.__name__}'s fields ({cls.__module__}), as Dagster config."
+    return model
+
+
+def field_default(field: dataclasses.Field) -> Any:
+    """A dataclass field's default (``dataclasses.MISSING`` when it has none)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def _library_default(field: dataclasses.Field, extra: dict[str, Any]) -> Any:
+    default = field_default(field)
+    if default is dataclasses.MISSING:
+        return pydantic.Field(json_schema_extra=extra)
+    if isinstance(default, (list, dict)):
+        return pydantic.Field(default_factory=lambda d=default: type(d)(d), json_schema_extra=extra)
+    return pydantic.Field(default, json_schema_extra=extra)
+
+
+def _config_type(hint: Any) -> Any:
+    """A library type as Dagster config takes it: a Mapping is a dict, a Literal of strings a str (the
+    dataclass checks the value when the config becomes one)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        (kind,) = {type(a) for a in args}
+        return kind
+    if origin in (Mapping, dict):
+        if not args:
+            return dict
+        key, value = (_config_type(a) for a in args)
+        return dict[key, value]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_config_type(a) for a in args))
+    return hint

@@ -145,34 +145,22 @@ def dataclass_settings(config):
 
 
 def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_runs_model():
+    from assets.run_plan import DEMO_BASE
     from assets.scaling_ladders import MAIN_RUN_TOKENS
-    from assets.train_base import ModelShapeConfig, TrainBaseConfig
     from marin_assets.model import count_params, flops_per_token
 
-    main = ModelShapeConfig()
+    main = DEMO_BASE.model
     target = MOE_LADDER.targets[-1]
     assert (target.name, target.width, target.batch_size, target.tokens) == (
         "main",
         main.d_model,
-        TrainBaseConfig().batch_size,
+        DEMO_BASE.batch_size,
         MAIN_RUN_TOKENS,
     )
     assert DEMO_LADDER is MOE_LADDER  # the demo runs it: the watch judges the demo's run against its sweep
     family = target.family.family((main.d_model,), vocab_size=VOCAB, seq_len=64)
     model = family.build_config(*family.shape(main.d_model))
-    for name in (
-        "d_model",
-        "n_layers",
-        "n_heads",
-        "n_kv_heads",
-        "d_ff",
-        "n_routed_experts",
-        "n_shared_experts",
-        "top_k",
-        "expert_d_ff",
-        "router_gating",
-        "balancing",
-    ):
+    for name in sorted(set(type(main).model_fields) - {"vocab_size", "max_seq_len"}):  # the shape, not the data's
         assert getattr(model, name) == getattr(main, name), name
     # The ladder's members only split their width into smaller heads (4, not 16): at the main run's
     # width, the same matrices (the q/k norm gains are per head size: 2 x 12 per layer fewer) and FLOPs.

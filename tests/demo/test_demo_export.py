@@ -1,4 +1,4 @@
-"""The demo's release step: its main model (assets/train_base.py ModelShapeConfig) maps exactly onto Hugging Face's
+"""The demo's release step: its main model (assets/run_plan.py DEMO_BASE.model) maps exactly onto Hugging Face's
 qwen3_moe layout, and demo/export.py materialises export/demo for the main run's newest phase through Dagster: a
 folder whose config.json is Qwen3-MoE's and whose weights give our model's logits. The phases are stand-ins that
 save the demo's model (norms perturbed, tests/hf/support.py) with the counts a real phase reports."""
@@ -14,7 +14,7 @@ import numpy as np
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
 from assets.run_plan import TRAIN_KEY
-from assets.train_base import TrainBaseConfig
+from assets.run_plan import DEMO_BASE
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
@@ -31,10 +31,10 @@ VOCAB = 257  # the stand-in tokenizer's (bytes + EOS)
 
 
 def demo_model_config():
-    """The demo's ModelConfig as train/demo builds it: TrainBaseConfig's dump through config_from_dict."""
+    """The demo's ModelConfig as train/demo builds it: DEMO_BASE's dump through config_from_dict."""
     from marin_assets.train.config import config_from_dict
 
-    base = TrainBaseConfig().model_dump()
+    base = DEMO_BASE.model_dump()
     base["model"]["vocab_size"] = VOCAB
     return config_from_dict(base, "base").model
 
@@ -45,7 +45,7 @@ def test_the_demos_model_maps_exactly_onto_qwen3_moe():
 
     config = demo_model_config()
     assert config.is_moe and config.qk_norm and auto_layout(config) == "qwen3_moe"
-    check_exportable(config, "qwen3_moe", "the demo's ModelShapeConfig")
+    check_exportable(config, "qwen3_moe", "the demo's DEMO_BASE.model")
     assert config.balancing == "none"  # so router_bias stays zero (check_router_bias refuses any other)
 
 
@@ -56,7 +56,7 @@ class StubPhase(StageConfig):
 @versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhase, partitions_def=demo_phases)
 def demo_phase(ctx: StageContext, config: StubPhase):
     """A phase artifact without training: the demo's model at step 7 and a real phase's counts."""
-    model = TrainBaseConfig().model_dump()["model"] | {"vocab_size": VOCAB}
+    model = DEMO_BASE.model_dump()["model"] | {"vocab_size": VOCAB}
     if config.own_moe:
         model |= {"n_shared_experts": 1, "router_gating": "sigmoid", "balancing": "quantile_exact"}
     save_checkpoint(Path(ctx.out_dir), model, seed=len(ctx.partition))  # each phase its own weights

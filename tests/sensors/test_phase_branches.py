@@ -19,6 +19,7 @@ from jobs import train_phase_job
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, StageContext, versioned_asset
 from marin_assets.phases.branches import branch_phase, is_branch_partition
 from marin_assets.phases.controller import ControllerState, PhaseEntry
+from marin_assets.phases.job import phase_spec
 from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec
 from marin_assets.train.budget import BUDGET_ENV, load_budget, write_budget
 from sensors.phase_controller import phase_controller_sensor
@@ -293,7 +294,7 @@ hold_phases = dg.DynamicPartitionsDefinition(name="hold_phases")
 @versioned_asset(key="train/hold", code_version="stub", config_cls=StubPhaseConfig, partitions_def=hold_phases)
 def dropping_train(ctx: StageContext, config: StubPhaseConfig):
     """A MoE whose router drops 90% of its tokens in every phase: the plan's max_drop_rate holds the run."""
-    spec = config.phase.to_spec()
+    spec = phase_spec(config.phase.model_dump())
     return {
         "phase": spec.name,
         "tokens_trained": 1000,

@@ -13,7 +13,8 @@ import dagster as dg
 import pytest
 
 from assets.partitions import demo_phases as phases
-from assets.training import DEMO_PLAN, TRAIN_KEY, PhaseConfig, PhaseSpecConfig
+from assets.train_base import PhaseSpecConfig
+from assets.training import DEMO_PLAN, TRAIN_KEY, PhaseConfig
 from demo.phases import decision_log, demo_budget, demo_cut, demo_raise, run_phase_demo
 from jobs import train_phase_job
 from marin_assets.orchestration import (
@@ -25,6 +26,7 @@ from marin_assets.orchestration import (
     versioned_asset,
 )
 from marin_assets.phases.controller import ControllerState
+from marin_assets.phases.job import phase_spec
 from marin_assets.phases.plan import RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
 from marin_assets.train.budget import BUDGET_ENV
 from sensors.phase_controller import phase_controller_sensor
@@ -40,7 +42,7 @@ class StubPhaseConfig(StageConfig):
 
 @versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhaseConfig, partitions_def=phases, group_name="training")
 def stub_train(ctx: StageContext, config: StubPhaseConfig):
-    spec = config.phase.to_spec()
+    spec = phase_spec(config.phase.model_dump())
     before, consumed = 0, {}
     if spec.warm_start_from:
         prev = ctx.store.load(TRAIN_KEY, spec.warm_start_from, config.warm_start_version).counts
@@ -240,7 +242,7 @@ SWITCH_PLAN = PhasePlan(
 @versioned_asset(key="train/sw", code_version="stub", config_cls=StubPhaseConfig, partitions_def=switch_phases)
 def spiking_train(ctx: StageContext, config: StubPhaseConfig):
     """Every phase after the first spikes at its last step, unless it was transplanted into the new architecture."""
-    spec = config.phase.to_spec()
+    spec = phase_spec(config.phase.model_dump())
     before = (
         ctx.store.load("train/sw", spec.warm_start_from, config.warm_start_version).counts["tokens_trained"]
         if spec.warm_start_from

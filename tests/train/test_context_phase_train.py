@@ -6,6 +6,7 @@ import math
 import jax
 import pytest
 
+from marin_assets.phases.job import phase_spec
 from marin_assets.phases.plan import PhaseSpec, phase_train_config, spec_record
 from marin_assets.train.config import replace
 from marin_assets.train.data.batches import DataPosition, MixedLoader
@@ -84,10 +85,10 @@ def test_context_phase_warm_starts_and_trains_on_the_next_tokens(caches, tiny_co
 def test_phase_config_carries_seq_len_and_keeps_older_versions():
     import dataclasses
 
-    from assets.training import PhaseSpecConfig
+    from assets.train_base import PhaseSpecConfig
 
     spec = PhaseSpec(name="long", token_budget=512, seq_len=64, **SPEC)
-    assert PhaseSpecConfig.of(spec).to_spec() == spec
+    assert phase_spec(PhaseSpecConfig.of(spec).model_dump()) == spec
     plain = PhaseSpec(name="k", token_budget=512, **SPEC)
     assert spec_record(PhaseSpecConfig.of(plain).model_dump()) == spec_record(dataclasses.asdict(plain))
     assert "seq_len" not in spec_record(PhaseSpecConfig.of(plain).model_dump())

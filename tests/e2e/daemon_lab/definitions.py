@@ -22,7 +22,7 @@ import dagster as dg
 from assets.datakit import make_datakit_graph
 from assets.datakit.datasets import dataset_key
 from assets.datakit.sources import watched_source
-from assets.training import PhaseSpecConfig
+from assets.train_base import PhaseSpecConfig
 from marin_assets.datakit.datasets import INDEX_FILE, read_dataset
 from marin_assets.orchestration import (
     ArtifactIOManager,
@@ -32,6 +32,7 @@ from marin_assets.orchestration import (
     versioned,
     versioned_asset,
 )
+from marin_assets.phases.job import phase_spec
 from marin_assets.phases.plan import PhasePlan, PhaseSpec, phase_telemetry_run, phase_train_config
 from marin_assets.train.budget import BudgetStop
 from sensors.phase_controller import phase_controller_sensor
@@ -86,7 +87,7 @@ def lab_train(ctx: StageContext, config: LabPhaseConfig):
     from marin_assets.train.config import config_from_dict
     from marin_assets.train.loop import train
 
-    spec = config.phase.to_spec()
+    spec = phase_spec(config.phase.model_dump())
     fixed = json.loads(os.environ[CACHES_ENV])
     user = ctx.store.read_pointer(dataset_key(USER), None)  # the newest datasets/user, if any
     caches = {**fixed, **({USER: os.path.join(user.data_path, INDEX_FILE)} if user else {})}
