@@ -34,6 +34,8 @@ DEMO_BASE = TrainBaseConfig(
     checkpoint_every_seconds=60.0,
 )
 
+STEP_TOKENS = DEMO_BASE.batch_size * DEMO_BASE.seq_len  # 8 x 64: token budgets below are in steps of the base
+
 DEMO_PLAN = PhasePlan(
     run=RUN,
     first=PhaseSpec(
@@ -43,17 +45,17 @@ DEMO_PLAN = PhasePlan(
         mixture={"sotu": 0.3, "shakespeare": 0.2, "spam_assassin": 0.5},
         batch_size=8,
         hardware="cpu",
-        token_budget=48 * 512,
+        token_budget=48 * STEP_TOKENS,
         peak_lr=0.003,
     ),
     phase_names=("kestrel", "jellyfish", "phoenix", "starling", "heron", "ibis"),
     high_quality_sources=("sotu", "shakespeare"),
     cooldown_hq_fraction=0.3,
-    cooldown_tokens=16 * 512,
-    min_cooldown_tokens=4 * 512,
+    cooldown_tokens=16 * STEP_TOKENS,
+    min_cooldown_tokens=4 * STEP_TOKENS,
     low_data_tokens=12_288,
     rewarm_mixture={"sotu": 0.5, "shakespeare": 0.5},
-    rewarm_tokens=32 * 512,
+    rewarm_tokens=32 * STEP_TOKENS,
     # Once the first cooldown is accepted, an SFT branch leaves its checkpoint: the plays' dialogue as chat
     # (datasets/shakespeare_chat), loss on the replies only, at a constant LR below the main run's peak. The main
     # run goes on as it would without it (tests/sensors/test_branch_bytes.py).
@@ -61,7 +63,7 @@ DEMO_PLAN = PhasePlan(
         BranchSpec(
             name="sft",
             from_phase="jellyfish",
-            token_budget=8 * 512,
+            token_budget=8 * STEP_TOKENS,
             schedule="constant",
             is_cooldown=False,
             mixture={CHAT_SOURCE: 1.0},

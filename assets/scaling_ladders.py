@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from assets.run_plan import DEMO_BASE
+from assets.run_plan import DEMO_BASE, STEP_TOKENS
 from assets.training import TRAIN_KEY
 from marin_assets.scaling.ladder import Ladder, Target
 from marin_assets.scaling.planner import FamilyShape, MoeShape
@@ -38,7 +38,7 @@ MAIN_RUN_FAMILY = FamilyShape(
 )
 # The tokens the demo's main run trains: kestrel 48 steps of 8 x 64 + jellyfish 16 + phoenix 16 (the person's
 # cut at its 2nd step ends it at the checkpoint of step 80, demo/phases.py) + starling 5 = 85 steps.
-MAIN_RUN_TOKENS = 85 * 512
+MAIN_RUN_TOKENS = 85 * STEP_TOKENS
 # The demo's ladder: short (2 budgets, 6 runs; C_fit = 4e9), so the demo can afford it; the ladder
 # watch judges the main run against these runs. Its last target is the demo's main run itself
 # (train/demo, scored at its newest phase), predicted at its model (family, width d_model, batch)

@@ -12,9 +12,7 @@ from marin_assets.model.config import ModelConfig
 from marin_assets.orchestration.knob_configs import Override, dataclass_config
 from marin_assets.phases.job import TOKENIZER_VOCAB
 from marin_assets.phases.plan import PhaseSpec
-from marin_assets.train.config import TrainConfig
-from marin_assets.train.optimizers import OptimizerConfig
-from marin_assets.train.schedules import ScheduleConfig
+from marin_assets.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 
 
 class PhaseSpecConfig(

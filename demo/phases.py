@@ -29,6 +29,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.run_plan import STEP_TOKENS
 from demo.progress import Execute, run_directly
 from marin_assets.orchestration.launcher import in_process_tags
 from marin_assets.train.budget import Budget, load_budget, write_budget
@@ -40,7 +41,7 @@ from marin_assets.train.hooks import Hooks, StepInfo, hooks_in_this_context
 # CPU-sized run.
 def demo_budget() -> Budget:
     return Budget(
-        budget_tokens=(48 + 16) * 512,
+        budget_tokens=(48 + 16) * STEP_TOKENS,
         data_allotment_tokens={"sotu": 10_000, "shakespeare": 10_000, "spam_assassin": 14_000},
         hardware_available=("cpu",),
     )
@@ -50,7 +51,7 @@ def demo_raise(budget: Budget, tokens_trained: int) -> Budget:
     """More compute appeared, and more data with it."""
     return dataclasses.replace(
         budget,
-        budget_tokens=tokens_trained + (32 + 16) * 512,
+        budget_tokens=tokens_trained + (32 + 16) * STEP_TOKENS,
         data_allotment_tokens={k: v + 40_000 for k, v in budget.data_allotment_tokens.items()},
     )
 
@@ -61,7 +62,7 @@ def demo_cut(budget: Budget, tokens_trained: int) -> Budget:
     the budget covers 5 of the 16 steps Phoenix has left: Phoenix ends there and Starling cools
     down in those 5 (85 steps in all). Cut after a phase, 19 steps hold the plan's 16-step
     cooldown and leave less than another phase needs."""
-    return dataclasses.replace(budget, budget_tokens=tokens_trained + 19 * 512)
+    return dataclasses.replace(budget, budget_tokens=tokens_trained + 19 * STEP_TOKENS)
 
 
 @dataclasses.dataclass

@@ -36,7 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-IMPLS = ("auto", "reference", "blockwise", "xla", "cudnn", "splash")
+from kernels.names import ATTENTION_IMPLS as IMPLS
+
 REFERENCE_MAX_SEQ = 1024  # "auto" on CPU: the naive path up to here, blockwise beyond
 DEFAULT_BLOCK = 512  # keys per block of the blockwise path
 _NEG = float(jnp.finfo(jnp.float32).min)  # a masked logit: finite, so max/exp never see inf - inf

@@ -63,8 +63,8 @@ from jax.sharding import PartitionSpec as P
 
 from kernels.dispatch import position_in_group
 from kernels.grouped_matmul import IMPLS, expert_swiglu
+from kernels.names import EP_TRANSPORTS as TRANSPORTS
 
-TRANSPORTS = ("ragged", "pooled")
 _WAVE_ARRIVED = "expert_parallel_wave_arrived"  # the one value a wave keeps for its backward
 
 

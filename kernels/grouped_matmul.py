@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-IMPLS = ("auto", "ragged_dot", "blocked")
+from kernels.names import GROUPED_MATMUL_IMPLS as IMPLS
 
 
 def resolve_impl(impl: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-GATINGS = ("sigmoid", "softmax")
+from kernels.names import GATINGS
 
 
 def route_topk(logits: jax.Array, bias: jax.Array, k: int, gating: str = "sigmoid") -> tuple[jax.Array, jax.Array]:

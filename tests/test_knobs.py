@@ -362,7 +362,7 @@ def test_the_phase_configs_are_generated_from_the_library(everything):
     generated = {s.where: s.field_of for s in everything if s.field_of}
     assert generated["PhaseSpecConfig.is_cooldown"] == "marin_assets.phases.plan:PhaseSpec.is_cooldown"
     assert generated["TrainBaseConfig.model.d_model"] == "marin_assets.model.config:ModelConfig.d_model"
-    assert generated["TrainBaseConfig.schedule.warmup_steps"] == "marin_assets.train.schedules:ScheduleConfig.warmup_steps"
+    assert generated["TrainBaseConfig.schedule.warmup_steps"] == "marin_assets.train.config:ScheduleConfig.warmup_steps"
     assert (
         generated["TrainBaseConfig.checkpoint_every_seconds"] == "marin_assets.train.config:TrainConfig.checkpoint_every_seconds"
     )

@@ -23,9 +23,32 @@ Expert parallelism: pass ``ep=kernels.expert_parallel.ExpertParallel(mesh, ...)`
 forward/loss_fn to run the routed experts with shard_map over the mesh's expert axis.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.flops import active_matmul_params, count_params, flops_per_token
-from marin_assets.model.transformer import forward, init_params, init_router_bias, loss_fn, next_router_bias, token_mean_loss
+
+# The JAX half loads on first use (PEP 562): a process that only reads or checks a ModelConfig (the Dagster
+# code location, a config file's validation) never imports JAX.
+if TYPE_CHECKING:  # what __getattr__ returns, as type checkers see it
+    from marin_assets.model.transformer import (
+        forward,
+        init_params,
+        init_router_bias,
+        loss_fn,
+        next_router_bias,
+        token_mean_loss,
+    )
+
+_IN_TRANSFORMER = ("forward", "init_params", "init_router_bias", "loss_fn", "next_router_bias", "token_mean_loss")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _IN_TRANSFORMER:
+        return getattr(importlib.import_module("marin_assets.model.transformer"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ModelConfig",

@@ -16,9 +16,9 @@ from typing import Any
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint, checkpoint_policies
 
-DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-DTYPE_NAMES = tuple(DTYPES)
-DEFAULT_DTYPE = "float32"
+from marin_assets.model.config import DTYPE_NAMES, REMAT_NAMES, check_dtype, check_remat
+
+DTYPES: dict[str, Any] = {name: getattr(jnp, name) for name in DTYPE_NAMES}  # the names: model/config.py
 
 # What jax.checkpoint keeps of a layer for its backward (JAX 0.7 policies):
 #   none          no jax.checkpoint: autodiff keeps whatever residuals the backward needs.
@@ -33,8 +33,8 @@ REMAT_POLICIES: dict[str, Callable[..., bool] | None] = {
     "full": checkpoint_policies.nothing_saveable,
     "save_matmuls": checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-REMAT_NAMES = tuple(REMAT_POLICIES)
-DEFAULT_REMAT = "none"
+if tuple(REMAT_POLICIES) != REMAT_NAMES:  # the names a config checks without JAX (model/config.py)
+    raise ImportError(f"remat policies {tuple(REMAT_POLICIES)} and model.config.REMAT_NAMES {REMAT_NAMES} differ")
 
 # Layer weights that stay in their stored dtype inside a bf16 layer, and why:
 #   *_norm   RMSNorm gains multiply fp32-normalised activations (layers.rms_norm computes the
@@ -46,16 +46,7 @@ KEEP_STORED_DTYPE = ("attn_norm", "mlp_norm", "q_norm", "k_norm", "router")
 
 def dtype_of(name: str, what: str = "compute_dtype") -> Any:
     """The jnp dtype named ``name`` (DTYPE_NAMES), or a ValueError naming ``what`` (the knob it came from)."""
-    if name not in DTYPES:
-        raise ValueError(f"{what} must be one of {DTYPE_NAMES}, got {name!r}")
-    return DTYPES[name]
-
-
-def check_remat(policy: str, what: str = "remat") -> str:
-    """``policy`` when it is one of REMAT_NAMES, else a ValueError naming ``what``."""
-    if policy not in REMAT_POLICIES:
-        raise ValueError(f"{what} must be one of {REMAT_NAMES}, got {policy!r}")
-    return policy
+    return DTYPES[check_dtype(name, what)]
 
 
 def for_compute(layer_params: dict, dtype: Any) -> dict:

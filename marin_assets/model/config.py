@@ -6,10 +6,10 @@ import dataclasses
 import math
 from typing import Literal
 
-from kernels.attention import IMPLS as _ATTENTION_IMPLS
-from kernels.expert_parallel import TRANSPORTS as _EP_TRANSPORTS
-from kernels.grouped_matmul import IMPLS as _GROUPED_MATMUL
-from kernels.routing import GATINGS as _GATINGS
+from kernels.names import ATTENTION_IMPLS as _ATTENTION_IMPLS
+from kernels.names import EP_TRANSPORTS as _EP_TRANSPORTS
+from kernels.names import GATINGS as _GATINGS
+from kernels.names import GROUPED_MATMUL_IMPLS as _GROUPED_MATMUL
 from marin_assets.numeric_checks import check_field_types, check_float, check_int
 
 # Token ids, positions and per-dimension index arithmetic are int32 on the device: a size past this
@@ -36,6 +36,28 @@ _INT_RANGES = {
     "sliding_window": 1,
     "global_attention_every": 1,
 }
+
+# How the step computes (model/compute.py maps each name onto JAX), named here so a config checks them
+# without importing JAX.
+DTYPE_NAMES = ("float32", "bfloat16")
+DEFAULT_DTYPE = "float32"
+REMAT_NAMES = ("none", "full", "save_matmuls")
+DEFAULT_REMAT = "none"
+
+
+def check_dtype(name: str, what: str = "compute_dtype") -> str:
+    """``name`` when it is one of DTYPE_NAMES, else a ValueError naming ``what`` (the knob it came from)."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"{what} must be one of {DTYPE_NAMES}, got {name!r}")
+    return name
+
+
+def check_remat(policy: str, what: str = "remat") -> str:
+    """``policy`` when it is one of REMAT_NAMES, else a ValueError naming ``what``."""
+    if policy not in REMAT_NAMES:
+        raise ValueError(f"{what} must be one of {REMAT_NAMES}, got {policy!r}")
+    return policy
+
 
 Balancing = Literal["quantile_exact", "quantile_histogram", "none"]
 _BALANCING = ("quantile_exact", "quantile_histogram", "none")

@@ -47,8 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin_assets.model.compute import DEFAULT_DTYPE, dtype_of, for_compute
-from marin_assets.model.config import ModelConfig
+from marin_assets.model.compute import dtype_of, for_compute
+from marin_assets.model.config import DEFAULT_DTYPE, ModelConfig
 from marin_assets.model.layers import attend, project_qkv, rms_norm, swiglu, window_array
 from marin_assets.model.moe import moe_mlp
 

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from kernels.balancing import apply_shift, load_cv
-from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT, dtype_of, for_compute, rematerialised
-from marin_assets.model.config import ModelConfig
+from marin_assets.model.compute import dtype_of, for_compute, rematerialised
+from marin_assets.model.config import DEFAULT_DTYPE, DEFAULT_REMAT, ModelConfig
 from marin_assets.model.layers import attention, rms_norm, scanned_windows, swiglu
 from marin_assets.model.moe import moe_mlp
 

@@ -28,8 +28,7 @@ from typing import Any
 
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.numeric_checks import check_field_types
-
-SCHEDULE_KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
+from marin_assets.train.config import SCHEDULE_KINDS
 
 
 def _check_mix(mixture: Mapping[str, float], where: str) -> Mixture:
@@ -81,7 +80,7 @@ def normalise(mixture: Mapping[str, float]) -> dict[str, float]:
 class PhaseSpec:
     name: str
     warm_start_from: str | None  # name of the phase whose final checkpoint this starts from
-    schedule: str  # a schedules.KINDS kind
+    schedule: str  # one of SCHEDULE_KINDS (train/config.py)
     mixture: Mapping[str, float]
     batch_size: int
     hardware: str

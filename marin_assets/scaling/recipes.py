@@ -62,10 +62,10 @@ class Recipe:
     tuned_by_sweep: bool  # lr_base is re-tuned by the lr_sweep asset at (lr_ref_width, lr_ref_steps)
 
     def __post_init__(self) -> None:
-        from marin_assets.train.optimizer_names import NAMES
+        from marin_assets.train.config import OPTIMIZER_NAMES
 
-        if self.optimizer not in NAMES:
-            raise ValueError(f"recipe {self.name!r}: optimizer must be one of {NAMES}, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZER_NAMES:
+            raise ValueError(f"recipe {self.name!r}: optimizer must be one of {OPTIMIZER_NAMES}, got {self.optimizer!r}")
         check_float(f"recipe {self.name!r} weight_decay", self.weight_decay, 0, 10)
         check_float(f"recipe {self.name!r} lr_base", self.lr_base, 0, 10, lo_open=True)
         check_int(f"recipe {self.name!r} lr_ref_width", self.lr_ref_width, 1, _MAX_INT)
@@ -92,7 +92,7 @@ class Recipe:
 
     def optimizer_config(self) -> Any:
         """The run's ``OptimizerConfig`` (only the fields the recipe sets; the rest default)."""
-        from marin_assets.train.optimizers import OptimizerConfig
+        from marin_assets.train.config import OptimizerConfig
 
         return OptimizerConfig(name=self.optimizer, weight_decay=self.weight_decay)
 

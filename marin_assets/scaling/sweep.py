@@ -265,11 +265,9 @@ def train_candidate(
 
     ``run_name`` names its telemetry run; ``record`` is merged into run.json (e.g. a target's
     pre-registration stamp). Returns the counts every ladder run reports."""
-    from marin_assets.train.config import TrainConfig
-    from marin_assets.train.guards import GuardConfig
+    from marin_assets.train.config import GuardConfig, ScheduleConfig, TrainConfig
     from marin_assets.train.loop import train
     from marin_assets.train.restore import load_model_from_checkpoint
-    from marin_assets.train.schedules import ScheduleConfig
 
     validate_segment(run_name, "telemetry run name")
     for source in validation_caches:  # checked before training, not after

@@ -1,4 +1,9 @@
-"""TrainConfig: one validated dataclass for a training phase, loadable from YAML."""
+"""TrainConfig: one validated dataclass tree for a training phase, loadable from YAML: the model
+(model/config.py), the optimizer, the LR schedule and the stability guards, and the phase's own fields.
+
+Every config of the tree lives in a module without JAX (this one, model/config.py): a process that only
+reads, checks or generates configs (the Dagster code location, ``marin`` parsing a file) never imports it.
+The code that runs them is in optimizers.py, schedules.py and guards.py."""
 
 from __future__ import annotations
 
@@ -9,16 +14,133 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.knobs import knob
-from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT, DTYPE_NAMES, REMAT_NAMES, check_remat, dtype_of
-from marin_assets.model.config import MAX_INT32, ModelConfig
+from marin_assets.model.config import (
+    DEFAULT_DTYPE,
+    DEFAULT_REMAT,
+    DTYPE_NAMES,
+    MAX_INT32,
+    REMAT_NAMES,
+    ModelConfig,
+    check_dtype,
+    check_remat,
+)
 from marin_assets.numeric_checks import check_field_types, check_int
-from marin_assets.train.guards import GuardConfig
-from marin_assets.train.optimizers import OptimizerConfig
-from marin_assets.train.schedules import ScheduleConfig
+
+OPTIMIZER_NAMES = ("adamw", "adamh", "muon")  # optimizers.py builds each
+
+# Newton-Schulz steps are unrolled into the traced step: compile time grows with each, and 5 already
+# orthogonalises well enough; past this a value is a typo, not a setting.
+MAX_NS_STEPS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    name: str = "adamw"
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    muon_momentum: float = 0.95
+    muon_ns_steps: int = 5
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.name not in OPTIMIZER_NAMES:
+            raise ValueError(f"OptimizerConfig.name must be one of {OPTIMIZER_NAMES}, got {self.name!r}")
+        for name in ("beta1", "beta2", "muon_momentum"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"OptimizerConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.eps <= 0 or self.weight_decay < 0:
+            raise ValueError("OptimizerConfig: eps must be > 0 and weight_decay >= 0")
+        check_int("OptimizerConfig.muon_ns_steps", self.muon_ns_steps, 1, MAX_NS_STEPS)
+
+
+MAX_STEPS = 2**31 - 1  # the train state's step is int32
+
+SCHEDULE_KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    kind: str = "wsd"
+    peak_lr: float = 3e-3
+    warmup_steps: int = 10
+    warmup_start_fraction: float = 0.0
+    total_steps: int = 100
+    decay_steps: int = 20  # wsd: length of the final decay; wsd_s: decay per cycle
+    cycle_steps: int = 0  # wsd_s only
+    rewarm_steps: int = 0  # wsd_s only
+    min_lr_fraction: float = 0.05
+    start_fraction: float = 1.0  # linear_decay only: LR at the first step, as a fraction of peak
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.kind not in SCHEDULE_KINDS:
+            raise ValueError(f"ScheduleConfig.kind must be one of {SCHEDULE_KINDS}, got {self.kind!r}")
+        if not self.peak_lr > 0:
+            raise ValueError(f"ScheduleConfig.peak_lr must be > 0, got {self.peak_lr}")
+        for name in ("warmup_steps", "decay_steps", "cycle_steps", "rewarm_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ScheduleConfig.{name} must be >= 0, got {getattr(self, name)}")
+            check_int(f"ScheduleConfig.{name}", getattr(self, name), 0, MAX_STEPS)
+        if self.total_steps <= 0:
+            raise ValueError(f"ScheduleConfig.total_steps must be > 0, got {self.total_steps}")
+        check_int("ScheduleConfig.total_steps", self.total_steps, 1, MAX_STEPS)
+        for name in ("warmup_start_fraction", "min_lr_fraction", "start_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ScheduleConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+        if (
+            self.kind in ("wsd", "cosine")
+            and self.warmup_steps + (self.decay_steps if self.kind == "wsd" else 0) > self.total_steps
+        ):
+            raise ValueError(
+                f"ScheduleConfig: warmup_steps ({self.warmup_steps}) + decay_steps ({self.decay_steps}) "
+                f"exceed total_steps ({self.total_steps})"
+            )
+        if self.kind == "wsd_s":
+            if self.cycle_steps <= 0:
+                raise ValueError("ScheduleConfig: wsd_s needs cycle_steps > 0")
+            if self.decay_steps + self.rewarm_steps > self.cycle_steps:
+                raise ValueError(
+                    f"ScheduleConfig: wsd_s decay_steps ({self.decay_steps}) + rewarm_steps "
+                    f"({self.rewarm_steps}) must fit in cycle_steps ({self.cycle_steps})"
+                )
+
+
+MAX_COUNT = 2**31 - 1  # the window and the spike counter are compared with int32 counters
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardConfig:
+    grad_clip: float = 1.0  # 0 disables
+    update_clip_sigma: float = 6.0  # 0 disables
+    skip_sigma: float = 6.0  # 0 disables the spike test (non-finite steps are always skipped)
+    window: int = 128
+    min_history: int = 16  # no statistical test until this many steps were accepted
+    # A level shift is not a spike: after this many spike-skips in a row the next step is
+    # accepted, so the window learns the new level instead of freezing the run (0: no cap).
+    max_consecutive_spikes: int = 8
+    # A phase that skipped more than this fraction of its steps trained on little or nothing
+    # (e.g. every batch flagged corrupt): train() raises TooManySkippedSteps after it.
+    max_skipped_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        for name in ("grad_clip", "update_clip_sigma", "skip_sigma"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"GuardConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.max_skipped_fraction <= 1.0:
+            raise ValueError(f"GuardConfig.max_skipped_fraction must be in [0, 1], got {self.max_skipped_fraction}")
+        if self.window < 2:
+            raise ValueError(f"GuardConfig.window must be >= 2, got {self.window}")
+        check_int("GuardConfig.window", self.window, 2, MAX_COUNT)
+        if self.max_consecutive_spikes < 0:
+            raise ValueError(f"GuardConfig.max_consecutive_spikes must be >= 0, got {self.max_consecutive_spikes}")
+        check_int("GuardConfig.max_consecutive_spikes", self.max_consecutive_spikes, 0, MAX_COUNT)
+        if not 2 <= self.min_history <= self.window:
+            raise ValueError(f"GuardConfig.min_history must be in [2, window={self.window}], got {self.min_history}")
 
 
 class ConfigError(ValueError):
@@ -137,8 +259,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
         if self.checkpoint_every_seconds <= 0:
             raise ValueError(f"TrainConfig.checkpoint_every_seconds must be > 0, got {self.checkpoint_every_seconds}")
-        dtype_of(self.compute_dtype, "TrainConfig.compute_dtype")
-        dtype_of(self.param_dtype, "TrainConfig.param_dtype")
+        check_dtype(self.compute_dtype, "TrainConfig.compute_dtype")
+        check_dtype(self.param_dtype, "TrainConfig.param_dtype")
         check_remat(self.remat, "TrainConfig.remat")
 
     @property
@@ -227,6 +349,7 @@ def load_config(path: str | Path, vocab_size: int | None = None, check_memory: b
 # Moments the optimizer keeps per parameter: Adam's two; Muon's one momentum on the matrices (most
 # parameters; its Adam moments on the rest are not counted, so the estimate stays a lower bound).
 _MOMENTS = {"adamw": 2, "adamh": 2, "muon": 1}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def state_bytes(config: TrainConfig) -> int:
@@ -236,7 +359,7 @@ def state_bytes(config: TrainConfig) -> int:
     from marin_assets.model.flops import count_params
 
     params, _ = count_params(config.model)
-    value_bytes = np.dtype(dtype_of(config.param_dtype, "TrainConfig.param_dtype")).itemsize
+    value_bytes = DTYPE_BYTES[check_dtype(config.param_dtype, "TrainConfig.param_dtype")]
     batches = (config.prefetch + 1) * config.batch_size * config.seq_len * 4
     guard_windows = 3 * config.guards.window * 4  # float32 ring buffers (guards.init_guard_state)
     return params * value_bytes * (1 + _MOMENTS[config.optimizer.name]) + batches + guard_windows

@@ -14,47 +14,12 @@ not raise the threshold for the next. Every event is counted in ``GuardState.cou
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
-from marin_assets.numeric_checks import check_field_types, check_int
-
-MAX_COUNT = 2**31 - 1  # the window and the spike counter are compared with int32 counters
+from marin_assets.train.config import GuardConfig
 
 COUNTERS = ("skipped_nonfinite", "skipped_spike", "skipped_bad_batch", "update_clipped", "grad_clipped")
-
-
-@dataclasses.dataclass(frozen=True)
-class GuardConfig:
-    grad_clip: float = 1.0  # 0 disables
-    update_clip_sigma: float = 6.0  # 0 disables
-    skip_sigma: float = 6.0  # 0 disables the spike test (non-finite steps are always skipped)
-    window: int = 128
-    min_history: int = 16  # no statistical test until this many steps were accepted
-    # A level shift is not a spike: after this many spike-skips in a row the next step is
-    # accepted, so the window learns the new level instead of freezing the run (0: no cap).
-    max_consecutive_spikes: int = 8
-    # A phase that skipped more than this fraction of its steps trained on little or nothing
-    # (e.g. every batch flagged corrupt): train() raises TooManySkippedSteps after it.
-    max_skipped_fraction: float = 0.5
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        for name in ("grad_clip", "update_clip_sigma", "skip_sigma"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"GuardConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.max_skipped_fraction <= 1.0:
-            raise ValueError(f"GuardConfig.max_skipped_fraction must be in [0, 1], got {self.max_skipped_fraction}")
-        if self.window < 2:
-            raise ValueError(f"GuardConfig.window must be >= 2, got {self.window}")
-        check_int("GuardConfig.window", self.window, 2, MAX_COUNT)
-        if self.max_consecutive_spikes < 0:
-            raise ValueError(f"GuardConfig.max_consecutive_spikes must be >= 0, got {self.max_consecutive_spikes}")
-        check_int("GuardConfig.max_consecutive_spikes", self.max_consecutive_spikes, 0, MAX_COUNT)
-        if not 2 <= self.min_history <= self.window:
-            raise ValueError(f"GuardConfig.min_history must be in [2, window={self.window}], got {self.min_history}")
 
 
 def init_guard_state(cfg: GuardConfig) -> dict:

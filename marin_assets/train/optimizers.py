@@ -20,7 +20,6 @@ weights stacked on a leading axis, so a "matrix" is always the last two axes):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -28,34 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marin_assets.numeric_checks import check_field_types, check_int
-from marin_assets.train.optimizer_names import NAMES
-
-# Newton-Schulz steps are unrolled into the traced step: compile time grows with each, and 5 already
-# orthogonalises well enough; past this a value is a typo, not a setting.
-MAX_NS_STEPS = 100
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    name: str = "adamw"
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    muon_momentum: float = 0.95
-    muon_ns_steps: int = 5
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        if self.name not in NAMES:
-            raise ValueError(f"OptimizerConfig.name must be one of {NAMES}, got {self.name!r}")
-        for name in ("beta1", "beta2", "muon_momentum"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"OptimizerConfig.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.eps <= 0 or self.weight_decay < 0:
-            raise ValueError("OptimizerConfig: eps must be > 0 and weight_decay >= 0")
-        check_int("OptimizerConfig.muon_ns_steps", self.muon_ns_steps, 1, MAX_NS_STEPS)
+from marin_assets.train.config import OptimizerConfig
 
 
 class Optimizer(NamedTuple):

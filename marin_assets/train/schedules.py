@@ -22,63 +22,11 @@ Kinds (Marin reference, section 5):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import jax.numpy as jnp
 
-from marin_assets.numeric_checks import check_field_types, check_int
-
-MAX_STEPS = 2**31 - 1  # the train state's step is int32
-
-KINDS = ("constant", "cosine", "wsd", "wsd_s", "linear_decay")
-
-
-@dataclasses.dataclass(frozen=True)
-class ScheduleConfig:
-    kind: str = "wsd"
-    peak_lr: float = 3e-3
-    warmup_steps: int = 10
-    warmup_start_fraction: float = 0.0
-    total_steps: int = 100
-    decay_steps: int = 20  # wsd: length of the final decay; wsd_s: decay per cycle
-    cycle_steps: int = 0  # wsd_s only
-    rewarm_steps: int = 0  # wsd_s only
-    min_lr_fraction: float = 0.05
-    start_fraction: float = 1.0  # linear_decay only: LR at the first step, as a fraction of peak
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        if self.kind not in KINDS:
-            raise ValueError(f"ScheduleConfig.kind must be one of {KINDS}, got {self.kind!r}")
-        if not self.peak_lr > 0:
-            raise ValueError(f"ScheduleConfig.peak_lr must be > 0, got {self.peak_lr}")
-        for name in ("warmup_steps", "decay_steps", "cycle_steps", "rewarm_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ScheduleConfig.{name} must be >= 0, got {getattr(self, name)}")
-            check_int(f"ScheduleConfig.{name}", getattr(self, name), 0, MAX_STEPS)
-        if self.total_steps <= 0:
-            raise ValueError(f"ScheduleConfig.total_steps must be > 0, got {self.total_steps}")
-        check_int("ScheduleConfig.total_steps", self.total_steps, 1, MAX_STEPS)
-        for name in ("warmup_start_fraction", "min_lr_fraction", "start_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"ScheduleConfig.{name} must be in [0, 1], got {getattr(self, name)}")
-        if (
-            self.kind in ("wsd", "cosine")
-            and self.warmup_steps + (self.decay_steps if self.kind == "wsd" else 0) > self.total_steps
-        ):
-            raise ValueError(
-                f"ScheduleConfig: warmup_steps ({self.warmup_steps}) + decay_steps ({self.decay_steps}) "
-                f"exceed total_steps ({self.total_steps})"
-            )
-        if self.kind == "wsd_s":
-            if self.cycle_steps <= 0:
-                raise ValueError("ScheduleConfig: wsd_s needs cycle_steps > 0")
-            if self.decay_steps + self.rewarm_steps > self.cycle_steps:
-                raise ValueError(
-                    f"ScheduleConfig: wsd_s decay_steps ({self.decay_steps}) + rewarm_steps "
-                    f"({self.rewarm_steps}) must fit in cycle_steps ({self.cycle_steps})"
-                )
+from marin_assets.train.config import ScheduleConfig
 
 
 def _warmup(step, cfg: ScheduleConfig):

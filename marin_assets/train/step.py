@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin_assets.model.compute import DEFAULT_DTYPE, DEFAULT_REMAT
+from marin_assets.model.config import DEFAULT_DTYPE, DEFAULT_REMAT
 from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import accumulate
 from marin_assets.train.compile_cache import reuse_jitted

@@ -13,8 +13,7 @@ import numpy as np
 
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
-from assets.run_plan import TRAIN_KEY
-from assets.run_plan import DEMO_BASE
+from assets.run_plan import DEMO_BASE, TRAIN_KEY
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,

@@ -258,7 +258,6 @@ def chromium_poll(binary: str, profile: Path, url: str, script: str, *, timeout_
     return that value. For pages that need a click (e.g. a metadata dialog) before they
     show what a test looks for: the script may click, then return null to be asked again.
     """
-    import websocket  # websocket-client, in the lock
 
     profile.mkdir(parents=True, exist_ok=True)
     port_file = profile / "DevToolsActivePort"

@@ -11,7 +11,6 @@ from assets.datakit.datasets import mixture_asset
 from assets.evals import EVAL_KEY, TASKS_KEY, eval_phase, eval_task
 from assets.partitions import demo_phases
 from assets.training import TRAIN_KEY
-from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,

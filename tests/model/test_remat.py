@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from marin_assets.model import ModelConfig, init_params, init_router_bias, loss_fn
-from marin_assets.model.compute import REMAT_NAMES, rematerialised
+from marin_assets.model.compute import rematerialised
+from marin_assets.model.config import REMAT_NAMES
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.loop import default_model, init_state, make_train_step

@@ -9,10 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.model.config import ModelConfig
-from marin_assets.train.config import ConfigError, TrainConfig, config_from_dict, config_to_dict, load_config, replace
-from marin_assets.train.guards import GuardConfig
-from marin_assets.train.optimizers import OptimizerConfig
-from marin_assets.train.schedules import ScheduleConfig
+from marin_assets.train.config import (
+    ConfigError,
+    GuardConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    replace,
+)
 
 NESTED = {"model": ModelConfig, "optimizer": OptimizerConfig, "schedule": ScheduleConfig, "guards": GuardConfig}
 

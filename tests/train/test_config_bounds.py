@@ -15,10 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.model.config import ModelConfig
-from marin_assets.train.config import ConfigError, TrainConfig, check_state_fits, config_from_dict, load_config, state_bytes
-from marin_assets.train.guards import GuardConfig
-from marin_assets.train.optimizers import OptimizerConfig
-from marin_assets.train.schedules import ScheduleConfig
+from marin_assets.train.config import (
+    ConfigError,
+    GuardConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+    TrainConfig,
+    check_state_fits,
+    config_from_dict,
+    load_config,
+    state_bytes,
+)
 from tests.support.configs import TINY_TRAIN
 from tests.train.test_cli_datakit import marin_train
 

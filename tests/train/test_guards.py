@@ -2,8 +2,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marin_assets.train.config import GuardConfig
 from marin_assets.train.guards import (
-    GuardConfig,
     clip_grads,
     clip_updates,
     global_norm,

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from marin_assets.train import compile_cache
+from marin_assets.train.config import ScheduleConfig
 from marin_assets.train.loop import train
 from marin_assets.train.metrics import read_metrics
-from marin_assets.train.schedules import ScheduleConfig
 
 
 def _losses(out) -> list[float]:

@@ -20,11 +20,11 @@ import pytest
 from marin_assets.cli import main
 from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.checkpoints.necromancy import BatchGradients, open_checkpoint, rebuild_opt_state
-from marin_assets.train.config import config_from_dict
+from marin_assets.train.config import OptimizerConfig, config_from_dict
 from marin_assets.train.distributed.mesh import make_mesh
 from marin_assets.train.loop import default_model, train
 from marin_assets.train.metrics import read_metrics
-from marin_assets.train.optimizers import OptimizerConfig, make_optimizer
+from marin_assets.train.optimizers import make_optimizer
 from tests.support.configs import TINY_TRAIN
 
 B1, B2, MUON = 0.9, 0.95, 0.95

@@ -3,7 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_assets.train.optimizers import OptimizerConfig, make_optimizer, newton_schulz, param_groups
+from marin_assets.train.config import OptimizerConfig
+from marin_assets.train.optimizers import make_optimizer, newton_schulz, param_groups
 
 
 def toy_params():

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from marin_assets.train.schedules import ScheduleConfig, learning_rate
+from marin_assets.train.config import ScheduleConfig
+from marin_assets.train.schedules import learning_rate
 
 
 def lr(step, **kw):
