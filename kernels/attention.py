@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from kernels.names import ATTENTION_IMPLS as IMPLS
+from kernels.choices import ATTENTION_IMPLS as IMPLS
 
 REFERENCE_MAX_SEQ = 1024  # "auto" on CPU: the naive path up to here, blockwise beyond
 DEFAULT_BLOCK = 512  # keys per block of the blockwise path

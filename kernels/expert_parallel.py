@@ -61,9 +61,9 @@ from jax.ad_checkpoint import checkpoint, checkpoint_name
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from kernels.choices import EP_TRANSPORTS as TRANSPORTS
 from kernels.dispatch import position_in_group
 from kernels.grouped_matmul import IMPLS, expert_swiglu
-from kernels.names import EP_TRANSPORTS as TRANSPORTS
 
 _WAVE_ARRIVED = "expert_parallel_wave_arrived"  # the one value a wave keeps for its backward
 

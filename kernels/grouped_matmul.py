@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.names import GROUPED_MATMUL_IMPLS as IMPLS
+from kernels.choices import GROUPED_MATMUL_IMPLS as IMPLS
 
 
 def resolve_impl(impl: str) -> str:

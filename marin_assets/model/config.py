@@ -6,10 +6,10 @@ import dataclasses
 import math
 from typing import Literal
 
-from kernels.names import ATTENTION_IMPLS as _ATTENTION_IMPLS
-from kernels.names import EP_TRANSPORTS as _EP_TRANSPORTS
-from kernels.names import GATINGS as _GATINGS
-from kernels.names import GROUPED_MATMUL_IMPLS as _GROUPED_MATMUL
+from kernels.choices import ATTENTION_IMPLS as _ATTENTION_IMPLS
+from kernels.choices import EP_TRANSPORTS as _EP_TRANSPORTS
+from kernels.choices import GATINGS as _GATINGS
+from kernels.choices import GROUPED_MATMUL_IMPLS as _GROUPED_MATMUL
 from marin_assets.numeric_checks import check_field_types, check_float, check_int
 
 # Token ids, positions and per-dimension index arithmetic are int32 on the device: a size past this

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from kernels.balancing import load_cv, quantile_shift_exact, quantile_shift_histogram, sequence_balance_loss
 from kernels.dispatch import moe_local
-from kernels.routing import expert_load, route_topk, z_loss
+from kernels.router import expert_load, route_topk, z_loss
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.layers import swiglu
 

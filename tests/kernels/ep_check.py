@@ -16,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from kernels.dispatch import moe_local  # noqa: E402
 from kernels.expert_parallel import ExpertParallel  # noqa: E402
-from kernels.routing import route_topk  # noqa: E402
+from kernels.router import route_topk  # noqa: E402
 from marin_assets.model import ModelConfig, init_params, init_router_bias, loss_fn  # noqa: E402
 
 P_DEV = 8

@@ -7,7 +7,7 @@ from kernels.balancing import load_cv
 from kernels.dispatch import moe_local, position_in_group
 from kernels.expert_parallel import _pack, _unpack, round_robin_counts
 from kernels.grouped_matmul import grouped_matmul
-from kernels.routing import route_topk
+from kernels.router import route_topk
 
 
 def _weights(E=4, D=8, F=6, seed=0):

@@ -7,7 +7,7 @@ import pytest
 
 from kernels.dispatch import moe_local
 from kernels.grouped_matmul import block_layout, default_block, expert_swiglu, grouped_matmul, resolve_impl
-from kernels.routing import route_topk
+from kernels.router import route_topk
 
 # float32, same products summed in a different order: a few ulps of the O(1) outputs.
 TOL = 1e-5

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernels.balancing import apply_shift, load_cv, quantile_shift_exact, quantile_shift_histogram
-from kernels.routing import expert_load, route_topk
+from kernels.router import expert_load, route_topk
 
 T, E, K = 2048, 16, 2
 SKEW = jnp.linspace(0.0, 3.0, E)  # expert 15's logits are +3 over expert 0's

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernels.dispatch import moe_local
-from kernels.routing import route_topk
+from kernels.router import route_topk
 from marin_assets.model import ModelConfig, init_params
 from marin_assets.model.layers import swiglu
 from marin_assets.model.moe import moe_mlp

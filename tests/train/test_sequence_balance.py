@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels.balancing import sequence_balance_loss
-from kernels.routing import route_topk
+from kernels.router import route_topk
 from marin_assets.model import ModelConfig, init_params, init_router_bias, loss_fn
 
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.routing import route_topk
+from kernels.router import route_topk
 
 
 def _logits():

@@ -4,4 +4,4 @@
 ATTENTION_IMPLS = ("auto", "reference", "blockwise", "xla", "cudnn", "splash")  # kernels/attention.py
 GROUPED_MATMUL_IMPLS = ("auto", "ragged_dot", "blocked")  # kernels/grouped_matmul.py
 EP_TRANSPORTS = ("ragged", "pooled")  # kernels/expert_parallel.py
-GATINGS = ("sigmoid", "softmax")  # kernels/routing.py
+GATINGS = ("sigmoid", "softmax")  # kernels/router.py

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels.names import GATINGS
+from kernels.choices import GATINGS
 
 
 def route_topk(logits: jax.Array, bias: jax.Array, k: int, gating: str = "sigmoid") -> tuple[jax.Array, jax.Array]:
