@@ -14,9 +14,9 @@ from assets.datakit.index import INDEX_KEY
 from assets.evals import eval_assets, eval_phase
 from assets.experiments import experiment_assets
 from assets.export import export_assets
-from assets.run_plan import DEMO_BASE
 from assets.scaling import SCALING_GROUP, scaling_assets, scaling_checks
 from assets.scaling_ladders import MOE_LADDER
+from assets.train_base import TrainBaseConfig
 from assets.training import DEMO_PLAN, train_phase, training_assets
 from jobs import PHASE_RETRY_TAGS, all_jobs
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource, training_backend_from_env
@@ -28,7 +28,7 @@ artifact_store = ArtifactStoreResource()
 # which the demo materialises before the main run) gives the expected trajectory at the main run's
 # size; the ladder_band check judges each phase in its run and the controller acts on leaving the
 # band (LadderWatchSettings.action; default: warn).
-ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), DEMO_BASE.model.model_dump())
+ladder_watch = LadderWatch(f"{SCALING_GROUP}/{MOE_LADDER.name}/sweep", MOE_LADDER.keys(), TrainBaseConfig().model.model_dump())
 # The one DataKit: pinned demo sources + sources/user (the files of $MARIN_USER_DATA_DIR, empty
 # when unset) through the sharded graph to a dataset per source and the mixture.
 datakit_assets, datakit_checks = code_location_datakit()

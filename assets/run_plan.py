@@ -5,36 +5,38 @@ assets/training.py's train/demo and eval/demo are partitioned by its phases."""
 from __future__ import annotations
 
 from assets.datakit.chat import CHAT_SOURCE
-from assets.train_base import ModelShapeConfig, ScheduleBaseConfig, TrainBaseConfig
 from marin_assets.phases.plan import BranchSpec, PhasePlan, PhaseSpec
 
 RUN = "demo"
 TRAIN_KEY = f"train/{RUN}"  # a partition per phase (assets/training.py)
 CHECKPOINTS_KEY = f"checkpoints/{RUN}"  # a partition per committed checkpoint (assets/checkpoints.py)
 
-# A tiny MoE that trains a phase in well under a minute on CPU (tokens/step = 8 x 64), Qwen3-MoE-shaped (QK-norm,
-# no shared expert, softmax router, no balancing bias) so that the main run exports exactly to HF's qwen3_moe
-# layout (export/demo); our own MoE (ModelConfig's defaults) has no exact HF counterpart. The fields left out
-# have TrainBaseConfig's defaults, which are the library's (d_model 64, 2 layers, 4 heads, adamw, seq_len 64...).
-DEMO_BASE = TrainBaseConfig(
-    model=ModelShapeConfig(
-        n_shared_experts=0,
-        max_seq_len=64,
-        router_gating="softmax",
+# The base training config every phase starts from, where it departs from the library's defaults (TrainConfig,
+# ModelConfig, ...; assets/train_base.py makes these its Dagster config's defaults). A tiny MoE that trains a phase
+# in well under a minute on CPU (tokens/step = 8 x 64), Qwen3-MoE-shaped (QK-norm, no shared expert, softmax
+# router, no balancing bias) so that the main run exports exactly to HF's qwen3_moe layout (export/demo); our own
+# MoE (ModelConfig's defaults) has no exact HF counterpart.
+DEMO_BASE = {
+    "model": {
+        "n_shared_experts": 0,
+        "max_seq_len": 64,
+        "router_gating": "softmax",
         # A quantile bias changes which experts are chosen: no HF router has one. No balance loss either.
         # Measured in `make demo` (routed assignments dropped in training, 2-process expert axis; eval
         # bits-per-byte), kestrel / jellyfish: 0: 0.34, 4.904 / 0.26, 4.758; sequence_balance_loss 1e-3:
         # 0.31, 4.904 / 0.29, 4.775; 1e-2: 0.23, 5.132 / 0.15, 4.850 (the earlier shared-expert, sigmoid,
         # quantile model: 0.18, 4.930 / 0.04, 4.797). Inference, and so the export, is dropless.
-        balancing="none",
-    ),
-    schedule=ScheduleBaseConfig(warmup_steps=8, decay_steps=8),
-    num_steps=48,
-    checkpoint_every_steps=16,
-    checkpoint_every_seconds=60.0,
-)
+        "balancing": "none",
+    },
+    "schedule": {"warmup_steps": 8, "decay_steps": 8},
+    "seq_len": 64,
+    "batch_size": 8,
+    "num_steps": 48,
+    "checkpoint_every_steps": 16,
+    "checkpoint_every_seconds": 60.0,
+}
 
-STEP_TOKENS = DEMO_BASE.batch_size * DEMO_BASE.seq_len  # 8 x 64: token budgets below are in steps of the base
+STEP_TOKENS = DEMO_BASE["batch_size"] * DEMO_BASE["seq_len"]  # 8 x 64: token budgets below are in steps of the base
 
 DEMO_PLAN = PhasePlan(
     run=RUN,

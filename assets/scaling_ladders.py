@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from assets.run_plan import DEMO_BASE, STEP_TOKENS
+from assets.run_plan import STEP_TOKENS
+from assets.train_base import TrainBaseConfig
 from assets.training import TRAIN_KEY
 from marin_assets.scaling.ladder import Ladder, Target
 from marin_assets.scaling.planner import FamilyShape, MoeShape
@@ -18,10 +19,10 @@ from marin_assets.scaling.planner import FamilyShape, MoeShape
 # 4e10 2.495/2.335/2.408/2.422 (interior vertices). Two budgets fit a pure power law (no floor).
 DENSE_LADDER = Ladder(name="dense", budgets=(2e10, 4e10), widths=((8, 16, 32),) * 2, targets=(Target("x3", 3.0),))
 
-# The MoE family of the demo's main run (assets/run_plan.py DEMO_BASE.model) scaled by width:
+# The MoE family of the demo's main run (assets/run_plan.py DEMO_BASE: TrainBaseConfig's defaults) scaled by width:
 # its experts, top-k, shared experts, expert and shared widths per d_model, its router (gating and
 # balancing), query heads per KV head and d_model / n_layers; at width d_model it is the main run's model.
-_MAIN = DEMO_BASE.model
+_MAIN = TrainBaseConfig().model
 MAIN_RUN_FAMILY = FamilyShape(
     head_dim=_MAIN.d_model // _MAIN.n_heads,
     aspect_ratio=_MAIN.d_model / _MAIN.n_layers,
@@ -63,7 +64,7 @@ MOE_LADDER = Ladder(
             "main",
             10.0,
             width=_MAIN.d_model,
-            batch_size=DEMO_BASE.batch_size,
+            batch_size=TrainBaseConfig().batch_size,
             family=MAIN_RUN_FAMILY,
             tokens=MAIN_RUN_TOKENS,
             observed=TRAIN_KEY,

@@ -2,17 +2,21 @@
 (marin_assets/orchestration/knob_configs.py ``dataclass_config``): ``PhaseSpecConfig`` is a
 ``PhaseSpec``; ``TrainBaseConfig`` the part of a ``TrainConfig`` a phase does not decide itself (the
 model's shape, optimizer, schedule, run lengths). Each field has its library field's type and default
-(tests/test_knobs.py checks); the demo's own values are ``assets/run_plan.py``'s ``DEMO_BASE``."""
+(tests/test_knobs.py checks), except the demo's own values (``assets/run_plan.py``'s ``DEMO_BASE``), which
+are the base config's defaults here: Dagster reads a nested config's defaults from its class."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from assets.run_plan import DEMO_BASE
 from marin_assets.model.config import ModelConfig
 from marin_assets.orchestration.knob_configs import Override, dataclass_config
 from marin_assets.phases.job import TOKENIZER_VOCAB
 from marin_assets.phases.plan import PhaseSpec
 from marin_assets.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
+
+DEMO = "the demo's value (assets/run_plan.py DEMO_BASE)"
 
 
 class PhaseSpecConfig(
@@ -51,6 +55,8 @@ class ModelShapeConfig(
         overrides={
             "vocab_size": Override(int, TOKENIZER_VOCAB, f"{TOKENIZER_VOCAB}: the tokenizer's, from the mixture's datasets")
         },
+        values=DEMO_BASE["model"],
+        why=DEMO,
     )
 ):
     """The model's shape (ModelConfig's fields a base config sets)."""
@@ -61,7 +67,13 @@ class OptimizerBaseConfig(dataclass_config("OptimizerBaseConfig", OptimizerConfi
 
 
 class ScheduleBaseConfig(
-    dataclass_config("ScheduleBaseConfig", ScheduleConfig, ["kind", "peak_lr", "warmup_steps", "decay_steps"])
+    dataclass_config(
+        "ScheduleBaseConfig",
+        ScheduleConfig,
+        ["kind", "peak_lr", "warmup_steps", "decay_steps"],
+        values=DEMO_BASE["schedule"],
+        why=DEMO,
+    )
 ):
     """The LR schedule's shape (the phase sets its kind, peak and length)."""
 
@@ -81,6 +93,8 @@ class TrainBaseConfig(
             "checkpoint_every_seconds",
         ],
         nested={"model": ModelShapeConfig, "optimizer": OptimizerBaseConfig, "schedule": ScheduleBaseConfig},
+        values={k: v for k, v in DEMO_BASE.items() if k not in ("model", "optimizer", "schedule")},
+        why=DEMO,
     )
 ):
     """The TrainConfig (marin_assets/train/config.py) every phase starts from."""

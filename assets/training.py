@@ -16,7 +16,7 @@ import pydantic
 from assets.checkpoints import checkpoint_metadata, checkpoints_spec, phase_reporter, warm_start_checkpoint
 from assets.datakit.datasets import MIXTURE_KEY, dataset_versions, read_mixture
 from assets.partitions import demo_phases
-from assets.run_plan import DEMO_BASE, DEMO_PLAN, RUN, TRAIN_KEY
+from assets.run_plan import DEMO_PLAN, RUN, TRAIN_KEY
 from assets.train_base import PhaseSpecConfig, TrainBaseConfig
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import StageContext, png_markdown, versioned, versioned_asset
@@ -38,7 +38,7 @@ def _as_json(value) -> str:
 
 class PhaseConfig(stage_config("PhaseRetention", (RetentionSettings, {"keep_last": "keep_last_checkpoints"}))):
     phase: PhaseSpecConfig = versioned(PhaseSpecConfig.of(DEMO_PLAN.first), description="the phase chosen by the controller")
-    base: TrainBaseConfig = versioned(DEMO_BASE, description="base training config of every phase")
+    base: TrainBaseConfig = versioned(TrainBaseConfig(), description="base training config of every phase")
     warm_start_version: str = versioned("", description="content version of the warm-start phase")
     attempt: int = versioned(0, description="bumped by a roll-back so the retry draws fresh randomness")
     # Not versioned: where the budget is read from is no part of what the phase computes.

@@ -46,11 +46,11 @@ ALLOWLIST = {
     "marin cluster gen-jobs --out": "where the stream is written ('-' = stdout): a location",
     "marin export hf --layout": "the output format of the export (auto: the one the model's config maps to), as --format is",
     "ExportConfig.layout": "the output format of export/<run>, as marin export hf --layout is",
-    "PhaseConfig.phase": "run plumbing: the phase controller sets the phase of every run (default: the plan's first)",
+    "PhaseConfig.phase": "run plumbing: the phase controller sets the phase of every run (the plan's first is a "
+    "default in Python only: Dagster asks for a nested config's required fields)",
     "PhaseConfig.warm_start_version": "run plumbing: the phase controller sets the warm-start artifact's version",
     "PhaseConfig.attempt": "run plumbing: a roll-back bumps it so the retry draws fresh randomness",
     "PhaseConfig.budget_file": "run plumbing: the phase controller names its budget file ('' = none): a location",
-    "PhaseConfig.base": "the demo's base training config (the TrainConfig every phase starts from), a value of the run",
     "MixtureConfig.schedule": "the demo's data schedule (weights per step over its datasets), a value of the run",
     "WatchedSourceConfig.directory": "a machine path ('' = the directory the watch variable names): a location",
     "WatchedSourceConfig.expected": "run plumbing: the directory digest the new-file sensor saw",
@@ -357,19 +357,41 @@ def test_the_walk_sees_what_the_issue_names(everything):
 
 
 def test_the_phase_configs_are_generated_from_the_library(everything):
-    """PhaseConfig's phase and base are values of the run, but their classes are walked: every field is
-    one of PhaseSpec's or TrainConfig's (and nested ModelConfig's...), with its default or a stated override."""
+    """PhaseConfig's base is walked field by field (its class's defaults are the demo's), its phase's class is
+    walked too (the phase is a value of the run): every field is one of PhaseSpec's or TrainConfig's (and nested
+    ModelConfig's...), with the library's default or a stated override, the demo's values among them."""
+    from assets.run_plan import DEMO_BASE
+
     generated = {s.where: s.field_of for s in everything if s.field_of}
     assert generated["PhaseSpecConfig.is_cooldown"] == "marin_assets.phases.plan:PhaseSpec.is_cooldown"
-    assert generated["TrainBaseConfig.model.d_model"] == "marin_assets.model.config:ModelConfig.d_model"
-    assert generated["TrainBaseConfig.schedule.warmup_steps"] == "marin_assets.train.config:ScheduleConfig.warmup_steps"
-    assert (
-        generated["TrainBaseConfig.checkpoint_every_seconds"] == "marin_assets.train.config:TrainConfig.checkpoint_every_seconds"
-    )
-    for prefix in ("PhaseSpecConfig.", "TrainBaseConfig."):  # no hand-written field left in them
+    assert generated["PhaseConfig.base.model.d_model"] == "marin_assets.model.config:ModelConfig.d_model"
+    assert generated["PhaseConfig.base.schedule.warmup_steps"] == "marin_assets.train.config:ScheduleConfig.warmup_steps"
+    assert generated["PhaseConfig.base.num_steps"] == "marin_assets.train.config:TrainConfig.num_steps"
+    for prefix in ("PhaseSpecConfig.", "PhaseConfig.base."):  # no hand-written field left in them
         assert [s.where for s in everything if s.where.startswith(prefix) and not s.field_of] == []
-    overrides = {s.where: s.override for s in everything if s.override}
-    assert set(overrides) == {"PhaseSpecConfig.mixture", "TrainBaseConfig.model.vocab_size"}
+    overrides = {s.where.removeprefix("PhaseConfig.base."): s.override for s in everything if s.override}
+    demo = {f"{k}.{f}" if isinstance(v, dict) else k for k, v in DEMO_BASE.items() for f in (v if isinstance(v, dict) else [k])}
+    assert set(overrides) == {"PhaseSpecConfig.mixture", "model.vocab_size", *demo}
+    assert {k: why for k, why in overrides.items() if k in demo} == dict.fromkeys(
+        demo, "the demo's value (assets/run_plan.py DEMO_BASE)"
+    )
+
+
+def test_dagster_launches_the_demos_base_config():
+    """Dagster builds a nested config's schema from its class (a default instance is ignored): the launchpad's
+    and the phase controller's runs get the demo's base only because it is TrainBaseConfig's defaults."""
+    from assets.train_base import TrainBaseConfig
+    from assets.training import train_phase
+
+    schema = train_phase.op.config_schema.as_field().config_type
+    assert schema.fields["base"].default_value == TrainBaseConfig().model_dump()
+    model = schema.fields["base"].default_value["model"]
+    assert (model["n_shared_experts"], model["router_gating"], model["balancing"], model["max_seq_len"]) == (
+        0,
+        "softmax",
+        "none",
+        64,
+    )
 
 
 def test_the_one_bootstrap_default_is_100(everything):

@@ -113,17 +113,27 @@ def dataclass_config(
     *,
     nested: Mapping[str, type[DataclassConfig]] | None = None,
     overrides: Mapping[str, Override] | None = None,
+    values: Mapping[str, Any] | None = None,
+    why: str = "",
     doc: str = "",
 ) -> Any:  # a DataclassConfig subclass; Any, as its fields exist only at run time (a type checker cannot see them)
     """A Dagster config with the library dataclass ``cls``'s ``fields``: its types and defaults (a
     field without a default is required), ``nested`` configs for dataclass-typed fields (their class
-    defaults), ``overrides`` where the config layer means something the dataclass does not."""
-    nested, overrides = nested or {}, overrides or {}
+    defaults), ``overrides`` where the config layer means something the dataclass does not, and
+    ``values``: a run's own defaults (the demo's), each an override for the reason ``why``.
+
+    A run's values must be class defaults: Dagster builds a nested config's schema from its class and
+    ignores a default instance (``base: TrainBaseConfig = TrainBaseConfig(d_model=32)`` launches 64)."""
+    nested, overrides, values = nested or {}, dict(overrides or {}), values or {}
     by_name = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - set(by_name))
+    unknown = sorted((set(fields) | set(values)) - set(by_name))
     if unknown:
         raise ValueError(f"{name}: {cls.__name__} has no field(s) {unknown}")
     hints = typing.get_type_hints(cls)
+    if values and not why.strip():
+        raise ValueError(f"{name}: values {sorted(values)} depart from {cls.__name__}'s defaults: say why")
+    for field_name, value in values.items():
+        overrides.setdefault(field_name, Override(_config_type(hints[field_name]), value, why))
     out: dict[str, Any] = {}
     for field_name in fields:
         extra: dict[str, Any] = {"field_of": f"{cls.__module__}:{cls.__qualname__}.{field_name}"}

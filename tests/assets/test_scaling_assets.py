@@ -145,16 +145,16 @@ def dataclass_settings(config):
 
 
 def test_the_moe_ladder_is_the_main_runs_family_and_its_last_target_the_main_runs_model():
-    from assets.run_plan import DEMO_BASE
     from assets.scaling_ladders import MAIN_RUN_TOKENS
+    from assets.train_base import TrainBaseConfig
     from marin_assets.model import count_params, flops_per_token
 
-    main = DEMO_BASE.model
+    main = TrainBaseConfig().model
     target = MOE_LADDER.targets[-1]
     assert (target.name, target.width, target.batch_size, target.tokens) == (
         "main",
         main.d_model,
-        DEMO_BASE.batch_size,
+        TrainBaseConfig().batch_size,
         MAIN_RUN_TOKENS,
     )
     assert DEMO_LADDER is MOE_LADDER  # the demo runs it: the watch judges the demo's run against its sweep

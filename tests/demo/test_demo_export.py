@@ -13,7 +13,8 @@ import numpy as np
 
 from assets.export import EXPORT_KEY, export_phase
 from assets.partitions import demo_phases
-from assets.run_plan import DEMO_BASE, TRAIN_KEY
+from assets.run_plan import TRAIN_KEY
+from assets.train_base import TrainBaseConfig
 from marin_assets.orchestration import (
     ArtifactIOManager,
     ArtifactStoreResource,
@@ -30,10 +31,10 @@ VOCAB = 257  # the stand-in tokenizer's (bytes + EOS)
 
 
 def demo_model_config():
-    """The demo's ModelConfig as train/demo builds it: DEMO_BASE's dump through config_from_dict."""
+    """The demo's ModelConfig as train/demo builds it: TrainBaseConfig's defaults (the demo's) through config_from_dict."""
     from marin_assets.train.config import config_from_dict
 
-    base = DEMO_BASE.model_dump()
+    base = TrainBaseConfig().model_dump()
     base["model"]["vocab_size"] = VOCAB
     return config_from_dict(base, "base").model
 
@@ -44,7 +45,7 @@ def test_the_demos_model_maps_exactly_onto_qwen3_moe():
 
     config = demo_model_config()
     assert config.is_moe and config.qk_norm and auto_layout(config) == "qwen3_moe"
-    check_exportable(config, "qwen3_moe", "the demo's DEMO_BASE.model")
+    check_exportable(config, "qwen3_moe", "the demo's base model (assets/run_plan.py DEMO_BASE)")
     assert config.balancing == "none"  # so router_bias stays zero (check_router_bias refuses any other)
 
 
@@ -55,7 +56,7 @@ class StubPhase(StageConfig):
 @versioned_asset(key=TRAIN_KEY, code_version="stub", config_cls=StubPhase, partitions_def=demo_phases)
 def demo_phase(ctx: StageContext, config: StubPhase):
     """A phase artifact without training: the demo's model at step 7 and a real phase's counts."""
-    model = DEMO_BASE.model_dump()["model"] | {"vocab_size": VOCAB}
+    model = TrainBaseConfig().model_dump()["model"] | {"vocab_size": VOCAB}
     if config.own_moe:
         model |= {"n_shared_experts": 1, "router_gating": "sigmoid", "balancing": "quantile_exact"}
     save_checkpoint(Path(ctx.out_dir), model, seed=len(ctx.partition))  # each phase its own weights
