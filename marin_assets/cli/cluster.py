@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 from marin_assets.cli._types import finite_float
+from marin_assets.cluster.fleet import load_fleet
+from marin_assets.cluster.manifests import ManifestConfig, multihost_jax_manifests, to_dicts
+from marin_assets.cluster.simulate import JobStreamConfig, SimulationConfig, generate_jobs, load_jobs, simulate
+from marin_assets.knobs import add_flags, from_flags
 
 _SIMULATE_HELP = """\
 Replay a job stream through the router: heartbeats every --heartbeat-s (staggered per
@@ -52,10 +56,6 @@ def _reason(err: Exception) -> str:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from marin_assets.cluster.fleet import load_fleet
-    from marin_assets.cluster.simulate import SimulationConfig, load_jobs, simulate
-    from marin_assets.knobs import from_flags
-
     try:
         config = from_flags(args, SimulationConfig)
         fleet = load_fleet(args.fleet)
@@ -74,10 +74,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _gen_jobs(args: argparse.Namespace) -> int:
     import yaml
-
-    from marin_assets.cluster.fleet import load_fleet
-    from marin_assets.cluster.simulate import JobStreamConfig, generate_jobs
-    from marin_assets.knobs import from_flags
 
     try:
         config = from_flags(args, JobStreamConfig)
@@ -111,10 +107,6 @@ def _write_creating_parents(path: Path, text: str) -> None:
 def _manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from marin_assets.cluster.fleet import load_fleet
-    from marin_assets.cluster.manifests import ManifestConfig, multihost_jax_manifests, to_dicts
-    from marin_assets.knobs import from_flags
-
     try:
         config = from_flags(args, ManifestConfig)
         pool = load_fleet(args.fleet).pool(args.pool)
@@ -143,10 +135,6 @@ def container_command(remainder: list[str]) -> list[str]:
 
 
 def register(subparsers) -> None:
-    from marin_assets.cluster.manifests import ManifestConfig
-    from marin_assets.cluster.simulate import JobStreamConfig, SimulationConfig
-    from marin_assets.knobs import add_flags
-
     parser = subparsers.add_parser("cluster", help="fleet routing: simulate, gen-jobs, manifest")
     sub = parser.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])

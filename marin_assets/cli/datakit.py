@@ -14,16 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from marin_assets.datakit.driver import run_driver
+from marin_assets.datakit.language import LanguageConfig
+from marin_assets.datakit.quality import QualityScoreConfig
+from marin_assets.datakit.readers import ReaderConfig
+from marin_assets.datakit.shard_index import ShardingConfig
+from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
+from marin_assets.knobs import add_flags, from_flags
+from marin_assets.local_workers import local_workers
+from marin_assets.store.fsutil import StoreUnusable, check_bucket
+
 
 def register(subparsers) -> None:
-    from marin_assets.datakit.decontaminate import DecontamConfig
-    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
-    from marin_assets.datakit.language import LanguageConfig
-    from marin_assets.datakit.quality import QualityScoreConfig
-    from marin_assets.datakit.readers import ReaderConfig
-    from marin_assets.datakit.shard_index import ShardingConfig
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
-    from marin_assets.knobs import add_flags
+    from marin_assets.datakit.decontaminate import DecontamConfig  # deferred (import cost): pyarrow
+    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig  # deferred (import cost): pyarrow
 
     parser = subparsers.add_parser(
         "datakit", help="data pipeline: read (JSONL, Parquet, WARC, HTML), mask PII, filter, dedup, decontaminate, tokenize"
@@ -97,18 +101,9 @@ def run_handler(args: argparse.Namespace) -> int:
     Every flag and path is checked before any work starts (the knobs' configs on
     construction, check_run_inputs, every eval item read).
     """
-    from marin_assets.datakit.decontaminate import DecontamConfig
-    from marin_assets.datakit.driver import run_driver
-    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
-    from marin_assets.datakit.language import LanguageConfig
-    from marin_assets.datakit.quality import QualityScoreConfig
-    from marin_assets.datakit.readers import ReaderConfig
-    from marin_assets.datakit.run_spec import RunSpec, check_eval_sets, check_run_inputs
-    from marin_assets.datakit.shard_index import ShardingConfig
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
-    from marin_assets.knobs import from_flags
-    from marin_assets.local_workers import local_workers
-    from marin_assets.store.fsutil import StoreUnusable, check_bucket
+    from marin_assets.datakit.decontaminate import DecontamConfig  # deferred (import cost): pyarrow
+    from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig  # deferred (import cost): pyarrow
+    from marin_assets.datakit.run_spec import RunSpec, check_eval_sets, check_run_inputs  # deferred (import cost): pyarrow
 
     configs = {
         "tokenizer": (TokenizerChoice, "--tokenizer"),

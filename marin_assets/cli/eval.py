@@ -21,12 +21,17 @@ import argparse
 import json
 import sys
 
+from marin_assets.datakit import eval_sets
+from marin_assets.datakit.eval_sets import TASK_NAMES, load_task
+from marin_assets.datakit.tokenize import TokenizerChoice, load_encoder
+from marin_assets.evaluation import generative
+from marin_assets.evaluation.generative import encoder_decode, load_gen_task
+from marin_assets.evaluation.run import EvalSettings, evaluate, held_out_domains
+from marin_assets.knobs import add_flags, from_flags
+from marin_assets.store.names import validate_segment
+
 
 def register(subparsers) -> None:
-    from marin_assets.datakit.tokenize import TokenizerChoice
-    from marin_assets.evaluation.run import EvalSettings
-    from marin_assets.knobs import add_flags
-
     parser = subparsers.add_parser("eval", help="Score a checkpoint on the eval task suite and held-out bits-per-byte.")
     sub = parser.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
 
@@ -72,13 +77,14 @@ def _print(value: dict, compact: bool) -> None:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from marin_assets.datakit.eval_sets import TASKS, load_task
-    from marin_assets.evaluation.generative import GEN_TASKS, load_gen_task
-
     try:
-        rows = [{"task": t.name, "kind": t.kind, "format": t.format, "items": len(load_task(t.name))} for t in TASKS.values()]
+        rows = [
+            {"task": t.name, "kind": t.kind, "format": t.format, "items": len(load_task(t.name))}
+            for t in eval_sets.TASKS.values()
+        ]
         rows += [
-            {"task": t.name, "kind": t.kind, "format": "oe_eval", "items": len(load_gen_task(t.name))} for t in GEN_TASKS.values()
+            {"task": t.name, "kind": t.kind, "format": "oe_eval", "items": len(load_gen_task(t.name))}
+            for t in generative.GEN_TASKS.values()
         ]
     except (ValueError, OSError) as exc:
         print(f"marin eval tasks: {exc}", file=sys.stderr)
@@ -89,8 +95,6 @@ def _tasks(args: argparse.Namespace) -> int:
 
 def _dataset_indexes(specs: list[str]) -> dict[str, str]:
     """{domain: dataset index path} from the ``--dataset NAME=PATH`` flags."""
-    from marin_assets.store.names import validate_segment
-
     out: dict[str, str] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -104,12 +108,6 @@ def _dataset_indexes(specs: list[str]) -> dict[str, str]:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from marin_assets.datakit.eval_sets import TASK_NAMES
-    from marin_assets.datakit.tokenize import TokenizerChoice, load_encoder
-    from marin_assets.evaluation.generative import encoder_decode
-    from marin_assets.evaluation.run import EvalSettings, evaluate, held_out_domains
-    from marin_assets.knobs import from_flags
-
     try:
         tasks = [] if args.no_tasks else (args.task or list(TASK_NAMES))
         settings = from_flags(args, EvalSettings, tasks=tasks)

@@ -16,6 +16,13 @@ import json
 import sys
 from pathlib import Path
 
+from marin_assets.experiments.data import CorpusError
+from marin_assets.experiments.record import load_record
+from marin_assets.settings import artifact_prefix
+from marin_assets.store import ArtifactStore
+from marin_assets.train.checkpoints.work_dir import work_dir_lease
+from marin_assets.train.compile_cache import ensure_compile_cache
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("experiment", help="Screen ideas by effective speedup (experiments/*.yaml).")
@@ -34,16 +41,10 @@ def _log(message: str) -> None:
 
 
 def _screen(args: argparse.Namespace) -> int:
-    from marin_assets.train.compile_cache import ensure_compile_cache
-
     ensure_compile_cache()
 
-    from marin_assets.experiments.analysis import render_report
-    from marin_assets.experiments.data import CorpusError
-    from marin_assets.experiments.record import load_record
-    from marin_assets.experiments.screen import run_screen
-    from marin_assets.settings import artifact_prefix
-    from marin_assets.store import ArtifactStore
+    from marin_assets.experiments.analysis import render_report  # deferred (import cost): polars, pyarrow
+    from marin_assets.experiments.screen import run_screen  # deferred (import cost): polars, pyarrow
 
     try:
         record = load_record(args.record)
@@ -79,8 +80,6 @@ def _screen(args: argparse.Namespace) -> int:
 
 def _write_report(out: Path, markdown: str, images: dict[str, bytes], result: dict) -> None:
     """report.md, its PNGs and analysis.json into ``out``, holding the folder's lease (one writer)."""
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
-
     with work_dir_lease(out, "marin experiment screen --report"):
         (out / "report.md").write_text(markdown)
         for name, data in images.items():

@@ -16,6 +16,8 @@ import argparse
 import json
 import sys
 
+from marin_assets.train.checkpoints.work_dir import work_dir_lease
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("export", help="Export a checkpoint (e.g. as a Hugging Face model folder).")
@@ -46,9 +48,8 @@ def register(subparsers) -> None:
 
 
 def _hf(args: argparse.Namespace) -> int:
-    from marin_assets.hf import export_hf
-    from marin_assets.hf.weights import DEFAULT_SHARD_BYTES
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
+    from marin_assets.hf import export_hf  # deferred (import cost): jax, optax
+    from marin_assets.hf.weights import DEFAULT_SHARD_BYTES  # deferred (import cost): jax, optax
 
     try:
         with work_dir_lease(args.out, "marin export hf"):  # two exports into one empty folder would interleave

@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from marin_assets.evaluation.run import SamplingSettings
+from marin_assets.datakit.tokenize import TOKENIZER_NAMES, load_encoder
+from marin_assets.evaluation.run import SamplingSettings, check_model_tokenizer
 from marin_assets.knobs import add_flags, from_flags
+from marin_assets.store.fsutil import filesystem, join
 
 if TYPE_CHECKING:
     from marin_assets.datakit.tokenize import Encoder
@@ -79,8 +81,7 @@ def load_model_source(source: str, tokenizer: str | None = None) -> ModelSource:
     ``tokenizer`` overrides (a checkpoint: must match) the one the source records."""
     if source.startswith(HF_PREFIX):
         return load_hf_source(source.removeprefix(HF_PREFIX), tokenizer)
-    from marin_assets.evaluation.run import check_model_tokenizer
-    from marin_assets.train.restore import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint  # deferred (import cost): jax, optax
 
     params, config, bias, meta = load_model_from_checkpoint(source)
     encoder = checkpoint_tokenizer(meta, source, tokenizer)
@@ -91,10 +92,8 @@ def load_model_source(source: str, tokenizer: str | None = None) -> ModelSource:
 def load_hf_source(path: str, tokenizer: str | None = None) -> ModelSource:
     """A Hugging Face folder's model (``marin_assets.hf.import_hf``: nothing fetched from a hub) and its
     tokenizer.json, or ``tokenizer`` when given; the router bias is zero (HF routers have none)."""
-    from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.hf.convert import import_hf
-    from marin_assets.model import init_router_bias
-    from marin_assets.store.fsutil import filesystem, join
+    from marin_assets.hf.convert import import_hf  # deferred (import cost): jax, optax
+    from marin_assets.model import init_router_bias  # deferred (import cost): jax
 
     params, config = import_hf(path)
     fs, folder = filesystem(path)
@@ -111,8 +110,6 @@ def load_hf_source(path: str, tokenizer: str | None = None) -> ModelSource:
 def checkpoint_tokenizer(meta: dict, where: str, override: str | None):
     """The Encoder the checkpoint's data was tokenized with (meta's data_tokenizers sha256s), or
     ``override`` when given and not contradicting them."""
-    from marin_assets.datakit.tokenize import TOKENIZER_NAMES, load_encoder
-
     recorded = set((meta.get("data_tokenizers") or {}).values())
     if override is not None:
         return load_encoder(override)  # load_model_source checks it against the checkpoint
@@ -175,7 +172,7 @@ def sample_texts(source: ModelSource, texts: list[str], how: SamplingSettings, s
     trained), stopped at EOS or any text of ``stop``, sampled as ``how`` says (tqdm progress on stderr)."""
     from tqdm import tqdm
 
-    from marin_assets.model.decode import Generator
+    from marin_assets.model.decode import Generator  # deferred (import cost): jax
 
     encoder = source.encoder
     start = [encoder.eos_id] if encoder.eos_id is not None else []

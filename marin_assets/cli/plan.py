@@ -15,13 +15,13 @@ import json
 import sys
 
 from marin_assets.cli._types import finite_float
+from marin_assets.knobs import add_flags, from_flags
 
 _KNOBS = ["tokens_per_gpu", "bytes_per_value", "state_bytes_per_param", "granularity"]
 
 
 def register(subparsers) -> None:
-    from marin_assets.cluster.comm_plan import CommPlanConfig
-    from marin_assets.knobs import add_flags
+    from marin_assets.cluster.comm_plan import CommPlanConfig  # deferred (import cost): jax
 
     parser = subparsers.add_parser("plan", help="Plan a model's distributed layout (communication per GPU and layer).")
     sub = parser.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
@@ -34,9 +34,8 @@ def register(subparsers) -> None:
 
 
 def _comm(args: argparse.Namespace) -> int:
-    from marin_assets.cluster.comm_plan import CommPlanConfig, plan_comm
-    from marin_assets.knobs import from_flags
-    from marin_assets.train.config import load_config
+    from marin_assets.cluster.comm_plan import CommPlanConfig, plan_comm  # deferred (import cost): jax
+    from marin_assets.train.config import load_config  # deferred (import cost): jax, optax
 
     try:
         config = from_flags(args, CommPlanConfig)

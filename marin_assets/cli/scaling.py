@@ -16,13 +16,14 @@ import math
 import sys
 
 from marin_assets.cli._types import finite_float
+from marin_assets.knobs import add_flags, from_flags
+from marin_assets.scaling.data import load_runs_csv
+from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
+from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric_with_ci
+from marin_assets.scaling.predict import predict_optimum
 
 
 def register(subparsers) -> None:
-    from marin_assets.knobs import add_flags
-    from marin_assets.scaling.fits import IsoFlopConfig
-    from marin_assets.scaling.parametric import ParametricFitConfig
-
     parser = subparsers.add_parser("scaling", help="Fit scaling laws (IsoFLOP and Chinchilla parametric).")
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
     bootstrap_flags = {"bootstrap_n": "bootstrap", "bootstrap_seed": "seed"}
@@ -69,10 +70,6 @@ def _print(report: dict, compact: bool, command: str) -> None:
 
 
 def _fit_parametric(args: argparse.Namespace) -> int:
-    from marin_assets.knobs import from_flags
-    from marin_assets.scaling.data import load_runs_csv
-    from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric_with_ci
-
     try:
         config = from_flags(args, ParametricFitConfig)
         report = fit_parametric_with_ci(load_runs_csv(args.csv), config)
@@ -84,11 +81,6 @@ def _fit_parametric(args: argparse.Namespace) -> int:
 
 
 def _fit_isoflop(args: argparse.Namespace) -> int:
-    from marin_assets.knobs import from_flags
-    from marin_assets.scaling.data import load_runs_csv
-    from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
-    from marin_assets.scaling.predict import predict_optimum
-
     try:
         config = from_flags(args, IsoFlopConfig)
         result = fit_isoflop(load_runs_csv(args.csv), config)

@@ -20,6 +20,9 @@ import json
 import re
 import sys
 
+from marin_assets.knobs import add_flags, from_flags
+from marin_assets.store.fsutil import check_bucket
+
 _RANGE = re.compile(r"([0-9]*):([0-9]*)")
 _STEP = re.compile(r"[0-9]+")
 
@@ -39,8 +42,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def register(subparsers) -> None:
-    from marin_assets.knobs import add_flags
-    from marin_assets.telemetry.compaction import CompactionConfig
+    from marin_assets.telemetry.compaction import CompactionConfig  # deferred (import cost): polars, pyarrow
 
     parser = subparsers.add_parser("telemetry", help="Query, ingest and compact the telemetry store.")
     sub = parser.add_subparsers(dest="telemetry_command", metavar="SUBCOMMAND")
@@ -76,15 +78,14 @@ def register(subparsers) -> None:
 
 def _fail(command: str, err: Exception) -> int:
     """One line on stderr; exit 3 for a damaged store, else 2."""
-    from marin_assets.telemetry.store import DamagedSegmentError
+    from marin_assets.telemetry.store import DamagedSegmentError  # deferred (import cost): polars, pyarrow
 
     print(f"marin telemetry {command}: {err}", file=sys.stderr)
     return 3 if isinstance(err, DamagedSegmentError) else 2
 
 
 def _store(args):
-    from marin_assets.store.fsutil import check_bucket
-    from marin_assets.telemetry import TelemetryStore, default_root
+    from marin_assets.telemetry import TelemetryStore, default_root  # deferred (import cost): polars, pyarrow
 
     root = args.root or default_root()
     check_bucket(root)  # gs://no-such-bucket: named, not as the upload URL of the first write
@@ -108,7 +109,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from marin_assets.telemetry import import_metrics_jsonl
+    from marin_assets.telemetry import import_metrics_jsonl  # deferred (import cost): polars, pyarrow
 
     try:
         report = import_metrics_jsonl(_store(args), args.run, args.file, append=args.append)
@@ -134,8 +135,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from marin_assets.knobs import from_flags
-    from marin_assets.telemetry.compaction import CompactionConfig
+    from marin_assets.telemetry.compaction import CompactionConfig  # deferred (import cost): polars, pyarrow
 
     try:
         config = from_flags(args, CompactionConfig)

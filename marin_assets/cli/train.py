@@ -21,8 +21,16 @@ Checkpoint tools (necromancy, transplant, prune): ``cli/train_tools.py``.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+
+from marin_assets.cli._train_shared import json_safe, named_caches, show_library_log
+from marin_assets.cli._types import positive_int
+from marin_assets.cli.train_tools import register_tools
+from marin_assets.store.fsutil import check_bucket, child, filesystem, join
+from marin_assets.train.checkpoints.work_dir import check_is_folder, work_dir_lease
+from marin_assets.train.compile_cache import ensure_compile_cache
+from marin_assets.train.distributed import mesh as meshlib
+from marin_assets.train.metrics import read_metrics
 
 
 def register(subparsers) -> None:
@@ -51,14 +59,14 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--processes",
-        type=_positive,
+        type=positive_int,
         default=None,
         metavar="P",
         help="run P worker processes as one jax.distributed job (the processes backend)",
     )
     parser.add_argument(
         "--devices-per-process",
-        type=_positive,
+        type=positive_int,
         default=None,
         metavar="D",
         help="devices per process (CPU: forced host devices); with --processes",
@@ -66,28 +74,8 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
     # --cache, --config and --out are required of a training run (checked in run), not of the tools below.
     tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=False)
-    from marin_assets.cli.train_tools import register_tools  # the tools import this module's helpers
 
     register_tools(tools)
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _caches(specs: list[str]) -> dict[str, str]:
-    out = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            path = spec
-            name = "train" if len(specs) == 1 else path.rstrip("/").split("/")[-1]
-        if name in out:
-            raise ValueError(f"--cache: source name {name!r} given twice")
-        out[name] = path
-    return out
 
 
 def _vocab_of(sources: dict) -> int | None:
@@ -109,34 +97,6 @@ def held_out_note(sources: dict) -> str | None:
     )
 
 
-class _StderrLines(logging.Handler):
-    """The training library's INFO lines and warnings as ``marin train: ...`` on the current
-    sys.stderr (looked up per line, so in-process callers that swap it still see them)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(f"marin train: {record.getMessage()}", file=sys.stderr)
-
-
-def show_library_log() -> None:
-    # Without a handler, INFO lines such as "resumed from .../step-000000100 at step 100"
-    # were dropped, and warnings came out with no prefix through logging's last resort.
-    logger = logging.getLogger("marin_assets.train")
-    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
-        logger.addHandler(_StderrLines())
-    logger.setLevel(logging.INFO)
-
-
-def _json_safe(value):
-    """JSON has no NaN/inf: print null for them (``json.dumps`` would print bare NaN)."""
-    import math
-
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
 def _summary(result) -> dict:
     summary = {
         "final_step": result.final_step,
@@ -148,21 +108,19 @@ def _summary(result) -> dict:
         "metrics": str(result.metrics_path),
         "loss_curve": str(result.loss_curve_png),
     }
-    return {k: _json_safe(v) for k, v in summary.items()}
+    return {k: json_safe(v) for k, v in summary.items()}
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from marin_assets.train.compile_cache import ensure_compile_cache
-
     ensure_compile_cache()
 
-    from marin_assets.hf import warm_start_weights
-    from marin_assets.store.fsutil import check_bucket, child
-    from marin_assets.train.checkpoints.sharded_checkpoint import CheckpointNotWritten
-    from marin_assets.train.checkpoints.work_dir import check_is_folder
-    from marin_assets.train.config import load_config, replace
+    from marin_assets.hf import warm_start_weights  # deferred (import cost): jax, optax
+    from marin_assets.train.checkpoints.sharded_checkpoint import CheckpointNotWritten  # deferred (import cost): jax
+    from marin_assets.train.config import load_config, replace  # deferred (import cost): jax, optax
+
+    # deferred (import cost): jax, optax, polars, pyarrow
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train
 
     missing = [flag for flag, value in (("--cache", args.cache), ("--config", args.config), ("--out", args.out)) if value is None]
@@ -173,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     out = child(args.out)  # a local Path, or the URL as given (gs://...): never Path("gs://b") = "gs:/b"
     try:
         check_bucket(args.out)  # gs://no-such-bucket: named now, not as an upload URL after the first steps
-        caches = _caches(args.cache)
+        caches = named_caches(args.cache)
         sources = open_sources(caches)  # a missing or unfinished cache fails here
         config = load_config(args.config, vocab_size=_vocab_of(sources))
         if args.steps is not None:
@@ -215,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
 def storage_failure(error: Exception, out) -> str:
     """One line for a write that failed mid-run (a full disk, say): the error, and where --resume would
     continue from (a checkpoint commits only once every file is written, so a failed save is never used)."""
-    from marin_assets.store.fsutil import child
-    from marin_assets.train.checkpoints import checkpoint as ckpt
+    from marin_assets.train.checkpoints import checkpoint as ckpt  # deferred (import cost): jax
 
     latest = ckpt.latest_valid(child(out, "checkpoints"))
     then = f"--resume continues from {latest}" if latest is not None else "no checkpoint had committed yet"
@@ -225,8 +182,6 @@ def storage_failure(error: Exception, out) -> str:
 
 def _has_checkpoints(out) -> bool:
     """Whether OUT (a local Path or a URL) holds a checkpoint folder of any kind."""
-    from marin_assets.store.fsutil import filesystem, join
-
     fs, root = filesystem(str(out))
     folder = join(root, "checkpoints")
     return fs.isdir(folder) and bool(fs.ls(folder, detail=False))
@@ -240,11 +195,9 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     import sys
     import types
 
+    # deferred (import cost): dagster
     from marin_assets.orchestration.training_backends import TrainingFailed, TrainSpec, launch_workers
-    from marin_assets.train.checkpoints import checkpoint as ckpt
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
-    from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.metrics import read_metrics
+    from marin_assets.train.checkpoints import checkpoint as ckpt  # deferred (import cost): jax
 
     if isinstance(out, str):
         raise ValueError(f"--processes keeps the workers' logs next to --out: give a local --out, not {out}")
@@ -282,7 +235,7 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     png = out / "loss_curve.png"
     print(
         json.dumps(
-            _json_safe(
+            json_safe(
                 {
                     "final_step": result["final_step"],
                     "tokens": rows[-1]["tokens"] if rows else 0,

@@ -21,7 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from marin_assets.cli.train import _caches, _json_safe, _positive, show_library_log
+from marin_assets.cli._train_shared import json_safe, named_caches, show_library_log
+from marin_assets.cli._types import positive_int
+from marin_assets.train.checkpoints import retention
+from marin_assets.train.checkpoints.work_dir import work_dir_lease
+from marin_assets.train.compile_cache import ensure_compile_cache
 
 
 def register_tools(tools) -> None:
@@ -49,7 +53,7 @@ def _register_necromancy(tools) -> None:
         help="the run's data, as marin train takes it (repeat for a mixture)",
     )
     parser.add_argument(
-        "--steps", dest="necro_steps", type=_positive, required=True, metavar="N", help="gradients to rebuild the moments from"
+        "--steps", dest="necro_steps", type=positive_int, required=True, metavar="N", help="gradients to rebuild the moments from"
     )
     parser.add_argument("--out", dest="necro_out", required=True, help="a new out dir for the rebuilt checkpoint")
     parser.add_argument(
@@ -97,7 +101,7 @@ def _register_prune(tools) -> None:
     )
     parser.add_argument("--out", dest="prune_out", required=True, help="the run dir (a marin train --out) to prune")
     parser.add_argument(
-        "--keep-last", dest="keep_last", type=_positive, required=True, metavar="N", help="keep the newest N valid checkpoints"
+        "--keep-last", dest="keep_last", type=positive_int, required=True, metavar="N", help="keep the newest N valid checkpoints"
     )
     parser.add_argument(
         "--keep-step",
@@ -122,18 +126,15 @@ def run_necromancy(args: argparse.Namespace) -> int:
     """``marin train necromancy``: 0 rebuilt (one JSON line), 2 bad input (one line naming it)."""
     import json
 
-    from marin_assets.train.compile_cache import ensure_compile_cache
-
     ensure_compile_cache()
-    from marin_assets.train.checkpoints.necromancy import necromancy
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.necromancy import necromancy  # deferred (import cost): jax, optax
 
     show_library_log()
     try:
         with work_dir_lease(args.necro_out, "marin train necromancy"):
             rebuilt = necromancy(
                 args.checkpoint,
-                _caches(args.necro_cache),
+                named_caches(args.necro_cache),
                 args.necro_steps,
                 args.necro_out,
                 allow_tokenizer_change=args.necro_allow_tokenizer_change,
@@ -143,7 +144,7 @@ def run_necromancy(args: argparse.Namespace) -> int:
         return 2
     print(
         json.dumps(
-            _json_safe(
+            json_safe(
                 {
                     "checkpoint": str(rebuilt.checkpoint),
                     "step": rebuilt.step,
@@ -163,8 +164,7 @@ def run_transplant(args: argparse.Namespace) -> int:
     """``marin train transplant``: 0 written (one JSON line), 2 bad input (one line naming it)."""
     import json
 
-    from marin_assets.train.checkpoints.transplant import transplant
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
+    from marin_assets.train.checkpoints.transplant import transplant  # deferred (import cost): jax, optax
 
     show_library_log()
     try:
@@ -180,9 +180,6 @@ def run_transplant(args: argparse.Namespace) -> int:
 def run_prune(args: argparse.Namespace) -> int:
     """``marin train prune``: 0 pruned (or planned, --dry-run), 2 bad input or OUT busy (one line naming it)."""
     import contextlib
-
-    from marin_assets.train.checkpoints import retention
-    from marin_assets.train.checkpoints.work_dir import work_dir_lease
 
     try:
         retention.check_run_dir(args.prune_out)  # before the lease, which would make the folder

@@ -42,6 +42,7 @@ import math
 from marin_assets.knobs import knob
 from marin_assets.model.config import ModelConfig
 from marin_assets.model.flops import attention_spans
+from marin_assets.model.transformer import init_params
 from marin_assets.numeric_checks import check_float, check_int
 
 GIB = 2**30
@@ -108,8 +109,6 @@ def ep_activation_bytes(layout: ExpertLayout, tokens_per_gpu: int, bytes_per_val
 def param_counts(model: ModelConfig) -> dict[str, int]:
     """Parameter counts of ``init_params(model)`` from ``jax.eval_shape``: shapes only, nothing allocated."""
     import jax
-
-    from marin_assets.model.transformer import init_params
 
     shapes = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
     layers = shapes["layers"]

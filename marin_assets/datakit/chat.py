@@ -29,6 +29,9 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from marin_assets.datakit.levanter_cache import CacheWriter
+from marin_assets.datakit.shards import join, read_table, reset_dir, write_json, write_table
+from marin_assets.datakit.tokenize import SPLITS, VALIDATION_DOCS, load_encoder
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_int
 
@@ -175,10 +178,6 @@ def tokenize_chat(plays: Iterable[tuple[str, str, bool]], tokenizer: str, out_di
     plays in = with dialogue + without; speeches = in conversations + dropped (unanswered)."""
     import pyarrow as pa
 
-    from marin_assets.datakit.levanter_cache import CacheWriter
-    from marin_assets.datakit.shards import join, reset_dir, write_json, write_table
-    from marin_assets.datakit.tokenize import SPLITS, VALIDATION_DOCS, load_encoder
-
     encoder = load_encoder(tokenizer)
     if encoder.eos_id is None:
         raise ValueError(f"tokenizer {tokenizer} has no EOS token (conversations are separated by it)")
@@ -226,8 +225,6 @@ CONVERSATIONS = "conversations.parquet"
 
 def iter_plays(documents: Sequence[str], held_out_ids: Iterable[str]) -> Iterator[tuple[str, str, bool]]:
     """(id, text, held out) of every document in the ``documents`` Parquet files (columns id, text)."""
-    from marin_assets.datakit.shards import read_table
-
     held = set(held_out_ids)
     for path in documents:
         table = read_table(path, ["id", "text"])

@@ -23,6 +23,11 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
+from marin_assets.datakit.levanter_cache import check_cache
+from marin_assets.datakit.shards import join, read_table, write_json
+from marin_assets.datakit.tokenize import VALIDATION_DOCS
+from marin_assets.store.artifact import artifact_damage
+
 INDEX_FILE = "dataset.json"
 
 
@@ -95,9 +100,6 @@ def check_shard(shard: ShardCache, split: str, fields: Sequence[str] = TOKEN_FIE
     or, up to the manifest's digest size, rewritten), then its cache's ledger, offsets and data chunks
     against the index's row and token counts (``levanter_cache.check_cache``). A reader runs this before it
     first reads the split, so a damaged shard fails naming itself instead of being read as zeros."""
-    from marin_assets.datakit.levanter_cache import check_cache
-    from marin_assets.store.artifact import artifact_damage
-
     train = split == "train"
     rows, tokens = (shard.train_docs, shard.train_tokens) if train else (shard.validation_docs, shard.validation_tokens)
     try:
@@ -177,8 +179,6 @@ def dataset_from_json(data: Any, base_dir: str, where: str) -> Dataset:
 
 def write_dataset(dataset: Dataset, out_dir: str) -> str:
     """``out_dir/dataset.json`` (paths relative to out_dir); returns its path."""
-    from marin_assets.datakit.shards import join, write_json
-
     path = join(out_dir, INDEX_FILE)
     write_json(dataset.to_json(out_dir), path)
     return path
@@ -187,8 +187,6 @@ def write_dataset(dataset: Dataset, out_dir: str) -> str:
 def index_path(path: str) -> str | None:
     """The dataset.json a path names (the file, or a directory holding one), or None."""
     import fsspec
-
-    from marin_assets.datakit.shards import join
 
     fs, root = fsspec.core.url_to_fs(path)
     if path.rstrip("/").endswith(INDEX_FILE) and fs.isfile(root):
@@ -226,9 +224,6 @@ def combine(name: str, datasets: Sequence[Dataset]) -> Dataset:
 
 def held_out_ids(dataset: Dataset) -> list[str]:
     """The ids of every document the dataset holds out (its shards' validation_docs.parquet), in shard order."""
-    from marin_assets.datakit.shards import join, read_table
-    from marin_assets.datakit.tokenize import VALIDATION_DOCS
-
     return [
         doc_id
         for shard in dataset.shards
@@ -241,9 +236,6 @@ def held_out_texts(dataset: Dataset, limit: int, max_chars: int | None = None) -
     """Up to ``limit`` held-out documents of the dataset (its shards' validation splits, in
     shard order, then id order): the texts its validation caches hold, for bits-per-byte;
     each cut to its first ``max_chars`` characters when given (a play is 140,000)."""
-    from marin_assets.datakit.shards import join, read_table
-    from marin_assets.datakit.tokenize import VALIDATION_DOCS
-
     texts: list[str] = []
     for shard in dataset.shards:
         if len(texts) >= limit:

@@ -36,6 +36,7 @@ from marin_assets.datakit.attribute_files import (
     write_table,
 )
 from marin_assets.datakit.bloom import BloomFilter
+from marin_assets.datakit.eval_sets import eval_task
 from marin_assets.datakit.hashing import distinct_words, mix64
 from marin_assets.datakit.shards import read_table, reset_dir
 from marin_assets.knobs import knob
@@ -289,8 +290,6 @@ OTHER_EVALS = "other"  # the task name of an eval item that is not one of the pa
 def leaked_tasks(eval_ids: Iterable[str]) -> list[str]:
     """The eval tasks the ids belong to (packaged ids read ``<task>/...``), sorted; items of a
     user's own eval files count as ``OTHER_EVALS``."""
-    from marin_assets.datakit.eval_sets import eval_task
-
     return sorted({eval_task(eval_id) or OTHER_EVALS for eval_id in eval_ids})
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marin_assets.datakit.removals import Removal, write_removal_list
 from marin_assets.datakit.shards import (
     arrow_int64,
     basename,
@@ -289,8 +290,6 @@ def exact_removals(shard_key: str, reduce_roots: Sequence[str], out_path: str) -
     one shared by all); only this shard's row group of each bucket file is read, so the
     cost is this shard's marks, not the corpus.
     """
-    from marin_assets.datakit.removals import Removal, write_removal_list
-
     marks = _gather(reduce_roots, "docs", check_shard_key(shard_key))
     removals = []
     if marks is not None:

@@ -43,6 +43,7 @@ from marin_assets.datakit.fuzzy_candidates import (
 )
 from marin_assets.datakit.lsh import band_keys, band_pairs
 from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_sets, signature_batches
+from marin_assets.datakit.removals import Removal, removal_list_path, write_removal_list
 from marin_assets.datakit.shards import (
     arrow_array,
     basename,
@@ -344,8 +345,6 @@ def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:
     "fuzzy_duplicate". Returns {"duplicates", "clusters", "verified_pairs", "lists":
     {key: {"removed", "digest"}}}.
     """
-    from marin_assets.datakit.removals import Removal, removal_list_path, write_removal_list
-
     keys = [check_shard_key(k) for k in sorted(edge_paths)]
     node_of: dict[tuple[str, int], int] = {}
     info: list[tuple[str, str, int]] = []  # (id, shard, row) per node

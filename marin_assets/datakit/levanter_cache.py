@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 
 from marin_assets.datakit.shards import join
+from marin_assets.store.fsutil import kvstore_spec
 
 
 def exemplar():
@@ -29,8 +30,6 @@ LEDGER_FILE = "shard_ledger.json"
 
 def _zarr3_array(url: str, dtype: str):
     import tensorstore as ts
-
-    from marin_assets.store.fsutil import kvstore_spec
 
     metadata = {
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [_WRITE_CHUNK]}},
@@ -173,8 +172,6 @@ def check_cache(
     index says of it), and every data chunk holding those tokens exists. ValueError naming the file and
     the reason otherwise, so a damaged cache is refused before it is read as zeros."""
     import tensorstore as ts
-
-    from marin_assets.store.fsutil import kvstore_spec
 
     ledger_rows = _ledger_rows(cache_dir)
     ends = {}

@@ -25,6 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from marin_assets.datakit.datasets import resolve
+
 Stage = tuple[int, tuple[tuple[str, float], ...]]  # (first step, sorted (source, weight) pairs)
 StageSpec = tuple[int, Mapping[str, float] | tuple[tuple[str, float], ...]]  # as given: {source: weight} or a Stage's pairs
 
@@ -174,8 +176,6 @@ def read_mixture_file(data_dir: str) -> tuple[Mixture, dict[str, dict]]:
     import json
 
     import fsspec
-
-    from marin_assets.datakit.datasets import resolve
 
     path = f"{data_dir.rstrip('/')}/{MIXTURE_FILE}"
     fs, fs_path = fsspec.core.url_to_fs(path)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from marin_assets.datakit.arrow_strings import repeated_string, string_array
 from marin_assets.datakit.quarantine import QuarantineRecord, QuarantineWriter
 from marin_assets.datakit.readers import Document, DocumentBatch, ReaderConfig, ReadStats, iter_path
-from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json
+from marin_assets.datakit.shards import join, reset_dir, shard_name, write_json, write_table
 from marin_assets.numeric_checks import check_int
 
 SCHEMA_FIELDS = ("id", "text", "source", "source_id", "metadata")
@@ -171,8 +171,6 @@ def normalize_documents(
     import fsspec
     import numpy as np
     import xxhash
-
-    from marin_assets.datakit.shards import write_table
 
     fs, root = fsspec.core.url_to_fs(out_dir)
     reset_dir(out_dir)

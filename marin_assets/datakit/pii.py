@@ -57,6 +57,10 @@ from __future__ import annotations
 
 import re
 
+from marin_assets.datakit.arrow_strings import string_array
+from marin_assets.datakit.normalize import doc_id, schema
+from marin_assets.datakit.shards import read_table, write_table
+
 PII_KINDS: tuple[str, ...] = ("email", "phone", "ip")
 PLACEHOLDERS = {"email": "|||EMAIL_ADDRESS|||", "phone": "|||PHONE_NUMBER|||", "ip": "|||IP_ADDRESS|||"}
 
@@ -184,10 +188,6 @@ def mask_shard(in_path: str, out_path: str) -> dict:
     id of a changed text recomputed from it (an unchanged one keeps its id). Returns
     {"docs", "docs_masked", "pii": {kind: count}}."""
     import pyarrow as pa
-
-    from marin_assets.datakit.arrow_strings import string_array
-    from marin_assets.datakit.normalize import doc_id, schema
-    from marin_assets.datakit.shards import read_table, write_table
 
     table = read_table(in_path)
     text_column = table.column("text")

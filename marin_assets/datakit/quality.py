@@ -18,18 +18,19 @@ low_quality (quality < threshold; a threshold of 0 keeps everything).
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from marin_assets.datakit.quality_fasttext import FastTextConfig
-from marin_assets.datakit.shards import basename, join, read_table, reset_dir, write_json, write_table
+from marin_assets.datakit import quality_fasttext
+from marin_assets.datakit.normalize import NormalizeConfig, normalize
+from marin_assets.datakit.quality_fasttext import KIND as FASTTEXT
+from marin_assets.datakit.quality_fasttext import TOKEN_RE, FastTextConfig, check_label, check_model_file, train_fasttext
+from marin_assets.datakit.shards import basename, join, list_shards, read_table, reset_dir, write_json, write_table
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 WEIGHTS_FILE = "weights.npy"
 CONFIG_FILE = "quality_model.json"
 OURS = "hashed_logistic"  # the "kind" of our model (a dir written before kinds existed has none)
@@ -127,8 +128,6 @@ def load_quality_model(model_dir: str):
     array of P(high quality) (for a fastText model, P(its label))."""
     import fsspec
 
-    from marin_assets.datakit import quality_fasttext
-
     fs, config_path = fsspec.core.url_to_fs(join(model_dir, CONFIG_FILE))
     with fs.open(config_path, "r") as f:
         meta = json.load(f)
@@ -146,8 +145,6 @@ def check_given_model(path: str, label: str | None) -> None:
     """FileNotFoundError / ValueError (naming ``path``) unless it is a model dir (with quality_model.json)
     or a fastText model file; a ``label`` only goes with a fastText file (a dir's json names its own)."""
     import fsspec
-
-    from marin_assets.datakit.quality_fasttext import check_label, check_model_file
 
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isfile(root):
@@ -226,9 +223,6 @@ def train_quality_model(
     what the field uses, so ours is kept only if strictly more accurate there; a tie, or no held-out
     documents, keeps fastText. The keys train_accuracy / holdout_accuracy are the kept model's.
     """
-    from marin_assets.datakit.quality_fasttext import KIND as FASTTEXT
-    from marin_assets.datakit.quality_fasttext import train_fasttext
-
     texts, y, hold = _labelled(high_paths, low_paths, config.holdout_fraction)
     x = featurize(texts, config)
     ours = QualityModel(*fit_logistic(x[~hold], y[~hold], config), config)
@@ -291,9 +285,6 @@ def train_on_labelled_sources(
 ) -> dict:
     """Train on raw sources labelled "high" or "low" ({name: (raw files dir, label)}): each is
     normalized into ``scratch_dir`` by the same ``normalize`` the shards run, then fitted."""
-    from marin_assets.datakit.normalize import NormalizeConfig, normalize
-    from marin_assets.datakit.shards import list_shards
-
     shards: dict[str, list[str]] = {"high": [], "low": []}
     for name, (raw_dir, label) in sorted(raw.items()):
         if label not in shards:

@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+import marin_assets
 from marin_assets.datakit.shards import basename, copy_file, join, local_path, write_json
 from marin_assets.numeric_checks import check_float, check_int
 
@@ -37,6 +39,7 @@ HIGH_LABEL, LOW_LABEL = "__label__hq", "__label__lq"
 # models trained here saw). "one_line": newlines to spaces only, for a user's model, whose own
 # preprocessing we do not know (fastText splits on whitespace itself; its predict refuses "\n").
 TOKENS, ONE_LINE = "tokens", "one_line"
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the tokens ours hashes (quality.py), and "tokens" lines
 FASTTEXT_MAGIC, FASTTEXT_VERSION = 793712314, 12  # the int32s a fastText model file starts with
 # Fixed (so glibc never raises it): every allocation from 64 KiB up, the input matrix among them
 # (bucket x dim x 4 bytes: 16 MiB by default), is a fresh mmap, whose pages are zeros.
@@ -65,8 +68,6 @@ class FastTextConfig:
 
 def fasttext_line(text: str, preprocess: str, max_chars: int | None) -> str:
     """The one line fastText sees for ``text``."""
-    from marin_assets.datakit.quality import TOKEN_RE
-
     text = text[:max_chars] if max_chars else text
     if preprocess == TOKENS:
         return " ".join(TOKEN_RE.findall(text.lower()))
@@ -185,8 +186,6 @@ def train_fasttext(texts: Sequence[str], is_high: Sequence[bool], work_dir: str,
 def train_fasttext_file(train_file: str, model_file: str, config: FastTextConfig) -> None:
     """Train a fastText classifier on a fastText training file ("__label__x text" lines) into
     ``model_file``: in a child process, with one thread (deterministic: see the module's docstring)."""
-    import marin_assets
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(marin_assets.__file__)))
     env = {**os.environ, **CHILD_ENV, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     argv = [sys.executable, "-m", __name__, train_file, model_file, json.dumps(asdict(config))]

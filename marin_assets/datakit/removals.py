@@ -24,7 +24,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from marin_assets.datakit.shards import check_shard_key, join
+from marin_assets.datakit import shards
+from marin_assets.datakit.shards import check_shard_key, join, read_table, write_table
 
 REMOVAL_REASONS = ("exact_duplicate", "fuzzy_duplicate", "low_quality", "contaminated", "language")
 REMOVAL_SUFFIX = ".jsonl"
@@ -104,8 +105,6 @@ def flag_removals(attr_path: str, column: str, reason: str, shard_key: str, out_
     Such a row goes for what it is, not as a copy of another, so `kept_*` name the row
     itself. Returns {"removed", "digest"}.
     """
-    from marin_assets.datakit.shards import read_table
-
     key = check_shard_key(shard_key)
     table = read_table(attr_path, columns=["id", column])
     flags = table.column(column).to_pylist()
@@ -125,8 +124,6 @@ def apply_removals(shard_path: str, removal_paths: Sequence[str], out_path: str,
     import numpy as np
     import pyarrow as pa
 
-    from marin_assets.datakit.shards import DOC_ROW_GROUP, read_table, write_table
-
     table = read_table(shard_path, columns=list(columns) if columns else None)
     ids = (table if "id" in table.column_names else read_table(shard_path, columns=["id"])).column("id").to_pylist()
     drop = np.zeros(table.num_rows, dtype=bool)
@@ -140,7 +137,7 @@ def apply_removals(shard_path: str, removal_paths: Sequence[str], out_path: str,
                 drop[r.row] = True
                 removed[r.reason] = removed.get(r.reason, 0) + 1
     kept = table.filter(pa.array(~drop))
-    write_table(kept, out_path, row_group_size=DOC_ROW_GROUP)  # a verify reads partner rows by group
+    write_table(kept, out_path, row_group_size=shards.DOC_ROW_GROUP)  # a verify reads partner rows by group
     counts = {"docs_in": table.num_rows, "docs_out": kept.num_rows, "removed": dict(sorted(removed.items()))}
     assert counts["docs_in"] == counts["docs_out"] + sum(removed.values()), counts
     return counts

@@ -25,12 +25,16 @@ import re
 from collections.abc import Sequence
 
 from marin_assets.datakit.decontaminate import DecontamConfig
+from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS, iter_eval_items
 from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
 from marin_assets.datakit.language import LanguageConfig
-from marin_assets.datakit.quality import QualityScoreConfig
-from marin_assets.datakit.readers import ReaderConfig
+from marin_assets.datakit.quality import QualityScoreConfig, check_given_model
+from marin_assets.datakit.quality_fasttext import check_label
+from marin_assets.datakit.readers import ReaderConfig, list_input_files
 from marin_assets.datakit.shard_index import ShardingConfig
-from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
+from marin_assets.datakit.shards import basename, join
+from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice, load_encoder
+from marin_assets.numeric_checks import check_int
 
 REMOVAL_REASONS = ("low_quality", "language", "exact_duplicate", "fuzzy_duplicate", "contaminated")
 STORE_ENTRY = "store"
@@ -75,16 +79,12 @@ class RunSpec:
     quiet: bool = False  # --json: no progress lines
 
     def __post_init__(self) -> None:
-        from marin_assets.numeric_checks import check_int
-
         check_int("workers", self.workers, 1)
         for name in ("quality_model", "source_cache_dir"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value or "\n" in value or "\x00" in value):
                 raise ValueError(f"{name}: must be a path, got {value!r}")
         if self.quality_label is not None:
-            from marin_assets.datakit.quality_fasttext import check_label
-
             check_label(self.quality_label, "quality_label")
 
     def to_json(self) -> str:
@@ -99,8 +99,6 @@ class RunSpec:
 
 def dataset_names(inputs: Sequence[str]) -> list[str]:
     """A distinct, path-free source name per input (its base name, suffixed when repeated)."""
-    from marin_assets.datakit.shards import basename
-
     names: list[str] = []
     for path in inputs:
         stem = basename(path).split(".")[0] or "input"
@@ -137,12 +135,6 @@ def inside(path: str, directory: str) -> bool:
 
 def check_run_inputs(spec: RunSpec) -> None:
     """Raise (FileNotFoundError / ValueError, naming the path) before any work is done."""
-    from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS
-    from marin_assets.datakit.quality import check_given_model
-    from marin_assets.datakit.readers import list_input_files
-    from marin_assets.datakit.shards import join
-    from marin_assets.datakit.tokenize import load_encoder
-
     prefix = spec.prefix
     if not spec.inputs:
         raise ValueError("marin datakit run needs at least one --input")
@@ -183,8 +175,6 @@ def check_run_inputs(spec: RunSpec) -> None:
 
 def check_eval_sets(evals: Sequence[str]) -> int:
     """Read every item of the eval sets (ValueError naming the file and line); return how many."""
-    from marin_assets.datakit.eval_sets import iter_eval_items
-
     return sum(1 for _ in iter_eval_items(evals))
 
 

@@ -25,7 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from marin_assets.datakit.shards import join, reset_dir, write_json
+from marin_assets.datakit.web import write_warc
 from marin_assets.knobs import knob
+from marin_assets.numeric_checks import check_int
 from marin_assets.settings import setting
 from marin_assets.store.fsutil import sha256_file
 
@@ -62,8 +64,6 @@ class SourceConfig:
     docs_per_shard: int = knob(1000, help="documents per raw JSONL file a pinned source is unpacked into")
 
     def __post_init__(self) -> None:
-        from marin_assets.numeric_checks import check_int
-
         check_int("SourceConfig.docs_per_shard", self.docs_per_shard, 1)
 
 
@@ -267,8 +267,6 @@ PAGE_READERS = {"npm_docs": (iter_npm_docs, NPM_DOCS_CRAWL_DATE)}  # a web sourc
 
 def unpack_web_source(name: str, artifact_path: str, out_dir: str) -> dict:
     """Write a web source's pages as one crawl file, crawl-00000.warc.gz; return counts."""
-    from marin_assets.datakit.web import write_warc
-
     if name not in PAGE_READERS:
         raise KeyError(f"no page reader for web source {name!r}; known: {sorted(PAGE_READERS)}")
     read_pages, crawl_date = PAGE_READERS[name]

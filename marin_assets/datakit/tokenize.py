@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin_assets.datakit.levanter_cache import CacheWriter
-from marin_assets.datakit.shards import join, reset_dir, write_json
+from marin_assets.datakit.shards import join, reset_dir, write_json, write_table
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 
@@ -273,8 +273,6 @@ def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> fr
 
 def _write_validation_docs(ids: list[str], texts: list[str], out_dir: str) -> None:
     import pyarrow as pa
-
-    from marin_assets.datakit.shards import write_table
 
     write_table(
         pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.large_string())}), join(out_dir, VALIDATION_DOCS)

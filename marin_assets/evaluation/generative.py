@@ -44,8 +44,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from marin_assets.datakit.eval_sets import _oe_eval_dirs, _read_oe_eval_requests
 from marin_assets.evaluation import scorers
-from marin_assets.evaluation.code_exec import DEFAULT_LIMITS, Limits
+from marin_assets.evaluation.code_exec import DEFAULT_LIMITS, Limits, run_program
 
 # generate(params, config, router_bias, prompts, *, max_new_tokens, temperature, top_p, stop_sequences, seed,
 # compute_dtype) -> new token ids per prompt (the stop sequence excluded)
@@ -136,8 +137,6 @@ def _item(task: GenTask, item_id: str, request: dict, where: str) -> GenItem:
 
 def load_gen_task(name: str, limit: int | None = None) -> list[GenItem]:
     """The first ``limit`` items of a generative task (all when None), in the package's order."""
-    from marin_assets.datakit.eval_sets import _oe_eval_dirs, _read_oe_eval_requests
-
     task = gen_task(name)
     dirs, items = _oe_eval_dirs(task.location), []
     for task_dir in dirs:
@@ -156,8 +155,6 @@ def load_gen_task(name: str, limit: int | None = None) -> list[GenItem]:
 
 def task_regexes_to_ignore(name: str) -> tuple[str, ...]:
     """The ``metric_kwargs.regexes_to_ignore`` of a task's dump config (GSM8K's: commas, $, "#### ", a final .)."""
-    from marin_assets.datakit.eval_sets import _oe_eval_dirs
-
     with open(os.path.join(_oe_eval_dirs(gen_task(name).location)[0], "config.json"), encoding="utf-8") as f:
         kwargs = json.load(f)["task_config"].get("metric_kwargs") or {}
     return tuple(kwargs.get("regexes_to_ignore") or ())
@@ -210,7 +207,6 @@ def score_outputs(
     if task.kind == "code":
         if not allow_code_execution:
             return skipped(name, CODE_OPT_IN)
-        from marin_assets.evaluation.code_exec import run_program
 
         per_item = [
             {"pass_at_1": float(run_program(code_program(name, out, item.doc), code_limits).passed)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from marin_assets.datakit.eval_sets import TaskItem
+from marin_assets.datakit.eval_sets import TaskItem, load_task, task
 from marin_assets.evaluation.scoring import TokenLogprobs, score_spans
 
 # [(context, continuation)] -> [sum of continuation log-probs]
@@ -76,6 +76,4 @@ def model_pair_scorer(
 
 def evaluate_task(name: str, score: PairScorer, limit: int | None = None) -> dict:
     """Load the first ``limit`` items of a registered task (all when None) and score them."""
-    from marin_assets.datakit.eval_sets import load_task, task
-
     return score_task(load_task(name, limit), score, task(name).kind)

@@ -7,11 +7,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from marin_assets.datakit import eval_sets
+from marin_assets.datakit.datasets import held_out_texts, read_dataset
+from marin_assets.evaluation import generative
 from marin_assets.evaluation.bpb import bits_per_byte
 from marin_assets.evaluation.multiple_choice import evaluate_task, model_pair_scorer
 from marin_assets.evaluation.scoring import byte_encode, model_token_logprobs
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_int
+from marin_assets.store.fsutil import filesystem, write_json_atomic
+from marin_assets.store.names import validate_segment
+from marin_assets.train.compile_cache import ensure_compile_cache
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +63,8 @@ class EvalSettings:
 
 def check_task_name(name: str) -> None:
     """ValueError naming an unknown task and the known ones (log-likelihood and generative)."""
-    from marin_assets.datakit.eval_sets import TASK_NAMES, TASKS
-    from marin_assets.evaluation.generative import GEN_TASK_NAMES, GEN_TASKS
-
-    if name not in TASKS and name not in GEN_TASKS:
-        known = f"known: {', '.join(TASK_NAMES)}; generative: {', '.join(GEN_TASK_NAMES)}"
+    if name not in eval_sets.TASKS and name not in generative.GEN_TASKS:
+        known = f"known: {', '.join(eval_sets.TASK_NAMES)}; generative: {', '.join(generative.GEN_TASK_NAMES)}"
         raise ValueError(f"unknown eval task {name!r}; {known}")
 
 
@@ -117,8 +120,7 @@ def evaluate(
     ``marin_assets.model.decode.generate``, imported here; where it is missing they report
     ``skipped``). Code tasks run model-written code only with ``allow_code_execution``. ``encoder`` (the
     tokenizer behind ``encode``, when the caller has one) is checked against the checkpoint first."""
-    from marin_assets.train.compile_cache import ensure_compile_cache
-    from marin_assets.train.restore import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint  # deferred (import cost): jax, optax
 
     EvalSettings(tasks=list(tasks), limit=limit, batch_size=batch_size)  # unknown tasks fail before the model loads
     ensure_compile_cache()
@@ -152,14 +154,12 @@ def evaluate(
             scored.pop("predictions", None)
             result["tasks"][name] = scored
     if out_path is not None:  # a path or fsspec URL (an eval asset's out dir on GCS)
-        from marin_assets.store.fsutil import filesystem, write_json_atomic
-
         fs, path = filesystem(str(out_path))
         write_json_atomic(fs, path, result)
     if telemetry_run is None:
         log.info("evaluation of %s not appended to telemetry: the checkpoint names no telemetry run", checkpoint_dir)
     else:
-        from marin_assets.telemetry import TelemetryWriter, default_root
+        from marin_assets.telemetry import TelemetryWriter, default_root  # deferred (import cost): polars, pyarrow
 
         with TelemetryWriter(telemetry_root or default_root(), telemetry_run) as writer:
             writer.log(result["step"], telemetry_metrics(result), phase=result["phase"])
@@ -179,13 +179,9 @@ class _GenerativeRunner:
 
     @staticmethod
     def handles(name: str) -> bool:
-        from marin_assets.evaluation.generative import GEN_TASKS
-
-        return name in GEN_TASKS
+        return name in generative.GEN_TASKS
 
     def run(self, name: str, limit: int | None, batch_size: int) -> dict:
-        from marin_assets.evaluation import generative
-
         if not self.resolved:
             self.generate_fn, self.unavailable = generative.default_generate_fn()
             self.resolved = True
@@ -213,8 +209,6 @@ def held_out_domains(indexes: Mapping[str, str], settings: EvalSettings = _DEFAU
     """{domain: texts}: up to ``docs_per_source`` held-out documents of each dataset index (every one
     when it has fewer), each cut to ``chars_per_doc``. ValueError naming a dataset without any, or
     when no dataset is given."""
-    from marin_assets.datakit.datasets import held_out_texts, read_dataset
-
     if not indexes:
         raise ValueError("no dataset with held-out documents to score")
     domains = {}
@@ -257,7 +251,5 @@ def telemetry_metrics(result: dict) -> dict[str, float]:
 
 
 def _check_metric_names(bpb_sets: Mapping, tasks: Sequence[str]) -> None:
-    from marin_assets.store.names import validate_segment
-
     for name in [*(f"eval.bpb.{s}" for s in bpb_sets), *(f"eval.acc_norm.{t}" for t in tasks)]:
         validate_segment(name, "telemetry metric name (from an eval set or task name)")

@@ -99,7 +99,7 @@ def model_token_logprobs(params, config, router_bias) -> TokenLogprobs:
     import jax
     import jax.numpy as jnp
 
-    from marin_assets.model import forward
+    from marin_assets.model import forward  # deferred (import cost): jax
 
     # The balancing shift is a training statistic (routing reads router_bias either way):
     # not computing it leaves every logit as it is and saves its sort over all tokens.

@@ -29,6 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from marin_assets.datakit.datasets import INDEX_FILE, dataset_from_json
+from marin_assets.datakit.driver import run_driver
+from marin_assets.datakit.quality import QualityScoreConfig
+from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
+from marin_assets.local_workers import local_workers
+from marin_assets.store import SUCCESS, canonical_json
+from marin_assets.store.fsutil import filesystem, join, list_files, read_json, unstrip, write_bytes_atomic
+
 if TYPE_CHECKING:
     from marin_assets.datakit.run_spec import RunSpec
     from marin_assets.store import ArtifactStore
@@ -82,17 +90,12 @@ def corpus_jsonl(n_files: int) -> bytes:
 
 def corpus_prefix(store: ArtifactStore, digest: str) -> str:
     """The DataKit prefix of the input whose sha256 is ``digest`` (a URL for object stores)."""
-    from marin_assets.store.fsutil import join, unstrip
-
     return unstrip(store.fs, join(store.root, *CORPUS_KEY.split("/"), digest[:16]))
 
 
 def corpus_spec(prefix: str, workers: int = 1) -> RunSpec:
     """The DataKit run over the input under ``prefix``: the screens' knobs, the rest the defaults."""
-    from marin_assets.datakit.quality import QualityScoreConfig
-    from marin_assets.datakit.run_spec import RunSpec
-    from marin_assets.datakit.tokenize import TokenizeConfig, TokenizerChoice
-    from marin_assets.store.fsutil import join
+    from marin_assets.datakit.run_spec import RunSpec  # deferred (import cost): pyarrow
 
     return RunSpec(
         inputs=(join(prefix, "input", INPUT_NAME),),
@@ -112,9 +115,6 @@ def materialize_corpus(store: ArtifactStore, n_files: int, log: Callable[[str], 
     A rerun finds every DataKit artifact up to date (cache hits) and computes none. CorpusError
     when the DataKit run fails.
     """
-    from marin_assets.datakit.driver import run_driver
-    from marin_assets.local_workers import local_workers
-
     data = corpus_jsonl(n_files)
     digest = hashlib.sha256(data).hexdigest()
     prefix = corpus_prefix(store, digest)
@@ -147,8 +147,6 @@ def open_corpus(store: ArtifactStore, n_files: int) -> Corpus:
 
 def _write_input(prefix: str, data: bytes, digest: str) -> None:
     """The input file, unless a complete copy is there already (its folder is named by its digest)."""
-    from marin_assets.store.fsutil import filesystem, join, write_bytes_atomic
-
     fs, path = filesystem(join(prefix, "input", INPUT_NAME))
     if fs.exists(path):
         with fs.open(path, "rb") as f:
@@ -161,9 +159,7 @@ def _write_input(prefix: str, data: bytes, digest: str) -> None:
 
 def committed_artifacts(prefix: str) -> int:
     """How many committed artifacts (STATUS.json says SUCCESS) the DataKit store under ``prefix`` holds."""
-    from marin_assets.datakit.run_spec import STORE_ENTRY
-    from marin_assets.store import SUCCESS
-    from marin_assets.store.fsutil import filesystem, join, list_files, read_json
+    from marin_assets.datakit.run_spec import STORE_ENTRY  # deferred (import cost): pyarrow
 
     fs, root = filesystem(join(prefix, STORE_ENTRY))
     statuses = [join(root, rel) for rel, _ in list_files(fs, root) if rel.rsplit("/", 1)[-1] == "STATUS.json"]
@@ -172,10 +168,7 @@ def committed_artifacts(prefix: str) -> int:
 
 def _open(prefix: str, n_files: int) -> Corpus:
     """The dataset under ``prefix``, refused unless the last DataKit run there had the screens' settings."""
-    from marin_assets.datakit.datasets import INDEX_FILE, dataset_from_json
-    from marin_assets.datakit.run_spec import CACHE_ENTRY, RUN_FILE
-    from marin_assets.store import canonical_json
-    from marin_assets.store.fsutil import filesystem, join, read_json
+    from marin_assets.datakit.run_spec import CACHE_ENTRY, RUN_FILE  # deferred (import cost): pyarrow
 
     fs, run_path = filesystem(join(prefix, RUN_FILE))
     ran, wanted = read_json(fs, run_path), json.loads(corpus_spec(prefix).to_json())

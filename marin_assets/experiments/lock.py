@@ -157,7 +157,8 @@ def check_lock(store: ArtifactStore, record: ExperimentRecord, *, scan_runs: boo
     stamps (the freeze of those runs was only in the deleted file). ``scan_runs=False`` is
     for a caller that checks the stamps of the rows it hands on itself (``materialize_run``).
     """
-    from marin_assets.experiments.runs import committed_runs  # runs.py imports this module
+    # deferred (import cost): polars, pyarrow (runs.py imports this module)
+    from marin_assets.experiments.runs import committed_runs
 
     current = _Frozen(record)
     lock = read_lock(store, record.name)

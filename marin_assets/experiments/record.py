@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marin_assets.config_files import load_structured
 from marin_assets.store.names import validate_segment
 
 if TYPE_CHECKING:  # the config module imports jax; the outline (code-location load) must not
@@ -288,7 +289,7 @@ class ExperimentRecord:
     def train_config(self, arm: str, vocab_size: int | None = None) -> TrainConfig:
         """The arm's TrainConfig before the per-budget step count (baseline + change);
         ``vocab_size`` (the corpus's) fills ``model.vocab_size`` where neither sets it."""
-        from marin_assets.train.config import config_from_dict
+        from marin_assets.train.config import config_from_dict  # deferred (import cost): jax, optax
 
         where = f"{self.source}: arm {arm!r}"
         try:
@@ -334,7 +335,7 @@ def _check_change(change: Mapping[str, Any], where: str) -> None:
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
-    from marin_assets.train.config import config_from_dict, config_to_dict
+    from marin_assets.train.config import config_from_dict, config_to_dict  # deferred (import cost): jax, optax
 
     spec = _mapping(spec, f"{source}: baseline")
     unknown = sorted(set(spec) - {"config", "override"})
@@ -342,8 +343,6 @@ def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
         raise ValueError(f"{source}: baseline: unknown field(s) {unknown}; allowed: ['config', 'override']")
     config = spec.get("config")
     if isinstance(config, str):
-        from marin_assets.config_files import load_structured
-
         path = (base_dir / config).resolve()
         if not path.is_file():
             raise ValueError(f"{source}: baseline.config {config!r}: no such file {path}")
@@ -369,8 +368,6 @@ def _int_field(data: Mapping[str, Any], key: str, default: int, source: str) -> 
 
 
 def _read_yaml(path: Path) -> Any:
-    from marin_assets.config_files import load_structured
-
     try:
         return load_structured(path)
     except OSError as e:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from marin_assets.datakit.tokenize import BYTES, Encoder, load_encoder, tokenizer_text
 from marin_assets.hf import card
 from marin_assets.hf.layouts import (
     ImportMismatch,
@@ -18,6 +19,7 @@ from marin_assets.hf.layouts import (
 )
 from marin_assets.hf.weights import DEFAULT_SHARD_BYTES, from_hf, read_safetensors, to_hf, write_safetensors
 from marin_assets.model.config import ModelConfig
+from marin_assets.model.transformer import init_params
 from marin_assets.store.fsutil import filesystem, join, read_json, write_bytes_atomic
 from marin_assets.train.checkpoints.work_dir import LEASE_ENTRY
 from marin_assets.train.restore import HF_PREFIX, load_model_from_checkpoint
@@ -112,8 +114,6 @@ def _write_json(fs, path: str, value: Any) -> None:
 
 def _tokenizer(spec: str | None, meta: Mapping[str, Any], config: ModelConfig, source: str) -> tuple[str | None, str, int | None]:
     """(tokenizer.json text or None, what the card says of it, EOS id) for the export."""
-    from marin_assets.datakit.tokenize import BYTES, load_encoder, tokenizer_text
-
     recorded = set((meta.get("data_tokenizers") or {}).values())
     if spec is None:
         if not recorded:
@@ -189,8 +189,6 @@ def import_hf(path: str | Path) -> tuple[dict, ModelConfig]:
     from a hub. ``ImportMismatch`` (one line) for a layout, shape or vocabulary we cannot carry exactly."""
     import jax
 
-    from marin_assets.model.transformer import init_params
-
     where = strip_hf_prefix(path)
     fs, folder = filesystem(where)
     try:
@@ -214,8 +212,6 @@ def import_hf(path: str | Path) -> tuple[dict, ModelConfig]:
 
 def _check_tokenizer_vocab(fs, folder: str, config: ModelConfig, where: str) -> None:
     """A tokenizer.json with ids past the embedding would index rows that do not exist."""
-    from marin_assets.datakit.tokenize import Encoder
-
     path = join(folder, "tokenizer.json")
     if not fs.exists(path):
         return
@@ -227,8 +223,6 @@ def _check_tokenizer_vocab(fs, folder: str, config: ModelConfig, where: str) -> 
 
 def hf_tokenizer_sha256(path: str | Path) -> str | None:
     """The identity (``Encoder.sha256``) of an HF folder's tokenizer.json, None when it has none."""
-    from marin_assets.datakit.tokenize import load_encoder
-
     where = strip_hf_prefix(path)
     fs, folder = filesystem(where)
     if not fs.exists(join(folder, "tokenizer.json")):

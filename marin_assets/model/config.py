@@ -108,7 +108,7 @@ class ModelConfig:
     # then computes exactly what it would alone).
     rope_per_document: bool = False
     balancing: Balancing = "quantile_exact"
-    # Router scores that weight the chosen experts (kernels/routing.route_topk): "sigmoid" (ours), or
+    # Router scores that weight the chosen experts (kernels/router.route_topk): "sigmoid" (ours), or
     # "softmax" over every expert, which is Mixtral's and Qwen3-MoE's router (what an HF export needs).
     router_gating: Literal["sigmoid", "softmax"] = "sigmoid"
     histogram_bins: int = 10_000

@@ -29,6 +29,8 @@ from marin_assets.orchestration import compat
 from marin_assets.store.fsutil import child, filesystem, join, read_json, write_json_atomic
 from marin_assets.store.names import validate_segment
 from marin_assets.store.versioning import canonical_json, compute_version
+from marin_assets.train.checkpoints.retention import apply_retention, plan_retention
+from marin_assets.train.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 LEDGER = "checkpoint_versions.json"  # {partition key: {step, version, parent, path, tokens, kind}} in the work dir
@@ -99,7 +101,7 @@ class CheckpointReporter:
     def committed(self, folder: Path | str, step: int) -> None:
         """A checkpoint the trainer just committed (``TrainingBackend.run_announcing``): its writer has
         verified it, so only the marker's presence is checked here, not every shard's digest again."""
-        from marin_assets.train.checkpoints.checkpoint import MARKER
+        from marin_assets.train.checkpoints.checkpoint import MARKER  # deferred (import cost): jax
 
         fs, path = filesystem(os.fspath(folder))
         if not fs.exists(join(path, MARKER)):
@@ -110,7 +112,7 @@ class CheckpointReporter:
     def scan(self) -> list[str]:
         """Report every valid checkpoint of the work dir not reported yet, in step order (what a backend
         could not announce, or an earlier attempt did not live to); returns their keys."""
-        from marin_assets.train.checkpoints import checkpoint as ckpt
+        from marin_assets.train.checkpoints import checkpoint as ckpt  # deferred (import cost): jax
 
         reported = []
         for folder in ckpt.list_checkpoints(child(self.work_dir, "checkpoints")):
@@ -130,8 +132,6 @@ class CheckpointReporter:
         ones (0 keeps every one). Nothing else has read this phase's checkpoints yet, and every reader in the
         graph (a warm start, a branch, eval/<run>, export/<run>) reads a phase's final one, so no other
         checkpoint is pinned. A deleted checkpoint stays in the ledger, marked ``deleted``; returns their keys."""
-        from marin_assets.train.checkpoints.retention import apply_retention, plan_retention
-
         if keep_last == 0 or not self.ledger:
             return []
         deleted = apply_retention(self.work_dir, plan_retention(self.work_dir, keep_last))
@@ -210,8 +210,6 @@ class CheckpointReporter:
 
     def _loss(self, step: int) -> float | None:
         """The step's loss from metrics.jsonl (the trainer syncs it before each checkpoint), if logged."""
-        from marin_assets.train.metrics import read_metrics
-
         if step not in self._losses:
             rows = read_metrics(child(self.work_dir, "metrics.jsonl"))
             self._losses = {r["step"]: float(r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))}

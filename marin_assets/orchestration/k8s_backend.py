@@ -36,6 +36,7 @@ from marin_assets.cluster.tags import (
 from marin_assets.orchestration.compat import (
     CheckRunHealthResult,
     DagsterLaunchFailedError,
+    ExecuteRunArgs,
     JobPythonOrigin,
     LaunchRunContext,
     WorkerStatus,
@@ -180,8 +181,6 @@ class K8sClusterBackend:
         """
         tags = run.tags if tags is None else tags
         from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_job, get_job_name_from_run_id
-
-        from marin_assets.orchestration.compat import ExecuteRunArgs
 
         job_origin = run.job_code_origin
         if job_origin is None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from dagster import DagsterEvent, DagsterRun, QueuedRunCoordinator
 
+from marin_assets.cluster.fleet import load_fleet
 from marin_assets.cluster.routing import check_feasible
 from marin_assets.cluster.tags import (
     POOL_TAG,
@@ -103,8 +104,6 @@ class RoutingRunLauncher(RunLauncher, ConfigurableClass):
         self.fleet = None
         self.admission: CapacityAdmission | None = None
         if fleet_file is not None:
-            from marin_assets.cluster.fleet import load_fleet
-
             self.fleet = load_fleet(fleet_file)
             self.admission = CapacityAdmission(self.fleet)
         super().__init__()

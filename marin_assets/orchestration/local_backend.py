@@ -17,6 +17,9 @@ from dagster import DagsterRun, DefaultRunLauncher
 
 from marin_assets.cluster.tags import JobRequest
 from marin_assets.orchestration.compat import (
+    GRPC_INFO_TAG,
+    CanCancelExecutionRequest,
+    CanCancelExecutionResult,
     CheckRunHealthResult,
     LaunchRunContext,
     WorkerStatus,
@@ -59,12 +62,7 @@ def _grpc_health(run: DagsterRun) -> CheckRunHealthResult:
     """Ask the code server that started ``run`` whether its execution is still alive."""
     from dagster import deserialize_value
 
-    from marin_assets.orchestration.compat import (
-        GRPC_INFO_TAG,
-        CanCancelExecutionRequest,
-        CanCancelExecutionResult,
-        DagsterGrpcClient,
-    )
+    from marin_assets.orchestration.compat import DagsterGrpcClient  # deferred (import cost): google (grpc)
 
     info = run.tags.get(GRPC_INFO_TAG)
     if not info:
@@ -107,8 +105,6 @@ class LocalBackend:
 
     def terminate(self, run_id: str) -> bool:
         """Stop a run: SIGTERM to an in-process run, else the code server interrupts it."""
-        from marin_assets.orchestration.compat import GRPC_INFO_TAG
-
         run = self.launcher._instance.get_run_by_id(run_id) if self.launcher.has_instance else None
         if run is not None and not run.is_finished and GRPC_INFO_TAG not in run.tags and PID_TAG in run.tags:
             return terminate_in_process_run(self.launcher._instance, run)

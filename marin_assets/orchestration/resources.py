@@ -13,6 +13,7 @@ import dagster as dg
 
 from marin_assets.local_workers import env_count as _count
 from marin_assets.local_workers import local_workers
+from marin_assets.orchestration.training_backends import KubernetesTrainingBackend, LocalTrainingBackend, ProcessesTrainingBackend
 from marin_assets.settings import artifact_prefix, setting
 from marin_assets.store import ArtifactRef, ArtifactStore, LeaseConfig
 
@@ -135,12 +136,6 @@ TRAINING_BACKENDS = ("local", "processes", "kubernetes")
 def training_backend_from_env(env: Mapping[str, str] | None = None):
     """The ``training_backend`` resource chosen by $MARIN_TRAINING_BACKEND (read when the code
     location loads, i.e. in the run worker's own environment); ValueError naming the variable."""
-    from marin_assets.orchestration.training_backends import (
-        KubernetesTrainingBackend,
-        LocalTrainingBackend,
-        ProcessesTrainingBackend,
-    )
-
     kind = setting(TRAINING_BACKEND_ENV, env) or "local"
     if kind == "local":
         return LocalTrainingBackend()

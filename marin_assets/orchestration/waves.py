@@ -22,6 +22,9 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.orchestration.uptodate import stale_partitions
+from marin_assets.orchestration.versioned import STORE_RESOURCE_KEY
+
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 MAX_GAP = 32
@@ -126,9 +129,6 @@ def materialize_waves(
     run_config: one for the whole graph; each wave's run gets its "ops" entries for the
     assets of that wave (Dagster rejects config for ops a run does not execute).
     """
-    from marin_assets.orchestration.uptodate import stale_partitions
-    from marin_assets.orchestration.versioned import STORE_RESOURCE_KEY
-
     store_resource = resources.get(STORE_RESOURCE_KEY) if skip_up_to_date else None
     results = []
     waves = plan_waves(assets, selection)

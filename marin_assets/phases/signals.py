@@ -8,6 +8,8 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from marin_assets.scaling.trajectory import BAND_ACTIONS
+
 if TYPE_CHECKING:  # for the annotation only: the signals stay importable without the plan's dependencies
     from marin_assets.phases.plan import PhaseSpec
 
@@ -22,8 +24,6 @@ class BandSignal:
     step: int | None = None
 
     def __post_init__(self) -> None:
-        from marin_assets.scaling.trajectory import BAND_ACTIONS
-
         if self.action not in BAND_ACTIONS:
             raise ValueError(f"BandSignal.action must be one of {BAND_ACTIONS}, got {self.action!r}")
 

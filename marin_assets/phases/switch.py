@@ -23,8 +23,8 @@ TRANSPLANTED = "transplanted"  # the scratch dir's sub-folder holding the carrie
 def transplanted_warm_start(warm_start: str, config, mapping: str, scratch_dir: str) -> str:
     """The folder under ``scratch_dir`` holding ``warm_start``'s newest checkpoint carried by ``mapping`` into
     ``config``'s model (a TrainConfig), written unless an earlier attempt already wrote it in full."""
-    from marin_assets.train.checkpoints import checkpoint as ckpt
-    from marin_assets.train.checkpoints.transplant import transplant
+    from marin_assets.train.checkpoints import checkpoint as ckpt  # deferred (import cost): jax
+    from marin_assets.train.checkpoints.transplant import transplant  # deferred (import cost): jax, optax
 
     work = os.fspath(child(scratch_dir, TRANSPLANTED))
     if ckpt.latest_valid(child(work, "checkpoints")) is not None:

@@ -19,6 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from marin_assets.scaling.plots import plot_extrapolation
+from marin_assets.scaling.predict import relative_error
 from marin_assets.store import ArtifactStore
 from marin_assets.store.fsutil import write_json_atomic
 from marin_assets.store.lock_files import RecordChangedError, content_hash, experiment_dir, lock_path, read_lock
@@ -104,8 +106,6 @@ def compare(predictions: Mapping[str, Mapping[str, Any]], actual: Mapping[str, A
     ``actual[target]``: its run's counts, or a list of counts of the same run at several seeds,
     whose mean loss is the actual. The interval judged is ``run_interval``: the fit's seed
     interval widened by the runs' own noise."""
-    from marin_assets.scaling.predict import relative_error
-
     rows = []
     for name in sorted(predictions, key=lambda t: predictions[t]["budget"]):
         pred = predictions[name]
@@ -199,8 +199,6 @@ def comparison_counts(comparison: Mapping[str, Any]) -> dict:
 def comparison_png(comparison: Mapping[str, Any], predictions: Mapping[str, Mapping[str, Any]]) -> bytes:
     """Loss against compute: the fitted optima, the extrapolated law, and each target's
     prediction (with its interval for the runs compared) next to its actual loss."""
-    from marin_assets.scaling.plots import plot_extrapolation
-
     first = next(iter(predictions.values()))
     rows = comparison["rows"]
     return plot_extrapolation(

@@ -21,9 +21,20 @@ import numpy as np
 
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.scaling.data import validate_runs
+from marin_assets.scaling.fits import fit_isoflop, fit_power_law, fit_robust_quadratic
 from marin_assets.scaling.planner import FamilyShape
+from marin_assets.scaling.plots import plot_isoflop_curves, plot_power_laws
 from marin_assets.scaling.recipes import RECIPES, Recipe, get_recipe
-from marin_assets.scaling.sweep import budget_label, parse_partition_key, parse_seeded_key, partition_key
+from marin_assets.scaling.sweep import (
+    budget_label,
+    held_out_streams,
+    parse_partition_key,
+    parse_seeded_key,
+    partition_key,
+    reference_run,
+    train_candidate,
+)
 from marin_assets.store.artifact_files import write_file
 from marin_assets.store.names import validate_asset_key, validate_segment
 
@@ -239,9 +250,6 @@ def run_lr_sweep(
     import contextlib
     import multiprocessing
 
-    from marin_assets.scaling.fits import fit_robust_quadratic
-    from marin_assets.scaling.sweep import reference_run
-
     recipe = get_recipe(settings.recipe)
     if not recipe.tuned_by_sweep:  # nothing to tune: the recipe's own base, no run
         return {
@@ -345,8 +353,6 @@ def lr_past_edge(runs: Sequence[Mapping[str, float]]) -> float | None:
 
 def _reference_point(job: tuple, run_fn: Callable[..., dict] | None = None, log: Callable[[str], None] | None = None) -> dict:
     """One lr_sweep run (a spawned worker's, or in this process): the candidate trained and scored."""
-    from marin_assets.scaling.sweep import held_out_streams, train_candidate
-
     cand, settings, datasets, out, name = job
     train = run_fn or train_candidate
     return train(cand, settings, datasets, held_out_streams(datasets), out, run_name=name, seed=settings.seed, log=log or _silent)
@@ -362,8 +368,6 @@ def _silent(line: str) -> None:
 def runs_from_counts(counts_by_key: Mapping[str, Mapping[str, Any]]):
     """The fits' ``Runs`` from sweep partitions' counts: one row per (budget, width), its loss
     the mean validation loss over the ladder's seeds. Returns (runs, the point of each row)."""
-    from marin_assets.scaling.data import validate_runs
-
     points = seed_groups(counts_by_key)
     rows = sorted(points)
     first = {name: [counts_by_key[points[p][0]].get(name) for p in rows] for name in ("params", "tokens", "flops")}
@@ -383,8 +387,6 @@ def seed_groups(counts_by_key: Mapping[str, Any]) -> dict[str, list[str]]:
 def loss_law(result) -> dict:
     """How the optimum's loss extrapolates: the envelope E + A C^-alpha when it was fitted
     (>= 3 budgets), else a pure power law L = k C^a through the optima (stated as such)."""
-    from marin_assets.scaling.fits import fit_power_law
-
     if result.envelope is not None:
         e = result.envelope
         return {"kind": "envelope", "E": e.E, "A": e.A, "alpha": e.alpha}
@@ -426,9 +428,6 @@ def fit_ladder(
 ) -> dict:
     """IsoFLOP fit of the runs (seeds averaged per point): writes fit.json, isoflop.png and
     power_laws.png; returns counts."""
-    from marin_assets.scaling.fits import fit_isoflop
-    from marin_assets.scaling.plots import plot_isoflop_curves, plot_power_laws
-
     runs, _ = runs_from_counts(counts)
     result = fit_isoflop(runs, config)
     summary = fit_summary_of(result) | {

@@ -9,17 +9,17 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at, seed_groups
-from marin_assets.scaling.planner import FamilyShape
+from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
+from marin_assets.scaling.data import bucket_flops, validate_runs
+from marin_assets.scaling.fits import IsoFlopConfig, fit_isoflop
+from marin_assets.scaling.ladder import Ladder, SweepSettings, Target, fit_summary_of, loss_at, runs_from_counts, seed_groups
+from marin_assets.scaling.planner import FamilyShape, MoeShape
 from marin_assets.scaling.recipes import Recipe, get_recipe
-from marin_assets.scaling.sweep import plan_run
-
-if TYPE_CHECKING:
-    from marin_assets.scaling.fits import IsoFlopConfig
+from marin_assets.scaling.sweep import pinned_run, plan_run
 
 
 def loss_at_config(fit: Mapping[str, Any], flops: float, params: float) -> float:
@@ -58,8 +58,6 @@ def fitted_recipe(fit: Mapping[str, Any]) -> Recipe:
 def target_candidate(fit: Mapping[str, Any], target: Target, c_fit: float, settings: SweepSettings, ladder_shape: FamilyShape):
     """The run a target trains: its width pinned, or the family member (widths from head_dim
     to settings.max_width) whose parameter count is nearest N* at its budget."""
-    from marin_assets.scaling.data import bucket_flops
-
     vocabs = {r["vocab_size"] for r in fit["runs"]}
     if len(vocabs) != 1:
         raise ValueError(f"prediction: the fitted runs used different vocabularies {sorted(vocabs)}")
@@ -87,8 +85,6 @@ def target_candidate(fit: Mapping[str, Any], target: Target, c_fit: float, setti
 
 def _pinned_tokens_run(target: Target, settings: SweepSettings, recipe: Recipe, shape: FamilyShape):
     """A target of pinned tokens: its width and batch for exactly those tokens (whole steps)."""
-    from marin_assets.scaling.sweep import pinned_run
-
     width, batch, tokens = target.width, target.batch_size, target.tokens
     if width is None or batch is None or tokens is None:  # Target refuses these; the types do not know it
         raise ValueError(f"target {target.name}: pinned tokens need a pinned width and batch_size")
@@ -103,10 +99,6 @@ def seed_interval(
 ) -> dict | None:
     """A percentile interval of the predicted loss from the ladder's seeds: each resample draws
     every point's seeds with replacement, refits and predicts. None with one seed per point."""
-    from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
-    from marin_assets.scaling.data import validate_runs
-    from marin_assets.scaling.fits import fit_isoflop
-
     groups = seed_groups(counts)
     if n == 0 or min(len(keys) for keys in groups.values()) < 2:
         return None
@@ -138,8 +130,6 @@ def predict_target(fit: Mapping[str, Any], ladder: Ladder, target: Target, setti
     """The prediction for one target, as it is frozen: the run's config, N*, D*, the loss at
     that config, the envelope's optimum, the seed interval (resampled as the fit's
     IsoFlopConfig bootstrap says), one run's seed noise (``run_noise``) and what the ladder cost."""
-    from marin_assets.scaling.fits import IsoFlopConfig
-
     config = IsoFlopConfig(**fit["isoflop_config"])
     cand = target_candidate(fit, target, ladder.c_fit, settings, ladder.family)
     counts = {r["partition"]: r for r in fit["runs"]}
@@ -176,8 +166,6 @@ def frozen_candidate(pred: Mapping[str, Any], settings: SweepSettings):
     """The run a frozen prediction names, planned again from its recipe and family: any
     difference (other settings, a changed planner) is refused rather than run under the
     prediction's name."""
-    from marin_assets.scaling.planner import MoeShape
-
     frozen, family = pred["config"], pred["family"]
     shape = FamilyShape(
         head_dim=family["head_dim"],
@@ -187,8 +175,6 @@ def frozen_candidate(pred: Mapping[str, Any], settings: SweepSettings):
         moe=MoeShape(**family["moe"]) if family["moe"] else None,
     )
     if pred.get("pinned_tokens") is not None:
-        from marin_assets.scaling.sweep import pinned_run
-
         cand = pinned_run(settings, Recipe(**pred["recipe"]), shape, frozen["width"], frozen["batch_size"], frozen["steps"])
     else:
         cand = plan_run(
@@ -210,10 +196,6 @@ def top_budget_holdout(counts: Mapping[str, Mapping[str, Any]], config: IsoFlopC
     Returns {"fitted_budgets", "held_out_budget", "rows": [{params, predicted, actual,
     relative_error}], "mean_abs_relative_error", "n_opt_exponent"}; a ValueError (as the fit's)
     when the lower budgets leave fewer than two vertices."""
-    from marin_assets.scaling.data import bucket_flops
-    from marin_assets.scaling.fits import fit_isoflop
-    from marin_assets.scaling.ladder import runs_from_counts
-
     labels = {k: bucket_flops(float(c["flops"]), config.bucket_base) for k, c in counts.items()}
     top = max(labels.values())
     lower = {k: c for k, c in counts.items() if labels[k] < top}

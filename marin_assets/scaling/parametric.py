@@ -30,7 +30,8 @@ import numpy as np
 
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
-from marin_assets.scaling.data import SUBSAMPLE_SEED, deterministic_subsample
+from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
+from marin_assets.scaling.data import SUBSAMPLE_SEED, deterministic_subsample, drop_highest_loss
 
 # Published grid (Besiroglu et al. 2024, section 2 / their released notebook):
 # alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1}, a, b in {0, 5, ..., 25}.
@@ -70,8 +71,6 @@ class ParametricFitConfig:
     bootstrap_seed: int = knob(0, help="seed of the bootstrap resampling")
 
     def __post_init__(self) -> None:
-        from marin_assets.scaling.bootstrap import BootstrapConfig
-
         check_float("huber_delta", self.huber_delta, 0, 10, lo_open=True)
         check_int("grid_rows", self.grid_rows, 5, 1_000_000_000)
         check_int("max_rows", self.max_rows, 5, 1_000_000_000)
@@ -363,9 +362,6 @@ def fit_parametric_with_ci(runs, config: ParametricFitConfig | None = None, boot
     (a BootstrapConfig) overrides the config's bootstrap_n and bootstrap_seed. Returns the
     JSON-ready report: E, A, B, alpha, beta, n, objective, ci {name: [low, high]},
     bootstrap {n, n_ok, level, seed}, excluded [{row, reason}]."""
-    from marin_assets.scaling.bootstrap import BootstrapConfig, bootstrap
-    from marin_assets.scaling.data import drop_highest_loss
-
     config = config or ParametricFitConfig()
     boot = boot or BootstrapConfig(n=config.bootstrap_n, seed=config.bootstrap_seed)
     runs = drop_highest_loss(runs, config.drop_highest)

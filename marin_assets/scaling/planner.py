@@ -121,7 +121,7 @@ class ModelFamily:
         return self.recipe.learning_rate(width, steps)
 
     def build_config(self, width: int, depth: int, heads: int) -> Any:
-        from marin_assets.model import ModelConfig
+        from marin_assets.model import ModelConfig  # deferred (import cost): jax
 
         kv_heads = max(1, heads // self.kv_group)
         fields: dict[str, Any] = dict(
@@ -206,14 +206,14 @@ class SweepPlan:
 
 def training_flops_per_token(config, seq_len: int) -> float:
     """Training FLOPs per token of a ModelConfig (the planner's default counter)."""
-    from marin_assets.model import flops_per_token
+    from marin_assets.model import flops_per_token  # deferred (import cost): jax
 
     return float(flops_per_token(config, seq_len))
 
 
 def active_params(config) -> float:
     """Active parameters of a ModelConfig: what a token pays for (the N of the fits)."""
-    from marin_assets.model import count_params
+    from marin_assets.model import count_params  # deferred (import cost): jax
 
     return float(count_params(config)[1])
 

@@ -110,7 +110,7 @@ def plot_extrapolation(fitted, law, targets, title: str = "", path: str | Path |
     """Loss against compute: ``fitted`` (budget, vertex loss) optima, the fitted loss ``law``
     drawn out past the targets, and ``targets`` (flops, predicted, low, high, actual, name):
     each prediction with its interval (NaN: none) beside the loss its run reached."""
-    from marin_assets.scaling.ladder import loss_at
+    from marin_assets.scaling.ladder import loss_at  # deferred (import cost): polars, pyarrow
 
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))

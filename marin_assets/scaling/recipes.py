@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin_assets.numeric_checks import check_float, check_int
+from marin_assets.train.config import OPTIMIZER_NAMES, OptimizerConfig
 
 _MAX_INT = 10**9
 
@@ -62,8 +63,6 @@ class Recipe:
     tuned_by_sweep: bool  # lr_base is re-tuned by the lr_sweep asset at (lr_ref_width, lr_ref_steps)
 
     def __post_init__(self) -> None:
-        from marin_assets.train.config import OPTIMIZER_NAMES
-
         if self.optimizer not in OPTIMIZER_NAMES:
             raise ValueError(f"recipe {self.name!r}: optimizer must be one of {OPTIMIZER_NAMES}, got {self.optimizer!r}")
         check_float(f"recipe {self.name!r} weight_decay", self.weight_decay, 0, 10)
@@ -92,7 +91,6 @@ class Recipe:
 
     def optimizer_config(self) -> Any:
         """The run's ``OptimizerConfig`` (only the fields the recipe sets; the rest default)."""
-        from marin_assets.train.config import OptimizerConfig
 
         return OptimizerConfig(name=self.optimizer, weight_decay=self.weight_decay)
 

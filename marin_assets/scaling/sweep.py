@@ -15,12 +15,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from marin_assets.scaling.planner import FamilyShape, training_flops_per_token
+from marin_assets.scaling.planner import FamilyShape, SweepCandidate, active_params, plan_sweep, training_flops_per_token
 from marin_assets.scaling.recipes import V1, Recipe
 from marin_assets.store.artifact_files import write_file
 from marin_assets.store.names import validate_segment
 from marin_assets.telemetry import TelemetryWriter
 from marin_assets.telemetry import default_root as default_telemetry_root
+from marin_assets.train.config import GuardConfig, ScheduleConfig, TrainConfig
+from marin_assets.train.data.token_caches import as_stream, open_source
 
 DENSE = FamilyShape()  # the default family shape: the demo's tiny dense 1-layer models
 
@@ -79,8 +81,6 @@ def sweep_family(width: int, config, recipe: Recipe = V1, shape: FamilyShape = D
 def plan_run(budget: float, width: int, config, recipe: Recipe = V1, shape: FamilyShape = DENSE, batch_size: int | None = None):
     """The planner's candidate for (budget, width), or a ValueError saying why there is none.
     ``batch_size`` pins the batch (a target that copies a run's batch); else the planner picks."""
-    from marin_assets.scaling.planner import plan_sweep
-
     family = sweep_family(width, config, recipe, shape)
     if batch_size is not None:
         family = dataclasses.replace(family, batch_sizes=(batch_size,))
@@ -103,8 +103,6 @@ def pinned_run(
 ):
     """The run of ``width`` for exactly ``steps`` steps of ``batch_size`` (no budget bucket): its
     budget is what it spends; its LR the recipe's for (width, steps) unless given."""
-    from marin_assets.scaling.planner import SweepCandidate, active_params
-
     family = sweep_family(width, config, recipe, shape)
     width, depth, heads = family.shape(width)
     model = family.build_config(width, depth, heads)
@@ -139,8 +137,7 @@ def validation_loss(
     import jax.numpy as jnp
     import numpy as np
 
-    from marin_assets.model import init_router_bias, loss_fn
-    from marin_assets.train.data.token_caches import as_stream
+    from marin_assets.model import init_router_bias, loss_fn  # deferred (import cost): jax
 
     bias = init_router_bias(model_config)
 
@@ -172,8 +169,7 @@ def score_trained_run(
     validation losses of its checkpoint on the same held-out windows, its active N and the FLOPs of
     ``tokens`` trained tokens. Writes run.json (with ``record``, e.g. a prediction's stamp); returns
     the counts the comparison reads."""
-    from marin_assets.scaling.planner import active_params
-    from marin_assets.train.restore import load_model_from_checkpoint
+    from marin_assets.train.restore import load_model_from_checkpoint  # deferred (import cost): jax, optax
 
     params, model_config, _, meta = load_model_from_checkpoint(checkpoint_dir)
     val = validation_loss(params, model_config, validation_caches, config.seq_len, config.validation_windows)
@@ -202,8 +198,6 @@ def score_trained_run(
 def held_out_streams(datasets: Mapping[str, str]) -> dict:
     """{source: its held-out TokenStream} of {source: dataset index path}; a source without
     held-out tokens is an error naming it (its loss could not be measured)."""
-    from marin_assets.train.data.token_caches import open_source
-
     out = {}
     for name, path in sorted(datasets.items()):
         source = open_source(path)
@@ -265,9 +259,8 @@ def train_candidate(
 
     ``run_name`` names its telemetry run; ``record`` is merged into run.json (e.g. a target's
     pre-registration stamp). Returns the counts every ladder run reports."""
-    from marin_assets.train.config import GuardConfig, ScheduleConfig, TrainConfig
-    from marin_assets.train.loop import train
-    from marin_assets.train.restore import load_model_from_checkpoint
+    from marin_assets.train.loop import train  # deferred (import cost): jax, optax
+    from marin_assets.train.restore import load_model_from_checkpoint  # deferred (import cost): jax, optax
 
     validate_segment(run_name, "telemetry run name")
     for source in validation_caches:  # checked before training, not after

@@ -42,6 +42,7 @@ import numpy as np
 
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_field_types, check_float, check_int
+from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric
 
 BAND_ACTIONS = ("hold", "rollback", "warn")
 METRICS = ("loss", "grad_norm", "drop_rate")
@@ -252,8 +253,6 @@ def expected_trajectory(
 ) -> Expected:
     """The ladder runs' trajectory at ``target_params`` (see the module docstring). Needs runs of >= 2
     sizes (alpha is fitted across sizes); ``fit_config`` (a ParametricFitConfig) defaults to WATCH_FIT_GRID."""
-    from marin_assets.scaling.parametric import ParametricFitConfig, fit_parametric
-
     check_float("target_params", target_params, 0, None, lo_open=True)
     if len({c.params for c in ladder}) < 2:
         raise ValueError(

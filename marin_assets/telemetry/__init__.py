@@ -8,6 +8,8 @@ TelemetryStore(root).compact()                                          # merge 
 import_metrics_jsonl(root, run, "metrics.jsonl")                        # an existing run
 """
 
+from marin_assets.settings import artifact_prefix
+from marin_assets.store.fsutil import join
 from marin_assets.telemetry.ingest import IngestReport, import_metrics_jsonl
 from marin_assets.telemetry.segments import SCHEMA, SegmentInfo
 from marin_assets.telemetry.store import CompactionReport, DamagedSegmentError, RepairReport, TelemetryStore
@@ -16,9 +18,6 @@ from marin_assets.telemetry.writer import NO_TIME, TelemetryWriter
 
 def default_root() -> str:
     """Where metrics go when no root is given: ``$MARIN_PREFIX/telemetry`` (./artifacts/telemetry)."""
-    from marin_assets.settings import artifact_prefix
-    from marin_assets.store.fsutil import join
-
     return join(artifact_prefix(), "telemetry")
 
 

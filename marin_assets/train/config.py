@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from marin_assets.config_files import load_structured
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.knobs import knob
 from marin_assets.model.config import (
@@ -26,6 +27,7 @@ from marin_assets.model.config import (
     check_dtype,
     check_remat,
 )
+from marin_assets.model.flops import count_params
 from marin_assets.numeric_checks import check_field_types, check_int
 
 OPTIMIZER_NAMES = ("adamw", "adamh", "muon")  # optimizers.py builds each
@@ -332,8 +334,6 @@ def config_to_dict(config: TrainConfig) -> dict:
 def load_config(path: str | Path, vocab_size: int | None = None, check_memory: bool = True) -> TrainConfig:
     """A TrainConfig from YAML; ``vocab_size`` as in ``config_from_dict``. ``check_memory``: refuse a
     config whose state cannot fit this host (``check_state_fits``); off for a shape only planned with."""
-    from marin_assets.config_files import load_structured
-
     try:
         data = load_structured(path)
     except OSError as e:
@@ -356,8 +356,6 @@ def state_bytes(config: TrainConfig) -> int:
     """A lower bound on the training state's bytes, from the closed-form parameter count (nothing built):
     the parameters and the optimizer's moments in param_dtype, plus the prefetched and current batches of
     int32 tokens and the guards' windows. Gradients, activations and XLA's buffers come on top."""
-    from marin_assets.model.flops import count_params
-
     params, _ = count_params(config.model)
     value_bytes = DTYPE_BYTES[check_dtype(config.param_dtype, "TrainConfig.param_dtype")]
     batches = (config.prefetch + 1) * config.batch_size * config.seq_len * 4
@@ -385,7 +383,6 @@ def check_state_fits(config: TrainConfig, where: str = "config", available: int 
     need = state_bytes(config)
     if available is None or need <= available:
         return
-    from marin_assets.model.flops import count_params
 
     m = config.model
     params, _ = count_params(m)

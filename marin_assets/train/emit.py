@@ -27,7 +27,7 @@ import numpy as np
 
 from marin_assets.model.flops import PeakFlops, flops_per_token, peak_flops
 from marin_assets.store.fsutil import filesystem, is_local
-from marin_assets.telemetry import TelemetryWriter
+from marin_assets.telemetry import TelemetryWriter, default_root
 from marin_assets.train.config import TrainConfig
 from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.hooks import StepInfo
@@ -172,8 +172,6 @@ def moe_columns(moe: dict) -> dict[str, float]:
 
 def default_telemetry_root() -> str:
     """``$MARIN_PREFIX/telemetry`` (``telemetry.default_root``)."""
-    from marin_assets.telemetry import default_root
-
     return default_root()
 
 

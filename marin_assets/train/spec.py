@@ -26,6 +26,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from marin_assets.store.names import validate_segment
 from marin_assets.train.budget import BudgetStop
 
 if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
@@ -71,7 +72,7 @@ class TrainSpec:
     budget_file: str | None = None
 
     def __post_init__(self) -> None:
-        from marin_assets.train.config import TrainConfig
+        from marin_assets.train.config import TrainConfig  # deferred (import cost): jax, optax
 
         if not isinstance(self.config, TrainConfig):
             raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
@@ -88,8 +89,6 @@ class TrainSpec:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"spec.{name} must be a non-empty string or null, got {value!r}")
         if self.telemetry_run is not None:
-            from marin_assets.store.names import validate_segment
-
             try:
                 validate_segment(self.telemetry_run, "run name")
             except ValueError as e:
@@ -109,7 +108,7 @@ class TrainSpec:
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
-        from marin_assets.train.config import config_to_dict
+        from marin_assets.train.config import config_to_dict  # deferred (import cost): jax, optax
 
         return {
             "config": config_to_dict(self.config),
@@ -132,7 +131,7 @@ class TrainSpec:
         if not isinstance(data["config"], Mapping):
             raise ValueError(f"{where}.config: expected an object of TrainConfig fields, got {type(data['config']).__name__}")
         try:
-            from marin_assets.train.config import config_from_dict
+            from marin_assets.train.config import config_from_dict  # deferred (import cost): jax, optax
 
             config = config_from_dict(data["config"], where=f"{where}.config")
         except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass

@@ -19,8 +19,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marin_assets import model
 from marin_assets.model.compute import dtype_of
 from marin_assets.model.config import ModelConfig
+from marin_assets.train.guards import init_guard_state
 
 FIELDS = ("params", "opt_state", "guard", "router_bias", "step", "rng")
 
@@ -73,8 +75,6 @@ class Model:
 
 
 def moe_model() -> Model:
-    from marin_assets import model
-
     return Model(model.init_params, model.loss_fn, model.init_router_bias, model.next_router_bias, model.token_mean_loss)
 
 
@@ -82,8 +82,6 @@ def init_state(config, opt, model: Model, key=None) -> TrainState:
     """A fresh state for ``config`` (a TrainConfig): params from ``config.seed`` in ``config.param_dtype``
     (the optimizer state follows the params' dtype), step 0. ``key``: ``jax.random.PRNGKey(config.seed)``
     given as an argument, so a jitted init is one computation for every seed (the same bits either way)."""
-    from marin_assets.train.guards import init_guard_state
-
     key = jax.random.PRNGKey(config.seed) if key is None else key
     key, init_key = jax.random.split(key)
     dtype = dtype_of(config.param_dtype, "TrainConfig.param_dtype")

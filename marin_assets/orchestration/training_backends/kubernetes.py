@@ -16,6 +16,13 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.cluster.fleet import load_fleet
+from marin_assets.cluster.job_objects import COMPUTE_DOMAIN_API, DOMAIN_LABEL, JOB_LABEL
+from marin_assets.cluster.job_shape import job_shape
+from marin_assets.cluster.manifests import SPEC_FILE, SPEC_MOUNT, multihost_jax_manifests
+from marin_assets.cluster.routing import check_feasible
+from marin_assets.cluster.tags import PLACEMENT_TAG, check_name, classify_tags
+from marin_assets.orchestration.admission import parse_placement
 from marin_assets.orchestration.launcher import POOL_TAG  # train on this fleet pool (else the first that fits)
 from marin_assets.orchestration.training_backends.base import (
     WORKER_MODULE,
@@ -78,8 +85,6 @@ class KubernetesTrainingBackend(TrainingBackend):
         )
 
     def _namespace(self) -> str:
-        from marin_assets.cluster.tags import check_name
-
         return check_name("namespace", self.namespace or setting("MARIN_K8S_NAMESPACE") or "default")
 
     def _image(self) -> str:
@@ -92,10 +97,6 @@ class KubernetesTrainingBackend(TrainingBackend):
 
     def plan(self, tags: Mapping[str, str], spec: TrainSpec, *, name: str, pipes_env: Mapping[str, str]) -> list[Any]:
         """The objects for one launch, in creation order; ValueError naming the tag or path at fault."""
-        from marin_assets.cluster.fleet import load_fleet
-        from marin_assets.cluster.manifests import SPEC_FILE, SPEC_MOUNT, multihost_jax_manifests
-        from marin_assets.cluster.tags import classify_tags
-
         if classify_tags(tags).accelerator == "cpu":
             raise ValueError(
                 "kubernetes backend: tag marin/accelerator is cpu; train CPU runs with the local or processes backend"
@@ -146,11 +147,6 @@ class KubernetesTrainingBackend(TrainingBackend):
 def choose_pool(fleet, tags: Mapping[str, str]):
     """(pool, request) for a run's tags: the pool the launcher's capacity admission placed the
     run on (``marin/placement``), else the ``marin/pool`` tag's, else the first that fits."""
-    from marin_assets.cluster.job_shape import job_shape
-    from marin_assets.cluster.routing import check_feasible
-    from marin_assets.cluster.tags import PLACEMENT_TAG, check_name, classify_tags
-    from marin_assets.orchestration.admission import parse_placement
-
     request = classify_tags(tags)
     pools = check_feasible(fleet, request, job_id="run")
     wanted = tags.get(POOL_TAG)
@@ -228,8 +224,6 @@ class KubeTrainingJob:
     # -- create / delete --
 
     def create_all(self) -> None:
-        from marin_assets.cluster.job_objects import COMPUTE_DOMAIN_API
-
         group, version, plural = COMPUTE_DOMAIN_API
         for obj in self.objects:
             kind = _kind(obj)
@@ -250,8 +244,6 @@ class KubeTrainingJob:
 
     def delete_all(self) -> None:
         """Delete what this launch created, newest first; a failed delete is logged, not raised."""
-        from marin_assets.cluster.job_objects import COMPUTE_DOMAIN_API
-
         group, version, plural = COMPUTE_DOMAIN_API
         for obj in reversed(self.created):
             kind, name = _kind(obj), _name(obj)
@@ -271,21 +263,15 @@ class KubeTrainingJob:
     # -- watch --
 
     def _pods(self) -> list[Any]:
-        from marin_assets.cluster.job_objects import JOB_LABEL
-
         return self.apis.core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.name}").items
 
     @staticmethod
     def _process(pod) -> str:
-        from marin_assets.cluster.job_objects import DOMAIN_LABEL
-
         labels = pod.metadata.labels or {}
         index = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "?")
         return f"domain {labels.get(DOMAIN_LABEL, '?')} index {index}"
 
     def _is_rank0(self, pod) -> bool:
-        from marin_assets.cluster.job_objects import DOMAIN_LABEL
-
         return (pod.metadata.labels or {}).get(DOMAIN_LABEL) == "0" and (pod.metadata.annotations or {}).get(
             "batch.kubernetes.io/job-completion-index"
         ) == "0"

@@ -22,8 +22,8 @@ class LocalTrainingBackend(TrainingBackend):
         return self._train(context, spec, on_checkpoint)
 
     def _train(self, context, spec: TrainSpec, on_checkpoint: OnCheckpoint | None) -> TrainOutcome:
-        from marin_assets.hf import warm_start_weights
-        from marin_assets.train.loop import train
+        from marin_assets.hf import warm_start_weights  # deferred (import cost): jax, optax
+        from marin_assets.train.loop import train  # deferred (import cost): jax, optax, polars, pyarrow
 
         rows: list[dict] = []
         # A sharded save commits on its writer thread: the commit is queued there and announced here, on

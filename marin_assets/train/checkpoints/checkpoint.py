@@ -44,6 +44,7 @@ import ml_dtypes
 import numpy as np
 
 from marin_assets.store.fsutil import child, filesystem, is_local, join, sha256_of
+from marin_assets.train.checkpoints import sharded_checkpoint as sharded
 
 log = logging.getLogger(__name__)
 MARKER = "COMMITTED"
@@ -121,8 +122,6 @@ def marker_problem(folder: str | os.PathLike) -> str | None:
     not a commit. Sharded format (``sharded_checkpoint.py``): it names meta.json and every
     process's manifest, and the manifests together name every file of every leaf, each verified.
     """
-    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
-
     fs, path = _fs(folder)
     try:
         with fs.open(join(path, MARKER), "rb") as f:
@@ -153,8 +152,6 @@ def marker_problem(folder: str | os.PathLike) -> str | None:
 
 def is_sharded(folder: str | os.PathLike) -> bool:
     """Whether a (verified) checkpoint folder is in the sharded format."""
-    from marin_assets.train.checkpoints import sharded_checkpoint as sharded
-
     fs, path = _fs(folder)
     return not fs.exists(join(path, "state.npz")) and sharded.read_meta(folder).get("format") == sharded.FORMAT
 
@@ -205,8 +202,6 @@ def load(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     if problem is not None:
         raise ValueError(f"checkpoint {folder} is corrupt or incomplete: {problem}")
     if is_sharded(folder):
-        from marin_assets.train.checkpoints import sharded_checkpoint as sharded
-
         meta = sharded.read_meta(folder)
         return sharded.load_arrays(folder, meta), meta
     fs, path = _fs(folder)

@@ -76,7 +76,8 @@ def check_run_dir(run_dir: str | os.PathLike) -> None:
 
 def step_folders(run_dir: str | os.PathLike) -> dict[int, os.PathLike | str]:
     """{step: folder} of every ``step-*`` folder under ``run_dir/checkpoints``, ascending."""
-    from marin_assets.train.checkpoints import checkpoint as ckpt  # loads JAX: the code location imports this module
+    # deferred (import cost): jax (the code location imports this module)
+    from marin_assets.train.checkpoints import checkpoint as ckpt
 
     folders: dict[int, os.PathLike | str] = {}
     for folder in ckpt.list_checkpoints(child(run_dir, "checkpoints")):
@@ -92,7 +93,8 @@ def plan_retention(
 ) -> RetentionPlan:
     """What to keep (and why) and what to delete among ``run_dir``'s checkpoints; reads, never writes.
     ValueError for a bad ``keep_last``, a pinned step with no folder, or a run dir with no checkpoints."""
-    from marin_assets.train.checkpoints import checkpoint as ckpt  # loads JAX: the code location imports this module
+    # deferred (import cost): jax (the code location imports this module)
+    from marin_assets.train.checkpoints import checkpoint as ckpt
 
     _check_keep_last(keep_last)
     check_run_dir(run_dir)
@@ -176,7 +178,8 @@ def delete_checkpoint(folder: os.PathLike | str) -> None:
 def uncommit(fs, path: str) -> None:
     """Delete the marker of the checkpoint at ``path``; locally the folder is fsynced, so the removal
     survives a power loss before the rest goes (an object store's DELETE is durable when it returns)."""
-    from marin_assets.train.checkpoints import checkpoint as ckpt  # loads JAX: the code location imports this module
+    # deferred (import cost): jax (the code location imports this module)
+    from marin_assets.train.checkpoints import checkpoint as ckpt
 
     fs.rm_file(join(path, ckpt.MARKER))
     if is_local(fs):

@@ -44,6 +44,7 @@ import numpy as np
 
 from marin_assets.store.fsutil import child, filesystem, join, kvstore_spec
 from marin_assets.train.checkpoints import checkpoint as ckpt
+from marin_assets.train.distributed import hosts as distributed
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +190,10 @@ class PendingSave:
 
 
 def _barrier(name: str) -> None:
-    from marin_assets.train.distributed import hosts as distributed
-
     distributed.barrier(name)
 
 
 def _agree(value: bool) -> bool:
-    from marin_assets.train.distributed import hosts as distributed
-
     return bool(distributed.agree(value))
 
 

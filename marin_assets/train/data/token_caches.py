@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from marin_assets.datakit.datasets import LOSS_MASK
+from marin_assets.datakit.datasets import LOSS_MASK, check_shard, index_path, read_dataset
+from marin_assets.datakit.levanter_cache import check_cache
+from marin_assets.store.fsutil import kvstore_spec
 
 
 class TokenCache:
@@ -66,8 +68,6 @@ class TokenCache:
 
     def _open(self, sub: str, field: str | None = None):
         import tensorstore as ts
-
-        from marin_assets.store.fsutil import kvstore_spec
 
         spec = {"driver": "zarr3", "kvstore": kvstore_spec(f"{self.path.rstrip('/')}/{field or self.field}/{sub}")}
         return ts.open(spec, open=True, read=True).result()
@@ -158,8 +158,6 @@ class SourceData:
 def _check_cache(path: str, fields: tuple[str, ...], rows: int | None, tokens: int | None) -> None:
     """levanter_cache.check_cache, its error naming the cache: a write that failed or was killed (no
     finished ledger) holds a prefix of the documents; a missing chunk reads as zeros."""
-    from marin_assets.datakit.levanter_cache import check_cache
-
     try:
         check_cache(path, fields, rows, tokens)
     except ValueError as e:
@@ -212,8 +210,6 @@ def open_source(path: str | os.PathLike) -> SourceData:
     """The data at ``path``: a dataset index (``dataset.json`` or its folder: many shard
     caches, read in place), a DataKit cache folder (``train/`` + ``validation/`` + stats.json)
     or one Levanter split (trained on, no held-out split)."""
-    from marin_assets.datakit.datasets import check_shard, index_path, read_dataset
-
     where = os.fspath(path)
     if index_path(where) is not None:
         dataset = read_dataset(where)

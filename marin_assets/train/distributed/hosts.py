@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from marin_assets.cluster.jax_env import jax_distributed_args
 from marin_assets.compat import cache_writes_from_every_cpu_process, distributed_client, xla_backends_started
 from marin_assets.settings import setting
 
@@ -79,8 +80,6 @@ def positive_env(env: Mapping[str, str], name: str, default: int | None) -> int 
 
 def distributed_from_env(env: Mapping[str, str]) -> Distributed:
     """The process's place in the job, from the manifests' environment (pure: no JAX)."""
-    from marin_assets.cluster.jax_env import jax_distributed_args
-
     if positive_env(env, "JAX_NUM_PROCESSES", 1) == 1 and "JAX_COORDINATOR_ADDRESS" not in env:
         return Distributed()
     for name in ("JOB_COMPLETION_INDEX", "MARIN_PROCESS_OFFSET", "JAX_NUM_PROCESSES"):

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from marin_assets.train.data.batches import MaskedRows
 from marin_assets.train.distributed.hosts import barrier, positive_env
 
 log = logging.getLogger(__name__)
@@ -286,8 +287,6 @@ def shard_batch(mesh, local_rows, global_batch: int):
     """This process's rows (``process_rows``) -> the global [B, S] array on the mesh; a ``MaskedRows``
     (tokens, loss mask, segment ids or None) -> the same of global arrays."""
     import jax
-
-    from marin_assets.train.data.batches import MaskedRows
 
     if isinstance(local_rows, MaskedRows):
         return local_rows._make(None if part is None else shard_batch(mesh, part, global_batch) for part in local_rows)

@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from marin_assets.train.distributed import hosts as distributed
+from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.spec import TrainSpec, load_spec
 
 if TYPE_CHECKING:  # the module stays light until main runs: restore imports JAX
@@ -69,8 +71,7 @@ def result_metadata(result, mesh) -> dict:
 def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) -> int:
     """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None;
     ``read_weights``: what reads an ``hf:PATH`` warm start (``train``'s argument)."""
-    from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import train
+    from marin_assets.train.loop import train  # deferred (import cost): jax, optax, polars, pyarrow
 
     mesh = meshlib.make_mesh(spec.config.model)
     meshlib.check_fits(mesh, spec.config.model, spec.config.batch_size, spec.config.seq_len, spec.config.microbatches)
@@ -121,8 +122,6 @@ def main(
     except ValueError as e:
         print(f"marin train worker: bad spec: {e}", file=sys.stderr)
         return EXIT_BAD_SPEC
-
-    from marin_assets.train.distributed import hosts as distributed
 
     setup = distributed.init_distributed()  # before anything starts a JAX backend
     if setup.process_id != 0 or open_reporter is None:
