@@ -17,8 +17,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REASON = re.compile(r"# deferred \((import cost|optional dependency)\): \S")
-# Being rewritten on another branch (issue 39); drop from here once it follows the rule.
-NOT_YET = {"marin_assets/phases/plan.py"}
 
 
 def _imports_our_own(node: ast.AST) -> bool:
@@ -58,7 +56,6 @@ def test_local_imports_of_our_own_modules_say_why():
     unexplained = [
         f"{path.relative_to(ROOT)}:{line}"
         for path in sorted((ROOT / "marin_assets").rglob("*.py"))
-        if str(path.relative_to(ROOT)) not in NOT_YET
         for line in unexplained_local_imports(path.read_text())
     ]
     assert not unexplained, (

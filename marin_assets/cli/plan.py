@@ -16,6 +16,7 @@ import sys
 
 from marin_assets.cli._types import finite_float
 from marin_assets.knobs import add_flags, from_flags
+from marin_assets.train.config import load_config
 
 _KNOBS = ["tokens_per_gpu", "bytes_per_value", "state_bytes_per_param", "granularity"]
 
@@ -35,7 +36,6 @@ def register(subparsers) -> None:
 
 def _comm(args: argparse.Namespace) -> int:
     from marin_assets.cluster.comm_plan import CommPlanConfig, plan_comm  # deferred (import cost): jax
-    from marin_assets.train.config import load_config  # deferred (import cost): jax, optax
 
     try:
         config = from_flags(args, CommPlanConfig)

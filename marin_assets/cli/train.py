@@ -29,6 +29,7 @@ from marin_assets.cli.train_tools import register_tools
 from marin_assets.store.fsutil import check_bucket, child, filesystem, join
 from marin_assets.train.checkpoints.work_dir import check_is_folder, work_dir_lease
 from marin_assets.train.compile_cache import ensure_compile_cache
+from marin_assets.train.config import load_config, replace
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.metrics import read_metrics
 
@@ -118,7 +119,6 @@ def run(args: argparse.Namespace) -> int:
 
     from marin_assets.hf import warm_start_weights  # deferred (import cost): jax, optax
     from marin_assets.train.checkpoints.sharded_checkpoint import CheckpointNotWritten  # deferred (import cost): jax
-    from marin_assets.train.config import load_config, replace  # deferred (import cost): jax, optax
 
     # deferred (import cost): jax, optax, polars, pyarrow
     from marin_assets.train.loop import TooManySkippedSteps, open_sources, train

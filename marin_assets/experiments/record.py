@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin_assets.config_files import load_structured
 from marin_assets.store.names import validate_segment
+from marin_assets.train.config import config_from_dict, config_to_dict
 
 if TYPE_CHECKING:  # the config module imports jax; the outline (code-location load) must not
     from marin_assets.train.config import TrainConfig
@@ -289,7 +290,6 @@ class ExperimentRecord:
     def train_config(self, arm: str, vocab_size: int | None = None) -> TrainConfig:
         """The arm's TrainConfig before the per-budget step count (baseline + change);
         ``vocab_size`` (the corpus's) fills ``model.vocab_size`` where neither sets it."""
-        from marin_assets.train.config import config_from_dict  # deferred (import cost): jax, optax
 
         where = f"{self.source}: arm {arm!r}"
         try:
@@ -335,7 +335,6 @@ def _check_change(change: Mapping[str, Any], where: str) -> None:
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
-    from marin_assets.train.config import config_from_dict, config_to_dict  # deferred (import cost): jax, optax
 
     spec = _mapping(spec, f"{source}: baseline")
     unknown = sorted(set(spec) - {"config", "override"})

@@ -33,9 +33,12 @@ from marin_assets.experiments.data import CORPUS_KEY, Corpus
 from marin_assets.experiments.lock import STAMP_KEY, check_lock, check_run_rows, lock_arm, run_stamp
 from marin_assets.experiments.record import ExperimentRecord, validate_name
 from marin_assets.experiments.speedup import RunLoss
+from marin_assets.model import flops_per_token
 from marin_assets.scaling.sweep import budget_label
 from marin_assets.store import ArtifactRef, ArtifactStore, compute_version
 from marin_assets.store.fsutil import filesystem, join, read_json
+from marin_assets.train.config import config_to_dict, replace
+from marin_assets.train.data.sources import open_sources
 
 if TYPE_CHECKING:  # imports jax: only where a run is planned or executed (see record.RecordOutline)
     from marin_assets.train.config import TrainConfig
@@ -89,8 +92,6 @@ class RunSpec:
 def run_spec(record: ExperimentRecord, arm: str, budget: float, seed: int, vocab_size: int) -> RunSpec:
     """The arm's config with the steps ``budget`` buys and a WSD schedule scaled to them;
     ``vocab_size`` (the corpus's) fills ``model.vocab_size`` where the record leaves it unset."""
-    from marin_assets.model import flops_per_token  # deferred (import cost): jax
-    from marin_assets.train.config import replace  # deferred (import cost): jax, optax
 
     base = record.train_config(arm, vocab_size=vocab_size)
     if base.model.vocab_size < vocab_size:
@@ -138,7 +139,6 @@ def plan_runs(record: ExperimentRecord, vocab_size: int) -> list[RunSpec]:
 
 
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
-    from marin_assets.train.config import config_to_dict  # deferred (import cost): jax, optax
 
     return compute_version(
         runs_key(spec.experiment),
@@ -162,7 +162,6 @@ def validation_loss(checkpoint_dir: Path, dataset_index: str, seq_len: int, wind
     import numpy as np
 
     from marin_assets.model import loss_fn  # deferred (import cost): jax
-    from marin_assets.train.data.sources import open_sources  # deferred (import cost): jax, optax
     from marin_assets.train.restore import load_model_from_checkpoint  # deferred (import cost): jax, optax
 
     params, model_config, bias, _ = load_model_from_checkpoint(checkpoint_dir)
@@ -214,7 +213,6 @@ def execute_run(
     ``stamp`` under STAMP_KEY if given) and metrics.jsonl."""
     import fsspec
 
-    from marin_assets.train.config import config_to_dict  # deferred (import cost): jax, optax
     from marin_assets.train.loop import train  # deferred (import cost): jax, optax
 
     started = time.monotonic()
@@ -258,7 +256,6 @@ def materialize_run(
     The stamp does not enter the version: an edit to a frozen field that leaves the config
     alone (the hypothesis, the criterion) must be refused, not recomputed under the new text.
     """
-    from marin_assets.train.config import config_to_dict  # deferred (import cost): jax, optax
 
     # The lock files now; every committed run's stamp before a run is trained (lock_arm), and this
     # run's own stamp below: a rerun of cache hits reads no other run.

@@ -27,8 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from marin_assets.datakit.mixture import Mixture
+from marin_assets.model.config import ModelConfig
 from marin_assets.numeric_checks import check_field_types
-from marin_assets.train.config import SCHEDULE_KINDS
+from marin_assets.store.names import validate_segment
+from marin_assets.train.config import SCHEDULE_KINDS, replace
 
 
 def _check_mix(mixture: Mapping[str, float], where: str) -> Mixture:
@@ -44,7 +46,6 @@ def _check_model_changes(changes: Mapping[str, Any] | None, where: str) -> None:
     the values themselves are checked by ModelConfig when the phase's TrainConfig is built."""
     if changes is None:
         return
-    from marin_assets.model.config import ModelConfig
 
     if not isinstance(changes, Mapping) or not changes:
         raise ValueError(f"{where}: model_changes must be a non-empty mapping of ModelConfig fields, got {changes!r}")
@@ -59,13 +60,13 @@ def _check_model_changes(changes: Mapping[str, Any] | None, where: str) -> None:
 def _check_name(name: str, what: str) -> None:
     """A run or phase name becomes a path segment and a partition key: one safe segment, or a
     ValueError naming ``what`` and the name (``a/b`` or ``../x`` would leave the run's folder)."""
-    from marin_assets.store.names import validate_segment
 
     validate_segment(name, what)
 
 
 def _check_mapping_name(name: str, where: str) -> None:
-    from marin_assets.train.checkpoints.transplant import MAPPINGS  # imports JAX: only for a plan that names a mapping
+    # deferred (import cost): jax, and only a plan that names a mapping needs it
+    from marin_assets.train.checkpoints.transplant import MAPPINGS
 
     if name not in MAPPINGS:
         raise ValueError(f"{where}: transplant mapping {name!r} is not one of {sorted(MAPPINGS)}")
@@ -171,7 +172,6 @@ class BranchSpec:
     z_loss: float | None = None  # None: the source phase's
 
     def __post_init__(self) -> None:
-        from marin_assets.store.names import validate_segment
 
         check_field_types(self)
         where = f"BranchSpec {self.name!r}"
@@ -274,7 +274,6 @@ class PhasePlan:
 def phase_telemetry_run(run: str, phase: str) -> str:
     """The telemetry store's run name for one phase of ``run``: the trainer logs under it
     (``train(..., telemetry_run=...)``) and the phase controller reads it live."""
-    from marin_assets.store.names import validate_segment
 
     return validate_segment(f"{run}-{phase}", "telemetry run")
 
@@ -299,7 +298,6 @@ def _context_batch(base, spec: PhaseSpec) -> tuple[int, int]:
 def phase_train_config(base, spec: PhaseSpec):
     """A TrainConfig for ``spec`` from a base TrainConfig (model, optimizer, guards, seq_len); a context phase
     (``spec.seq_len``) trains on sequences of that length, with the tokens per batch of the base's."""
-    from marin_assets.train.config import replace
 
     seq_len, batch_size = _context_batch(base, spec)
     steps = max(1, spec.token_budget // (batch_size * seq_len))

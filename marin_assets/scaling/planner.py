@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin_assets.model import ModelConfig, count_params, flops_per_token
 from marin_assets.numeric_checks import check_float, check_int
 from marin_assets.scaling.data import bucket_flops
 from marin_assets.scaling.recipes import V1, Recipe
@@ -121,7 +122,6 @@ class ModelFamily:
         return self.recipe.learning_rate(width, steps)
 
     def build_config(self, width: int, depth: int, heads: int) -> Any:
-        from marin_assets.model import ModelConfig  # deferred (import cost): jax
 
         kv_heads = max(1, heads // self.kv_group)
         fields: dict[str, Any] = dict(
@@ -206,14 +206,12 @@ class SweepPlan:
 
 def training_flops_per_token(config, seq_len: int) -> float:
     """Training FLOPs per token of a ModelConfig (the planner's default counter)."""
-    from marin_assets.model import flops_per_token  # deferred (import cost): jax
 
     return float(flops_per_token(config, seq_len))
 
 
 def active_params(config) -> float:
     """Active parameters of a ModelConfig: what a token pays for (the N of the fits)."""
-    from marin_assets.model import count_params  # deferred (import cost): jax
 
     return float(count_params(config)[1])
 

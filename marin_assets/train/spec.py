@@ -24,13 +24,11 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marin_assets.store.names import validate_segment
 from marin_assets.train.budget import BudgetStop
-
-if TYPE_CHECKING:  # train.config imports the optimizers and so jax: the code location must not pay that
-    from marin_assets.train.config import TrainConfig
+from marin_assets.train.config import TrainConfig, config_from_dict, config_to_dict
 
 SPEC_KEYS = (
     "config",
@@ -72,7 +70,6 @@ class TrainSpec:
     budget_file: str | None = None
 
     def __post_init__(self) -> None:
-        from marin_assets.train.config import TrainConfig  # deferred (import cost): jax, optax
 
         if not isinstance(self.config, TrainConfig):
             raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
@@ -108,7 +105,6 @@ class TrainSpec:
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
-        from marin_assets.train.config import config_to_dict  # deferred (import cost): jax, optax
 
         return {
             "config": config_to_dict(self.config),
@@ -131,8 +127,6 @@ class TrainSpec:
         if not isinstance(data["config"], Mapping):
             raise ValueError(f"{where}.config: expected an object of TrainConfig fields, got {type(data['config']).__name__}")
         try:
-            from marin_assets.train.config import config_from_dict  # deferred (import cost): jax, optax
-
             config = config_from_dict(data["config"], where=f"{where}.config")
         except (TypeError, AttributeError) as e:  # a field of the wrong type reached a dataclass
             raise ValueError(f"{where}.config: {e}") from None
