@@ -3,7 +3,7 @@
 
 Every config of the tree lives in a module without JAX (this one, model/config.py): a process that only
 reads, checks or generates configs (the Dagster code location, ``marin`` parsing a file) never imports it.
-The code that runs them is in optimizers.py, schedules.py and guards.py."""
+The code that runs them is in optimizers.py, lr_schedules.py and guards.py."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from marin_assets.train.config import TrainConfig
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.distributed import offload
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
+from marin_assets.train.lr_schedules import learning_rate
 from marin_assets.train.optimizers import Optimizer
-from marin_assets.train.schedules import learning_rate
 from marin_assets.train.state import Model, TrainState, moe_model
 
 

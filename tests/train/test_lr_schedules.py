@@ -3,7 +3,7 @@ import math
 import pytest
 
 from marin_assets.train.config import ScheduleConfig
-from marin_assets.train.schedules import learning_rate
+from marin_assets.train.lr_schedules import learning_rate
 
 
 def lr(step, **kw):
