@@ -59,6 +59,7 @@ from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
 from marin_assets.train.restore import Run, WeightsReader, fresh_run, resolve_checkpoint, start
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
+from marin_assets.train.spec import TrainSpec
 from marin_assets.train.state import Model, init_state, moe_model
 from marin_assets.train.step import default_model, make_train_step, phase_lrs, train_step_for
 from marin_assets.train.stopping import CheckedStop, StopCheck, StopSignals
@@ -290,3 +291,20 @@ def _run_steps(run: Run, step_fn, loader: MixedLoader, hooks: Hooks) -> None:
                     log.warning("stopped at step %d by %s (checkpointed)", step, info.stopped_by)
                     break
     hooks.run_end(info, stepped=begin < end_step)
+
+
+def train_spec(spec: TrainSpec, **hooks) -> TrainResult:
+    """``train`` on a backend's job: the spec's config, data, work dir, warm start, telemetry run and stop
+    check; ``hooks`` are the caller's (log_fn, mesh, on_checkpoint, read_weights, ...)."""
+    return train(
+        spec.config,
+        spec.caches,
+        spec.out_dir,
+        resume=spec.resume,
+        warm_start=spec.warm_start,
+        telemetry_run=spec.telemetry_run,
+        telemetry_root=spec.telemetry_root,
+        allow_tokenizer_change=spec.allow_tokenizer_change,
+        stop_check=spec.stop_check(),
+        **hooks,
+    )

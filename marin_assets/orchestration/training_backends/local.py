@@ -23,7 +23,7 @@ class LocalTrainingBackend(TrainingBackend):
 
     def _train(self, context, spec: TrainSpec, on_checkpoint: OnCheckpoint | None) -> TrainOutcome:
         from marin_assets.hf import warm_start_weights  # deferred (import cost): jax, optax
-        from marin_assets.train.loop import train  # deferred (import cost): jax, optax, polars, pyarrow
+        from marin_assets.train.loop import train_spec  # deferred (import cost): jax, optax, polars, pyarrow
 
         rows: list[dict] = []
         # A sharded save commits on its writer thread: the commit is queued there and announced here, on
@@ -40,17 +40,9 @@ class LocalTrainingBackend(TrainingBackend):
             if self.log_every_steps > 0 and row["step"] % self.log_every_steps == 0:
                 context.log.info(f"step {row['step']}: loss {row['loss']:.4f}")
 
-        result = train(
-            spec.config,
-            spec.caches,
-            spec.out_dir,
-            resume=spec.resume,
-            warm_start=spec.warm_start,
+        result = train_spec(
+            spec,
             log_fn=log_row,
-            telemetry_run=spec.telemetry_run,
-            telemetry_root=spec.telemetry_root,
-            allow_tokenizer_change=spec.allow_tokenizer_change,
-            stop_check=spec.stop_check(),
             on_checkpoint=None if on_checkpoint is None else lambda folder, step: committed.put((folder, step)),
             read_weights=warm_start_weights,
         )

@@ -71,7 +71,7 @@ def result_metadata(result, mesh) -> dict:
 def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) -> int:
     """Train the phase in this process; ``pipes``: the Pipes context on process 0, else None;
     ``read_weights``: what reads an ``hf:PATH`` warm start (``train``'s argument)."""
-    from marin_assets.train.loop import train  # deferred (import cost): jax, optax, polars, pyarrow
+    from marin_assets.train.loop import train_spec  # deferred (import cost): jax, optax, polars, pyarrow
 
     mesh = meshlib.make_mesh(spec.config.model)
     meshlib.check_fits(mesh, spec.config.model, spec.config.batch_size, spec.config.seq_len, spec.config.microbatches)
@@ -82,20 +82,7 @@ def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) 
 
     if pipes is not None:
         pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
-    result = train(
-        spec.config,
-        spec.caches,
-        spec.out_dir,
-        resume=spec.resume,
-        warm_start=spec.warm_start,
-        log_fn=report,
-        mesh=mesh,
-        telemetry_run=spec.telemetry_run,
-        telemetry_root=spec.telemetry_root,
-        allow_tokenizer_change=spec.allow_tokenizer_change,
-        stop_check=spec.stop_check(),
-        read_weights=read_weights,
-    )
+    result = train_spec(spec, log_fn=report, mesh=mesh, read_weights=read_weights)
     if pipes is not None:
         pipes.log.info(
             result.stop_message if result.stopped_by else f"done at step {result.final_step}, last loss {result.last_loss}"
