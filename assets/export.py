@@ -9,7 +9,7 @@ input would make every export wait for the ladder; the eval as an input left the
 lineage graph, tests/e2e/test_ui.py), so they do not enter the export's version: export after scoring, as
 `make demo` does. Not
 automated: an export is a release step, asked for in the UI or a job; `make demo` asks for it once, for the main
-run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/run_plan.py DEMO_BASE.model), so
+run's newest phase (demo/export.py). The demo's model is Qwen3-MoE-shaped (assets/run_plan.py DEMO_BASE["model"]), so
 it maps exactly onto the qwen3_moe layout. A model with no exact HF layout (e.g. our own MoE: sigmoid routing, a
 shared expert, a quantile balancing bias) fails the step with export_hf's one-line reason.
 """

@@ -1,5 +1,6 @@
-"""The demo's run as data, every value of it in this file: its name, the base training config every phase
-starts from, and the phase plan the phase controller decides it by (sensors/phase_controller.py);
+"""The demo's run as data, every value it sets in this file (the rest are the library's defaults): its name,
+the base training config every phase starts from, and the phase plan the phase controller decides it by
+(sensors/phase_controller.py);
 assets/training.py's train/demo and eval/demo are partitioned by its phases."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-device training-state bytes with and without FSDP (issue 25 item 1), on a 2 x 2 mesh.
 
 The state is the trainer's own (``train.state.init_state``: params, optimizer state, guards,
-router bias, step, RNG) for ``--config``; its layout is ``train.mesh.state_shardings`` with
+router bias, step, RNG) for ``--config``; its layout is ``train.distributed.mesh.state_shardings`` with
 ``fsdp=True`` (ours) or ``False`` (reference: non-expert state replicated). Bytes per device are
 summed from each leaf's shard shape under its sharding, and cross-checked against XLA: the
 compiled state init's ``memory_analysis().output_size_in_bytes`` (what one device's outputs

@@ -16,13 +16,14 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OURS = ("marin_assets", "kernels")  # the library and the kernels below it (the definition layer is not checked)
 REASON = re.compile(r"# deferred \((import cost|optional dependency)\): \S")
 
 
 def _imports_our_own(node: ast.AST) -> bool:
     if isinstance(node, ast.Import):
-        return any(alias.name.split(".")[0] == "marin_assets" for alias in node.names)
-    return isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == "marin_assets")
+        return any(alias.name.split(".")[0] in OURS for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] in OURS)
 
 
 def unexplained_local_imports(source: str) -> list[int]:

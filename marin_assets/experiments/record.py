@@ -335,7 +335,6 @@ def _check_change(change: Mapping[str, Any], where: str) -> None:
 
 
 def _baseline(spec: Any, base_dir: Path, source: str) -> dict:
-
     spec = _mapping(spec, f"{source}: baseline")
     unknown = sorted(set(spec) - {"config", "override"})
     if unknown:

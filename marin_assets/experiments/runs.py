@@ -139,7 +139,6 @@ def plan_runs(record: ExperimentRecord, vocab_size: int) -> list[RunSpec]:
 
 
 def run_version(spec: RunSpec, record: ExperimentRecord, corpus_version: str) -> str:
-
     return compute_version(
         runs_key(spec.experiment),
         CODE_VERSION,

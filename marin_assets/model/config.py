@@ -39,7 +39,8 @@ _INT_RANGES = {
 
 # How the step computes (model/compute.py maps each name onto JAX), named here so a config checks them
 # without importing JAX.
-DTYPE_NAMES = ("float32", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}  # bytes per value
+DTYPE_NAMES = tuple(DTYPE_BYTES)
 DEFAULT_DTYPE = "float32"
 REMAT_NAMES = ("none", "full", "save_matmuls")
 DEFAULT_REMAT = "none"

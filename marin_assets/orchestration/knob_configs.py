@@ -115,7 +115,6 @@ def dataclass_config(
     overrides: Mapping[str, Override] | None = None,
     values: Mapping[str, Any] | None = None,
     why: str = "",
-    doc: str = "",
 ) -> Any:  # a DataclassConfig subclass; Any, as its fields exist only at run time (a type checker cannot see them)
     """A Dagster config with the library dataclass ``cls``'s ``fields``: its types and defaults (a
     field without a default is required), ``nested`` configs for dataclass-typed fields (their class
@@ -126,9 +125,12 @@ def dataclass_config(
     ignores a default instance (``base: TrainBaseConfig = TrainBaseConfig(d_model=32)`` launches 64)."""
     nested, overrides, values = nested or {}, dict(overrides or {}), values or {}
     by_name = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted((set(fields) | set(values)) - set(by_name))
+    unknown = sorted(set(fields) - set(by_name))
     if unknown:
         raise ValueError(f"{name}: {cls.__name__} has no field(s) {unknown}")
+    unlisted = sorted((set(nested) | set(overrides) | set(values)) - set(fields))
+    if unlisted:
+        raise ValueError(f"{name}: {unlisted} are set but not among the fields {list(fields)}")
     hints = typing.get_type_hints(cls)
     if values and not why.strip():
         raise ValueError(f"{name}: values {sorted(values)} depart from {cls.__name__}'s defaults: say why")
@@ -148,7 +150,7 @@ def dataclass_config(
         else:
             out[field_name] = (_config_type(hints[field_name]), _library_default(by_name[field_name], extra))
     model = pydantic.create_model(name, __base__=DataclassConfig, **out)
-    model.__doc__ = doc or f"{cls.__name__}'s fields ({cls.__module__}), as Dagster config."
+    model.__doc__ = f"{cls.__name__}'s fields ({cls.__module__}), as Dagster config."
     return model
 
 
@@ -173,8 +175,10 @@ def _config_type(hint: Any) -> Any:
     dataclass checks the value when the config becomes one)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
-        (kind,) = {type(a) for a in args}
-        return kind
+        kinds = {type(a) for a in args}
+        if len(kinds) != 1:
+            raise TypeError(f"a Literal of one type becomes config, not {hint!r}")
+        return kinds.pop()
     if origin in (Mapping, dict):
         if not args:
             return dict

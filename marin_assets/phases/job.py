@@ -1,7 +1,8 @@
 """One phase -> one training job: what a backend runs for the phase the controller chose.
 
-    spec = phase_spec(config_values, schedule)        # the phase as the controller sent it
-    job = phase_job(spec, base_config(base, vocab), schedule, datasets, out_dir=scratch, run="demo",
+    data = phase_mixture(values["mixture"], schedule)  # its own mix, else the mixture asset's schedule
+    spec = phase_spec(values, data)                    # the phase as the controller sent it
+    job = phase_job(spec, base_config(base, vocab), data, datasets, out_dir=scratch, run="demo",
                     attempt=0, warm_start=warm_dir, budget_file=None)
     backend.run(job)
 
@@ -45,10 +46,8 @@ def phase_spec(values: Mapping[str, Any], schedule: Mixture | None = None) -> Ph
 def base_config(base: Mapping[str, Any], vocab_size: int) -> TrainConfig:
     """The TrainConfig every phase starts from, from its nested-dict spelling; a model vocabulary of
     ``TOKENIZER_VOCAB`` becomes the tokenizer's ``vocab_size``."""
-    model = dict(base.get("model") or {})
-    if model.get("vocab_size", TOKENIZER_VOCAB) == TOKENIZER_VOCAB:
-        model["vocab_size"] = vocab_size
-    return config_from_dict({**base, "model": model}, "base")
+    model = {k: v for k, v in (base.get("model") or {}).items() if not (k == "vocab_size" and v == TOKENIZER_VOCAB)}
+    return config_from_dict({**base, "model": model}, "base", vocab_size=vocab_size)
 
 
 def phase_job(

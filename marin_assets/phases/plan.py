@@ -92,7 +92,7 @@ class PhaseSpec:
     warmup_start_fraction: float = 0.0
     start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
     model_changes: Mapping[str, Any] | None = None  # ModelConfig overrides, e.g. {"qk_norm": True}
-    transplant: str | None = None  # a train.transplant mapping: the warm start is of another architecture
+    transplant: str | None = None  # a train.checkpoints.transplant mapping: the warm start is of another architecture
     seq_len: int | None = None  # a context phase's sequence length (None: the base's); tokens per batch kept
 
     def __post_init__(self) -> None:
@@ -172,7 +172,6 @@ class BranchSpec:
     z_loss: float | None = None  # None: the source phase's
 
     def __post_init__(self) -> None:
-
         check_field_types(self)
         where = f"BranchSpec {self.name!r}"
         validate_segment(self.name, "branch name")

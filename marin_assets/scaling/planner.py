@@ -122,7 +122,6 @@ class ModelFamily:
         return self.recipe.learning_rate(width, steps)
 
     def build_config(self, width: int, depth: int, heads: int) -> Any:
-
         kv_heads = max(1, heads // self.kv_group)
         fields: dict[str, Any] = dict(
             vocab_size=self.vocab_size,

@@ -7,6 +7,7 @@ train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, mo
       on a ("data", "expert") device mesh (distributed/mesh.py; default every global device),
       out_dir (checkpoints, metrics.jsonl, loss curve, train_result.json) a local dir
       or any fsspec URL (checkpoints/checkpoint.py, metrics.py)
+train_spec(spec, **options) -> TrainResult: train() on a TrainSpec, what backends and workers call (loop.py)
 Hooks().add_hook(fn, every=N, at_end=False): fn(StepInfo) after every Nth global step
       (hooks.py); checkpoints, metrics, stop signals and held-out loss are hooks too
 TooManySkippedSteps(RuntimeError): .result, .skipped, .steps                (result.py)

@@ -20,6 +20,7 @@ from marin_assets.knobs import knob
 from marin_assets.model.config import (
     DEFAULT_DTYPE,
     DEFAULT_REMAT,
+    DTYPE_BYTES,
     DTYPE_NAMES,
     MAX_INT32,
     REMAT_NAMES,
@@ -349,7 +350,6 @@ def load_config(path: str | Path, vocab_size: int | None = None, check_memory: b
 # Moments the optimizer keeps per parameter: Adam's two; Muon's one momentum on the matrices (most
 # parameters; its Adam moments on the rest are not counted, so the estimate stays a lower bound).
 _MOMENTS = {"adamw": 2, "adamh": 2, "muon": 1}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def state_bytes(config: TrainConfig) -> int:

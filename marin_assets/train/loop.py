@@ -6,7 +6,7 @@ State is one pytree (``TrainState``) so a checkpoint is a single flatten and a r
 unflatten. The host loop only feeds batches (read ahead on a thread) to the jitted step
 (``step.py``) and runs the hooks (``hooks.py``) after each step; ``train`` registers the
 metrics emitter (``emit.py``), the stop-request check (``stopping.py``), the checkpoint cadence
-(``checkpointing.py``) and the held-out loss (``heldout.py``) as hooks, and a caller adds its
+(``checkpoints/checkpointing.py``) and the held-out loss (``data/heldout.py``) as hooks, and a caller adds its
 own with ``Hooks.add_hook(fn, every=N)``. Where the phase starts (fresh, resume, warm start) is
 ``restore.py``; what it leaves (``TrainResult``) is ``result.py``.
 
@@ -15,7 +15,7 @@ device, one process or many (one device is the 1 x 1 mesh of the same code). The
 laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
 replicated), the routed experts run through the mesh's EP transport, and each process reads
 only its rows of every batch. Checkpoints are sharded: each process writes the shards it owns
-while the next steps run (``checkpointing.py``, ``sharded_checkpoint.py``); metrics, the loss
+while the next steps run (``checkpoints/checkpointing.py``, ``checkpoints/sharded_checkpoint.py``); metrics, the loss
 curve and train_result.json are written by process 0 alone. The work dir (all
 of those) is a local dir or any fsspec URL (``gs://``; ``memory://`` in tests).
 
@@ -293,9 +293,10 @@ def _run_steps(run: Run, step_fn, loader: MixedLoader, hooks: Hooks) -> None:
     hooks.run_end(info, stepped=begin < end_step)
 
 
-def train_spec(spec: TrainSpec, **hooks) -> TrainResult:
+def train_spec(spec: TrainSpec, **options) -> TrainResult:
     """``train`` on a backend's job: the spec's config, data, work dir, warm start, telemetry run and stop
-    check; ``hooks`` are the caller's (log_fn, mesh, on_checkpoint, read_weights, ...)."""
+    check; ``options`` are the rest of ``train``'s arguments, the caller's (log_fn, mesh, on_checkpoint,
+    read_weights, ...)."""
     return train(
         spec.config,
         spec.caches,
@@ -306,5 +307,5 @@ def train_spec(spec: TrainSpec, **hooks) -> TrainResult:
         telemetry_root=spec.telemetry_root,
         allow_tokenizer_change=spec.allow_tokenizer_change,
         stop_check=spec.stop_check(),
-        **hooks,
+        **options,
     )

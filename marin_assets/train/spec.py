@@ -70,7 +70,6 @@ class TrainSpec:
     budget_file: str | None = None
 
     def __post_init__(self) -> None:
-
         if not isinstance(self.config, TrainConfig):
             raise ValueError(f"spec.config must be a TrainConfig, got {type(self.config).__name__}")
         object.__setattr__(self, "caches", self._checked_caches(self.caches))
@@ -105,7 +104,6 @@ class TrainSpec:
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
-
         return {
             "config": config_to_dict(self.config),
             "caches": self.caches,

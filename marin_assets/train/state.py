@@ -56,7 +56,7 @@ class Model:
     init_params(config, key) -> params
     loss_fn(params, tokens[B, S] int32, config, router_bias, loss_mask=None, ep=None, **options)
         -> (scalar loss, aux dict); the loop passes ``ep``, the mesh's routed-expert layer
-        (``train.mesh.expert_parallel``: a ``kernels.expert_parallel.ExpertParallel``, None
+        (``train.distributed.mesh.expert_parallel``: a ``kernels.expert_parallel.ExpertParallel``, None
         for a dense model), which a MoE must use for its routed experts; ``options`` are the
         compute knobs a TrainConfig sets away from their defaults (``step.compute_options``:
         compute_dtype, remat), which a loss_fn that does not take them cannot be used with

@@ -1,4 +1,4 @@
-"""The training worker as the backends launch it (WORKER_MODULE: train.worker + Pipes): spec parsing, and a real run
+"""The training worker as the backends launch it (WORKER_MODULE: train.distributed.worker + Pipes): spec parsing, and a real run
 that reports through Dagster Pipes (file-based context and messages, as a launcher would)."""
 
 from __future__ import annotations

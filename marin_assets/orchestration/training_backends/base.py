@@ -12,8 +12,8 @@ import dagster as dg
 
 from marin_assets.train.spec import TrainSpec
 
-WORKER_MODULE = "marin_assets.orchestration.training_backends.pipes_worker"  # train.worker + Pipes
-# (checkpoint folder, step) of a committed checkpoint; train.checkpointing's own alias is not imported: it loads JAX.
+WORKER_MODULE = "marin_assets.orchestration.training_backends.pipes_worker"  # train.distributed.worker + Pipes
+# (checkpoint folder, step) of a committed checkpoint; train.checkpoints.checkpointing's own alias is not imported: it loads JAX.
 OnCheckpoint = Callable[[Path | str, int], None]
 OUTCOME_FIELDS = ("final_step", "tokens", "phase_start_step", "last_loss", "tokens_left", "counts")
 

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels.expert_parallel import ExpertParallel
 from marin_assets.train.data.batches import MaskedRows
 from marin_assets.train.distributed.hosts import barrier, positive_env
 
@@ -138,8 +139,6 @@ def make_mesh(model_config=None, expert: int | None = None, devices=None, env: M
 
 def expert_parallel(mesh, model_config):
     """The routed-expert layer for ``loss_fn(..., ep=...)``; None for a dense model."""
-    from kernels.expert_parallel import ExpertParallel
-
     if not model_config.is_moe:
         return None
     return ExpertParallel(

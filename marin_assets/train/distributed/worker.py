@@ -5,7 +5,7 @@
 SPEC: ``TrainSpec.to_json_dict()`` (``marin_assets/train/spec.py`` names its keys), in a
 local file or at an fsspec URL; the orchestration side builds the same ``TrainSpec``.
 
-Environment: see marin_assets/train/distributed/mesh.py (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+Environment: see marin_assets/train/distributed/hosts.py (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JOB_COMPLETION_INDEX, MARIN_PROCESS_OFFSET, MARIN_DEVICES_PER_PROCESS,
 MARIN_EXPERT_PARALLEL, MARIN_HEARTBEAT_TIMEOUT_S, MARIN_INIT_TIMEOUT_S) and Dagster
 Pipes' (DAGSTER_PIPES_CONTEXT, DAGSTER_PIPES_MESSAGES).
