@@ -229,16 +229,17 @@ def _iter_shard_batches(shard_paths: Sequence[str], columns: list[str], batch_do
 
 
 def _encoded_batches(encoder: Encoder, shard_paths: Sequence[str], batch_docs: int) -> Iterator:
-    """(shard path, ids, texts, token arrays) of every batch of the shards, in order. The next
-    batch is encoded on a thread while the caller writes this one: the tokenizer releases the
-    GIL, so the writes (Python, tensorstore's compression) overlap the encoding."""
+    """(shard path, ids, texts, UTF-8 byte lengths, token arrays) of every batch of the shards, in
+    order. The next batch is encoded on a thread while the caller writes this one: the tokenizer
+    releases the GIL, so the writes (Python, tensorstore's compression) overlap the encoding."""
     from concurrent.futures import ThreadPoolExecutor
 
     def encode(path: str, batch) -> tuple:
-        texts = batch.column(1).to_pylist()
-        if batch.column(1).null_count:
-            raise ValueError(f"{path}: {batch.column(1).null_count} documents have no text (null)")
-        return path, batch.column(0).to_pylist(), texts, encoder.encode_batch(texts)
+        column = batch.column(1)
+        if column.null_count:
+            raise ValueError(f"{path}: {column.null_count} documents have no text (null)")
+        texts = column.to_pylist()
+        return path, batch.column(0).to_pylist(), texts, _utf8_sizes(column, texts), encoder.encode_batch(texts)
 
     with ThreadPoolExecutor(1, thread_name_prefix="tokenize-encode") as pool:
         ahead = None
@@ -249,6 +250,18 @@ def _encoded_batches(encoder: Encoder, shard_paths: Sequence[str], batch_docs: i
             ahead = following
         if ahead is not None:
             yield ahead.result()
+
+
+def _utf8_sizes(column, texts: list[str]):
+    """Each text's UTF-8 bytes: the differences of an Arrow string column's offsets (it stores UTF-8), without
+    encoding a text again; any other column type by encoding."""
+    import numpy as np
+
+    width = {"string": np.int32, "large_string": np.int64}.get(str(column.type))
+    if width is None:
+        return np.array([len(t.encode("utf-8")) for t in texts], np.int64)
+    offsets = np.frombuffer(column.buffers()[1], width)[column.offset : column.offset + len(column) + 1]
+    return np.diff(offsets)
 
 
 def _validation_top_up(shard_paths: Sequence[str], config: TokenizeConfig) -> frozenset[str]:
@@ -279,7 +292,7 @@ def _write_validation_docs(ids: list[str], texts: list[str], out_dir: str) -> No
     )
 
 
-def _append_rows(writer: CacheWriter, stats: dict, arrays: list, texts: list[str], rows, eos) -> None:
+def _append_rows(writer: CacheWriter, stats: dict, arrays: list, sizes, rows, eos) -> None:
     """Documents ``rows`` of a batch into one split's cache, each its ids then EOS (written back to
     back in one piece); their documents, tokens and UTF-8 bytes added to ``stats``."""
     import numpy as np
@@ -290,7 +303,7 @@ def _append_rows(writer: CacheWriter, stats: dict, arrays: list, texts: list[str
     writer.write_rows(data, np.cumsum([arrays[r].size + 1 for r in rows], dtype=np.int64))
     stats["documents"] += len(rows)
     stats["tokens"] += len(data)
-    stats["bytes"] += sum(len(texts[r].encode("utf-8")) for r in rows)
+    stats["bytes"] += int(sizes[rows].sum())
 
 
 def tokenize(
@@ -321,10 +334,10 @@ def tokenize(
     writers = {s: CacheWriter(join(out_dir, s)) for s in SPLITS}
     failure: BaseException | None = None
     try:
-        for _, ids, texts, arrays in _encoded_batches(encoder, shard_paths, config.batch_docs):
+        for _, ids, texts, sizes, arrays in _encoded_batches(encoder, shard_paths, config.batch_docs):
             held = np.fromiter((i in top_up or is_validation(i, config.validation_fraction) for i in ids), bool, len(ids))
-            _append_rows(writers["train"], stats["train"], arrays, texts, np.flatnonzero(~held), eos)
-            _append_rows(writers["validation"], stats["validation"], arrays, texts, np.flatnonzero(held), eos)
+            _append_rows(writers["train"], stats["train"], arrays, sizes, np.flatnonzero(~held), eos)
+            _append_rows(writers["validation"], stats["validation"], arrays, sizes, np.flatnonzero(held), eos)
             held_ids.extend(i for i, h in zip(ids, held, strict=True) if h)
             held_texts.extend(t for t, h in zip(texts, held, strict=True) if h)
             if progress is not None:
