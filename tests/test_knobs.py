@@ -527,6 +527,10 @@ def test_a_generated_field_that_departs_from_its_library_default_is_caught(decla
         f"_Changed.width defaults to 32, but {__name__}:_LibrarySettings.width to 64: one default per field "
         "(or an Override with its reason)"
     ]
+    with pytest.raises(ValueError, match=r"\['name'\] are set but not among the fields \['width'\]"):
+        dataclass_config("_Unlisted", _LibrarySettings, ["width"], values={"name": "y"}, why="a run's value")
+    with pytest.raises(ValueError, match="say why"):
+        dataclass_config("_NoReason", _LibrarySettings, ["width"], values={"width": 1})
     silent = dataclass_config("_Silent", _LibrarySettings, ["width"], overrides={"width": Override(int, 0, " ")})
     assert problems(config_settings(silent), {}, declared) == [
         f"_Silent.width overrides {__name__}:_LibrarySettings.width without a reason"

@@ -239,3 +239,16 @@ def test_tokenize_on_a_local_path_does_not_import_levanter(corpus):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     assert len(open_cache(str(tmp / "noimport" / "train"))) > 0
+
+
+@pytest.mark.parametrize("kind", ["string", "large_string"])
+def test_utf8_sizes_come_from_the_column_offsets_of_a_sliced_batch(kind):
+    import pyarrow as pa
+
+    from marin_assets.datakit.tokenize import _utf8_sizes
+
+    texts = ["héllo", "", "日本語", "x" * 5, "🙂"]
+    column = pa.array(texts, getattr(pa, kind)()).slice(1, 3)  # a batch of a shard starts past offset 0
+    assert _utf8_sizes(column, column.to_pylist()).tolist() == [0, 9, 5]
+    as_binary = pa.array([t.encode() for t in texts]).slice(2)  # no UTF-8 offsets to trust: the texts are encoded
+    assert _utf8_sizes(as_binary, texts[2:]).tolist() == [9, 5, 4]
