@@ -12,7 +12,8 @@ from assets.partitions import NewestMainPhase, demo_phases
 from assets.run_plan import CHECKPOINTS_KEY, RUN, TRAIN_KEY
 from marin_assets.datakit.eval_sets import TASK_NAMES
 from marin_assets.datakit.shards import join
-from marin_assets.evaluation.run import EvalSettings
+from marin_assets.datakit.tokenize import load_encoder
+from marin_assets.evaluation.run import EvalSettings, evaluate, held_out_domains, result_metadata
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.store import ArtifactRef
@@ -37,8 +38,6 @@ class EvalConfig(stage_config("EvalConfig", (EvalSettings, ["tasks", "limit", "d
 def eval_phase(ctx: StageContext, config: EvalConfig, ckpt: ArtifactRef, tok: ArtifactRef, mixture: ArtifactRef):
     """Bits-per-byte per held-out domain (every source of the mixture, Paloma-style; micro and macro) and any
     tasks the config names (the task suite has its own partitions: eval/<run>/tasks)."""
-    from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.evaluation.run import evaluate, held_out_domains, result_metadata
 
     settings = library_config(config, EvalSettings)  # its checks run here
     encoder = load_encoder(join(tok.data_path, "tokenizer.json"))
@@ -85,8 +84,6 @@ class TaskEvalConfig(stage_config("TaskEvalConfig", (EvalSettings, ["limit"]))):
 def eval_task(ctx: StageContext, config: TaskEvalConfig, ckpt: dict[str, ArtifactRef], tok: ArtifactRef):
     """One eval task (the partition) at its full size on the run's newest main phase: accuracy and length-normalised
     accuracy (multiple choice), bits-per-byte of the gold answers."""
-    from marin_assets.datakit.tokenize import load_encoder
-    from marin_assets.evaluation.run import evaluate
 
     settings, name, ((phase, ref),) = library_config(config, EvalSettings), str(ctx.partition_key), ckpt.items()
     encoder = load_encoder(join(tok.data_path, "tokenizer.json"))

@@ -29,7 +29,7 @@ from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes
 from marin_assets.store.fsutil import filesystem, is_local
 from marin_assets.train.checkpoints.retention import RetentionSettings
-from marin_assets.train.metrics import DROP_RATE
+from marin_assets.train.metrics import DROP_RATE, read_metrics
 
 
 def _as_json(value) -> str:
@@ -189,8 +189,6 @@ def _recent(out_dir: str, phase: str, outcome, keep: int = 64) -> dict[str, list
     from the committed metrics.jsonl (it spans resumed attempts), else from the rows the backend reported (a
     worker that wrote its metrics elsewhere)."""
     import tempfile
-
-    from marin_assets.train.metrics import read_metrics
 
     fs, path = filesystem(join(out_dir, "metrics.jsonl"))
     if is_local(fs):

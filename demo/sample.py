@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.partitions import newest_main_partition, newest_materialisation
+from marin_assets.cli.generate import load_model_source, sample_texts
 from marin_assets.evaluation.run import SamplingSettings
 
 PROMPT = "To be, or not to be"
@@ -27,7 +28,6 @@ def sample_main_run(
 ) -> dict | None:
     """One greedy sample of the newest main phase's final checkpoint: {phase, step, prompt, completion}; None
     when no phase was trained."""
-    from marin_assets.cli.generate import load_model_source, sample_texts
 
     found = newest_main_phase(instance, train_key, phases)
     if found is None:

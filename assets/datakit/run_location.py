@@ -19,13 +19,13 @@ from marin_assets.datakit.run_spec import RUN_FILE, STORE_ENTRY, RunSpec
 from marin_assets.datakit.shards import join
 from marin_assets.orchestration import ArtifactIOManager, ArtifactStoreResource
 from marin_assets.settings import setting
+from marin_assets.store.fsutil import filesystem
 
 PREFIX_ENV = "MARIN_DATAKIT_PREFIX"
 
 
 def definitions_for(prefix: str) -> dg.Definitions:
     """The Definitions of the run whose --prefix was ``prefix``."""
-    from marin_assets.store.fsutil import filesystem
 
     fs, path = filesystem(join(prefix, RUN_FILE))
     try:
