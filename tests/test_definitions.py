@@ -89,7 +89,7 @@ CODE_VERSIONS = {
     "shards/filtered_exact": "1+cfg.noconfig",
     "shards/fuzzy_map": "1+cfg.noconfig",
     "shards/fuzzy_candidates": "5+cfg.03519655",
-    "shards/fuzzy_edges": "2+cfg.ca048dc8",
+    "shards/fuzzy_edges": "3+cfg.ca048dc8",
     "shards/fuzzy_removals": "2+cfg.noconfig",
     "shards/decontam": "1+cfg.78223d46",
     "shards/final": "1+cfg.noconfig",

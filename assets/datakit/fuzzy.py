@@ -99,7 +99,7 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
 
     @versioned_asset(
         key="shards/fuzzy_edges",
-        code_version="2",
+        code_version="3",
         config_cls=FuzzyConfig,
         ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
         version_inputs=_edges_version,
@@ -108,7 +108,8 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     def shard_fuzzy_edges(
         ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]
     ):
-        """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold."""
+        """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold
+        and the pair is not already joined by the edges kept before it (a spanning forest)."""
         verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
         shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
         return fuzzy_verify(ctx.partition, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)

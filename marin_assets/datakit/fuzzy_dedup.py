@@ -112,7 +112,8 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
 #   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
 #                                              groups of MAP_ROW_GROUP rows (range reads)
 #   cand_root/pairs, owners, keys              see fuzzy_candidates.py
-#   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard
+#   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard; a
+#                                              spanning forest of the shard's verified pairs
 #   removals_root/<shard>.jsonl                see removals.py
 #
 # Nodes are ordered by (shard key, row), the corpus order. Owning a pair by its later node
@@ -269,38 +270,46 @@ def fuzzy_verify(
     """Verify the candidate pairs owned by one shard with the exact Jaccard of their shingles.
 
     Reads the pairs it owns from every band reduce (fuzzy_candidates.owned_candidates),
-    drops repeats (a pair matches in many bands), then loads the shingles of only the rows
-    in pairs: this shard's, and each partner shard's in turn (one partner shard at a time,
-    and of it only the rows its pairs name). Writes the verified edges to `out_path`;
-    returns {"candidate_pairs", "verified_pairs"}.
+    drops repeats (a pair matches in many bands), then takes the pairs partner shard by
+    partner shard (this shard's own pairs first), loading the shingles of only the rows
+    still needed: this shard's, and of each partner shard only the rows its pairs name.
+
+    A pair that the edges kept so far already join is not compared: its edge could not
+    change a component, and resolve keeps components, not edges. So the edges written are a
+    spanning forest of this shard's verified pairs. A cluster of k near copies in this
+    shard costs k - 1 comparisons that pass, not up to k (k - 1) / 2; each partner row still
+    needs one, since this shard cannot know which partner rows their own shard joined.
+    Returns {"candidate_pairs", "checked_pairs" (compared), "verified_pairs" (edges written)}.
     """
     key = check_shard_key(shard_key)
     cand = owned_candidates(key, candidate_roots)
     edges = {"row_a": [], "id_a": [], "shard_b": [], "row_b": [], "id_b": [], "jaccard": []}
-    total = 0
+    total = checked = 0
     if cand is not None:
-        partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
-        names, code = np.unique(partners, return_inverse=True)
-        row_a = numpy_view(cand.column("row_a"), np.uint32).astype(np.int64)
-        row_b = numpy_view(cand.column("row_b"), np.uint32).astype(np.int64)
-        triples = np.unique(np.stack([row_a, code, row_b], 1), axis=0)
+        names, triples = _candidate_triples(cand, key)
         total = len(triples)
-        same = np.flatnonzero(names == key)
-        own_rows = np.union1d(triples[:, 0], triples[np.isin(triples[:, 1], same), 2])
-        own_ids, own_texts = _shard_docs(key, shard_paths, own_rows)
-        own = _shingles_by_row(own_texts, config)
-        del own_texts
+        own_ids, own_texts = _shard_docs(key, shard_paths, np.union1d(triples[:, 0], triples[names[triples[:, 1]] == key, 2]))
+        own: dict[int, np.ndarray] = {}
+        joined = _Components()
         for c, partner in enumerate(names):
-            mine = triples[triples[:, 1] == c]
+            mine = [(a, b) for a, _, b in triples[triples[:, 1] == c].tolist() if not joined.same((key, a), (partner, b))]
+            if not mine:
+                continue
+            rows_a = {a for a, _ in mine} | ({b for _, b in mine} if partner == key else set())
+            own.update(_shingles_by_row({r: own_texts[r] for r in sorted(rows_a - own.keys())}, config))
             if partner == key:
                 p_ids, other = own_ids, own
             else:
-                p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique(mine[:, 2]))
+                p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique([b for _, b in mine]))
                 other = _shingles_by_row(p_texts, config)
                 del p_texts
-            for row_a, _, row_b in mine.tolist():
+            for row_a, row_b in mine:
+                if joined.same((key, row_a), (partner, row_b)):
+                    continue
+                checked += 1
                 j = jaccard(own[row_a], other[row_b])
                 if j >= config.jaccard_threshold:
+                    joined.join((key, row_a), (partner, row_b))
                     for name, value in (("row_a", row_a), ("id_a", own_ids[row_a]), ("shard_b", str(partner)),
                                         ("row_b", row_b), ("id_b", p_ids[row_b]), ("jaccard", j)):  # fmt: skip
                         edges[name].append(value)
@@ -310,7 +319,39 @@ def fuzzy_verify(
         "id_b": string_array(edges["id_b"]), "jaccard": arrow_array(edges["jaccard"], np.float64),
     })  # fmt: skip
     shard_write_table(table, out_path)
-    return {"candidate_pairs": total, "verified_pairs": len(edges["row_a"])}
+    return {"candidate_pairs": total, "checked_pairs": checked, "verified_pairs": len(edges["row_a"])}
+
+
+def _candidate_triples(cand: pa.Table, own_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(partner shard names, this shard's first; unique (row_a, partner index, row_b) rows)."""
+    partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
+    others = np.unique(partners[partners != own_key])
+    names = np.r_[[own_key] if (partners == own_key).any() else [], others].astype(str)
+    code = np.searchsorted(others, partners) + (names.size - others.size)
+    code[partners == own_key] = 0
+    row_a = numpy_view(cand.column("row_a"), np.uint32).astype(np.int64)
+    row_b = numpy_view(cand.column("row_b"), np.uint32).astype(np.int64)
+    return names, np.unique(np.stack([row_a, code, row_b], 1), axis=0)
+
+
+class _Components:
+    """Union-find over documents named (shard, row): which verified edges already join two."""
+
+    def __init__(self) -> None:
+        self._parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def _root(self, node: tuple[str, int]) -> tuple[str, int]:
+        parent = self._parent
+        while parent.get(node, node) != node:
+            parent[node] = parent.get(parent[node], parent[node])  # path halving
+            node = parent[node]
+        return node
+
+    def same(self, a: tuple[str, int], b: tuple[str, int]) -> bool:
+        return self._root(a) == self._root(b)
+
+    def join(self, a: tuple[str, int], b: tuple[str, int]) -> None:
+        self._parent[self._root(a)] = self._root(b)
 
 
 def _shingles_by_row(texts: Mapping[int, str], config: FuzzyDedupConfig) -> dict[int, np.ndarray]:

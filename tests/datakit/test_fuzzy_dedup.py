@@ -206,6 +206,25 @@ def test_planted_near_duplicates_are_removed_and_uniques_survive(tmp_path):
     assert removed == fuzzy_duplicates(docs)  # and here, every near pair LSH could find it found
 
 
+def test_a_cluster_is_joined_by_a_spanning_forest_and_removed_as_by_every_pair(tmp_path):
+    # Six near copies of one document, three in each shard, among unrelated documents: LSH
+    # names all 15 pairs, but a verify skips a pair its kept edges already join. The first
+    # shard keeps 2 edges of its 3 pairs; the second 2 within itself, then 1 to each of the
+    # first shard's 3 copies (it cannot know that they are joined): 7 edges, 7 pairs compared,
+    # and the removals are the all-pairs oracle's.
+    rng = np.random.default_rng(11)
+    original = random_doc(rng, words=200)
+    copies = [original] + [edit_words(original, rng, fraction=0.01) for _ in range(5)]
+    others = [random_doc(rng) for _ in range(20)]
+    shards = _write_shards(str(tmp_path), [others[:10] + copies[:3], copies[3:] + others[10:]])
+    out = run_fuzzy(shards, str(tmp_path / "work"))
+    counts = [(v["candidate_pairs"], v["checked_pairs"], v["verified_pairs"]) for v in out["verified"].values()]
+    assert counts == [(3, 2, 2), (12, 5, 5)]
+    assert (out["duplicates"], out["clusters"]) == (5, 1)
+    assert removal_places(out["lists"]) == fuzzy_duplicates(corpus_docs(shards))
+    assert set(removal_places(out["lists"]).values()) == {("part-00000", 10)}
+
+
 @pytest.mark.parametrize("layout", ["one shard", "two shards"])
 def test_the_earliest_copy_survives_whatever_the_ids(tmp_path, layout):
     # The same near pair in both orders: the first one stays, the other one goes, so which
