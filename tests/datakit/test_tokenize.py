@@ -67,6 +67,21 @@ def test_an_eos_string_inside_a_document_is_text_not_the_eos_id():
         assert enc.eos_id not in ids and len(ids) > 3, name
 
 
+def test_a_named_tokenizer_is_read_once_and_a_users_file_every_time(tmp_path, monkeypatch):
+    from marin_assets.datakit import tokenize as tok
+
+    load_encoder("olmo")
+    reads = []
+    monkeypatch.setattr(tok, "_tokenizer_bytes", lambda spec: reads.append(spec) or b"")
+    assert load_encoder("olmo").vocab_size == 50280 and reads == []  # a package's file: fixed for the process
+    monkeypatch.undo()
+    path = tmp_path / "tokenizer.json"
+    path.write_text(byte_tokenizer_json())
+    first = load_encoder(str(path))
+    path.write_text(tok.Encoder(byte_tokenizer_json()).tokenizer.to_str(pretty=True))  # new bytes, same model
+    assert load_encoder(str(path)).sha256 != first.sha256  # a user's file: read again
+
+
 def test_a_bad_tokenizer_is_a_clear_error(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="bad.json is not a tokenizer.json"):
@@ -224,6 +239,35 @@ def test_cache_writer_writes_the_bytes_levanter_writes(tmp_path):
         assert (tmp_path / "ours" / f).read_bytes() == (tmp_path / "theirs" / f).read_bytes(), f
     rows = open_cache(str(tmp_path / "ours")).get_batch_sync(list(range(38)))
     assert [r["input_ids"].tolist() for r in rows] == [a.tolist() for b in batches for a in b]
+
+
+def test_cache_writer_rows_past_the_first_offsets_shard_read_back(tmp_path, monkeypatch):
+    """Below the offsets' first shard file the ends and the count go in one transaction; past it,
+    ends then count. With shard files of 8 elements (chunks of 4), batches that cross into the
+    second and third read back whole."""
+    from marin_assets.datakit import levanter_cache
+
+    monkeypatch.setattr(levanter_cache, "_CHUNK", 4)
+    monkeypatch.setattr(levanter_cache, "_WRITE_CHUNK", 8)
+    rng = np.random.default_rng(1)
+    batches = [[rng.integers(0, 300, size=int(n), dtype=np.int32) for n in rng.integers(1, 6, size=k)] for k in (5, 5, 9)]
+    writer = levanter_cache.CacheWriter(str(tmp_path / "c"))
+    for batch in batches:
+        writer.write_batch({"input_ids": batch})
+    writer.__exit__(None, None, None)
+    assert sorted(p.name for p in (tmp_path / "c" / "input_ids" / "offsets" / "c").iterdir()) == ["0", "1", "2"]
+    tokens = sum(a.size for b in batches for a in b)
+    assert levanter_cache.check_cache(str(tmp_path / "c")) == (19, tokens)
+    import tensorstore as ts
+
+    def read(name: str) -> np.ndarray:
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "c" / "input_ids" / name)}}
+        return ts.open(spec, open=True).result()[: {"offsets": 20, "data": tokens}[name]].read().result()
+
+    offsets, data = read("offsets"), read("data")
+    assert offsets[0] == 19
+    rows = np.split(data, offsets[1:-1])  # Levanter's reader wants its own chunk shapes: read as it reads
+    assert [r.tolist() for r in rows] == [a.tolist() for b in batches for a in b]
 
 
 def test_tokenize_on_a_local_path_does_not_import_levanter(corpus):
