@@ -326,7 +326,7 @@ def _candidate_triples(cand: pa.Table, own_key: str) -> tuple[np.ndarray, np.nda
     """(partner shard names, this shard's first; unique (row_a, partner index, row_b) rows)."""
     partners = np.array(cand.column("shard_b").to_pylist(), dtype=str)
     others = np.unique(partners[partners != own_key])
-    names = np.r_[[own_key] if (partners == own_key).any() else [], others].astype(str)
+    names = np.array(([own_key] if (partners == own_key).any() else []) + others.tolist(), dtype=str)
     code = np.searchsorted(others, partners) + (names.size - others.size)
     code[partners == own_key] = 0
     row_a = numpy_view(cand.column("row_a"), np.uint32).astype(np.int64)
