@@ -72,5 +72,17 @@ DEMO_PLAN = PhasePlan(
             mixture={CHAT_SOURCE: 1.0},
             peak_lr=0.001,
         ),
+        # A context phase: the same checkpoint at 4x the context (256 tokens; the tokens per step kept, so 2 rows a
+        # step), on the blockwise attention kernel (memory linear in the length), the cooldown's mix, a constant LR.
+        BranchSpec(
+            name="long",
+            from_phase="jellyfish",
+            token_budget=8 * STEP_TOKENS,
+            schedule="constant",
+            is_cooldown=False,
+            peak_lr=0.001,
+            seq_len=4 * DEMO_BASE["seq_len"],
+            model_changes={"max_seq_len": 4 * DEMO_BASE["seq_len"], "attention_impl": "blockwise"},
+        ),
     ),
 )

@@ -5,3 +5,5 @@ ATTENTION_IMPLS = ("auto", "reference", "blockwise", "xla", "cudnn", "splash")  
 GROUPED_MATMUL_IMPLS = ("auto", "ragged_dot", "blocked")  # kernels/grouped_matmul.py
 EP_TRANSPORTS = ("ragged", "pooled")  # kernels/expert_parallel.py
 GATINGS = ("sigmoid", "softmax")  # kernels/router.py
+# What context parallelism (kernels/attention.py SequenceParallel) runs: "auto" there means reference or blockwise.
+CONTEXT_PARALLEL_IMPLS = ("auto", "reference", "blockwise")

@@ -41,7 +41,7 @@ drops at the sender (pool overflow) and at the receiver (past an expert's capaci
 ``ragged`` has no sender limit, so its sender count is always 0 and every drop is a
 receiver-capacity drop (applied before sending, since the counts are exchanged first).
 
-On a mesh with more axes (``("data", "expert")`` in training) pass ``token_axes``: the
+On a mesh with more axes (``("data", "sequence", "expert")`` in training) pass ``token_axes``: the
 tokens are sharded over all of them, the experts over ``axis`` only (replicated over the
 others), and each group of devices that shares the other coordinates runs its own
 exchange over ``axis``. shard_map's transpose sums the expert-weight gradients over the

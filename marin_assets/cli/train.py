@@ -3,7 +3,7 @@
 ``--processes P`` runs the ``processes`` training backend: P worker processes
 (``python -m marin_assets.cli._train_worker``: ``marin_assets.train.distributed.worker`` that reads an
 ``hf:PATH`` warm start) forming one ``jax.distributed`` job on this host, the batch split
-over all P x D devices of the ("data", "expert") mesh; process 0 writes
+over all P x D devices of the ("data", "sequence", "expert") mesh; process 0 writes
 OUT. ``--devices-per-process D`` gives each process D devices (on CPU: forced host devices).
 Worker logs go to OUT/workers/process-<i>.log.
 
@@ -204,13 +204,20 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     processes, per_process = args.processes or 1, args.devices_per_process
     devices = processes * (per_process or 1)
     # What the workers would reject after starting, said now (the expert axis divides anything
-    # the batch shards do: it is chosen inside one process).
+    # the batch shards do: it is chosen inside one process, as a sequence group is).
+    sequence = config.sequence_parallel
+    if (per_process or 1) % sequence:
+        raise ValueError(
+            f"sequence_parallel {sequence} does not divide the {per_process or 1} devices of a process "
+            "(--devices-per-process): a row's chunks stay inside one process"
+        )
     meshlib.check_fits(
-        types.SimpleNamespace(shape={"data": devices, "expert": 1}),
+        types.SimpleNamespace(shape={"data": devices // sequence, "sequence": sequence, "expert": 1}),
         config.model,
         config.batch_size,
         config.seq_len,
         config.microbatches,
+        config.sequence_parallel,
     )
     spec = TrainSpec(
         config,

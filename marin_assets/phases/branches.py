@@ -26,8 +26,9 @@ def is_branch_partition(key: str) -> bool:
 
 
 def branch_phase(branch: BranchSpec, source: PhaseSpec) -> PhaseSpec:
-    """The branch's phase: warm-started from ``source``'s final checkpoint, on its model, batch and hardware;
-    schedule, length and (where the branch sets them) mix, peak LR and z-loss of its own."""
+    """The branch's phase: warm-started from ``source``'s final checkpoint, on its model (with the branch's
+    ``model_changes`` on top), batch and hardware; schedule, length and (where the branch sets them) mix, peak LR,
+    z-loss, context length and sequence axis of its own."""
     if source.name != branch.from_phase:
         raise ValueError(f"branch {branch.name!r} leaves from {branch.from_phase!r}, not from {source.name!r}")
     return dataclasses.replace(
@@ -43,6 +44,9 @@ def branch_phase(branch: BranchSpec, source: PhaseSpec) -> PhaseSpec:
         z_loss=branch.z_loss if branch.z_loss is not None else source.z_loss,
         start_fraction=branch.start_fraction,
         warmup_start_fraction=0.0,
+        seq_len=branch.seq_len if branch.seq_len is not None else source.seq_len,
+        model_changes={**(source.model_changes or {}), **(branch.model_changes or {})} or None,
+        sequence_parallel=branch.sequence_parallel if branch.sequence_parallel is not None else source.sequence_parallel,
     )
 
 

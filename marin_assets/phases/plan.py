@@ -94,12 +94,17 @@ class PhaseSpec:
     model_changes: Mapping[str, Any] | None = None  # ModelConfig overrides, e.g. {"qk_norm": True}
     transplant: str | None = None  # a train.checkpoints.transplant mapping: the warm start is of another architecture
     seq_len: int | None = None  # a context phase's sequence length (None: the base's); tokens per batch kept
+    # A context phase's sequence axis (TrainConfig.sequence_parallel; None: the base's): each row split over
+    # that many devices. A layout, so not part of the phase's version (spec_record).
+    sequence_parallel: int | None = None
 
     def __post_init__(self) -> None:
         check_field_types(self)
         _check_name(self.name, "PhaseSpec.name")
         if self.warm_start_from is not None:
             _check_name(self.warm_start_from, f"PhaseSpec {self.name}: warm_start_from")
+        if self.sequence_parallel is not None and self.sequence_parallel < 1:
+            raise ValueError(f"PhaseSpec {self.name}: sequence_parallel must be >= 1, got {self.sequence_parallel}")
         if self.seq_len is not None and self.seq_len < 2:
             raise ValueError(f"PhaseSpec {self.name}: seq_len must be >= 2 (one input and one target token), got {self.seq_len}")
         _check_model_changes(self.model_changes, f"PhaseSpec {self.name}")
@@ -118,13 +123,14 @@ class PhaseSpec:
 
 ARCHITECTURE_FIELDS = ("model_changes", "transplant")
 RECORDED_WHEN_SET = (*ARCHITECTURE_FIELDS, "seq_len")  # fields added after phases were versioned
+LAYOUT_FIELDS = ("sequence_parallel",)  # how the devices split the work, not what is computed: never recorded
 
 
 def spec_record(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A PhaseSpec's fields (``dataclasses.asdict`` or a config dump) as its version sees them: the
     architecture fields and seq_len only when set, so a phase that changes neither keeps the record (and
-    the content version) it had before the fields existed."""
-    return {k: v for k, v in spec.items() if not (k in RECORDED_WHEN_SET and v is None)}
+    the content version) it had before the fields existed; the layout fields never."""
+    return {k: v for k, v in spec.items() if k not in LAYOUT_FIELDS and not (k in RECORDED_WHEN_SET and v is None)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,13 +159,20 @@ class ArchitectureSwitch:
 BRANCH_MARK = "+"  # a branch's partition is "<from phase>+<branch name>"; no main phase name has it
 
 
+# The ModelConfig fields no parameter's shape depends on (tests/phases/test_context_branch.py checks): a branch may change
+# them on the source's checkpoint. RoPE, the causal mask and windows are computed from the positions.
+CONTEXT_MODEL_FIELDS = ("max_seq_len", "attention_impl", "sliding_window", "global_attention_every", "rope_per_document")
+
+
 @dataclasses.dataclass(frozen=True)
 class BranchSpec:
     """A phase that leaves the main run from ``from_phase``'s final checkpoint and leads nowhere: no main phase
     warm-starts from it (Marin's early cooldown off the 535B run, for an RL checkpoint, left the main run as it was).
 
     Its partition is ``"<from_phase>+<name>"`` (``partition``). Unset fields take the source phase's values
-    (mix, peak LR, z-loss); batch size, hardware and model are always the source's."""
+    (mix, peak LR, z-loss, context length, sequence axis); batch size and hardware are always the source's, and
+    so is the model but for ``model_changes`` that leave its parameters as they are (``CONTEXT_MODEL_FIELDS``: a
+    long-context branch raises ``max_seq_len`` and picks an attention kernel and pattern)."""
 
     name: str
     from_phase: str
@@ -170,10 +183,24 @@ class BranchSpec:
     peak_lr: float | None = None  # None: the source phase's
     start_fraction: float = 1.0  # linear_decay: start LR as a fraction of peak
     z_loss: float | None = None  # None: the source phase's
+    seq_len: int | None = None  # a context branch's sequence length (None: the source's); tokens per batch kept
+    model_changes: Mapping[str, Any] | None = None  # on top of the source's; only CONTEXT_MODEL_FIELDS
+    sequence_parallel: int | None = None  # None: the source's
 
     def __post_init__(self) -> None:
         check_field_types(self)
         where = f"BranchSpec {self.name!r}"
+        _check_model_changes(self.model_changes, where)
+        shaping = sorted(set(self.model_changes or {}) - set(CONTEXT_MODEL_FIELDS))
+        if shaping:
+            raise ValueError(
+                f"{where}: model_changes may name only {CONTEXT_MODEL_FIELDS} (a branch warm-starts from its source's "
+                f"parameters as they are), not {shaping}"
+            )
+        if self.seq_len is not None and self.seq_len < 2:
+            raise ValueError(f"{where}: seq_len must be >= 2 (one input and one target token), got {self.seq_len}")
+        if self.sequence_parallel is not None and self.sequence_parallel < 1:
+            raise ValueError(f"{where}: sequence_parallel must be >= 1, got {self.sequence_parallel}")
         validate_segment(self.name, "branch name")
         if BRANCH_MARK in self.name or BRANCH_MARK in self.from_phase:
             raise ValueError(f"{where}: name and from_phase must not contain {BRANCH_MARK!r} (it joins them in the partition)")
@@ -325,6 +352,8 @@ def phase_train_config(base, spec: PhaseSpec):
         "schedule": schedule,
         "phase": spec.name,
     }
+    if spec.sequence_parallel is not None:
+        changes["sequence_parallel"] = spec.sequence_parallel
     model = {**(spec.model_changes or {}), **({"lm_z_loss": spec.z_loss} if spec.z_loss is not None else {})}
     if model:
         changes["model"] = model

@@ -4,7 +4,7 @@ Public API
 ----------
 train(config, cache_dirs, out_dir, resume=True, warm_start=None, log_fn=None, model=None,
       stop_at_step=None, mesh=None, checkpoint_dir=None, hooks=None) -> TrainResult (loop.py)
-      on a ("data", "expert") device mesh (distributed/mesh.py; default every global device),
+      on a ("data", "sequence", "expert") device mesh (distributed/mesh.py; default every global device),
       out_dir (checkpoints, metrics.jsonl, loss curve, train_result.json) a local dir
       or any fsspec URL (checkpoints/checkpoint.py, metrics.py)
 train_spec(spec, **options) -> TrainResult: train() on a TrainSpec, what backends and workers call (loop.py)

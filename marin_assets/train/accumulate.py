@@ -75,9 +75,10 @@ def loss_and_grads(
 
 
 def split(x: jax.Array, m: int, mesh) -> jax.Array:
-    """[B, ...] -> [m, B/m, ...]: microbatch j is rows j, j + m, ...; kept split over the batch axes."""
+    """[B, S] -> [m, B/m, S]: microbatch j is rows j, j + m, ...; kept split over the batch axes (rows) and
+    the sequence axis (positions)."""
     x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, meshlib.BATCH_AXES)))
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, meshlib.BATCH_AXES, meshlib.SEQUENCE_AXIS)))
 
 
 def target_shares(mask_parts: jax.Array | None) -> tuple[jax.Array | None, jax.Array | None]:

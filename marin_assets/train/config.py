@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernels.choices import CONTEXT_PARALLEL_IMPLS
 from marin_assets.config_files import load_structured
 from marin_assets.datakit.mixture import Mixture
 from marin_assets.knobs import knob
@@ -165,6 +166,7 @@ _INT_RANGES = {
     "checkpoint_every_steps": (1, MAX_INT32),
     "prefetch": (1, MAX_INT32),
     "microbatches": (1, MAX_INT32),
+    "sequence_parallel": (1, MAX_INT32),
 }
 
 
@@ -235,6 +237,14 @@ class TrainConfig:
         "(one microbatch's activations in memory) and sums their gradients into the batch's "
         "(train/accumulate.py); must divide batch_size",
     )
+    # Not versioned, like fsdp: a layout. The step computes the same loss and gradient up to rounding.
+    sequence_parallel: int = knob(
+        1,
+        versioned=False,
+        help="context parallelism: the mesh's sequence axis, over which each row's positions are split "
+        "(attention all-gathers keys and values along it: kernels.attention.SequenceParallel, reference or "
+        "blockwise kernel); must divide seq_len and the devices of a process",
+    )
 
     def __post_init__(self) -> None:
         for name, cls in (
@@ -248,7 +258,15 @@ class TrainConfig:
         check_field_types(self)
         if self.mixture is not None:
             object.__setattr__(self, "mixture", Mixture.from_dict(self.mixture))
-        for name in ("seq_len", "batch_size", "num_steps", "checkpoint_every_steps", "prefetch", "microbatches"):
+        for name in (
+            "seq_len",
+            "batch_size",
+            "num_steps",
+            "checkpoint_every_steps",
+            "prefetch",
+            "microbatches",
+            "sequence_parallel",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if self.data_block_tokens is not None and self.data_block_tokens <= 0:
@@ -258,6 +276,13 @@ class TrainConfig:
                 check_int(f"TrainConfig.{name}", getattr(self, name), lo, hi)
         if self.batch_size % self.microbatches:
             raise ValueError(f"TrainConfig.microbatches ({self.microbatches}) must divide batch_size ({self.batch_size})")
+        if self.seq_len % self.sequence_parallel:
+            raise ValueError(f"TrainConfig.sequence_parallel ({self.sequence_parallel}) must divide seq_len ({self.seq_len})")
+        if self.sequence_parallel > 1 and self.model.attention_impl not in CONTEXT_PARALLEL_IMPLS:
+            raise ValueError(
+                f"TrainConfig.sequence_parallel ({self.sequence_parallel}) runs attention through the reference or "
+                f"blockwise kernel; model.attention_impl is {self.model.attention_impl!r} (one of {CONTEXT_PARALLEL_IMPLS})"
+            )
         if self.seq_len > self.model.max_seq_len:
             raise ValueError(f"TrainConfig.seq_len ({self.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len})")
         if self.checkpoint_every_seconds <= 0:

@@ -10,8 +10,9 @@ metrics emitter (``emit.py``), the stop-request check (``stopping.py``), the che
 own with ``Hooks.add_hook(fn, every=N)``. Where the phase starts (fresh, resume, warm start) is
 ``restore.py``; what it leaves (``TrainResult``) is ``result.py``.
 
-Mesh (``train/distributed/mesh.py``): the step runs on a ``("data", "expert")`` mesh of every global
-device, one process or many (one device is the 1 x 1 mesh of the same code). The state is
+Mesh (``train/distributed/mesh.py``): the step runs on a ``("data", "sequence", "expert")`` mesh of every
+global device, one process or many (one device is the 1 x 1 x 1 mesh of the same code; the sequence axis is
+``TrainConfig.sequence_parallel``, 1 unless a long-context phase splits each row over devices). The state is
 laid out by ``mesh.state_shardings`` (routed experts split over ``expert``, the rest
 replicated), the routed experts run through the mesh's EP transport, and each process reads
 only its rows of every batch. Checkpoints are sharded: each process writes the shards it owns
@@ -126,8 +127,9 @@ def train(
     log_fn: called with each step's metrics row (e.g. to forward to Dagster).
     model: the model functions (``state.Model``); default the MoE.
     stop_at_step: abandon the loop (no final checkpoint) after this global step, as a kill would.
-    mesh: the ``("data", "expert")`` device mesh (``mesh.make_mesh``); default every global
-      device. With several processes every one calls ``train`` with the same arguments.
+    mesh: the ``("data", "sequence", "expert")`` device mesh (``mesh.make_mesh``); default every global
+      device with the config's sequence axis (``mesh.train_mesh``). With several processes every one calls
+      ``train`` with the same arguments.
     checkpoint_dir: where checkpoints go and resume reads from (default ``out_dir/checkpoints``);
       any fsspec URL, e.g. ``gs://bucket/run/checkpoints``.
     telemetry_root / telemetry_run: every step's metrics are appended to this telemetry store
@@ -153,7 +155,7 @@ def train(
     """
     ensure_compile_cache()
     model = model or moe_model()
-    mesh = mesh or meshlib.make_mesh(config.model)
+    mesh = mesh or meshlib.train_mesh(config)
     out_dir = os.fspath(out_dir)  # the work dir: a local dir or any fsspec URL (gs://...)
     sources, validation_dirs = _check_inputs(config, mesh, cache_dirs, out_dir)
     # One writer per work dir: a second trainer would delete this one's in-progress checkpoint as a leftover.
@@ -230,7 +232,7 @@ def _emitter(
 def _check_inputs(config: TrainConfig, mesh, cache_dirs, out_dir: str) -> tuple[dict, dict]:
     """Everything that can be wrong with the config or data fails here, before compute (and
     before the work dir is made). Returns the opened sources and their validation splits."""
-    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len, config.microbatches)
+    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len, config.microbatches, config.sequence_parallel)
     check_is_folder(out_dir)
     fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)

@@ -38,6 +38,13 @@ def compute_options(config: TrainConfig) -> dict:
     return {name: value for name, (value, default) in given.items() if value != default}
 
 
+def mesh_options(mesh) -> dict:
+    """``model.loss_fn``'s keywords that come from the mesh: ``sp`` when its sequence axis splits each row
+    (context parallelism), else none, so a loss_fn that does not take it runs as before."""
+    sp = meshlib.context_parallel(mesh)
+    return {} if sp is None else {"sp": sp}
+
+
 def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, state_sh, *, moe_telemetry: bool = True):
     """step(state, tokens[B,S] int32, batch_ok bool, lr float32) -> (state, metrics), jitted on
     ``mesh`` with the state laid out by ``state_sh`` (``mesh.state_shardings``). The tokens may come as
@@ -55,7 +62,7 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
     (train/distributed/offload.py) and is copied to the device for the update."""
     model_cfg, guard_cfg = config.model, config.guards
     ep = meshlib.expert_parallel(mesh, model_cfg)  # routed experts over the "expert" axis
-    options = compute_options(config)
+    options = compute_options(config) | mesh_options(mesh)
     offloaded = config.offload_optimizer  # state_sh then holds the moments in host memory (restore.fresh_run)
 
     token_part = model.token_mean_loss

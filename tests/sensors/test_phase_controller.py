@@ -27,7 +27,7 @@ from marin_assets.orchestration import (
 )
 from marin_assets.phases.controller import ControllerState
 from marin_assets.phases.job import phase_spec
-from marin_assets.phases.plan import RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
+from marin_assets.phases.plan import LAYOUT_FIELDS, RECORDED_WHEN_SET, ArchitectureSwitch, PhasePlan, PhaseSpec
 from marin_assets.train.budget import BUDGET_ENV
 from sensors.phase_controller import phase_controller_sensor
 
@@ -97,11 +97,12 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
         execute=lambda run, tags: (ran_tags.append(tags), run(tags))[1],
     )
     ran = [(t["phase"], t["action"]) for t in ticks if "phase" in t]
-    # (the plan's SFT branch leaves once Jellyfish is accepted: the tick that re-warms the main run)
+    # (the plan's SFT and long-context branches leave once Jellyfish is accepted: the tick that re-warms the main run)
     assert ran == [
         ("kestrel", "continue"),
         ("jellyfish", "cool_down"),
         ("jellyfish+sft", "branch"),
+        ("jellyfish+long", "branch"),
         ("phoenix", "re_warm"),
         ("starling", "cool_down"),
     ]
@@ -121,8 +122,11 @@ def test_controller_decides_the_tootsie_sequence(defs, tmp_path):
     assert len(runs) == len(ran)
     for run in runs:
         phase = run.run_config["ops"]["train__demo"]["config"]["phase"]
-        # (the architecture fields and seq_len came later still: unset, they stay out of the text)
-        before = {k: v for k, v in dataclasses.asdict(PhaseSpec(**phase)).items() if k not in RECORDED_WHEN_SET}
+        if any(phase.get(k) is not None for k in RECORDED_WHEN_SET):
+            continue  # the long-context branch: a phase with seq_len set had no text before that field
+        # (the architecture fields and seq_len came later still: unset, they stay out of the text; a layout never counts)
+        dropped = (*RECORDED_WHEN_SET, *LAYOUT_FIELDS)
+        before = {k: v for k, v in dataclasses.asdict(PhaseSpec(**phase)).items() if k not in dropped}
         old_text = json.dumps(before, sort_keys=True)
         assert PhaseConfig(phase=PhaseSpecConfig(**phase)).versioned_fields()["phase"] == old_text
     # Starling's cooldown is as long as the cut budget allows, with z-loss on.

@@ -63,3 +63,16 @@ def test_a_batch_that_does_not_split_over_the_processes_fails_before_launch(cach
     assert not (tmp_path / "run" / "workers").exists()
     proc = run_cli(caches, tmp_path, "--processes", "0", timeout=120)
     assert proc.returncode == 2 and "--processes: must be a positive integer, got '0'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_sequence_axis_that_does_not_fit_the_devices_fails_before_training(caches, tmp_path):
+    """``sequence_parallel`` needs that many devices inside each process: said before any worker starts, and
+    without ``--processes`` (one CPU device) by the mesh, naming the knob."""
+    proc = run_cli(caches, tmp_path, "--processes", "1", "--devices-per-process", "2", timeout=120, sequence_parallel=4)
+    assert proc.returncode == 2
+    assert "sequence_parallel 4 does not divide the 2 devices of a process" in proc.stderr
+    assert not (tmp_path / "run" / "workers").exists()
+    proc = run_cli(caches, tmp_path, timeout=120, sequence_parallel=4)
+    assert proc.returncode == 2
+    assert "sequence axis size 4 (TrainConfig.sequence_parallel) does not divide the 1 devices" in proc.stderr

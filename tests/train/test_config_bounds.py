@@ -41,6 +41,7 @@ INT_RANGES = {
     (None, "checkpoint_every_steps"): (1, I32),
     (None, "prefetch"): (1, I32),
     (None, "microbatches"): (1, I32),
+    (None, "sequence_parallel"): (1, I32),
     **{
         ("model", name): (lo, I32)
         for name, lo in (

@@ -19,7 +19,7 @@ from tests.train.test_mesh import assert_same_training
 def abstract_mesh(data: int, expert: int):
     from jax.sharding import AbstractMesh
 
-    return AbstractMesh((data, expert), meshlib.AXES)
+    return AbstractMesh((data, 1, expert), meshlib.AXES)
 
 
 def tiny_state_shapes():

@@ -86,7 +86,7 @@ def test_warm_start_keeps_data_position_and_restarts_schedule(caches, tiny_confi
 
 
 def test_config_that_cannot_fit_fails_before_compute(caches, tiny_config, tmp_path):
-    three = types.SimpleNamespace(shape={"data": 3, "expert": 1})  # check_fits reads only the shape
+    three = types.SimpleNamespace(shape={"data": 3, "sequence": 1, "expert": 1})  # check_fits reads only the shape
     with pytest.raises(ValueError, match=r"batch_size 4 is not divisible by the 3 batch shards"):
         train(tiny_config, caches, tmp_path / "a", mesh=three)
     assert not (tmp_path / "a").exists()

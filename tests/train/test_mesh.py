@@ -99,10 +99,10 @@ def layouts(mesh_runs):
 @pytest.mark.parametrize("transport", ["ragged", "pooled"])
 def test_meshes_give_the_same_losses_and_params(layouts, transport):
     """``loop.train`` on 1 x 1, 1 x 4 and 2 processes x 2 devices: the same losses and final params."""
-    assert layouts["1x1"]["mesh"] == {"data": 1, "expert": 1}
-    assert layouts["1x4"]["mesh"] == {"data": 1, "expert": 4}
+    assert layouts["1x1"]["mesh"] == {"data": 1, "sequence": 1, "expert": 1}
+    assert layouts["1x4"]["mesh"] == {"data": 1, "sequence": 1, "expert": 4}
     two = layouts["2x2"]
-    assert two["mesh"] == {"data": 2, "expert": 2} and two["processes"] == 2 and two["devices"] == 4
+    assert two["mesh"] == {"data": 2, "sequence": 1, "expert": 2} and two["processes"] == 2 and two["devices"] == 4
     assert two["rows"] == [0, 4]  # process 0 read only its half of each batch
     ref = layouts["1x1"]["runs"][transport]
     assert len(ref["rows"]) == STEPS and np.all(np.isfinite(losses(ref)))
@@ -119,7 +119,7 @@ def test_an_ep_domain_of_two_processes_gives_the_same_losses(layouts, transport)
     ep_domain_chips, as the manifests set it): the worker's own mesh has an expert axis of 4 that
     spans both processes, and trains as 1 x 1 does."""
     ep = layouts["env"]
-    assert ep["mesh"] == {"data": 1, "expert": 4} and ep["processes"] == 2 and ep["devices"] == 4
+    assert ep["mesh"] == {"data": 1, "sequence": 1, "expert": 4} and ep["processes"] == 2 and ep["devices"] == 4
     assert ep["expert_group_processes"] == [[0, 0, 1, 1]]  # one expert group: process 0's devices, then 1's
     assert ep["rows"] == [0, 4]
     control = ep["wrong_slice"][transport]
@@ -220,7 +220,7 @@ def test_one_device_mesh_shardings_and_batch():
 
     cfg = ModelConfig(n_routed_experts=4, top_k=2)
     mesh = meshlib.make_mesh(cfg, expert=1)
-    assert dict(mesh.shape) == {"data": 1, "expert": 1}
+    assert dict(mesh.shape) == {"data": 1, "sequence": 1, "expert": 1}
     shapes = jax.eval_shape(
         lambda: {"params": init_params(cfg, jax.random.PRNGKey(0)), "opt": {"mu": init_params(cfg, jax.random.PRNGKey(0))}}
     )

@@ -138,7 +138,7 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     rows = [m["params"]["payload"]["metrics"] for m in sent if m["method"] == "report_custom_message"]
     assert [r["step"] for r in rows] == list(range(1, TINY_TRAIN["num_steps"] + 1))
     logs = [m["params"]["message"] for m in sent if m["method"] == "log"]
-    assert any("training main: 12 steps on mesh {'data': 1, 'expert': 1}" in line for line in logs)
+    assert any("training main: 12 steps on mesh {'data': 1, 'sequence': 1, 'expert': 1}" in line for line in logs)
     (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
     assert mat["asset_key"] == "train/tiny"
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
@@ -146,7 +146,7 @@ def test_worker_trains_and_reports_through_pipes(caches, tmp_path):
     assert meta["tokens"] == TINY_TRAIN["num_steps"] * TINY_TRAIN["batch_size"] * TINY_TRAIN["seq_len"]
     assert meta["phase_start_step"] == 0 and set(meta["tokens_left"]) == set(caches)
     assert meta["last_loss"] == pytest.approx(rows[-1]["loss"])
-    assert meta["mesh"] == {"data": 1, "expert": 1} and meta["devices"] == 1
+    assert meta["mesh"] == {"data": 1, "sequence": 1, "expert": 1} and meta["devices"] == 1
     assert set(meta["counts"]) >= {"skipped_nonfinite", "skipped_spike"}
     assert (tmp_path / "out" / "train_result.json").exists()
 

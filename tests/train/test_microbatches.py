@@ -129,7 +129,7 @@ def test_a_bad_microbatches_is_a_one_line_config_error(value, why):
 
 
 def test_a_microbatch_that_does_not_split_over_the_mesh_is_refused_before_compute(caches, tiny_config, tmp_path):
-    two = types.SimpleNamespace(shape={"data": 2, "expert": 1})  # check_fits reads only the shape
+    two = types.SimpleNamespace(shape={"data": 2, "sequence": 1, "expert": 1})  # check_fits reads only the shape
     with pytest.raises(
         ValueError,
         match=r"TrainConfig\.microbatches \(4\): a microbatch of batch_size 4 / 4 = 1 rows "

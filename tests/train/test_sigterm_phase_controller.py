@@ -11,11 +11,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pytest
 
+from assets.train_base import PhaseSpecConfig
 from demo.phases import decision_log, run_phase_demo
 from marin_assets.orchestration import (
     ArtifactIOManager,
@@ -56,26 +56,8 @@ PLAN = PhasePlan(
 )
 
 
-class Phase(dg.Config):
-    name: str
-    warm_start_from: str | None = None
-    schedule: str
-    mixture: dict[str, float]
-    batch_size: int
-    hardware: str
-    token_budget: int
-    peak_lr: float
-    is_cooldown: bool = False
-    z_loss: float | None = None
-    warmup_start_fraction: float = 0.0
-    start_fraction: float = 1.0
-    model_changes: dict[str, Any] | None = None
-    transplant: str | None = None
-    seq_len: int | None = None
-
-
 class WcPhaseConfig(StageConfig):
-    phase: Phase = versioned(Phase(**dataclasses.asdict(PLAN.first)))
+    phase: PhaseSpecConfig = versioned(PhaseSpecConfig.of(PLAN.first))  # the train asset's own phase config
     warm_start_version: str = versioned("")
     attempt: int = versioned(0)
 

@@ -87,7 +87,7 @@ def test_two_worker_processes_train_one_run_and_process_0_reports(straight):
     assert [r["step"] for r in rows] == list(range(1, WORKER_STEPS + 1))
     (mat,) = [m["params"] for m in sent if m["method"] == "report_asset_materialization"]
     meta = {k: v["raw_value"] for k, v in mat["metadata"].items()}
-    assert meta["mesh"] == {"data": 2, "expert": 2} and meta["devices"] == 4
+    assert meta["mesh"] == {"data": 2, "sequence": 1, "expert": 2} and meta["devices"] == 4
     assert meta["final_step"] == WORKER_STEPS and meta["tokens"] == WORKER_STEPS * 8 * TINY_TRAIN["seq_len"]
     assert [r["step"] for r in read_metrics(straight / "out" / "metrics.jsonl")] == list(range(1, WORKER_STEPS + 1))
     assert rows[-1]["loss"] < rows[0]["loss"]

@@ -220,7 +220,7 @@ def run_layout(name: str, runs: list[str], steps: int, caches: dict, out: Path, 
     facts = {"microbatches": microbatch_control(config("ragged", steps, fsdp=True), mesh)} if control else {}
     rows = meshlib.process_rows(mesh, BATCH)
     # Per row of the expert axis (an expert group), the process of each of its devices.
-    groups = [[d.process_index for d in row] for row in mesh.devices]
+    groups = [[d.process_index for d in row] for row in mesh.devices.reshape(-1, mesh.shape["expert"])]
     return {
         "mesh": dict(mesh.shape),
         "processes": setup.num_processes,

@@ -43,7 +43,7 @@ from marin_assets.train.guards import clip_grads, global_norm
 from marin_assets.train.optimizers import Optimizer, make_optimizer
 from marin_assets.train.restore import Run, resolve_checkpoint
 from marin_assets.train.state import Model, TrainState, init_state, moe_model
-from marin_assets.train.step import compute_options
+from marin_assets.train.step import compute_options, mesh_options
 
 META_KEY = "necromancy"  # the record the rebuilt checkpoint's meta.json carries
 
@@ -98,12 +98,14 @@ class BatchGradients:
     @staticmethod
     def _make_grad(config: TrainConfig, model: Model, mesh):
         model_cfg, guards = config.model, config.guards
-        ep, options = meshlib.expert_parallel(mesh, model_cfg), compute_options(config)
+        ep, options = meshlib.expert_parallel(mesh, model_cfg), compute_options(config) | mesh_options(mesh)
 
         def grad(params, router_bias, batch, batch_ok):
             tokens, loss_mask = tokens_and_mask(batch)
+            segments = batch.segment_ids if isinstance(batch, MaskedRows) else None
+            masking = {} if segments is None else {"segment_ids": segments}  # as the train step passes them
             (loss, _), grads = jax.value_and_grad(
-                lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, loss_mask, ep, **options), has_aux=True
+                lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, loss_mask, ep, **options, **masking), has_aux=True
             )(params)
             grad_norm = global_norm(grads)
             usable = batch_ok & jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -166,8 +168,8 @@ def necromancy(
     check_new_out(out, "necromancy")
     model = model or moe_model()
     folder, meta, config, opt, host = open_checkpoint(checkpoint, model)
-    mesh = mesh or meshlib.make_mesh(config.model)
-    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len)
+    mesh = mesh or meshlib.train_mesh(config)
+    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len, sequence=config.sequence_parallel)
     sources = open_sources(caches)
     check_vocab(config, sources)
     run = _run_of(config, host, mesh, out, meta, data_identity(sources), allow_tokenizer_change)

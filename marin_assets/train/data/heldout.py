@@ -74,7 +74,7 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
 
     # No EP layer here: a short held-out batch need not divide into the batch shards, so the
     # tokens are replicated and XLA partitions the local expert computation itself.
-    mesh = mesh or meshlib.make_mesh(config.model)
+    mesh = mesh or meshlib.train_mesh(config)
     loss = reuse_jitted(("held_out_ce", repr(config.model), model), lambda: jax.jit(_held_out_ce(config.model, model)))
     rep = meshlib.replicated(mesh)
     placed = [

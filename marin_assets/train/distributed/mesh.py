@@ -1,7 +1,7 @@
-"""The training device mesh: ``("data", "expert")``, one or many processes.
+"""The training device mesh: ``("data", "sequence", "expert")``, one or many processes.
 
     setup = distributed.init_distributed()           # before anything touches a JAX backend
-    mesh = make_mesh(config.model)                 # all global devices
+    mesh = train_mesh(config)                      # all global devices, the config's sequence axis
     ep = expert_parallel(mesh, config.model)       # the routed experts' shard_map transport
     state_sh = state_shardings(mesh, state)        # state: arrays or jax.eval_shape output
     step = jit_step(step_fn, mesh, state_sh)       # step(state, tokens, *scalars)
@@ -30,7 +30,18 @@ Layout (what is sharded where, and why):
   inside the layer scans' loop bodies, i.e. per layer). Replicated by
   design: the run's small values (``REPLICATED_FIELDS``: guard windows, router bias, step,
   RNG key), scalars (the optimizer's count) and any leaf no axis of which divides.
-- One device is the degenerate 1 x 1 mesh of the same code: the same shard_map EP
+- Context parallelism (``sequence`` > 1: ``TrainConfig.sequence_parallel``): each row's
+  positions are split over ``sequence`` in contiguous chunks, and attention runs through
+  ``kernels.attention.SequenceParallel`` (each device's queries over the keys and values
+  all-gathered along the axis). Every other op is per position, so XLA runs it on the chunk
+  it holds; the weights are replicated over ``sequence`` (its devices are data-parallel for
+  them: the gradient is summed over it like over ``data``). The EP layer takes the flattened
+  tokens as split over ``("data", "expert", "sequence")``, the order a [B, S] batch split
+  over rows and positions flattens to, so nothing moves before the exchange. A ``sequence``
+  group lies inside one process (each process reads whole rows); the axis sits between
+  ``data`` and ``expert``, so the layer-by-layer all-gather of K and V stays on the devices
+  nearest each other after the expert exchange's.
+- One device is the degenerate 1 x 1 x 1 mesh of the same code: the same shard_map EP
   layer runs with an expert axis of size 1.
 
 Processes: every process runs the same program on the same global batch order; each
@@ -66,8 +77,10 @@ from marin_assets.train.distributed.hosts import barrier, positive_env
 
 log = logging.getLogger(__name__)
 
-AXES = ("data", "expert")
-BATCH_AXES = AXES  # the batch is split over both (see the module docstring)
+AXES = ("data", "sequence", "expert")
+BATCH_AXES = ("data", "expert")  # the batch's rows are split over both (see the module docstring)
+SEQUENCE_AXIS = "sequence"  # each row's positions are split over it (context parallelism)
+TOKEN_AXES = (*BATCH_AXES, SEQUENCE_AXIS)  # the flattened [B * S] tokens' split (the EP layer's)
 EXPERT_WEIGHTS = ("e_gate", "e_up", "e_down")  # [L, E, ...]: sharded on axis 1
 # Top-level state fields FSDP leaves replicated: small, and read whole by every device each step.
 REPLICATED_FIELDS = ("guard", "router_bias", "step", "rng")
@@ -113,11 +126,15 @@ def ep_device_order(devices: list) -> list:
     return sorted(devices, key=lambda d: (d.process_index, d.id))
 
 
-def make_mesh(model_config=None, expert: int | None = None, devices=None, env: Mapping[str, str] | None = None):
-    """A ``("data", "expert")`` mesh over ``devices`` (default: every global device).
+def make_mesh(
+    model_config=None, expert: int | None = None, devices=None, env: Mapping[str, str] | None = None, sequence: int = 1
+):
+    """A ``("data", "sequence", "expert")`` mesh over ``devices`` (default: every global device).
 
-    expert: the expert axis size; None: ``expert_axis_size`` of the environment (module docstring).
-    The expert axis is the mesh's minor axis over ``ep_device_order``, so it may span processes.
+    expert: the expert axis size; None: ``expert_axis_size`` of the environment (module docstring),
+    chosen among the devices one sequence chunk leaves. sequence: the context-parallel axis size.
+    ``sequence`` and ``expert`` are the minor axes over ``ep_device_order``, so the expert axis may
+    span processes; with ``sequence`` > 1 a sequence group must lie inside one process.
     """
     import jax
     from jax.sharding import Mesh
@@ -125,16 +142,42 @@ def make_mesh(model_config=None, expert: int | None = None, devices=None, env: M
     env = os.environ if env is None else env
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
+    if not isinstance(sequence, int) or sequence < 1 or n % sequence:
+        raise ValueError(f"sequence axis size {sequence!r} (TrainConfig.sequence_parallel) does not divide the {n} devices")
     if expert is None:
-        expert = expert_axis_size(model_config, n, jax.local_device_count(), env)
-    if expert < 1 or n % expert:
-        raise ValueError(f"expert axis size {expert} does not divide the {n} devices")
+        expert = expert_axis_size(model_config, n // sequence, max(jax.local_device_count() // sequence, 1), env)
+    if expert < 1 or n % (sequence * expert):
+        raise ValueError(
+            f"expert axis size {expert} does not divide the {n // sequence} devices a sequence axis of {sequence} leaves"
+        )
     experts = getattr(model_config, "n_routed_experts", 0)
     if experts and experts % expert:
         raise ValueError(f"expert axis size {expert} does not divide n_routed_experts={experts}")
+    shape = (n // (sequence * expert), sequence, expert)
     if devices == list(jax.devices()) and devices[0].platform == "tpu":
-        return jax.make_mesh((n // expert, expert), AXES)  # the slice's topology-aware order
-    return Mesh(np.asarray(ep_device_order(devices)).reshape(n // expert, expert), AXES)
+        mesh = jax.make_mesh(shape, AXES)  # the slice's topology-aware order
+    else:
+        mesh = Mesh(np.asarray(ep_device_order(devices)).reshape(shape), AXES)
+    _check_sequence_groups(mesh)
+    return mesh
+
+
+def train_mesh(config, devices=None, env: Mapping[str, str] | None = None):
+    """The mesh a TrainConfig trains on: every global device (or ``devices``), the expert axis the
+    environment asks for, the sequence axis ``config.sequence_parallel``."""
+    return make_mesh(config.model, devices=devices, env=env, sequence=config.sequence_parallel)
+
+
+def _check_sequence_groups(mesh) -> None:
+    """Each process reads whole rows (``process_rows``): the devices of one row's chunks share a process."""
+    if mesh.shape[SEQUENCE_AXIS] == 1:
+        return
+    for group in np.moveaxis(mesh.devices, 1, -1).reshape(-1, mesh.shape[SEQUENCE_AXIS]):
+        if len({d.process_index for d in group}) > 1:
+            raise ValueError(
+                f"sequence axis {mesh.shape[SEQUENCE_AXIS]} spans processes on mesh {dict(mesh.shape)}: "
+                "a sequence group must lie inside one process (its devices read the same rows)"
+            )
 
 
 def expert_parallel(mesh, model_config):
@@ -144,7 +187,7 @@ def expert_parallel(mesh, model_config):
     return ExpertParallel(
         mesh,
         axis="expert",
-        token_axes=BATCH_AXES,
+        token_axes=TOKEN_AXES,
         transport=model_config.ep_transport,
         capacity_factor_send=model_config.capacity_factor_send,
         capacity_factor_recv=model_config.capacity_factor_recv,
@@ -152,10 +195,28 @@ def expert_parallel(mesh, model_config):
     )
 
 
-def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: int = 1) -> None:
+def context_parallel(mesh):
+    """The attention of a mesh whose sequence axis splits each row (``loss_fn(..., sp=...)``); None when it
+    does not (size 1)."""
+    from kernels.attention import SequenceParallel
+
+    return SequenceParallel(mesh, SEQUENCE_AXIS, BATCH_AXES) if mesh.shape[SEQUENCE_AXIS] > 1 else None
+
+
+def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: int = 1, sequence: int = 1) -> None:
     """What would otherwise fail inside the first step. ``microbatches`` (``TrainConfig.microbatches``):
-    each microbatch is split over the batch shards too (train/accumulate.py)."""
+    each microbatch is split over the batch shards too (train/accumulate.py). ``sequence``
+    (``TrainConfig.sequence_parallel``): the sequence axis the mesh must have, which splits seq_len."""
     shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
+    if mesh.shape[SEQUENCE_AXIS] != sequence:
+        raise ValueError(
+            f"TrainConfig.sequence_parallel is {sequence} but mesh {dict(mesh.shape)} has a sequence axis of "
+            f"{mesh.shape[SEQUENCE_AXIS]}"
+        )
+    if seq_len % sequence:
+        raise ValueError(
+            f"seq_len {seq_len} does not split into the {sequence} chunks of the sequence axis (TrainConfig.sequence_parallel)"
+        )
     if batch_size % shards:
         raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh {dict(mesh.shape)}")
     if (batch_size // microbatches) % shards:
@@ -260,18 +321,18 @@ def replicated(mesh):
 
 
 def batch_sharding(mesh):
-    """[B, S] tokens: rows over ("data", "expert")."""
+    """[B, S] tokens: rows over ("data", "expert"), positions over "sequence"."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    return NamedSharding(mesh, P(BATCH_AXES))
+    return NamedSharding(mesh, P(BATCH_AXES, SEQUENCE_AXIS))
 
 
 def process_rows(mesh, global_batch: int) -> slice:
     """The rows of each global batch this process holds (and so should read)."""
     sharding = batch_sharding(mesh)
     starts, stops = [], []
-    for index in sharding.addressable_devices_indices_map((global_batch, 1)).values():
+    for index in sharding.addressable_devices_indices_map((global_batch, mesh.shape[SEQUENCE_AXIS])).values():
         rows = index[0]
         starts.append(rows.start or 0)
         stops.append(global_batch if rows.stop is None else rows.stop)

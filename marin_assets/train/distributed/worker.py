@@ -73,15 +73,18 @@ def run(spec: TrainSpec, pipes=None, read_weights: WeightsReader | None = None) 
     ``read_weights``: what reads an ``hf:PATH`` warm start (``train``'s argument)."""
     from marin_assets.train.loop import train_spec  # deferred (import cost): jax, optax, polars, pyarrow
 
-    mesh = meshlib.make_mesh(spec.config.model)
-    meshlib.check_fits(mesh, spec.config.model, spec.config.batch_size, spec.config.seq_len, spec.config.microbatches)
+    config = spec.config
+    mesh = meshlib.train_mesh(config)
+    meshlib.check_fits(mesh, config.model, config.batch_size, config.seq_len, config.microbatches, config.sequence_parallel)
 
     def report(row: dict) -> None:
         if pipes is not None:
             pipes.report_custom_message({"metrics": row})
 
+    starting = f"training {config.phase}: {config.num_steps} steps on mesh {dict(mesh.shape)}"
+    log.info(starting)  # the worker's own log (marin train --processes: OUT/workers/process-<i>.log)
     if pipes is not None:
-        pipes.log.info(f"training {spec.config.phase}: {spec.config.num_steps} steps on mesh {dict(mesh.shape)}")
+        pipes.log.info(starting)
     result = train_spec(spec, log_fn=report, mesh=mesh, read_weights=read_weights)
     if pipes is not None:
         pipes.log.info(
