@@ -45,7 +45,7 @@ from marin_assets.train.compile_cache import ensure_compile_cache
 from marin_assets.train.config import TrainConfig, config_to_dict
 from marin_assets.train.data.batches import MixedLoader
 from marin_assets.train.data.heldout import HeldOutLoss, validation_loss
-from marin_assets.train.data.sources import check_vocab, data_identity, open_sources, train_loader
+from marin_assets.train.data.sources import check_vocab, data_identity, eos_ids, open_sources, train_loader
 from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.emit import (
@@ -179,7 +179,12 @@ def train(
         # controller read slightly stale telemetry) must not kill a phase that has just completed.
         with StopSignals() as stop:
             step_fn = train_step_for(config, opt, model, mesh, run.state_sh)
-            held_out = HeldOutLoss(config, model, validation_dirs, mesh) if validation_dirs and stop_at_step is None else None
+            held_out = None
+            if validation_dirs and stop_at_step is None:
+                masked_by = (
+                    {k: v for k, v in eos_ids(sources).items() if k in validation_dirs} if config.document_masking else None
+                )
+                held_out = HeldOutLoss(config, model, validation_dirs, mesh, masked_by)
             cadence = CheckpointCadence(run, emitter, on_checkpoint)
             checked = (
                 None

@@ -78,3 +78,24 @@ def test_train_step_gets_the_segment_ids(datakit_like, caches, tiny_config, tmp_
     assert abs(float(masked) - float(crossing)) > 1e-4 * abs(float(masked))
     with pytest.raises(ValueError, match=r"no EOS id recorded for source\(s\) 'train'"):
         train(config, {"train": caches["license"]}, tmp_path / "refused")
+
+
+def test_the_held_out_loss_masks_the_documents_as_the_run_trains(caches, tiny_config, tmp_path):
+    """A document-masked run's held-out loss is the cross-entropy with each validation window's documents masked:
+    what ``validation_loss`` gives with the source's EOS id, not what it gives without."""
+    from marin_assets.train.checkpoints.necromancy import open_checkpoint
+    from marin_assets.train.data.heldout import validation_loss
+
+    root = tmp_path / "eos"
+    shutil.copytree(caches["license"], root / "train")
+    shutil.copytree(caches["docs"], root / "validation")
+    (root / "stats.json").write_text(json.dumps({"tokenizer": {"eos_id": EOS, "sha256": "bytes"}}))
+    config = replace(tiny_config, num_steps=2, checkpoint_every_steps=2, document_masking=True, mixture={"train": 1.0})
+    result = train(config, {"train": root}, tmp_path / "run")
+    model = default_model()
+    _, _, _, _, state = open_checkpoint(result.checkpoint_dir, model)
+    held = {"train": root / "validation"}
+    masked = validation_loss(config, model, state, held, eos_ids={"train": EOS})
+    crossing = validation_loss(config, model, state, held)
+    assert result.validation_loss == pytest.approx(masked, rel=1e-5)
+    assert abs(masked - crossing) > 1e-4 * masked

@@ -249,3 +249,29 @@ def resumed_losses(config, caches, out) -> list[float]:
     rows = read_metrics(result.metrics_path)
     assert [r["step"] for r in rows] == list(range(13, SPIKE_STEPS + 1))
     return [r["loss"] for r in rows]
+
+
+def test_a_document_masked_batch_gives_the_gradient_the_step_takes():
+    """With document masking the loader hands MaskedRows with segment ids: the rebuilt moments' gradients are then
+    those of the masked loss the train step took (not of attention across the documents)."""
+    from marin_assets.model import init_params, loss_fn
+    from marin_assets.train.data.batches import MaskedRows
+
+    config = config_from_dict(dict(TINY_TRAIN, document_masking=True, guards={"grad_clip": 1e9}))  # no clipping
+    params = init_params(config.model, jax.random.PRNGKey(3))
+    bias = jnp.zeros((config.model.n_layers, config.model.n_routed_experts))
+    tokens = np.random.default_rng(4).integers(0, 256, (config.batch_size, config.seq_len), dtype=np.int32)
+    segments = np.repeat(np.arange(4), config.seq_len // 4)[None].repeat(config.batch_size, 0).astype(np.int32)
+    batch = MaskedRows(tokens, np.ones_like(tokens), segments)
+    (grads,) = list(BatchGradients(config, default_model(), make_mesh(config.model), params, bias, [(batch, True)]))
+
+    def expected(segment_ids):
+        return jax.grad(lambda p: loss_fn(p, tokens, config.model, bias, np.ones_like(tokens), segment_ids=segment_ids)[0])(
+            params
+        )
+
+    def max_diff(a, b):
+        return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+    assert max_diff(grads, expected(segments)) <= 1e-6
+    assert max_diff(grads, expected(None)) > 1e-4  # the documents' masking is what it kept

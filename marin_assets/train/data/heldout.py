@@ -13,7 +13,7 @@ import numpy as np
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data.batches import MaskedRows, tokens_and_mask
+from marin_assets.train.data.batches import MaskedRows, segment_ids, tokens_and_mask
 from marin_assets.train.data.token_caches import TokenCache, TokenStream, as_stream
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.hooks import StepInfo
@@ -23,24 +23,32 @@ log = logging.getLogger(__name__)
 
 
 def held_out_batches(
-    caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike], seq_len: int, batch_size: int, max_batches: int = 8
+    caches: Mapping[str, TokenStream | TokenCache | str | os.PathLike],
+    seq_len: int,
+    batch_size: int,
+    max_batches: int = 8,
+    eos_ids: Mapping[str, int] | None = None,
 ) -> list[np.ndarray | MaskedRows]:
     """The held-out loss's batches: the first consecutive ``seq_len`` windows of each
     validation cache, in source order, in full batches only (at most ``max_batches``);
-    ``MaskedRows`` when a cache is masked (a chat source: its loss counts the replies only).
+    ``MaskedRows`` when a cache is masked (a chat source: its loss counts the replies only) or
+    ``eos_ids`` are given (document masking, as the run trains: each window's documents as segment ids).
 
     Fixed windows, not a shuffle, so every evaluation of a run sees the same tokens. Empty
     when the caches hold less than one batch; the caller reports that instead of a number.
     """
-    windows, masks = [], []
+    windows, masks, segments = [], [], []
     streams = {name: as_stream(path) for name, path in sorted(caches.items())}  # source order
-    masked = any(stream.masked for stream in streams.values())
-    for stream in streams.values():
+    masked = eos_ids is not None or any(stream.masked for stream in streams.values())
+    for name, stream in streams.items():
         n = min(stream.num_tokens // seq_len, max_batches * batch_size - len(windows))
         if n > 0:
             starts = [i * seq_len for i in range(n)]
-            windows.extend(stream.read(starts, seq_len))
+            read = stream.read(starts, seq_len)
+            windows.extend(read)
             masks.extend(stream.read(starts, seq_len, LOSS_MASK) if stream.masked else np.ones((n, seq_len), np.int32))
+            if eos_ids is not None:  # a window is contiguous text: documents end only at EOS tokens
+                segments.extend(segment_ids(np.stack(read), np.asarray(starts), seq_len, eos_ids[name]))
     if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
         bounds = [(0, len(windows))]
     else:
@@ -48,22 +56,35 @@ def held_out_batches(
     tokens = [np.stack(windows[lo:hi]).astype(np.int32) for lo, hi in bounds]
     if not masked:
         return list[np.ndarray | MaskedRows](tokens)
-    return [MaskedRows(t, np.stack(masks[lo:hi]).astype(np.int32)) for t, (lo, hi) in zip(tokens, bounds, strict=True)]
+    return [
+        MaskedRows(t, np.stack(masks[lo:hi]).astype(np.int32), np.stack(segments[lo:hi]) if segments else None)
+        for t, (lo, hi) in zip(tokens, bounds, strict=True)
+    ]
 
 
 def _held_out_ce(model_config, model: Model):
     def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
         tokens, loss_mask = tokens_and_mask(batch)
-        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask)
+        segments = batch.segment_ids if isinstance(batch, MaskedRows) else None
+        masking = {} if segments is None else {"segment_ids": segments}  # as the train step passes them
+        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask, **masking)
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 
     return cross_entropy
 
 
-def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches: Mapping[str, Any], mesh=None) -> float | None:
+def validation_loss(
+    config: TrainConfig,
+    model: Model,
+    state: TrainState,
+    caches: Mapping[str, Any],
+    mesh=None,
+    eos_ids: Mapping[str, int] | None = None,
+) -> float | None:
     """Mean next-token cross-entropy (nats) over the held-out batches (``held_out_batches``,
-    each weighted by its rows); None when the validation splits hold less than one window."""
-    batches = held_out_batches(caches, config.seq_len, config.batch_size)
+    each weighted by its rows); None when the validation splits hold less than one window.
+    ``eos_ids`` ({source: EOS id}): a document-masked run's, so its documents are masked here too."""
+    batches = held_out_batches(caches, config.seq_len, config.batch_size, eos_ids=eos_ids)
     if not batches:
         log.warning(
             "no held-out loss: the validation split(s) %s hold less than one window of seq_len=%d",
@@ -92,10 +113,12 @@ def validation_loss(config: TrainConfig, model: Model, state: TrainState, caches
 class HeldOutLoss:
     """The end-of-phase hook: ``loss`` is ``validation_loss`` of the final state (None until it ran)."""
 
-    def __init__(self, config: TrainConfig, model: Model, caches: Mapping[str, Any], mesh) -> None:
-        self.config, self.model, self.caches, self.mesh = config, model, caches, mesh
+    def __init__(
+        self, config: TrainConfig, model: Model, caches: Mapping[str, Any], mesh, eos_ids: Mapping[str, int] | None = None
+    ) -> None:
+        self.config, self.model, self.caches, self.mesh, self.eos_ids = config, model, caches, mesh, eos_ids
         self.loss: float | None = None
 
     def __call__(self, info: StepInfo) -> None:
         """Measure the held-out loss of ``info.state``."""
-        self.loss = validation_loss(self.config, self.model, info.state, self.caches, self.mesh)
+        self.loss = validation_loss(self.config, self.model, info.state, self.caches, self.mesh, self.eos_ids)
