@@ -48,7 +48,7 @@ def held_out_batches(
             windows.extend(read)
             masks.extend(stream.read(starts, seq_len, LOSS_MASK) if stream.masked else np.ones((n, seq_len), np.int32))
             if eos_ids is not None:  # a window is contiguous text: documents end only at EOS tokens
-                segments.extend(segment_ids(np.stack(read), np.asarray(starts), seq_len, eos_ids[name]))
+                segments.extend(segment_ids(np.asarray(read), np.asarray(starts), seq_len, eos_ids[name]))
     if 0 < len(windows) < batch_size:  # a small split still gives a number, from one short batch
         bounds = [(0, len(windows))]
     else:
