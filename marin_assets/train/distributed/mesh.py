@@ -198,7 +198,7 @@ def expert_parallel(mesh, model_config):
 def context_parallel(mesh):
     """The attention of a mesh whose sequence axis splits each row (``loss_fn(..., sp=...)``); None when it
     does not (size 1)."""
-    from kernels.attention import SequenceParallel
+    from kernels.attention import SequenceParallel  # deferred (import cost): jax
 
     return SequenceParallel(mesh, SEQUENCE_AXIS, BATCH_AXES) if mesh.shape[SEQUENCE_AXIS] > 1 else None
 
