@@ -120,7 +120,32 @@ def steps() -> dict:
     for name in ("1x1x1", "1x4x1"):
         sequence = int(name.split("x")[1])
         out[name]["all_gathers"] = all_gathers(config(sequence), layout_mesh(name, config(sequence).model))
+    out["1x4x1 fsdp"] = fsdp_step(batch, reference)
     return out
+
+
+def fsdp_step(batch, reference) -> dict:
+    """The 1x4x1 step with FSDP: the differences from one device, and each layout's largest per-device state."""
+    import jax
+
+    from marin_assets.train.distributed import mesh as meshlib
+    from marin_assets.train.loop import default_model, init_state
+    from marin_assets.train.optimizers import make_optimizer
+
+    cfg = config(4, fsdp=True)
+    mesh = layout_mesh("1x4x1", cfg.model)
+    params, grads, metrics = one_step(cfg, batch, mesh)
+    model = default_model()
+    opt = make_optimizer(cfg.optimizer, jax.eval_shape(lambda: model.init_params(cfg.model, jax.random.PRNGKey(0))))
+    state = jax.eval_shape(lambda: init_state(cfg, opt, model))
+    held = {f: meshlib.per_device_bytes(state, meshlib.state_shardings(mesh, state, fsdp=f)) for f in (False, True)}
+    return {
+        "params": max_abs_diff(params, reference[0]),
+        "gradient": max_abs_diff(grads, reference[1]),
+        "loss": abs(metrics["loss"] - reference[2]["loss"]),
+        "state_bytes_per_device": held[True],
+        "state_bytes_per_device_without_fsdp": held[False],
+    }
 
 
 def losses(run_dir: Path) -> dict[int, float]:

@@ -95,6 +95,11 @@ def test_a_split_sequence_steps_as_one_device_does(sequence_runs):
         assert steps[name]["dropped"] == 0
     # the split is real: each layer gathers its keys and values (and their documents) along the sequence axis
     assert steps["1x4x1"]["all_gathers"] >= steps["1x1x1"]["all_gathers"] + 2 * 2
+    # FSDP splits the state over the sequence axis too (its devices hold the same weights): the same step, and
+    # each device holds well under half the replicated state (the small replicated fields stay whole)
+    fsdp = steps["1x4x1 fsdp"]
+    assert fsdp["loss"] <= 1e-6 and fsdp["gradient"] <= 1e-6 and fsdp["params"] <= max(2 * control, 1e-6), fsdp
+    assert fsdp["state_bytes_per_device"] < 0.4 * fsdp["state_bytes_per_device_without_fsdp"], fsdp
 
 
 @pytest.mark.slow
@@ -120,3 +125,18 @@ def test_a_context_phase_raises_the_sequence_axis_and_trains(sequence_runs):
     assert long["mesh"] == {"data": 1, "sequence": 4, "expert": 1}
     assert (long["phase_start_step"], long["final_step"]) == (4, 6)
     assert long["last_loss"] is not None and math.isfinite(long["last_loss"])
+
+
+def test_fsdp_names_the_sequence_axis_only_when_it_splits():
+    """With a sequence split FSDP spreads the weights over it too; without one the specs are the ones FSDP always
+    had (a checkpoint's layout, and a compiled step's, unchanged)."""
+    from jax.sharding import AbstractMesh
+    from jax.sharding import PartitionSpec as P
+
+    def spec(shape, expert_weight, mesh_shape):
+        return meshlib._fsdp_spec(["layers", "w"], shape, AbstractMesh(mesh_shape, meshlib.AXES), expert_weight)
+
+    assert spec((2, 64, 32), False, (2, 1, 2)) == P(None, ("data", "expert"), None)
+    assert spec((2, 64, 32), False, (1, 2, 2)) == P(None, ("data", "sequence", "expert"), None)
+    assert spec((2, 4, 64, 32), True, (2, 1, 2)) == P(None, "expert", "data", None)
+    assert spec((2, 4, 64, 32), True, (1, 2, 2)) == P(None, "expert", ("data", "sequence"), None)

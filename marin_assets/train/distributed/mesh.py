@@ -24,7 +24,8 @@ Layout (what is sharded where, and why):
   over ``("data", "expert")`` together (the expert axis is a data-parallel axis for it), else
   over ``data``; stacked layer weights [L, ...] never split L, so each scan iteration slices
   one layer and gathers only that layer. Routed-expert leaves keep E on ``expert`` and split
-  one more axis over ``data``. The step stays a plain jit over these NamedShardings: XLA's
+  one more axis over ``data``. With a sequence split, ``sequence`` joins ``data`` in both (its
+  devices hold the same weights). The step stays a plain jit over these NamedShardings: XLA's
   SPMD partitioner inserts each weight's all-gather before its use and reduces its gradient
   back onto the shards (measured on the 2 x 2 tiny-MoE step: 31 of its 35 all-gathers are
   inside the layer scans' loop bodies, i.e. per layer). Replicated by
@@ -252,17 +253,26 @@ def _spec_with(ndim: int, axis: int, entry, base=()):
     return P(*entries)
 
 
+def _weight_data_axes(mesh) -> tuple[str, ...]:
+    """The axes whose devices are data-parallel for every weight: ``data``, and ``sequence`` when it splits the
+    rows' positions (named only then, so a mesh without a split keeps the specs it always had)."""
+    return ("data", SEQUENCE_AXIS) if mesh.shape[SEQUENCE_AXIS] > 1 else ("data",)
+
+
 def _fsdp_spec(names: list[str], shape, mesh, expert_weight: bool):
     """The FSDP layout of one params/optimizer leaf (see the module docstring)."""
     from jax.sharding import PartitionSpec as P
 
-    ndim, data, everyone = len(shape), mesh.shape["data"], mesh.shape["data"] * mesh.shape["expert"]
+    dp_axes = _weight_data_axes(mesh)
+    dp = dp_axes if len(dp_axes) > 1 else "data"  # one axis is named bare, as FSDP always named it
+    ndim, data = len(shape), math.prod(mesh.shape[a] for a in dp_axes)
+    everyone = data * mesh.shape["expert"]
     if expert_weight:
         axis = _largest_divisible_axis(shape, range(2, ndim), data)
-        return P(None, "expert") if axis is None or data == 1 else _spec_with(ndim, axis, "data", (None, "expert"))
+        return P(None, "expert") if axis is None or data == 1 else _spec_with(ndim, axis, dp, (None, "expert"))
     first = 1 if "layers" in names and ndim > 1 else 0  # stacked [L, ...]: a scan step reads one layer
     axes = range(first, ndim)
-    for entry, size in ((("data", "expert"), everyone), ("data", data)):
+    for entry, size in (((*dp_axes, "expert"), everyone), (dp, data)):
         axis = _largest_divisible_axis(shape, axes, size)
         if axis is not None and size > 1:
             return _spec_with(ndim, axis, entry)
