@@ -57,6 +57,14 @@ def _check_model_changes(changes: Mapping[str, Any] | None, where: str) -> None:
             raise ValueError(f"{where}: model_changes[{field!r}] must be a finite number, a bool or a string, got {value!r}")
 
 
+def _check_context(seq_len: int | None, sequence_parallel: int | None, where: str) -> None:
+    """A phase's or branch's own context length and sequence axis, where it sets them."""
+    if seq_len is not None and seq_len < 2:
+        raise ValueError(f"{where}: seq_len must be >= 2 (one input and one target token), got {seq_len}")
+    if sequence_parallel is not None and sequence_parallel < 1:
+        raise ValueError(f"{where}: sequence_parallel must be >= 1, got {sequence_parallel}")
+
+
 def _check_name(name: str, what: str) -> None:
     """A run or phase name becomes a path segment and a partition key: one safe segment, or a
     ValueError naming ``what`` and the name (``a/b`` or ``../x`` would leave the run's folder)."""
@@ -103,10 +111,7 @@ class PhaseSpec:
         _check_name(self.name, "PhaseSpec.name")
         if self.warm_start_from is not None:
             _check_name(self.warm_start_from, f"PhaseSpec {self.name}: warm_start_from")
-        if self.sequence_parallel is not None and self.sequence_parallel < 1:
-            raise ValueError(f"PhaseSpec {self.name}: sequence_parallel must be >= 1, got {self.sequence_parallel}")
-        if self.seq_len is not None and self.seq_len < 2:
-            raise ValueError(f"PhaseSpec {self.name}: seq_len must be >= 2 (one input and one target token), got {self.seq_len}")
+        _check_context(self.seq_len, self.sequence_parallel, f"PhaseSpec {self.name}")
         _check_model_changes(self.model_changes, f"PhaseSpec {self.name}")
         if self.transplant is not None and self.warm_start_from is None:
             raise ValueError(f"PhaseSpec {self.name}: transplant {self.transplant!r} needs a warm_start_from to carry over")
@@ -197,10 +202,7 @@ class BranchSpec:
                 f"{where}: model_changes may name only {CONTEXT_MODEL_FIELDS} (a branch warm-starts from its source's "
                 f"parameters as they are), not {shaping}"
             )
-        if self.seq_len is not None and self.seq_len < 2:
-            raise ValueError(f"{where}: seq_len must be >= 2 (one input and one target token), got {self.seq_len}")
-        if self.sequence_parallel is not None and self.sequence_parallel < 1:
-            raise ValueError(f"{where}: sequence_parallel must be >= 1, got {self.sequence_parallel}")
+        _check_context(self.seq_len, self.sequence_parallel, where)
         validate_segment(self.name, "branch name")
         if BRANCH_MARK in self.name or BRANCH_MARK in self.from_phase:
             raise ValueError(f"{where}: name and from_phase must not contain {BRANCH_MARK!r} (it joins them in the partition)")

@@ -34,7 +34,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels.balancing import load_cv
-from marin_assets.train.data.batches import MaskedRows, tokens_and_mask
+from marin_assets.train.data.batches import segments_of, tokens_and_mask
 from marin_assets.train.distributed import mesh as meshlib
 
 # aux keys (model.forward / loss_fn) that count over the batch: summed over the microbatches.
@@ -55,7 +55,7 @@ def loss_and_grads(
     parts (module docstring); 1: that call itself. ``grad_sh``: the params' shardings (the sum's layout);
     ``token_mean_loss``: the part of the loss that is a mean over the counted targets (None: all of it)."""
     tokens, loss_mask = tokens_and_mask(batch)
-    segments = batch.segment_ids if isinstance(batch, MaskedRows) else None
+    segments = segments_of(batch)
     if microbatches == 1:
         return jax.value_and_grad(lambda p: loss_of(p, tokens, loss_mask, segments), has_aux=True)(params)
     m = microbatches

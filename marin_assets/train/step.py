@@ -18,6 +18,7 @@ from marin_assets.model.moe import moe_step_metrics
 from marin_assets.train import accumulate
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
+from marin_assets.train.data.batches import segment_keywords
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.distributed import offload
 from marin_assets.train.guards import clip_grads, clip_updates, global_norm, record, should_skip
@@ -72,8 +73,9 @@ def make_train_step(config: TrainConfig, opt: Optimizer, model: Model, mesh, sta
         params = state.params
 
         def loss_of(p, tokens, loss_mask, segment_ids):
-            masking = {} if segment_ids is None else {"segment_ids": segment_ids}  # a stand-in model may not take it
-            return model.loss_fn(p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options, **masking)
+            return model.loss_fn(
+                p, tokens, model_cfg, state.router_bias, loss_mask, ep, **options, **segment_keywords(segment_ids)
+            )
 
         (loss, aux), grads = accumulate.loss_and_grads(
             loss_of,

@@ -35,7 +35,7 @@ from marin_assets.numeric_checks import check_int
 from marin_assets.store.fsutil import child, filesystem, join
 from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import TrainConfig, config_from_dict
-from marin_assets.train.data.batches import DataPosition, MaskedRows, MixedLoader, tokens_and_mask
+from marin_assets.train.data.batches import DataPosition, MaskedRows, MixedLoader, segment_keywords, segments_of, tokens_and_mask
 from marin_assets.train.data.sources import check_vocab, data_identity, open_sources, train_loader
 from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.distributed import mesh as meshlib
@@ -102,8 +102,7 @@ class BatchGradients:
 
         def grad(params, router_bias, batch, batch_ok):
             tokens, loss_mask = tokens_and_mask(batch)
-            segments = batch.segment_ids if isinstance(batch, MaskedRows) else None
-            masking = {} if segments is None else {"segment_ids": segments}  # as the train step passes them
+            masking = segment_keywords(segments_of(batch))  # as the train step passes them
             (loss, _), grads = jax.value_and_grad(
                 lambda p: model.loss_fn(p, tokens, model_cfg, router_bias, loss_mask, ep, **options, **masking), has_aux=True
             )(params)

@@ -125,6 +125,17 @@ def tokens_and_mask(batch):
     return (batch.tokens, batch.loss_mask) if isinstance(batch, MaskedRows) else (batch, None)
 
 
+def segments_of(batch):
+    """The segment ids of a loader's batch (document masking), or None: a bare token array has none."""
+    return batch.segment_ids if isinstance(batch, MaskedRows) else None
+
+
+def segment_keywords(segment_ids) -> dict:
+    """``loss_fn``'s document-masking keyword: ``segment_ids`` when there are some, else none (a stand-in
+    model's loss_fn need not take it). What every consumer passes: the train step, necromancy, the held-out loss."""
+    return {} if segment_ids is None else {"segment_ids": segment_ids}
+
+
 class MixedLoader:
     """Batches of ``[batch_size, seq_len]`` token windows from several caches.
 

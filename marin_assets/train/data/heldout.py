@@ -13,7 +13,7 @@ import numpy as np
 from marin_assets.datakit.datasets import LOSS_MASK
 from marin_assets.train.compile_cache import reuse_jitted
 from marin_assets.train.config import TrainConfig
-from marin_assets.train.data.batches import MaskedRows, segment_ids, tokens_and_mask
+from marin_assets.train.data.batches import MaskedRows, segment_ids, segment_keywords, segments_of, tokens_and_mask
 from marin_assets.train.data.token_caches import TokenCache, TokenStream, as_stream
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.hooks import StepInfo
@@ -65,9 +65,7 @@ def held_out_batches(
 def _held_out_ce(model_config, model: Model):
     def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
         tokens, loss_mask = tokens_and_mask(batch)
-        segments = batch.segment_ids if isinstance(batch, MaskedRows) else None
-        masking = {} if segments is None else {"segment_ids": segments}  # as the train step passes them
-        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask, **masking)
+        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask, **segment_keywords(segments_of(batch)))
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 
     return cross_entropy

@@ -163,10 +163,10 @@ def make_mesh(
     return mesh
 
 
-def train_mesh(config, devices=None, env: Mapping[str, str] | None = None):
-    """The mesh a TrainConfig trains on: every global device (or ``devices``), the expert axis the
-    environment asks for, the sequence axis ``config.sequence_parallel``."""
-    return make_mesh(config.model, devices=devices, env=env, sequence=config.sequence_parallel)
+def train_mesh(config):
+    """The mesh a TrainConfig trains on: every global device, the expert axis the environment asks for,
+    the sequence axis ``config.sequence_parallel``."""
+    return make_mesh(config.model, sequence=config.sequence_parallel)
 
 
 def _check_sequence_groups(mesh) -> None:
