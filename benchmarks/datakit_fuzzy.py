@@ -154,7 +154,7 @@ def run_ours(shards: dict[str, str], work: str) -> tuple[dict[str, float], dict[
     steps = {
         "map": lambda: [fuzzy_map(k, p, maps[k], config) for k, p in shards.items()],
         "band_reduce": lambda: [fuzzy_band_reduce(b, (0, 1), list(maps.values()), cands[b], config) for b in range(config.bands)],
-        "verify": lambda: [fuzzy_verify(k, cands, shards, edges[k], config) for k in shards],
+        "verify": lambda: [fuzzy_verify(k, cands, shards, maps, edges[k], config) for k in shards],
         "resolve": lambda: fuzzy_resolve(edges, os.path.join(work, "removals")),
     }
     seconds = {}
@@ -230,12 +230,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
 
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
-    from marin_assets.datakit.minhash import jaccard, shingle_hashes
+    from marin_assets.datakit.minhash import jaccard, shingle_keys
 
     docs, planted = build_corpus(args.unique, args.near)
     # Planted copies whose true Jaccard reaches the threshold: the near duplicates by definition.
     threshold = FuzzyDedupConfig().jaccard_threshold
-    eligible = [jaccard(shingle_hashes(docs[c]), shingle_hashes(docs[o])) >= threshold for c, o in planted]
+    eligible = [jaccard(shingle_keys(docs[c]), shingle_keys(docs[o])) >= threshold for c, o in planted]
     with _one_core() as cpu, tempfile.TemporaryDirectory(prefix="datakit_fuzzy_") as work:
         shards, where = write_shards(docs, os.path.join(work, "shards"))
         seconds, survivor = run_ours(shards, os.path.join(work, "ours"))

@@ -194,7 +194,9 @@ def _run_stages(work: str, raw: str, mb: float, shard_docs: int) -> tuple[float,
                 fuzzy_band_reduce(band, (r, ranges), [os.path.join(fz, "map")], os.path.join(fz, "cand"), fuzzy)
         edges = {key: os.path.join(fz, "edges", f"{key}.parquet") for key in by_key}
         for key in by_key:
-            fuzzy_verify(key, [os.path.join(fz, "cand")], by_key, edges[key], fuzzy)
+            fuzzy_verify(
+                key, [os.path.join(fz, "cand")], by_key, dict.fromkeys(by_key, os.path.join(fz, "map")), edges[key], fuzzy
+            )
         fuzzy_resolve(edges, os.path.join(fz, "removals"))
 
     results["fuzzy_dedup"] = _cpu_timed(fuzzy_dedup_steps)

@@ -603,12 +603,12 @@ def at_threshold(corpus: dict, kind: str) -> int:
     """Planted near copies whose 5-gram Jaccard with their original (ours' definition, on the text
     resiliparse extracts) reaches our threshold, 0.8."""
     from marin_assets.datakit.fuzzy_dedup import FuzzyDedupConfig
-    from marin_assets.datakit.minhash import jaccard, shingle_hashes
+    from marin_assets.datakit.minhash import jaccard, shingle_keys
     from marin_assets.datakit.web import extract_html
 
     text = (lambda u: extract_html(corpus["bodies"][u])) if kind == "warc" else corpus["texts"].get  # noqa: E731
     threshold = FuzzyDedupConfig().jaccard_threshold
-    return sum(jaccard(shingle_hashes(text(a)), shingle_hashes(text(b))) >= threshold for a, b in corpus["near"])
+    return sum(jaccard(shingle_keys(text(a)), shingle_keys(text(b))) >= threshold for a, b in corpus["near"])
 
 
 def bench_run(name: str, kind: str, corpus: dict, folder: str, work: str, tokenizer: str, repeats: int) -> dict:

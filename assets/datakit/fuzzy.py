@@ -46,16 +46,17 @@ KEYS_FORMAT = 2  # bump when fuzzy_band_reduce's keys files change shape or plac
 
 
 def _edges_version(config, partition: str, inputs) -> dict[str, str]:
-    """The pairs this shard owns and the texts they compare (its own and its partners', which
-    sort before it): not every band's and shard's version. A new shard reruns every band, but
+    """The pairs this shard owns and the documents they compare (the ids and shingle keys of
+    its own and its partners', which sort before it): not every band's and shard's version. A new shard reruns every band, but
     a pair belongs to the shard of its later document, so a shard appended last owns every
     pair it brings and the old owners' digests stay as they were."""
     digest, partners = candidate_digest(partition, roots(inputs["candidates"]))
-    docs = inputs["docs"]
-    missing = sorted({partition, *partners} - set(docs))
-    if missing:
-        raise ValueError(f"shards/fuzzy_edges[{partition}]: candidate pairs name shards with no filtered_exact: {missing}")
-    return {"candidates": digest, **{f"docs[{k}]": docs[k].version for k in sorted({partition, *partners})}}
+    named = sorted({partition, *partners})
+    for name in ("docs", "maps"):
+        missing = [k for k in named if k not in inputs[name]]
+        if missing:
+            raise ValueError(f"shards/fuzzy_edges[{partition}]: candidate pairs name shards with no {name}: {missing}")
+    return {"candidates": digest, **{f"{name}[{k}]": inputs[name][k].version for name in ("docs", "maps") for k in named}}
 
 
 def fuzzy_list(removals: ArtifactRef, shard: str) -> str:
@@ -70,9 +71,9 @@ def fuzzy_list_digest(removals: ArtifactRef, shard: str) -> str:
 def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
     """The fuzzy-dedup steps over the shard partitions ``shards`` (the reduce over LSH bands, one resolve)."""
 
-    @versioned_asset(key="shards/fuzzy_map", code_version="1", ins={"docs": "shards/filtered_exact"}, **per_shard(shards))
+    @versioned_asset(key="shards/fuzzy_map", code_version="2", ins={"docs": "shards/filtered_exact"}, **per_shard(shards))
     def shard_fuzzy_map(ctx: StageContext, docs: ArtifactRef):
-        """MinHash band keys of one shard's documents, one sorted file per band."""
+        """MinHash band keys of one shard's documents, one sorted file per band, and their shingle keys."""
         return fuzzy_map(ctx.partition, shard_file(docs), ctx.out_dir, MINHASH)
 
     @versioned_asset(
@@ -99,20 +100,29 @@ def steps(shards: dg.DynamicPartitionsDefinition) -> list[dg.AssetsDefinition]:
 
     @versioned_asset(
         key="shards/fuzzy_edges",
-        code_version="3",
+        code_version="4",
         config_cls=FuzzyConfig,
-        ins={"candidates": every("shards/fuzzy_candidates"), "docs": every("shards/filtered_exact")},
+        ins={
+            "candidates": every("shards/fuzzy_candidates"),
+            "docs": every("shards/filtered_exact"),
+            "maps": every("shards/fuzzy_map"),
+        },
         version_inputs=_edges_version,
         **per_shard(shards),
     )
     def shard_fuzzy_edges(
-        ctx: StageContext, config: FuzzyConfig, candidates: dict[str, ArtifactRef], docs: dict[str, ArtifactRef]
+        ctx: StageContext,
+        config: FuzzyConfig,
+        candidates: dict[str, ArtifactRef],
+        docs: dict[str, ArtifactRef],
+        maps: dict[str, ArtifactRef],
     ):
         """The candidate pairs this shard owns, kept where the exact Jaccard reaches the threshold
         and the pair is not already joined by the edges kept before it (a spanning forest)."""
         verify = FuzzyDedupConfig(jaccard_threshold=config.jaccard_threshold)
         shard_paths = {key: shard_file(ref) for key, ref in docs.items()}
-        return fuzzy_verify(ctx.partition, roots(candidates), shard_paths, join(ctx.out_dir, EDGES_FILE), verify)
+        map_roots = {key: ref.data_path for key, ref in maps.items()}
+        return fuzzy_verify(ctx.partition, roots(candidates), shard_paths, map_roots, join(ctx.out_dir, EDGES_FILE), verify)
 
     @versioned_asset(
         key="shards/fuzzy_removals",

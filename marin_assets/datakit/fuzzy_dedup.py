@@ -42,7 +42,7 @@ from marin_assets.datakit.fuzzy_candidates import (
     write_pairs,
 )
 from marin_assets.datakit.lsh import band_keys, band_pairs
-from marin_assets.datakit.minhash import MinHashParams, jaccard, shingle_sets, signature_batches
+from marin_assets.datakit.minhash import MinHashParams, jaccard, keyed_batches
 from marin_assets.datakit.removals import Removal, removal_list_path, write_removal_list
 from marin_assets.datakit.shards import (
     arrow_array,
@@ -56,6 +56,7 @@ from marin_assets.datakit.shards import (
     read_table,
 )
 from marin_assets.datakit.shards import write_table as shard_write_table
+from marin_assets.datakit.shingle_keys_file import ShingleKeysWriter, read_shingle_keys
 from marin_assets.knobs import knob
 from marin_assets.numeric_checks import check_float, check_int
 
@@ -111,6 +112,7 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
 #
 #   map_root/band-BBB/<shard>.parquet          key uint64, row uint32; sorted by key, row
 #                                              groups of MAP_ROW_GROUP rows (range reads)
+#   map_root/shingle-keys/<shard>.bin          each row's shingle keys (shingle_keys_file.py)
 #   cand_root/pairs, owners, keys              see fuzzy_candidates.py
 #   edges file (one per owner shard)           row_a, id_a, shard_b, row_b, id_b, jaccard; a
 #                                              spanning forest of the shard's verified pairs
@@ -122,6 +124,7 @@ def component_survivors(num_nodes: int, edges: np.ndarray, rank: np.ndarray) -> 
 # ---------------------------------------------------------------------------------------
 
 MAP_ROW_GROUP = 8192
+SHINGLE_KEYS_DIR = "shingle-keys"
 KEY_SPACE = 1 << 64
 
 
@@ -148,25 +151,32 @@ def band_reduce_ranges(total_docs: int, docs_per_reduce: int) -> int:
 
 
 def fuzzy_map(shard_key: str, shard_path: str, map_root: str, config: FuzzyDedupConfig = FuzzyDedupConfig()) -> dict:
-    """The map side of one shard: one band-key file per LSH band under `map_root`.
+    """The map side of one shard: one band-key file per LSH band under `map_root`, and the
+    documents' shingle keys (shingle_keys_path, read by the verify).
 
     Documents without shingles (empty after cleaning) are left out: their all-max
     signatures would collide with each other. Signatures are computed a batch of documents
-    at a time (minhash.signature_batches) and only their band keys kept, so memory is one
+    at a time (minhash.keyed_batches) and only their band keys kept, so memory is one
     batch plus 8 bytes a band of every document. Returns {"docs", "empty"}.
     """
     key = check_shard_key(shard_key)
     _, texts = read_id_text(shard_path)
     row_parts, key_parts = [np.zeros(0, np.uint32)], [np.zeros((config.bands, 0), np.uint64)]
-    for rows, signatures in signature_batches(texts, config):
-        row_parts.append(rows.astype(np.uint32))
-        key_parts.append(band_keys(signatures, config.bands, config.rows))
+    with ShingleKeysWriter(shingle_keys_path(map_root, key), len(texts)) as shingles:
+        for batch in keyed_batches(texts, config):
+            shingles.add(batch.positions, batch.keys, batch.starts)
+            row_parts.append(batch.positions.astype(np.uint32))
+            key_parts.append(band_keys(batch.signatures, config.bands, config.rows))
     nonempty, keys = np.concatenate(row_parts), np.concatenate(key_parts, axis=1)
     for band in range(config.bands):
         order = np.lexsort((nonempty, keys[band]))
         table = pa.table({"key": arrow_array(keys[band][order], np.uint64), "row": arrow_array(nonempty[order], np.uint32)})
         shard_write_table(table, join(map_root, _band_name(band), f"{key}.parquet"), row_group_size=MAP_ROW_GROUP)
     return {"docs": len(texts), "empty": len(texts) - int(nonempty.size)}
+
+
+def shingle_keys_path(map_root: str, shard_key: str) -> str:
+    return join(map_root, SHINGLE_KEYS_DIR, f"{check_shard_key(shard_key)}.bin")
 
 
 def _read_key_range(path: str, lo: int, hi: int, last: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -264,15 +274,17 @@ def fuzzy_verify(
     shard_key: str,
     candidate_roots: Sequence[str],
     shard_paths: Mapping[str, str],
+    map_roots: Mapping[str, str],
     out_path: str,
     config: FuzzyDedupConfig = FuzzyDedupConfig(),
 ) -> dict:
-    """Verify the candidate pairs owned by one shard with the exact Jaccard of their shingles.
+    """Verify the candidate pairs owned by one shard with the exact Jaccard of their shingle keys.
 
     Reads the pairs it owns from every band reduce (fuzzy_candidates.owned_candidates),
     drops repeats (a pair matches in many bands), then takes the pairs partner shard by
-    partner shard (this shard's own pairs first), loading the shingles of only the rows
-    still needed: this shard's, and of each partner shard only the rows its pairs name.
+    partner shard (this shard's own pairs first), reading only the rows they name: their
+    ids from `shard_paths` and their shingle keys from the map's file under `map_roots`
+    (shard key -> the root fuzzy_map wrote it under).
 
     A pair that the edges kept so far already join is not compared: its edge could not
     change a component, and resolve keeps components, not edges. So the edges written are a
@@ -288,21 +300,18 @@ def fuzzy_verify(
     if cand is not None:
         names, triples = _candidate_triples(cand, key)
         total = len(triples)
-        own_ids, own_texts = _shard_docs(key, shard_paths, np.union1d(triples[:, 0], triples[names[triples[:, 1]] == key, 2]))
-        own: dict[int, np.ndarray] = {}
+        own_ids, own = _shard_rows(
+            key, shard_paths, map_roots, np.union1d(triples[:, 0], triples[names[triples[:, 1]] == key, 2])
+        )
         joined = _Components()
         for c, partner in enumerate(names):
             mine = [(a, b) for a, _, b in triples[triples[:, 1] == c].tolist() if not joined.same((key, a), (partner, b))]
             if not mine:
                 continue
-            rows_a = {a for a, _ in mine} | ({b for _, b in mine} if partner == key else set())
-            own.update(_shingles_by_row({r: own_texts[r] for r in sorted(rows_a - own.keys())}, config))
             if partner == key:
                 p_ids, other = own_ids, own
             else:
-                p_ids, p_texts = _shard_docs(partner, shard_paths, np.unique([b for _, b in mine]))
-                other = _shingles_by_row(p_texts, config)
-                del p_texts
+                p_ids, other = _shard_rows(partner, shard_paths, map_roots, np.unique([b for _, b in mine]))
             for row_a, row_b in mine:
                 if joined.same((key, row_a), (partner, row_b)):
                     continue
@@ -354,26 +363,23 @@ class _Components:
         self._parent[self._root(a)] = self._root(b)
 
 
-def _shingles_by_row(texts: Mapping[int, str], config: FuzzyDedupConfig) -> dict[int, np.ndarray]:
-    """{row: shingle_hashes(text)} of {row: text}, hashed as one batch (minhash.shingle_sets)."""
-    return dict(zip(texts, shingle_sets(list(texts.values()), config)))
-
-
-def _shard_docs(key: str, shard_paths: Mapping[str, str], rows: np.ndarray) -> tuple[dict[int, str], dict[int, str]]:
-    """({row: id}, {row: text}) of the given rows of shard `key` (only those become Python strings)."""
-    if key not in shard_paths:
-        raise ValueError(f"candidate pairs name shard {key!r}, which is not in shard_paths ({len(shard_paths)} shards)")
+def _shard_rows(
+    key: str, shard_paths: Mapping[str, str], map_roots: Mapping[str, str], rows: np.ndarray
+) -> tuple[dict[int, str], dict[int, np.ndarray]]:
+    """({row: id}, {row: shingle keys}) of the given rows of shard `key`."""
+    for what, paths in (("shard_paths", shard_paths), ("map_roots", map_roots)):
+        if key not in paths:
+            raise ValueError(f"candidate pairs name shard {key!r}, which is not in {what} ({len(paths)} shards)")
     path = shard_paths[key]
     rows = np.asarray(rows, dtype=np.int64)
     try:
-        picked = read_rows(path, rows, columns=["id", "text"])
+        ids = read_rows(path, rows, columns=["id"]).column("id").to_pylist()
     except ValueError as err:
         raise ValueError(f"candidate pairs name a row of shard {key!r} that it lacks: {err}") from None
-    ids, texts = picked.column("id").to_pylist(), picked.column("text").to_pylist()
-    for row, doc_id, text in zip(rows.tolist(), ids, texts):
-        if doc_id is None or text is None:
-            raise ValueError(f"shard {path} row {row}: null id or text")
-    return dict(zip(rows.tolist(), ids)), dict(zip(rows.tolist(), texts))
+    for row, doc_id in zip(rows.tolist(), ids):
+        if doc_id is None:
+            raise ValueError(f"shard {path} row {row}: null id")
+    return dict(zip(rows.tolist(), ids)), read_shingle_keys(shingle_keys_path(map_roots[key], key), rows)
 
 
 def fuzzy_resolve(edge_paths: Mapping[str, str], removals_root: str) -> dict:

@@ -3,8 +3,9 @@
 Per document: cap the text, clean it (lowercase, drop punctuation, collapse whitespace), hash
 every character n-gram (polynomial over code points, then a splitmix64 finaliser): those
 hashes, deduplicated, are the document's shingle set (`shingle_hashes`, the definition); its
-signature is the minimum under each of ``num_perm`` hash functions of the high words of its
-shingles.
+signature is the minimum under each of ``num_perm`` hash functions of its keys, the high
+words of its shingles (`shingle_keys`: the set the signature estimates the Jaccard of, and the
+one fuzzy dedup's verify compares exactly).
 
 The permutations are ``pi_i(x) = (a_i * x + b_i) mod 2^32`` with random odd ``a_i``: each
 is a bijection of 32-bit space, and the ``mod 2^32`` is the free wrap-around of uint32
@@ -13,12 +14,13 @@ uint64 ``(a x + b) mod (2^61 - 1)``. A linear map alone is a weak min-wise famil
 structured keys, but our keys ``x`` are already splitmix64-mixed hashes, i.e. uniformly
 spread; tests check that the Jaccard estimate is unbiased with binomial variance.
 
-The steps work on batches of documents (`shingle_sets`, `signature_batches`; the same
-results as `shingle_hashes` one document at a time): ASCII texts are cleaned together (one
+The steps work on batches of documents (`keyed_batches`, `signature_batches`; the same
+results as `shingle_keys` one document at a time): ASCII texts are cleaned together (one
 bytes.translate, then numpy collapses the spaces), the n-grams of the batch are hashed in one
-pass over the concatenated code points, and for signatures one sort of (document, key) packed into uint64
+pass over the concatenated code points, and one sort of (document, key) packed into uint64
 drops the repeated keys of a document (about a third of the 5-grams of prose; a repeat
-cannot change a minimum) before ``np.minimum.reduceat`` takes per-document minima over
+cannot change a minimum), which leaves each document's keys sorted and unique (fuzzy_map
+keeps them for the verify), before ``np.minimum.reduceat`` takes per-document minima over
 blocks of ``chunk_shingles`` keys, a few permutations at a time so the block stays in cache.
 """
 
@@ -48,9 +50,7 @@ _ASCII_TABLE = bytes(32 if chr(c).isspace() else ord(chr(c).lower()) if c < 128 
 _SEPARATOR = "\x80"
 _FNV_PRIME = np.uint64(0x100000001B3)  # spreads the 21-bit code points
 # Characters per batch (its arrays take ~50 bytes a character). Measured on the benchmark's
-# prose: shingle sets are fastest at 16k (the batch's hash arrays stay in L2), signatures at
-# 64k (fewer, fuller blocks for the minima).
-SET_BATCH_CHARS = 1 << 14
+# prose: signatures are fastest at 64k (fewer, fuller blocks for the minima).
 SIGNATURE_BATCH_CHARS = 1 << 16
 PERM_GROUP = 16  # permutations reduced together: a (16, chunk_shingles) uint32 block stays in L2
 
@@ -118,6 +118,13 @@ def shingle_hashes(text: str, params: MinHashParams = MinHashParams()) -> np.nda
     if not cleaned:
         return np.zeros(0, dtype=np.uint64)
     return _sorted_unique(_window_hashes(_codes(cleaned, params.ngram), params.ngram))
+
+
+def shingle_keys(text: str, params: MinHashParams = MinHashParams()) -> np.ndarray:
+    """Sorted unique uint32 keys of ``text``'s shingles: the high words of shingle_hashes, the
+    values the permutations act on. The set whose Jaccard the signatures estimate, and the
+    one the verify compares exactly."""
+    return _sorted_unique((shingle_hashes(text, params) >> np.uint64(32)).astype(np.uint32))
 
 
 @functools.lru_cache(maxsize=8)  # asked for once per batch of a map
@@ -253,28 +260,36 @@ def _batches(texts: Sequence[str], max_chars: int, batch_chars: int) -> Iterator
         start = stop
 
 
-def shingle_sets(texts: Sequence[str], params: MinHashParams = MinHashParams()) -> list[np.ndarray]:
-    """[shingle_hashes(t, params) for t in texts], hashed a batch at a time."""
-    out = [np.zeros(0, dtype=np.uint64)] * len(texts)
-    for start, stop in _batches(texts, params.max_chars, SET_BATCH_CHARS):
-        hashes, counts, positions = _shingle_stream(texts[start:stop], params)
-        bounds = np.cumsum(counts) - counts
-        for position, lo, count in zip(positions.tolist(), bounds.tolist(), counts.tolist(), strict=True):
-            text_hashes = hashes[lo : lo + count]
-            text_hashes.sort()  # in place: `hashes` is this batch's own
-            out[start + position] = _drop_repeats(text_hashes)
-    return out
+@dataclass(frozen=True)
+class KeyedBatch:
+    """One batch of texts' shingle keys and signatures, run by run: run d is the text at
+    `positions[d]`, its keys ``keys[starts[d]:starts[d + 1]]`` (sorted, unique; the last run
+    ends at keys.size) and its signature ``signatures[d]``. Texts whose cleaned text is
+    empty have no run."""
+
+    positions: np.ndarray  # int64, index into the texts given
+    keys: np.ndarray  # uint32
+    starts: np.ndarray  # int64
+    signatures: np.ndarray  # (runs, num_perm) uint32
 
 
-def signature_batches(texts: Sequence[str], params: MinHashParams = MinHashParams()) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(positions, signatures) of the texts whose cleaned text is not empty, in order, about
-    SIGNATURE_BATCH_CHARS characters at a time (memory: a batch, whatever the number of
-    texts). The signature of a text is signatures_from_shingles([shingle_hashes(text)])."""
+def keyed_batches(texts: Sequence[str], params: MinHashParams = MinHashParams()) -> Iterator[KeyedBatch]:
+    """KeyedBatch of the texts about SIGNATURE_BATCH_CHARS characters at a time (memory: a
+    batch, whatever the number of texts). Run d's keys are shingle_keys(texts[positions[d]])
+    and its signature signatures_from_shingles([shingle_hashes(texts[positions[d]])])."""
     for start, stop in _batches(texts, params.max_chars, SIGNATURE_BATCH_CHARS):
         hashes, counts, positions = _shingle_stream(texts[start:stop], params)
         if counts.size:
-            order = np.argsort(positions)
-            yield start + positions[order], _stream_minima(hashes, counts, params)[order]
+            keys, starts = _stream_keys(hashes, counts)
+            yield KeyedBatch(start + positions, keys, starts, _keyed_minima(keys, starts, params))
+
+
+def signature_batches(texts: Sequence[str], params: MinHashParams = MinHashParams()) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(positions, signatures) of the texts whose cleaned text is not empty, in order, a
+    batch at a time (keyed_batches without the keys)."""
+    for batch in keyed_batches(texts, params):
+        order = np.argsort(batch.positions)
+        yield batch.positions[order], batch.signatures[order]
 
 
 def minhash_signatures(texts: Sequence[str], params: MinHashParams = MinHashParams()) -> np.ndarray:
@@ -286,8 +301,9 @@ def minhash_signatures(texts: Sequence[str], params: MinHashParams = MinHashPara
     return out
 
 
-def _stream_minima(hashes: np.ndarray, counts: np.ndarray, params: MinHashParams) -> np.ndarray:
-    """(len(counts), num_perm) signatures of consecutive runs of `counts` hashes (each > 0)."""
+def _stream_keys(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each run's sorted unique keys, run after run; where each run starts) of consecutive
+    runs of `counts` hashes (each > 0): one sort of (run, key) packed into uint64."""
     doc = np.repeat(np.arange(counts.size, dtype=np.uint64), counts)
     packed = (doc << np.uint64(32)) | (hashes >> np.uint64(32))
     del doc
@@ -295,8 +311,7 @@ def _stream_minima(hashes: np.ndarray, counts: np.ndarray, params: MinHashParams
     packed = _drop_repeats(packed)  # by document, then key, each once
     keys = (packed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     doc = packed >> np.uint64(32)
-    runs = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])
-    return _keyed_minima(keys, runs, params)
+    return keys, np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -1,8 +1,8 @@
 """A small in-memory oracle for the dedup shard steps: what they must decide, all pairs, no LSH.
 
 Documents are dicts with id, text, source, source_id, key (shard key) and row, in corpus
-order. The only library code used is the definition of a shingle (minhash.shingle_hashes:
-clean_text, then the hashed character n-grams); grouping, Jaccard, components and the
+order. The only library code used is the definition of a shingle (minhash.shingle_keys:
+clean_text, then the hashed character n-grams' keys); grouping, Jaccard, components and the
 survivor rules are written out here in plain Python.
 
     exact_duplicates(docs)        {(key, row): (kept key, kept row)} of every exact copy
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import combinations
 
-from marin_assets.datakit.minhash import MinHashParams, shingle_hashes
+from marin_assets.datakit.minhash import MinHashParams, shingle_keys
 
 Place = tuple[str, int]  # (shard key, row): a document's place in corpus order
 
@@ -44,7 +44,7 @@ def jaccard(a: set, b: set) -> float:
 
 def shingle_set(text: str) -> set[int]:
     """The shingles of `text` as the library defines them (the default MinHashParams)."""
-    return set(shingle_hashes(text, MinHashParams()).tolist())
+    return set(shingle_keys(text, MinHashParams()).tolist())
 
 
 def similar_pairs(docs: Sequence[dict], threshold: float) -> list[tuple[int, int]]:

@@ -24,8 +24,9 @@ from marin_assets.datakit.minhash import (
     jaccard,
     minhash_signatures,
     permutation_coefficients,
+    keyed_batches,
     shingle_hashes,
-    shingle_sets,
+    shingle_keys,
     signatures_from_shingles,
 )
 from tests.datakit.oracle import fuzzy_duplicates
@@ -51,7 +52,7 @@ def doc_id(text: str) -> str:
 
 
 def true_jaccard(a: str, b: str) -> float:
-    return jaccard(shingle_hashes(a), shingle_hashes(b))
+    return jaccard(shingle_keys(a), shingle_keys(b))
 
 
 def _clean_by_definition(text: str, max_chars: int = 500_000) -> str:
@@ -86,16 +87,22 @@ def test_clean_text_equals_the_definition(text, max_chars):
 @given(batch=st.lists(texts, max_size=12), ngram=st.sampled_from([1, 2, 5]), batch_chars=st.sampled_from([1, 16, 1 << 16]))
 def test_the_batch_paths_equal_shingle_hashes_one_text_at_a_time(batch, ngram, batch_chars):
     """ASCII and other texts, empty, shorter than ngram, cut into batches anywhere: the
-    shingle sets and signatures of the batch path are those of the per-text definition."""
+    shingle keys and signatures of the batch path are those of the per-text definition."""
     params = MinHashParams(num_perm=12, ngram=ngram, max_chars=30, chunk_shingles=5)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(minhash, "SET_BATCH_CHARS", batch_chars)
         mp.setattr(minhash, "SIGNATURE_BATCH_CHARS", batch_chars)
-        sets = shingle_sets(batch, params)
+        batches = list(keyed_batches(batch, params))
         signatures = minhash_signatures(batch, params)
     expected = [shingle_hashes(t, params) for t in batch]
-    assert len(sets) == len(batch) and all(np.array_equal(s, e) for s, e in zip(sets, expected, strict=True))
     assert np.array_equal(signatures, signatures_from_shingles(expected, params))
+    keys = [np.zeros(0, np.uint32)] * len(batch)
+    for b in batches:
+        ends = np.r_[b.starts[1:], b.keys.size]
+        for position, lo, hi in zip(b.positions.tolist(), b.starts.tolist(), ends.tolist(), strict=True):
+            keys[position] = b.keys[lo:hi]
+        assert np.array_equal(b.signatures, signatures[b.positions])
+    assert all(np.array_equal(k, shingle_keys(t, params)) for k, t in zip(keys, batch, strict=True))
+    assert [k.size > 0 for k in keys] == [e.size > 0 for e in expected]  # a run for every text with shingles
 
 
 def test_shingles_are_sets_of_character_5grams():

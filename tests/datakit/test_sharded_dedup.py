@@ -108,7 +108,7 @@ def run_fuzzy(shards: dict[str, str], work: str, config: FuzzyDedupConfig = FUZZ
             cand_roots.append(f"{work}/fuzzy_cand/{band}-{r}")
             fuzzy_band_reduce(band, (r, ranges), list(maps.values()), cand_roots[-1], config)
     edges = {k: f"{work}/fuzzy_edges/{k}.parquet" for k in keys}
-    verified = {k: fuzzy_verify(k, cand_roots, shards, edges[k], config) for k in keys}
+    verified = {k: fuzzy_verify(k, cand_roots, shards, maps, edges[k], config) for k in keys}
     resolved = fuzzy_resolve(edges, f"{work}/fuzzy_removals")
     lists = {k: read_removal_list(removal_list_path(f"{work}/fuzzy_removals", k)) for k in keys}
     return {
@@ -511,7 +511,7 @@ for key, path in shards.items():
 for band in range(FuzzyDedupConfig().bands):
     fuzzy_band_reduce(band, (0, 1), [f"{work}/map"], f"{work}/cand")
 edges = {k: f"{work}/edges/{k}.parquet" for k in shards}
-verified = sum(fuzzy_verify(k, [f"{work}/cand"], shards, edges[k])["verified_pairs"] for k in shards)
+verified = sum(fuzzy_verify(k, [f"{work}/cand"], shards, dict.fromkeys(shards, f"{work}/map"), edges[k])["verified_pairs"] for k in shards)
 resolved = fuzzy_resolve(edges, f"{work}/removals")
 print(verified, resolved["duplicates"], "pandas" in sys.modules)
 """
