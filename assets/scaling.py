@@ -107,7 +107,7 @@ def build_scaling_assets(
 
     @versioned_asset(
         key=f"{prefix}/lr_sweep",
-        code_version="3",
+        code_version="4",  # 4: the blockwise kernel's gradients (see TRAIN_CODE_VERSION 9)
         config_cls=LrSweepConfig,
         ins={"mixture": DATA_KEY},
         version_inputs=lr_version,
@@ -137,7 +137,7 @@ def build_scaling_assets(
 
     @versioned_asset(
         key=f"{prefix}/sweep",
-        code_version="5",
+        code_version="6",  # 6: the blockwise kernel's gradients (see TRAIN_CODE_VERSION 9)
         config_cls=SweepConfig,
         ins={"mixture": DATA_KEY, "lr_sweep": f"{prefix}/lr_sweep"},
         version_inputs=sweep_version,

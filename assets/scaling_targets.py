@@ -112,9 +112,10 @@ def target_asset(ladder: Ladder, target: Target, prefix: str, common: Mapping[st
     """``<prefix>/<target>/target``: the predicted run; it refuses to start without its frozen prediction."""
 
     # 4: the frozen prediction judged against the run is the asset's metadata (judged_prediction).
+    # 5: the blockwise kernel's gradients (see TRAIN_CODE_VERSION 9).
     @versioned_asset(
         key=f"{prefix}/{target.name}/target",
-        code_version="4",
+        code_version="5",
         config_cls=SweepConfig,
         ins={"prediction": f"{prefix}/{target.name}/prediction", "mixture": DATA_KEY},
         version_inputs=target_version,

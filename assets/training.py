@@ -79,7 +79,9 @@ def _version_inputs(config: PhaseConfig, partition: str | None, inputs) -> dict[
 # 6: the phase reports its checkpoints (checkpoints/demo) and keeps their versions in checkpoint_versions.json.
 # 7: tokens_consumed names every dataset the weights saw, an earlier phase's too (carried from the warm start).
 # 8: tokens_available names every dataset of the mixture, the ones the phase did not train on too.
-TRAIN_CODE_VERSION = "8"
+# 9: the blockwise attention kernel skips the key blocks a query block cannot see; its key and value
+#    gradients sum over query blocks (rounding-level changes where a phase trains on it).
+TRAIN_CODE_VERSION = "9"
 
 
 @versioned_asset(

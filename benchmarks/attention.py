@@ -5,7 +5,7 @@ no shared expert, softmax router, no balancing bias; byte tokens) with
 max_seq_len raised to each S, batch 1, fp32, no remat. The step is the jitted
 ``jax.value_and_grad(model.loss_fn, has_aux=True)`` (forward, loss and every gradient; no optimizer,
 which is the same for both sides). The two sides differ only in ``ModelConfig.attention_impl``:
-  ours       "blockwise"  (kernels/attention.py: scan over key blocks of 512, custom VJP; memory linear in S)
+  ours       "blockwise"  (kernels/attention.py: blocks of 512 queries and keys, each query block visiting only the key blocks it may see; custom VJP; memory linear in S)
   reference  "reference"  (the full [B, KV, G, S, S] fp32 score tensor)
 
 Memory is compile-only: the step is lowered on jax.ShapeDtypeStruct inputs (nothing is allocated)

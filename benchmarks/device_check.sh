@@ -5,9 +5,12 @@
 #   1. attention equivalence on cuDNN (bf16) and the blockwise/XLA paths (fp32) vs the naive reference
 #   2. attention memory and step time at long context, blockwise vs reference (benchmarks/attention.py)
 #   3. the MoE model in bf16 for 50 timed steps: tokens/s and MFU vs Levanter's Mixtral (benchmarks/moe_step.py)
-# Not covered yet: optimizer offload's memory saving (XLA:CPU cannot compile the offloaded step, and no script
-# measures it yet), and pooled-wave vs ragged expert-parallel step time, which needs an expert axis of several
-# devices (benchmarks/moe_step.py --figures moe_train_step_ep on a multi-GPU machine).
+#   4. optimizer offload's memory saving: the compiled step's device bytes with and without the Adam moments
+#      in pinned host memory (benchmarks/train_step_variants.py --figures offload; compile-only)
+#   5. pooled-wave vs ragged expert transport, step time of the real train step (train_step_variants.py
+#      --figures ep_transport). On one GPU the expert axis is 1, so the exchange stays local and the figure is
+#      each transport's own cost; the all-to-all itself needs a machine with several GPUs.
+# Steps 4 and 5 have run on CPU only (XLA:CPU refuses step 4, which exits 2 with XLA's reason there).
 #
 #   OUT=/tmp/out bash benchmarks/device_check.sh        (python3 must import jax with CUDA and this repo's deps)
 set -uo pipefail
@@ -29,9 +32,12 @@ step() {  # step NAME SECONDS ARGV...
 }
 
 "$PY" -c 'import jax; print("devices:", jax.devices())' | tee "$OUT/devices.txt"
-step attention_equivalence 90 benchmarks/device_check_attention.py --seq 4096
-step attention_memory 150 benchmarks/attention.py --mem-seqs 8192 32768 65536 --time-seq 8192 --repeats 5
-step moe_bf16 150 benchmarks/moe_step.py --dtype bfloat16 --figures moe_train_step --d-model 1024 --layers 8 \
-    --heads 16 --kv-heads 4 --experts 16 --top-k 2 --expert-d-ff 1024 --seq 2048 --batch 16 --vocab 32768 \
-    --iters 50 --peak-n 8192
+MOE=(--d-model 1024 --layers 8 --heads 16 --kv-heads 4 --experts 16 --top-k 2 --expert-d-ff 1024 --seq 2048 --vocab 32768)
+step attention_equivalence 80 benchmarks/device_check_attention.py --seq 4096
+step attention_memory 130 benchmarks/attention.py --mem-seqs 8192 32768 65536 --time-seq 8192 --repeats 5
+step moe_bf16 130 benchmarks/moe_step.py --dtype bfloat16 --figures moe_train_step "${MOE[@]}" --batch 16 --iters 50 \
+    --peak-n 8192
+step offload_memory 60 benchmarks/train_step_variants.py --figures offload --dtype bfloat16 "${MOE[@]}" --batch 16
+step ep_transport 70 benchmarks/train_step_variants.py --figures ep_transport --dtype bfloat16 "${MOE[@]}" --batch 8 \
+    --iters 10
 exit $status

@@ -4,10 +4,12 @@ One function, ``causal_attention(q, k, v, ...)``, five implementations of the sa
 
 ``"reference"``  the naive path: the full [B, KV, G, S, S] score tensor in fp32, masked, softmaxed.
     Memory grows with S^2 (one 65K-token head is 16 GiB of scores). Kept as the reference.
-``"blockwise"``  flash-style in plain XLA: a scan over key blocks with an online softmax (running max
-    and sum in fp32), and a custom VJP that keeps only q, k, v, the output and the per-row
-    log-sum-exp, recomputing each block's probabilities in the backward. Memory is linear in S
-    (one [B, H, S, block] block of scores at a time), on any backend.
+``"blockwise"``  flash-style in plain XLA: a scan over query blocks, each a loop over the key blocks it
+    may see (causal and window bounds: about half of them causally, a few under a window) with an
+    online softmax (running max and sum in fp32), and a custom VJP that keeps only q, k, v, the output
+    and the per-row log-sum-exp, recomputing each block's probabilities in the backward (a scan over
+    key blocks, each a loop over the query blocks that may see it). Memory is linear in S (one
+    [B, H, block, block] block of scores at a time), on any backend.
 ``"xla"`` / ``"cudnn"``  ``jax.nn.dot_product_attention``; ``"cudnn"`` is cuDNN's fused flash attention
     on NVIDIA GPUs (bf16/fp16 only).
 ``"splash"``  Pallas splash attention, the TPU kernel (``interpret=True`` runs it anywhere, slowly).
@@ -181,32 +183,80 @@ def _flash(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
     return _flash_forward(q, kb, vb, q_seg, k_seg, w, has_window, has_segments)[0]
 
 
+def _to_blocks(x: jax.Array, axis: int, size: int, fill=0) -> jax.Array:
+    """`x` cut along `axis` into blocks of `size` (the last padded with `fill`), the block index leading."""
+    x = jnp.pad(x, [(0, -x.shape[axis] % size if a == axis else 0) for a in range(x.ndim)], constant_values=fill)
+    x = x.reshape(*x.shape[:axis], -1, size, *x.shape[axis + 1 :])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def _from_blocks(x: jax.Array, axis: int, length: int) -> jax.Array:
+    """The inverse of ``_to_blocks`` (the padding cut off)."""
+    x = jnp.moveaxis(x, 0, axis)
+    x = x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2 :])
+    return jax.lax.slice_in_dim(x, 0, length, axis=axis)
+
+
+_WIDEST = 1 << 30  # a window at least this wide masks nothing here; capped so the bounds stay in int32
+
+
+def _key_blocks_seen(i, q_block, k_block, n_k, w, has_window):
+    """[lo, hi) of the key blocks that query block i may see; the others are wholly masked (keys after
+    its last query, or before the window of its first). The blocks in range are still masked inside."""
+    first = w[1] + i * q_block
+    hi = jnp.minimum(n_k, (first + q_block - 1) // k_block + 1)
+    lo = jnp.maximum(0, (first - jnp.minimum(w[0], _WIDEST) + 1) // k_block) if has_window else jnp.int32(0)
+    return lo, hi
+
+
+def _query_blocks_seeing(j, q_block, k_block, n_q, w, has_window):
+    """[lo, hi) of the query blocks that may see key block j (the converse of ``_key_blocks_seen``)."""
+    lo = jnp.clip((j * k_block - w[1]) // q_block, 0, n_q)
+    reach = (j + 1) * k_block + jnp.minimum(w[0], _WIDEST) - 2 - w[1]  # the last query position that sees block j
+    hi = jnp.clip(reach // q_block + 1, 0, n_q) if has_window else jnp.int32(n_q)
+    return lo, hi
+
+
 def _flash_forward(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
     """q [B, KV, G, S, hd]; kb, vb [n, B, KV, block, hd] -> (out [B, KV, G, S, hd] in q's dtype, accumulated
-    in fp32; the fp32 log-sum-exp of each query's scores [B, KV, G, S])."""
-    B, KV, G, S, hd = q.shape
-    block, scale = kb.shape[3], 1.0 / jnp.sqrt(hd).astype(jnp.float32)
+    in fp32; the fp32 log-sum-exp of each query's scores [B, KV, G, S]).
 
-    def step(carry, inputs):
-        m, total, acc = carry
-        j, k_j, v_j, k_seg_j = inputs
-        s, mask = _scores_and_mask(q, k_j, scale, j, block, S, q_seg, k_seg_j, w, has_window, has_segments)
-        s = jnp.where(mask, s, _NEG)
-        m_new = jnp.maximum(m, s.max(-1))
-        p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
-        correction = jnp.exp(m - m_new)
-        total = total * correction + p.sum(-1)
-        pv = jnp.einsum("bkgqc,bkcd->bkgqd", p.astype(v_j.dtype), v_j, preferred_element_type=jnp.float32)
-        return (m_new, total, acc * correction[..., None] + pv), None
+    The queries go a block at a time too, and each visits only the key blocks it may see
+    (``_key_blocks_seen``): causal attention skips about half the blocks, a window all but a few."""
+    S, hd = q.shape[3], q.shape[4]
+    n_k, block, scale = kb.shape[0], kb.shape[3], 1.0 / jnp.sqrt(hd).astype(jnp.float32)
+    q_block = min(block, S)
+    # Padded queries belong to no document (-2): they see nothing, and their rows are cut off.
+    qb, q_segb = _to_blocks(q, 3, q_block), _to_blocks(q_seg, 1, q_block, fill=-2)
 
-    init = (
-        jnp.full((B, KV, G, S), _NEG, jnp.float32),
-        jnp.zeros((B, KV, G, S), jnp.float32),
-        jnp.zeros((B, KV, G, S, hd), jnp.float32),
-    )
-    (m, total, acc), _ = jax.lax.scan(step, init, (jnp.arange(kb.shape[0]), kb, vb, k_seg))
-    # every query sees at least itself (causal), so total > 0
-    return (acc / total[..., None]).astype(q.dtype), m + jnp.log(total)
+    def query_block(_, inputs):
+        i, q_i, seg_i = inputs
+        w_i = w.at[1].add(i * q_block)  # the block's first query position
+
+        def step(j, carry):
+            m, total, acc = carry
+            k_j, v_j, k_seg_j = kb[j], vb[j], k_seg[j]
+            s, mask = _scores_and_mask(q_i, k_j, scale, j, block, q_block, seg_i, k_seg_j, w_i, has_window, has_segments)
+            s = jnp.where(mask, s, _NEG)
+            m_new = jnp.maximum(m, s.max(-1))
+            p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
+            correction = jnp.exp(m - m_new)
+            total = total * correction + p.sum(-1)
+            pv = jnp.einsum("bkgqc,bkcd->bkgqd", p.astype(v_j.dtype), v_j, preferred_element_type=jnp.float32)
+            return m_new, total, acc * correction[..., None] + pv
+
+        rows = q_i.shape[:-1]
+        init = (jnp.full(rows, _NEG, jnp.float32), jnp.zeros(rows, jnp.float32), jnp.zeros(q_i.shape, jnp.float32))
+        lo, hi = _key_blocks_seen(i, q_block, block, n_k, w, has_window)
+        m, total, acc = cast(tuple[jax.Array, jax.Array, jax.Array], jax.lax.fori_loop(lo, hi, step, init))
+        # Every real query sees at least itself (causal), so total > 0; a padded one may see nothing.
+        seen = total > 0
+        total = jnp.where(seen, total, 1.0)
+        out = jnp.where(seen[..., None], acc / total[..., None], 0.0)
+        return None, (out.astype(q.dtype), jnp.where(seen, m + jnp.log(total), 0.0))
+
+    _, (out, lse) = jax.lax.scan(query_block, None, (jnp.arange(qb.shape[0]), qb, q_segb))
+    return _from_blocks(out, 3, S), _from_blocks(lse, 3, S)
 
 
 def _flash_fwd(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
@@ -215,26 +265,42 @@ def _flash_fwd(q, kb, vb, q_seg, k_seg, w, has_window, has_segments):
 
 
 def _flash_bwd(has_window, has_segments, residuals, d_out):
-    """FlashAttention's backward: per key block, p from the saved log-sum-exp, then dv, dk and dq."""
+    """FlashAttention's backward: per key block, over the query blocks that may see it (the same blocks
+    the forward visited), p from the saved log-sum-exp, then dv and dk for the key block and dq for the
+    query block."""
     q, kb, vb, q_seg, k_seg, w, out, lse = residuals
     S, hd = q.shape[3], q.shape[4]
     block, scale = kb.shape[3], 1.0 / jnp.sqrt(hd).astype(jnp.float32)
+    q_block = min(block, S)
     d_out = d_out.astype(jnp.float32)
     delta = jnp.sum(d_out * out.astype(jnp.float32), axis=-1)  # [B, KV, G, S]: rowsum(dO * O)
+    qb, dob = (_to_blocks(x, 3, q_block) for x in (q.astype(jnp.float32), d_out))
+    lseb, deltab, q_segb = _to_blocks(lse, 3, q_block), _to_blocks(delta, 3, q_block), _to_blocks(q_seg, 1, q_block, fill=-2)
+    n_q = qb.shape[0]
 
-    def step(dq, inputs):
+    def key_block(dq, inputs):
         j, k_j, v_j, k_seg_j = inputs
-        s, mask = _scores_and_mask(q, k_j, scale, j, block, S, q_seg, k_seg_j, w, has_window, has_segments)
-        p = jnp.where(mask, jnp.exp(s - lse[..., None]), 0.0)
-        dv_j = jnp.einsum("bkgqc,bkgqd->bkcd", p, d_out)
-        dp = jnp.einsum("bkgqd,bkcd->bkgqc", d_out, v_j.astype(jnp.float32))
-        ds = p * (dp - delta[..., None]) * scale
-        dq = dq + jnp.einsum("bkgqc,bkcd->bkgqd", ds, k_j.astype(jnp.float32))
-        dk_j = jnp.einsum("bkgqc,bkgqd->bkcd", ds, q.astype(jnp.float32))
+        k32, v32 = k_j.astype(jnp.float32), v_j.astype(jnp.float32)
+
+        def step(i, carry):
+            dq, dk_j, dv_j = carry
+            q_i, do_i = qb[i], dob[i]
+            w_i = w.at[1].add(i * q_block)
+            s, mask = _scores_and_mask(q_i, k32, scale, j, block, q_block, q_segb[i], k_seg_j, w_i, has_window, has_segments)
+            p = jnp.where(mask, jnp.exp(s - lseb[i][..., None]), 0.0)
+            dv_j = dv_j + jnp.einsum("bkgqc,bkgqd->bkcd", p, do_i)
+            dp = jnp.einsum("bkgqd,bkcd->bkgqc", do_i, v32)
+            ds = p * (dp - deltab[i][..., None]) * scale
+            dq = dq.at[i].add(jnp.einsum("bkgqc,bkcd->bkgqd", ds, k32))
+            return dq, dk_j + jnp.einsum("bkgqc,bkgqd->bkcd", ds, q_i), dv_j
+
+        zeros = jnp.zeros(k_j.shape, jnp.float32)
+        lo, hi = _query_blocks_seeing(j, q_block, block, n_q, w, has_window)
+        dq, dk_j, dv_j = jax.lax.fori_loop(lo, hi, step, (dq, zeros, zeros))
         return dq, (dk_j.astype(k_j.dtype), dv_j.astype(v_j.dtype))
 
-    dq, (dk, dv) = jax.lax.scan(step, jnp.zeros(q.shape, jnp.float32), (jnp.arange(kb.shape[0]), kb, vb, k_seg))
-    return dq.astype(q.dtype), dk, dv, None, None, None
+    dq, (dk, dv) = jax.lax.scan(key_block, jnp.zeros(qb.shape, jnp.float32), (jnp.arange(kb.shape[0]), kb, vb, k_seg))
+    return _from_blocks(dq, 3, S).astype(q.dtype), dk, dv, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)

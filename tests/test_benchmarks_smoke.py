@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +91,43 @@ def test_a_benchmark_prints_its_figures(script, args, expected):
         assert expected <= names, f"{script}: missing figures {sorted(expected - names)}"
     if script in ("train_input.py", "decode.py"):
         assert figures[0]["identical"] is True
+
+
+def test_the_device_check_passes_only_flags_its_scripts_take(tmp_path):
+    """benchmarks/device_check.sh runs once on a lent GPU, with no second try: every flag it passes must be
+    one its script's --help lists (the script stands in for python and records each step's argv)."""
+    record = tmp_path / "argv.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": str(fake)}
+    subprocess.run(["bash", str(BENCHMARKS / "device_check.sh")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=60)
+    steps = [line.split() for line in record.read_text().splitlines() if line.startswith("benchmarks/")]
+    scripts = [argv[0] for argv in steps]
+    assert scripts == [
+        "benchmarks/device_check_attention.py",
+        "benchmarks/attention.py",
+        "benchmarks/moe_step.py",
+        "benchmarks/train_step_variants.py",
+        "benchmarks/train_step_variants.py",
+    ]
+    for argv in steps:
+        shown = subprocess.run([sys.executable, argv[0], "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        listed = set(re.findall(r"(?<![\w-])--[\w-]+", shown.stdout))
+        unknown = [flag for flag in argv if flag.startswith("--") and flag not in listed]
+        assert not unknown, f"{argv[0]} does not take {unknown}"
+
+
+@pytest.mark.slow
+def test_the_step_variants_run_the_transports_and_name_why_offload_cannot_run_on_cpu():
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "train_step_variants.py"), "--quick", "--iters", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]  # a figure it could not measure: not a success
+    assert "offload_train_step_memory: the cpu backend cannot compile it" in proc.stderr
+    assert "annotate_device_placement" in proc.stderr
+    (figure,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert figure["name"] == "ep_transport_step_time" and figure["mesh"] == {"data": 1, "sequence": 1, "expert": 1}
+    assert all(math.isfinite(figure[k]) and figure[k] > 0 for k in ("ours", "reference", "ratio"))

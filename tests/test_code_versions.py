@@ -95,3 +95,41 @@ def test_a_change_under_the_same_code_version_names_the_asset_and_the_function()
     bumped = {"shards/x": {"code_version": "4", "code": same["shards/x"]["code"]}}
     assert "re-pin" in differences(pinned, bumped)[0]
     assert differences(pinned, pinned) == []
+
+
+def test_the_fingerprint_sees_through_a_custom_vjp_and_a_partial(tmp_path):
+    """A kernel's forward and backward are reached through its jax.custom_vjp, a function through a
+    functools.partial (the blockwise attention kernel was invisible behind its custom_vjp)."""
+    module = _module(
+        tmp_path,
+        "marin_assets._fp_vjp",
+        """
+        import functools
+
+        import jax
+
+        def forward(x):
+            return x * 2
+
+        @jax.custom_vjp
+        def kernel(x):
+            return forward(x)
+
+        def kernel_fwd(x):
+            return kernel(x), None
+
+        def kernel_bwd(_, g):
+            return (g * 2,)
+
+        kernel.defvjp(kernel_fwd, kernel_bwd)
+        doubled = functools.partial(forward)
+
+        def body(ctx, config):
+            return kernel(1.0) + doubled(1.0)
+        """,
+    )
+    try:
+        names = set(reachable(module.body))
+    finally:
+        sys.modules.pop("marin_assets._fp_vjp", None)
+    assert {f"marin_assets._fp_vjp.{n}" for n in ("kernel", "forward", "kernel_fwd", "kernel_bwd")} <= names

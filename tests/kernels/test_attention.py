@@ -80,12 +80,29 @@ def test_masks_mean_what_they_say():
         np.testing.assert_allclose(alone, jnp.repeat(v, H // KV, axis=2), atol=TOL)
 
 
-def test_traced_window_equals_static():
-    """A per-layer pattern hands the window in as a traced int32 (scanned over layers)."""
+@pytest.mark.parametrize("window, static", [(37, 37), (2**31 - 1, None)])
+def test_traced_window_equals_static(window, static):
+    """A per-layer pattern hands the window in as a traced int32 (scanned over layers), a global layer's
+    as the largest int32 (model.layers.GLOBAL): forward and gradients as the static window's."""
+    q, k, v, cot = _qkv()
+    seg = _segments()
+    ref = _value_and_grads("blockwise", q, k, v, cot, seg, static, block=64)
+    traced = jax.jit(lambda w: _value_and_grads("blockwise", q, k, v, cot, seg, w, block=64))(jnp.int32(window))
+    _assert_same(traced, ref)
+
+
+def test_blockwise_visits_only_the_blocks_a_query_may_see():
+    """NaN values in key blocks no query of a block may see (later keys; keys before a window) leave
+    that block's outputs finite and equal to the reference: the blocks are skipped, not masked (a
+    visited block would multiply its NaN values by zero probabilities: NaN)."""
     q, k, v, _ = _qkv()
-    static = A.causal_attention(q, k, v, window=37, impl="blockwise", block=64)
-    traced = jax.jit(lambda w: A.causal_attention(q, k, v, window=w, impl="blockwise", block=64))(jnp.int32(37))
-    np.testing.assert_allclose(traced, static, atol=TOL)
+    later = v.at[:, 128:].set(jnp.nan)
+    causal = A.causal_attention(q, k, later, impl="blockwise", block=64)
+    np.testing.assert_allclose(causal[:, :128], A.causal_attention(q, k, v, impl="reference")[:, :128], atol=TOL)
+    earlier = v.at[:, :64].set(jnp.nan)  # with window 37, queries from 128 on see keys from 92 on
+    windowed = A.causal_attention(q, k, earlier, window=37, impl="blockwise", block=64)
+    np.testing.assert_allclose(windowed[:, 128:], A.causal_attention(q, k, v, window=37, impl="reference")[:, 128:], atol=TOL)
+    assert np.isnan(np.asarray(windowed[:, 64:128])).any()  # the block that may see them does visit them
 
 
 def test_bf16_statistics_stay_fp32():

@@ -5,7 +5,8 @@ Marin's executor hashes the implementation into the version; we keep Dagster's e
 ``code_version`` (a rename or a refactor should not recompute a corpus) and pin, per asset,
 the hash of every function and class its body reaches within ``marin_assets/`` and
 ``kernels/``, transitively: globals it names, names it imports inside its body, attributes
-of our modules it reads, functions in its closure, and the methods of the classes it uses.
+of our modules it reads, functions in its closure, the methods of the classes it uses, and
+what a wrapper it names calls (a ``jax.custom_vjp``'s forward and backward, a partial's function).
 A hash is over the source's syntax tree without docstrings, so comments, docstrings and
 formatting do not count; anything else does.
 
@@ -72,7 +73,26 @@ def _referenced(fn: types.FunctionType) -> list[Any]:
         found.append(fn.__globals__.get(name))
         found.extend(getattr(m, name, None) for m in modules)
     found.extend(cell.cell_contents for cell in fn.__closure__ or () if _cell_set(cell))
-    return [obj for obj in found if _is_ours(obj)]
+    return [inner for obj in found for inner in _unwrapped(obj) if _is_ours(inner)]
+
+
+# What a wrapper calls: jax.custom_vjp (fun, fwd, bwd), jax.custom_jvp (fun, jvp), functools.partial
+# (func), and a decorator that keeps __wrapped__ (functools.wraps, jax.jit).
+_WRAPPED = ("fun", "fwd", "bwd", "jvp", "func", "__wrapped__")
+
+
+def _unwrapped(obj: Any) -> list[Any]:
+    """``obj`` and, when it wraps functions (a kernel's ``jax.custom_vjp``: its forward and backward are
+    the code that runs), what it wraps, unwrapped in turn."""
+    if obj is None or inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+        return [obj]
+    inner = []
+    for name in _WRAPPED:
+        try:
+            inner.append(getattr(obj, name, None))
+        except Exception:  # noqa: BLE001 - a property that fails on this object wraps nothing
+            continue
+    return [obj, *(found for x in inner if callable(x) for found in _unwrapped(x))]
 
 
 def _cell_set(cell) -> bool:
