@@ -19,6 +19,13 @@ JSON lines (ratio > 1: ours is better; target: memory ratio >= 8 at S=8192):
   attention_train_step_memory_growth memory(S_max) / memory(S_prev) of each side (linear ~ x, quadratic ~ x^2),
                                      ratio = reference growth / ours growth
   attention_train_step_time_S{S}     seconds per step at --time-seq, ratio = reference / ours
+  attention_context_parallel_S{S}    bytes a device holds for the blockwise step at --time-seq on a 1 x --cp-devices
+                                     sequence split (ours: kernels/attention.SequenceParallel, each device its chunk of
+                                     queries over the all-gathered keys) vs the same step on one device (reference),
+                                     both compiled on --cp-devices host CPU devices in a child process; ratio =
+                                     reference / ours. Extra: each side's seconds per step there (the devices share
+                                     this machine's cores: not a speed-up) and the largest |difference| of loss and
+                                     gradients between them. --cp-devices 0 skips it (the GPU check: one device).
 
     .venv/bin/python benchmarks/attention.py [--quick]
 """
@@ -150,20 +157,87 @@ def memory_figures(seqs: list[int]) -> None:
     )
 
 
+def context_parallel_child(seq_len: int, devices: int, repeats: int) -> None:
+    """(In a child whose XLA_FLAGS gave it ``devices`` host devices.) The blockwise step on one device and on a
+    1 x devices sequence split: per-device memory, time, and how far apart their results are."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from kernels.attention import SequenceParallel
+    from marin_assets.model import loss_fn
+
+    config = model_config(seq_len, "blockwise")
+    mesh = jax.make_mesh((1, devices), ("data", "sequence"))
+    sides = {"ours": SequenceParallel(mesh, "sequence", ("data",)), "reference": None}
+    row_split = NamedSharding(mesh, P("data", "sequence"))
+    params, tokens, bias = step_inputs(config, seq_len, abstract=False)
+    measured, results = {}, {}
+    for side, sp in sides.items():
+        step = jax.jit(jax.value_and_grad(functools.partial(loss_fn, config=config, sp=sp), has_aux=True))
+        side_tokens = jax.device_put(tokens, row_split) if sp is not None else tokens
+        compiled = step.lower(params, side_tokens, router_bias=bias).compile()
+        stats = compiled.memory_analysis()
+        memory = sum(int(getattr(stats, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp"))
+        run = functools.partial(compiled, params, side_tokens, router_bias=bias)
+        results[side] = jax.block_until_ready(run())
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(run())
+            times.append(time.perf_counter() - start)
+        measured[side] = {"memory": memory - int(stats.alias_size_in_bytes), "step_s": round(statistics.median(times), 4)}
+    (loss, _), grads = results["ours"]
+    (ref_loss, _), ref_grads = results["reference"]
+    grad_diff = max(
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads))
+    )
+    emit(
+        f"attention_context_parallel_S{seq_len}",
+        "bytes",
+        measured["ours"]["memory"],
+        measured["reference"]["memory"],
+        higher_is_better=False,
+        seq_len=seq_len,
+        devices=devices,
+        measure="argument + output + temp - alias bytes a device holds (compiled value_and_grad)",
+        details=measured,
+        loss_diff=abs(float(loss) - float(ref_loss)),
+        grad_max_diff=grad_diff,
+    )
+
+
+def context_parallel_figure(seq_len: int, devices: int, repeats: int) -> None:
+    """Run context_parallel_child in a child process with ``devices`` host CPU devices (fixed when JAX starts)."""
+    import subprocess
+
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    argv = [sys.executable, os.path.abspath(__file__), "--cp-child", "--time-seq", str(seq_len), "--cp-devices", str(devices)]
+    argv += ["--repeats", str(repeats)] + (["--quick"] if MODEL.get("n_layers") == TINY_OVERRIDES["n_layers"] else [])
+    subprocess.run(argv, env=env, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mem-seqs", type=int, nargs="+", default=[2048, 8192, 32768])
     parser.add_argument("--time-seq", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cp-devices", type=int, default=4, help="the context-parallel figure's host devices (0: skip it)")
+    parser.add_argument("--cp-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="1-layer dense model, S 512/1024, time at 1024")
     args = parser.parse_args()
     if args.quick:
-        args.mem_seqs, args.time_seq, args.repeats = [512, 1024], 1024, 1
+        args.mem_seqs, args.repeats = [512, 1024], 1
+        args.time_seq = 1024 if not args.cp_child else args.time_seq
         MODEL.update(TINY_OVERRIDES)
+    if args.cp_child:
+        context_parallel_child(args.time_seq, args.cp_devices, args.repeats)
+        return
     if len(args.mem_seqs) < 2:
         parser.error("--mem-seqs needs at least two lengths (the growth figure)")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import jax
+    import jax  # on whatever backend this machine has (the device check runs it on a GPU)
 
     memory_figures(args.mem_seqs)
     times = step_time(args.time_seq, args.repeats)
@@ -179,6 +253,8 @@ def main() -> None:
         repeats=args.repeats,
         backend=jax.default_backend(),
     )
+    if args.cp_devices:
+        context_parallel_figure(args.time_seq, args.cp_devices, args.repeats)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ step() {  # step NAME SECONDS ARGV...
 "$PY" -c 'import jax; print("devices:", jax.devices())' | tee "$OUT/devices.txt"
 MOE=(--d-model 1024 --layers 8 --heads 16 --kv-heads 4 --experts 16 --top-k 2 --expert-d-ff 1024 --seq 2048 --vocab 32768)
 step attention_equivalence 80 benchmarks/device_check_attention.py --seq 4096
-step attention_memory 130 benchmarks/attention.py --mem-seqs 8192 32768 65536 --time-seq 8192 --repeats 5
+step attention_memory 130 benchmarks/attention.py --mem-seqs 8192 32768 65536 --time-seq 8192 --repeats 5 --cp-devices 0
 step moe_bf16 130 benchmarks/moe_step.py --dtype bfloat16 --figures moe_train_step "${MOE[@]}" --batch 16 --iters 50 \
     --peak-n 8192
 step offload_memory 60 benchmarks/train_step_variants.py --figures offload --dtype bfloat16 "${MOE[@]}" --batch 16

@@ -141,7 +141,10 @@ def blockwise(q, k, v, segment_ids=None, window=None, block: int = DEFAULT_BLOCK
     block = min(block, Sk)
     pad = -Sk % block  # padded keys sit at positions >= Sk: the causal mask hides them from every query
     seg = jnp.zeros((B, Sq), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-    k_ids = seg if k_segment_ids is None else k_segment_ids.astype(jnp.int32)
+    if k_segment_ids is not None:
+        k_ids = k_segment_ids.astype(jnp.int32)
+    else:  # the queries' own ids (the whole sequence), or none: one document of Sk keys (a chunk's queries are fewer)
+        k_ids = seg if segment_ids is not None else jnp.zeros((B, Sk), jnp.int32)
     k_seg = jnp.pad(k_ids, ((0, 0), (0, pad)), constant_values=-1)
     kb, vb = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
     # [n_blocks, B, KV, block, hd]: the scan walks the leading axis

@@ -7,7 +7,7 @@ with the ratio is checked. Left out, each far over this file's minute: datakit_g
 (two fresh Dagster passes over the whole graph, ~70 s at its --quick size), train_throughput.py,
 moe_step.py, precision.py, fsdp_memory.py, pooled_wave_memory.py, telemetry_overhead.py, checkpoint_save.py,
 attention.py (~40 s at --quick) and device_check_attention.py (JAX compilation, minutes on 2 cores), moe_context.py and ladder.py (real training: ~14 and ~30 minutes).
-datakit_fuzzy.py runs inside datakit.py --quick.
+datakit_fuzzy.py runs inside datakit.py --quick; train_step_variants.py and device_check.sh have tests of their own below.
 """
 
 from __future__ import annotations

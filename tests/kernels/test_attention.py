@@ -105,6 +105,25 @@ def test_blockwise_visits_only_the_blocks_a_query_may_see():
     assert np.isnan(np.asarray(windowed[:, 64:128])).any()  # the block that may see them does visit them
 
 
+@pytest.mark.parametrize("window", [None, 37])
+def test_a_chunk_of_queries_without_documents_equals_the_reference(window):
+    """Context parallelism hands a device its chunk of queries (q_offset) over every key; without
+    document masking there are no segment ids at all (the blockwise path once took the chunk's
+    placeholder ids for the keys' and failed to reshape them)."""
+    q, k, v, cot = _qkv()
+    chunk = slice(96, 160)
+
+    def attend(kernel):
+        def f(q_chunk, k, v):
+            out = kernel(q_chunk, k, v, None, window, q_offset=chunk.start)
+            return jnp.sum(out * cot[:, chunk]), out
+
+        (_, out), grads = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q[:, chunk], k, v)
+        return out, grads
+
+    _assert_same(attend(functools.partial(A.blockwise, block=64)), attend(A.reference))
+
+
 def test_bf16_statistics_stay_fp32():
     """Under bf16 inputs the blockwise path's softmax statistics are fp32 and its output stays within
     bf16 rounding of the fp32 reference."""
