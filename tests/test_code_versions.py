@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tests.support.fingerprint import PINS, differences, reachable
+from tests.support.fingerprint import PINS, _unwrapped, differences, reachable
 
 ROOT = PINS.parents[1]
 
@@ -133,3 +133,22 @@ def test_the_fingerprint_sees_through_a_custom_vjp_and_a_partial(tmp_path):
     finally:
         sys.modules.pop("marin_assets._fp_vjp", None)
     assert {f"marin_assets._fp_vjp.{n}" for n in ("kernel", "forward", "kernel_fwd", "kernel_bwd")} <= names
+
+
+def test_unwrapping_ends_on_a_wrapper_that_wraps_itself():
+    class Loop:
+        def __call__(self) -> None: ...
+
+        @property
+        def fun(self):
+            return self
+
+    class Fresh:
+        def __call__(self) -> None: ...
+
+        def __getattr__(self, name):
+            return Fresh()  # a new wrapper on every read
+
+    loop = Loop()
+    assert _unwrapped(loop) == [loop]
+    assert 1 < len(_unwrapped(Fresh())) < 10_000

@@ -17,6 +17,8 @@ by ranges through fsspec. About 4 bytes per character of text (0.7 keys a charac
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from marin_assets.datakit.shards import local_path
@@ -70,6 +72,8 @@ def read_shingle_keys(path: str, rows) -> dict[int, np.ndarray]:
     rows = sorted({int(r) for r in rows})
     native = local_path(path)
     if native is not None:
+        if os.path.getsize(native) < _TAIL:  # np.memmap refuses an empty file without naming it
+            _index(path, 0, lambda lo, hi: b"", rows)
         data = np.memmap(native, dtype=np.uint8, mode="r")
         starts, counts, keys_bytes = _index(path, len(data), lambda lo, hi: data[lo:hi].tobytes(), rows)
         keys = data[:keys_bytes].view("<u4")

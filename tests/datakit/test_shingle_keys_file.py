@@ -50,6 +50,9 @@ def test_an_unfinished_file_a_damaged_one_and_a_missing_row_are_refused(tmp_path
         raise RuntimeError("killed mid-map")
     with pytest.raises(ValueError, match=r"s\.bin is not a complete shingle keys file"):
         read_shingle_keys(path, [0])
+    (tmp_path / "empty.bin").write_bytes(b"")  # a map killed before its first batch
+    with pytest.raises(ValueError, match=r"empty\.bin is not a complete shingle keys file"):
+        read_shingle_keys(str(tmp_path / "empty.bin"), [0])
     _write(path, [[3, 9], [1]], [0, 1], 2)
     assert read_shingle_keys(path, [1])[1].tolist() == [1]
     with pytest.raises(ValueError, match=r"s\.bin has keys of 2 rows, not of row 2"):

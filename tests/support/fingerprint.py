@@ -81,10 +81,11 @@ def _referenced(fn: types.FunctionType) -> list[Any]:
 _WRAPPED = ("fun", "fwd", "bwd", "jvp", "func", "__wrapped__")
 
 
-def _unwrapped(obj: Any) -> list[Any]:
+def _unwrapped(obj: Any, depth: int = 4) -> list[Any]:
     """``obj`` and, when it wraps functions (a kernel's ``jax.custom_vjp``: its forward and backward are
-    the code that runs), what it wraps, unwrapped in turn."""
-    if obj is None or inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+    the code that runs), what it wraps, unwrapped in turn (``depth`` levels: a wrapper that wraps itself,
+    or makes a new object on every attribute read, ends there)."""
+    if depth == 0 or obj is None or inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
         return [obj]
     inner = []
     for name in _WRAPPED:
@@ -92,7 +93,7 @@ def _unwrapped(obj: Any) -> list[Any]:
             inner.append(getattr(obj, name, None))
         except Exception:  # noqa: BLE001 - a property that fails on this object wraps nothing
             continue
-    return [obj, *(found for x in inner if callable(x) for found in _unwrapped(x))]
+    return [obj, *(found for x in inner if callable(x) and x is not obj for found in _unwrapped(x, depth - 1))]
 
 
 def _cell_set(cell) -> bool:

@@ -13,6 +13,9 @@ in one go (``whole``); the same killed after step 3 and resumed from its step-2 
 the split it was written on) and on 4x1x1 (``moved``: no sequence split, the rows over 4 data devices). Per
 resumed run, the largest |difference| of its final params and of its steps' losses from ``whole``'s.
 ``context``: a phase of twice the length warm-started from ``whole`` that raises the sequence axis to 4.
+``held_out``: the held-out loss (document-masked, newline as EOS) of one initial state on the license cache,
+on 1x1x1 and on 1x4x1 (its positions split over the sequence axis), and the all-gathers of each compiled
+held-out step.
 
   python -m tests.train.sequence_check --caches caches.json --out DIR
 """
@@ -228,13 +231,41 @@ def context_phase(caches: dict, out: Path) -> dict:
     }
 
 
+def held_out(caches: dict) -> dict:
+    """The held-out loss of one initial state on one device and on a 4-way sequence split (the license cache's
+    windows, newlines as the documents' ends)."""
+    import jax
+
+    from marin_assets.train.data.batches import MaskedRows
+    from marin_assets.train.data.heldout import held_out_batches, held_out_step, validation_loss
+    from marin_assets.train.distributed import mesh as meshlib
+    from marin_assets.train.loop import default_model, init_state
+    from marin_assets.train.optimizers import make_optimizer
+
+    model, out = default_model(), {}
+    for name in ("1x1x1", "1x4x1"):
+        cfg = config(int(name.split("x")[1]))
+        mesh = layout_mesh(name, cfg.model)
+        opt = make_optimizer(cfg.optimizer, jax.eval_shape(lambda c=cfg: model.init_params(c.model, jax.random.PRNGKey(0))))
+        state = meshlib.init_sharded(lambda c=cfg: init_state(c, opt, model), mesh)
+        caches = {"license": caches["license"]}
+        loss = validation_loss(cfg, model, state, caches, mesh, eos_ids={"license": NEWLINE})
+        step, where = held_out_step(cfg, model, mesh)
+        batch = held_out_batches(caches, cfg.seq_len, cfg.batch_size, eos_ids={"license": NEWLINE})[0]
+        assert isinstance(batch, MaskedRows)
+        placed = batch._make(None if x is None else meshlib.place_state(x, where) for x in batch)
+        hlo = step.lower(state.params, state.router_bias, placed).compile().as_text()
+        out[name] = {"loss": loss, "all_gathers": len(re.findall(r" all-gather(?:-start)?\(", hlo))}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--caches", required=True, help="JSON {source: cache dir}")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     caches = json.loads(Path(args.caches).read_text())
-    report = {"steps": steps(), "resume": resume(caches, Path(args.out))}
+    report = {"steps": steps(), "resume": resume(caches, Path(args.out)), "held_out": held_out(caches)}
     json.dump(report, sys.stdout)
 
 

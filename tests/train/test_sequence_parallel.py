@@ -81,6 +81,17 @@ def sequence_runs(caches, tmp_path_factory):
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # shares the sequence_runs subprocess
+def test_the_held_out_loss_splits_the_positions_as_the_run_trains(sequence_runs):
+    """A context too long for one device's attention in training is too long for it in the held-out loss:
+    on 1x4x1 the held-out step gathers each layer's keys and values along the sequence axis, and gives one
+    device's loss (document-masked)."""
+    held = sequence_runs["held_out"]
+    print(json.dumps(held))
+    assert held["1x1x1"]["loss"] > 0 and abs(held["1x4x1"]["loss"] - held["1x1x1"]["loss"]) <= 1e-5, held
+    assert held["1x4x1"]["all_gathers"] >= held["1x1x1"]["all_gathers"] + 2 * 2, held
+
+
 @pytest.mark.slow  # one subprocess: 5 meshes' steps and 5 short runs on 4 host devices, ~80 s
 def test_a_split_sequence_steps_as_one_device_does(sequence_runs):
     """One step of a 2-layer MoE with document masking, per-document RoPE and a window on one layer: the loss

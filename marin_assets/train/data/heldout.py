@@ -62,13 +62,24 @@ def held_out_batches(
     ]
 
 
-def _held_out_ce(model_config, model: Model):
+def held_out_step(config: TrainConfig, model: Model, mesh):
+    """(the jitted cross-entropy of one held-out batch, the sharding its arrays go in with) on ``mesh``.
+
+    No EP layer: a short held-out batch need not divide into the batch shards, so every device holds
+    every row and XLA partitions the local expert computation itself. The positions are split over the
+    mesh's sequence axis when it has one (context parallelism, as the run trains): a context too long
+    for one device's attention is too long for it here too."""
+    sp = meshlib.context_parallel(mesh, batch_axes=())
+    options = {} if sp is None else {"sp": sp}
+    model_config = config.model
+
     def cross_entropy(p, bias, batch):  # the held-out number is CE alone, without the z-loss terms
         tokens, loss_mask = tokens_and_mask(batch)
-        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask, **segment_keywords(segments_of(batch)))
+        loss, aux = model.loss_fn(p, tokens, model_config, bias, loss_mask, **segment_keywords(segments_of(batch)), **options)
         return aux["ce_loss"] if isinstance(aux, dict) and "ce_loss" in aux else loss
 
-    return cross_entropy
+    step = reuse_jitted(("held_out_ce", repr(model_config), model, sp), lambda: jax.jit(cross_entropy))
+    return step, meshlib.replicated(mesh) if sp is None else meshlib.positions_sharding(mesh)
 
 
 def validation_loss(
@@ -91,15 +102,11 @@ def validation_loss(
         )
         return None
 
-    # No EP layer here: a short held-out batch need not divide into the batch shards, so the
-    # tokens are replicated and XLA partitions the local expert computation itself.
-    mesh = mesh or meshlib.train_mesh(config)
-    loss = reuse_jitted(("held_out_ce", repr(config.model), model), lambda: jax.jit(_held_out_ce(config.model, model)))
-    rep = meshlib.replicated(mesh)
+    loss, where = held_out_step(config, model, mesh or meshlib.train_mesh(config))
     placed = [
-        b._make(None if x is None else meshlib.place_state(x, rep) for x in b)
+        b._make(None if x is None else meshlib.place_state(x, where) for x in b)
         if isinstance(b, MaskedRows)
-        else meshlib.place_state(b, rep)
+        else meshlib.place_state(b, where)
         for b in batches
     ]
     losses = [float(loss(state.params, state.router_bias, b)) for b in placed]

@@ -196,12 +196,13 @@ def expert_parallel(mesh, model_config):
     )
 
 
-def context_parallel(mesh):
+def context_parallel(mesh, batch_axes: tuple[str, ...] = BATCH_AXES):
     """The attention of a mesh whose sequence axis splits each row (``loss_fn(..., sp=...)``); None when it
-    does not (size 1)."""
+    does not (size 1). ``batch_axes``: the axes the rows are split over (``()``: every device holds every
+    row, as the held-out loss places them)."""
     from kernels.attention import SequenceParallel  # deferred (import cost): jax
 
-    return SequenceParallel(mesh, SEQUENCE_AXIS, BATCH_AXES) if mesh.shape[SEQUENCE_AXIS] > 1 else None
+    return SequenceParallel(mesh, SEQUENCE_AXIS, batch_axes) if mesh.shape[SEQUENCE_AXIS] > 1 else None
 
 
 def check_fits(mesh, model_config, batch_size: int, seq_len: int, microbatches: int = 1, sequence: int = 1) -> None:
@@ -328,6 +329,14 @@ def replicated(mesh):
     from jax.sharding import PartitionSpec as P
 
     return NamedSharding(mesh, P())
+
+
+def positions_sharding(mesh):
+    """[B, S] arrays with every row on every device and the positions over "sequence" (the held-out loss)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return NamedSharding(mesh, P(None, SEQUENCE_AXIS))
 
 
 def batch_sharding(mesh):
