@@ -32,7 +32,8 @@ import fsspec
 from marin_assets.experiments.analysis import analyze, report_images, report_markdown
 from marin_assets.experiments.data import CORPUS_KEY, materialize_corpus, open_corpus
 from marin_assets.experiments.lock import check_lock
-from marin_assets.experiments.record import DEFAULT_DATA_FILES, ExperimentRecord, load_record, record_outline
+from marin_assets.experiments.record import DEFAULT_DATA_FILES, ExperimentRecord
+from marin_assets.experiments.record_files import load_record, record_outline
 from marin_assets.experiments.runs import CODE_VERSION, materialize_run, partition_key, plan_runs, read_run, run_keys, runs_key
 from marin_assets.orchestration import ArtifactStoreResource
 from marin_assets.settings import setting

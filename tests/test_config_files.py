@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin_assets.config_files import MAX_ALIASED_NODES, load_structured
-from marin_assets.experiments.record import load_record
+from marin_assets.experiments.record_files import load_record
 from marin_assets.train.budget import load_budget
 
 SCREEN = Path(__file__).resolve().parents[1] / "experiments" / "screen_tiny_moe.yaml"

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from marin_assets.experiments.data import CorpusError
-from marin_assets.experiments.record import load_record
+from marin_assets.experiments.record_files import load_record
 from marin_assets.settings import artifact_prefix
 from marin_assets.store import ArtifactStore
 from marin_assets.train.checkpoints.work_dir import work_dir_lease

@@ -1,6 +1,6 @@
 """Experiments: written hypotheses, screening runs, effective speedup (no Dagster here).
 
-record.load_record(path) -> ExperimentRecord       experiments/<name>.yaml, validated
+record_files.load_record(path) -> ExperimentRecord experiments/<name>.yaml, validated (record.py: its types)
 lock.check_lock(store, record) / lock_arm(...)     started experiments are immutable
 data.materialize_corpus(store, n_files) -> Corpus  the DataKit dataset of n standard-library files
 runs.plan_runs(record, vocab_size) -> [RunSpec]    one per (arm, budget, seed)

@@ -453,7 +453,7 @@ def test_the_scaling_ladder_predicts_before_the_phase_then_scores_it_then_cache_
 
 
 def test_the_experiments_job_over_a_ci_sized_record_then_cache_hits(ci):
-    from marin_assets.experiments.record import record_outline
+    from marin_assets.experiments.record_files import record_outline
     from marin_assets.experiments.runs import partition_key
 
     records = ci.root / "records"

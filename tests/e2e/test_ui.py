@@ -214,7 +214,7 @@ def materialize_experiment_report(dagster_dev, monkeypatch) -> tuple[str, float]
 
     from assets.experiments import _analysis_path, build_experiment_assets
     from marin_assets.experiments.analysis import analyze
-    from marin_assets.experiments.record import load_record
+    from marin_assets.experiments.record_files import load_record
     from marin_assets.orchestration import ArtifactStoreResource
     from marin_assets.store import ArtifactStore
     from marin_assets.store.fsutil import write_json_atomic

@@ -122,7 +122,7 @@ def test_the_validation_loss_reads_the_held_out_split(made, tmp_path):
     import numpy as np
 
     from marin_assets.datakit.datasets import read_dataset
-    from marin_assets.experiments.record import record_from_dict
+    from marin_assets.experiments.record_files import record_from_dict
     from marin_assets.experiments.runs import run_spec, validation_loss
     from marin_assets.model import loss_fn
     from marin_assets.train.data.token_caches import TokenCache, TokenStream

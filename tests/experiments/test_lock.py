@@ -19,7 +19,7 @@ from marin_assets.experiments.lock import (
     read_lock,
     run_stamp,
 )
-from marin_assets.experiments.record import record_from_dict
+from marin_assets.experiments.record_files import record_from_dict
 from marin_assets.experiments.runs import partition_key, runs_key
 from marin_assets.experiments.screen import run_screen
 from marin_assets.store import ArtifactStore, compute_version

@@ -11,7 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marin_assets.experiments.record import load_record, record_from_dict, validate_name
+from marin_assets.experiments.record import validate_name
+from marin_assets.experiments.record_files import load_record, record_from_dict
 from marin_assets.experiments.runs import parse_partition_key, partition_key, plan_runs, run_spec
 from tests.support.byte_tokens import VOCAB_SIZE
 from tests.support.configs import SCREEN_MODEL

@@ -36,7 +36,7 @@ def test_env_that_is_not_a_folder_is_refused(monkeypatch, tmp_path):
 
 
 def test_the_outline_lists_exactly_the_planned_runs(tmp_path):
-    from marin_assets.experiments.record import load_record, record_outline
+    from marin_assets.experiments.record_files import load_record, record_outline
     from marin_assets.experiments.runs import partition_key, plan_runs, run_keys
 
     (tmp_path / "tiny_screen.yaml").write_text(yaml.safe_dump(RECORD))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from marin_assets.experiments.analysis import analyze, report_markdown
-from marin_assets.experiments.record import record_from_dict
+from marin_assets.experiments.record_files import record_from_dict
 from tests.experiments.test_screen_e2e import RECORD
 
 

@@ -105,7 +105,7 @@ def test_the_runs_read_the_datakit_dataset(screen):
     from pathlib import Path
 
     from marin_assets.experiments.data import corpus_jsonl, open_corpus
-    from marin_assets.experiments.record import load_record
+    from marin_assets.experiments.record_files import load_record
     from marin_assets.experiments.runs import committed_runs, plan_runs, run_version, runs_key
     from marin_assets.store import ArtifactStore
 

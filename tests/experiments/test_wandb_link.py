@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from marin_assets.experiments.data import Corpus
-from marin_assets.experiments.record import record_from_dict
+from marin_assets.experiments.record_files import record_from_dict
 from marin_assets.experiments.runs import execute_run, run_spec, run_version, wandb_run_dir
 from tests.experiments.test_screen_e2e import RECORD
 
