@@ -204,12 +204,11 @@ def _run_processes(args: argparse.Namespace, config, caches: dict[str, str], out
     processes, per_process = args.processes or 1, args.devices_per_process
     devices = processes * (per_process or 1)
     # What the workers would reject after starting, said now (the expert axis divides anything
-    # the batch shards do: it is chosen inside one process, as a sequence group is).
+    # the batch shards do: it is chosen inside one process).
     sequence = config.sequence_parallel
-    if (per_process or 1) % sequence:
+    if devices % sequence:
         raise ValueError(
-            f"sequence_parallel {sequence} does not divide the {per_process or 1} devices of a process "
-            "(--devices-per-process): a row's chunks stay inside one process"
+            f"sequence_parallel {sequence} does not divide the {devices} devices (--processes x --devices-per-process)"
         )
     meshlib.check_fits(
         types.SimpleNamespace(shape={"data": devices // sequence, "sequence": sequence, "expert": 1}),

@@ -37,9 +37,22 @@ def run_cli(caches, tmp_path, *extra, timeout=600, **config):
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.fixture(scope="module")
+def two_processes(caches, jax_cache, tmp_path_factory):
+    """`marin train` over 4 devices with each row's positions split over all of them (``sequence_parallel: 4``,
+    mesh 1x4x1), 8 steps: as 2 processes of 2 devices ("two": each sequence group spans both processes), and
+    as 1 process of 4 ("one"). {name: (its folder, the finished process)}."""
+    runs = {}
+    for name, layout in (("two", ("2", "2")), ("one", ("1", "4"))):
+        out = tmp_path_factory.mktemp(name)
+        argv = ("--processes", layout[0], "--devices-per-process", layout[1], "--steps", "8")
+        runs[name] = out, run_cli(caches, out, *argv, batch_size=8, sequence_parallel=4)
+    return runs
+
+
 @pytest.mark.slow
-def test_two_processes_of_two_devices_train_one_run(caches, jax_cache, tmp_path):
-    proc = run_cli(caches, tmp_path, "--processes", "2", "--devices-per-process", "2", "--steps", "8", batch_size=8)
+def test_two_processes_of_two_devices_train_one_run(two_processes):
+    tmp_path, proc = two_processes["two"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2 and summary["devices"] == 4
@@ -56,6 +69,24 @@ def test_two_processes_of_two_devices_train_one_run(caches, jax_cache, tmp_path)
 
 
 @pytest.mark.slow
+def test_a_sequence_group_across_two_processes_trains_as_inside_one(two_processes):
+    """Each process reads the group's whole rows and its devices take their chunks of positions: step by step
+    the losses of one process of the same four devices."""
+    for name, processes in (("two", 2), ("one", 1)):
+        out, proc = two_processes[name]
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        for i in range(processes):
+            log = (out / "run" / "workers" / f"process-{i}.log").read_text()
+            assert "steps on mesh {'data': 1, 'sequence': 4, 'expert': 1}" in log
+    two, one = (
+        {r["step"]: r["loss"] for r in read_metrics(two_processes[n][0] / "run" / "metrics.jsonl")} for n in ("two", "one")
+    )
+    assert sorted(two) == sorted(one) == list(range(1, 9))
+    print(json.dumps({"max_loss_diff": max(abs(two[s] - one[s]) for s in one), "last": [two[8], one[8]]}))
+    assert max(abs(two[s] - one[s]) for s in one) <= 1e-6, (two, one)
+
+
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_over_the_processes_fails_before_launch(caches, tmp_path):
     proc = run_cli(caches, tmp_path, "--processes", "3", timeout=120)
     assert proc.returncode == 2
@@ -67,11 +98,11 @@ def test_a_batch_that_does_not_split_over_the_processes_fails_before_launch(cach
 
 @pytest.mark.slow
 def test_a_sequence_axis_that_does_not_fit_the_devices_fails_before_training(caches, tmp_path):
-    """``sequence_parallel`` needs that many devices inside each process: said before any worker starts, and
-    without ``--processes`` (one CPU device) by the mesh, naming the knob."""
-    proc = run_cli(caches, tmp_path, "--processes", "1", "--devices-per-process", "2", timeout=120, sequence_parallel=4)
+    """``sequence_parallel`` must divide the devices: said before any worker starts, and without
+    ``--processes`` (one CPU device) by the mesh, naming the knob."""
+    proc = run_cli(caches, tmp_path, "--processes", "3", "--devices-per-process", "2", timeout=120, sequence_parallel=4)
     assert proc.returncode == 2
-    assert "sequence_parallel 4 does not divide the 2 devices of a process" in proc.stderr
+    assert "sequence_parallel 4 does not divide the 6 devices (--processes x --devices-per-process)" in proc.stderr
     assert not (tmp_path / "run" / "workers").exists()
     proc = run_cli(caches, tmp_path, timeout=120, sequence_parallel=4)
     assert proc.returncode == 2

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import types
 
-import numpy as np
 import pytest
 
 from marin_assets.phases.plan import PhaseSpec, phase_train_config, spec_record
@@ -54,20 +53,6 @@ def test_check_fits_wants_the_configs_sequence_axis():
         meshlib.check_fits(mesh, model, 4, 32)
     with pytest.raises(ValueError, match="seq_len 33 does not split into the 2 chunks"):
         meshlib.check_fits(mesh, model, 4, 33, sequence=2)
-
-
-def _fake_mesh(process_of_device: list[int], shape: tuple[int, int, int]):
-    devices = np.array([types.SimpleNamespace(id=i, process_index=p) for i, p in enumerate(process_of_device)]).reshape(shape)
-    return types.SimpleNamespace(devices=devices, shape=dict(zip(meshlib.AXES, shape, strict=True)))
-
-
-def test_a_sequence_group_must_lie_inside_one_process():
-    meshlib._check_sequence_groups(_fake_mesh([0, 0, 1, 1], (2, 2, 1)))  # each row's chunks on one process
-    meshlib._check_sequence_groups(_fake_mesh([0, 1, 0, 1], (1, 1, 4)))  # no split: the expert axis may span
-    with pytest.raises(ValueError, match="sequence axis 2 spans processes"):
-        meshlib._check_sequence_groups(_fake_mesh([0, 1, 0, 1], (2, 2, 1)))
-    with pytest.raises(ValueError, match="sequence axis 2 spans processes"):  # the group is the middle axis
-        meshlib._check_sequence_groups(_fake_mesh([0, 0, 1, 1], (1, 2, 2)))
 
 
 @pytest.fixture(scope="module")

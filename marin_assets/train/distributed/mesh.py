@@ -39,7 +39,8 @@ Layout (what is sharded where, and why):
   them: the gradient is summed over it like over ``data``). The EP layer takes the flattened
   tokens as split over ``("data", "expert", "sequence")``, the order a [B, S] batch split
   over rows and positions flattens to, so nothing moves before the exchange. A ``sequence``
-  group lies inside one process (each process reads whole rows); the axis sits between
+  group may span processes: each of its processes reads the group's whole rows, and
+  ``shard_batch`` hands each device its chunk of positions out of them. The axis sits between
   ``data`` and ``expert``, so the layer-by-layer all-gather of K and V stays on the devices
   nearest each other after the expert exchange's.
 - One device is the degenerate 1 x 1 x 1 mesh of the same code: the same shard_map EP
@@ -134,8 +135,8 @@ def make_mesh(
 
     expert: the expert axis size; None: ``expert_axis_size`` of the environment (module docstring),
     chosen among the devices one sequence chunk leaves. sequence: the context-parallel axis size.
-    ``sequence`` and ``expert`` are the minor axes over ``ep_device_order``, so the expert axis may
-    span processes; with ``sequence`` > 1 a sequence group must lie inside one process.
+    ``sequence`` and ``expert`` are the minor axes over ``ep_device_order``, so either may span
+    processes (the processes of a sequence group read the same rows: ``process_rows``).
     """
     import jax
     from jax.sharding import Mesh
@@ -159,7 +160,6 @@ def make_mesh(
         mesh = jax.make_mesh(shape, AXES)  # the slice's topology-aware order
     else:
         mesh = Mesh(np.asarray(ep_device_order(devices)).reshape(shape), AXES)
-    _check_sequence_groups(mesh)
     return mesh
 
 
@@ -167,18 +167,6 @@ def train_mesh(config):
     """The mesh a TrainConfig trains on: every global device, the expert axis the environment asks for,
     the sequence axis ``config.sequence_parallel``."""
     return make_mesh(config.model, sequence=config.sequence_parallel)
-
-
-def _check_sequence_groups(mesh) -> None:
-    """Each process reads whole rows (``process_rows``): the devices of one row's chunks share a process."""
-    if mesh.shape[SEQUENCE_AXIS] == 1:
-        return
-    for group in np.moveaxis(mesh.devices, 1, -1).reshape(-1, mesh.shape[SEQUENCE_AXIS]):
-        if len({d.process_index for d in group}) > 1:
-            raise ValueError(
-                f"sequence axis {mesh.shape[SEQUENCE_AXIS]} spans processes on mesh {dict(mesh.shape)}: "
-                "a sequence group must lie inside one process (its devices read the same rows)"
-            )
 
 
 def expert_parallel(mesh, model_config):
@@ -348,7 +336,8 @@ def batch_sharding(mesh):
 
 
 def process_rows(mesh, global_batch: int) -> slice:
-    """The rows of each global batch this process holds (and so should read)."""
+    """The rows of each global batch this process holds (and so should read): whole rows, even where a
+    sequence group spans processes and this process's devices hold only some of their positions."""
     sharding = batch_sharding(mesh)
     starts, stops = [], []
     for index in sharding.addressable_devices_indices_map((global_batch, mesh.shape[SEQUENCE_AXIS])).values():
@@ -364,7 +353,9 @@ def process_rows(mesh, global_batch: int) -> slice:
 
 def shard_batch(mesh, local_rows, global_batch: int):
     """This process's rows (``process_rows``) -> the global [B, S] array on the mesh; a ``MaskedRows``
-    (tokens, loss mask, segment ids or None) -> the same of global arrays."""
+    (tokens, loss mask, segment ids or None) -> the same of global arrays. The rows come whole: where
+    the positions are split over devices of several processes, each device takes its chunk from them
+    (``jax.make_array_from_process_local_data`` looks up a dimension given whole)."""
     import jax
 
     if isinstance(local_rows, MaskedRows):
