@@ -41,3 +41,14 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     value = fn()
     return time.perf_counter() - start, value
+
+
+def compiled_bytes(stats, prefix: str = "") -> int:
+    """argument + output + temp - alias bytes of a compiled executable's ``memory_analysis()``: what one
+    call holds at its peak by XLA's buffer assignment (per device). ``prefix="host_"``: the same of host memory
+    (fields a backend does not report count 0)."""
+
+    def field(name: str) -> int:
+        return int(getattr(stats, f"{prefix}{name}_size_in_bytes", 0) or 0)
+
+    return field("argument") + field("output") + field("temp") - field("alias")

@@ -42,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from _common import DEMO_MODEL, emit  # noqa: E402
+from _common import DEMO_MODEL, compiled_bytes, emit  # noqa: E402
 
 # assets/run_plan.py DEMO_BASE.model differs from _common.DEMO_MODEL in these (the demo's current model)
 DEMO_OVERRIDES = {"n_shared_experts": 0, "router_gating": "softmax", "balancing": "none"}
@@ -101,7 +101,7 @@ def compiled_memory(impl: str, seq_len: int) -> dict:
     stats = compiled.memory_analysis()
     parts = {k: int(getattr(stats, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp", "alias")}
     return {
-        "memory": parts["argument"] + parts["output"] + parts["temp"] - parts["alias"],
+        "memory": compiled_bytes(stats),
         **parts,
         "compile_s": round(compile_s, 2),
     }
@@ -178,8 +178,7 @@ def context_parallel_child(seq_len: int, devices: int, repeats: int) -> None:
         step = jax.jit(jax.value_and_grad(functools.partial(loss_fn, config=config, sp=sp), has_aux=True))
         side_tokens = jax.device_put(tokens, row_split) if sp is not None else tokens
         compiled = step.lower(params, side_tokens, router_bias=bias).compile()
-        stats = compiled.memory_analysis()
-        memory = sum(int(getattr(stats, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp"))
+        memory = compiled_bytes(compiled.memory_analysis())
         run = functools.partial(compiled, params, side_tokens, router_bias=bias)
         results[side] = jax.block_until_ready(run())
         times = []
@@ -187,7 +186,7 @@ def context_parallel_child(seq_len: int, devices: int, repeats: int) -> None:
             start = time.perf_counter()
             jax.block_until_ready(run())
             times.append(time.perf_counter() - start)
-        measured[side] = {"memory": memory - int(stats.alias_size_in_bytes), "step_s": round(statistics.median(times), 4)}
+        measured[side] = {"memory": memory, "step_s": round(statistics.median(times), 4)}
     (loss, _), grads = results["ours"]
     (ref_loss, _), ref_grads = results["reference"]
     grad_diff = max(

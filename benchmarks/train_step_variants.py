@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit  # noqa: E402
+from _common import compiled_bytes, emit  # noqa: E402
 
 FIGURES = ("offload", "ep_transport")
 QUICK = {"d_model": 64, "layers": 2, "heads": 4, "kv_heads": 2, "experts": 4, "top_k": 2, "expert_d_ff": 64,
@@ -85,13 +85,7 @@ def step_memory(config, mesh) -> dict:
     state_in = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, state_sh)
     tokens = jax.ShapeDtypeStruct((config.batch_size, config.seq_len), np.int32, sharding=meshlib.batch_sharding(mesh))
     stats = step.lower(state_in, tokens, np.bool_(True), np.float32(1e-3)).compile().memory_analysis()
-
-    def total(prefix: str) -> int:
-        parts = ("argument", "output", "temp")
-        size = sum(int(getattr(stats, f"{prefix}{p}_size_in_bytes", 0) or 0) for p in parts)
-        return size - int(getattr(stats, f"{prefix}alias_size_in_bytes", 0) or 0)
-
-    return {"device": total(""), "host": total("host_"), "temp": int(stats.temp_size_in_bytes)}
+    return {"device": compiled_bytes(stats), "host": compiled_bytes(stats, "host_"), "temp": int(stats.temp_size_in_bytes)}
 
 
 def offload_figure(args, mesh) -> str | None:
