@@ -22,6 +22,7 @@ imports assets/); the library CLI runs it as a process.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -263,7 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-    return run(RunSpec.from_json(args.spec))
+    # What is imported by now lives as long as the process: out of the collector's sight, the
+    # run's collections skip its ~10^6 objects and forked workers do not copy its pages by
+    # scanning them (gc.freeze's documented use before fork). Frozen again at the end, the exit
+    # does not walk the run's heap either: ~0.5 s of a 9 s run, measured, for nothing.
+    gc.freeze()
+    try:
+        return run(RunSpec.from_json(args.spec))
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":
