@@ -59,16 +59,8 @@ from marin_assets.scaling.extrapolation import (
     comparison_png,
 )
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import (
-    Ladder,
-    LrSweepSettings,
-    SweepSettings,
-    fit_ladder,
-    resolve_recipe,
-    run_lr_sweep,
-    select_budgets,
-    uses_lr_sweep,
-)
+from marin_assets.scaling.ladder import Ladder, SweepSettings, fit_ladder, select_budgets
+from marin_assets.scaling.lr_sweep import LrSweepSettings, resolve_recipe, run_lr_sweep, uses_lr_sweep
 from marin_assets.scaling.sweep import held_out_streams, parse_seeded_key, run_sweep_point, score_trained_run, train_candidate
 from marin_assets.store import ArtifactRef
 from marin_assets.store.artifact_files import read_bytes, read_json, write_file

@@ -10,7 +10,8 @@ from marin_assets.datakit.mixture import read_mixture_file
 from marin_assets.orchestration import StageConfig, versioned
 from marin_assets.orchestration.knob_configs import library_config, stage_config
 from marin_assets.scaling.fits import IsoFlopConfig
-from marin_assets.scaling.ladder import LrSweepSettings, SweepSettings
+from marin_assets.scaling.ladder import SweepSettings
+from marin_assets.scaling.lr_sweep import LrSweepSettings
 from marin_assets.store import ArtifactRef
 
 DATA_KEY = "mixture"
@@ -42,7 +43,7 @@ class _LrSweepRuns(StageConfig):
 
 
 class LrSweepConfig(stage_config("LrSweepConfig", (LrSweepSettings, ["lr_factors", "edge_extensions"]), base=_LrSweepRuns)):
-    """The ladder's run settings and the LR grid (knobs of marin_assets.scaling.ladder.LrSweepSettings)."""
+    """The ladder's run settings and the LR grid (knobs of marin_assets.scaling.lr_sweep.LrSweepSettings)."""
 
 
 class _FitSelection(StageConfig):

@@ -125,7 +125,7 @@ def run_job(job: dict) -> dict:
 
     data = job["datasets"]
     if job["kind"] == "lr_sweep":
-        from marin_assets.scaling.ladder import run_lr_sweep
+        from marin_assets.scaling.lr_sweep import run_lr_sweep
 
         return run_lr_sweep(job["settings"], job["grid"], job["shape"], data, job["out"], run_prefix=job["name"], log=_quiet)
     if job["kind"] == "sweep":
@@ -246,7 +246,8 @@ def training_data(args: argparse.Namespace, out: Path) -> dict:
 def protocol(pool: cf.Executor, store, data: dict, setups, out: Path, *, quick: bool, target_seeds: int) -> dict:
     """LR sweeps, ladder runs, fits and frozen predictions, then the target runs (each at
     ``target_seeds`` seeds) and the comparisons."""
-    from marin_assets.scaling.ladder import LrSweepSettings, SweepSettings, resolve_recipe
+    from marin_assets.scaling.ladder import SweepSettings
+    from marin_assets.scaling.lr_sweep import LrSweepSettings, resolve_recipe
     from marin_assets.scaling.recipes import get_recipe
 
     batches = {name: [4] if quick and name != "moe_v2" else BATCHES[name] for name, _, _ in setups}

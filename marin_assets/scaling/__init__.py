@@ -8,7 +8,8 @@ data.drop_highest_loss(runs, k) -> Runs   Runs.excluded: [{"row", "reason"}]
 data.bucket_flops(flops, base=1.1)        Marin's log-spaced budget buckets
 recipes.V1 / V2 / get_recipe(name) -> Recipe: optimizer, init and peak LR over (width, steps), as data
 planner.plan_sweep(budgets, ModelFamily(..., recipe=V2), tolerance=0.04) -> SweepPlan(candidates, skipped)
-ladder.Ladder(name, budgets, widths, targets, family, seeds); run_lr_sweep, fit_ladder
+ladder.Ladder(name, budgets, widths, targets, family, seeds); fit_ladder
+lr_sweep.run_lr_sweep / resolve_recipe: the reference LR of a recipe tuned by sweep (v2)
 ladder_predict.predict_target / frozen_candidate: a target's run and its loss, as frozen (files: store.artifact_files)
 extrapolation.register_prediction / require_frozen / check_stamp (the experiment-record lock), compare
 fits.fit_isoflop(runs, IsoFlopConfig(...)) -> IsoFlopResult (.as_dict() is the CLI JSON)

@@ -123,7 +123,8 @@ def test_partition_keys_round_trip_and_pass_store_validation():
 @pytest.mark.parametrize("ladder", [DENSE_LADDER, MOE_LADDER], ids=["dense", "moe"])
 def test_every_ladder_partition_is_plannable_with_the_default_sweep_config(ladder):
     from assets.scaling_configs import SweepConfig
-    from marin_assets.scaling.ladder import SweepSettings, resolve_recipe
+    from marin_assets.scaling.ladder import SweepSettings
+    from marin_assets.scaling.lr_sweep import resolve_recipe
 
     settings = dataclass_settings(SweepConfig(vocab_size=VOCAB))
     recipe = resolve_recipe(settings, {"recipe": "v2", "best_lr": 0.03})  # an lr_sweep's counts

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from marin_assets.scaling.ladder import LrSweepSettings, SweepSettings, lowest_three, lr_past_edge, run_lr_sweep
+from marin_assets.scaling.ladder import SweepSettings
+from marin_assets.scaling.lr_sweep import LrSweepSettings, lowest_three, lr_past_edge, run_lr_sweep
 from marin_assets.scaling.planner import FamilyShape
 from marin_assets.scaling.recipes import V2
 

@@ -80,7 +80,8 @@ def test_a_recipe_is_frozen_data():
 
 
 def test_the_recipe_of_a_ladders_settings_and_its_lr_sweep():
-    from marin_assets.scaling.ladder import SweepSettings, resolve_recipe, uses_lr_sweep
+    from marin_assets.scaling.ladder import SweepSettings
+    from marin_assets.scaling.lr_sweep import resolve_recipe, uses_lr_sweep
 
     v2, v1 = SweepSettings(recipe="v2"), SweepSettings(recipe="v1")
     assert resolve_recipe(v2, {"recipe": "v2", "best_lr": 0.021}) == V2.with_base(0.021) and uses_lr_sweep(v2)
