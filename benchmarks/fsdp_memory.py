@@ -35,11 +35,11 @@ def state_and_mesh(config_path: str, data: int, expert: int):
 
     from marin_assets.train.config import load_config
     from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.restore import optimizer_for
     from marin_assets.train.state import init_state, moe_model
 
     config, model = load_config(config_path), moe_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    opt = optimizer_for(config, model)
     init = lambda: init_state(config, opt, model)  # noqa: E731
     mesh = meshlib.make_mesh(config.model, expert=expert, devices=jax.devices()[: data * expert])
     return jax.eval_shape(init), init, mesh

@@ -36,15 +36,13 @@ def build(config, concrete: bool = True):
     import numpy as np
 
     from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import default_model, init_state, make_train_step
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, init_state, make_train_step, state_layout
 
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     mesh = meshlib.make_mesh(config.model)
+    opt, shapes, state_sh = state_layout(config, model, mesh)
     init = lambda: init_state(config, opt, model)  # noqa: E731
-    shapes = jax.eval_shape(init)
-    step = make_train_step(config, opt, model, mesh, meshlib.state_shardings(mesh, shapes))
+    step = make_train_step(config, opt, model, mesh, state_sh)
     if not concrete:
         return step, shapes, jax.ShapeDtypeStruct((config.batch_size, config.seq_len), np.int32)
     rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (config.batch_size, config.seq_len))

@@ -34,25 +34,21 @@ class Side:
     """One variant: its jitted step, its own state, metrics file and telemetry store."""
 
     def __init__(self, config, telemetry: bool, out: Path, peak) -> None:
-        import jax
         import numpy as np
 
         from marin_assets.telemetry import TelemetryWriter
         from marin_assets.train.distributed import mesh as meshlib
         from marin_assets.train.emit import TELEMETRY_FLUSH_SECONDS, Throughput
         from marin_assets.train.metrics import MetricsLogger
-        from marin_assets.train.optimizers import make_optimizer
+        from marin_assets.train.restore import state_layout
         from marin_assets.train.state import init_state
         from marin_assets.train.step import default_model, make_train_step
 
         model = default_model()
-        opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
         mesh = meshlib.make_mesh(config.model)
-        init = lambda: init_state(config, opt, model)  # noqa: E731
-        self.step_fn = make_train_step(
-            config, opt, model, mesh, meshlib.state_shardings(mesh, jax.eval_shape(init)), moe_telemetry=telemetry
-        )
-        self.state = meshlib.init_sharded(init, mesh)
+        opt, _, state_sh = state_layout(config, model, mesh)
+        self.step_fn = make_train_step(config, opt, model, mesh, state_sh, moe_telemetry=telemetry)
+        self.state = meshlib.init_sharded(lambda: init_state(config, opt, model), mesh)
         rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (config.batch_size, config.seq_len))
         self.tokens = meshlib.shard_batch(mesh, rows.astype(np.int32), config.batch_size)
         self.config, self.step = config, 0

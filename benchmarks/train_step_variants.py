@@ -58,19 +58,10 @@ def train_config(args, **changes):
 
 def built_step(config, mesh):
     """(jitted step, state shardings, state shapes) of ``config`` on ``mesh``, laid out as train() lays it out."""
-    import jax
-
-    from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.distributed import offload
-    from marin_assets.train.loop import default_model, init_state, make_train_step
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, make_train_step, state_layout
 
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    shapes = jax.eval_shape(lambda: init_state(config, opt, model))
-    state_sh = meshlib.state_shardings(mesh, shapes)
-    if config.offload_optimizer:
-        state_sh = offload.offloaded(state_sh)
+    opt, shapes, state_sh = state_layout(config, model, mesh, offloaded=config.offload_optimizer)
     return make_train_step(config, opt, model, mesh, state_sh), state_sh, (config, opt, model, shapes)
 
 

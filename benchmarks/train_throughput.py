@@ -53,8 +53,7 @@ def main() -> None:
 
     from marin_assets.train.config import load_config, replace
     from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import default_model, init_state, make_train_step, train
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, init_state, make_train_step, state_layout, train
 
     config = load_config(args.config)
     # A short run keeps the schedule valid (warmup + decay within total_steps); the LR does not change the step's cost.
@@ -72,11 +71,9 @@ def main() -> None:
     ours = (len(stamps) - 1) * config.tokens_per_step / (stamps[-1] - stamps[0])
 
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     mesh = meshlib.make_mesh(config.model)  # the same mesh train() builds
-    init = lambda: init_state(config, opt, model)  # noqa: E731
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    state = meshlib.init_sharded(init, mesh)
+    opt, _, state_sh = state_layout(config, model, mesh)
+    state = meshlib.init_sharded(lambda: init_state(config, opt, model), mesh, config.fsdp)
     step = make_train_step(config, opt, model, mesh, state_sh)
     rows = np.random.default_rng(0).integers(0, 256, (config.batch_size, config.seq_len)).astype(np.int32)
     tokens = meshlib.shard_batch(mesh, rows, config.batch_size)

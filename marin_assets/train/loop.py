@@ -58,7 +58,7 @@ from marin_assets.train.emit import (
 )
 from marin_assets.train.hooks import Hooks, StepInfo, with_context_hooks
 from marin_assets.train.metrics import MetricsLogger
-from marin_assets.train.restore import Run, WeightsReader, fresh_run, resolve_checkpoint, start
+from marin_assets.train.restore import Run, WeightsReader, fresh_run, optimizer_for, resolve_checkpoint, start, state_layout
 from marin_assets.train.result import TooManySkippedSteps, TrainResult, finish
 from marin_assets.train.spec import TrainSpec
 from marin_assets.train.state import Model, init_state, moe_model
@@ -77,8 +77,10 @@ __all__ = [
     "init_state",
     "make_train_step",
     "open_sources",
+    "optimizer_for",
     "phase_lrs",
     "resolve_checkpoint",
+    "state_layout",
     "train",
     "validation_loss",
 ]

@@ -123,13 +123,29 @@ def _jitted_init(config: TrainConfig, model: Model, mesh) -> tuple[Optimizer, Ca
     holds an unsharded copy on device), and that layout. The seed's key is an argument (host data, the same on
     every process), not a constant of the trace, so runs that differ in their seed share one compiled init
     (``fresh_run`` reuses it through ``compile_cache.reuse_jitted``; the key names what the closure reads)."""
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    opt, _, state_sh = state_layout(config, model, mesh)
 
     def init(key) -> TrainState:
         return init_state(config, opt, model, key)
 
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init, jax.random.PRNGKey(0)), fsdp=config.fsdp)
     return opt, jax.jit(init, out_shardings=state_sh), state_sh
+
+
+def optimizer_for(config: TrainConfig, model: Model) -> Optimizer:
+    """``config.optimizer`` built for ``model``'s params, from their names and shapes alone (nothing allocated)."""
+    return make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+
+
+def state_layout(config: TrainConfig, model: Model, mesh, offloaded: bool = False) -> tuple[Optimizer, TrainState, TrainState]:
+    """The optimizer of ``config`` (built from the params' names and shapes alone), the train state's
+    shapes (``jax.ShapeDtypeStruct`` leaves: nothing allocated) and its shardings on ``mesh``, laid out
+    as a run lays it out (``config.fsdp``); with ``offloaded``, the moments' in host memory (what a
+    ``config.offload_optimizer`` run steps with). The one place a step's layout is made: a run's
+    init, the benchmarks and the tests that compile a step without training."""
+    opt = optimizer_for(config, model)
+    shapes = jax.eval_shape(lambda key: init_state(config, opt, model, key), jax.random.PRNGKey(0))
+    state_sh = meshlib.state_shardings(mesh, shapes, fsdp=config.fsdp)
+    return opt, shapes, offload.offloaded(state_sh) if offloaded else state_sh
 
 
 def resolve_checkpoint(path: str | Path) -> Path | str:

@@ -13,8 +13,7 @@ from marin_assets.model.compute import rematerialised
 from marin_assets.model.config import REMAT_NAMES
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.distributed import mesh as meshlib
-from marin_assets.train.loop import default_model, init_state, make_train_step
-from marin_assets.train.optimizers import make_optimizer
+from marin_assets.train.loop import default_model, make_train_step, state_layout
 
 # Three layers and 128-token sequences: the per-layer activations (attention's [S, S] per head
 # above all) outweigh the parameters, as they do at scale.
@@ -68,11 +67,9 @@ def _temp_bytes(remat: str) -> int:
         }
     )
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     mesh = meshlib.make_mesh(config.model)
-    init = lambda: init_state(config, opt, model)  # noqa: E731
-    state = jax.eval_shape(init)
-    step = make_train_step(config, opt, model, mesh, meshlib.state_shardings(mesh, state))
+    opt, state, state_sh = state_layout(config, model, mesh)
+    step = make_train_step(config, opt, model, mesh, state_sh)
     tokens = jax.ShapeDtypeStruct((BATCH, SEQ), np.int32)
     compiled = step.lower(state, tokens, np.bool_(True), np.float32(1e-3)).compile()
     return int(compiled.memory_analysis().temp_size_in_bytes)

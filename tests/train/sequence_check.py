@@ -88,14 +88,11 @@ def all_gathers(cfg, mesh) -> int:
     """All-gathers in the compiled step on ``mesh``."""
     import jax
 
-    from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import default_model, init_state, make_train_step
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, make_train_step, state_layout
 
     model = default_model()
-    opt = make_optimizer(cfg.optimizer, jax.eval_shape(lambda: model.init_params(cfg.model, jax.random.PRNGKey(0))))
-    state = jax.eval_shape(lambda: init_state(cfg, opt, model))
-    step = make_train_step(cfg, opt, model, mesh, meshlib.state_shardings(mesh, state))
+    opt, state, state_sh = state_layout(cfg, model, mesh)
+    step = make_train_step(cfg, opt, model, mesh, state_sh)
     batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), masked_batch())
     scalars = (jax.ShapeDtypeStruct((), np.bool_), jax.ShapeDtypeStruct((), np.float32))
     hlo = step.lower(state, batch, *scalars).compile().as_text()
@@ -129,18 +126,13 @@ def steps() -> dict:
 
 def fsdp_step(batch, reference) -> dict:
     """The 1x4x1 step with FSDP: the differences from one device, and each layout's largest per-device state."""
-    import jax
-
     from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import default_model, init_state
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, state_layout
 
     cfg = config(4, fsdp=True)
     mesh = layout_mesh("1x4x1", cfg.model)
     params, grads, metrics = one_step(cfg, batch, mesh)
-    model = default_model()
-    opt = make_optimizer(cfg.optimizer, jax.eval_shape(lambda: model.init_params(cfg.model, jax.random.PRNGKey(0))))
-    state = jax.eval_shape(lambda: init_state(cfg, opt, model))
+    _, state, _ = state_layout(cfg, default_model(), mesh)
     held = {f: meshlib.per_device_bytes(state, meshlib.state_shardings(mesh, state, fsdp=f)) for f in (False, True)}
     return {
         "params": max_abs_diff(params, reference[0]),
@@ -234,20 +226,18 @@ def context_phase(caches: dict, out: Path) -> dict:
 def held_out(caches: dict) -> dict:
     """The held-out loss of one initial state on one device and on a 4-way sequence split (the license cache's
     windows, newlines as the documents' ends)."""
-    import jax
 
     from marin_assets.train.data.batches import MaskedRows
     from marin_assets.train.data.heldout import held_out_batches, held_out_step, validation_loss
     from marin_assets.train.distributed import mesh as meshlib
-    from marin_assets.train.loop import default_model, init_state
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, init_state, state_layout
 
     model, out = default_model(), {}
     for name in ("1x1x1", "1x4x1"):
         cfg = config(int(name.split("x")[1]))
         mesh = layout_mesh(name, cfg.model)
-        opt = make_optimizer(cfg.optimizer, jax.eval_shape(lambda c=cfg: model.init_params(c.model, jax.random.PRNGKey(0))))
-        state = meshlib.init_sharded(lambda c=cfg: init_state(c, opt, model), mesh)
+        opt, _, _ = state_layout(cfg, model, mesh)
+        state = meshlib.init_sharded(lambda c=cfg, o=opt: init_state(c, o, model), mesh)
         caches = {"license": caches["license"]}
         loss = validation_loss(cfg, model, state, caches, mesh, eos_ids={"license": NEWLINE})
         step, where = held_out_step(cfg, model, mesh)

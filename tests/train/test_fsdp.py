@@ -27,11 +27,11 @@ def tiny_state_shapes():
     import jax
 
     from marin_assets.train.config import config_from_dict
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.restore import optimizer_for
     from marin_assets.train.state import init_state, moe_model
 
     config, model = config_from_dict(TINY_TRAIN), moe_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    opt = optimizer_for(config, model)
     return jax.eval_shape(lambda: init_state(config, opt, model))
 
 

@@ -15,8 +15,7 @@ import pytest
 from marin_assets.train.config import config_from_dict
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.distributed import offload
-from marin_assets.train.loop import default_model, init_state, make_train_step, train
-from marin_assets.train.optimizers import make_optimizer
+from marin_assets.train.loop import default_model, make_train_step, state_layout, train
 from tests.support.configs import NARROW_MODEL
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="states what XLA:CPU does")
@@ -34,11 +33,9 @@ def _narrow(**changes):
 
 
 def _layout(config):
-    model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    mesh = meshlib.make_mesh(config.model)
-    shapes = jax.eval_shape(lambda: init_state(config, opt, model))
-    return model, opt, mesh, shapes, meshlib.state_shardings(mesh, shapes)
+    model, mesh = default_model(), meshlib.make_mesh(config.model)
+    opt, shapes, state_sh = state_layout(config, model, mesh)
+    return model, opt, mesh, shapes, state_sh
 
 
 def test_xla_cpu_cannot_compile_host_offload_and_the_knob_says_why():

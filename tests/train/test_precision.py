@@ -13,9 +13,8 @@ import pytest
 from marin_assets.train.checkpoints import checkpoint as ckpt
 from marin_assets.train.config import ConfigError, config_from_dict, replace
 from marin_assets.train.distributed import mesh as meshlib
-from marin_assets.train.loop import default_model, init_state, make_train_step, train
+from marin_assets.train.loop import default_model, init_state, make_train_step, state_layout, train
 from marin_assets.train.metrics import read_metrics
-from marin_assets.train.optimizers import make_optimizer
 from tests.support.configs import NARROW_MODEL, TINY_TRAIN
 
 STEPS = 50
@@ -83,11 +82,9 @@ def _float_dtypes(tree) -> set[str]:
 def test_bf16_params_keep_params_and_optimizer_state_in_bf16_through_a_step():
     config = _narrow(param_dtype="bfloat16", compute_dtype="bfloat16")
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
     mesh = meshlib.make_mesh(config.model)
-    init = lambda: init_state(config, opt, model)  # noqa: E731
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init))
-    state = meshlib.init_sharded(init, mesh)
+    opt, _, state_sh = state_layout(config, model, mesh)
+    state = meshlib.init_sharded(lambda: init_state(config, opt, model), mesh)
     assert _float_dtypes(state.params) == _float_dtypes(state.opt_state) == {"bfloat16"}
     step = make_train_step(config, opt, model, mesh, state_sh)
     rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (2, 16)).astype(np.int32)

@@ -139,18 +139,15 @@ def one_step(config, batch, mesh, lr: float = 1e-2) -> tuple[dict, dict, dict]:
     import jax
 
     from marin_assets.train.data.batches import MaskedRows
-    from marin_assets.train.loop import default_model, init_state, train_step_for
-    from marin_assets.train.optimizers import make_optimizer
+    from marin_assets.train.loop import default_model, init_state, state_layout, train_step_for
 
     model = default_model()
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
-    init = lambda: init_state(config, opt, model)  # noqa: E731
-    state_sh = meshlib.state_shardings(mesh, jax.eval_shape(init), config.fsdp)
+    opt, _, state_sh = state_layout(config, model, mesh)
     step = train_step_for(config, opt, model, mesh, state_sh)
     rows = meshlib.process_rows(mesh, config.batch_size)
     local = batch._make(None if part is None else part[rows] for part in batch) if isinstance(batch, MaskedRows) else batch[rows]
     state, metrics = step(
-        meshlib.init_sharded(init, mesh, config.fsdp),
+        meshlib.init_sharded(lambda: init_state(config, opt, model), mesh, config.fsdp),
         meshlib.shard_batch(mesh, local, config.batch_size),
         np.bool_(True),
         np.float32(lr),

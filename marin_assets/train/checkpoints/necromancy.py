@@ -40,8 +40,8 @@ from marin_assets.train.data.sources import check_vocab, data_identity, open_sou
 from marin_assets.train.distributed import hosts as distributed
 from marin_assets.train.distributed import mesh as meshlib
 from marin_assets.train.guards import clip_grads, global_norm
-from marin_assets.train.optimizers import Optimizer, make_optimizer
-from marin_assets.train.restore import Run, resolve_checkpoint
+from marin_assets.train.optimizers import Optimizer
+from marin_assets.train.restore import Run, optimizer_for, resolve_checkpoint
 from marin_assets.train.state import Model, TrainState, init_state, moe_model
 from marin_assets.train.step import compute_options, mesh_options
 
@@ -209,7 +209,7 @@ def open_checkpoint(checkpoint: str | os.PathLike, model: Model) -> tuple[Path |
     if missing:
         raise ValueError(f"{folder}/meta.json has no {missing[0]!r}: not a checkpoint marin train wrote")
     config = config_from_dict(meta["config"], where=f"{folder}/meta.json: config")
-    opt = make_optimizer(config.optimizer, jax.eval_shape(lambda: model.init_params(config.model, jax.random.PRNGKey(0))))
+    opt = optimizer_for(config, model)
     return folder, meta, config, opt, load_state(arrays, str(folder), config, model, opt)
 
 
