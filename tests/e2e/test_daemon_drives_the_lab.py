@@ -1,6 +1,6 @@
-"""Dagster's daemon drives the lab, with no driver of ours: a real `dagster-daemon`, `dagster-webserver`
-and code server on a temporary instance with the repository's dagster.yaml (the routing launcher, the
-queued run coordinator). The phase controller and the user-shards sensor are turned on over GraphQL as
+"""Dagster's daemon drives the lab, with no driver of ours: a real `dagster-daemon` (its backfill loop at 2 s,
+daemon_lab/daemon.py), `dagster-webserver` and code server on a temporary instance with the repository's
+dagster.yaml (the routing launcher, the queued run coordinator, here looking at its queue every second). The phase controller and the user-shards sensor are turned on over GraphQL as
 the UI's toggle does; the daemon ticks them, launches each run they request through
 ``RoutingRunLauncher`` (the backfill daemon the DataKit's waves), and the phases of a tiny real model
 train, are evaluated in the same run, and are decided (tests/e2e/daemon_lab). The daemon is killed
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from assets.partitions import newest_materialisation
 from demo.phases import decision_log
@@ -59,7 +60,7 @@ class Lab:
     def __init__(self, root: Path) -> None:
         self.root, self.home = root, root / "home"
         self.home.mkdir(parents=True)
-        (self.home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+        (self.home / "dagster.yaml").write_text(lab_instance_yaml())
         with self.instance():  # the storage schema, made once here: three processes making it at once collide
             pass
         caches = {"license": root / "caches" / "license", "docs": root / "caches" / "docs"}
@@ -118,7 +119,9 @@ class Lab:
         return ui.start_process(argv, REPO, self.env, self.root / f"{name}.log")
 
     def start_daemon(self):
-        return self._start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(self.root / "workspace.yaml")])
+        # Dagster's daemon CLI with a 2 s backfill loop (daemon_lab/daemon.py says why): the DataKit's 8 waves.
+        argv = [sys.executable, "-m", "tests.e2e.daemon_lab.daemon", "run", "-w", str(self.root / "workspace.yaml")]
+        return self._start("daemon", argv)
 
     def kill_daemon(self) -> None:
         os.killpg(self.daemon.pid, signal.SIGKILL)  # no clean shutdown: as a crashed or evicted daemon
@@ -147,6 +150,14 @@ class Lab:
     def stop(self) -> None:
         for proc in (self.daemon, self.webserver, self.code_server):
             ui.kill_group(proc, grace_s=15)
+
+
+def lab_instance_yaml() -> str:
+    """The repository's dagster.yaml, its queue looked at every second instead of every 5 (Dagster's
+    ``dequeue_interval_seconds``): every run of the test passes through the queue."""
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    config["run_coordinator"]["config"]["dequeue_interval_seconds"] = 1
+    return yaml.safe_dump(config)
 
 
 def wait_listening(port: int, proc, log_path: Path, timeout_s: float) -> None:
