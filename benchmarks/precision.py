@@ -46,7 +46,11 @@ def build(config, concrete: bool = True):
     if not concrete:
         return step, shapes, jax.ShapeDtypeStruct((config.batch_size, config.seq_len), np.int32)
     rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (config.batch_size, config.seq_len))
-    return step, meshlib.init_sharded(init, mesh), meshlib.shard_batch(mesh, rows.astype(np.int32), config.batch_size)
+    return (
+        step,
+        meshlib.init_sharded(init, mesh, config.fsdp),
+        meshlib.shard_batch(mesh, rows.astype(np.int32), config.batch_size),
+    )
 
 
 def temp_bytes(config) -> int:

@@ -48,7 +48,7 @@ class Side:
         mesh = meshlib.make_mesh(config.model)
         opt, _, state_sh = state_layout(config, model, mesh)
         self.step_fn = make_train_step(config, opt, model, mesh, state_sh, moe_telemetry=telemetry)
-        self.state = meshlib.init_sharded(lambda: init_state(config, opt, model), mesh)
+        self.state = meshlib.init_sharded(lambda: init_state(config, opt, model), mesh, config.fsdp)
         rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (config.batch_size, config.seq_len))
         self.tokens = meshlib.shard_batch(mesh, rows.astype(np.int32), config.batch_size)
         self.config, self.step = config, 0

@@ -101,7 +101,7 @@ def live_step(config, mesh):
     from marin_assets.train.loop import init_state
 
     step, _, (_, opt, model, _) = built_step(config, mesh)
-    state = [meshlib.init_sharded(lambda: init_state(config, opt, model), mesh)]
+    state = [meshlib.init_sharded(lambda: init_state(config, opt, model), mesh, config.fsdp)]
     rows = np.random.default_rng(0).integers(0, config.model.vocab_size, (config.batch_size, config.seq_len)).astype(np.int32)
     tokens = meshlib.shard_batch(mesh, rows, config.batch_size)
 

@@ -1,6 +1,7 @@
-"""Dagster's daemon drives the lab, with no driver of ours: a real `dagster-daemon` (its backfill loop at 2 s,
-daemon_lab/daemon.py), `dagster-webserver` and code server on a temporary instance with the repository's
-dagster.yaml (the routing launcher, the queued run coordinator, here looking at its queue every second). The phase controller and the user-shards sensor are turned on over GraphQL as
+"""Dagster's daemon drives the lab, with no driver of ours: a real `dagster-daemon` (its backfill loop
+at 2 s, daemon_lab/daemon.py), `dagster-webserver` and code server on a temporary instance with the
+repository's dagster.yaml (the routing launcher, the queued run coordinator, here looking at its queue
+every second). The phase controller and the user-shards sensor are turned on over GraphQL as
 the UI's toggle does; the daemon ticks them, launches each run they request through
 ``RoutingRunLauncher`` (the backfill daemon the DataKit's waves), and the phases of a tiny real model
 train, are evaluated in the same run, and are decided (tests/e2e/daemon_lab). The daemon is killed

@@ -1,11 +1,12 @@
 """`dagster-daemon`, as the daemon test runs it: Dagster's own daemon CLI, with the backfill daemon's
 loop period at ``BACKFILL_LOOP_S`` instead of Dagster's 30 s.
 
-The asset backfill daemon looks at a backfill once per loop and launches the runs whose parents are
-done; the period is a module constant (``dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS``,
-read at each loop), with no instance setting. The user-shards sensor's backfill over the DataKit's
-sharded graph is 8 waves (each partitions definition's steps, one run each), so at 30 s the test
-slept through 4 of its 7 minutes (measured: backfill evaluations at 20:09:21 .. 20:13:21, a run
+The asset backfill daemon looks at a backfill once per loop and launches the runs whose parents
+are done. The period is a module constant with no instance setting,
+``dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS``, read when the backfill loop
+starts (after this module set it). The user-shards sensor's backfill over the DataKit's sharded
+graph is 8 waves (each partitions definition's steps, one run each), so at 30 s the test slept
+through 4 of its 7 minutes (measured: backfill evaluations at 20:09:21 .. 20:13:21, a run
 launched within 4 s of each). Everything else is the daemon as deployed.
 
     python -m tests.e2e.daemon_lab.daemon run -w workspace.yaml
