@@ -139,8 +139,8 @@ def optimizer_for(config: TrainConfig, model: Model) -> Optimizer:
 def state_layout(config: TrainConfig, model: Model, mesh, offloaded: bool = False) -> tuple[Optimizer, TrainState, TrainState]:
     """The optimizer of ``config`` (built from the params' names and shapes alone), the train state's
     shapes (``jax.ShapeDtypeStruct`` leaves: no state is allocated) and its shardings on ``mesh``, laid
-    out as a run lays it out (``config.fsdp``); with ``offloaded``, the moments' in host memory (what a
-    ``config.offload_optimizer`` run steps with). What a run's init builds its state on, and what the
+    out as a run lays it out (``config.fsdp``); with ``offloaded``, the moments' shardings in host memory
+    (what a ``config.offload_optimizer`` run steps with). What a run's init builds its state on, and what the
     benchmarks and tests that compile or time a step without ``train`` use (a state they make for it:
     ``meshlib.init_sharded(..., config.fsdp)``, the same layout)."""
     opt = optimizer_for(config, model)
